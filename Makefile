@@ -1,0 +1,43 @@
+# Two commands set everything up on a fresh machine: `make demo` and `make test`.
+PYTHON ?= python3
+VENV   := .venv
+PY     := $(VENV)/bin/python
+STAMP  := $(VENV)/.installed
+
+.PHONY: demo test lint typecheck contracts pytest screenshots bench faults clean
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -e '.[test]'
+	touch $(STAMP)
+
+demo: $(STAMP)
+	$(VENV)/bin/rlwatch demo
+
+lint: $(STAMP)
+	$(VENV)/bin/ruff check rlwatch tui widgets tests bench
+	$(VENV)/bin/ruff format --check rlwatch tui widgets tests bench
+
+typecheck: $(STAMP)
+	$(VENV)/bin/mypy
+
+contracts: $(STAMP)
+	$(VENV)/bin/lint-imports
+
+pytest: $(STAMP)
+	$(VENV)/bin/pytest -q -p no:cacheprovider
+
+test: lint typecheck contracts pytest
+
+screenshots: $(STAMP)
+	$(PY) -m rlwatch.screenshots screenshots
+
+bench: $(STAMP)
+	$(PY) -m bench
+
+faults: $(STAMP)
+	$(VENV)/bin/pytest -q -m faults -p no:cacheprovider
+
+clean:
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

@@ -1,0 +1,277 @@
+"""Immutable records that cross the core/UI boundary.
+
+Sources produce these, the engine assembles them into one :class:`Snapshot` per tick, and every consumer (report,
+diagnosis, exporter, TUI) reads only snapshots. Records are frozen so a snapshot handed to the UI thread can never
+change under it. Absent data is ``None``, never a made-up zero. Times are wall-clock epoch seconds (floats) so they
+can be printed; durations that drive decisions use the monotonic clock inside the engine instead.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import StrEnum
+
+
+class Severity(StrEnum):
+    CRITICAL = "critical"
+    WARNING = "warning"
+    INFO = "info"
+
+    @property
+    def rank(self) -> int:
+        """Lower is more severe, for sorting."""
+        return {"critical": 0, "warning": 1, "info": 2}[self.value]
+
+
+@dataclass(frozen=True, slots=True)
+class LogLine:
+    """One matched log line, kept as evidence."""
+
+    path: str
+    lineno: int
+    text: str
+    time: float
+
+
+@dataclass(frozen=True, slots=True)
+class EventSummary:
+    """Everything kept about one event kind."""
+
+    kind: str
+    severity: Severity
+    count: int
+    first: float | None
+    last: float | None
+    rate_per_min: float
+    streak: int
+    files: dict[str, int]
+    recent: tuple[LogLine, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class Incident:
+    """A group of lines that belong together: one traceback block, one retry storm, one crash."""
+
+    kind: str  # "traceback" | "retry_storm" | "crash"
+    path: str
+    lineno: int
+    first: float
+    last: float
+    count: int  # lines (traceback) or events (storm) grouped
+    title: str  # e.g. "AttributeError: 'Namespace' object has no attribute 'model_id'"
+    location: str | None  # innermost "file.py:123" of a traceback
+    signature: str  # stable id for grouping identical failures (also across hosts)
+
+
+@dataclass(frozen=True, slots=True)
+class GpuHolder:
+    """A process holding a GPU device node open or mapped."""
+
+    pid: int
+    create_time: float
+    user: str | None
+    cmdline: tuple[str, ...]
+    devices: tuple[str, ...]
+    gpu_mem_bytes: int | None  # from NVML when it knows the pid
+    in_run: bool  # part of the live run's process tree
+    reason: str | None  # why it is a stray, None for run members and protected processes
+    protected: str | None = None  # why it must never be touched (pid 1, daemon, other user, rlwatch itself)
+
+
+@dataclass(frozen=True, slots=True)
+class GpuState:
+    index: int
+    name: str | None
+    uuid: str | None
+    util: float | None  # percent 0..100
+    mem_used_bytes: int | None
+    mem_total_bytes: int | None
+    temp_c: float | None
+    power_w: float | None
+    compute_mode: str | None  # "DEFAULT" | "EXCLUSIVE_PROCESS" | "PROHIBITED"
+    holders: tuple[int, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class GpuStatus:
+    """The GPU source as a whole: which backend, and whether it works."""
+
+    backend: str  # "nvml" | "simulated" | "none"
+    available: bool
+    error: str | None  # a one-line reason when not available ("NVML library not found", …)
+    gpus: tuple[GpuState, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class MemoryState:
+    total_bytes: int | None
+    available_bytes: int | None
+    swap_total_bytes: int | None
+    swap_used_bytes: int | None
+    oom_kills: int | None  # cgroup counter; None when no cgroup file is readable
+    forecast_exhausted_at: float | None  # when available memory reaches zero at the current trend
+
+
+@dataclass(frozen=True, slots=True)
+class ProcessInfo:
+    pid: int
+    create_time: float
+    role: str  # "trainer" | "launcher" | "worker" | "server" | "watchdog" | custom
+    name: str  # a stable label: role plus an ordinal or the configured name ("worker-0")
+    rss_bytes: int | None
+    rss_growth_bytes_per_hour: float | None
+    started_at: float
+    restarts: int
+    cmdline: tuple[str, ...]
+    cwd: str | None
+    user: str | None
+    alive: bool = True
+
+
+@dataclass(frozen=True, slots=True)
+class ServerState:
+    kind: str | None  # "sglang" | "vllm" | "trl" | None
+    url: str | None
+    up: bool | None  # None: not checked yet / nothing configured
+    down_since: float | None
+    pid: int | None
+    status_code: int | None = None
+    error: str | None = None  # "connection refused", "timeout after 2.0s", "HTTP 503", …
+    latency_s: float | None = None
+    process_alive: bool | None = None  # the process lives while its health check fails: incident 5
+
+
+@dataclass(frozen=True, slots=True)
+class CheckpointInfo:
+    path: str
+    global_step: int | None
+    epoch: int | None
+    epoch_step: int | None
+    saved_at: float | None
+    size_bytes: int | None
+
+
+@dataclass(frozen=True, slots=True)
+class CheckpointState:
+    latest: CheckpointInfo | None
+    count: int
+
+
+@dataclass(frozen=True, slots=True)
+class RecoverState:
+    """AReaL's recover info (last completed step, 0-based) and where a resume starts."""
+
+    path: str
+    epoch: int
+    epoch_step: int
+    global_step: int
+    steps_per_epoch: int
+    resume_epoch: int
+    resume_epoch_step: int
+    resume_global_step: int
+    saved_at: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class TrainingState:
+    last_step: int | None
+    total_steps: int | None
+    reward: float | None
+    steps_per_hour: float | None
+    stalled: bool
+    last_step_at: float | None
+    last_line_at: float | None  # any log line at all
+    rewards: tuple[float, ...] = ()  # recent reward trend
+    weight_update_s: tuple[float, ...] = ()  # recent weight-update durations
+    weight_update_timeout_s: float | None = None
+    finished: bool = False
+    knobs: dict[str, str] = field(default_factory=dict)  # key training-config values
+
+
+@dataclass(frozen=True, slots=True)
+class DiskState:
+    path: str
+    free_bytes: int | None
+    total_bytes: int | None
+
+
+@dataclass(frozen=True, slots=True)
+class Finding:
+    severity: Severity
+    code: str
+    message: str
+    since: float | None
+
+
+@dataclass(frozen=True, slots=True)
+class TimelineEntry:
+    time: float
+    text: str
+
+
+@dataclass(frozen=True, slots=True)
+class Series:
+    """A time series for graphs: parallel tuples, oldest first."""
+
+    times: tuple[float, ...] = ()
+    values: tuple[float | None, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class History:
+    gpu_util: dict[int, Series] = field(default_factory=dict)
+    gpu_mem: dict[int, Series] = field(default_factory=dict)  # percent of total
+    ram_used: Series = field(default_factory=Series)  # percent of total
+    swap_used: Series = field(default_factory=Series)  # percent of total
+    rss: dict[str, Series] = field(default_factory=dict)  # by process name, bytes
+
+
+@dataclass(frozen=True, slots=True)
+class SourceStatus:
+    """Health of one source, so stale data never looks healthy."""
+
+    name: str
+    ok: bool
+    last_sample: float | None
+    error: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Snapshot:
+    host: str
+    time: float
+    profile: str
+    run_dir: str
+    simulated: bool = False
+    uptime_s: float | None = None  # container (pid 1) uptime
+    run_uptime_s: float | None = None  # trainer/launcher uptime
+    events: dict[str, EventSummary] = field(default_factory=dict)
+    incidents: tuple[Incident, ...] = ()
+    training: TrainingState | None = None
+    checkpoint: CheckpointState | None = None
+    recover: RecoverState | None = None
+    server: ServerState | None = None
+    gpu: GpuStatus | None = None
+    holders: tuple[GpuHolder, ...] = ()
+    memory: MemoryState | None = None
+    processes: tuple[ProcessInfo, ...] = ()
+    disk: DiskState | None = None
+    findings: tuple[Finding, ...] = ()
+    timeline: tuple[TimelineEntry, ...] = ()
+    history: History = field(default_factory=History)
+    sources: tuple[SourceStatus, ...] = ()
+    logs: tuple[str, ...] = ()  # files being tailed
+
+    @property
+    def gpus(self) -> tuple[GpuState, ...]:
+        return self.gpu.gpus if self.gpu else ()
+
+    @property
+    def zombies(self) -> tuple[GpuHolder, ...]:
+        return tuple(h for h in self.holders if not h.in_run and h.reason is not None)
+
+    @property
+    def worst(self) -> Severity | None:
+        if not self.findings:
+            return None
+        return min((f.severity for f in self.findings), key=lambda s: s.rank)
