@@ -275,3 +275,51 @@ class Snapshot:
         if not self.findings:
             return None
         return min((f.severity for f in self.findings), key=lambda s: s.rank)
+
+
+@dataclass(frozen=True, slots=True)
+class TaggedLine:
+    """One log line for the log view: already cleaned of control sequences, tagged with the event kinds it matched."""
+
+    seq: int  # increasing across all files, so a view can ask for "everything after seq"
+    path: str
+    lineno: int
+    text: str
+    kinds: frozenset[str] = frozenset()
+
+
+@dataclass(frozen=True, slots=True)
+class ActionTarget:
+    """One process an action will signal or start, with what a person needs to judge it."""
+
+    pid: int | None  # None for a process still to be started
+    create_time: float | None
+    user: str | None
+    age_s: float | None
+    cmdline: tuple[str, ...]
+    gpu_mem_bytes: int | None = None
+    role: str | None = None
+    reason: str | None = None  # why it is a target ("stray: orphaned (parent is pid 1)")
+
+
+@dataclass(frozen=True, slots=True)
+class ActionPlan:
+    """What an action would do. Built by the core; shown by the confirmation dialog; executed only after a yes."""
+
+    action: str  # "restart-workers" | "kill-zombies" | "resume" | "restart-server"
+    targets: tuple[ActionTarget, ...]
+    steps: tuple[str, ...]  # plain words, in order
+    refused: str | None = None  # why it cannot run (readonly, trainer alive, nothing to do…)
+    start: tuple[ActionTarget, ...] = ()  # what will be started afterwards
+
+    @property
+    def runnable(self) -> bool:
+        return self.refused is None
+
+
+@dataclass(frozen=True, slots=True)
+class ActionResult:
+    action: str
+    ok: bool
+    message: str  # one plain line for the dashboard and the command line
+    details: tuple[str, ...] = ()
