@@ -110,6 +110,7 @@ class MemoryState:
     swap_used_bytes: int | None
     oom_kills: int | None  # cgroup counter; None when no cgroup file is readable
     forecast_exhausted_at: float | None  # when available memory reaches zero at the current trend
+    brake_free_bytes: int | None = None  # configured free-memory level at which workers' emergency brake fires
 
 
 @dataclass(frozen=True, slots=True)

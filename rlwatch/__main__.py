@@ -1,0 +1,7 @@
+"""`python -m rlwatch`: the headless commands."""
+
+import sys
+
+from rlwatch.cli import main
+
+sys.exit(main())

@@ -1,0 +1,293 @@
+"""The command line. Headless commands live here; the dashboard commands are dispatched by ``tui.launch``.
+
+Every user mistake (bad config, missing directory, unknown scenario, taken port) ends in one line on stderr and exit
+status 2; problems found on the host are exit status 1 (`report`); never a traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import signal
+import sys
+import threading
+from collections.abc import Sequence
+from pathlib import Path
+
+from rlwatch import __version__
+from rlwatch.config import Config
+from rlwatch.config_load import ConfigError, resolve_config
+from rlwatch.diagnosis import human_bytes, human_duration
+from rlwatch.state import ActionPlan
+from rlwatch.textsafe import clean_line
+
+HEADLESS = ("report", "watch", "sim", "init")
+DASHBOARD = ("demo", "snapshot", "fleet")
+COMMANDS = HEADLESS + DASHBOARD + ("act",)
+
+
+class UsageError(Exception):
+    """A mistake on the command line or in the config: one line, exit 2."""
+
+
+def _common(p: argparse.ArgumentParser, *, run_dir: bool = True) -> None:
+    if run_dir:
+        p.add_argument("run_dir", nargs="?", default=".", metavar="RUN_DIR", help="the run's directory (default: .)")
+    p.add_argument("--config", type=Path, help="configuration file (default: RUN_DIR/rlwatch.yaml, else discovery)")
+    p.add_argument("--profile", choices=["auto", "areal", "trl", "workers"], default="auto")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="rlwatch",
+        description="Monitor and watchdog for LLM RL post-training on GPU pods.",
+        epilog="Commands: report, watch, act, snapshot, sim, init, demo, fleet. With none, opens the dashboard.",
+    )
+    parser.add_argument("--version", action="version", version=f"rlwatch {__version__}")
+    sub = parser.add_subparsers(dest="command")
+
+    p = sub.add_parser("dashboard", help="the dashboard (default when no command is given)")
+    _common(p)
+    p.add_argument("--readonly", action="store_true", help="disable every action")
+    p.add_argument("--interval", type=float, default=None, metavar="SECONDS", help="sampling interval")
+
+    p = sub.add_parser("demo", help="the dashboard on a simulated training host")
+    p.add_argument("--scenario", default="server-crash")
+    p.add_argument("--speed", type=float, default=1.0)
+    p.add_argument("--readonly", action="store_true")
+
+    p = sub.add_parser("report", help="one-shot health report; exit 0 healthy, 1 problems, 2 usage error")
+    _common(p)
+    p.add_argument("--json", action="store_true", help="the stable JSON report")
+
+    p = sub.add_parser("watch", help="headless engine; prints changes as they happen")
+    _common(p)
+    p.add_argument("--json", action="store_true", help="JSON lines")
+    p.add_argument("--interval", type=float, default=None, metavar="SECONDS")
+    p.add_argument("--duration", type=float, default=None, metavar="SECONDS", help="stop after this long")
+
+    p = sub.add_parser("act", help="restart-workers | kill-zombies | resume | restart-server, safely")
+    p.add_argument("action", metavar="ACTION", choices=["restart-workers", "kill-zombies", "resume", "restart-server"])
+    _common(p)
+    p.add_argument("--yes", action="store_true", help="do not ask for confirmation")
+    p.add_argument("--dry-run", action="store_true", help="print the plan and do nothing")
+    p.add_argument("--force", action="store_true", help="resume even if the trainer is alive or the recover info disagrees")
+    p.add_argument("--readonly", action="store_true", help=argparse.SUPPRESS)
+
+    p = sub.add_parser("snapshot", help="render the dashboard to an SVG file without a terminal")
+    p.add_argument("run_dir", nargs="?", default=None, metavar="RUN_DIR")
+    p.add_argument("--demo", action="store_true", help="render a simulated host")
+    p.add_argument("--scenario", default="server-crash")
+    p.add_argument("--config", type=Path)
+    p.add_argument("--profile", choices=["auto", "areal", "trl", "workers"], default="auto")
+    p.add_argument("--out", type=Path, required=True, metavar="FILE.svg")
+    p.add_argument("--size", default="120x40", metavar="COLSxROWS")
+
+    p = sub.add_parser("sim", help="run the simulated training host into DIR until interrupted")
+    p.add_argument("scenario", metavar="SCENARIO")
+    p.add_argument("dir", type=Path, metavar="DIR")
+    p.add_argument("--speed", type=float, default=1.0)
+    p.add_argument("--seed", type=int, default=0)
+
+    p = sub.add_parser("init", help="write the discovered configuration to RUN_DIR/rlwatch.yaml")
+    _common(p)
+    p.add_argument("--force", action="store_true", help="overwrite an existing rlwatch.yaml")
+    p.add_argument("--stdout", action="store_true", help="print instead of writing")
+
+    p = sub.add_parser("fleet", help="many hosts at once")
+    p.add_argument("--prometheus", metavar="URL")
+    p.add_argument("--config", type=Path)
+    return parser
+
+
+def parse(argv: Sequence[str]) -> argparse.Namespace:
+    args = list(argv)
+    first = next((a for a in args if not a.startswith("-")), None)
+    if first not in COMMANDS and not {"--version", "-h", "--help"} & set(args):
+        args.insert(0, "dashboard")
+    return build_parser().parse_args(args)
+
+
+def load(args: argparse.Namespace) -> tuple[Config, Path, str]:
+    run_dir = Path(args.run_dir).expanduser()
+    if not run_dir.exists():
+        raise UsageError(f"{run_dir}: no such directory")
+    if not run_dir.is_dir():
+        raise UsageError(f"{run_dir}: not a directory")
+    if args.config is not None and not args.config.exists():
+        raise UsageError(f"{args.config}: no such file")
+    cfg, origin = resolve_config(run_dir, args.config, args.profile)
+    if getattr(args, "interval", None):
+        if args.interval <= 0:
+            raise UsageError(f"--interval: must be greater than 0, got {args.interval}")
+        cfg = cfg.model_copy(update={"interval_s": args.interval})
+    if getattr(args, "readonly", False):
+        cfg = cfg.model_copy(update={"actions": cfg.actions.model_copy(update={"readonly": True})})
+    return cfg, run_dir, origin
+
+
+def safe_print(text: str, *, file: object = None) -> None:
+    """Print text that may hold log content: control sequences are removed line by line."""
+    out = file if file is not None else sys.stdout
+    body = "\n".join(clean_line(line) for line in text.split("\n"))
+    try:
+        print(body, file=out, flush=True)  # type: ignore[call-overload]
+    except BrokenPipeError:
+        pass
+
+
+def cmd_report(args: argparse.Namespace) -> int:
+    from rlwatch.engine import Engine
+    from rlwatch.report import exit_code, to_json, to_text
+
+    cfg, run_dir, _ = load(args)
+    engine = Engine(cfg, run_dir)
+    try:
+        snap = engine.collect_once()
+    finally:
+        engine.stop()
+    safe_print(to_json(snap) if args.json else to_text(snap))
+    return exit_code(snap)
+
+
+def cmd_watch(args: argparse.Namespace) -> int:
+    from rlwatch.engine import Engine
+    from rlwatch.stream import changes, plain
+
+    cfg, run_dir, origin = load(args)
+    engine = Engine(cfg, run_dir)
+    done = threading.Event()
+    lock = threading.Lock()
+    prev = [None]
+
+    def emit(snap: object) -> None:
+        from rlwatch.state import Snapshot
+
+        assert isinstance(snap, Snapshot)
+        with lock:
+            for rec in changes(prev[0], snap):
+                safe_print(json.dumps(rec) if args.json else plain(rec))
+            prev[0] = snap  # type: ignore[assignment]
+
+    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, lambda *_: done.set())
+    engine.drain_logs()
+    engine.sample()
+    emit(engine.build())
+    engine.on_snapshot(emit)
+    engine.start()
+    try:
+        done.wait(args.duration)
+    finally:
+        engine.stop()
+    return 0
+
+
+def cmd_sim(args: argparse.Namespace) -> int:
+    from rlwatch.sim import SCENARIOS, run_sim
+
+    if args.scenario not in SCENARIOS:
+        raise UsageError(f"unknown scenario {args.scenario!r}; choose from: {', '.join(SCENARIOS)}")
+    if args.speed <= 0:
+        raise UsageError(f"--speed: must be greater than 0, got {args.speed}")
+    return run_sim(args.scenario, args.dir, speed=args.speed, seed=args.seed)
+
+
+def cmd_init(args: argparse.Namespace) -> int:
+    from rlwatch.discovery import describe, discover, dump_config
+
+    run_dir = Path(args.run_dir)
+    if not run_dir.is_dir():
+        raise UsageError(f"{run_dir}: no such directory")
+    cfg = discover(run_dir, args.profile)
+    text = dump_config(cfg)
+    if args.stdout:
+        safe_print(text)
+        return 0
+    target = run_dir / "rlwatch.yaml"
+    if target.exists() and not args.force:
+        raise UsageError(f"{target}: already exists (use --force to overwrite)")
+    try:
+        target.write_text(text)
+    except OSError as exc:
+        raise UsageError(f"{target}: cannot write: {exc.strerror}") from None
+    for line in describe(cfg):
+        safe_print(f"  {line}")
+    safe_print(f"wrote {target}")
+    return 0
+
+
+def format_plan(plan: ActionPlan) -> str:
+    lines = [f"Plan: {plan.action}"]
+    if plan.refused:
+        lines.append(f"  refused: {plan.refused}")
+        return "\n".join(lines)
+    for t in plan.targets:
+        age = human_duration(t.age_s) if t.age_s is not None else "?"
+        mem = f"  gpu mem {human_bytes(t.gpu_mem_bytes)}" if t.gpu_mem_bytes else ""
+        lines.append(f"  stop  pid {t.pid}  user {t.user}  age {age}{mem}  [{t.role}]")
+        lines.append(f"        {' '.join(t.cmdline)[:300]}")
+        if t.reason:
+            lines.append(f"        why: {t.reason}")
+    for t in plan.start:
+        lines.append(f"  start {' '.join(t.cmdline)[:300]}")
+        if t.reason:
+            lines.append(f"        {t.reason}")
+    lines.append("Steps:")
+    lines.extend(f"  {i}. {step}" for i, step in enumerate(plan.steps, 1))
+    return "\n".join(lines)
+
+
+def cmd_act(args: argparse.Namespace) -> int:
+    from rlwatch.actions.api import Actions
+    from rlwatch.engine import Engine
+
+    cfg, run_dir, _ = load(args)
+    engine = Engine(cfg, run_dir)
+    try:
+        actions = Actions(engine)
+        prepared = actions.prepare(args.action, force=args.force)
+        plan = prepared.plan
+        safe_print(format_plan(plan))
+        if not plan.runnable:
+            return 1
+        if args.dry_run:
+            safe_print("dry run: nothing was done")
+            return 0
+        if not args.yes:
+            if not sys.stdin.isatty():
+                raise UsageError("not on a terminal: confirm with --yes (or look first with --dry-run)")
+            answer = input("Proceed? [y/N] ").strip().lower()
+            if answer not in ("y", "yes"):
+                safe_print("cancelled: nothing was done")
+                return 1
+        result = actions.execute(plan, progress=lambda msg: safe_print(f"  … {msg}"))
+        for line in result.details:
+            safe_print(f"  {line}")
+        safe_print(result.message)
+        return 0 if result.ok else 1
+    finally:
+        engine.stop()
+
+
+HANDLERS = {"act": cmd_act, "report": cmd_report, "watch": cmd_watch, "sim": cmd_sim, "init": cmd_init}
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run a headless command; turns user mistakes into one line and exit 2."""
+    try:
+        return HANDLERS[args.command](args)
+    except (UsageError, ConfigError) as exc:
+        print(f"rlwatch: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """`python -m rlwatch`: the headless commands only (the `rlwatch` script adds the dashboard)."""
+    args = parse(sys.argv[1:] if argv is None else argv)
+    if args.command not in HANDLERS:
+        print(f"rlwatch: '{args.command}' needs the dashboard; run it with the rlwatch command", file=sys.stderr)
+        return 2
+    return run(args)

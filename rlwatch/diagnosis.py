@@ -1,0 +1,346 @@
+"""Turn a snapshot into findings: what is wrong, in the words a person would use after a health check.
+
+Each rule is a small function over the snapshot plus a few facts that are not in it (thresholds, start times,
+missing expected processes). Rules never raise on absent data: a rule whose inputs are ``None`` says nothing.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+
+from rlwatch.config import Thresholds
+from rlwatch.state import Finding, Incident, Severity, Snapshot, TimelineEntry
+
+CRIT, WARN, INFO = Severity.CRITICAL, Severity.WARNING, Severity.INFO
+
+
+@dataclass(frozen=True)
+class Context:
+    """Facts the rules need beyond the snapshot."""
+
+    thresholds: Thresholds = field(default_factory=Thresholds)
+    missing_expected: tuple[str, ...] = ()  # roles configured as expected with no live process
+    starts: dict[str, tuple[float, ...]] = field(default_factory=dict)  # role -> recent start times (wall)
+    memory_limits: dict[str, int] = field(default_factory=dict)  # process name -> configured RSS limit
+    trainer_alive: bool | None = None
+    gpu_idle: bool | None = None
+
+
+def hhmm(t: float | None) -> str:
+    return "?" if t is None else time.strftime("%H:%M:%S", time.localtime(t))
+
+
+def human_bytes(n: float | None) -> str:
+    if n is None:
+        return "?"
+    for unit in ("B", "KB", "MB", "GB", "TB"):
+        if abs(n) < 1000 or unit == "TB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1000
+    return f"{n:.1f} TB"
+
+
+def human_duration(s: float | None) -> str:
+    if s is None:
+        return "?"
+    s = max(0.0, s)
+    if s < 90:
+        return f"{s:.0f}s"
+    if s < 5400:
+        return f"{s / 60:.0f}m"
+    if s < 2 * 86400:
+        return f"{s // 3600:.0f}h{(s % 3600) / 60:02.0f}m"
+    return f"{s / 86400:.1f}d"
+
+
+Rule = Callable[[Snapshot, Context], Iterator[Finding]]
+
+
+def _count(s: Snapshot, kind: str) -> int:
+    e = s.events.get(kind)
+    return e.count if e else 0
+
+
+def _per_file(s: Snapshot, kind: str) -> str:
+    e = s.events.get(kind)
+    if not e or not e.files:
+        return ""
+    parts = [f"{path.rsplit('/', 1)[-1]} {n}" for path, n in sorted(e.files.items(), key=lambda kv: -kv[1])]
+    return " (" + ", ".join(parts[:4]) + ")"
+
+
+def server_down(s: Snapshot, ctx: Context) -> Iterator[Finding]:
+    srv = s.server
+    refused = _count(s, "connection_refused")
+    if srv is not None and srv.up is False:
+        if srv.process_alive:
+            yield Finding(
+                CRIT,
+                "server_unhealthy",
+                f"Inference server process {srv.pid} is alive but its health check fails at {srv.url} "
+                f"({srv.error or 'no answer'}) since {hhmm(srv.down_since)}.",
+                srv.down_since,
+            )
+            return
+        extra = ""
+        if refused:
+            ev = s.events["connection_refused"]
+            extra = (
+                f"; {refused} connection-refused errors{_per_file(s, 'connection_refused')}, "
+                f"first {hhmm(ev.first)}, last {hhmm(ev.last)}. Training cannot make progress"
+            )
+        yield Finding(
+            CRIT,
+            "server_down",
+            f"Inference server {srv.url} is down since {hhmm(srv.down_since)} ({srv.error or 'no answer'}){extra}.",
+            srv.down_since,
+        )
+    elif refused >= ctx.thresholds.connection_storm and (srv is None or srv.up is None):
+        ev = s.events["connection_refused"]
+        yield Finding(
+            CRIT,
+            "connection_refused",
+            f"{refused} connection-refused errors{_per_file(s, 'connection_refused')} from {hhmm(ev.first)} "
+            f"to {hhmm(ev.last)}: the inference server is probably gone.",
+            ev.first,
+        )
+
+
+def restart_loop(s: Snapshot, ctx: Context) -> Iterator[Finding]:
+    th = ctx.thresholds
+    for role, starts in ctx.starts.items():
+        if len(starts) < th.restart_loop_count:
+            continue
+        recent = sorted(starts)[-th.restart_loop_count :]
+        gaps = [b - a for a, b in zip(recent, recent[1:], strict=False)]
+        if gaps and max(gaps) <= th.restart_loop_uptime_s * 1.5:
+            period = sum(gaps) / len(gaps)
+            yield Finding(
+                CRIT,
+                "restart_loop",
+                f"Restart loop: the {role} started {len(starts)} times, every ~{human_duration(period)}, "
+                f"never staying up past {human_duration(th.restart_loop_uptime_s)}. "
+                "This is not a crash at a training step: look at what the start command does.",
+                recent[0],
+            )
+
+
+def memory(s: Snapshot, ctx: Context) -> Iterator[Finding]:
+    th = ctx.thresholds
+    mem = s.memory
+    if mem and mem.total_bytes and mem.available_bytes is not None:
+        used = 1 - mem.available_bytes / mem.total_bytes
+        if used >= th.memory_warn_fraction:
+            yield Finding(
+                CRIT if used >= 0.97 else WARN,
+                "memory_high",
+                f"Host RAM at {used:.1%} ({human_bytes(mem.total_bytes - mem.available_bytes)} of "
+                f"{human_bytes(mem.total_bytes)}); {human_bytes(mem.available_bytes)} available.",
+                s.time,
+            )
+    if mem and mem.oom_kills:
+        yield Finding(CRIT, "oom_kill", f"The kernel OOM killer has killed {mem.oom_kills} process(es) here.", None)
+    for p in s.processes:
+        limit = ctx.memory_limits.get(p.name)
+        if p.alive and limit and p.rss_bytes and p.rss_bytes > limit:
+            yield Finding(
+                CRIT,
+                "over_memory_limit",
+                f"{p.name} (pid {p.pid}) uses {human_bytes(p.rss_bytes)}, over its {human_bytes(limit)} limit.",
+                None,
+            )
+        growth = p.rss_growth_bytes_per_hour
+        if p.alive and growth is not None and growth >= th.leak_bytes_per_hour:
+            when = ""
+            if mem and mem.forecast_exhausted_at:
+                when = f"; at this rate RAM runs out at {hhmm(mem.forecast_exhausted_at)}"
+            yield Finding(
+                WARN,
+                "memory_leak",
+                f"{p.name} (pid {p.pid}) grows {human_bytes(growth)}/h, now {human_bytes(p.rss_bytes)}{when}. "
+                "Only restarting it frees leaked memory.",
+                p.started_at,
+            )
+
+
+def brake(s: Snapshot, ctx: Context) -> Iterator[Finding]:
+    ev = s.events.get("emergency_brake")
+    if not ev or not ev.count:
+        return
+    th = ctx.thresholds
+    if ev.streak >= th.brake_streak:
+        yield Finding(
+            CRIT,
+            "brake_no_relief",
+            f"Emergency brake fired {ev.streak} times in a row ({ev.count} in all, {ev.rate_per_min:.1f}/min) "
+            "and memory is not coming back: the brake cannot free leaked memory, restart the worker (key w).",
+            ev.first,
+        )
+    else:
+        yield Finding(WARN, "brake", f"Emergency brake fired {ev.count} times (streak {ev.streak}).", ev.first)
+
+
+def watchdog(s: Snapshot, ctx: Context) -> Iterator[Finding]:
+    for role in ctx.missing_expected:
+        yield Finding(
+            CRIT,
+            "expected_missing",
+            f"The expected {role} is not running: nothing will restart leaking or crashed processes.",
+            None,
+        )
+
+
+def gpu(s: Snapshot, ctx: Context) -> Iterator[Finding]:
+    strays = s.zombies
+    busy = _count(s, "cuda_busy")
+    if strays:
+        pids = ", ".join(str(h.pid) for h in strays[:6])
+        modes = {g.compute_mode for g in s.gpus if g.compute_mode}
+        mode = f" Compute mode {'/'.join(sorted(modes))}." if modes else ""
+        yield Finding(
+            CRIT if busy else WARN,
+            "gpu_strays",
+            f"{len(strays)} stray process(es) hold the GPU (pid {pids}) outside the live run.{mode}"
+            " Kill them with key z.",
+            min(h.create_time for h in strays),
+        )
+    if busy:
+        ev = s.events["cuda_busy"]
+        yield Finding(
+            CRIT,
+            "device_busy",
+            f"{busy} 'CUDA-capable device(s) is/are busy or unavailable' errors{_per_file(s, 'cuda_busy')}, "
+            f"last {hhmm(ev.last)}.",
+            ev.first,
+        )
+    if s.gpu is not None and not s.gpu.available and s.gpu.backend != "none":
+        yield Finding(INFO, "gpu_unavailable", f"GPU data not available: {s.gpu.error}.", None)
+
+
+def training(s: Snapshot, ctx: Context) -> Iterator[Finding]:
+    tr = s.training
+    if tr is None:
+        return
+    if tr.stalled and ctx.trainer_alive is not False:
+        idle = " and the GPU is idle" if ctx.gpu_idle else ""
+        last = tr.last_step_at or tr.last_line_at
+        yield Finding(
+            WARN,
+            "stalled",
+            f"Training stalled: no step since {hhmm(last)} (step {tr.last_step}){idle}.",
+            last,
+        )
+    if tr.weight_update_s and tr.weight_update_timeout_s:
+        last_wu = tr.weight_update_s[-1]
+        if last_wu >= ctx.thresholds.weight_update_warn_fraction * tr.weight_update_timeout_s:
+            yield Finding(
+                WARN,
+                "weight_update_slow",
+                f"Weight update took {last_wu:.1f}s, near its {tr.weight_update_timeout_s:.0f}s timeout.",
+                None,
+            )
+
+
+def crashes(s: Snapshot, ctx: Context) -> Iterator[Finding]:
+    blocks = [i for i in s.incidents if i.kind in ("traceback", "crash")]
+    if not blocks:
+        return
+    by_sig = Counter(i.signature for i in blocks if i.kind == "traceback")
+    last = max(blocks, key=lambda i: i.last)
+    where = f" at {last.location}" if last.location else ""
+    repeated = [sig for sig, n in by_sig.items() if n >= 2]
+    if repeated:
+        sig = max(repeated, key=lambda k: by_sig[k])
+        inc = max((i for i in blocks if i.signature == sig), key=lambda i: i.last)
+        loc = f" at {inc.location}" if inc.location else ""
+        first = min(i.first for i in blocks if i.signature == sig)
+        yield Finding(
+            CRIT,
+            "crash_repeating",
+            f"The same crash happened {by_sig[sig]} times: {inc.title}{loc} [{sig}].",
+            first,
+        )
+    elif ctx.trainer_alive is not True and last.kind == "traceback":
+        yield Finding(WARN, "crashed", f"Last exception: {last.title}{where} ({_file(last)}).", last.first)
+
+
+def _file(i: Incident) -> str:
+    return f"{i.path.rsplit('/', 1)[-1]}:{i.lineno}"
+
+
+def failures(s: Snapshot, ctx: Context) -> Iterator[Finding]:
+    words = {
+        "cuda_oom": "CUDA out-of-memory errors",
+        "nccl_timeout": "NCCL watchdog timeouts",
+        "nccl_error": "NCCL errors",
+        "child_failed": "torchrun child failures",
+        "engine_dead": "inference-engine deaths",
+        "oom_kill": "kernel OOM kills in the logs",
+    }
+    for kind, text in words.items():
+        n = _count(s, kind)
+        if n:
+            ev = s.events[kind]
+            yield Finding(CRIT, kind, f"{n} {text}{_per_file(s, kind)}, last {hhmm(ev.last)}.", ev.first)
+    n = _count(s, "timeout")
+    if n:
+        ev = s.events["timeout"]
+        yield Finding(WARN, "timeouts", f"{n} timeout errors{_per_file(s, 'timeout')}, last {hhmm(ev.last)}.", ev.first)
+
+
+def disk(s: Snapshot, ctx: Context) -> Iterator[Finding]:
+    d = s.disk
+    if d and d.free_bytes is not None and d.free_bytes < ctx.thresholds.disk_free_bytes:
+        size = ""
+        if s.checkpoint and s.checkpoint.latest and s.checkpoint.latest.size_bytes:
+            size = f"; a checkpoint takes {human_bytes(s.checkpoint.latest.size_bytes)}"
+        yield Finding(
+            CRIT if d.free_bytes < ctx.thresholds.disk_free_bytes / 4 else WARN,
+            "disk_low",
+            f"Only {human_bytes(d.free_bytes)} free on {d.path}{size}.",
+            None,
+        )
+
+
+RULES: tuple[Rule, ...] = (server_down, restart_loop, memory, brake, watchdog, gpu, training, crashes, failures, disk)
+
+
+def diagnose(s: Snapshot, ctx: Context) -> tuple[Finding, ...]:
+    found: list[Finding] = []
+    for rule in RULES:
+        found.extend(rule(s, ctx))
+    return tuple(sorted(found, key=lambda f: (f.severity.rank, f.since or 0.0)))
+
+
+def timeline(s: Snapshot, limit: int = 20) -> tuple[TimelineEntry, ...]:
+    """The handful of moments that explain an incident, oldest first (checkpoint 05:04 → server gone 05:09 → …)."""
+    out: list[TimelineEntry] = []
+    if s.checkpoint and s.checkpoint.latest and s.checkpoint.latest.saved_at:
+        c = s.checkpoint.latest
+        out.append(TimelineEntry(c.saved_at or 0.0, f"last checkpoint saved ({c.path.rsplit('/', 1)[-1]})"))
+    if s.server and s.server.down_since:
+        out.append(TimelineEntry(s.server.down_since, f"inference server down ({s.server.error or 'no answer'})"))
+    labels = {
+        "connection_refused": "connection-refused errors",
+        "cuda_busy": "'device busy or unavailable' errors",
+        "emergency_brake": "emergency brake firing",
+        "traceback": "tracebacks",
+        "cuda_oom": "CUDA out of memory",
+        "nccl_timeout": "NCCL timeouts",
+        "restart": "restarts",
+    }
+    for kind, label in labels.items():
+        ev = s.events.get(kind)
+        if ev and ev.count and ev.first is not None:
+            span = f" until {hhmm(ev.last)}" if ev.last and ev.last != ev.first else ""
+            out.append(TimelineEntry(ev.first, f"{label} begin ({ev.count}{span})"))
+    for inc in s.incidents:
+        if inc.kind == "crash":
+            out.append(TimelineEntry(inc.first, f"crash: {inc.title}"))
+    if s.training and s.training.last_step_at:
+        out.append(TimelineEntry(s.training.last_step_at, f"last training step ({s.training.last_step})"))
+    out.sort(key=lambda e: e.time)
+    return tuple(out[-limit:])

@@ -1,0 +1,465 @@
+"""The engine: runs every source, feeds the event counter, diagnoses, and publishes immutable snapshots.
+
+Two loops, so slow probes never delay counting: the *log loop* wakes on file changes (watchfiles, or polling) and
+feeds new lines to the counter within tens of milliseconds; the *sample loop* reads memory, GPUs, processes, GPU
+holders, checkpoints and recover info every ``interval_s``. The inference-server probe, which can block for its
+whole timeout, has a thread of its own. Each loop publishes a fresh :class:`Snapshot`; readers only ever take the
+latest reference, so the UI thread never waits on I/O.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import socket
+import threading
+from collections import deque
+from collections.abc import Callable, Sequence
+from dataclasses import replace
+from pathlib import Path
+
+from rlwatch.clock import Clock, SystemClock
+from rlwatch.config import Config
+from rlwatch.diagnosis import Context, diagnose, timeline
+from rlwatch.events import EventCounter, build_kinds
+from rlwatch.knobs import read_knobs
+from rlwatch.sources.checkpoints import CheckpointScanner
+from rlwatch.sources.disk import disk_state
+from rlwatch.sources.gpu import GpuBackend, make_gpu_backend
+from rlwatch.sources.holders import classify_holders, find_holders
+from rlwatch.sources.memory import MemorySource
+from rlwatch.sources.procfs import container_uptime_s
+from rlwatch.sources.processes import ProcessTable
+from rlwatch.sources.recover import find_step_info, read_recover
+from rlwatch.sources.server import ServerProbe
+from rlwatch.state import (
+    CheckpointState,
+    DiskState,
+    GpuHolder,
+    GpuStatus,
+    History,
+    LogLine,
+    MemoryState,
+    ProcessInfo,
+    RecoverState,
+    Series,
+    ServerState,
+    Snapshot,
+    SourceStatus,
+    TaggedLine,
+)
+from rlwatch.tailer import Chunk, Tailer
+from rlwatch.textsafe import clean_line
+from rlwatch.training import TrainingTracker
+from rlwatch.waker import Waker
+
+_NEWLINES = re.compile(rb"\r\n|\r|\n")
+RECENT_LINES = 5000
+HISTORY = 600
+
+
+def resolve(run_dir: Path, path: str) -> Path:
+    p = Path(path).expanduser()
+    return p if p.is_absolute() else run_dir / p
+
+
+class Ring:
+    """A fixed-length time series (oldest dropped), for the graphs."""
+
+    def __init__(self, size: int = HISTORY) -> None:
+        self.times: deque[float] = deque(maxlen=size)
+        self.values: deque[float | None] = deque(maxlen=size)
+
+    def add(self, t: float, v: float | None) -> None:
+        self.times.append(t)
+        self.values.append(v)
+
+    def series(self) -> Series:
+        return Series(tuple(self.times), tuple(self.values))
+
+
+def _pct(part: int | None, whole: int | None) -> float | None:
+    if part is None or not whole:
+        return None
+    return 100.0 * part / whole
+
+
+class Engine:
+    """One monitored host. Construct, then either ``collect_once()`` (report) or ``start()`` (dashboard, watch)."""
+
+    def __init__(
+        self,
+        cfg: Config,
+        run_dir: Path,
+        *,
+        clock: Clock | None = None,
+        gpu_backend: GpuBackend | None = None,
+        proc_root: str = "/proc",
+        force_polling: bool = False,
+        host: str | None = None,
+    ) -> None:
+        self.cfg = cfg
+        self.run_dir = run_dir.resolve()
+        self.clock: Clock = clock or SystemClock()
+        self.host = host or socket.gethostname()
+        self.readonly = cfg.actions.readonly
+        self._proc_root = proc_root
+        self._lock = threading.RLock()
+        self._stop = threading.Event()
+        self._threads: list[threading.Thread] = []
+        self._listeners: list[Callable[[Snapshot], None]] = []
+
+        # Logs.
+        self.log_patterns = self._log_patterns()
+        self.tailer = Tailer(self.log_patterns)
+        self.waker = Waker(self.log_patterns, force_polling=force_polling)
+        self.counter = EventCounter(
+            build_kinds(cfg.events),
+            self.clock,
+            recent_lines=cfg.events.recent_lines,
+            rate_window_s=cfg.events.rate_window_s,
+        )
+        th = cfg.thresholds
+        self.training = TrainingTracker(
+            self.clock,
+            stall_s=th.stall_s,
+            weight_update_timeout_s=th.weight_update_timeout_s,
+            total_steps=cfg.training.total_steps,
+        )
+        self.counter.subscribe("step", self.training.on_step)
+        self.counter.subscribe("_reward", self.training.on_reward)
+        self.counter.subscribe("weight_update", self.training.on_weight_update)
+        self._starts: dict[str, deque[float]] = {}
+        self.counter.subscribe("_banner", lambda line: self._log_start("container", line))
+        self._tags: list[tuple[str, int, str]] = []
+        for kind in [k.name for k in build_kinds(cfg.events)]:
+            self.counter.subscribe(kind, self._tagger(kind))
+        self._recent: deque[TaggedLine] = deque(maxlen=RECENT_LINES)
+        self._seq = 0
+
+        # Host sources.
+        self.memory_source = MemorySource(self.clock)
+        self.gpu_backend = gpu_backend or make_gpu_backend(cfg.gpu, self.run_dir)
+        self.processes = ProcessTable(cfg.processes, self.clock, proc_root=proc_root)
+        self.checkpoints = CheckpointScanner([resolve(self.run_dir, d) for d in cfg.training.checkpoint_dirs], self.clock)
+        self.server_probe = ServerProbe(cfg.server, self.clock) if cfg.server.url else None
+        knobs_path = cfg.training.config_file
+        self.knobs = read_knobs(resolve(self.run_dir, knobs_path)) if knobs_path else {}
+
+        # Latest parts, replaced whole by the loops.
+        self._memory: MemoryState | None = None
+        self._gpu: GpuStatus | None = None
+        self._procs: tuple[ProcessInfo, ...] = ()
+        self._holders: tuple[GpuHolder, ...] = ()
+        self._checkpoint: CheckpointState | None = None
+        self._recover: RecoverState | None = None
+        self._server: ServerState | None = None
+        self._disk: DiskState | None = None
+        self._status: dict[str, SourceStatus] = {}
+        self._hist_gpu_util: dict[int, Ring] = {}
+        self._hist_gpu_mem: dict[int, Ring] = {}
+        self._hist_ram = Ring()
+        self._hist_swap = Ring()
+        self._snapshot = Snapshot(
+            host=self.host, time=self.clock.time(), profile=cfg.profile, run_dir=str(self.run_dir),
+            simulated=cfg.simulated,
+        )
+
+    # ----------------------------------------------------------------------------------------------------- logs
+    def _log_patterns(self) -> list[str]:
+        pats = [str(resolve(self.run_dir, g)) for g in self.cfg.training.logs]
+        for rule in self.cfg.processes:
+            if rule.log:
+                pats.append(str(resolve(self.run_dir, rule.log)))
+        if self.cfg.server.log:
+            pats.append(str(resolve(self.run_dir, self.cfg.server.log)))
+        return list(dict.fromkeys(pats))
+
+    def _tagger(self, kind: str) -> Callable[[LogLine], None]:
+        def tag(line: LogLine) -> None:
+            self._tags.append((line.path, line.lineno, kind))
+
+        return tag
+
+    def _log_start(self, role: str, line: LogLine) -> None:
+        self._starts.setdefault(role, deque(maxlen=50)).append(line.time)
+
+    def _remember_tail(self, chunk: Chunk) -> None:
+        """Keep the last lines of a chunk for the log view, tagged with the kinds they matched."""
+        tags: dict[tuple[str, int], set[str]] = {}
+        first_kept = chunk.first_lineno + max(0, chunk.nlines - RECENT_LINES)
+        for path, lineno, kind in self._tags:
+            if path == chunk.path and lineno >= first_kept:
+                tags.setdefault((path, lineno), set()).add(kind)
+        data = chunk.data
+        if chunk.nlines > RECENT_LINES:
+            # Find the start of the kept tail without splitting the whole chunk.
+            cut = len(data)
+            for _ in range(RECENT_LINES + 1):
+                nl = max(data.rfind(b"\n", 0, cut - 1), data.rfind(b"\r", 0, cut - 1))
+                if nl < 0:
+                    break
+                cut = nl
+            data = data[cut + 1 :] if cut < len(data) else data
+        pieces = _NEWLINES.split(data)
+        if pieces and pieces[-1] == b"":
+            pieces.pop()
+        lineno = chunk.first_lineno + chunk.nlines - len(pieces)
+        for raw in pieces:
+            self._seq += 1
+            kinds = frozenset(tags.get((chunk.path, lineno), ()))
+            text = clean_line(raw[:4000].decode("utf-8", "replace"))
+            self._recent.append(TaggedLine(self._seq, chunk.path, lineno, text, kinds))
+            lineno += 1
+
+    def poll_logs(self) -> int:
+        """Read and count everything new in the logs; returns the number of chunks handled."""
+        chunks = self.tailer.poll()
+        if not chunks:
+            return 0
+        with self._lock:
+            for chunk in chunks:
+                self._tags.clear()
+                self.counter.feed(chunk)
+                if chunk.nlines:
+                    self.training.on_any_line(self.clock.time())
+                    self._remember_tail(chunk)
+            self._tags.clear()
+        return len(chunks)
+
+    def drain_logs(self) -> None:
+        while self.poll_logs():
+            pass
+
+    # --------------------------------------------------------------------------------------------------- sources
+    def _ok(self, name: str, error: str | None = None) -> None:
+        self._status[name] = SourceStatus(name, error is None, self.clock.time(), error)
+
+    def sample(self) -> None:
+        """Read every host source once (not the server probe)."""
+        now = self.clock.time()
+        mem = self.memory_source.sample()
+        gpu = self.gpu_backend.sample()
+        procs = self.processes.sample()
+        self._ok("memory", None if mem.total_bytes is not None else "memory not readable")
+        self._ok("gpu", gpu.error if not gpu.available else None)
+        self._ok("processes")
+        holders = self._sample_holders(procs, gpu)
+        ckpt = self.checkpoints.scan()
+        recover, rec_err = self._read_recover()
+        self._ok("recover", rec_err)
+        hint = self.checkpoints.total_steps_hint()
+        volume = self.cfg.training.output_volume
+        disk = disk_state(str(resolve(self.run_dir, volume) if volume else self.run_dir))
+        with self._lock:
+            if hint:
+                self.training.set_checkpoint_hint(ckpt.latest.global_step if ckpt.latest else None, hint)
+            self._memory, self._gpu, self._procs, self._holders = mem, gpu, procs, holders
+            self._checkpoint, self._recover, self._disk = ckpt, recover, disk
+            total = mem.total_bytes
+            self._hist_ram.add(now, _pct(None if total is None or mem.available_bytes is None
+                                         else total - mem.available_bytes, total))
+            self._hist_swap.add(now, _pct(mem.swap_used_bytes, mem.swap_total_bytes))
+            for g in gpu.gpus:
+                self._hist_gpu_util.setdefault(g.index, Ring()).add(now, g.util)
+                self._hist_gpu_mem.setdefault(g.index, Ring()).add(now, _pct(g.mem_used_bytes, g.mem_total_bytes))
+            for p in procs:
+                if p.role in ("trainer", "launcher") and p.alive:
+                    starts = self._starts.setdefault(p.role, deque(maxlen=50))
+                    if p.started_at not in starts:
+                        starts.append(p.started_at)
+
+    def _sample_holders(self, procs: Sequence[ProcessInfo], gpu: GpuStatus) -> tuple[GpuHolder, ...]:
+        try:
+            raw = find_holders(self.cfg.gpu.device_glob, proc_root=self._proc_root)
+        except Exception as exc:  # a source must never take the engine down
+            self._ok("holders", f"cannot scan for GPU holders: {exc}")
+            return ()
+        nvml_pids: dict[int, int | None] = {}
+        last = getattr(self.gpu_backend, "last_processes", {}) or {}
+        for per_gpu in last.values():
+            nvml_pids.update(per_gpu)
+        run_started = min((p.started_at for p in procs if p.alive), default=None)
+        holders = classify_holders(
+            raw,
+            run_pids=self.processes.run_pids(),
+            run_started_at=run_started,
+            nvml_pids=nvml_pids,
+            protected_names=self.cfg.actions.protected_names,
+            self_pid=os.getpid(),
+            allow_other_users=self.cfg.actions.allow_other_users,
+            clock=self.clock,
+        )
+        self._ok("holders")
+        return holders
+
+    def _read_recover(self) -> tuple[RecoverState | None, str | None]:
+        path_s = self.cfg.training.recover_info
+        if path_s:
+            path: Path | None = resolve(self.run_dir, path_s)
+            if path is not None and any(ch in path_s for ch in "*?["):
+                matches = sorted(self.run_dir.glob(path_s), key=lambda p: p.stat().st_mtime if p.exists() else 0)
+                path = matches[-1] if matches else None
+        else:
+            roots = [resolve(self.run_dir, d) for d in self.cfg.training.checkpoint_dirs]
+            path = next((p for p in (find_step_info(r) for r in roots) if p), None)
+        if path is None:
+            return None, None
+        return read_recover(path)
+
+    def probe_server(self) -> None:
+        if self.server_probe is None:
+            return
+        server_procs = [p for p in self._procs if p.role == "server" and p.alive]
+        pid = server_procs[0].pid if server_procs else None
+        alive: bool | None = bool(server_procs) if any(r.role == "server" for r in self.cfg.processes) else None
+        state = self.server_probe.probe(process_alive=alive, pid=pid)
+        with self._lock:
+            self._server = state
+            self._ok("server", None)
+
+    # ------------------------------------------------------------------------------------------------- snapshot
+    def build(self) -> Snapshot:
+        """Assemble a snapshot from the latest parts and diagnose it. Cheap: no I/O."""
+        with self._lock:
+            now = self.clock.time()
+            tr = self.training.state(now)
+            tr = replace(tr, knobs=self.knobs)
+            gpu_idle = None
+            if self._gpu and self._gpu.gpus:
+                utils = [g.util for g in self._gpu.gpus if g.util is not None]
+                gpu_idle = bool(utils) and max(utils) < 5
+            trainer = [p for p in self._procs if p.role == "trainer"]
+            trainer_alive = any(p.alive for p in trainer) if trainer else None
+            uptime = container_uptime_s(self._proc_root)
+            run_up = [now - p.started_at for p in self._procs if p.alive and p.role in ("launcher", "trainer")]
+            history = History(
+                gpu_util={i: r.series() for i, r in self._hist_gpu_util.items()},
+                gpu_mem={i: r.series() for i, r in self._hist_gpu_mem.items()},
+                ram_used=self._hist_ram.series(),
+                swap_used=self._hist_swap.series(),
+                rss=self.processes.history(),
+            )
+            snap = Snapshot(
+                host=self.host,
+                time=now,
+                profile=self.cfg.profile,
+                run_dir=str(self.run_dir),
+                simulated=self.cfg.simulated,
+                uptime_s=uptime,
+                run_uptime_s=max(run_up) if run_up else None,
+                events=self.counter.summaries(),
+                incidents=self.counter.incidents(),
+                training=tr,
+                checkpoint=self._checkpoint,
+                recover=self._recover,
+                server=self._server,
+                gpu=self._gpu,
+                holders=self._holders,
+                memory=self._memory,
+                processes=self._procs,
+                disk=self._disk,
+                history=history,
+                sources=tuple(self._status.values()),
+                logs=self.tailer.files,
+            )
+            ctx = Context(
+                thresholds=self.cfg.thresholds,
+                missing_expected=tuple(self.processes.missing_expected()),
+                starts={k: tuple(v) for k, v in self._starts.items()},
+                trainer_alive=trainer_alive,
+                gpu_idle=gpu_idle,
+                memory_limits=self._memory_limits(),
+            )
+            snap = replace(snap, findings=diagnose(snap, ctx), timeline=timeline(snap))
+            self._snapshot = snap
+        for listener in list(self._listeners):
+            listener(snap)
+        return snap
+
+    def _memory_limits(self) -> dict[str, int]:
+        limits: dict[str, int] = {}
+        for rule in self.cfg.processes:
+            if rule.memory_limit_bytes:
+                for p in self._procs:
+                    if p.role == rule.role:
+                        limits[p.name] = rule.memory_limit_bytes
+        return limits
+
+    # ------------------------------------------------------------------------------------------------ Feed API
+    def snapshot(self) -> Snapshot:
+        return self._snapshot
+
+    def lines_after(self, seq: int, limit: int = 2000) -> Sequence[TaggedLine]:
+        with self._lock:
+            if not self._recent or self._recent[-1].seq <= seq:
+                return []
+            out = [line for line in self._recent if line.seq > seq]
+        return out[-limit:]
+
+    def on_snapshot(self, listener: Callable[[Snapshot], None]) -> None:
+        self._listeners.append(listener)
+
+    # ------------------------------------------------------------------------------------------------- running
+    def collect_once(self) -> Snapshot:
+        """Everything once, synchronously: the backlog, every source, the server probe. For `rlwatch report`."""
+        self.drain_logs()
+        self.sample()
+        self.probe_server()
+        return self.build()
+
+    @property
+    def running(self) -> bool:
+        """True while the background loops run (then callers read snapshots instead of sampling themselves)."""
+        return bool(self._threads) and not self._stop.is_set()
+
+    def start(self) -> None:
+        """Run the loops in daemon threads until :meth:`stop`."""
+        self.waker.start()
+        for name, target in (("logs", self._log_loop), ("sample", self._sample_loop), ("server", self._server_loop)):
+            t = threading.Thread(target=target, name=f"rlwatch-{name}", daemon=True)
+            t.start()
+            self._threads.append(t)
+
+    def stop(self) -> None:
+        self._stop.set()
+        self.waker.stop()
+        for t in self._threads:
+            t.join(timeout=5)
+        self.tailer.close()
+        self.gpu_backend.close()
+
+    def _guard(self, name: str, fn: Callable[[], object]) -> None:
+        """Run one loop step; a failure degrades that source, it never kills the loop."""
+        try:
+            fn()
+        except Exception as exc:
+            with self._lock:
+                self._ok(name, f"{type(exc).__name__}: {exc}")
+
+    def _log_loop(self) -> None:
+        while not self._stop.is_set():
+            handled = 0
+            try:
+                handled = self.poll_logs()
+            except Exception as exc:
+                with self._lock:
+                    self._ok("logs", f"{type(exc).__name__}: {exc}")
+            if handled:
+                self._guard("build", self.build)
+                continue  # more may be waiting (back-pressure: the tailer reads a bounded amount per poll)
+            self.waker.wait(0.25)
+
+    def _sample_loop(self) -> None:
+        while not self._stop.is_set():
+            self._guard("sample", self.sample)
+            self._guard("build", self.build)
+            self._stop.wait(self.cfg.interval_s)
+
+    def _server_loop(self) -> None:
+        if self.server_probe is None:
+            return
+        while not self._stop.is_set():
+            self._guard("server", self.probe_server)
+            self._guard("build", self.build)
+            self._stop.wait(self.cfg.server.interval_s)

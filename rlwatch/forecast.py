@@ -1,0 +1,102 @@
+"""Trends over short sample windows: how fast something grows, and when a falling quantity reaches zero.
+
+Both answers come from an ordinary least-squares line over the recent window rather than from the first and last
+sample, so one noisy reading (a worker freeing a cache for a moment) does not swing the forecast. Samples are
+timestamped with the monotonic clock so a wall-clock jump never bends the line; only the final answer of
+:func:`exhausted_at` is converted to wall time, for display.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections.abc import Iterable, Sequence
+
+DEFAULT_WINDOW_S = 600.0
+# Below this span a slope is mostly noise: a line through two samples a second apart says nothing about an hour.
+DEFAULT_MIN_SPAN_S = 60.0
+DEFAULT_MIN_SAMPLES = 3
+# A forecast further out than this is not a warning anybody can act on, and is usually a flat line with a wobble.
+DEFAULT_HORIZON_S = 24 * 3600.0
+
+
+def _recent(samples: Iterable[tuple[float, float]], window_s: float) -> list[tuple[float, float]]:
+    finite = [(t, v) for t, v in samples if math.isfinite(t) and math.isfinite(v)]
+    if not finite:
+        return []
+    newest = max(t for t, _ in finite)
+    return [(t, v) for t, v in finite if newest - t <= window_s]
+
+
+def slope(samples: Iterable[tuple[float, float]]) -> float | None:
+    """Least-squares change of value per second, or None when the samples do not define a line."""
+    points = [(t, v) for t, v in samples if math.isfinite(t) and math.isfinite(v)]
+    if len(points) < 2:
+        return None
+    try:
+        fit = statistics.linear_regression([t for t, _ in points], [v for _, v in points])
+    except (statistics.StatisticsError, ValueError, OverflowError, ZeroDivisionError):
+        return None
+    return fit.slope if math.isfinite(fit.slope) else None
+
+
+def growth_per_hour(
+    samples: Sequence[tuple[float, float]],
+    *,
+    window_s: float = DEFAULT_WINDOW_S,
+    min_span_s: float = DEFAULT_MIN_SPAN_S,
+    min_samples: int = DEFAULT_MIN_SAMPLES,
+) -> float | None:
+    """Growth of the value per hour over the last ``window_s`` of ``(monotonic, value)`` samples.
+
+    None until the window holds enough samples spread over enough time to mean something.
+    """
+    recent = _recent(samples, window_s)
+    if len(recent) < min_samples:
+        return None
+    times = [t for t, _ in recent]
+    if max(times) - min(times) < min_span_s:
+        return None
+    per_second = slope(recent)
+    return None if per_second is None else per_second * 3600.0
+
+
+def exhausted_at(
+    samples: Sequence[tuple[float, float, float]],
+    *,
+    window_s: float = DEFAULT_WINDOW_S,
+    min_span_s: float = DEFAULT_MIN_SPAN_S,
+    min_samples: int = DEFAULT_MIN_SAMPLES,
+    min_drop: float = 0.0,
+    horizon_s: float = DEFAULT_HORIZON_S,
+) -> float | None:
+    """Wall time at which a falling quantity reaches zero, from ``(monotonic, wall, value)`` samples.
+
+    Only answers when the fitted line falls by at least ``min_drop`` across the window (a significant fall, not a
+    wobble) and reaches zero within ``horizon_s``; the countdown starts from the latest observed value, so a sudden
+    drop shows at once instead of being averaged away.
+    """
+    points = [
+        (mono, wall, value)
+        for mono, wall, value in samples
+        if math.isfinite(mono) and math.isfinite(wall) and math.isfinite(value)
+    ]
+    if not points:
+        return None
+    newest_mono = max(p[0] for p in points)
+    recent = [p for p in points if newest_mono - p[0] <= window_s]
+    if len(recent) < min_samples:
+        return None
+    span = max(p[0] for p in recent) - min(p[0] for p in recent)
+    if span < min_span_s:
+        return None
+    per_second = slope([(mono, value) for mono, _, value in recent])
+    if per_second is None or per_second >= 0 or -per_second * span < min_drop:
+        return None
+    _, latest_wall, latest_value = max(recent, key=lambda p: p[0])
+    if latest_value <= 0:
+        return latest_wall
+    seconds_left = latest_value / -per_second
+    if seconds_left > horizon_s:
+        return None
+    return latest_wall + seconds_left

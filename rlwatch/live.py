@@ -1,0 +1,28 @@
+"""The live :class:`~rlwatch.feed.Feed`: a running engine plus the actions API, as the dashboard sees them."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from rlwatch.actions.api import Actions
+from rlwatch.engine import Engine
+from rlwatch.state import ActionPlan, ActionResult, Snapshot, TaggedLine
+
+
+class LiveFeed:
+    def __init__(self, engine: Engine, actions: Actions | None = None) -> None:
+        self.engine = engine
+        self.actions = actions or Actions(engine)
+        self.readonly = engine.readonly
+
+    def snapshot(self) -> Snapshot:
+        return self.engine.snapshot()
+
+    def lines_after(self, seq: int, limit: int = 2000) -> Sequence[TaggedLine]:
+        return self.engine.lines_after(seq, limit)
+
+    def plan(self, action: str) -> ActionPlan:
+        return self.actions.plan(action)
+
+    def execute(self, plan: ActionPlan) -> ActionResult:
+        return self.actions.execute(plan)

@@ -1,0 +1,255 @@
+"""The health report: the stable JSON of design.md, and the summary a person would write after a health check.
+
+The JSON keys are a contract (scripts and the fleet view read them): add keys, never rename or drop them. Absent data
+is ``null``, never a made-up zero.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+from typing import Any
+
+from rlwatch.diagnosis import hhmm, human_bytes, human_duration
+from rlwatch.state import Severity, Snapshot
+
+
+def iso(t: float | None) -> str | None:
+    if t is None:
+        return None
+    return dt.datetime.fromtimestamp(t).astimezone().isoformat(timespec="seconds")
+
+
+def to_json_dict(s: Snapshot) -> dict[str, Any]:
+    events = {
+        kind: {
+            "count": e.count,
+            "first": iso(e.first),
+            "last": iso(e.last),
+            "rate_per_min": round(e.rate_per_min, 3),
+            "streak": e.streak,
+            "files": dict(e.files),
+            "severity": e.severity.value,
+        }
+        for kind, e in sorted(s.events.items())
+    }
+    tr = s.training
+    training = {
+        "last_step": tr.last_step if tr else None,
+        "total_steps": tr.total_steps if tr else None,
+        "reward": tr.reward if tr else None,
+        "steps_per_hour": tr.steps_per_hour if tr else None,
+        "stalled": tr.stalled if tr else False,
+        "finished": tr.finished if tr else False,
+        "weight_update_s": list(tr.weight_update_s[-10:]) if tr else [],
+        "knobs": dict(tr.knobs) if tr else {},
+    }
+    latest = s.checkpoint.latest if s.checkpoint else None
+    checkpoint = {
+        "latest": None
+        if latest is None
+        else {
+            "path": latest.path,
+            "global_step": latest.global_step,
+            "epoch": latest.epoch,
+            "epoch_step": latest.epoch_step,
+            "saved_at": iso(latest.saved_at),
+            "size_bytes": latest.size_bytes,
+        },
+        "count": s.checkpoint.count if s.checkpoint else 0,
+    }
+    r = s.recover
+    recover = None
+    if r is not None:
+        recover = {
+            "epoch": r.epoch,
+            "epoch_step": r.epoch_step,
+            "global_step": r.global_step,
+            "steps_per_epoch": r.steps_per_epoch,
+            "resume_epoch": r.resume_epoch,
+            "resume_epoch_step": r.resume_epoch_step,
+            "resume_global_step": r.resume_global_step,
+        }
+    srv = s.server
+    server = {
+        "kind": srv.kind if srv else None,
+        "url": srv.url if srv else None,
+        "up": srv.up if srv else None,
+        "down_since": iso(srv.down_since) if srv else None,
+        "pid": srv.pid if srv else None,
+        "error": srv.error if srv else None,
+    }
+    gpus = [
+        {
+            "index": g.index,
+            "name": g.name,
+            "util": g.util,
+            "mem_used_bytes": g.mem_used_bytes,
+            "mem_total_bytes": g.mem_total_bytes,
+            "temp_c": g.temp_c,
+            "power_w": g.power_w,
+            "compute_mode": g.compute_mode,
+            "holders": list(g.holders),
+        }
+        for g in s.gpus
+    ]
+    mem = s.memory
+    memory = {
+        "total_bytes": mem.total_bytes if mem else None,
+        "available_bytes": mem.available_bytes if mem else None,
+        "swap_used_bytes": mem.swap_used_bytes if mem else None,
+        "oom_kills": mem.oom_kills if mem else None,
+        "forecast_exhausted_at": iso(mem.forecast_exhausted_at) if mem else None,
+    }
+    processes = [
+        {
+            "pid": p.pid,
+            "role": p.role,
+            "name": p.name,
+            "alive": p.alive,
+            "rss_bytes": p.rss_bytes,
+            "rss_growth_bytes_per_hour": p.rss_growth_bytes_per_hour,
+            "started_at": iso(p.started_at),
+            "restarts": p.restarts,
+            "cmdline": " ".join(p.cmdline),
+        }
+        for p in s.processes
+    ]
+    zombies = [
+        {"pid": h.pid, "user": h.user, "cmdline": " ".join(h.cmdline), "devices": list(h.devices), "reason": h.reason}
+        for h in s.zombies
+    ]
+    findings = [
+        {"severity": f.severity.value, "code": f.code, "message": f.message, "since": iso(f.since)} for f in s.findings
+    ]
+    return {
+        "host": s.host,
+        "time": iso(s.time),
+        "profile": s.profile,
+        "run_dir": s.run_dir,
+        "simulated": s.simulated,
+        "events": events,
+        "incidents": [
+            {
+                "kind": i.kind,
+                "title": i.title,
+                "location": i.location,
+                "signature": i.signature,
+                "count": i.count,
+                "file": i.path,
+                "line": i.lineno,
+                "first": iso(i.first),
+                "last": iso(i.last),
+            }
+            for i in s.incidents
+        ],
+        "training": training,
+        "checkpoint": checkpoint,
+        "recover": recover,
+        "server": server,
+        "gpus": gpus,
+        "gpu_error": s.gpu.error if s.gpu and not s.gpu.available else None,
+        "memory": memory,
+        "disk": None
+        if s.disk is None
+        else {"path": s.disk.path, "free_bytes": s.disk.free_bytes, "total_bytes": s.disk.total_bytes},
+        "processes": processes,
+        "zombies": zombies,
+        "findings": findings,
+        "timeline": [{"time": iso(e.time), "text": e.text} for e in s.timeline],
+    }
+
+
+def to_json(s: Snapshot) -> str:
+    return json.dumps(to_json_dict(s), indent=2)
+
+
+def status_word(s: Snapshot) -> str:
+    worst = s.worst
+    if worst is Severity.CRITICAL:
+        return "CRITICAL"
+    if worst is Severity.WARNING:
+        return "WARNING"
+    return "OK"
+
+
+def exit_code(s: Snapshot) -> int:
+    """0 healthy (or info only), 1 problems found."""
+    return 1 if any(f.severity in (Severity.CRITICAL, Severity.WARNING) for f in s.findings) else 0
+
+
+NEXT_STEPS = {
+    "server_down": "Restart the inference server (rlwatch act restart-server), then resume training (rlwatch act resume).",
+    "server_unhealthy": "The server process lives but does not answer: restart it (rlwatch act restart-server).",
+    "connection_refused": "Check the inference server; restart it and resume training (rlwatch act resume).",
+    "restart_loop": "Read the first lines after each start in the container log; fix the start command.",
+    "brake_no_relief": "Restart the leaking workers (rlwatch act restart-workers).",
+    "memory_leak": "Restart the leaking workers (rlwatch act restart-workers) and keep the watchdog running.",
+    "over_memory_limit": "Restart that worker (rlwatch act restart-workers).",
+    "expected_missing": "Start the watchdog as a service (rlwatch watch).",
+    "gpu_strays": "Kill the stray GPU holders (rlwatch act kill-zombies), then restart the server.",
+    "device_busy": "Kill the stray GPU holders (rlwatch act kill-zombies), then restart the server.",
+    "crash_repeating": "Fix the exception above; restarting will hit it again.",
+    "stalled": "Look at the trainer's last lines; resume if it is gone (rlwatch act resume).",
+    "disk_low": "Free space on the output volume before the next checkpoint.",
+}
+
+
+def to_text(s: Snapshot) -> str:
+    lines: list[str] = []
+    sim = "  [SIMULATED]" if s.simulated else ""
+    lines.append(f"rlwatch report — {s.host} — {hhmm(s.time)}{sim}")
+    lines.append(f"run: {s.run_dir}  profile: {s.profile}")
+    lines.append(f"status: {status_word(s)}")
+    lines.append("")
+    if s.findings:
+        lines.append("Findings:")
+        for f in s.findings:
+            lines.append(f"  [{f.severity.value.upper():8}] {f.message}")
+    else:
+        lines.append("Findings: none — training looks healthy.")
+    if s.timeline:
+        lines.append("")
+        lines.append("Timeline:")
+        for e in s.timeline:
+            lines.append(f"  {hhmm(e.time)}  {e.text}")
+    lines.append("")
+    tr = s.training
+    if tr and tr.last_step is not None:
+        total = f"/{tr.total_steps}" if tr.total_steps else ""
+        rate = f", {tr.steps_per_hour:.0f} steps/h" if tr.steps_per_hour else ""
+        reward = f", reward {tr.reward:.4g}" if tr.reward is not None else ""
+        lines.append(f"Training: step {tr.last_step}{total}{rate}{reward}{'  STALLED' if tr.stalled else ''}")
+    latest = s.checkpoint.latest if s.checkpoint else None
+    if latest:
+        age = human_duration(s.time - latest.saved_at) if latest.saved_at else "?"
+        lines.append(
+            f"Checkpoint: {latest.path.rsplit('/', 1)[-1]} (global step {latest.global_step}), "
+            f"saved {hhmm(latest.saved_at)} ({age} ago), {human_bytes(latest.size_bytes)}"
+        )
+    if s.recover:
+        r = s.recover
+        lines.append(
+            f"Recover info: last completed step {r.global_step} (epoch {r.epoch}, step {r.epoch_step} of "
+            f"{r.steps_per_epoch}); a resume starts at global step {r.resume_global_step} "
+            f"(epoch {r.resume_epoch}, step {r.resume_epoch_step})"
+        )
+    if s.server and s.server.url:
+        state = {True: "up", False: "DOWN", None: "unknown"}[s.server.up]
+        lines.append(f"Inference server: {s.server.url} {state}")
+    if tr and tr.knobs:
+        lines.append("Config: " + ", ".join(f"{k}={v}" for k, v in tr.knobs.items()))
+    counted = [(k, e) for k, e in s.events.items() if e.count]
+    if counted:
+        lines.append("")
+        lines.append("Events:")
+        for kind, e in sorted(counted, key=lambda kv: (kv[1].severity.rank, -kv[1].count)):
+            files = ", ".join(f"{p.rsplit('/', 1)[-1]} {n}" for p, n in e.files.items())
+            lines.append(f"  {kind:20} {e.count:7}  first {hhmm(e.first)}  last {hhmm(e.last)}  ({files})")
+    steps = [NEXT_STEPS[f.code] for f in s.findings if f.code in NEXT_STEPS]
+    if steps:
+        lines.append("")
+        lines.append("Next steps:")
+        for step in dict.fromkeys(steps):
+            lines.append(f"  - {step}")
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,190 @@
+"""Host memory, swap, the cgroup's OOM-kill counter, and a forecast of when available memory runs out.
+
+Inside a container ``dmesg`` is forbidden, so the kernel's OOM kills are read from the cgroup counters instead:
+``memory.events`` (cgroup v2) or ``memory.oom_control`` (cgroup v1). The process's own cgroup is tried before the
+mount root because on hosts without a cgroup namespace the root is the whole machine, not this container.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import psutil
+
+from rlwatch import forecast
+from rlwatch.clock import Clock
+from rlwatch.sources import one_line
+from rlwatch.state import MemoryState, Series
+
+FORECAST_WINDOW_S = 600.0
+# A fall smaller than this over the window is page-cache churn, not a trend worth a forecast.
+FORECAST_MIN_DROP_BYTES = 256 * 1024**2
+
+
+@dataclass(frozen=True, slots=True)
+class VmReading:
+    total_bytes: int | None
+    available_bytes: int | None
+    swap_total_bytes: int | None
+    swap_used_bytes: int | None
+
+
+def read_vm() -> VmReading:
+    """Host memory as psutil sees it (``MemAvailable`` from /proc/meminfo, which counts reclaimable cache)."""
+    vm = psutil.virtual_memory()
+    try:
+        swap = psutil.swap_memory()
+        swap_total: int | None = int(swap.total)
+        swap_used: int | None = int(swap.used)
+    except (OSError, RuntimeError):
+        swap_total = swap_used = None
+    return VmReading(int(vm.total), int(vm.available), swap_total, swap_used)
+
+
+def _parse_flat_keyed(text: str) -> dict[str, int]:
+    out: dict[str, int] = {}
+    for line in text.splitlines():
+        parts = line.split()
+        if len(parts) != 2:
+            continue
+        key, value = parts
+        try:
+            out[key] = int(value)
+        except ValueError:
+            continue
+    return out
+
+
+def parse_memory_events(text: str) -> dict[str, int]:
+    """cgroup v2 ``memory.events``: ``key value`` lines (``oom``, ``oom_kill``, ``max`` …); junk lines are skipped."""
+    return _parse_flat_keyed(text)
+
+
+def parse_oom_control(text: str) -> dict[str, int]:
+    """cgroup v1 ``memory.oom_control``: ``oom_kill_disable``, ``under_oom`` and (kernel ≥ 4.13) ``oom_kill``."""
+    return _parse_flat_keyed(text)
+
+
+def parse_self_cgroup(text: str) -> dict[str, str]:
+    """``/proc/self/cgroup`` as controller → path; the v2 unified entry (``0::/path``) is keyed ``""``."""
+    out: dict[str, str] = {}
+    for line in text.splitlines():
+        parts = line.split(":", 2)
+        if len(parts) != 3 or not parts[2].startswith("/"):
+            continue
+        for controller in parts[1].split(","):
+            out.setdefault(controller, parts[2])
+    return out
+
+
+def _read_text(path: Path) -> str | None:
+    try:
+        return path.read_text(encoding="utf-8", errors="replace")
+    except (OSError, ValueError):
+        return None
+
+
+def _under(root: Path, cgroup_path: str | None) -> list[Path]:
+    """The process's own cgroup directory first, then the mount root itself."""
+    dirs = []
+    if cgroup_path and cgroup_path.strip("/"):
+        dirs.append(root / cgroup_path.strip("/"))
+    dirs.append(root)
+    return dirs
+
+
+def read_oom_kills(cgroup_root: Path, self_cgroup: str | None) -> tuple[int | None, str | None]:
+    """The OOM-kill counter of this process's cgroup, or None and the reason it could not be read."""
+    own = parse_self_cgroup(self_cgroup or "")
+    if (cgroup_root / "cgroup.controllers").exists():
+        for directory in _under(cgroup_root, own.get("")):
+            text = _read_text(directory / "memory.events")
+            if text is not None:
+                value = parse_memory_events(text).get("oom_kill")
+                if value is not None:
+                    return value, None
+        return None, f"no oom_kill counter in {cgroup_root}/…/memory.events"
+    memory_root = cgroup_root / "memory"
+    for directory in _under(memory_root, own.get("memory")):
+        text = _read_text(directory / "memory.oom_control")
+        if text is not None:
+            value = parse_oom_control(text).get("oom_kill")
+            if value is not None:
+                return value, None
+    return None, f"no cgroup OOM counter under {cgroup_root}"
+
+
+class MemorySource:
+    """Samples host memory each tick and keeps a short history for the exhaustion forecast and the RAM graph."""
+
+    def __init__(
+        self,
+        clock: Clock,
+        *,
+        cgroup_root: str | Path = "/sys/fs/cgroup",
+        history: int = 600,
+        self_cgroup_file: str | Path = "/proc/self/cgroup",
+        reader: Callable[[], VmReading] = read_vm,
+    ) -> None:
+        self._clock = clock
+        self._cgroup_root = Path(cgroup_root)
+        self._self_cgroup = _read_text(Path(self_cgroup_file))
+        self._reader = reader
+        # (monotonic, wall, available, used %, swap used %)
+        self._samples: deque[tuple[float, float, float | None, float | None, float | None]] = deque(
+            maxlen=max(2, history)
+        )
+        self.error: str | None = None
+
+    def sample(self) -> MemoryState:
+        errors: list[str] = []
+        try:
+            vm = self._reader()
+        except Exception as exc:  # psutil on a broken /proc: report, never raise
+            vm = VmReading(None, None, None, None)
+            errors.append(f"memory not readable: {one_line(exc)}")
+        oom_kills, oom_error = read_oom_kills(self._cgroup_root, self._self_cgroup)
+        if oom_error:
+            errors.append(oom_error)
+        self._record(vm)
+        self.error = "; ".join(errors) or None
+        return MemoryState(
+            total_bytes=vm.total_bytes,
+            available_bytes=vm.available_bytes,
+            swap_total_bytes=vm.swap_total_bytes,
+            swap_used_bytes=vm.swap_used_bytes,
+            oom_kills=oom_kills,
+            forecast_exhausted_at=self.forecast_exhausted_at(),
+        )
+
+    def _record(self, vm: VmReading) -> None:
+        used_pct = _pct(
+            None if vm.total_bytes is None or vm.available_bytes is None else vm.total_bytes - vm.available_bytes,
+            vm.total_bytes,
+        )
+        swap_pct = _pct(vm.swap_used_bytes, vm.swap_total_bytes)
+        available = None if vm.available_bytes is None else float(vm.available_bytes)
+        self._samples.append((self._clock.monotonic(), self._clock.time(), available, used_pct, swap_pct))
+
+    def forecast_exhausted_at(self) -> float | None:
+        """Wall time at which available memory reaches zero if the recent fall continues; None if not falling."""
+        points = [(mono, wall, avail) for mono, wall, avail, _, _ in self._samples if avail is not None]
+        return forecast.exhausted_at(points, window_s=FORECAST_WINDOW_S, min_drop=FORECAST_MIN_DROP_BYTES)
+
+    def ram_history(self) -> Series:
+        """Used RAM in percent of total, oldest first, by wall time."""
+        return Series(tuple(s[1] for s in self._samples), tuple(s[3] for s in self._samples))
+
+    def swap_history(self) -> Series:
+        return Series(tuple(s[1] for s in self._samples), tuple(s[4] for s in self._samples))
+
+
+def _pct(part: int | None, whole: int | None) -> float | None:
+    if part is None or not whole:
+        return None
+    value = 100.0 * part / whole
+    return value if math.isfinite(value) else None

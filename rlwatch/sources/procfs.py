@@ -1,0 +1,287 @@
+"""Small readers of /proc that never raise.
+
+Processes come and go between listing /proc and reading it, and other users' entries deny reads; every helper turns
+that into ``None`` (or an empty value) so callers treat "gone" and "unreadable" the same way. The text parsers are
+separate from the readers so they can be fuzzed. ``proc_root`` is a parameter so tests and containers can point
+elsewhere.
+
+Start times are computed exactly as psutil computes ``create_time()`` (``starttime / CLK_TCK + btime``), so a
+``(pid, create_time)`` identity taken here compares equal to one taken through psutil by the actions.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import pwd
+from dataclasses import dataclass
+from pathlib import Path
+
+PROC = "/proc"
+
+
+@dataclass(frozen=True, slots=True)
+class StatFields:
+    """The fields of ``/proc/<pid>/stat`` rlwatch uses."""
+
+    comm: str
+    state: str
+    ppid: int
+    starttime_ticks: int
+
+
+def parse_stat(text: str) -> StatFields | None:
+    """``/proc/<pid>/stat``: parsed after the last ``)`` because ``comm`` may hold spaces and parentheses."""
+    open_at = text.find("(")
+    close_at = text.rfind(")")
+    if open_at < 0 or close_at < open_at:
+        return None
+    rest = text[close_at + 1 :].split()
+    # rest[0] is field 3 (state); field N is rest[N - 3]: ppid is field 4, starttime field 22.
+    if len(rest) < 20:
+        return None
+    try:
+        ppid = int(rest[1])
+        start = int(rest[19])
+    except ValueError:
+        return None
+    if ppid < 0 or start < 0:
+        return None
+    return StatFields(comm=text[open_at + 1 : close_at], state=rest[0], ppid=ppid, starttime_ticks=start)
+
+
+def parse_btime(text: str) -> float | None:
+    """Boot time in epoch seconds from ``/proc/stat``."""
+    for line in text.splitlines():
+        parts = line.split()
+        if len(parts) == 2 and parts[0] == "btime":
+            try:
+                return float(int(parts[1]))
+            except ValueError:
+                return None
+    return None
+
+
+def parse_uptime(text: str) -> float | None:
+    """Seconds since boot from ``/proc/uptime`` (its first field)."""
+    parts = text.split()
+    if not parts:
+        return None
+    try:
+        value = float(parts[0])
+    except ValueError:
+        return None
+    return value if math.isfinite(value) and value >= 0 else None
+
+
+def parse_cmdline(data: bytes) -> tuple[str, ...]:
+    """``/proc/<pid>/cmdline``: NUL-separated argv; kernel threads have none; undecodable bytes are replaced."""
+    if not data:
+        return ()
+    if data.endswith(b"\0"):
+        data = data[:-1]
+    return tuple(part.decode("utf-8", "replace") for part in data.split(b"\0"))
+
+
+def parse_status_uid(text: str) -> int | None:
+    """The real uid from the ``Uid:`` line of ``/proc/<pid>/status``."""
+    for line in text.splitlines():
+        if line.startswith("Uid:"):
+            parts = line.split()
+            if len(parts) >= 2 and parts[1].isdigit():
+                return int(parts[1])
+            return None
+    return None
+
+
+def parse_environ(data: bytes) -> dict[str, str]:
+    """``/proc/<pid>/environ``: NUL-separated ``KEY=value`` entries; entries without ``=`` are skipped."""
+    env: dict[str, str] = {}
+    for entry in data.split(b"\0"):
+        key, sep, value = entry.partition(b"=")
+        if sep and key:
+            env[key.decode("utf-8", "replace")] = value.decode("utf-8", "replace")
+    return env
+
+
+def parse_statm_rss_pages(text: str) -> int | None:
+    """Resident pages, the second field of ``/proc/<pid>/statm`` (what psutil reports as ``rss``)."""
+    parts = text.split()
+    if len(parts) < 2 or not parts[1].isdigit():
+        return None
+    return int(parts[1])
+
+
+def _read_bytes(path: str) -> bytes | None:
+    try:
+        with open(path, "rb") as f:
+            return f.read()
+    except (OSError, ValueError):
+        return None
+
+
+def _read_text(path: str) -> str | None:
+    data = _read_bytes(path)
+    return None if data is None else data.decode("utf-8", "replace")
+
+
+def clk_tck() -> int:
+    try:
+        value = os.sysconf("SC_CLK_TCK")
+    except (ValueError, OSError):
+        return 100
+    return value if value > 0 else 100
+
+
+def page_size() -> int:
+    try:
+        value = os.sysconf("SC_PAGE_SIZE")
+    except (ValueError, OSError):
+        return 4096
+    return value if value > 0 else 4096
+
+
+def boot_time(proc_root: str = PROC) -> float | None:
+    text = _read_text(f"{proc_root}/stat")
+    return None if text is None else parse_btime(text)
+
+
+def read_stat(pid: int, proc_root: str = PROC) -> StatFields | None:
+    text = _read_text(f"{proc_root}/{pid}/stat")
+    return None if text is None else parse_stat(text)
+
+
+def start_time_from_ticks(ticks: int, btime: float | None) -> float | None:
+    return None if btime is None else ticks / clk_tck() + btime
+
+
+def stat_start_time(pid: int, proc_root: str = PROC) -> float | None:
+    """When ``pid`` started, in epoch seconds (the same value as psutil's ``create_time()``)."""
+    stat = read_stat(pid, proc_root)
+    if stat is None:
+        return None
+    return start_time_from_ticks(stat.starttime_ticks, boot_time(proc_root))
+
+
+def read_cmdline(pid: int, proc_root: str = PROC) -> tuple[str, ...]:
+    data = _read_bytes(f"{proc_root}/{pid}/cmdline")
+    return () if data is None else parse_cmdline(data)
+
+
+def read_environ(pid: int, proc_root: str = PROC) -> dict[str, str] | None:
+    """The environment ``pid`` started with; None when it is not ours to read."""
+    data = _read_bytes(f"{proc_root}/{pid}/environ")
+    return None if data is None else parse_environ(data)
+
+
+def read_cwd(pid: int, proc_root: str = PROC) -> str | None:
+    try:
+        return os.readlink(f"{proc_root}/{pid}/cwd")
+    except (OSError, ValueError):
+        return None
+
+
+def read_rss(pid: int, proc_root: str = PROC) -> int | None:
+    text = _read_text(f"{proc_root}/{pid}/statm")
+    pages = None if text is None else parse_statm_rss_pages(text)
+    return None if pages is None else pages * page_size()
+
+
+def ppid(pid: int, proc_root: str = PROC) -> int | None:
+    stat = read_stat(pid, proc_root)
+    return None if stat is None else stat.ppid
+
+
+def comm(pid: int, proc_root: str = PROC) -> str | None:
+    stat = read_stat(pid, proc_root)
+    return None if stat is None else stat.comm
+
+
+def uid(pid: int, proc_root: str = PROC) -> int | None:
+    text = _read_text(f"{proc_root}/{pid}/status")
+    return None if text is None else parse_status_uid(text)
+
+
+def user_name(uid_value: int | None) -> str | None:
+    """The login name of a uid, or the number itself where the container's passwd does not know it."""
+    if uid_value is None:
+        return None
+    try:
+        return pwd.getpwuid(uid_value).pw_name
+    except (KeyError, OverflowError):
+        return str(uid_value)
+
+
+def user(pid: int, proc_root: str = PROC) -> str | None:
+    return user_name(uid(pid, proc_root))
+
+
+def container_uptime_s(proc_root: str = PROC) -> float | None:
+    """How long pid 1 (the container's init) has run: ``/proc/uptime`` minus pid 1's start, both since boot."""
+    text = _read_text(f"{proc_root}/uptime")
+    since_boot = None if text is None else parse_uptime(text)
+    init = read_stat(1, proc_root)
+    if since_boot is None or init is None:
+        return None
+    return max(0.0, since_boot - init.starttime_ticks / clk_tck())
+
+
+def list_pids(proc_root: str = PROC) -> list[int]:
+    try:
+        names = os.listdir(proc_root)
+    except OSError:
+        return []
+    return sorted(int(name) for name in names if name.isdigit())
+
+
+def parents_map(proc_root: str = PROC) -> dict[int, int]:
+    """pid → parent pid for every process readable now."""
+    out: dict[int, int] = {}
+    for pid in list_pids(proc_root):
+        stat = read_stat(pid, proc_root)
+        if stat is not None:
+            out[pid] = stat.ppid
+    return out
+
+
+def children_map(proc_root: str = PROC, parents: dict[int, int] | None = None) -> dict[int, list[int]]:
+    """parent pid → its child pids, from one pass over /proc (or from a ``parents`` map already read)."""
+    out: dict[int, list[int]] = {}
+    for pid, parent in (parents if parents is not None else parents_map(proc_root)).items():
+        out.setdefault(parent, []).append(pid)
+    return out
+
+
+def descendants(roots: set[int] | list[int], children: dict[int, list[int]]) -> set[int]:
+    """``roots`` and every process below them."""
+    seen: set[int] = set()
+    stack = list(roots)
+    while stack:
+        pid = stack.pop()
+        if pid in seen:
+            continue
+        seen.add(pid)
+        stack.extend(children.get(pid, ()))
+    return seen
+
+
+def ancestors(pid: int, proc_root: str = PROC, parents: dict[int, int] | None = None) -> list[int]:
+    """The parent chain of ``pid`` up to (and including) pid 1 or the first unreadable parent; nearest first."""
+    chain: list[int] = []
+    current = pid
+    while len(chain) < 4096:
+        parent = parents.get(current) if parents is not None else ppid(current, proc_root)
+        if parent is None or parent <= 0 or parent in chain or parent == current:
+            break
+        chain.append(parent)
+        current = parent
+    return chain
+
+
+def exe_name(pid: int, proc_root: str = PROC) -> str | None:
+    """The basename of the running executable (``/proc/<pid>/exe``), without a ``(deleted)`` suffix."""
+    try:
+        target = os.readlink(f"{proc_root}/{pid}/exe")
+    except (OSError, ValueError):
+        return None
+    return Path(target.removesuffix(" (deleted)")).name or None

@@ -1,0 +1,357 @@
+"""Training progress from the trainer's own log lines: step, total, reward, speed, weight updates, stalls.
+
+The log engine calls the ``on_*`` methods for lines of the ``step``, ``reward`` and ``weight_update`` kinds and
+``on_any_line`` for every line. Every handler runs the same parsers over the line, so it does not matter which
+subscription delivers a line, or whether one line is delivered to several of them.
+
+The same output is often tailed twice (AReaL v1 writes ``<role>.log`` and ``merged.log``; wandb copies stdout to
+``output.log``), so content that identifies itself is deduplicated: an AReaL step by its number, a TRL metric dict
+by its text, a disk weight-update line by its (timestamped) text. A step number that does not advance in the *same*
+file is a restarted run appending to its log, and starts the speed estimate afresh.
+"""
+
+from __future__ import annotations
+
+import ast
+import math
+import re
+import threading
+from collections import OrderedDict, deque
+from dataclasses import dataclass
+
+from rlwatch.clock import Clock
+from rlwatch.state import LogLine, TrainingState
+
+_AREAL_STEP = re.compile(r"Train step ([0-9]{1,12})/([0-9]{1,12}) done")
+_AREAL_DONE = "Training completes!"
+_DISK_UPDATE = re.compile(r"Loading weights from disk done in ([0-9]{1,9}(?:\.[0-9]{0,9})?)s")
+_TRL_SYNC = "POST /reset_prefix_cache/"
+_PREFIX = re.compile(r"^(?:\s*\[[^\]]{0,40}\]:?)+\s*")  # merged.log's "[actor]   ", torch's "[rank0]: "
+_TABLE_BARS = ("│", "┃", "|")  # fancy_grid, heavy grids, plain pipes
+_UPDATE_WEIGHTS_KEY = "timeperf/update_weights"
+MAX_DICT_CHARS = 64_000
+MAX_NESTING = 64
+_RECENT = 512
+
+
+def parse_areal_step(text: str) -> tuple[int, int] | None:
+    """``Epoch 2/5 Step 935/935 Train step 1870/4675 done.`` → ``(1870, 4675)``, 1-based as printed."""
+    m = _AREAL_STEP.search(text)
+    if m is None:
+        return None
+    return int(m.group(1)), int(m.group(2))
+
+
+def _to_float(value: object) -> float | None:
+    if isinstance(value, bool) or not isinstance(value, int | float | str):
+        return None
+    try:
+        return float(value)
+    except (ValueError, OverflowError):
+        return None
+
+
+def parse_metrics(text: str) -> dict[str, float] | None:
+    """A transformers ``str(logs)`` dict on a line → its numeric entries; ``None`` when there is no such dict.
+
+    Values may be numbers or strings (``'0.0123'`` in some transformers builds); entries that are not numbers are
+    dropped. Non-finite values are kept: the caller decides what a ``nan`` loss means.
+    """
+    start = text.find("{")
+    end = text.rfind("}")
+    if start < 0 or end <= start or end - start > MAX_DICT_CHARS:
+        return None
+    body = text[start : end + 1]
+    if sum(body.count(c) for c in "([{") > MAX_NESTING:
+        return None
+    try:
+        data = ast.literal_eval(body)
+    except Exception:  # literal_eval raises many types (ValueError, SyntaxError, MemoryError, RecursionError, …)
+        return None
+    if not isinstance(data, dict):
+        return None
+    out: dict[str, float] = {}
+    for key, value in data.items():
+        if isinstance(key, str):
+            number = _to_float(value)
+            if number is not None:
+                out[key] = number
+    return out
+
+
+def parse_stats_row(text: str) -> dict[str, float]:
+    """One row of AReaL's stats table (``│ key │ value │ key │ value │ …``) → the numeric pairs in it."""
+    bar = next((b for b in _TABLE_BARS if text.count(b) >= 3), None)
+    if bar is None:
+        return {}
+    cells = [c.strip() for c in text.split(bar)[1:-1]]
+    out: dict[str, float] = {}
+    for key, value in zip(cells[0::2], cells[1::2], strict=False):
+        if key:
+            number = _to_float(value)
+            if number is not None:
+                out[key] = number
+    return out
+
+
+def reward_rank(key: str) -> int:
+    """How good a stats key is as *the* reward: 2 for the actor's task reward, 1 for the rollout reward, else 0."""
+    if key.endswith("task_reward/avg"):
+        return 2
+    if key == "rollout/reward" or key.endswith(("/rollout/reward", "rollout/reward/avg")):
+        return 1
+    return 0
+
+
+def parse_weight_update(text: str) -> float | None:
+    """``Loading weights from disk done in 10.48s.`` → ``10.48``."""
+    m = _DISK_UPDATE.search(text)
+    return float(m.group(1)) if m else None
+
+
+def is_trl_sync(text: str) -> bool:
+    """One ``POST /reset_prefix_cache/`` ends each TRL weight sync of a ``trl vllm-serve`` server."""
+    return _TRL_SYNC in text
+
+
+class _Recent:
+    """A bounded set of recently seen keys, for deduplication that cannot grow without limit."""
+
+    def __init__(self, size: int = _RECENT) -> None:
+        self._keys: OrderedDict[object, None] = OrderedDict()
+        self._size = size
+
+    def add(self, key: object) -> bool:
+        """True when the key is new."""
+        if key in self._keys:
+            self._keys.move_to_end(key)
+            return False
+        self._keys[key] = None
+        if len(self._keys) > self._size:
+            self._keys.popitem(last=False)
+        return True
+
+
+@dataclass(slots=True)
+class _Hint:
+    global_step: int
+    max_steps: int | None
+    logging_steps: int | None
+    dicts_at_hint: int
+
+
+class TrainingTracker:
+    """Accumulates training progress from matched log lines; ``state()`` turns it into a :class:`TrainingState`.
+
+    Step numbers: AReaL lines give the 1-based step and the total directly. TRL's stdout has no step number, so
+    each metric dict (one per ``logging_steps``) advances a counter; with a checkpoint hint
+    (:meth:`set_checkpoint_hint`, from ``trainer_state.json``) the step is the hint's ``global_step`` plus
+    ``logging_steps`` per dict logged since, otherwise the number of dicts logged.
+    Thread-safe: the tailer feeds it while the engine reads it.
+    """
+
+    def __init__(
+        self,
+        clock: Clock,
+        *,
+        stall_s: float,
+        weight_update_timeout_s: float,
+        total_steps: int | None = None,
+        history: int = 50,
+    ) -> None:
+        self._clock = clock
+        self._stall_s = stall_s
+        self._timeout_s = weight_update_timeout_s
+        self._configured_total = total_steps
+        self._lock = threading.Lock()
+        self._delivered = _Recent()
+        self._contents = _Recent()
+        self._last_line_at: float | None = None
+        self._last_step_at: float | None = None
+        self._areal_step: int | None = None
+        self._areal_total: int | None = None
+        self._areal_path: str | None = None
+        self._dicts = 0
+        self._hint: _Hint | None = None
+        self._rate_points: deque[tuple[float, int]] = deque(maxlen=max(2, history))
+        self._rewards: deque[float] = deque(maxlen=history)
+        self._reward_slot: int | None = None
+        self._reward_slot_rank = -1
+        self._updates: deque[float] = deque(maxlen=history)
+        self._disk_updates = False
+        self._syncs = 0
+        self._finished = False
+
+    # -- feeding ---------------------------------------------------------------------------------------------
+
+    def on_step(self, line: LogLine) -> None:
+        self._feed(line)
+
+    def on_reward(self, line: LogLine) -> None:
+        self._feed(line)
+
+    def on_weight_update(self, line: LogLine) -> None:
+        self._feed(line)
+
+    def on_any_line(self, time: float) -> None:
+        with self._lock:
+            self._touch(time)
+
+    def set_checkpoint_hint(self, global_step: int, max_steps: int | None, logging_steps: int | None = None) -> None:
+        """The step and total from the latest ``trainer_state.json``; steps logged afterwards count on from it."""
+        with self._lock:
+            hint = self._hint
+            if hint is not None and hint.global_step == global_step:
+                hint.max_steps = max_steps
+                hint.logging_steps = logging_steps
+                return
+            self._hint = _Hint(global_step, max_steps, logging_steps, self._dicts)
+
+    @property
+    def weight_syncs(self) -> int:
+        """TRL weight syncs seen (each ``POST /reset_prefix_cache/``); they carry no duration."""
+        with self._lock:
+            return self._syncs
+
+    # -- parsing ---------------------------------------------------------------------------------------------
+
+    def _touch(self, time: float) -> None:
+        if math.isfinite(time) and (self._last_line_at is None or time > self._last_line_at):
+            self._last_line_at = time
+
+    def _feed(self, line: LogLine) -> None:
+        with self._lock:
+            if not self._delivered.add((line.path, line.lineno, line.text)):
+                return
+            self._touch(line.time)
+            text = line.text
+            if _AREAL_DONE in text:
+                self._finished = True
+            step = parse_areal_step(text)
+            if step is not None:
+                self._on_areal_step(line, *step)
+            elif "{" in text:
+                metrics = parse_metrics(text)
+                if metrics is not None:
+                    self._on_metrics(line, metrics)
+            if text.count("│") >= 3 or text.count("|") >= 3:
+                self._on_stats_row(parse_stats_row(text))
+            duration = parse_weight_update(text)
+            if duration is not None and self._contents.add(("update", _PREFIX.sub("", text).strip())):
+                self._disk_updates = True
+                self._updates.append(duration)
+            if is_trl_sync(text):
+                self._syncs += 1
+
+    def _on_areal_step(self, line: LogLine, step: int, total: int) -> None:
+        last = self._areal_step
+        if last is not None and step <= last:
+            if line.path != self._areal_path:
+                return  # a copy of the same output in another file, lagging behind
+            self._rate_points.clear()  # the run restarted and appends to the same log
+        self._areal_step = step
+        self._areal_total = total if total > 0 else None
+        self._areal_path = line.path
+        self._finished = False
+        self._mark_step(line.time, step)
+
+    def _on_metrics(self, line: LogLine, metrics: dict[str, float]) -> None:
+        if "train_runtime" in metrics:
+            self._finished = True
+        if "loss" not in metrics and "reward" not in metrics:
+            return
+        if not self._contents.add(("metrics", line.text[line.text.find("{") :])):
+            return
+        self._dicts += 1
+        self._finished = False
+        if self._areal_step is None:
+            self._mark_step(line.time, self._dicts)
+        reward = metrics.get("reward")
+        if reward is not None:
+            self._record_reward(self._dicts, 3, reward)
+
+    def _on_stats_row(self, row: dict[str, float]) -> None:
+        slot = self._areal_step if self._areal_step is not None else self._dicts
+        for key, value in row.items():
+            rank = reward_rank(key)
+            if rank:
+                self._record_reward(slot, rank, value)
+            elif (
+                key == _UPDATE_WEIGHTS_KEY
+                and not self._disk_updates
+                and math.isfinite(value)
+                and value >= 0
+                and self._contents.add(("timeperf", slot))
+            ):
+                # xccl mode logs no per-update line; the step's timing stat is the only duration there is.
+                self._updates.append(value)
+
+    def _mark_step(self, time: float, counter: int) -> None:
+        if math.isfinite(time):
+            if self._last_step_at is None or time >= self._last_step_at:
+                self._last_step_at = time
+            self._rate_points.append((time, counter))
+
+    def _record_reward(self, slot: int, rank: int, value: float) -> None:
+        """Keep one reward per step: the best-ranked key of that step's table wins; non-finite values are skipped."""
+        if not math.isfinite(value):
+            return
+        if slot == self._reward_slot:
+            if rank <= self._reward_slot_rank:
+                return
+            if self._rewards:
+                self._rewards.pop()
+        self._rewards.append(value)
+        self._reward_slot = slot
+        self._reward_slot_rank = rank
+
+    # -- reading ---------------------------------------------------------------------------------------------
+
+    def _step_now(self) -> int | None:
+        if self._areal_step is not None:
+            return self._areal_step
+        hint = self._hint
+        if hint is not None:
+            return hint.global_step + (self._dicts - hint.dicts_at_hint) * (hint.logging_steps or 1)
+        return self._dicts or None
+
+    def _total_now(self) -> int | None:
+        if self._configured_total is not None:
+            return self._configured_total
+        if self._areal_total is not None:
+            return self._areal_total
+        return self._hint.max_steps if self._hint is not None else None
+
+    def _steps_per_hour(self) -> float | None:
+        if len(self._rate_points) < 2:
+            return None
+        (t0, c0), (t1, c1) = self._rate_points[0], self._rate_points[-1]
+        if t1 <= t0 or c1 <= c0:
+            return None
+        scale = 1
+        if self._areal_step is None and self._hint is not None:
+            scale = self._hint.logging_steps or 1
+        return (c1 - c0) * scale * 3600.0 / (t1 - t0)
+
+    def state(self, now: float | None = None) -> TrainingState:
+        now = self._clock.time() if now is None else now
+        with self._lock:
+            seen = [t for t in (self._last_step_at, self._last_line_at) if t is not None]
+            stalled = bool(seen) and not self._finished and now - max(seen) >= self._stall_s
+            step = self._step_now()
+            total = self._total_now()
+            if step is not None and total is not None and self._areal_step is None:
+                step = min(step, total)
+            return TrainingState(
+                last_step=step,
+                total_steps=total,
+                reward=self._rewards[-1] if self._rewards else None,
+                steps_per_hour=self._steps_per_hour(),
+                stalled=stalled,
+                last_step_at=self._last_step_at,
+                last_line_at=self._last_line_at,
+                rewards=tuple(self._rewards),
+                weight_update_s=tuple(self._updates),
+                weight_update_timeout_s=self._timeout_s,
+                finished=self._finished,
+            )

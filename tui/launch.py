@@ -1,0 +1,173 @@
+"""The `rlwatch` console script: the headless commands of the core plus the dashboard ones.
+
+It lives outside the core so that `rlwatch/` never imports Textual; Textual is imported only when a dashboard
+command actually runs, so `rlwatch report` starts fast and works where Textual would not.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+
+from rlwatch.cli import HANDLERS, UsageError, load, parse, run
+from rlwatch.config_load import ConfigError, resolve_config
+from rlwatch.engine import Engine
+from rlwatch.feed import StaticFeed
+from rlwatch.live import LiveFeed
+
+
+def _parse_size(text: str) -> tuple[int, int]:
+    try:
+        cols, rows = (int(v) for v in text.lower().split("x"))
+    except ValueError:
+        raise UsageError(f"--size: expected COLSxROWS like 120x40, got {text!r}") from None
+    if not (20 <= cols <= 500 and 10 <= rows <= 300):
+        raise UsageError(f"--size: {cols}x{rows} is out of range (20..500 x 10..300)")
+    return cols, rows
+
+
+@contextmanager
+def simulated_host(scenario: str, speed: float, *, settle_s: float = 0.0) -> Iterator[Path]:
+    """Run `rlwatch sim` in a temporary directory for the duration of the block, then stop and remove it all."""
+    from rlwatch.sim import SCENARIOS
+
+    if scenario not in SCENARIOS:
+        raise UsageError(f"unknown scenario {scenario!r}; choose from: {', '.join(SCENARIOS)}")
+    tmp = Path(tempfile.mkdtemp(prefix=f"rlwatch-demo-{scenario}-"))
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "rlwatch.sim", scenario, str(tmp), "--speed", str(speed)],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=open(tmp / "sim.stderr", "wb"),  # noqa: SIM115 - closed with the process
+        start_new_session=True,
+    )
+    try:
+        deadline = time.monotonic() + 20
+        while not (tmp / "rlwatch.yaml").exists():
+            if proc.poll() is not None:
+                err = (tmp / "sim.stderr").read_text(errors="replace").strip().splitlines()
+                raise UsageError(f"the simulator exited early: {err[-1] if err else proc.returncode}")
+            if time.monotonic() > deadline:
+                raise UsageError("the simulator did not start within 20 s")
+            time.sleep(0.05)
+        if settle_s:
+            _wait_settled(tmp, settle_s)
+        yield tmp
+    finally:
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGINT)
+            try:
+                proc.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _wait_settled(run_dir: Path, timeout: float) -> None:
+    import json
+
+    ledger = run_dir / ".sim" / "ledger.json"
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            if json.loads(ledger.read_text()).get("phase") == "settled":
+                return
+        except (OSError, ValueError):
+            pass
+        time.sleep(0.1)
+
+
+def run_dashboard(engine: Engine) -> int:
+    from tui.app import RlwatchApp
+
+    engine.drain_logs()
+    engine.sample()
+    engine.build()
+    engine.start()
+    try:
+        RlwatchApp(LiveFeed(engine)).run()
+    finally:
+        engine.stop()
+    return 0
+
+
+def cmd_dashboard(args: argparse.Namespace) -> int:
+    cfg, run_dir, _ = load(args)
+    return run_dashboard(Engine(cfg, run_dir))
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    with simulated_host(args.scenario, args.speed) as run_dir:
+        cfg, _ = resolve_config(run_dir, None, "auto")
+        if args.readonly:
+            cfg = cfg.model_copy(update={"actions": cfg.actions.model_copy(update={"readonly": True})})
+        return run_dashboard(Engine(cfg, run_dir))
+
+
+def _render(run_dir: Path, config: Path | None, profile: str, size: tuple[int, int], warmup_s: float) -> str:
+    from tui.snapshot import render_svg
+
+    cfg, _ = resolve_config(run_dir, config, profile)
+    cfg = cfg.model_copy(update={"interval_s": min(cfg.interval_s, 0.25)})
+    engine = Engine(cfg, run_dir)
+    try:
+        engine.collect_once()
+        if warmup_s:
+            engine.start()
+            time.sleep(warmup_s)  # gather a few samples so the graphs have a history
+        snap = engine.build()
+        feed = StaticFeed(snap, engine.lines_after(0), readonly=cfg.actions.readonly)
+    finally:
+        engine.stop()
+    return render_svg(feed, size=size)
+
+
+def cmd_snapshot(args: argparse.Namespace) -> int:
+    size = _parse_size(args.size)
+    if args.demo == (args.run_dir is not None):
+        raise UsageError("snapshot: give either RUN_DIR or --demo")
+    if args.demo:
+        with simulated_host(args.scenario, 20.0, settle_s=30) as run_dir:
+            svg = _render(run_dir, None, "auto", size, warmup_s=2.0)
+    else:
+        run_dir = Path(args.run_dir)
+        if not run_dir.is_dir():
+            raise UsageError(f"{run_dir}: no such directory")
+        svg = _render(run_dir, args.config, args.profile, size, warmup_s=0.0)
+    try:
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text(svg)
+    except OSError as exc:
+        raise UsageError(f"{args.out}: cannot write: {exc.strerror}") from None
+    print(f"wrote {args.out}")
+    return 0
+
+
+def cmd_fleet(args: argparse.Namespace) -> int:
+    raise UsageError("fleet: not available yet in this version")
+
+
+DASHBOARD_HANDLERS = {"dashboard": cmd_dashboard, "demo": cmd_demo, "snapshot": cmd_snapshot, "fleet": cmd_fleet}
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parse(sys.argv[1:] if argv is None else argv)
+    if args.command in HANDLERS:
+        return run(args)
+    try:
+        return DASHBOARD_HANDLERS[args.command](args)
+    except (UsageError, ConfigError) as exc:
+        print(f"rlwatch: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130
