@@ -12,13 +12,14 @@ import signal
 import sys
 import threading
 from collections.abc import Sequence
+from typing import TextIO
 from pathlib import Path
 
 from rlwatch import __version__
 from rlwatch.config import Config
 from rlwatch.config_load import ConfigError, resolve_config
 from rlwatch.diagnosis import human_bytes, human_duration
-from rlwatch.state import ActionPlan
+from rlwatch.state import ActionPlan, Snapshot
 from rlwatch.textsafe import clean_line
 
 HEADLESS = ("report", "watch", "sim", "init")
@@ -117,6 +118,8 @@ def load(args: argparse.Namespace) -> tuple[Config, Path, str]:
     if args.config is not None and not args.config.exists():
         raise UsageError(f"{args.config}: no such file")
     cfg, origin = resolve_config(run_dir, args.config, args.profile)
+    if cfg.run_dir:
+        run_dir = Path(cfg.run_dir)  # a run_dir written in the config file wins
     if getattr(args, "interval", None):
         if args.interval <= 0:
             raise UsageError(f"--interval: must be greater than 0, got {args.interval}")
@@ -126,12 +129,11 @@ def load(args: argparse.Namespace) -> tuple[Config, Path, str]:
     return cfg, run_dir, origin
 
 
-def safe_print(text: str, *, file: object = None) -> None:
+def safe_print(text: str, *, file: TextIO | None = None) -> None:
     """Print text that may hold log content: control sequences are removed line by line."""
-    out = file if file is not None else sys.stdout
     body = "\n".join(clean_line(line) for line in text.split("\n"))
     try:
-        print(body, file=out, flush=True)  # type: ignore[call-overload]
+        print(body, file=file or sys.stdout, flush=True)
     except BrokenPipeError:
         pass
 
@@ -158,16 +160,13 @@ def cmd_watch(args: argparse.Namespace) -> int:
     engine = Engine(cfg, run_dir)
     done = threading.Event()
     lock = threading.Lock()
-    prev = [None]
+    prev: list[Snapshot | None] = [None]
 
-    def emit(snap: object) -> None:
-        from rlwatch.state import Snapshot
-
-        assert isinstance(snap, Snapshot)
+    def emit(snap: Snapshot) -> None:
         with lock:
             for rec in changes(prev[0], snap):
                 safe_print(json.dumps(rec) if args.json else plain(rec))
-            prev[0] = snap  # type: ignore[assignment]
+            prev[0] = snap
 
     for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
         signal.signal(sig, lambda *_: done.set())

@@ -83,6 +83,9 @@ def _read_text(path: Path, name: str) -> str:
         raise ConfigError(name, f"cannot read: {exc.strerror or exc}") from None
     if len(data) > MAX_CONFIG_BYTES:
         raise ConfigError(name, f"too large to be a configuration (over {MAX_CONFIG_BYTES // 1024} KiB)")
+    if b"\0" in data:
+        line = data.count(b"\n", 0, data.index(b"\0")) + 1
+        raise ConfigError(name, "a binary file, not a YAML configuration (NUL byte)", line=line)
     try:
         return data.decode("utf-8-sig")
     except UnicodeDecodeError as exc:
@@ -97,7 +100,14 @@ def _yaml_error(name: str, text: str, exc: yaml.YAMLError) -> ConfigError:
         return ConfigError(name, f"could not parse YAML: unacceptable character #x{ord(char):04x}", line=line)
     if isinstance(exc, yaml.MarkedYAMLError):
         mark = exc.problem_mark or exc.context_mark
-        problem = exc.problem or exc.context or "invalid YAML"
+        problem = exc.problem or "invalid YAML"
+        if exc.context:
+            where = exc.context_mark
+            if where is not None and mark is not None and where.line != mark.line:
+                context = f"{exc.context} (line {where.line + 1})"
+            else:
+                context = exc.context
+            problem = f"{context}, {problem}" if problem.startswith("but ") else f"{context}: {problem}"
         if "'\\t'" in problem:
             problem += " (indent with spaces: YAML does not allow tabs)"
         return ConfigError(name, f"could not parse YAML: {problem}", line=None if mark is None else mark.line + 1)
@@ -172,8 +182,9 @@ class _Builder:
         except yaml.YAMLError as exc:
             problem = getattr(exc, "problem", None) or str(exc)
             raise self.error(node, path, f"cannot read this value: {problem}") from None
-        except (ValueError, TypeError, OverflowError) as exc:  # e.g. a timestamp with month 13
-            raise self.error(node, path, f"cannot read this value: {exc}") from None
+        except Exception as exc:  # PyYAML's constructors fail in many ways on odd input (`!!timestamp x`, month 13)
+            detail = str(exc) if isinstance(exc, ValueError | OverflowError) else f"not a valid {node.tag}"
+            raise self.error(node, path, f"cannot read this value: {detail}") from None
 
     def _sequence(self, node: SequenceNode, path: str) -> tuple[object, int]:
         if node.tag != _SEQ_TAG:

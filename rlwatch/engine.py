@@ -9,12 +9,13 @@ latest reference, so the UI thread never waits on I/O.
 
 from __future__ import annotations
 
+import glob
 import os
 import re
 import socket
 import threading
 from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import replace
 from pathlib import Path
 
@@ -26,7 +27,7 @@ from rlwatch.knobs import read_knobs
 from rlwatch.sources.checkpoints import CheckpointScanner
 from rlwatch.sources.disk import disk_state
 from rlwatch.sources.gpu import GpuBackend, make_gpu_backend
-from rlwatch.sources.holders import classify_holders, find_holders
+from rlwatch.sources.holders import HolderScanner, classify_holders, holders_by_gpu, merge_nvml_pids
 from rlwatch.sources.memory import MemorySource
 from rlwatch.sources.procfs import container_uptime_s
 from rlwatch.sources.processes import ProcessTable
@@ -61,6 +62,19 @@ HISTORY = 600
 def resolve(run_dir: Path, path: str) -> Path:
     p = Path(path).expanduser()
     return p if p.is_absolute() else run_dir / p
+
+
+def _newest(paths: Iterable[Path]) -> Path | None:
+    """The most recently modified of ``paths``; files that vanish while we look are skipped."""
+    best: tuple[float, Path] | None = None
+    for p in paths:
+        try:
+            m = p.stat().st_mtime
+        except OSError:
+            continue
+        if best is None or m > best[0]:
+            best = (m, p)
+    return best[1] if best else None
 
 
 class Ring:
@@ -140,7 +154,8 @@ class Engine:
         # Host sources.
         self.memory_source = MemorySource(self.clock)
         self.gpu_backend = gpu_backend or make_gpu_backend(cfg.gpu, self.run_dir)
-        self.processes = ProcessTable(cfg.processes, self.clock, proc_root=proc_root)
+        self.processes = ProcessTable(cfg.processes, self.clock, proc_root=proc_root, base_dir=self.run_dir)
+        self.holder_scanner = HolderScanner(cfg.gpu.device_glob, self.clock, proc_root=proc_root)
         self.checkpoints = CheckpointScanner([resolve(self.run_dir, d) for d in cfg.training.checkpoint_dirs], self.clock)
         self.server_probe = ServerProbe(cfg.server, self.clock) if cfg.server.url else None
         knobs_path = cfg.training.config_file
@@ -248,12 +263,19 @@ class Engine:
         ckpt = self.checkpoints.scan()
         recover, rec_err = self._read_recover()
         self._ok("recover", rec_err)
-        hint = self.checkpoints.total_steps_hint()
+        trainer_state = self.checkpoints.trainer_state()
         volume = self.cfg.training.output_volume
         disk = disk_state(str(resolve(self.run_dir, volume) if volume else self.run_dir))
         with self._lock:
-            if hint:
-                self.training.set_checkpoint_hint(ckpt.latest.global_step if ckpt.latest else None, hint)
+            if trainer_state:
+                self.training.set_checkpoint_hint(
+                    trainer_state.get("global_step"), trainer_state.get("max_steps"), trainer_state.get("logging_steps")
+                )
+            by_gpu = holders_by_gpu(holders)
+            if by_gpu:
+                gpu = replace(gpu, gpus=tuple(replace(g, holders=by_gpu.get(g.index, ())) for g in gpu.gpus))
+            if self.cfg.profile == "workers" or any(r.role == "worker" for r in self.cfg.processes):
+                mem = replace(mem, brake_free_bytes=self.cfg.thresholds.brake_free_bytes)
             self._memory, self._gpu, self._procs, self._holders = mem, gpu, procs, holders
             self._checkpoint, self._recover, self._disk = ckpt, recover, disk
             total = mem.total_bytes
@@ -271,14 +293,11 @@ class Engine:
 
     def _sample_holders(self, procs: Sequence[ProcessInfo], gpu: GpuStatus) -> tuple[GpuHolder, ...]:
         try:
-            raw = find_holders(self.cfg.gpu.device_glob, proc_root=self._proc_root)
+            raw = self.holder_scanner.scan()
         except Exception as exc:  # a source must never take the engine down
             self._ok("holders", f"cannot scan for GPU holders: {exc}")
             return ()
-        nvml_pids: dict[int, int | None] = {}
-        last = getattr(self.gpu_backend, "last_processes", {}) or {}
-        for per_gpu in last.values():
-            nvml_pids.update(per_gpu)
+        nvml_pids = merge_nvml_pids(self.gpu_backend.last_processes or {})
         run_started = min((p.started_at for p in procs if p.alive), default=None)
         holders = classify_holders(
             raw,
@@ -289,6 +308,7 @@ class Engine:
             self_pid=os.getpid(),
             allow_other_users=self.cfg.actions.allow_other_users,
             clock=self.clock,
+            proc_root=self._proc_root,
         )
         self._ok("holders")
         return holders
@@ -297,9 +317,8 @@ class Engine:
         path_s = self.cfg.training.recover_info
         if path_s:
             path: Path | None = resolve(self.run_dir, path_s)
-            if path is not None and any(ch in path_s for ch in "*?["):
-                matches = sorted(self.run_dir.glob(path_s), key=lambda p: p.stat().st_mtime if p.exists() else 0)
-                path = matches[-1] if matches else None
+            if any(ch in path_s for ch in "*?["):
+                path = _newest(Path(p) for p in glob.glob(str(path), recursive=True))
         else:
             roots = [resolve(self.run_dir, d) for d in self.cfg.training.checkpoint_dirs]
             path = next((p for p in (find_step_info(r) for r in roots) if p), None)

@@ -211,8 +211,8 @@ def to_text(s: Snapshot) -> str:
     if s.timeline:
         lines.append("")
         lines.append("Timeline:")
-        for e in s.timeline:
-            lines.append(f"  {hhmm(e.time)}  {e.text}")
+        for entry in s.timeline:
+            lines.append(f"  {hhmm(entry.time)}  {entry.text}")
     lines.append("")
     tr = s.training
     if tr and tr.last_step is not None:

@@ -13,9 +13,11 @@ file is a restarted run appending to its log, and starts the speed estimate afre
 from __future__ import annotations
 
 import ast
+import io
 import math
 import re
 import threading
+import tokenize
 from collections import OrderedDict, deque
 from dataclasses import dataclass
 
@@ -27,6 +29,7 @@ _AREAL_DONE = "Training completes!"
 _DISK_UPDATE = re.compile(r"Loading weights from disk done in ([0-9]{1,9}(?:\.[0-9]{0,9})?)s")
 _TRL_SYNC = "POST /reset_prefix_cache/"
 _PREFIX = re.compile(r"^(?:\s*\[[^\]]{0,40}\]:?)+\s*")  # merged.log's "[actor]   ", torch's "[rank0]: "
+_BARE_FLOAT = re.compile(r"\b(?:nan|inf)\b")
 _TABLE_BARS = ("│", "┃", "|")  # fancy_grid, heavy grids, plain pipes
 _UPDATE_WEIGHTS_KEY = "timeperf/update_weights"
 MAX_DICT_CHARS = 64_000
@@ -51,6 +54,34 @@ def _to_float(value: object) -> float | None:
         return None
 
 
+def _literal(body: str) -> object:
+    try:
+        return ast.literal_eval(body)
+    except Exception:  # literal_eval raises many types (ValueError, SyntaxError, MemoryError, RecursionError, …)
+        return None
+
+
+def _quote_bare_floats(body: str) -> str:
+    """``str()`` of a dict prints a diverged loss as a bare ``nan`` / ``inf``, which is no literal: quote those names.
+
+    Done with the tokenizer so a ``nan`` inside a string value is left alone.
+    """
+    try:
+        tokens: list[tuple[int, str]] = []
+        for tok in tokenize.generate_tokens(io.StringIO(body).readline):
+            if tok.type == tokenize.NAME and tok.string in ("nan", "inf"):
+                sign = ""
+                if tokens and tokens[-1] == (tokenize.OP, "-"):
+                    tokens.pop()
+                    sign = "-"
+                tokens.append((tokenize.STRING, repr(sign + tok.string)))
+            else:
+                tokens.append((tok.type, tok.string))
+        return tokenize.untokenize(tokens)
+    except Exception:  # the tokenizer rejects garbage with several error types
+        return body
+
+
 def parse_metrics(text: str) -> dict[str, float] | None:
     """A transformers ``str(logs)`` dict on a line → its numeric entries; ``None`` when there is no such dict.
 
@@ -64,10 +95,9 @@ def parse_metrics(text: str) -> dict[str, float] | None:
     body = text[start : end + 1]
     if sum(body.count(c) for c in "([{") > MAX_NESTING:
         return None
-    try:
-        data = ast.literal_eval(body)
-    except Exception:  # literal_eval raises many types (ValueError, SyntaxError, MemoryError, RecursionError, …)
-        return None
+    data = _literal(body)
+    if data is None and _BARE_FLOAT.search(body):
+        data = _literal(_quote_bare_floats(body))
     if not isinstance(data, dict):
         return None
     out: dict[str, float] = {}
@@ -132,12 +162,10 @@ class _Recent:
         return True
 
 
-@dataclass(slots=True)
+@dataclass(frozen=True, slots=True)
 class _Hint:
     global_step: int
-    max_steps: int | None
-    logging_steps: int | None
-    dicts_at_hint: int
+    dicts_at_hint: int  # metric dicts logged before the checkpoint was noticed
 
 
 class TrainingTracker:
@@ -173,6 +201,8 @@ class TrainingTracker:
         self._areal_path: str | None = None
         self._dicts = 0
         self._hint: _Hint | None = None
+        self._hint_total: int | None = None
+        self._logging_steps: int | None = None
         self._rate_points: deque[tuple[float, int]] = deque(maxlen=max(2, history))
         self._rewards: deque[float] = deque(maxlen=history)
         self._reward_slot: int | None = None
@@ -197,15 +227,22 @@ class TrainingTracker:
         with self._lock:
             self._touch(time)
 
-    def set_checkpoint_hint(self, global_step: int, max_steps: int | None, logging_steps: int | None = None) -> None:
-        """The step and total from the latest ``trainer_state.json``; steps logged afterwards count on from it."""
+    def set_checkpoint_hint(
+        self, global_step: int | None, max_steps: int | None, logging_steps: int | None = None
+    ) -> None:
+        """The step, total and logging interval from the latest ``trainer_state.json`` (any may be unknown).
+
+        Steps logged after a new ``global_step`` count on from it; calling again with the same one changes nothing,
+        so the engine may pass the hint on every scan.
+        """
         with self._lock:
-            hint = self._hint
-            if hint is not None and hint.global_step == global_step:
-                hint.max_steps = max_steps
-                hint.logging_steps = logging_steps
+            self._hint_total = max_steps if max_steps is not None and max_steps > 0 else None
+            if logging_steps is not None and logging_steps > 0:
+                self._logging_steps = logging_steps
+            if global_step is None or global_step < 0:
                 return
-            self._hint = _Hint(global_step, max_steps, logging_steps, self._dicts)
+            if self._hint is None or self._hint.global_step != global_step:
+                self._hint = _Hint(global_step, self._dicts)
 
     @property
     def weight_syncs(self) -> int:
@@ -312,7 +349,7 @@ class TrainingTracker:
             return self._areal_step
         hint = self._hint
         if hint is not None:
-            return hint.global_step + (self._dicts - hint.dicts_at_hint) * (hint.logging_steps or 1)
+            return hint.global_step + (self._dicts - hint.dicts_at_hint) * (self._logging_steps or 1)
         return self._dicts or None
 
     def _total_now(self) -> int | None:
@@ -320,7 +357,7 @@ class TrainingTracker:
             return self._configured_total
         if self._areal_total is not None:
             return self._areal_total
-        return self._hint.max_steps if self._hint is not None else None
+        return self._hint_total
 
     def _steps_per_hour(self) -> float | None:
         if len(self._rate_points) < 2:
@@ -330,7 +367,7 @@ class TrainingTracker:
             return None
         scale = 1
         if self._areal_step is None and self._hint is not None:
-            scale = self._hint.logging_steps or 1
+            scale = self._logging_steps or 1
         return (c1 - c0) * scale * 3600.0 / (t1 - t0)
 
     def state(self, now: float | None = None) -> TrainingState:

@@ -6,8 +6,11 @@ the code that renders it. Times are UTC on 2025-11-21; the tests pin the process
 
 from __future__ import annotations
 
+import contextlib
 import math
-from collections.abc import Callable, Sequence
+import os
+import time
+from collections.abc import Callable, Iterator, Sequence
 
 from rlwatch.feed import StaticFeed
 from rlwatch.state import (
@@ -91,6 +94,22 @@ AREAL_KNOBS = {
     "rollout.request_timeout": "3600",
     "rollout.request_retries": "3",
 }
+
+
+@contextlib.contextmanager
+def utc_timezone() -> Iterator[None]:
+    """Render clock times in UTC for the duration, so screens do not depend on the machine's time zone."""
+    saved = os.environ.get("TZ")
+    os.environ["TZ"] = "UTC"
+    time.tzset()
+    try:
+        yield
+    finally:
+        if saved is None:
+            os.environ.pop("TZ", None)
+        else:
+            os.environ["TZ"] = saved
+        time.tzset()
 
 
 def at(h: int, m: int, s: int = 0) -> float:
@@ -322,7 +341,7 @@ def healthy_lines() -> tuple[TaggedLine, ...]:
     rows: list[tuple[str, str, frozenset[str]]] = []
     for i in range(12):
         g = 1190 + i
-        ts = f"09:{17 + i // 4:02d}:{(i * 13) % 60:02d}"
+        ts = f"09:{17 + i * 13 // 60:02d}:{(i * 13) % 60:02d}"
         rows.append(
             (
                 TRAINER_LOG,

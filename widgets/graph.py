@@ -1,9 +1,9 @@
 """Fixed-scale time graphs.
 
 Textual's Sparkline scales every series to its own min..max, so a GPU pinned between 97 % and 100 % looks like it
-swings wildly and an idle one at 0–2 % looks busy. These graphs always draw 0–100 % (or another fixed range), place
-samples by their timestamps on a real time axis ending at the snapshot's time, and leave a gap where there is no
-data, so a stalled source shows as blank history rather than a flat healthy line.
+swings wildly and an idle one at 0 to 2 % looks busy. These graphs always draw 0 to 100 % (or another fixed
+range), place samples by their timestamps on a real time axis ending at the snapshot's time, and leave a gap where
+there is no data, so a stalled source shows as blank history rather than a flat healthy line.
 """
 
 from __future__ import annotations
@@ -145,10 +145,11 @@ def render_graph(
     unit: str = "%",
     style: str = "green",
     threshold: float | None = None,
+    reduce: Reducer = max,
 ) -> list[Text]:
     """A complete graph: y-axis marks, plot rows, and the time axis; ``rows + 1`` lines of ``width`` cells."""
     columns = max(1, width - AXIS_WIDTH)
-    values = bucket(series, now, span_s, columns)
+    values = bucket(series, now, span_s, columns, reduce)
     plot = plot_rows(values, max(1, rows), lo=lo, hi=hi, style=style, threshold=threshold)
     labels = y_labels(len(plot), lo, hi, unit)
     lines: list[Text] = []
@@ -168,6 +169,7 @@ class TimeGraph(Widget):
     DEFAULT_CSS = """
     TimeGraph {
         height: 6;
+        text-wrap: nowrap;
         min-height: 3;
         width: 1fr;
     }
@@ -195,6 +197,7 @@ class TimeGraph(Widget):
         self.series = Series()
         self.now = 0.0
         self.threshold: float | None = None
+        self.reduce: Reducer = max
         self.note: Text = Text()
 
     def set_data(
@@ -205,11 +208,13 @@ class TimeGraph(Widget):
         threshold: float | None = None,
         note: Text | None = None,
         title: str | None = None,
+        reduce: Reducer = max,
     ) -> None:
         """Replace the data and repaint; ``note`` is shown after the title (the current value, a legend)."""
         self.series = series
         self.now = now
         self.threshold = threshold
+        self.reduce = reduce
         self.note = note or Text()
         if title is not None:
             self.caption = title
@@ -223,16 +228,20 @@ class TimeGraph(Widget):
             head.append_text(self.note)
         head.truncate(max(1, width), overflow="ellipsis")
         rows = max(1, height - 2)
-        lines = [head] + render_graph(
-            self.series,
-            now=self.now,
-            width=width,
-            rows=rows,
-            span_s=self.span_s,
-            lo=self.lo,
-            hi=self.hi,
-            unit=self.unit,
-            style=self.bar_style,
-            threshold=self.threshold,
-        )
+        lines = [
+            head,
+            *render_graph(
+                self.series,
+                now=self.now,
+                width=width,
+                rows=rows,
+                span_s=self.span_s,
+                lo=self.lo,
+                hi=self.hi,
+                unit=self.unit,
+                style=self.bar_style,
+                threshold=self.threshold,
+                reduce=self.reduce,
+            ),
+        ]
         return Text("\n", no_wrap=True, end="").join(lines[: max(1, height)])

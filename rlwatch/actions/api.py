@@ -9,7 +9,6 @@ engine tails; every step goes to the audit log. Verification waits, with a deadl
 from __future__ import annotations
 
 import os
-import re
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -34,7 +33,6 @@ from rlwatch.actions.plan import (
 )
 from rlwatch.actions.spawn import SpawnError, spawn
 from rlwatch.actions.stopper import StopReport, stop_tree
-from rlwatch.config import ProcessRule
 from rlwatch.engine import Engine, resolve
 from rlwatch.sources.recover import agree
 from rlwatch.state import ActionPlan, ActionResult, ProcessInfo, Snapshot
@@ -105,15 +103,8 @@ class Actions:
         stops = tuple(Stop(h.pid, h.create_time, f"stray {h.pid}", reason=h.reason) for h in strays)
         return Prepared(plan, stops=stops)
 
-    def _rule_for(self, p: ProcessInfo) -> ProcessRule | None:
-        text = " ".join(p.cmdline)
-        for rule in self.cfg.processes:
-            if rule.role == p.role and rule.cmdline_regex and re.search(rule.cmdline_regex, text):
-                return rule
-        return next((r for r in self.cfg.processes if r.role == p.role), None)
-
     def _launch_for(self, p: ProcessInfo) -> Launch | None:
-        rule = self._rule_for(p)
+        rule = self.engine.processes.rule_for(p.name)
         record = self.engine.processes.launch_record(p.name)
         log = str(resolve(self.engine.run_dir, rule.log)) if rule and rule.log else None
         if rule and rule.command:

@@ -163,6 +163,8 @@ def _subdirs(path: str, errors: list[str]) -> Iterator[os.DirEntry[str]]:
     except OSError as exc:
         errors.append(f"cannot list {path}: {exc.strerror or exc}")
         return
+    except ValueError:  # a path the OS cannot even represent (embedded NUL)
+        return
     for entry in entries:
         try:
             if entry.is_dir(follow_symlinks=False):
@@ -188,6 +190,8 @@ def find_candidates(root: str, errors: list[str]) -> list[_Candidate]:
                 found.append(candidate)
             elif depth + 1 < MAX_DEPTH and entry.name not in SKIP_DIRS and not entry.name.startswith("."):
                 stack.append((entry.path, depth + 1))
+    if stack:
+        errors.append(f"stopped looking for checkpoints under {root} after {MAX_DIRS} directories")
     return found
 
 
@@ -199,7 +203,7 @@ def measure_dir(path: str) -> tuple[int, float] | None:
     """
     try:
         newest = os.stat(path).st_mtime
-    except OSError:
+    except (OSError, ValueError):
         return None
     total = 0
     seen = 0

@@ -83,8 +83,8 @@ def _read_pidfile(path: Path) -> int | None:
         text = path.read_text(encoding="utf-8", errors="replace").strip()
     except (OSError, ValueError):
         return None
-    first = text.split()[0] if text.split() else ""
-    return int(first) if first.isdigit() and int(first) > 0 else None
+    pid = procfs.parse_count(text.split()[0]) if text.split() else None
+    return pid if pid else None
 
 
 class ProcessTable:

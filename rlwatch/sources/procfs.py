@@ -30,6 +30,11 @@ class StatFields:
     starttime_ticks: int
 
 
+def parse_count(text: str) -> int | None:
+    """A non-negative decimal made of ASCII digits only (``"¹".isdigit()`` is true, but it is no number)."""
+    return int(text) if text.isascii() and text.isdigit() else None
+
+
 def parse_stat(text: str) -> StatFields | None:
     """``/proc/<pid>/stat``: parsed after the last ``)`` because ``comm`` may hold spaces and parentheses."""
     open_at = text.find("(")
@@ -88,9 +93,7 @@ def parse_status_uid(text: str) -> int | None:
     for line in text.splitlines():
         if line.startswith("Uid:"):
             parts = line.split()
-            if len(parts) >= 2 and parts[1].isdigit():
-                return int(parts[1])
-            return None
+            return parse_count(parts[1]) if len(parts) >= 2 else None
     return None
 
 
@@ -107,9 +110,7 @@ def parse_environ(data: bytes) -> dict[str, str]:
 def parse_statm_rss_pages(text: str) -> int | None:
     """Resident pages, the second field of ``/proc/<pid>/statm`` (what psutil reports as ``rss``)."""
     parts = text.split()
-    if len(parts) < 2 or not parts[1].isdigit():
-        return None
-    return int(parts[1])
+    return parse_count(parts[1]) if len(parts) >= 2 else None
 
 
 def _read_bytes(path: str) -> bytes | None:
@@ -231,7 +232,7 @@ def list_pids(proc_root: str = PROC) -> list[int]:
         names = os.listdir(proc_root)
     except OSError:
         return []
-    return sorted(int(name) for name in names if name.isdigit())
+    return sorted(pid for pid in map(parse_count, names) if pid is not None)
 
 
 def parents_map(proc_root: str = PROC) -> dict[int, int]:

@@ -79,7 +79,7 @@ def _iter_step_infos(root: str) -> list[str]:
         try:
             with os.scandir(path) as it:
                 entries = list(it)
-        except OSError:
+        except (OSError, ValueError):
             continue
         for entry in entries:
             try:

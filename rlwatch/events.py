@@ -1,0 +1,324 @@
+"""Counting events in log chunks: totals, per-file counts, times, rates, streaks, evidence lines, incidents.
+
+The counter never splits a chunk into lines. It asks the matcher for the next literal hit, works out that one
+line's bounds and number from the bytes around it, and jumps past it; only while a traceback block is open in a
+file does it walk that file line by line (its frames match no literal). A line counts at most once per kind.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import deque
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+from rlwatch.clock import Clock
+from rlwatch.config import EventsConfig
+from rlwatch.incidents import IncidentTracker
+from rlwatch.patterns import EventKind, Matcher, build_kinds, prepare
+from rlwatch.state import EventSummary, Incident, LogLine
+from rlwatch.tailer import Chunk
+from rlwatch.textsafe import clean_line
+from rlwatch.timestamps import parse_time
+
+__all__ = ["DISPLAY_CHARS", "EventCounter", "EventKind", "build_kinds"]
+
+DISPLAY_CHARS = 2000  # evidence lines are capped: a multi-megabyte line is shown by its start
+_TERMINATOR = re.compile(rb"\r\n?|\n")
+# An over-long line arrives in pieces; this much of the previous piece is searched again with the next one, so a
+# match that straddles two pieces is still found.
+_OVERLAP = 4096
+_HEAD = 8192
+
+
+@dataclass(slots=True)
+class _Stats:
+    count: int = 0
+    first: float | None = None
+    last: float | None = None
+    files: dict[str, int] = field(default_factory=dict)
+    streaks: dict[str, int] = field(default_factory=dict)
+    buckets: dict[int, int] = field(default_factory=dict)  # whole seconds -> events, for the rate window
+    recent: deque[LogLine] = field(default_factory=deque)
+
+
+@dataclass(slots=True)
+class _LongLine:
+    """An over-long line whose pieces are still arriving."""
+
+    lineno: int
+    head: bytes = b""  # the start of the line (up to _HEAD bytes): its evidence text, time and prefix
+    tail: bytes = b""
+    seen: set[str] = field(default_factory=set)
+    time: float | None = None
+
+
+@dataclass(slots=True)
+class _File:
+    banners: int = 0
+    long: _LongLine | None = None
+
+
+def _shown(text: str) -> str:
+    """The evidence text of a line: capped, with every control sequence removed."""
+    text = text[: DISPLAY_CHARS * 2]
+    return (text if text.isprintable() else clean_line(text))[:DISPLAY_CHARS]
+
+
+class _Lines:
+    """Line arithmetic over one chunk, honouring universal newlines without splitting it."""
+
+    __slots__ = ("cr", "data")
+
+    def __init__(self, data: bytes) -> None:
+        self.data = data
+        self.cr = b"\r" in data
+
+    def end(self, pos: int, limit: int) -> tuple[int, int]:
+        """(end of the line starting at or containing ``pos``, start of the next line)."""
+        if self.cr:
+            m = _TERMINATOR.search(self.data, pos, limit)
+            return (m.start(), m.end()) if m else (limit, limit)
+        i = self.data.find(b"\n", pos, limit)
+        return (i, i + 1) if i >= 0 else (limit, limit)
+
+    def start(self, hit: int, floor: int) -> int:
+        """Start of the line containing ``hit``, no earlier than ``floor`` (a known line start)."""
+        i = self.data.rfind(b"\n", floor, hit)
+        if self.cr:
+            i = max(i, self.data.rfind(b"\r", floor, hit))
+        return i + 1 if i >= 0 else floor
+
+    def count(self, a: int, b: int) -> int:
+        """Line terminators in ``data[a:b]`` (both ends at line starts)."""
+        n = self.data.count(b"\n", a, b)
+        if self.cr:
+            n += self.data.count(b"\r", a, b) - self.data.count(b"\r\n", a, b)
+        return n
+
+    def last_start(self) -> int:
+        """Where the unterminated tail of the chunk begins (``len`` when it ends with a terminator)."""
+        i = self.data.rfind(b"\n")
+        if self.cr:
+            i = max(i, self.data.rfind(b"\r"))
+        return i + 1
+
+
+class EventCounter:
+    """Counts event kinds in chunks from the tailer and groups incidents.
+
+    Times are the lines' own timestamps when they carry one, else the clock's wall time at feed. Rates use the
+    wall clock too, since they compare with line times.
+    """
+
+    def __init__(
+        self,
+        kinds: Sequence[EventKind],
+        clock: Clock,
+        *,
+        recent_lines: int = 20,
+        rate_window_s: float = 300.0,
+        storm_threshold: int = 5,
+        storm_window_s: float = 60.0,
+    ) -> None:
+        self._kinds = {k.name: k for k in kinds}
+        self._matcher = Matcher(list(self._kinds.values()))
+        self._clock = clock
+        self._recent_lines = max(1, recent_lines)
+        self._window = max(1.0, float(rate_window_s))
+        self._stats = {name: _Stats(recent=deque(maxlen=self._recent_lines)) for name in self._kinds}
+        self._subs: dict[str, list[Callable[[LogLine], None]]] = {}
+        self._files: dict[str, _File] = {}
+        self._incidents = IncidentTracker(storm_threshold=storm_threshold, storm_window_s=storm_window_s)
+        self._progress = frozenset(k.name for k in self._kinds.values() if k.progress)
+        self._failure = tuple(k.name for k in self._kinds.values() if not k.progress)
+        self.errors: deque[str] = deque(maxlen=20)
+
+    @classmethod
+    def from_config(cls, cfg: EventsConfig, clock: Clock) -> EventCounter:
+        return cls(build_kinds(cfg), clock, recent_lines=cfg.recent_lines, rate_window_s=cfg.rate_window_s)
+
+    @property
+    def kinds(self) -> tuple[EventKind, ...]:
+        return tuple(self._kinds.values())
+
+    def subscribe(self, kind: str, callback: Callable[[LogLine], None]) -> None:
+        """Call ``callback`` with every future occurrence of ``kind`` (internal kinds included)."""
+        if kind not in self._kinds:
+            raise KeyError(f"unknown event kind {kind!r}")
+        self._subs.setdefault(kind, []).append(callback)
+
+    # ------------------------------------------------------------------------------------------------ feeding
+    def feed(self, chunk: Chunk) -> None:
+        """Count everything in one chunk. Arbitrary bytes are fine: nothing here raises on content."""
+        data = chunk.data
+        path = chunk.path
+        state = self._files.setdefault(path, _File())
+        now = self._clock.time()
+        lines = _Lines(data)
+        size = len(data)
+        pos = 0
+        lineno = chunk.first_lineno
+        if chunk.continues_line:
+            end, nxt = lines.end(0, size)
+            final = end < size or not chunk.continued
+            first = state.long is None or state.long.lineno != lineno
+            if first:  # its start was never seen (counting began mid-line): count from here
+                state.long = _LongLine(lineno=lineno)
+            self._piece(path, state, data[:end], first=first, final=final, now=now)
+            if not final:
+                return
+            pos = nxt
+            lineno += 1
+        else:
+            state.long = None  # an unfinished line whose rest never came
+        limit = lines.last_start() if chunk.continued else size
+        if pos < limit:
+            self._scan(path, state, lines, (pos, limit, lineno), now)
+        if chunk.continued and max(pos, limit) < size:
+            start = max(pos, limit)
+            state.long = _LongLine(lineno=chunk.first_lineno + chunk.nlines)
+            self._piece(path, state, data[start:], first=True, final=False, now=now)
+
+    def _scan(self, path: str, state: _File, lines: _Lines, span: tuple[int, int, int], now: float) -> None:
+        """Count the complete lines in ``data[pos:limit]``, the first of them numbered ``lineno``."""
+        pos, limit, lineno = span
+        data = lines.data
+        incidents = self._incidents
+        while pos < limit:
+            if incidents.wants_every_line(path):
+                end, nxt = lines.end(pos, limit)
+                self._line(path, state, data[pos:end], lineno, now)
+                lineno += 1
+                pos = nxt
+                continue
+            hit = self._matcher.next_candidate(data, pos, limit)
+            if hit < 0:
+                return
+            start = lines.start(hit, pos)
+            lineno += lines.count(pos, start)
+            end, nxt = lines.end(hit, limit)
+            self._line(path, state, data[start:end], lineno, now)
+            lineno += 1
+            pos = nxt
+
+    def _line(self, path: str, state: _File, raw: bytes, lineno: int, now: float) -> None:
+        text, tag, body = prepare(raw)
+        kinds = self._matcher.match_raw(raw, body)
+        stamp: list[float] = []
+
+        def when() -> float:
+            if not stamp:
+                parsed = parse_time(text, now)
+                stamp.append(now if parsed is None else parsed)
+            return stamp[0]
+
+        self._incidents.line(path, tag, body, lineno, when)
+        if not kinds:
+            return
+        names = [k.name for k in kinds]
+        if "_banner" in names:
+            state.banners += 1
+            # A second start banner in the same file is the process starting again.
+            if state.banners > 1 and "restart" in self._kinds and "restart" not in names:
+                names.append("restart")
+        shown = _shown(text)
+        for name in names:
+            self._count(name, path, lineno, when(), shown)
+
+    def _piece(self, path: str, state: _File, piece: bytes, *, first: bool, final: bool, now: float) -> None:
+        """One piece of an over-long line: matched with the end of the previous piece, counted once per kind."""
+        long = state.long
+        if long is None:
+            return
+        if len(long.head) < _HEAD:
+            long.head += piece[: _HEAD - len(long.head)]
+        window = long.tail + piece
+        text, tag, body = prepare(window)
+        if first:  # prefixes exist only at the start of a line; incidents see the line once, by its head
+            self._incidents.line(path, tag, body[:_HEAD], long.lineno, lambda: self._long_time(long, now))
+        else:
+            body = text
+        found = [k.name for k in self._matcher.match(body) if k.name not in long.seen]
+        for name in found:
+            long.seen.add(name)
+            self._count(name, path, long.lineno, self._long_time(long, now), self._long_shown(long))
+        long.tail = window[-_OVERLAP:]
+        if final:
+            state.long = None
+
+    @staticmethod
+    def _long_time(long: _LongLine, now: float) -> float:
+        if long.time is None:
+            text = prepare(long.head)[0]
+            parsed = parse_time(text, now)
+            long.time = now if parsed is None else parsed
+        return long.time
+
+    @staticmethod
+    def _long_shown(long: _LongLine) -> str:
+        return _shown(prepare(long.head)[0])
+
+    def _count(self, name: str, path: str, lineno: int, when: float, shown: str) -> None:
+        st = self._stats[name]
+        st.count += 1
+        st.files[path] = st.files.get(path, 0) + 1
+        st.first = when if st.first is None else min(st.first, when)
+        st.last = when if st.last is None else max(st.last, when)
+        if name in self._progress:
+            for other in self._failure:
+                streaks = self._stats[other].streaks
+                if streaks.get(path):
+                    streaks[path] = 0
+        else:
+            st.streaks[path] = st.streaks.get(path, 0) + 1
+        second = int(when)
+        if second >= self._clock.time() - self._window:
+            st.buckets[second] = st.buckets.get(second, 0) + 1
+            if len(st.buckets) > 2 * self._window + 16:
+                self._prune(st)
+        line = LogLine(path=path, lineno=lineno, text=shown, time=when)
+        st.recent.append(line)
+        self._incidents.event(name, path, lineno, when, shown)
+        for callback in self._subs.get(name, ()):
+            try:
+                callback(line)
+            except Exception as exc:  # a subscriber's bug must not stop the counting
+                self.errors.append(f"subscriber of {name} failed: {type(exc).__name__}: {exc}")
+
+    def _prune(self, st: _Stats) -> None:
+        floor = int(self._clock.time() - self._window)
+        for second in [s for s in st.buckets if s < floor]:
+            del st.buckets[second]
+
+    # ------------------------------------------------------------------------------------------------ reading
+    def summaries(self) -> dict[str, EventSummary]:
+        """Every reported kind, zero counts included, keyed by name."""
+        now = self._clock.time()
+        out: dict[str, EventSummary] = {}
+        for name, kind in self._kinds.items():
+            if kind.internal:
+                continue
+            st = self._stats[name]
+            self._prune(st)
+            in_window = sum(n for s, n in st.buckets.items() if s >= now - self._window)
+            out[name] = EventSummary(
+                kind=name,
+                severity=kind.severity,
+                count=st.count,
+                first=st.first,
+                last=st.last,
+                rate_per_min=in_window * 60.0 / self._window,
+                streak=0 if kind.progress else max(st.streaks.values(), default=0),
+                files=dict(st.files),
+                recent=tuple(st.recent),
+            )
+        return out
+
+    def streaks(self, kind: str) -> dict[str, int]:
+        """Per-file current streak of ``kind``: occurrences since the last progress event in that file."""
+        st = self._stats.get(kind)
+        return {p: n for p, n in st.streaks.items() if n} if st else {}
+
+    def incidents(self) -> tuple[Incident, ...]:
+        return self._incidents.incidents()

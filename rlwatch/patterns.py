@@ -1,0 +1,434 @@
+"""Event kinds and the matcher that finds them in bulk log bytes.
+
+Every kind is a regular expression over one log line plus *literals*: fixed strings of which at least one occurs in
+every line the expression can match. A backlog of gigabytes cannot be split into Python strings line by line, so
+the matcher first looks for the literals in the raw bytes of a whole chunk with one compiled alternation, and only
+the few lines around a hit are decoded, stripped of colour codes and of rank/role prefixes, and tried against the
+expressions. The literal search sees raw bytes, so a literal broken in two by a colour code inside it is missed;
+loggers colour whole lines, which keeps this theoretical.
+"""
+
+from __future__ import annotations
+
+import re
+import warnings
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from rlwatch.config import EventsConfig
+from rlwatch.state import Severity
+from rlwatch.textsafe import strip_ansi
+
+with warnings.catch_warnings():
+    warnings.simplefilter("ignore", DeprecationWarning)
+    import sre_constants
+    import sre_parse
+
+__all__ = [
+    "PROGRESS_KINDS",
+    "EventKind",
+    "Matcher",
+    "build_kinds",
+    "builtin_kinds",
+    "prepare",
+    "required_literals",
+    "split_prefix",
+]
+
+
+@dataclass(frozen=True, slots=True)
+class EventKind:
+    """One thing worth counting in logs.
+
+    ``literals``: at least one of them occurs in every line ``regex`` matches (empty: no prefilter, every line is
+    tried, which is slow). ``progress``: a sign the run moves on, which ends the streaks of failure kinds in the
+    same file. ``internal`` kinds (names starting with ``_``) feed subscribers but are never reported.
+    ``exclude``: lines that match ``regex`` but are not an occurrence, such as the source lines a traceback quotes.
+    """
+
+    name: str
+    severity: Severity
+    regex: re.Pattern[str]
+    literals: tuple[str, ...]
+    progress: bool = False
+    internal: bool = False
+    ignore_case: bool = False
+    exclude: re.Pattern[str] | None = None
+
+
+# A traceback quotes the source line of each frame (`    raise ChildFailedError(`, `    except TimeoutError:`).
+# Such a line names the error without being one; without this, every chained traceback would count its own code.
+_CODE_LINE = re.compile(r"^\s*(?:#|(?:raise|except|if|elif|assert|return|def|class|await|yield|lambda)\b)")
+
+# Prefixes that wrap whole lines without being part of the message: torch's `[rank0]: ` excepthook, AReaL
+# merged.log's `[role]` padded to ten characters, vLLM child processes' `(EngineCore_0 pid=12) `.
+_PREFIX = re.compile(r"\[rank\d+\]:\s?|\[[A-Za-z][\w.-]*\] *|\([A-Za-z]\w*(?: \w+=\w+)+\) ")
+# vLLM's formatter repeats its record prefix on every line of a multi-line record (a logged traceback).
+_RECORD_PREFIX = re.compile(
+    r"(?:DEBUG|INFO|WARNING|ERROR|CRITICAL) \d\d-\d\d \d\d:\d\d:\d\d(?:\.\d+)? \[?[\w.-]+:\d+\] "
+)
+_MAX_PREFIXES = 4
+
+
+def split_prefix(text: str) -> tuple[str, str]:
+    """Split a line into (tag, body): the rank/role/process prefixes, and the message behind them.
+
+    The tag tells interleaved writers apart (rank 0 and rank 1 printing tracebacks into one file at once).
+    """
+    pos = 0
+    tag = ""
+    for _ in range(_MAX_PREFIXES):
+        m = _PREFIX.match(text, pos)
+        if m:
+            tag += m.group().strip()
+            pos = m.end()
+            continue
+        m = _RECORD_PREFIX.match(text, pos)
+        if m is None:
+            break
+        pos = m.end()
+    return tag, text[pos:] if pos else text
+
+
+def _kind(
+    name: str,
+    severity: Severity,
+    regex: str,
+    literals: tuple[str, ...],
+    *,
+    progress: bool = False,
+    internal: bool = False,
+    code_lines_excluded: bool = False,
+) -> EventKind:
+    return EventKind(
+        name=name,
+        severity=severity,
+        regex=re.compile(regex),
+        literals=literals,
+        progress=progress,
+        internal=internal,
+        exclude=_CODE_LINE if code_lines_excluded else None,
+    )
+
+
+_C, _W, _I = Severity.CRITICAL, Severity.WARNING, Severity.INFO
+
+# The strings are those the frameworks print (see the formats fact sheet). Literals are chosen to be shared where
+# one covers several forms ("Error" for every `...Error`), because each literal costs the bulk scan time.
+_BUILTIN: tuple[EventKind, ...] = (
+    _kind(
+        "connection_refused",
+        _W,
+        r"Connection refused|ConnectionRefusedError|Connect call failed|server can't be reached at",
+        ("Connect", "can't be reached at"),
+        code_lines_excluded=True,
+    ),
+    _kind("traceback", _W, r"Traceback \(most recent call last\):\s*$", ("Traceback (most recent call last)",)),
+    _kind("cuda_oom", _C, r"CUDA out of memory|CUDA error: out of memory", ("CUDA",), code_lines_excluded=True),
+    _kind("cuda_busy", _C, r"CUDA[^\n]{0,200}?busy or unavailable", ("CUDA",), code_lines_excluded=True),
+    _kind("nccl_timeout", _C, r"Watchdog caught collective operation timeout", ("Watchdog caught",)),
+    _kind(
+        "nccl_error",
+        _C,
+        r"\bNCCL error\b|\bnccl(?:UnhandledCuda|System|Internal|InvalidArgument|InvalidUsage|Remote)Error\b",
+        ("NCCL error", "Error"),
+        code_lines_excluded=True,
+    ),
+    _kind(
+        "timeout",
+        _W,
+        r"Timeout waiting for|[Tt]imed out after|TimeoutError|Read timed out",
+        ("Timeout", "imed out"),
+        code_lines_excluded=True,
+    ),
+    _kind("child_failed", _C, r"ChildFailedError", ("ChildFailedError",), code_lines_excluded=True),
+    _kind(
+        "engine_dead",
+        _C,
+        r"EngineDeadError|EngineCore encountered a fatal error|EngineCore failed to start"
+        r"|Scheduler hit an exception|Received sigquit from a child process",
+        ("EngineDeadError", "EngineCore", "Scheduler hit an exception", "Received sigquit"),
+        code_lines_excluded=True,
+    ),
+    # emergency_brake comes from the configuration: see build_kinds.
+    _kind("oom_kill", _C, r"Killed process \d+", ("Killed process",)),
+    _kind(
+        "weight_update",
+        _I,
+        r"Loading weights from disk done in|Update weights end\.|\"POST /reset_prefix_cache/ HTTP/[\d.]+\" 2\d\d",
+        ("Loading weights from disk done", "Update weights end", "POST /reset_prefix_cache/"),
+        progress=True,
+    ),
+    _kind(
+        "checkpoint_saved",
+        _I,
+        r"Saved recover checkpoint to|Saving model checkpoint to",
+        ("Saved recover checkpoint to", "Saving model checkpoint to"),
+        progress=True,
+    ),
+    _kind(
+        "step",
+        _I,
+        # AReaL's per-step line; a TRL/transformers metric dict with a loss or reward (not the final summary).
+        r"Train step \d+/\d+ done\.|^\s*\{'(?:[^\n]*?, ')?(?:loss|reward)': [^\n]*\}\s*$",
+        ("Train step", "{'"),
+        progress=True,
+    ),
+    _kind(
+        "server_ready",
+        _I,
+        r"The server is fired up and ready to roll|Servers are all ready!|SGLang server launched at"
+        r"|Starting vLLM (?:API )?server|Application startup complete\.",
+        (
+            "The server is fired up",
+            "Servers are all ready",
+            "SGLang server launched at",
+            "Starting vLLM",
+            "Application startup complete",
+        ),
+        progress=True,
+    ),
+    _kind(
+        "restart",
+        _I,
+        # One line per restart: AReaL logs "Loading recover info from" just before "Recovering from StepInfo(",
+        # and transformers three "Continuing training from ..." lines per resume, so only one of each counts.
+        r"Recovering from StepInfo\(|LocalLauncher: [^\n]*\brun_id=0*[1-9]\d*|Continuing training from checkpoint",
+        ("Recovering from StepInfo", "LocalLauncher: ", "Continuing training from checkpoint"),
+    ),
+    _kind("_reward", _I, r"task_reward/avg|rollout/reward", ("task_reward/avg", "rollout/reward"), internal=True),
+    _kind(
+        "_banner",
+        _I,
+        r"rlwatch-sim start|\*{5} Running training \*{5}|LocalLauncher: [^\n]*\brun_id=\d+",
+        ("rlwatch-sim start", "***** Running training *****", "LocalLauncher: "),
+        internal=True,
+    ),
+    _kind("_server_exit", _C, r"\bexits, returncode=-?\d+", ("exits, returncode=",), internal=True),
+)
+
+PROGRESS_KINDS = frozenset(k.name for k in _BUILTIN if k.progress)
+
+
+def builtin_kinds(brake_pattern: str = EventsConfig().brake_pattern) -> list[EventKind]:
+    """The built-in kinds, with the emergency-brake kind made from ``brake_pattern`` (case-insensitive)."""
+    literals, _ = required_literals(brake_pattern, re.IGNORECASE)
+    brake = EventKind(
+        name="emergency_brake",
+        severity=_W,
+        regex=re.compile(brake_pattern, re.IGNORECASE),
+        literals=literals,
+        ignore_case=True,
+        exclude=_CODE_LINE,
+    )
+    kinds = list(_BUILTIN)
+    kinds.insert(next(i for i, k in enumerate(kinds) if k.name == "oom_kill"), brake)
+    return kinds
+
+
+def build_kinds(cfg: EventsConfig) -> list[EventKind]:
+    """Built-in kinds followed by the configured custom ones (a custom kind may not reuse a built-in name)."""
+    kinds = builtin_kinds(cfg.brake_pattern)
+    taken = {k.name for k in kinds}
+    for custom in cfg.custom:
+        if custom.name in taken:
+            continue
+        taken.add(custom.name)
+        flags = re.IGNORECASE if custom.ignore_case else 0
+        literals, ignore_case = required_literals(custom.pattern, flags)
+        kinds.append(
+            EventKind(
+                name=custom.name,
+                severity=Severity(custom.severity),
+                regex=re.compile(custom.pattern, flags),
+                literals=literals,
+                progress=custom.progress,
+                ignore_case=ignore_case,
+            )
+        )
+    return kinds
+
+
+# ------------------------------------------------------------------------------------------- literal extraction
+_MIN_LITERAL = 2
+_REPEATS = {sre_constants.MAX_REPEAT, sre_constants.MIN_REPEAT}
+_REPEATS.update(getattr(sre_constants, name) for name in ("POSSESSIVE_REPEAT",) if hasattr(sre_constants, name))
+
+
+def _better(a: tuple[str, ...] | None, b: tuple[str, ...] | None) -> tuple[str, ...] | None:
+    """Prefer the alternative set whose shortest member is longest (fewer spurious hits), then fewer members."""
+    if a is None:
+        return b
+    if b is None:
+        return a
+    ka = (min(map(len, a)), -len(a))
+    kb = (min(map(len, b)), -len(b))
+    return b if kb > ka else a
+
+
+def _required(items: list[tuple[Any, Any]], state: list[bool]) -> tuple[str, ...] | None:
+    """Strings of which one must occur in any match of the parsed sequence ``items``."""
+    best: tuple[str, ...] | None = None
+    run: list[str] = []
+    for op, av in [*items, (None, None)]:
+        if op is sre_constants.LITERAL:
+            run.append(chr(av))
+            continue
+        if run:
+            best = _better(best, ("".join(run),))
+            run = []
+        if op is sre_constants.SUBPATTERN:
+            if av[1] & re.IGNORECASE:
+                state[0] = True
+            best = _better(best, _required(list(av[3]), state))
+        elif op is sre_constants.BRANCH:
+            alternatives = [_required(list(branch), state) for branch in av[1]]
+            if all(alt is not None for alt in alternatives):
+                merged = tuple(dict.fromkeys(s for alt in alternatives if alt is not None for s in alt))
+                best = _better(best, merged)
+        elif op in _REPEATS and av[0] >= 1:
+            best = _better(best, _required(list(av[2]), state))
+    return best
+
+
+def required_literals(pattern: str, flags: int = 0) -> tuple[tuple[str, ...], bool]:
+    """(literals, ignore_case) for a user's expression: strings of which one occurs in every match.
+
+    Returns no literals when none can be proven (the kind is then tried on every line, which is slow but right).
+    """
+    try:
+        parsed = sre_parse.parse(pattern, flags)
+    except (re.error, ValueError, TypeError, OverflowError, RecursionError):
+        return (), bool(flags & re.IGNORECASE)
+    state = [bool(parsed.state.flags & re.IGNORECASE)]
+    try:
+        found = _required(list(parsed.data), state)
+    except RecursionError:
+        found = None
+    if found is None or min(map(len, found)) < _MIN_LITERAL:
+        return (), state[0]
+    return found, state[0]
+
+
+# ---------------------------------------------------------------------------------------------------- matcher
+def _case_variants(literal: str) -> tuple[str, ...]:
+    """lower, UPPER and Capitalised spellings of a case-insensitive literal."""
+    return tuple(dict.fromkeys((literal.lower(), literal.upper(), literal[:1].upper() + literal[1:].lower())))
+
+
+def _case_needles(literal: str) -> tuple[str, ...]:
+    """Needles that find a case-insensitive literal in raw bytes in its usual spellings.
+
+    An alternation with an inline (?i:...) group is an order of magnitude slower in `re`, so the bulk scan looks
+    for the tail of the literal's longest word in lower and upper case: that finds the word written lower case,
+    Capitalised or in CAPITALS ("emergency", "Emergency", "EMERGENCY" all contain "mergency" or "MERGENCY").
+    Only freak spellings such as "eMeRgEnCy" are found solely when another kind's literal is on the same line.
+    """
+    words = sorted(re.findall(r"[^\W\d_]{4,}", literal), key=len, reverse=True)
+    if not words:
+        return _case_variants(literal)
+    word = words[0]
+    tail = word[1:] if len(word) > 4 else word
+    return tuple(dict.fromkeys((tail.lower(), tail.upper())))
+
+
+# How common a byte is in training logs (stats tables are dense lowercase keys, digits and spaces). The bulk scan
+# stops at every byte that can start a needle, so needles should start with rare bytes.
+_COMMON = {ch: 90 - 3 * i for i, ch in enumerate("etaoinsrlhdcupmfgwybvkxjqz")}
+_COMMON.update({" ": 100, "\t": 60, ".": 70, "-": 65, ":": 50, "/": 70, "_": 65, ",": 40, "|": 30})
+_COMMON.update({d: 70 for d in "0123456789"})
+_MIN_NEEDLE = 6  # shorter tails are no longer specific ("ward" is in every reward key)
+
+
+def _needle(literal: bytes) -> bytes:
+    """The tail of ``literal`` (at least six bytes long) that starts at its rarest byte."""
+    if len(literal) <= _MIN_NEEDLE:
+        return literal
+    best = min(range(len(literal) - _MIN_NEEDLE + 1), key=lambda i: (_COMMON.get(chr(literal[i]), 20), i))
+    return literal[best:]
+
+
+class Matcher:
+    """Finds candidate lines in a chunk by literal, then decides which kinds a line really is."""
+
+    def __init__(self, kinds: Sequence[EventKind]) -> None:
+        self.kinds: tuple[EventKind, ...] = tuple(kinds)
+        self._checks: list[tuple[EventKind, tuple[str, ...]]] = [
+            (k, tuple(s.lower() for s in k.literals) if k.ignore_case else k.literals) for k in self.kinds
+        ]
+        self._unfiltered = tuple(i for i, k in enumerate(self.kinds) if not k.literals)
+        self.every_line = bool(self._unfiltered)
+        spellings: dict[int, set[bytes]] = {}
+        needles: set[bytes] = set()
+        for i, k in enumerate(self.kinds):
+            for lit in k.literals:
+                for variant in _case_variants(lit) if k.ignore_case else (lit,):
+                    spellings.setdefault(i, set()).add(variant.encode("utf-8", "surrogatepass"))
+                for needle in _case_needles(lit) if k.ignore_case else (lit,):
+                    needles.add(_needle(needle.encode("utf-8", "surrogatepass")))
+        # A needle that contains another one is redundant: any line with it also has the shorter one.
+        minimal = sorted(n for n in needles if not any(o != n and o in n for o in needles))
+        self._prefilter: re.Pattern[bytes] | None = (
+            re.compile(b"|".join(re.escape(n) for n in minimal)) if minimal else None
+        )
+        # Which kinds a needle found in a line can belong to: those with a literal containing that needle.
+        self._by_needle: dict[bytes, tuple[int, ...]] = {
+            n: tuple(i for i, group in sorted(spellings.items()) if any(n in lit for lit in group)) for n in minimal
+        }
+
+    def next_candidate(self, data: bytes, pos: int, endpos: int) -> int:
+        """Offset of the next literal hit in ``data[pos:endpos]``, or -1."""
+        if self.every_line:
+            return pos if pos < endpos else -1
+        if self._prefilter is None:
+            return -1
+        m = self._prefilter.search(data, pos, endpos)
+        return -1 if m is None else m.start()
+
+    def match_raw(self, raw: bytes, body: str) -> list[EventKind]:
+        """Like :meth:`match`, trying only the kinds whose literals occur in the raw line."""
+        if self._prefilter is None:
+            return self._match(body, self._unfiltered)
+        hits = set(self._prefilter.findall(raw))
+        if not hits and not self._unfiltered:
+            return []
+        indices: set[int] = set(self._unfiltered)
+        for needle in hits:
+            indices.update(self._by_needle.get(needle, ()))
+        return self._match(body, sorted(indices))
+
+    def match(self, body: str) -> list[EventKind]:
+        """The kinds one line (ANSI-stripped, prefix removed) is an occurrence of."""
+        return self._match(body, range(len(self._checks)))
+
+    def _match(self, body: str, indices: Sequence[int]) -> list[EventKind]:
+        found: list[EventKind] = []
+        lowered: str | None = None
+        for i in indices:
+            kind, literals = self._checks[i]
+            if literals:
+                if kind.ignore_case:
+                    if lowered is None:
+                        lowered = body.lower()
+                    hay = lowered
+                else:
+                    hay = body
+                for lit in literals:
+                    if lit in hay:
+                        break
+                else:
+                    continue
+            if kind.regex.search(body) is None:
+                continue
+            if kind.exclude is not None and kind.exclude.search(body) is not None:
+                continue
+            found.append(kind)
+        return found
+
+
+def prepare(raw: bytes) -> tuple[str, str, str]:
+    """(text, tag, body) of one raw line: decoded leniently, colour codes stripped, prefixes split off."""
+    text = strip_ansi(raw.decode("utf-8", "replace"))
+    tag, body = split_prefix(text)
+    return text, tag, body

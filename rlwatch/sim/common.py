@@ -1,0 +1,231 @@
+"""What every simulator piece shares: the run directory's layout, the common arguments, and atomic file writes.
+
+Every piece is started as ``python -m rlwatch.sim.<piece> --sim-id UUID --run-dir DIR ...`` so that an explicit
+regex over its command line (never a broad name) recognises it, and so that running the same argv again (as
+``rlwatch act`` does) reproduces the same piece in the same run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import getpass
+import json
+import os
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+EXPERIMENT = "gsm8k-grpo"
+TRIAL = "trial0"
+DEVICE_NAME = "nvidia0"
+
+
+def _user() -> str:
+    try:
+        return getpass.getuser()
+    except (KeyError, OSError):
+        return "root"
+
+
+@dataclass(frozen=True)
+class Layout:
+    """Where an AReaL-style run keeps its files, with ``cluster.fileroot`` set to the run directory."""
+
+    run_dir: Path
+    user: str = ""
+
+    @classmethod
+    def of(cls, run_dir: str | os.PathLike[str]) -> Layout:
+        return cls(Path(run_dir).absolute(), _user())
+
+    # AReaL: {fileroot}/logs/{user}/{exp}/{trial}/ and {fileroot}/checkpoints/{user}/{exp}/{trial}/
+    @property
+    def trial_rel(self) -> str:
+        return f"{self.user}/{EXPERIMENT}/{TRIAL}"
+
+    @property
+    def log_dir(self) -> Path:
+        return self.run_dir / "logs" / self.trial_rel
+
+    @property
+    def trainer_log(self) -> Path:
+        return self.log_dir / "trainer.log"
+
+    @property
+    def server_log(self) -> Path:
+        return self.log_dir / "llm_server.log"
+
+    @property
+    def wandb_log(self) -> Path:
+        return self.log_dir / "wandb" / "output.log"
+
+    @property
+    def launcher_log(self) -> Path:
+        return self.run_dir / "logs" / "launcher.log"
+
+    @property
+    def container_log(self) -> Path:
+        return self.run_dir / "logs" / "container.log"
+
+    @property
+    def trl_trainer_log(self) -> Path:
+        return self.run_dir / "logs" / "train.log"
+
+    @property
+    def trl_server_log(self) -> Path:
+        return self.run_dir / "logs" / "vllm_server.log"
+
+    @property
+    def trl_output(self) -> Path:
+        return self.run_dir / "output"
+
+    def worker_log(self, index: int) -> Path:
+        return self.run_dir / "logs" / f"worker-{index}.log"
+
+    @property
+    def ckpt_root(self) -> Path:
+        return self.run_dir / "checkpoints" / self.trial_rel
+
+    @property
+    def ckpt_dir(self) -> Path:
+        return self.ckpt_root / "default"
+
+    @property
+    def recover_dir(self) -> Path:
+        return self.ckpt_root / "recover_info"
+
+    @property
+    def step_info(self) -> Path:
+        return self.recover_dir / "step_info.json"
+
+    @property
+    def config_yaml(self) -> Path:
+        return self.run_dir / "config.yaml"
+
+    @property
+    def rlwatch_yaml(self) -> Path:
+        return self.run_dir / "rlwatch.yaml"
+
+    @property
+    def device(self) -> Path:
+        return self.run_dir / "dev" / DEVICE_NAME
+
+    @property
+    def sim_dir(self) -> Path:
+        return self.run_dir / ".sim"
+
+    @property
+    def alive(self) -> Path:
+        return self.sim_dir / "alive"
+
+    @property
+    def parts_dir(self) -> Path:
+        return self.sim_dir / "ledger.d"
+
+    @property
+    def ledger(self) -> Path:
+        return self.sim_dir / "ledger.json"
+
+    @property
+    def gpu_state(self) -> Path:
+        return self.sim_dir / "gpu_state.json"
+
+    @property
+    def spec(self) -> Path:
+        return self.sim_dir / "spec.json"
+
+    @property
+    def faults_dir(self) -> Path:
+        return self.sim_dir / "faults"
+
+    @property
+    def repo_dir(self) -> Path:
+        return self.run_dir / "repo"
+
+    @property
+    def train_script(self) -> Path:
+        return self.run_dir / "train_grpo.py"
+
+    def rel(self, path: Path) -> str:
+        """A path as the ledger names it: relative to the run directory when inside it."""
+        try:
+            return path.absolute().relative_to(self.run_dir).as_posix()
+        except ValueError:
+            return str(path)
+
+
+def scaled(seconds: float, speed: float, floor: float = 0.01) -> float:
+    """A demo-speed interval shortened by ``speed``; never zero, so loops still yield the CPU."""
+    return max(floor, seconds / speed)
+
+
+def piece_argv(piece: str, sim_id: str, run_dir: Path, *extra: str) -> list[str]:
+    """The argv of one piece. The fixed prefix is what the rlwatch.yaml regexes anchor on."""
+    return [sys.executable, "-m", f"rlwatch.sim.{piece}", "--sim-id", sim_id, "--run-dir", str(run_dir), *extra]
+
+
+def base_parser(description: str) -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(description=description)
+    p.add_argument("--sim-id", required=True)
+    p.add_argument("--run-dir", required=True, type=Path)
+    p.add_argument("--speed", type=float, default=1.0)
+    p.add_argument("--seed", type=int, default=0)
+    return p
+
+
+def atomic_write_text(path: Path, text: str) -> None:
+    """Write a whole file so that a reader in another process sees the old or the new content, never a mix."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+
+
+def atomic_write_json(path: Path, data: object, indent: int | None = None) -> None:
+    atomic_write_text(path, json.dumps(data, indent=indent) + "\n")
+
+
+def read_json(path: Path) -> object | None:
+    """A JSON file, or None when it is missing, half-written or not JSON."""
+    try:
+        data: object = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return data
+
+
+def claim_fault(layout: Layout, name: str) -> bool:
+    """Take a one-shot fault token; True exactly once per token.
+
+    Faults are armed once by the supervisor so that re-running the launch script (a resume) is not hit by the same
+    injected failure again, exactly as a real re-run after a one-off crash is not.
+    """
+    try:
+        os.unlink(layout.faults_dir / name)
+    except OSError:
+        return False
+    return True
+
+
+def sleep_until(deadline: float) -> None:
+    """Sleep until a monotonic deadline (no-op when it has passed)."""
+    left = deadline - time.monotonic()
+    if left > 0:
+        time.sleep(left)
+
+
+def load_spec(layout: Layout) -> dict[str, Any]:
+    """The run's parameters, written once by the supervisor (``.sim/spec.json``); empty when unreadable."""
+    data = read_json(layout.spec)
+    return data if isinstance(data, dict) else {}

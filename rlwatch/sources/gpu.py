@@ -1,0 +1,154 @@
+"""The GPU source behind one small interface: real GPUs through NVML, a simulator's state file, or none.
+
+Machines without a GPU (laptops, CI, the simulator) get a backend that says so in words rather than an error, since
+a host with no GPU is not a problem in itself. Every backend also exposes ``last_processes`` — which pids NVML
+(or the simulator) says use which GPU — for the cross-check against the device holders found in /proc.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Any, Protocol
+
+from rlwatch.clock import Clock, SystemClock
+from rlwatch.config import GpuConfig
+from rlwatch.sources import one_line
+from rlwatch.sources.nvml import NvmlBackend, ProcessMap
+from rlwatch.state import GpuState, GpuStatus
+
+DEFAULT_SIMULATED_STATE = ".sim/gpu_state.json"
+
+
+class GpuBackend(Protocol):
+    name: str
+    last_processes: ProcessMap  # gpu index → pid → GPU memory in bytes (None when the driver does not say)
+
+    def sample(self) -> GpuStatus: ...
+
+    def close(self) -> None: ...
+
+
+class NoGpuBackend:
+    name = "none"
+
+    def __init__(self, reason: str | None = None) -> None:
+        self._error = f"no GPU backend ({reason})" if reason else "no GPU backend"
+        self.last_processes: ProcessMap = {}
+
+    def sample(self) -> GpuStatus:
+        return GpuStatus(backend=self.name, available=False, error=self._error)
+
+    def close(self) -> None:
+        return None
+
+
+def _int(value: Any) -> int | None:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    return int(value) if math.isfinite(value) else None
+
+
+def _float(value: Any) -> float | None:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    return float(value) if math.isfinite(value) else None
+
+
+def _str(value: Any) -> str | None:
+    return value if isinstance(value, str) else None
+
+
+def parse_simulated(data: Any) -> tuple[tuple[GpuState, ...], ProcessMap] | None:
+    """The simulator's GPU document; None when it has no ``gpus`` list. Missing or mistyped fields become None."""
+    if not isinstance(data, dict) or not isinstance(data.get("gpus"), list):
+        return None
+    gpus: list[GpuState] = []
+    procs: ProcessMap = {}
+    for position, item in enumerate(data["gpus"]):
+        if not isinstance(item, dict):
+            continue
+        index = _int(item.get("index"))
+        index = position if index is None else index
+        gpus.append(
+            GpuState(
+                index=index,
+                name=_str(item.get("name")),
+                uuid=_str(item.get("uuid")),
+                util=_float(item.get("util")),
+                mem_used_bytes=_int(item.get("mem_used_bytes")),
+                mem_total_bytes=_int(item.get("mem_total_bytes")),
+                temp_c=_float(item.get("temp_c")),
+                power_w=_float(item.get("power_w")),
+                compute_mode=_str(item.get("compute_mode")),
+            )
+        )
+        per_pid: dict[int, int | None] = {}
+        raw_procs = item.get("processes")
+        for proc in raw_procs if isinstance(raw_procs, list) else ():
+            pid = _int(proc.get("pid")) if isinstance(proc, dict) else None
+            if pid is not None and pid > 0:
+                per_pid[pid] = _int(proc.get("used_bytes")) if isinstance(proc, dict) else None
+        procs[index] = per_pid
+    return tuple(gpus), procs
+
+
+class SimulatedBackend:
+    """GPUs described by a JSON file the simulator rewrites atomically every second."""
+
+    name = "simulated"
+
+    def __init__(self, state_file: str | Path, *, clock: Clock | None = None, stale_after_s: float = 10.0) -> None:
+        self._path = Path(state_file)
+        self._clock: Clock = clock or SystemClock()
+        self._stale_after_s = stale_after_s
+        self.last_processes: ProcessMap = {}
+
+    def _unavailable(self, error: str) -> GpuStatus:
+        self.last_processes = {}
+        return GpuStatus(backend=self.name, available=False, error=error)
+
+    def sample(self) -> GpuStatus:
+        try:
+            text = self._path.read_text(encoding="utf-8")
+        except FileNotFoundError:
+            return self._unavailable(f"simulated GPU state not found: {self._path}")
+        except (OSError, ValueError) as exc:
+            return self._unavailable(f"simulated GPU state not readable: {one_line(exc)}")
+        try:
+            data = json.loads(text)
+        except ValueError:
+            return self._unavailable("simulated GPU state is not valid JSON (half-written?)")
+        parsed = parse_simulated(data)
+        if parsed is None:
+            return self._unavailable("simulated GPU state has no 'gpus' list")
+        gpus, procs = parsed
+        self.last_processes = procs
+        error = None
+        written = _float(data.get("time"))
+        if written is not None:
+            age = self._clock.time() - written
+            if age > self._stale_after_s:
+                error = f"stale: simulated GPU state is {age:.0f}s old"
+        return GpuStatus(backend=self.name, available=True, error=error, gpus=gpus)
+
+    def close(self) -> None:
+        return None
+
+
+def make_gpu_backend(cfg: GpuConfig, run_dir: str | Path, *, clock: Clock | None = None) -> GpuBackend:
+    """The configured backend; ``auto`` is NVML when it initialises, otherwise none (with NVML's reason)."""
+    if cfg.backend == "simulated":
+        path = Path(cfg.simulated_state or DEFAULT_SIMULATED_STATE)
+        return SimulatedBackend(path if path.is_absolute() else Path(run_dir) / path, clock=clock)
+    if cfg.backend == "none":
+        return NoGpuBackend()
+    nvml = NvmlBackend(query_timeout_s=cfg.query_timeout_s, clock=clock)
+    if cfg.backend == "nvml":
+        return nvml
+    reason = nvml.probe()
+    if reason is None:
+        return nvml
+    nvml.close()
+    return NoGpuBackend(reason)

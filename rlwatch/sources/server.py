@@ -1,0 +1,118 @@
+"""Health of the inference server (SGLang, vLLM, ``trl vllm-serve``) by its HTTP health endpoint.
+
+A server process that lives while its health check fails is one of the incidents rlwatch exists for, so the probe
+reports the HTTP answer and the process's liveness side by side and never infers one from the other. Failures are
+put in the words a person would use ("connection refused", "timed out after 2.0s", "HTTP 503") because they are
+shown as they are. Proxies from the environment are ignored: a pod's ``http_proxy`` must never swallow a probe of a
+server on the same host.
+"""
+
+from __future__ import annotations
+
+import http.client
+import socket
+import urllib.error
+import urllib.request
+
+from rlwatch.clock import Clock
+from rlwatch.config import ServerConfig
+from rlwatch.sources import one_line
+from rlwatch.state import ServerState
+
+DEFAULT_HEALTH_PATHS = {"sglang": "/health", "vllm": "/health", "trl": "/health/"}
+
+_OPENER = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+
+
+def health_url(cfg: ServerConfig) -> str | None:
+    if not cfg.url:
+        return None
+    path = cfg.health_path if cfg.health_path is not None else DEFAULT_HEALTH_PATHS.get(cfg.kind or "", "/health")
+    if path and not path.startswith("/"):
+        path = "/" + path
+    return cfg.url.rstrip("/") + path
+
+
+def _describe(exc: BaseException, timeout_s: float) -> str:
+    """An exception from urllib in the words of a person looking at a server."""
+    if isinstance(exc, urllib.error.URLError) and not isinstance(exc, urllib.error.HTTPError):
+        reason = exc.reason
+        if isinstance(reason, BaseException):
+            return _describe(reason, timeout_s)
+        return str(reason) or "unreachable"
+    if isinstance(exc, TimeoutError | socket.timeout):
+        return f"timed out after {timeout_s:g}s"
+    if isinstance(exc, http.client.RemoteDisconnected):
+        return "closed without a response"
+    if isinstance(exc, ConnectionRefusedError):
+        return "connection refused"
+    if isinstance(exc, ConnectionResetError):
+        return "reset by peer"
+    if isinstance(exc, http.client.HTTPException):
+        return "bad response"
+    if isinstance(exc, socket.gaierror):
+        return f"host not found ({exc.strerror or exc})"
+    if isinstance(exc, ValueError):
+        return f"bad url ({one_line(exc)})"
+    if isinstance(exc, OSError) and exc.strerror:
+        return exc.strerror.lower()
+    return one_line(exc)
+
+
+class ServerProbe:
+    """One blocking GET per :meth:`probe`; remembers since when the server has been down."""
+
+    def __init__(self, cfg: ServerConfig, clock: Clock) -> None:
+        self._cfg = cfg
+        self._clock = clock
+        self._url = health_url(cfg)
+        self._down_since: float | None = None
+
+    @property
+    def url(self) -> str | None:
+        return self._url
+
+    def probe(self, process_alive: bool | None = None, pid: int | None = None) -> ServerState:
+        """Ask the health endpoint once. ``up`` is None only when no server URL is configured."""
+        if self._url is None:
+            return ServerState(
+                kind=self._cfg.kind,
+                url=None,
+                up=None,
+                down_since=None,
+                pid=pid,
+                error="no server configured",
+                process_alive=process_alive,
+            )
+        timeout = self._cfg.timeout_s
+        started = self._clock.monotonic()
+        status: int | None = None
+        error: str | None = None
+        try:
+            request = urllib.request.Request(self._url, method="GET", headers={"User-Agent": "rlwatch"})  # noqa: S310
+            with _OPENER.open(request, timeout=timeout) as response:
+                status = int(response.status)
+        except urllib.error.HTTPError as exc:
+            status = int(exc.code)
+            exc.close()
+        except Exception as exc:  # every failure is an answer about the server, never an error of rlwatch
+            error = _describe(exc, timeout)
+        latency = max(0.0, self._clock.monotonic() - started)
+        up = status is not None and 200 <= status < 300
+        if status is not None and not up:
+            error = f"HTTP {status}"
+        if up:
+            self._down_since = None
+        elif self._down_since is None:
+            self._down_since = self._clock.time()
+        return ServerState(
+            kind=self._cfg.kind,
+            url=self._cfg.url,
+            up=up,
+            down_since=self._down_since,
+            pid=pid,
+            status_code=status,
+            error=error,
+            latency_s=latency,
+            process_alive=process_alive,
+        )

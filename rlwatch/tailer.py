@@ -1,0 +1,416 @@
+"""Tailing many log files by glob: backlog first, then live, across rotation, truncation and re-creation.
+
+Each file is opened once and pinned by its inode; reads use ``pread`` at an offset kept here, so no file position
+is shared and nothing depends on a watcher having seen an event. Every poll costs one ``stat`` per file plus a glob
+rescan about once a second. On each poll, for each watched path:
+
+- same inode, larger: read the new bytes (at most ``max_poll_bytes``: a huge backlog streams over several polls);
+- same inode, smaller than what was read, or its first bytes changed: truncated (``copytruncate``, ``> file``):
+  start again at 0 with line 1;
+- another inode (renamed away and re-created, or deleted and re-created): the old descriptor is drained to its end
+  first, then the new file is read from 0;
+- gone: the old descriptor is drained, then closed.
+
+Chunks carry complete lines only, split as Python's universal newlines do (``\\n``, ``\\r\\n``, ``\\r``). The
+unfinished last line of a file is held back until it is completed. A line ending in a bare ``\\r`` at the end of
+what has been written is held too, until the next byte shows whether it is ``\\r\\n``. When a file is rotated
+away, deleted or truncated, its unfinished last line is delivered as a line of its own once the old content has
+been drained, since it can never be completed. A line longer than ``max_line_bytes`` is delivered in pieces
+(``continued`` / ``continues_line``) that keep one line number, so it is never held whole in memory.
+
+Limits: bytes appended to a file and then removed by ``copytruncate`` before a poll read them are lost (that is
+inherent in copytruncate); two rotations between two polls lose the middle file unless the glob also matches the
+rotated names (then it is read as a file of its own); a truncation followed by regrowth with identical first bytes
+between two polls is not noticed.
+"""
+
+from __future__ import annotations
+
+import errno
+import glob
+import os
+import re
+import stat
+import time
+from collections import OrderedDict
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+__all__ = ["Chunk", "Tailer", "count_lines"]
+
+_MAGIC = re.compile(r"[*?\[]")
+_HEAD_BYTES = 128  # first bytes kept per file: a changed head means the file was replaced in place
+_RETIRED_MAX = 64
+
+
+@dataclass(frozen=True, slots=True)
+class Chunk:
+    """New text from one file.
+
+    ``data`` holds complete lines, each with its terminator, numbered from ``first_lineno`` (1-based). ``nlines``
+    counts the line terminators in ``data``, plus one for a final unterminated line when the file ended for good.
+    An over-long line comes in pieces: every piece but the first has ``continues_line`` (its bytes up to the first
+    terminator belong to the line that ``first_lineno`` numbers), every piece but the last has ``continued`` (the
+    bytes after the last terminator are the start of a line that goes on in the next chunk).
+    """
+
+    path: str
+    data: bytes
+    first_lineno: int
+    nlines: int
+    continues_line: bool = False
+    continued: bool = False
+
+
+def count_lines(data: bytes) -> int:
+    """Universal-newline terminators in ``data`` (``\\r\\n`` counts once)."""
+    n = data.count(b"\n")
+    if b"\r" in data:
+        n += data.count(b"\r") - data.count(b"\r\n")
+    return n
+
+
+def _complete_end(data: bytes) -> int:
+    """Length of the prefix of ``data`` made of complete lines.
+
+    A bare ``\\r`` as the very last byte does not end a line yet: a ``\\n`` may follow in the next read.
+    """
+    nl = data.rfind(b"\n")
+    cr = data.rfind(b"\r")
+    if cr <= nl:
+        return nl + 1
+    if cr < len(data) - 1:
+        return cr + 1
+    return max(data.rfind(b"\n", 0, cr), data.rfind(b"\r", 0, cr)) + 1
+
+
+def _describe(exc: OSError) -> str:
+    if exc.errno in (errno.EACCES, errno.EPERM):
+        return "permission denied"
+    if exc.errno == errno.EISDIR:
+        return "is a directory"
+    return (exc.strerror or type(exc).__name__).lower()
+
+
+def _kind_error(mode: int) -> str | None:
+    if stat.S_ISREG(mode):
+        return None
+    if stat.S_ISDIR(mode):
+        return "is a directory"
+    if stat.S_ISFIFO(mode):
+        return "is a FIFO: not tailed"
+    return "not a regular file: not tailed"
+
+
+class _Handle:
+    """One open file, pinned by its inode, with what has been read and delivered from it."""
+
+    __slots__ = ("dev", "fd", "head", "ino", "lineno", "offset", "pending", "piece", "size")
+
+    def __init__(self, fd: int, st: os.stat_result, offset: int = 0, lineno: int = 1) -> None:
+        self.fd = fd
+        self.dev = st.st_dev
+        self.ino = st.st_ino
+        self.offset = offset  # next byte to read
+        self.size = st.st_size  # size at the last look
+        self.lineno = lineno  # number of the next line to start
+        self.pending = b""  # the unfinished last line (read, not delivered)
+        self.piece = False  # part of the pending line was delivered already
+        self.head = b""
+
+    @property
+    def key(self) -> tuple[int, int]:
+        return (self.dev, self.ino)
+
+    def close(self) -> None:
+        try:
+            os.close(self.fd)
+        except OSError:
+            pass
+
+
+@dataclass(slots=True)
+class _Retired:
+    """A drained file that may reappear under another name (a rotated file the glob also matches)."""
+
+    head: bytes
+    offset: int
+    lineno: int
+
+
+class _Watch:
+    __slots__ = ("cur", "old", "path")
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self.cur: _Handle | None = None
+        self.old: _Handle | None = None  # renamed or deleted, still being drained
+
+
+class Tailer:
+    """Follows every file matching ``patterns`` (absolute globs, ``**`` allowed). Never raises on I/O errors."""
+
+    def __init__(
+        self,
+        patterns: Sequence[str],
+        *,
+        max_line_bytes: int = 1 << 20,
+        start_at_end: bool = False,
+        block_bytes: int = 1 << 20,
+        max_poll_bytes: int = 64 << 20,
+        rescan_s: float = 1.0,
+        monotonic: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._patterns = tuple(dict.fromkeys(patterns))
+        self._max_line = max(1, max_line_bytes)
+        self._start_at_end = start_at_end
+        self._block = max(1, block_bytes)
+        self._max_poll = max(1, max_poll_bytes)
+        self._rescan_s = rescan_s
+        self._monotonic = monotonic
+        self._next_rescan = float("-inf")
+        self._first_scan = True
+        self._watches: dict[str, _Watch] = {}
+        self._retired: OrderedDict[tuple[int, int], _Retired] = OrderedDict()
+        self.errors: dict[str, str] = {}
+
+    @property
+    def files(self) -> tuple[str, ...]:
+        """Paths being followed now."""
+        return tuple(sorted(p for p, w in self._watches.items() if w.cur is not None or w.old is not None))
+
+    def close(self) -> None:
+        for watch in self._watches.values():
+            for handle in (watch.cur, watch.old):
+                if handle is not None:
+                    handle.close()
+        self._watches.clear()
+
+    # ---------------------------------------------------------------------------------------------------- poll
+    def poll(self) -> list[Chunk]:
+        """Everything new since the last poll, oldest first within each file."""
+        chunks: list[Chunk] = []
+        for watch in list(self._watches.values()):
+            self._poll_watch(watch, chunks)
+        now = self._monotonic()
+        if now >= self._next_rescan:
+            self._next_rescan = now + self._rescan_s
+            for watch in self._rescan():
+                self._poll_watch(watch, chunks)
+            self._first_scan = False
+        return chunks
+
+    def _rescan(self) -> list[_Watch]:
+        """New paths matching the patterns, opened (or resumed, when they are a file already read)."""
+        found: list[_Watch] = []
+        matched: set[str] = set()
+        live = {h.key for w in self._watches.values() for h in (w.cur, w.old) if h is not None}
+        for pattern in self._patterns:
+            literal = _MAGIC.search(pattern) is None
+            try:
+                paths = [pattern] if literal else sorted(glob.glob(pattern, recursive=True))
+            except (OSError, ValueError, RecursionError) as exc:
+                self.errors[pattern] = f"cannot expand pattern: {exc}"
+                continue
+            matched.update(paths)
+            for path in paths:
+                if path in self._watches:
+                    continue
+                try:
+                    st = os.stat(path)
+                except FileNotFoundError:
+                    continue
+                except OSError as exc:
+                    self.errors[path] = _describe(exc)
+                    continue
+                problem = _kind_error(st.st_mode)
+                if problem is not None:
+                    if literal or not stat.S_ISDIR(st.st_mode):
+                        self.errors[path] = problem
+                    continue
+                if (st.st_dev, st.st_ino) in live:
+                    continue  # another name of a file already followed
+                watch = _Watch(path)
+                handle = self._open(path)
+                if handle is None:
+                    self._watches[path] = watch  # keep trying: the error may clear
+                    continue
+                self._place(handle, st)
+                watch.cur = handle
+                live.add(handle.key)
+                self._watches[path] = watch
+                found.append(watch)
+        for path in [p for p, w in self._watches.items() if p not in matched and w.cur is None and w.old is None]:
+            del self._watches[path]  # gone for good; a later rescan finds it again if it comes back
+        return found
+
+    def _place(self, handle: _Handle, st: os.stat_result) -> None:
+        """Where a newly found file starts: where it was left under another name, at its end, or at 0."""
+        handle.head = self._pread(handle, _HEAD_BYTES, 0) or b""
+        retired = self._retired.pop(handle.key, None)
+        if retired is not None and retired.offset <= st.st_size and handle.head.startswith(retired.head):
+            handle.offset, handle.lineno = retired.offset, retired.lineno
+        elif self._start_at_end and self._first_scan:
+            self._skip_to_end(handle, st.st_size)
+
+    def _skip_to_end(self, handle: _Handle, size: int) -> None:
+        """Start at the last complete line of the existing content, numbering lines as if they had been read."""
+        offset = 0
+        lines = 0
+        carry_cr = False
+        tail = b""
+        while offset < size:
+            block = self._pread(handle, min(self._block, size - offset), offset)
+            if not block:
+                break
+            lines += count_lines(block) - (1 if carry_cr and block[:1] == b"\n" else 0)
+            carry_cr = block[-1:] == b"\r"
+            tail = (tail + block)[-self._max_line :]
+            offset += len(block)
+        end = _complete_end(tail)
+        unfinished = tail[end:]
+        lines -= count_lines(tail[end:])  # a held trailing "\r" is not a finished line yet
+        handle.offset = offset - len(unfinished)
+        handle.lineno = lines + 1
+
+    def _poll_watch(self, watch: _Watch, chunks: list[Chunk]) -> None:
+        path = watch.path
+        if watch.old is not None and not self._drain(watch, chunks):
+            return  # still draining the rotated file: the new one waits, so lines stay in order
+        try:
+            st = os.stat(path)
+        except FileNotFoundError:
+            # The watch stays, so a re-created file is noticed on the next poll, not the next rescan.
+            if watch.cur is not None:
+                watch.old, watch.cur = watch.cur, None
+                self._drain(watch, chunks)
+            self.errors.pop(path, None)
+            return
+        except OSError as exc:
+            self.errors[path] = _describe(exc)
+            return
+        problem = _kind_error(st.st_mode)
+        if problem is not None:
+            self.errors[path] = problem
+            if watch.cur is not None:
+                watch.old, watch.cur = watch.cur, None
+                self._drain(watch, chunks)
+            return
+        cur = watch.cur
+        if cur is not None and (st.st_dev, st.st_ino) != cur.key:
+            watch.old, watch.cur = cur, None
+            if not self._drain(watch, chunks):
+                return
+            cur = None
+        if cur is None:
+            cur = self._open(path)
+            if cur is None:
+                return
+            cur.head = self._pread(cur, _HEAD_BYTES, 0) or b""
+            watch.cur = cur
+        self.errors.pop(path, None)
+        if st.st_size != cur.size or st.st_size < cur.offset:
+            if st.st_size < cur.offset or not self._head_intact(cur):
+                self._flush(path, cur, chunks)
+                cur.offset, cur.lineno, cur.piece = 0, 1, False
+                cur.head = self._pread(cur, _HEAD_BYTES, 0) or b""
+            cur.size = st.st_size
+        if st.st_size > cur.offset:
+            self._read(path, cur, chunks)
+
+    def _head_intact(self, handle: _Handle) -> bool:
+        if not handle.head:
+            return True
+        now = self._pread(handle, len(handle.head), 0)
+        return now is None or now == handle.head
+
+    def _drain(self, watch: _Watch, chunks: list[Chunk]) -> bool:
+        """Read the rotated-away file to its end; True once it is finished and closed."""
+        old = watch.old
+        if old is None:
+            return True
+        if self._read(watch.path, old, chunks) == "more":
+            return False
+        self._flush(watch.path, old, chunks)
+        old.close()
+        self._retired[old.key] = _Retired(head=old.head, offset=old.offset, lineno=old.lineno)
+        while len(self._retired) > _RETIRED_MAX:
+            self._retired.popitem(last=False)
+        watch.old = None
+        return True
+
+    # --------------------------------------------------------------------------------------------------- I/O
+    def _open(self, path: str) -> _Handle | None:
+        try:
+            fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+        except OSError as exc:
+            self.errors[path] = _describe(exc)
+            return None
+        try:
+            fst = os.fstat(fd)
+        except OSError as exc:
+            os.close(fd)
+            self.errors[path] = _describe(exc)
+            return None
+        problem = _kind_error(fst.st_mode)
+        if problem is not None:  # replaced by something else between stat and open
+            os.close(fd)
+            self.errors[path] = problem
+            return None
+        self.errors.pop(path, None)
+        return _Handle(fd, fst)
+
+    def _pread(self, handle: _Handle, size: int, offset: int) -> bytes | None:
+        try:
+            return os.pread(handle.fd, size, offset)
+        except OSError:
+            return None
+
+    def _read(self, path: str, handle: _Handle, chunks: list[Chunk]) -> str:
+        """Read from the handle's offset, at most one poll's worth: "eof", "more" (budget spent) or "error"."""
+        budget = self._max_poll
+        while budget > 0:
+            want = min(self._block, budget)
+            try:
+                block = os.pread(handle.fd, want, handle.offset)
+            except OSError as exc:
+                self.errors[path] = f"read failed: {_describe(exc)}"
+                return "error"
+            if not block:
+                return "eof"
+            handle.offset += len(block)
+            handle.size = max(handle.size, handle.offset)
+            budget -= len(block)
+            if len(handle.head) < _HEAD_BYTES and handle.offset - len(block) <= len(handle.head):
+                start = len(handle.head) - (handle.offset - len(block))
+                handle.head += block[start : start + _HEAD_BYTES - len(handle.head)]
+            self._split(path, handle, block, chunks)
+        return "more"
+
+    def _split(self, path: str, handle: _Handle, block: bytes, chunks: list[Chunk]) -> None:
+        data = handle.pending + block if handle.pending else block
+        end = _complete_end(data)
+        if end:
+            complete = data[:end]
+            n = count_lines(complete)
+            chunks.append(Chunk(path, complete, handle.lineno, n, continues_line=handle.piece))
+            handle.lineno += n
+            handle.piece = False
+        rest = data[end:] if end else data
+        # Pieces are cut strictly inside the unfinished line, so a held trailing "\r" is never split off.
+        while len(rest) > self._max_line:
+            piece, rest = rest[: self._max_line], rest[self._max_line :]
+            chunks.append(Chunk(path, piece, handle.lineno, 0, continues_line=handle.piece, continued=True))
+            handle.piece = True
+        handle.pending = rest
+
+    def _flush(self, path: str, handle: _Handle, chunks: list[Chunk]) -> None:
+        """Deliver the unfinished last line of a file that will not grow any more (rotated, deleted, truncated)."""
+        rest = handle.pending
+        if not rest:
+            return
+        n = count_lines(rest) + (0 if rest.endswith((b"\n", b"\r")) else 1)
+        chunks.append(Chunk(path, rest, handle.lineno, n, continues_line=handle.piece))
+        handle.lineno += n
+        handle.pending = b""
+        handle.piece = False

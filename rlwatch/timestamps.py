@@ -1,0 +1,81 @@
+"""The time a log line says it was written.
+
+Counting a backlog must place old events at their own time, not at the time rlwatch happened to read them, or
+every rate and "first seen" would be wrong after a restart of rlwatch. Only matched lines are parsed, so this is
+off the hot path. All formats are local time without a zone, as the frameworks write them.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from datetime import datetime
+
+__all__ = ["parse_time"]
+
+# The timestamp sits near the start of a line, behind at most an ANSI-stripped logger prefix such as
+# "(AReaL) " or "[rank0]:"; looking further would pick up times quoted inside messages.
+_SEARCH_CHARS = 200
+
+_HMS = re.compile(r"\d\d:\d\d:\d\d", re.ASCII)
+# AReaL: 20251121-09:15:30.652
+_AREAL = re.compile(r"(?<!\d)(\d{4})(\d\d)(\d\d)-(\d\d):(\d\d):(\d\d)(?:\.(\d{1,6}))?(?!\d)", re.ASCII)
+# SGLang "[2025-03-14 02:15:58 TP0]", Python logging "2025-03-14 02:15:58,123", ISO "2025-03-14T02:15:58.1"
+_ISO = re.compile(r"(?<!\d)(\d{4})-(\d\d)-(\d\d)[ T](\d\d):(\d\d):(\d\d)(?:[.,](\d{1,6}))?(?!\d)", re.ASCII)
+# vLLM: "INFO 05-06 20:59:57" (no year)
+_VLLM = re.compile(
+    r"\b(?:DEBUG|INFO|WARNING|ERROR|CRITICAL)\s+(\d\d)-(\d\d) (\d\d):(\d\d):(\d\d)(?:\.(\d{1,6}))?(?!\d)", re.ASCII
+)
+# glog (torch C++ and torchrun): "[E1121 06:24:44.903881913 ..." or "W1121 09:22:41.944000 40112 ..." (no year)
+_GLOG = re.compile(r"(?<![^\s\[:])[IWEF](\d\d)(\d\d) (\d\d):(\d\d):(\d\d)(?:\.(\d{1,9}))?(?!\d)", re.ASCII)
+
+# A line "from the future" by more than this is taken to be from the previous year (year-less formats only).
+_FUTURE_SLACK_S = 86_400.0
+
+
+def _local(fields: tuple[int, int, int, int, int, int], frac: str | None) -> float | None:
+    """Local-time epoch seconds; None for an impossible date. A leap second is read as :59."""
+    year, month, day, hour, minute, second = fields
+    try:
+        stamp = datetime(year, month, day, hour, minute, min(second, 59)).timestamp()
+    except (ValueError, OverflowError, OSError):
+        return None
+    if frac:
+        stamp += int(frac) / 10 ** len(frac)
+    return stamp
+
+
+def _yearless(groups: tuple[str | None, ...], now: float) -> float | None:
+    month, day, hour, minute, second = (int(g or 0) for g in groups[:5])
+    try:
+        year = time.localtime(now).tm_year
+    except (ValueError, OverflowError, OSError):
+        return None
+    stamp = _local((year, month, day, hour, minute, second), groups[5])
+    if stamp is not None and stamp > now + _FUTURE_SLACK_S:
+        stamp = _local((year - 1, month, day, hour, minute, second), groups[5])
+    return stamp
+
+
+def parse_time(text: str, now: float) -> float | None:
+    """Epoch seconds of the timestamp a log line carries, or None when it has none (or an impossible one).
+
+    ``now`` supplies the year for formats that omit it: the current year, or the previous one when the date
+    would otherwise lie in the future (a December line read in January).
+    """
+    head = text[:_SEARCH_CHARS]
+    clock = _HMS.search(head)  # every supported format has HH:MM:SS: most lines are rejected by this one scan
+    if clock is None:
+        return None
+    # Searched in place (not sliced) so look-behinds still see the characters before the window.
+    lo, hi = max(0, clock.start() - 24), clock.end() + 12
+    for full in (_AREAL, _ISO):
+        m = full.search(head, lo, hi)
+        if m:
+            y, mo, d, h, mi, s = (int(g) for g in m.groups()[:6])
+            return _local((y, mo, d, h, mi, s), m.group(7))
+    for yearless in (_VLLM, _GLOG):
+        m = yearless.search(head, lo, hi)
+        if m:
+            return _yearless(m.groups(), now)
+    return None

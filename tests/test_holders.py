@@ -1,0 +1,301 @@
+"""GPU holders: real processes holding a stand-in device file, found through /proc and classified."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import psutil
+import pytest
+
+from rlwatch.clock import FakeClock
+from rlwatch.sources.holders import (
+    HolderScanner,
+    classify_holders,
+    find_holders,
+    gpu_index,
+    holders_by_gpu,
+    merge_nvml_pids,
+    nvml_notes,
+    scan_holders,
+)
+from rlwatch.state import GpuHolder
+
+OPENER = "import sys, time; f = open(sys.argv[1], 'rb'); print('ready', flush=True); time.sleep(120)"
+MAPPER = """
+import mmap, sys, time
+with open(sys.argv[1], 'r+b') as f:
+    m = mmap.mmap(f.fileno(), 0)
+print('ready', flush=True)
+time.sleep(120)
+"""
+# Holds the device from a grandchild whose parent exits at once, like a leftover of an earlier run.
+ORPHAN = """
+import os, sys, time
+f = open(sys.argv[1], 'rb')
+if os.fork():
+    os._exit(0)
+print('ready', flush=True)
+time.sleep(120)
+"""
+# Opens the device as root, then becomes another user, keeping the descriptor.
+OTHER_USER = """
+import os, sys, time
+f = open(sys.argv[1], 'rb')
+os.setgid(65534)
+os.setuid(65534)
+print('ready', flush=True)
+time.sleep(120)
+"""
+PARENT_OF_HOLDER = """
+import subprocess, sys, time
+kid = subprocess.Popen([sys.executable, '-c', sys.argv[2], sys.argv[1]], stdout=subprocess.PIPE, text=True)
+kid.stdout.readline()
+print(kid.pid, flush=True)
+time.sleep(120)
+"""
+
+
+def wait_until(pred: Callable[[], bool], timeout: float = 5.0) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if pred():
+            return True
+        time.sleep(0.015)
+    return pred()
+
+
+class Spawner:
+    """Starts test processes in their own sessions and stops exactly those process groups afterwards."""
+
+    def __init__(self) -> None:
+        self.procs: list[subprocess.Popen[str]] = []
+
+    def start(self, code: str, *args: str, executable: str = sys.executable) -> tuple[subprocess.Popen[str], str]:
+        proc = subprocess.Popen(
+            [executable, "-c", code, *args],
+            stdout=subprocess.PIPE,
+            stdin=subprocess.DEVNULL,
+            text=True,
+            start_new_session=True,
+        )
+        self.procs.append(proc)
+        assert proc.stdout is not None
+        return proc, proc.stdout.readline().strip()
+
+    def stop_all(self) -> None:
+        for proc in self.procs:
+            try:
+                os.killpg(proc.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            proc.wait(timeout=10)
+
+
+@pytest.fixture
+def spawn() -> Iterator[Spawner]:
+    spawner = Spawner()
+    yield spawner
+    spawner.stop_all()
+
+
+@pytest.fixture
+def dev(tmp_path: Path) -> Path:
+    devdir = tmp_path / "dev"
+    devdir.mkdir()
+    for name in ("nvidia0", "nvidia1", "nvidiactl", "other"):
+        (devdir / name).write_bytes(b"\0" * 4096)
+    return devdir
+
+
+def glob_of(dev: Path) -> str:
+    return f"{dev}/nvidia*"
+
+
+def classify(raw: dict[int, tuple[str, ...]], **kw: object) -> dict[int, GpuHolder]:
+    args: dict[str, object] = {
+        "run_pids": set(),
+        "run_started_at": None,
+        "nvml_pids": {},
+        "protected_names": ["nvidia-persistenced", "nv-hostengine", "dcgm-exporter"],
+        "self_pid": os.getpid(),
+        "allow_other_users": False,
+        "clock": FakeClock(),
+    }
+    args.update(kw)
+    return {h.pid: h for h in classify_holders(raw, **args)}  # type: ignore[arg-type]
+
+
+# ----------------------------------------------------------------------------------------------------- finding
+def test_open_and_mapped_devices_are_found(spawn: Spawner, dev: Path) -> None:
+    opener, _ = spawn.start(OPENER, str(dev / "nvidia0"))
+    mapper, _ = spawn.start(MAPPER, str(dev / "nvidia1"))
+    bystander, _ = spawn.start(OPENER, str(dev / "other"))
+    found = find_holders(glob_of(dev))
+    assert found[opener.pid] == (str(dev / "nvidia0"),)
+    assert found[mapper.pid] == (str(dev / "nvidia1"),)
+    assert bystander.pid not in found
+    assert os.getpid() not in found
+
+
+def test_a_fake_proc_tree(tmp_path: Path) -> None:
+    proc = tmp_path / "proc"
+    fd = proc / "555" / "fd"
+    fd.mkdir(parents=True)
+    (fd / "3").symlink_to("/dev/nvidia0")
+    (fd / "4").symlink_to("/dev/nvidiactl")
+    (fd / "5").symlink_to("socket:[12345]")
+    (proc / "558").mkdir()  # holds the devices only as mappings: its descriptors are closed
+    (proc / "558" / "maps").write_text(
+        "7f00-7f01 rw-s 00000000 00:05 100 /dev/nvidia-uvm\n"
+        "7f01-7f02 rw-s 00000000 00:05 101 /dev/nvidia3 (deleted)\n"
+        "7f02-7f03 r-xp 00000000 08:01 102 /usr/lib/libcuda.so.1\n"
+        "7f03-7f04 rw-p 00000000 00:00 0 \n"
+        "garbage line\n"
+    )
+    (proc / "556").mkdir()  # vanished between listing and reading: nothing readable
+    (proc / "557" / "fd").mkdir(parents=True)  # readable, holds nothing
+    scan = scan_holders("/dev/nvidia*", proc_root=str(proc))
+    assert scan.holders == {555: ("/dev/nvidia0", "/dev/nvidiactl"), 558: ("/dev/nvidia-uvm", "/dev/nvidia3")}
+    assert scan.skipped == 1
+
+
+def test_scanner_rereads_mappings_only_now_and_then(tmp_path: Path) -> None:
+    proc = tmp_path / "proc"
+    (proc / "558").mkdir(parents=True)
+    maps = proc / "558" / "maps"
+    maps.write_text("7f00-7f01 rw-s 00000000 00:05 100 /dev/nvidia0\n")
+    clock = FakeClock()
+    scanner = HolderScanner("/dev/nvidia*", clock, proc_root=str(proc), maps_every_s=30)
+    assert scanner.scan() == {558: ("/dev/nvidia0",)}
+    maps.write_text("7f00-7f01 rw-s 00000000 00:05 100 /dev/nvidia1\n")
+    clock.advance(10)
+    assert scanner.scan() == {558: ("/dev/nvidia0",)}  # kept from the last read, not lost in between
+    clock.advance(21)
+    assert scanner.scan() == {558: ("/dev/nvidia1",)}
+    maps.unlink()
+    clock.advance(31)
+    assert scanner.scan() == {}
+    assert scanner.skipped == 1
+
+
+def test_missing_proc_root_finds_nothing(tmp_path: Path) -> None:
+    assert find_holders("/dev/nvidia*", proc_root=str(tmp_path / "nope")) == {}
+
+
+def test_gpu_index_and_grouping() -> None:
+    assert [gpu_index(d) for d in ("/dev/nvidia0", "/dev/nvidia12", "/dev/nvidiactl", "/dev/nvidia-uvm")] == [
+        0,
+        12,
+        None,
+        None,
+    ]
+    holders = [
+        GpuHolder(10, 0.0, "u", (), ("/dev/nvidia0", "/dev/nvidiactl"), None, True, None),
+        GpuHolder(11, 0.0, "u", (), ("/dev/nvidia0", "/dev/nvidia1"), None, False, "x"),
+    ]
+    assert holders_by_gpu(holders) == {0: (10, 11), 1: (11,)}
+
+
+def test_nvml_pids_merge_and_notes() -> None:
+    merged = merge_nvml_pids({0: {10: 100, 99: None}, 1: {10: 50, 98: 2 * 1024**3}})
+    assert merged == {10: 150, 99: None, 98: 2 * 1024**3}
+    notes = nvml_notes({10: ("/dev/nvidia0",)}, merged)
+    assert len(notes) == 2
+    assert notes[0].startswith("NVML lists pid 98 using 2.0 GiB")
+    assert notes[1].startswith("NVML lists pid 99,")
+    assert not any("pid 10 " in note or "pid 10," in note for note in notes)  # it holds a device here
+
+
+# -------------------------------------------------------------------------------------------------- classifying
+def test_run_members_and_strays(spawn: Spawner, dev: Path) -> None:
+    run, _ = spawn.start(OPENER, str(dev / "nvidia0"))
+    stray, _ = spawn.start(OPENER, str(dev / "nvidia0"))
+    raw = find_holders(glob_of(dev))
+    started = psutil.Process(run.pid).create_time()
+    out = classify(raw, run_pids={run.pid}, run_started_at=started + 600, nvml_pids={stray.pid: 5 * 1024**3})
+    member, zombie = out[run.pid], out[stray.pid]
+    assert member.in_run and member.reason is None and member.protected is None
+    assert not zombie.in_run and zombie.protected is None
+    assert zombie.reason == "started before the run (10m earlier)"
+    assert zombie.gpu_mem_bytes == 5 * 1024**3
+    assert zombie.create_time == psutil.Process(stray.pid).create_time()
+    assert zombie.cmdline == (sys.executable, "-c", OPENER, str(dev / "nvidia0"))
+    assert zombie.devices == (str(dev / "nvidia0"),)
+    assert zombie.user == psutil.Process(stray.pid).username()
+
+
+def test_stray_not_in_the_tree(spawn: Spawner, dev: Path) -> None:
+    stray, _ = spawn.start(OPENER, str(dev / "nvidia0"))
+    out = classify(find_holders(glob_of(dev)), run_started_at=time.time() - 3600)
+    assert out[stray.pid].reason == "not part of the run's process tree"
+
+
+@pytest.mark.slow
+def test_a_new_child_of_the_run_is_the_runs(spawn: Spawner, dev: Path) -> None:
+    parent, kid_pid = spawn.start(PARENT_OF_HOLDER, str(dev / "nvidia0"), OPENER)
+    raw = find_holders(glob_of(dev))
+    assert int(kid_pid) in raw
+    out = classify(raw, run_pids={parent.pid})  # run_pids taken before the child existed
+    assert out[int(kid_pid)].in_run and out[int(kid_pid)].reason is None
+
+
+@pytest.mark.slow
+def test_orphan_is_a_stray(spawn: Spawner, dev: Path) -> None:
+    _, _ = spawn.start(ORPHAN, str(dev / "nvidia0"))
+    raw = find_holders(glob_of(dev))
+    (orphan,) = raw
+    assert wait_until(lambda: psutil.Process(orphan).ppid() == 1)
+    out = classify(raw, run_pids=set(), run_started_at=time.time() + 120)
+    assert out[orphan].reason == "orphaned (parent is pid 1); started before the run (2m earlier)"
+
+
+def test_pid_1_self_and_parents_are_protected(dev: Path) -> None:
+    with open(dev / "nvidia0", "rb"):
+        raw = find_holders(glob_of(dev))
+        assert raw == {os.getpid(): (str(dev / "nvidia0"),)}
+        raw = {**raw, 1: ("/dev/nvidia0",), os.getppid(): ("/dev/nvidia0",)}
+        out = classify(raw)
+    assert out[1].protected == "pid 1 (the container's init)"
+    assert out[os.getpid()].protected == "rlwatch itself"
+    assert out[os.getppid()].protected == "a parent of rlwatch"
+    assert all(h.reason is None and not h.in_run for h in out.values())
+
+
+@pytest.mark.slow
+def test_daemons_are_protected_by_executable_name_only(spawn: Spawner, dev: Path, tmp_path: Path) -> None:
+    daemon_exe = tmp_path / "nvidia-persistenced"
+    daemon_exe.symlink_to(sys.executable)
+    daemon, _ = spawn.start(OPENER, str(dev / "nvidia0"), executable=str(daemon_exe))
+    # The daemon's name in an argument does not make a process a daemon.
+    impostor, _ = spawn.start(OPENER, str(dev / "nvidia0"), "nvidia-persistenced")
+    out = classify(find_holders(glob_of(dev)))
+    assert out[daemon.pid].protected == "system daemon (nvidia-persistenced)"
+    assert out[daemon.pid].reason is None
+    assert out[impostor.pid].protected is None
+    assert out[impostor.pid].reason is not None
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root to start a process as another user")
+def test_other_users_processes(spawn: Spawner, dev: Path) -> None:
+    other, _ = spawn.start(OTHER_USER, str(dev / "nvidia0"))
+    raw = find_holders(glob_of(dev))
+    assert other.pid in raw
+    guarded = classify(raw)[other.pid]
+    assert guarded.protected is not None and guarded.protected.startswith("another user's process")
+    assert guarded.reason is None
+    allowed = classify(raw, allow_other_users=True)[other.pid]
+    assert allowed.protected is None and allowed.reason is not None
+
+
+def test_vanished_holders_are_dropped(spawn: Spawner, dev: Path) -> None:
+    proc, _ = spawn.start(OPENER, str(dev / "nvidia0"))
+    raw = find_holders(glob_of(dev))
+    spawn.stop_all()
+    assert classify(raw) == {}
+    assert proc.pid in raw

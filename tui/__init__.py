@@ -1,0 +1,1 @@
+"""The rlwatch dashboard: the Textual application, its screens, dialogs and stylesheets."""

@@ -1,0 +1,1 @@
+"""Reusable Textual widgets of the rlwatch dashboard: graphs, panels and the log view."""

@@ -1,0 +1,167 @@
+"""Event counts: which failure kinds are piling up, how fast, and the lines behind them.
+
+Rows are ordered most severe first, then by count, so a storm of connection-refused errors sits above a few
+harmless timeouts. Highlighting a row shows its last lines; selecting it (enter or a click) asks the screen to
+filter the log view to that kind.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from rich.text import Text
+from textual import events
+from textual.app import ComposeResult
+from textual.message import Message
+from textual.widgets import DataTable, Static
+
+from rlwatch.state import EventSummary, Incident, Snapshot
+from widgets.format import SEVERITY_STYLE, basename, clean_text, fmt_age, fmt_clock
+from widgets.panel import Panel
+
+RECENT_SHOWN = 3
+LINE_LIMIT = 400
+
+
+def ordered(events: dict[str, EventSummary], *, show_zero: bool) -> list[EventSummary]:
+    rows = [e for e in events.values() if show_zero or e.count]
+    return sorted(rows, key=lambda e: (e.severity.rank, -e.count, e.kind))
+
+
+def event_row(e: EventSummary, now: float) -> tuple[Text, Text, Text, Text, Text]:
+    dim = e.count == 0
+    kind_style = "dim" if dim else SEVERITY_STYLE[e.severity]
+    num = "dim" if dim else ""
+    return (
+        Text(clean_text(e.kind), style=kind_style),
+        Text(str(e.count), style=num, justify="right"),
+        Text(f"{e.rate_per_min:.1f}" if e.count else "–", style=num, justify="right"),
+        Text(str(e.streak) if e.streak else "–", style=num, justify="right"),
+        Text(fmt_age(e.last, now) if e.last is not None else "never", style="dim"),
+    )
+
+
+def detail_text(e: EventSummary | None, incidents: tuple[Incident, ...]) -> Text:
+    """Where the highlighted kind came from and its last lines; the latest incidents when nothing is highlighted."""
+    out = Text(no_wrap=True, end="")
+    if e is not None:
+        out.append(clean_text(e.kind), style=SEVERITY_STYLE[e.severity])
+        out.append(f"  {e.count} total", style="bold")
+        if e.files:
+            files = ", ".join(f"{basename(p)} {n}" for p, n in sorted(e.files.items(), key=lambda kv: -kv[1]))
+            out.append(f"  ({files})")
+        if e.first is not None:
+            out.append(f"  first {fmt_clock(e.first)} last {fmt_clock(e.last)}", style="dim")
+        for line in e.recent[-RECENT_SHOWN:]:
+            out.append("\n")
+            out.append(f"{basename(line.path)}:{line.lineno} ", style="dim")
+            out.append(clean_text(line.text, LINE_LIMIT))
+        if not e.recent and e.count:
+            out.append("\n")
+            out.append("no lines kept", style="dim")
+    crashes = [i for i in incidents if i.kind in ("traceback", "crash")]
+    if crashes:
+        last = max(crashes, key=lambda i: i.last)
+        same = sum(1 for i in crashes if i.signature == last.signature)
+        if out:
+            out.append("\n")
+        out.append("last exception ", style="bold")
+        out.append(clean_text(last.title, LINE_LIMIT), style="bold red")
+        where = f" at {clean_text(last.location)}" if last.location else ""
+        out.append(f"{where} ({basename(last.path)}:{last.lineno}, {fmt_clock(last.last)})", style="dim")
+        if same > 1:
+            out.append(f" ×{same} same signature", style="bold yellow")
+    return out
+
+
+class EventTable(DataTable[Text]):
+    """The kinds table; a mouse click on a row selects it at once (keyboard: arrows highlight, enter selects)."""
+
+    async def _on_click(self, event: events.Click) -> None:
+        before = self.cursor_coordinate
+        await super()._on_click(event)
+        if self.cursor_coordinate != before and self.cursor_coordinate.row >= 0:
+            self._post_selected_message()
+
+
+class EventsPanel(Panel):
+    """The table of kinds plus the lines behind the highlighted one."""
+
+    @dataclass
+    class KindSelected(Message):
+        kind: str
+
+    def __init__(self, title: str, *, id: str | None = None) -> None:
+        super().__init__(title, id=id, focusable=False)
+        self.show_zero = False
+        self._events: dict[str, EventSummary] = {}
+        self._incidents: tuple[Incident, ...] = ()
+        self._now = 0.0
+        self._highlighted: str | None = None
+
+    def compose(self) -> ComposeResult:
+        table = EventTable(id="events-table", cursor_type="row", zebra_stripes=False)
+        table.add_column("kind", key="kind")
+        table.add_column("count", key="count")
+        table.add_column("/min", key="rate")
+        table.add_column("streak", key="streak")
+        table.add_column("last", key="last")
+        yield table
+        yield Static(id="events-detail", classes="body")
+
+    @property
+    def table(self) -> DataTable[Text]:
+        return self.query_one("#events-table", DataTable)
+
+    def data_key(self, snap: Snapshot) -> object:
+        return (snap.time, snap.events, snap.incidents, self.show_zero)
+
+    def toggle_zero(self) -> None:
+        self.show_zero = not self.show_zero
+        self._fill()
+
+    def show(self, snap: Snapshot) -> None:
+        self._events = snap.events
+        self._incidents = snap.incidents
+        self._now = snap.time
+        self._fill()
+
+    def _fill(self) -> None:
+        table = self.table
+        keep = self._highlighted
+        table.clear()
+        rows = ordered(self._events, show_zero=self.show_zero)
+        for e in rows:
+            table.add_row(*event_row(e, self._now), key=e.kind)
+        if not rows:
+            self._highlighted = None
+            quiet = "no events counted yet" if not self._events else "no events (a to show kinds at zero)"
+            self.query_one("#events-detail", Static).update(Text(quiet, style="dim"))
+            self._show_detail()
+            return
+        kinds = [e.kind for e in rows]
+        index = kinds.index(keep) if keep in kinds else 0
+        table.move_cursor(row=index, animate=False)
+        self._highlighted = kinds[index]
+        self._show_detail()
+
+    def _show_detail(self) -> None:
+        e = self._events.get(self._highlighted) if self._highlighted else None
+        text = detail_text(e, self._incidents)
+        if text:
+            self.query_one("#events-detail", Static).update(text)
+
+    def on_data_table_row_highlighted(self, event: DataTable.RowHighlighted) -> None:
+        event.stop()
+        if event.row_key.value is not None:
+            self._highlighted = event.row_key.value
+            self._show_detail()
+
+    def on_data_table_row_selected(self, event: DataTable.RowSelected) -> None:
+        event.stop()
+        if event.row_key.value is not None:
+            self.post_message(self.KindSelected(event.row_key.value))
+
+    def kinds_in_order(self) -> list[str]:
+        """Kinds with a count, most severe first: the cycle the ``e`` key walks through."""
+        return [e.kind for e in ordered(self._events, show_zero=False)]

@@ -1,0 +1,188 @@
+"""GPUs: what each device is doing now, its recent history on a fixed scale, and who holds it.
+
+The holder list is the part incident 4 needed: processes of the live run versus strays left behind by an earlier
+run, which ``nvidia-smi`` inside a container does not show, plus the compute mode that turns one stray into a
+"device busy" error for everyone else.
+"""
+
+from __future__ import annotations
+
+from statistics import fmean
+
+from rich.text import Text
+from textual.app import ComposeResult
+from textual.containers import Horizontal
+from textual.widgets import Static
+
+from rlwatch.state import GpuHolder, GpuState, GpuStatus, History, Series, Snapshot
+from widgets.format import clean_text, fmt_age, fmt_bytes, fmt_cmdline, fmt_percent
+from widgets.graph import TimeGraph, bucket, spark
+from widgets.panel import Panel
+
+INLINE_COLUMNS = 12
+INLINE_SPAN_S = 600.0
+MAX_GRAPHED = 2
+
+
+def short_gpu_name(name: str | None) -> str:
+    if not name:
+        return "GPU"
+    return name.removeprefix("NVIDIA ").removeprefix("Tesla ")
+
+
+def _mem_percent(g: GpuState) -> float | None:
+    if g.mem_used_bytes is None or not g.mem_total_bytes:
+        return None
+    return 100.0 * g.mem_used_bytes / g.mem_total_bytes
+
+
+def gpu_line(g: GpuState, history: Series | None, now: float) -> Text:
+    """`` 0 ▅▆▇███▇▆▇▇██  97%  61.4/85.5 GB 72%  71°C  612 W``; the history is the last 10 minutes, 0-100 %."""
+    line = Text(no_wrap=True, end="")
+    line.append(f"{g.index:>2} ", style="bold")
+    values = bucket(history, now, INLINE_SPAN_S, INLINE_COLUMNS) if history is not None else [None] * INLINE_COLUMNS
+    line.append_text(spark(values, style="green"))
+    line.append(f" {fmt_percent(g.util):>4}", style="bold")
+    mem = _mem_percent(g)
+    mem_style = "bold red" if mem is not None and mem >= 95 else ""
+    used = "–" if g.mem_used_bytes is None else f"{g.mem_used_bytes / 1e9:.1f}"
+    line.append(f"  {used}/{fmt_bytes(g.mem_total_bytes)}", style=mem_style)
+    line.append(f" {fmt_percent(mem):>4}", style=mem_style or "dim")
+    if g.temp_c is not None:
+        line.append(f"  {g.temp_c:.0f}°C", style="bold red" if g.temp_c >= 85 else "")
+    if g.power_w is not None:
+        line.append(f"  {g.power_w:.0f} W", style="dim")
+    return line
+
+
+def summary_line(status: GpuStatus) -> Text:
+    """``2x H100 80GB HBM3, compute DEFAULT, nvml``: what the device lines below have in common."""
+    gpus = status.gpus
+    line = Text(no_wrap=True, end="")
+    names = sorted({short_gpu_name(g.name) for g in gpus})
+    line.append(f"{len(gpus)}× {' / '.join(names)}", style="bold")
+    modes = sorted({g.compute_mode for g in gpus if g.compute_mode})
+    line.append("  compute ", style="dim")
+    if modes:
+        for i, mode in enumerate(modes):
+            line.append((", " if i else "") + mode, style="bold yellow" if mode != "DEFAULT" else "")
+    else:
+        line.append("–")
+    line.append(f"  {status.backend}", style="dim")
+    return line
+
+
+def holder_line(h: GpuHolder, now: float) -> Text:
+    """One process holding a device: the run's own, a STRAY (with why, on a second line), or protected."""
+    line = Text(no_wrap=True, end="")
+    if h.protected:
+        tag, style = "prot", "dim"
+    elif h.in_run:
+        tag, style = "run", "green"
+    else:
+        tag, style = "STRAY", "bold white on red"
+    line.append(f"{tag:^7}", style=style)
+    devices = ",".join(d.rsplit("/", 1)[-1].removeprefix("nvidia") for d in h.devices if _is_gpu_node(d))
+    line.append(f" {h.pid:>7}", style="bold")
+    line.append(f" {h.user or '?'}", style="dim")
+    line.append(f" gpu{devices or ' –'}")
+    line.append(f" {fmt_bytes(h.gpu_mem_bytes)}")
+    line.append(f" {fmt_age(h.create_time, now).removesuffix(' ago')} ", style="dim")
+    line.append(fmt_cmdline(h.cmdline, 80))
+    why = h.protected if h.protected else (h.reason if not h.in_run else None)
+    if why:
+        line.append("\n")
+        line.append(f"        ↳ {clean_text(why, 160)}", style="dim" if h.protected else "red")
+    return line
+
+
+def _is_gpu_node(path: str) -> bool:
+    name = path.rsplit("/", 1)[-1]
+    return name.startswith("nvidia") and name.removeprefix("nvidia").isdigit()
+
+
+def merged(series: dict[int, Series]) -> Series:
+    """All GPUs' samples in one series, so a graph bucket averages over devices (and time)."""
+    times: list[float] = []
+    values: list[float | None] = []
+    for s in series.values():
+        times.extend(s.times)
+        values.extend(s.values)
+    return Series(tuple(times), tuple(values))
+
+
+class GpuPanel(Panel):
+    def compose(self) -> ComposeResult:
+        yield Static(id="gpu-lines", classes="body")
+        yield Static(id="gpu-holders", classes="body")
+        with Horizontal(classes="graphs", id="gpu-graphs"):
+            yield TimeGraph("util", id="gpu-util-graph", style="green")
+            yield TimeGraph("memory", id="gpu-mem-graph", style="magenta")
+
+    def data_key(self, snap: Snapshot) -> object:
+        h = snap.history
+        return (snap.time, snap.gpu, snap.holders, h.gpu_util, h.gpu_mem)
+
+    def show(self, snap: Snapshot) -> None:
+        lines = self.query_one("#gpu-lines", Static)
+        holders = self.query_one("#gpu-holders", Static)
+        graphs = self.query_one("#gpu-graphs", Horizontal)
+        status = snap.gpu
+        if status is None or not status.available or not status.gpus:
+            reason = "not checked yet" if status is None else (status.error or "no GPUs found")
+            lines.update(Text(f"no GPU: {reason}", style="dim", no_wrap=True))
+            graphs.display = False
+            holders.update(self._holders_text(snap))
+            return
+        rows = [summary_line(status)]
+        rows += [gpu_line(g, snap.history.gpu_util.get(g.index), snap.time) for g in status.gpus]
+        lines.update(Text("\n", end="").join(rows))
+        holders.update(self._holders_text(snap))
+        # With many devices the per-GPU lines carry the history; the big graphs are for one or two GPUs.
+        graphs.display = len(status.gpus) <= MAX_GRAPHED
+        if graphs.display:
+            self._show_graphs(snap.history, status.gpus, snap.time)
+
+    def _show_graphs(self, history: History, gpus: tuple[GpuState, ...], now: float) -> None:
+        util = self.query_one("#gpu-util-graph", TimeGraph)
+        mem = self.query_one("#gpu-mem-graph", TimeGraph)
+        if len(gpus) == 1:
+            g = gpus[0]
+            util.set_data(
+                history.gpu_util.get(g.index, Series()),
+                now,
+                title=f"GPU{g.index} util",
+                note=Text(fmt_percent(g.util), style="bold"),
+            )
+            mem.set_data(
+                history.gpu_mem.get(g.index, Series()),
+                now,
+                title=f"GPU{g.index} memory",
+                note=Text(fmt_percent(_mem_percent(g)), style="bold"),
+            )
+            return
+        utils = [g.util for g in gpus if g.util is not None]
+        mems = [m for m in (_mem_percent(g) for g in gpus) if m is not None]
+        util.set_data(
+            merged(history.gpu_util),
+            now,
+            title=f"util, mean of {len(gpus)}",
+            reduce=fmean,
+            note=Text(fmt_percent(fmean(utils) if utils else None), style="bold"),
+        )
+        mem.set_data(
+            merged(history.gpu_mem),
+            now,
+            title=f"memory, mean of {len(gpus)}",
+            reduce=fmean,
+            note=Text(fmt_percent(fmean(mems) if mems else None), style="bold"),
+        )
+
+    def _holders_text(self, snap: Snapshot) -> Text:
+        strays = sum(1 for h in snap.holders if not h.in_run and h.reason and not h.protected)
+        self.border_subtitle = f"{len(snap.holders)} holders · {strays} stray" if snap.holders else ""
+        self.set_class(strays > 0, "-alert")
+        if not snap.holders:
+            return Text("no process holds a GPU device", style="dim", no_wrap=True)
+        order = sorted(snap.holders, key=lambda h: (h.in_run, h.protected is not None, h.pid))
+        return Text("\n", end="").join([holder_line(h, snap.time) for h in order])

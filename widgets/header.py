@@ -1,0 +1,75 @@
+"""The top line: which host and run this is, how long things have been up, and the overall verdict.
+
+Everything comes from the snapshot (its own time, never the wall clock), so the same snapshot always renders the
+same header. ``stale_s`` is the one exception, set by a live app when the snapshot stops moving: stale data must
+never look healthy.
+"""
+
+from __future__ import annotations
+
+from rich.text import Text
+from textual.widget import Widget
+
+from rlwatch.state import Snapshot
+from widgets.format import SEVERITY_LABEL, clean_text, fmt_clock, fmt_duration, severity_style, shorten_path
+
+STATUS_BADGE = {"bold red": "bold white on red", "bold yellow": "bold black on yellow", "cyan": "bold black on cyan"}
+
+
+def header_text(snap: Snapshot, width: int, stale_s: float | None = None) -> Text:
+    right = Text(no_wrap=True, end="")
+    if snap.simulated:
+        right.append(" SIMULATED ", style="bold white on magenta")
+        right.append(" ")
+    if stale_s is not None:
+        right.append(f" STALE {fmt_duration(stale_s)} ", style="bold white on red")
+        right.append(" ")
+    right.append(fmt_clock(snap.time), style="bold")
+    right.append(" ")
+    worst = snap.worst
+    label = SEVERITY_LABEL[worst] if worst is not None else "OK"
+    right.append(f" {label} ", style=STATUS_BADGE.get(severity_style(worst), "bold black on green"))
+
+    left = Text(no_wrap=True, end="")
+    left.append(" rlwatch ", style="bold reverse")
+    left.append(f" {clean_text(snap.host)}", style="bold")
+    left.append(f"  {clean_text(snap.profile)}", style="cyan")
+    up = f"  up {fmt_duration(snap.uptime_s)}"
+    run = f" · run {fmt_duration(snap.run_uptime_s)}"
+    room = width - right.cell_len - left.cell_len - len(up) - len(run) - 4
+    if room >= 12:
+        left.append(f"  {shorten_path(snap.run_dir, min(room, 60))}", style="dim")
+    left.append(up, style="dim")
+    left.append(run, style="dim")
+    gap = max(1, width - left.cell_len - right.cell_len)
+    left.append(" " * gap)
+    left.append_text(right)
+    left.truncate(width)
+    return left
+
+
+class HeaderBar(Widget):
+    DEFAULT_CSS = """
+    HeaderBar {
+        dock: top;
+        height: 1;
+        background: $panel;
+    }
+    """
+
+    def __init__(self, *, id: str | None = None) -> None:
+        super().__init__(id=id)
+        self.snapshot: Snapshot | None = None
+        self.stale_s: float | None = None
+
+    def show(self, snap: Snapshot, stale_s: float | None = None) -> None:
+        if snap == self.snapshot and stale_s == self.stale_s:
+            return
+        self.snapshot = snap
+        self.stale_s = stale_s
+        self.refresh()
+
+    def render(self) -> Text:
+        if self.snapshot is None:
+            return Text(" rlwatch  waiting for the first snapshot…", style="dim")
+        return header_text(self.snapshot, self.content_size.width, self.stale_s)

@@ -1,0 +1,87 @@
+"""Processes of the run and the inference server's health.
+
+The server line leads because incidents 1 and 5 turned on it: the server gone (since when, with which error), or
+alive as a process while its health check fails. The table lists the run's processes with their memory, age and
+restart count; a process that died stays listed, struck through, so its absence is visible.
+"""
+
+from __future__ import annotations
+
+from rich.text import Text
+from textual.app import ComposeResult
+from textual.widgets import DataTable, Static
+
+from rlwatch.state import ProcessInfo, ServerState, Snapshot
+from widgets.format import clean_text, fmt_age, fmt_bytes, fmt_clock, fmt_cmdline, fmt_duration
+from widgets.panel import Panel
+
+COMMAND_WIDTH = 60
+
+
+def server_line(srv: ServerState | None, now: float) -> Text:
+    """Which server, then its state: down since when and why (and whether its process lives), or up."""
+    line = Text("server ", style="bold", no_wrap=True, end="")
+    if srv is None or (srv.url is None and srv.kind is None):
+        line.append("none configured or found", style="dim")
+        return line
+    line.append(f"{srv.kind or '?'} ", style="bold")
+    line.append(clean_text(srv.url or "no url"), style="dim")
+    line.append("\n")
+    if srv.up is None:
+        line.append(" NOT CHECKED ", style="bold black on yellow")
+    elif srv.up:
+        line.append(" UP ", style="bold black on green")
+        if srv.latency_s is not None:
+            line.append(f" {srv.latency_s * 1000:.0f} ms", style="dim")
+    else:
+        line.append(" DOWN ", style="bold white on red")
+        if srv.down_since is not None:
+            line.append(f" since {fmt_clock(srv.down_since)}, {fmt_age(srv.down_since, now)}", style="bold red")
+        why = [clean_text(srv.error, 120)] if srv.error else []
+        if srv.status_code is not None:
+            why.append(f"HTTP {srv.status_code}")
+        if why:
+            line.append("\n  " + " · ".join(why), style="red")
+    if srv.process_alive is not None:
+        alive = srv.process_alive
+        pid = f" {srv.pid}" if srv.pid is not None else ""
+        line.append(f"  process{pid} {'alive' if alive else 'gone'}", style="dim" if alive else "bold red")
+    return line
+
+
+def process_row(p: ProcessInfo, now: float) -> tuple[Text, ...]:
+    dead = "dim strike" if not p.alive else ""
+    return (
+        Text(clean_text(p.name), style=dead or "bold"),
+        Text(str(p.pid), justify="right", style=dead),
+        Text("alive", style="green") if p.alive else Text("DEAD", style="bold red"),
+        Text(fmt_bytes(p.rss_bytes), justify="right", style=dead),
+        Text(fmt_duration(now - p.started_at) if p.alive else "–", justify="right", style=dead),
+        Text(str(p.restarts), justify="right", style="bold yellow" if p.restarts else "dim"),
+        Text(fmt_cmdline(p.cmdline, COMMAND_WIDTH), style="dim"),
+    )
+
+
+class ProcessPanel(Panel):
+    def __init__(self, title: str, *, id: str | None = None) -> None:
+        super().__init__(title, id=id, focusable=False)
+
+    def compose(self) -> ComposeResult:
+        yield Static(id="server-line", classes="body")
+        table: DataTable[Text] = DataTable(id="process-table", cursor_type="row", show_cursor=False)
+        for label in ("name", "pid", "state", "RSS", "up", "restarts", "command"):
+            table.add_column(label, key=label)
+        yield table
+
+    def data_key(self, snap: Snapshot) -> object:
+        return (snap.time, snap.server, snap.processes)
+
+    def show(self, snap: Snapshot) -> None:
+        self.query_one("#server-line", Static).update(server_line(snap.server, snap.time))
+        table = self.query_one("#process-table", DataTable)
+        table.clear()
+        order = sorted(snap.processes, key=lambda p: (not p.alive, p.role, p.name, p.pid))
+        for p in order:
+            table.add_row(*process_row(p, snap.time), key=f"{p.pid}:{p.create_time}")
+        if not order:
+            table.add_row(Text("no processes found", style="dim"), *(Text("") for _ in range(6)))

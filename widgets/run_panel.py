@@ -1,0 +1,23 @@
+"""The run panel: training progress above checkpoints and the resume point, one box, one focus stop."""
+
+from __future__ import annotations
+
+from textual.app import ComposeResult
+
+from rlwatch.state import Snapshot
+from widgets.checkpoint_panel import CheckpointSection
+from widgets.panel import Panel
+from widgets.training_panel import TrainingSection
+
+
+class RunPanel(Panel):
+    def compose(self) -> ComposeResult:
+        yield TrainingSection(id="training", classes="body")
+        yield CheckpointSection(id="checkpoint", classes="body")
+
+    def data_key(self, snap: Snapshot) -> object:
+        return (snap.time, snap.training, snap.checkpoint, snap.recover, snap.disk, snap.timeline)
+
+    def show(self, snap: Snapshot) -> None:
+        self.query_one(TrainingSection).show(snap)
+        self.query_one(CheckpointSection).show(snap)
