@@ -12,8 +12,8 @@ import signal
 import sys
 import threading
 from collections.abc import Sequence
-from typing import TextIO
 from pathlib import Path
+from typing import TextIO
 
 from rlwatch import __version__
 from rlwatch.config import Config
@@ -72,7 +72,9 @@ def build_parser() -> argparse.ArgumentParser:
     _common(p)
     p.add_argument("--yes", action="store_true", help="do not ask for confirmation")
     p.add_argument("--dry-run", action="store_true", help="print the plan and do nothing")
-    p.add_argument("--force", action="store_true", help="resume even if the trainer is alive or the recover info disagrees")
+    p.add_argument(
+        "--force", action="store_true", help="resume even if the trainer is alive or the recover info disagrees"
+    )
     p.add_argument("--readonly", action="store_true", help=argparse.SUPPRESS)
 
     p = sub.add_parser("snapshot", help="render the dashboard to an SVG file without a terminal")
@@ -156,7 +158,7 @@ def cmd_watch(args: argparse.Namespace) -> int:
     from rlwatch.engine import Engine
     from rlwatch.stream import changes, plain
 
-    cfg, run_dir, origin = load(args)
+    cfg, run_dir, _ = load(args)
     engine = Engine(cfg, run_dir)
     done = threading.Event()
     lock = threading.Lock()

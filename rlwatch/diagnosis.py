@@ -6,6 +6,7 @@ missing expected processes). Rules never raise on absent data: a rule whose inpu
 
 from __future__ import annotations
 
+import itertools
 import time
 from collections import Counter
 from collections.abc import Callable, Iterator
@@ -115,7 +116,7 @@ def restart_loop(s: Snapshot, ctx: Context) -> Iterator[Finding]:
         if len(starts) < th.restart_loop_count:
             continue
         recent = sorted(starts)[-th.restart_loop_count :]
-        gaps = [b - a for a, b in zip(recent, recent[1:], strict=False)]
+        gaps = [b - a for a, b in itertools.pairwise(recent)]
         if gaps and max(gaps) <= th.restart_loop_uptime_s * 1.5:
             period = sum(gaps) / len(gaps)
             yield Finding(

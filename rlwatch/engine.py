@@ -29,8 +29,8 @@ from rlwatch.sources.disk import disk_state
 from rlwatch.sources.gpu import GpuBackend, make_gpu_backend
 from rlwatch.sources.holders import HolderScanner, classify_holders, holders_by_gpu, merge_nvml_pids
 from rlwatch.sources.memory import MemorySource
-from rlwatch.sources.procfs import container_uptime_s
 from rlwatch.sources.processes import ProcessTable
+from rlwatch.sources.procfs import container_uptime_s
 from rlwatch.sources.recover import find_step_info, read_recover
 from rlwatch.sources.server import ServerProbe
 from rlwatch.state import (
@@ -156,7 +156,9 @@ class Engine:
         self.gpu_backend = gpu_backend or make_gpu_backend(cfg.gpu, self.run_dir)
         self.processes = ProcessTable(cfg.processes, self.clock, proc_root=proc_root, base_dir=self.run_dir)
         self.holder_scanner = HolderScanner(cfg.gpu.device_glob, self.clock, proc_root=proc_root)
-        self.checkpoints = CheckpointScanner([resolve(self.run_dir, d) for d in cfg.training.checkpoint_dirs], self.clock)
+        self.checkpoints = CheckpointScanner(
+            [resolve(self.run_dir, d) for d in cfg.training.checkpoint_dirs], self.clock
+        )
         self.server_probe = ServerProbe(cfg.server, self.clock) if cfg.server.url else None
         knobs_path = cfg.training.config_file
         self.knobs = read_knobs(resolve(self.run_dir, knobs_path)) if knobs_path else {}
@@ -176,7 +178,10 @@ class Engine:
         self._hist_ram = Ring()
         self._hist_swap = Ring()
         self._snapshot = Snapshot(
-            host=self.host, time=self.clock.time(), profile=cfg.profile, run_dir=str(self.run_dir),
+            host=self.host,
+            time=self.clock.time(),
+            profile=cfg.profile,
+            run_dir=str(self.run_dir),
             simulated=cfg.simulated,
         )
 
@@ -279,8 +284,9 @@ class Engine:
             self._memory, self._gpu, self._procs, self._holders = mem, gpu, procs, holders
             self._checkpoint, self._recover, self._disk = ckpt, recover, disk
             total = mem.total_bytes
-            self._hist_ram.add(now, _pct(None if total is None or mem.available_bytes is None
-                                         else total - mem.available_bytes, total))
+            self._hist_ram.add(
+                now, _pct(None if total is None or mem.available_bytes is None else total - mem.available_bytes, total)
+            )
             self._hist_swap.add(now, _pct(mem.swap_used_bytes, mem.swap_total_bytes))
             for g in gpu.gpus:
                 self._hist_gpu_util.setdefault(g.index, Ring()).add(now, g.util)

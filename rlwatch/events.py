@@ -18,7 +18,7 @@ from rlwatch.incidents import IncidentTracker
 from rlwatch.patterns import EventKind, Matcher, build_kinds, prepare
 from rlwatch.state import EventSummary, Incident, LogLine
 from rlwatch.tailer import Chunk
-from rlwatch.textsafe import clean_line
+from rlwatch.textsafe import clean_line, strip_ansi
 from rlwatch.timestamps import parse_time
 
 __all__ = ["DISPLAY_CHARS", "EventCounter", "EventKind", "build_kinds"]
@@ -29,6 +29,9 @@ _TERMINATOR = re.compile(rb"\r\n?|\n")
 # match that straddles two pieces is still found.
 _OVERLAP = 4096
 _HEAD = 8192
+# How far back a line without a timestamp looks for one in the same chunk.
+_LOOK_BACK_LINES = 20
+_LOOK_BACK_BYTES = 16 * 1024
 
 
 @dataclass(slots=True)
@@ -68,11 +71,41 @@ def _shown(text: str) -> str:
 class _Lines:
     """Line arithmetic over one chunk, honouring universal newlines without splitting it."""
 
-    __slots__ = ("cr", "data")
+    __slots__ = ("cr", "data", "stamp")
 
     def __init__(self, data: bytes) -> None:
         self.data = data
         self.cr = b"\r" in data
+        self.stamp: tuple[int, float] | None = None  # the latest line start known to carry a timestamp, and it
+
+    def time_of(self, start: int, text: str, now: float) -> float:
+        """The time of the line at ``start``: its own timestamp, else that of the nearest earlier line in this
+        chunk that has one (lines read together were written together: in a backlog that is the only honest
+        estimate, live it is within one poll), else ``now``."""
+        own = parse_time(text, now)
+        if own is not None:
+            self.stamp = (start, own)
+            return own
+        floor = max(0, start - _LOOK_BACK_BYTES)
+        known = self.stamp
+        if known is not None and known[0] < start:
+            floor = max(floor, known[0] + 1)
+        pos = start
+        for _ in range(_LOOK_BACK_LINES):
+            if pos <= floor:
+                break
+            end = pos - 1  # the previous line's terminator, one byte or "\r\n"
+            if end > floor and self.data[end - 1 : end + 1] == b"\r\n":
+                end -= 1
+            begin = self.start(end, floor)
+            found = parse_time(strip_ansi(self.data[begin:end].decode("utf-8", "replace")), now)
+            if found is not None:
+                self.stamp = (begin, found)
+                return found
+            pos = begin
+        if known is not None and known[0] < start:
+            return known[1]
+        return now
 
     def end(self, pos: int, limit: int) -> tuple[int, int]:
         """(end of the line starting at or containing ``pos``, start of the next line)."""
@@ -107,8 +140,9 @@ class _Lines:
 class EventCounter:
     """Counts event kinds in chunks from the tailer and groups incidents.
 
-    Times are the lines' own timestamps when they carry one, else the clock's wall time at feed. Rates use the
-    wall clock too, since they compare with line times.
+    Times are the lines' own timestamps when they carry one, else the timestamp of the nearest earlier line of
+    the same chunk, else the clock's wall time at feed. Rates use the wall clock too, since they compare with
+    line times.
     """
 
     def __init__(
@@ -188,7 +222,7 @@ class EventCounter:
         while pos < limit:
             if incidents.wants_every_line(path):
                 end, nxt = lines.end(pos, limit)
-                self._line(path, state, data[pos:end], lineno, now)
+                self._line(path, state, lines, (pos, end, lineno), now)
                 lineno += 1
                 pos = nxt
                 continue
@@ -198,19 +232,21 @@ class EventCounter:
             start = lines.start(hit, pos)
             lineno += lines.count(pos, start)
             end, nxt = lines.end(hit, limit)
-            self._line(path, state, data[start:end], lineno, now)
+            self._line(path, state, lines, (start, end, lineno), now)
             lineno += 1
             pos = nxt
 
-    def _line(self, path: str, state: _File, raw: bytes, lineno: int, now: float) -> None:
+    def _line(self, path: str, state: _File, lines: _Lines, span: tuple[int, int, int], now: float) -> None:
+        """One line ``data[start:end]`` numbered ``lineno``: incidents see it, then each kind it matches counts."""
+        start, end, lineno = span
+        raw = lines.data[start:end]
         text, tag, body = prepare(raw)
         kinds = self._matcher.match_raw(raw, body)
         stamp: list[float] = []
 
         def when() -> float:
             if not stamp:
-                parsed = parse_time(text, now)
-                stamp.append(now if parsed is None else parsed)
+                stamp.append(lines.time_of(start, text, now))
             return stamp[0]
 
         self._incidents.line(path, tag, body, lineno, when)

@@ -102,6 +102,7 @@ class _Block:
     location: str | None = None
     state: str = "frames"  # frames | after | chain
     idle: int = 0
+    gap: int = 0  # lines since the last exception line (blank lines, chain messages)
     record: _Record | None = None
     exc_type: str = ""
     exc_msg: str = ""
@@ -197,16 +198,17 @@ class IncidentTracker:
 
     def _after(self, key: tuple[str, str], block: _Block, body: str, lineno: int, when: Callable[[], float]) -> None:
         block.idle += 1
+        block.gap += 1
         if _CHAIN.match(body):
             block.state = "chain"
-            block.lines += 1
             return
         if _HEADER.search(body):
             if block.state == "chain":  # the next link of the same chained failure
                 block.state = "frames"
                 block.location = None
                 block.idle = 0
-                block.lines += 1
+                block.lines += block.gap
+                block.gap = 0
                 return
             self._close(key)
             self._open(key, _Block(lineno=lineno, first=when()))

@@ -179,7 +179,7 @@ def exit_code(s: Snapshot) -> int:
 
 
 NEXT_STEPS = {
-    "server_down": "Restart the inference server (rlwatch act restart-server), then resume training (rlwatch act resume).",
+    "server_down": "Restart the inference server (rlwatch act restart-server), then resume (rlwatch act resume).",
     "server_unhealthy": "The server process lives but does not answer: restart it (rlwatch act restart-server).",
     "connection_refused": "Check the inference server; restart it and resume training (rlwatch act resume).",
     "restart_loop": "Read the first lines after each start in the container log; fix the start command.",

@@ -52,7 +52,12 @@ def changes(prev: Snapshot | None, cur: Snapshot) -> Iterator[dict[str, Any]]:
         p_step = prev.training.last_step if prev.training else None
         c_step = cur.training.last_step if cur.training else None
         if c_step is not None and c_step != p_step:
-            yield {"type": "step", "time": t, "step": c_step, "total": cur.training.total_steps if cur.training else None}
+            yield {
+                "type": "step",
+                "time": t,
+                "step": c_step,
+                "total": cur.training.total_steps if cur.training else None,
+            }
         before_ids = {(p.pid, p.create_time) for p in prev.processes if p.alive}
         for p in cur.processes:
             if p.alive and (p.pid, p.create_time) not in before_ids:

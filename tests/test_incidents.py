@@ -240,6 +240,7 @@ def test_few_errors_are_no_storm_and_a_pause_ends_a_storm() -> None:
         feed(c, TRAINER, REFUSED, first=i + 1)
         clock.advance(20)  # 4 errors, never 5 within a minute
     assert of_kind(c, "retry_storm") == []
+    clock.advance(100)
     for i in range(5):
         feed(c, TRAINER, REFUSED, first=10 + i)
     clock.advance(600)

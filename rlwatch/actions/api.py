@@ -265,7 +265,9 @@ class Actions:
         for launch in prepared.launches:
             say(f"starting {launch.name}")
             try:
-                ident = spawn(launch.argv, cwd=launch.cwd, env=launch.env, log_path=Path(launch.log) if launch.log else None)
+                ident = spawn(
+                    launch.argv, cwd=launch.cwd, env=launch.env, log_path=Path(launch.log) if launch.log else None
+                )
             except SpawnError as exc:
                 details.append(str(exc))
                 self.audit.record(action, "spawn", argv=list(launch.argv), outcome=str(exc))
@@ -274,8 +276,15 @@ class Actions:
                 return ActionResult(action, False, msg, tuple(details))
             started.append((launch, ident))
             details.append(f"started {launch.name} as pid {ident.pid}")
-            self.audit.record(action, "spawn", argv=list(launch.argv), cwd=launch.cwd, pid=ident.pid,
-                              create_time=ident.create_time, log=launch.log)
+            self.audit.record(
+                action,
+                "spawn",
+                argv=list(launch.argv),
+                cwd=launch.cwd,
+                pid=ident.pid,
+                create_time=ident.create_time,
+                log=launch.log,
+            )
         say("verifying")
         verified, why = self._verify(prepared, started)
         details.append(why)
@@ -352,7 +361,9 @@ class Actions:
         ok, snap = self._wait(advancing, a.verify_timeout_s)
         step = snap.training.last_step if snap.training else None
         if ok:
-            return True, f"trainer running, step {step}" + (f" (past resume step {target})" if target is not None else "")
+            return True, f"trainer running, step {step}" + (
+                f" (past resume step {target})" if target is not None else ""
+            )
         return False, f"training did not advance past step {target} in time ({advancing(snap)})"
 
 

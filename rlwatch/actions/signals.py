@@ -166,6 +166,7 @@ def wait_gone(
 
     Processes are followed through their pidfds, which become readable when they exit, so the wait ends as soon as
     the last one goes; processes without a pidfd are re-checked every few tens of milliseconds. A zombie is gone.
+    The deadline is read from ``clock_monotonic`` between short waits, so an injected clock must keep moving.
     """
     order = list(dict.fromkeys(idents))
     gone: set[Ident] = set()

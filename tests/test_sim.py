@@ -1,0 +1,434 @@
+"""The simulator: every scenario played with real processes, its files checked against its own ledger.
+
+The end-to-end tests start ``python -m rlwatch.sim`` at high speed, wait (condition + deadline, never a bare sleep)
+for the incident to play out, count the lines of each log with regexes written here independently of the simulator's
+own, and check that SIGINT leaves no process carrying the simulation's id behind.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import psutil
+import pytest
+import yaml
+
+from rlwatch.config import Config
+from rlwatch.sim import SCENARIOS, run_sim
+from rlwatch.sim import commands as sim_commands
+from rlwatch.sim.client import CallError, call
+from rlwatch.sim.common import Layout
+from rlwatch.sim.formats import fancy_grid
+from rlwatch.sim.ledger import classify
+from rlwatch.sim.runconfig import rlwatch_config
+from rlwatch.sim.saver import next_step
+from rlwatch.sim.scenarios import ALL
+
+ANSI = re.compile(r"\x1b\[[0-9;]*m")
+
+# Independent of rlwatch.sim.ledger.KINDS on purpose: the same lines, recognised by other means.
+CHECK: dict[str, re.Pattern[str]] = {
+    "connection_refused": re.compile(r"ConnectionRefusedError\(111|\[Connect call failed \("),
+    "traceback": re.compile(r"^(\[rank\d+\]: )?Traceback \(most recent call last\):$"),
+    "cuda_busy": re.compile(r"CUDA error: CUDA-capable device\(s\) is/are busy or unavailable$"),
+    "step": re.compile(r"StatsLogger INFO: Epoch \d+/\d+ Step \d+/\d+ Train step \d+/\d+ done\.$|^\{'loss': "),
+    "weight_update": re.compile(
+        r"INFO: Loading weights from disk done in [\d.]+s\.|\] Update weights end\.$|\"POST /reset_prefix_cache/ HTTP"
+    ),
+    "checkpoint_saved": re.compile(r"Recover INFO: Saved recover checkpoint to /"),
+    "server_ready": re.compile(
+        r"ready to roll!$|Servers are all ready!$|SGLang server launched at: http|INFO: +Application startup complete"
+        r"|Starting vLLM server on http"
+    ),
+    "restart": re.compile(r"\] rlwatch-sim start: |Recover INFO: (Recovering from StepInfo\(|Loading recover info)"),
+    "emergency_brake": re.compile(r" WARNING EMERGENCY BRAKE: only [\d.]+ GB free"),
+    "trial": re.compile(r" INFO trial \d+ done in [\d.]+ s"),
+    "child_failed": re.compile(r"^torch\.distributed\.elastic\.multiprocessing\.errors\.ChildFailedError: $"),
+    "timeout": re.compile(r"TimeoutError|timed out after"),
+}
+
+
+# --------------------------------------------------------------------------------------------------------- helpers
+def wait_until(pred: Callable[[], Any], timeout: float, interval: float = 0.02) -> Any:
+    deadline = time.monotonic() + timeout
+    while True:
+        value = pred()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"condition not met within {timeout} s")
+        time.sleep(interval)
+
+
+def lines(path: Path) -> list[str]:
+    return [ANSI.sub("", line) for line in path.read_text(encoding="utf-8", errors="replace").splitlines()]
+
+
+def count(path: Path, kind: str) -> int:
+    rx = CHECK[kind]
+    return sum(1 for line in lines(path) if rx.search(line))
+
+
+def ledger(run_dir: Path) -> dict[str, Any] | None:
+    try:
+        data = json.loads((run_dir / ".sim" / "ledger.json").read_text())
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def ledger_where(run_dir: Path, pred: Callable[[dict[str, Any]], bool]) -> Callable[[], dict[str, Any] | None]:
+    def check() -> dict[str, Any] | None:
+        data = ledger(run_dir)
+        return data if data is not None and pred(data) else None
+
+    return check
+
+
+def settled(data: dict[str, Any]) -> bool:
+    return bool(data["phase"] == "settled")
+
+
+def with_id(sim_id: str) -> list[psutil.Process]:
+    found = []
+    for proc in psutil.process_iter(["cmdline", "status"]):
+        if sim_id in (proc.info["cmdline"] or []) and proc.info["status"] != psutil.STATUS_ZOMBIE:
+            found.append(proc)
+    return found
+
+
+def piece(data: dict[str, Any], name: str) -> dict[str, Any]:
+    return [p for p in data["facts"]["pieces"] if p["name"] == name][-1]
+
+
+class Sim:
+    """One ``python -m rlwatch.sim`` process started by a test."""
+
+    def __init__(self, tmp_path: Path, scenario: str, speed: float) -> None:
+        self.dir = tmp_path / "run"
+        self.out = open(tmp_path / "sim.out", "wb")  # noqa: SIM115  (closed in stop)
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "rlwatch.sim", scenario, str(self.dir), "--speed", str(speed), "--seed", "7"],
+            stdout=self.out,
+            stderr=subprocess.STDOUT,
+        )
+        first = wait_until(lambda: ledger(self.dir), 20)
+        self.sim_id: str = first["sim_id"]
+
+    def wait(self, pred: Callable[[dict[str, Any]], bool], timeout: float = 30) -> dict[str, Any]:
+        data: dict[str, Any] = wait_until(ledger_where(self.dir, pred), timeout)
+        return data
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGINT)
+        try:
+            assert self.proc.wait(timeout=30) == 0
+        finally:
+            self.out.close()
+        wait_until(lambda: not with_id(self.sim_id), 10)
+
+    def rlwatch_yaml(self) -> dict[str, Any]:
+        data = yaml.safe_load((self.dir / "rlwatch.yaml").read_text())
+        assert isinstance(data, dict)
+        return data
+
+    def run_resume(self, tmp_path: Path) -> subprocess.Popen[bytes]:
+        """What `rlwatch act resume` does: the recorded launcher argv, in its directory, output to its log."""
+        actions = self.rlwatch_yaml()["actions"]
+        with open(self.dir / actions["resume_log"], "ab") as log:
+            return subprocess.Popen(
+                actions["resume_command"],
+                cwd=actions["resume_cwd"],
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+
+
+@pytest.fixture
+def sims() -> Iterator[list[Sim]]:
+    started: list[Sim] = []
+    yield started
+    for sim in started:  # a failed assertion must not leave a simulation running
+        if sim.proc.poll() is None:
+            sim.proc.send_signal(signal.SIGINT)
+            sim.proc.wait(timeout=30)
+        for proc in with_id(sim.sim_id):
+            proc.kill()
+
+
+def start(sims: list[Sim], tmp_path: Path, scenario: str, speed: float) -> Sim:
+    sim = Sim(tmp_path, scenario, speed)
+    sims.append(sim)
+    return sim
+
+
+def check_ledger_against_files(run_dir: Path, data: dict[str, Any]) -> None:
+    """Every count the ledger claims is in the file, and no checked kind appears in a file the ledger did not say."""
+    assert data["files"], "the simulation wrote no counted line at all"
+    for rel, kinds in data["files"].items():
+        path = run_dir / rel
+        for kind in CHECK:
+            assert count(path, kind) == kinds.get(kind, 0), f"{rel}: {kind}"
+
+
+def rule_matches(rules: list[dict[str, Any]], sim_id: str) -> dict[str, list[int]]:
+    """Role → pids of live processes each rule's regex selects (over the command line joined by spaces)."""
+    procs = with_id(sim_id)
+    out: dict[str, list[int]] = {}
+    for rule in rules:
+        rx = re.compile(rule["cmdline_regex"])
+        out.setdefault(rule["role"], []).extend(p.pid for p in procs if rx.search(" ".join(p.cmdline())))
+    return out
+
+
+# --------------------------------------------------------------------------------------------------------- units
+def test_scenarios_are_listed_with_descriptions() -> None:
+    assert set(SCENARIOS) == {"healthy", "server-crash", "restart-loop", "memory-leak", "gpu-zombie", "startup-crash"}
+    assert all(len(text) > 20 for text in SCENARIOS.values())
+
+
+@pytest.mark.parametrize("name", sorted(ALL))
+def test_rlwatch_yaml_is_valid_and_its_regexes_select_only_their_piece(tmp_path: Path, name: str) -> None:
+    layout = Layout.of(tmp_path)
+    sim_id, other = "11111111-2222-3333-4444-555555555555", "99999999-2222-3333-4444-555555555555"
+    data = rlwatch_config(layout, ALL[name], sim_id, port=31234, speed=20.0, seed=1)
+    cfg = Config.model_validate(data)
+    assert cfg.simulated and cfg.gpu.backend == "simulated"
+    argvs = {
+        "launcher": sim_commands.launcher(sim_id, tmp_path, 20, 1, "areal"),
+        "trainer": sim_commands.trainer(sim_id, tmp_path, 20, 1, "areal"),
+        "trl_trainer": sim_commands.trainer(sim_id, tmp_path, 20, 1, "trl"),
+        "server": sim_commands.server(sim_id, tmp_path, 20, 1, "areal", port=31234),
+        "worker-0": sim_commands.worker(sim_id, tmp_path, 20, 1, 0),
+        "worker-1": sim_commands.worker(sim_id, tmp_path, 20, 1, 1),
+        "worker-10": sim_commands.worker(sim_id, tmp_path, 20, 1, 10),
+        "holder": sim_commands.holder(sim_id, tmp_path, 20, 1, 4242),
+        "entrypoint": sim_commands.entrypoint(sim_id, tmp_path, 20, 1, 3),
+    }
+    for rule in cfg.processes:
+        assert rule.cmdline_regex is not None
+        rx = re.compile(rule.cmdline_regex)
+        hits = [key for key, argv in argvs.items() if rx.search(" ".join(argv))]
+        if rule.role == "watchdog":
+            assert rx.search(f"/usr/bin/python3 -m rlwatch watch {tmp_path}")
+            assert not hits
+            continue
+        assert len(hits) == 1, (rule.role, hits)
+        if rule.role != "container":  # the platform starts the container, not rlwatch
+            assert rule.command is not None and rx.search(" ".join(rule.command))
+        assert not rx.search(" ".join(argvs[hits[0]]).replace(sim_id, other))
+
+
+def test_classify_counts_each_kind_once_per_line() -> None:
+    line = (
+        '\x1b[31m(AReaL)\x1b[0m ERROR: Workflow execution failed: ConnectionRefusedError(111, "Connect call failed '
+        "('127.0.0.1', 1)\")"
+    )
+    assert classify(line) == {"connection_refused"}
+    assert classify("[rank0]: Traceback (most recent call last):") == {"traceback"}
+    assert classify("{'train_runtime': 12.0, 'train_loss': 0.1, 'epoch': 1.0}") == set()
+    assert classify("{'loss': 0.01, 'reward': 0.5}") == {"step"}
+    assert classify("2025-01-01 00:00:00,000 worker-0 WARNING Emergency-Brake: refusing") == {"emergency_brake"}
+
+
+def test_fancy_grid_is_column_major_and_aligned() -> None:
+    table = fancy_grid([(f"k{i}", float(i)) for i in range(6)], col=4).split("\n")
+    assert table[0].startswith("╒") and table[-1].startswith("╘")
+    assert len({len(row) for row in table}) == 1  # every row the same width
+    assert table[1].split("│")[1].strip() == "k0" and table[1].split("│")[3].strip() == "k2"  # column-major
+    assert table[3].split("│")[1].strip() == "k1"
+
+
+def test_next_step_rolls_over_at_the_end_of_an_epoch() -> None:
+    assert next_step({"epoch": 1, "epoch_step": 934, "global_step": 1869, "steps_per_epoch": 935}) == (2, 0, 1870)
+    assert next_step({"epoch": 0, "epoch_step": 5, "global_step": 5, "steps_per_epoch": 935}) == (0, 6, 6)
+
+
+def test_a_foreign_non_empty_directory_is_refused(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    (tmp_path / "precious.txt").write_text("keep me")
+    assert run_sim("healthy", tmp_path, speed=20) == 2
+    assert (tmp_path / "precious.txt").read_text() == "keep me"
+    assert "not a simulator directory" in capsys.readouterr().err
+    assert run_sim("no-such-scenario", tmp_path / "new") == 2
+
+
+# --------------------------------------------------------------------------------------------------------- scenarios
+@pytest.mark.slow
+def test_healthy_trains_checkpoints_and_finishes(tmp_path: Path, sims: list[Sim]) -> None:
+    sim = start(sims, tmp_path, "healthy", 30)
+    data = sim.wait(settled)
+    check_ledger_against_files(sim.dir, data)
+    layout = Layout.of(sim.dir)
+    assert data["totals"]["step"] == data["facts"]["total_steps"] == 60
+    ckpts = sorted(p.name for p in layout.ckpt_dir.iterdir() if p.name.startswith("epoch"))
+    assert len(ckpts) == data["totals"]["checkpoint_saved"] == 12
+    assert json.loads(layout.step_info.read_text()) == {
+        "epoch": 1,
+        "epoch_step": 29,
+        "global_step": 59,
+        "steps_per_epoch": 30,
+    }
+    assert "Training completes!" in lines(layout.trainer_log)[-1]
+    cfg = sim.rlwatch_yaml()
+    Config.model_validate(cfg)
+    matches = rule_matches(cfg["processes"], sim.sim_id)
+    assert {role: len(pids) for role, pids in matches.items()} == {"launcher": 1, "trainer": 1, "server": 1}
+    assert call(cfg["server"]["url"] + "/health", timeout=5) is None  # 200 with an empty body, as SGLang answers
+    gpu = wait_until(lambda: _gpu_holders(sim.dir) >= {*matches["server"], *matches["trainer"]}, 5)
+    assert gpu
+    sim.stop()
+
+
+def _gpu_holders(run_dir: Path) -> set[int]:
+    try:
+        state = json.loads((run_dir / ".sim" / "gpu_state.json").read_text())
+    except (OSError, ValueError):
+        return set()
+    return {p["pid"] for p in state["gpus"][0]["processes"]}
+
+
+@pytest.mark.slow
+def test_server_crash_storms_then_a_rerun_resumes(tmp_path: Path, sims: list[Sim]) -> None:
+    sim = start(sims, tmp_path, "server-crash", 25)
+    data = sim.wait(settled)
+    check_ledger_against_files(sim.dir, data)
+    layout = Layout.of(sim.dir)
+    assert piece(data, "server")["state"] == "died" and not piece(data, "server")["alive"]
+    assert piece(data, "trainer")["state"] == "failed" and piece(data, "launcher")["alive"]
+    files = data["files"]
+    assert files[layout.rel(layout.trainer_log)]["connection_refused"] >= 40
+    assert files[layout.rel(layout.wandb_log)]["connection_refused"] >= 40
+    assert files[layout.rel(layout.trainer_log)]["child_failed"] == 1
+    with pytest.raises(CallError) as refused:
+        call(f"http://127.0.0.1:{data['facts']['server_port']}/health", timeout=5)
+    assert refused.value.kind == "refused"
+    recover = data["facts"]["recover_global_step"]
+    assert recover is not None and recover <= data["facts"]["trainer_last_step"]
+
+    rerun = sim.run_resume(tmp_path)
+    data = sim.wait(lambda d: settled(d) and piece(d, "trainer")["state"] == "finished")
+    check_ledger_against_files(sim.dir, data)
+    text = lines(layout.trainer_log)
+    at = next(i for i, line in enumerate(text) if "Recovering from StepInfo(" in line)
+    assert f"global_step={recover}," in text[at]
+    first = next(line for line in text[at:] if CHECK["step"].search(line))
+    assert f"Train step {recover + 2}/60 done." in first  # AReaL's next step, 1-based in the log
+    sim.stop()
+    assert rerun.wait(timeout=10) is not None
+
+
+@pytest.mark.slow
+def test_restart_loop_container_keeps_failing_its_clone(tmp_path: Path, sims: list[Sim]) -> None:
+    sim = start(sims, tmp_path, "restart-loop", 40)
+    data = sim.wait(lambda d: d["facts"]["loops"] >= 3, timeout=40)
+    assert data["phase"] == "running"  # a restart loop never settles
+    layout = Layout.of(sim.dir)
+    boots = data["facts"]["boots"]
+    container = lines(layout.container_log)
+    assert count(layout.container_log, "restart") >= 3
+    fatal = sum(1 for line in container if line.startswith("fatal: destination path 'repo' already exists"))
+    assert fatal >= boots - 2 >= 2  # every boot after the first, the newest possibly still being written
+    assert data["facts"]["trainer_last_step"] == 56  # "crash at step 57": 57 steps completed, 0-based 56
+    assert count(layout.trainer_log, "step") == 57
+    assert not piece(data, "trainer")["alive"]  # killed with the container, without a word
+    assert not any("Traceback" in line for line in lines(layout.trainer_log))
+    sim.stop()
+
+
+@pytest.mark.slow
+def test_memory_leak_workers_really_grow_and_brake(tmp_path: Path, sims: list[Sim]) -> None:
+    sim = start(sims, tmp_path, "memory-leak", 25)
+    data = sim.wait(settled)
+    check_ledger_against_files(sim.dir, data)
+    for i in range(2):
+        rel = f"logs/worker-{i}.log"
+        assert data["files"][rel]["emergency_brake"] == 12
+        assert data["files"][rel]["trial"] == 10
+        proc = psutil.Process(piece(data, f"worker-{i}")["pid"])
+        assert proc.memory_info().rss > 150 * 1024 * 1024  # the leak is real memory, not a number in a log
+    cfg = sim.rlwatch_yaml()
+    assert any(r["role"] == "watchdog" and r["expected"] for r in cfg["processes"])
+    assert {role: len(p) for role, p in rule_matches(cfg["processes"], sim.sim_id).items()} == {
+        "worker": 2,
+        "watchdog": 0,
+    }
+    sim.stop()
+
+
+@pytest.mark.slow
+def test_gpu_zombie_strays_block_the_server_until_killed(tmp_path: Path, sims: list[Sim]) -> None:
+    sim = start(sims, tmp_path, "gpu-zombie", 25)
+    data = sim.wait(settled)
+    check_ledger_against_files(sim.dir, data)
+    layout = Layout.of(sim.dir)
+    assert data["files"][layout.rel(layout.server_log)]["cuda_busy"] == 3
+    strays = data["facts"]["stray_pids"]
+    assert len(strays) == 2
+    device = str(layout.device)
+    for pid in strays:
+        proc = psutil.Process(pid)
+        assert proc.ppid() != sim.proc.pid  # orphaned: nothing in the run is its parent
+        assert any(os.readlink(f"/proc/{pid}/fd/{fd}") == device for fd in os.listdir(f"/proc/{pid}/fd"))
+    wait_until(lambda: set(strays) <= _gpu_holders(sim.dir), 5)  # the simulated GPU lists them too
+
+    for pid in strays:
+        psutil.Process(pid).terminate()
+    wait_until(lambda: not any(psutil.pid_exists(pid) and _alive(pid) for pid in strays), 10)
+    sim.run_resume(tmp_path)
+    data = sim.wait(lambda d: (d["facts"]["trainer_last_step"] or 0) >= 2)
+    assert count(layout.server_log, "server_ready") >= 2
+    sim.stop()
+
+
+def _alive(pid: int) -> bool:
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return False
+
+
+@pytest.mark.slow
+def test_startup_crash_same_traceback_each_retry_and_a_hung_server(tmp_path: Path, sims: list[Sim]) -> None:
+    sim = start(sims, tmp_path, "startup-crash", 25)
+    data = sim.wait(settled)
+    check_ledger_against_files(sim.dir, data)
+    layout = Layout.of(sim.dir)
+    text = lines(layout.trl_trainer_log)
+    finals = [
+        i for i, line in enumerate(text) if line == "AttributeError: 'Namespace' object has no attribute 'model_id'"
+    ]
+    assert len(finals) == data["files"]["logs/train.log"]["traceback"] == 3
+    where = re.match(r'  File "(.+)", line (\d+), in on_save$', text[finals[0] - 2])
+    assert where is not None and where.group(1) == str(layout.train_script)
+    assert "model_id" in layout.train_script.read_text().splitlines()[int(where.group(2)) - 1]
+    assert count(layout.trl_trainer_log, "restart") == 3
+    assert (layout.trl_output / "checkpoint-2" / "trainer_state.json").is_file()
+    server = piece(data, "server")
+    assert server["state"] == "hung" and server["alive"]
+    with pytest.raises(CallError) as hung:
+        call(f"http://127.0.0.1:{data['facts']['server_port']}/health/", timeout=1)
+    assert hung.value.kind == "timeout"  # the process lives, the port accepts, nothing answers
+    sim.stop()  # the hung server ignores SIGTERM: only the KILL after the grace period ends it
+
+
+@pytest.mark.slow
+def test_children_end_when_the_supervisor_dies(tmp_path: Path, sims: list[Sim]) -> None:
+    sim = start(sims, tmp_path, "gpu-zombie", 1)
+    sim.wait(
+        lambda d: len(d["facts"]["stray_pids"]) == 2 and any(p["name"] == "launcher" for p in d["facts"]["pieces"])
+    )
+    assert len(with_id(sim.sim_id)) >= 3
+    sim.proc.kill()  # no cleanup at all: the lifelines must do it
+    sim.proc.wait(timeout=10)
+    wait_until(lambda: not with_id(sim.sim_id), 15)
