@@ -7,6 +7,7 @@ missing expected processes). Rules never raise on absent data: a rule whose inpu
 from __future__ import annotations
 
 import itertools
+import re
 import time
 from collections import Counter
 from collections.abc import Callable, Iterator
@@ -87,8 +88,11 @@ def server_down(s: Snapshot, ctx: Context) -> Iterator[Finding]:
             )
             return
         extra = ""
+        since = srv.down_since
         if refused:
             ev = s.events["connection_refused"]
+            if ev.first is not None and (since is None or ev.first < since):
+                since = ev.first  # the errors show when it really went away; the probe only saw it now
             extra = (
                 f"; {refused} connection-refused errors{_per_file(s, 'connection_refused')}, "
                 f"first {hhmm(ev.first)}, last {hhmm(ev.last)}. Training cannot make progress"
@@ -96,8 +100,8 @@ def server_down(s: Snapshot, ctx: Context) -> Iterator[Finding]:
         yield Finding(
             CRIT,
             "server_down",
-            f"Inference server {srv.url} is down since {hhmm(srv.down_since)} ({srv.error or 'no answer'}){extra}.",
-            srv.down_since,
+            f"Inference server {srv.url} is down since {hhmm(since)} ({srv.error or 'no answer'}){extra}.",
+            since,
         )
     elif refused >= ctx.thresholds.connection_storm and (srv is None or srv.up is None):
         ev = s.events["connection_refused"]
@@ -245,8 +249,25 @@ def training(s: Snapshot, ctx: Context) -> Iterator[Finding]:
             )
 
 
+_CONNECTION_WORDS = re.compile(
+    r"ConnectionRefused|Connect call failed|Connection refused|ClientConnectorError|can.t be reached|Failed after \d+ retries",
+    re.IGNORECASE,
+)
+
+
+def _short(title: str, limit: int = 160) -> str:
+    title = title.split(". Payload:")[0]
+    return title if len(title) <= limit else title[: limit - 1] + "…"
+
+
 def crashes(s: Snapshot, ctx: Context) -> Iterator[Finding]:
-    blocks = [i for i in s.incidents if i.kind in ("traceback", "crash")]
+    # Failed requests to a dead server are its consequence, reported with it, not crashes of their own.
+    server_gone = _count(s, "connection_refused") > 0
+    blocks = [
+        i
+        for i in s.incidents
+        if i.kind in ("traceback", "crash") and not (server_gone and _CONNECTION_WORDS.search(i.title))
+    ]
     if not blocks:
         return
     by_sig = Counter(i.signature for i in blocks if i.kind == "traceback")
@@ -261,15 +282,21 @@ def crashes(s: Snapshot, ctx: Context) -> Iterator[Finding]:
         yield Finding(
             CRIT,
             "crash_repeating",
-            f"The same crash happened {by_sig[sig]} times: {inc.title}{loc} [{sig}].",
+            f"The same crash happened {by_sig[sig]} times: {_short(inc.title)}{loc} [{sig}].",
             first,
         )
-    elif ctx.trainer_alive is not True and last.kind == "traceback":
-        yield Finding(WARN, "crashed", f"Last exception: {last.title}{where} ({_file(last)}).", last.first)
+    elif ctx.trainer_alive is not True and last.kind == "traceback" and not _progressed_since(s, last.last):
+        yield Finding(WARN, "crashed", f"Last exception: {_short(last.title)}{where} ({_file(last)}).", last.first)
 
 
 def _file(i: Incident) -> str:
     return f"{i.path.rsplit('/', 1)[-1]}:{i.lineno}"
+
+
+def _progressed_since(s: Snapshot, t: float | None) -> bool:
+    """Training logged a step after ``t``: an error before it is history, not a current problem."""
+    tr = s.training
+    return t is not None and tr is not None and tr.last_step_at is not None and tr.last_step_at > t
 
 
 def failures(s: Snapshot, ctx: Context) -> Iterator[Finding]:
@@ -281,15 +308,16 @@ def failures(s: Snapshot, ctx: Context) -> Iterator[Finding]:
         "engine_dead": "inference-engine deaths",
         "oom_kill": "kernel OOM kills in the logs",
     }
-    for kind, text in words.items():
+    for kind, text in [*words.items(), ("timeout", "timeout errors")]:
         n = _count(s, kind)
-        if n:
-            ev = s.events[kind]
-            yield Finding(CRIT, kind, f"{n} {text}{_per_file(s, kind)}, last {hhmm(ev.last)}.", ev.first)
-    n = _count(s, "timeout")
-    if n:
-        ev = s.events["timeout"]
-        yield Finding(WARN, "timeouts", f"{n} timeout errors{_per_file(s, 'timeout')}, last {hhmm(ev.last)}.", ev.first)
+        if not n:
+            continue
+        ev = s.events[kind]
+        msg = f"{n} {text}{_per_file(s, kind)}, last {hhmm(ev.last)}"
+        if _progressed_since(s, ev.last):
+            yield Finding(INFO, kind, msg + "; training has made progress since.", ev.first)
+        else:
+            yield Finding(WARN if kind == "timeout" else CRIT, kind, msg + ".", ev.first)
 
 
 def disk(s: Snapshot, ctx: Context) -> Iterator[Finding]:

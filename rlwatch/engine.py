@@ -132,6 +132,7 @@ class Engine:
             self.clock,
             recent_lines=cfg.events.recent_lines,
             rate_window_s=cfg.events.rate_window_s,
+            storm_threshold=cfg.thresholds.connection_storm,
         )
         th = cfg.thresholds
         self.training = TrainingTracker(
@@ -143,6 +144,7 @@ class Engine:
         self.counter.subscribe("step", self.training.on_step)
         self.counter.subscribe("_reward", self.training.on_reward)
         self.counter.subscribe("weight_update", self.training.on_weight_update)
+        self.counter.subscribe("_finished", self.training.on_step)
         self._starts: dict[str, deque[float]] = {}
         self.counter.subscribe("_banner", lambda line: self._log_start("container", line))
         self._tags: list[tuple[str, int, str]] = []
@@ -171,6 +173,7 @@ class Engine:
         self._checkpoint: CheckpointState | None = None
         self._recover: RecoverState | None = None
         self._server: ServerState | None = None
+        self._server_seen_up = False
         self._disk: DiskState | None = None
         self._status: dict[str, SourceStatus] = {}
         self._hist_gpu_util: dict[int, Ring] = {}
@@ -340,6 +343,7 @@ class Engine:
         alive: bool | None = bool(server_procs) if any(r.role == "server" for r in self.cfg.processes) else None
         state = self.server_probe.probe(process_alive=alive, pid=pid)
         with self._lock:
+            self._server_seen_up = self._server_seen_up or bool(state.up)
             self._server = state
             self._ok("server", None)
 
@@ -365,6 +369,19 @@ class Engine:
                 swap_used=self._hist_swap.series(),
                 rss=self.processes.history(),
             )
+            events = self.counter.summaries()
+            server = self._server
+            refused = events.get("connection_refused")
+            if (
+                server is not None
+                and server.up is False
+                and not self._server_seen_up
+                and refused is not None
+                and refused.first is not None
+                and (server.down_since is None or refused.first < server.down_since)
+            ):
+                # Never seen up by us: the refused connections in the logs tell when it really went away.
+                server = replace(server, down_since=refused.first)
             snap = Snapshot(
                 host=self.host,
                 time=now,
@@ -373,12 +390,12 @@ class Engine:
                 simulated=self.cfg.simulated,
                 uptime_s=uptime,
                 run_uptime_s=max(run_up) if run_up else None,
-                events=self.counter.summaries(),
+                events=events,
                 incidents=self.counter.incidents(),
                 training=tr,
                 checkpoint=self._checkpoint,
                 recover=self._recover,
-                server=self._server,
+                server=server,
                 gpu=self._gpu,
                 holders=self._holders,
                 memory=self._memory,

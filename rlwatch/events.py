@@ -19,7 +19,7 @@ from rlwatch.patterns import EventKind, Matcher, build_kinds, prepare
 from rlwatch.state import EventSummary, Incident, LogLine
 from rlwatch.tailer import Chunk
 from rlwatch.textsafe import clean_line, strip_ansi
-from rlwatch.timestamps import parse_time
+from rlwatch.timestamps import HMS_BYTES, parse_time
 
 __all__ = ["DISPLAY_CHARS", "EventCounter", "EventKind", "build_kinds"]
 
@@ -29,9 +29,11 @@ _TERMINATOR = re.compile(rb"\r\n?|\n")
 # match that straddles two pieces is still found.
 _OVERLAP = 4096
 _HEAD = 8192
-# How far back a line without a timestamp looks for one in the same chunk.
-_LOOK_BACK_LINES = 20
-_LOOK_BACK_BYTES = 16 * 1024
+# How far back a line without a timestamp looks for one in the same chunk before it settles for the latest one
+# already known (a traceback's header sits right under the logged error; a stats row a few lines under its step).
+_LOOK_BACK_LINES = 3
+_LOOK_BACK_BYTES = 8 * 1024
+_TIME_SEARCH_BYTES = 400  # a timestamp sits near the start of a line, behind colour codes and a prefix
 
 
 @dataclass(slots=True)
@@ -76,7 +78,7 @@ class _Lines:
     def __init__(self, data: bytes) -> None:
         self.data = data
         self.cr = b"\r" in data
-        self.stamp: tuple[int, float] | None = None  # the latest line start known to carry a timestamp, and it
+        self.stamp: tuple[int, float] | None = None  # (line start, time) of the latest line known to have a time
 
     def time_of(self, start: int, text: str, now: float) -> float:
         """The time of the line at ``start``: its own timestamp, else that of the nearest earlier line in this
@@ -98,7 +100,9 @@ class _Lines:
             if end > floor and self.data[end - 1 : end + 1] == b"\r\n":
                 end -= 1
             begin = self.start(end, floor)
-            found = parse_time(strip_ansi(self.data[begin:end].decode("utf-8", "replace")), now)
+            found = None
+            if HMS_BYTES.search(self.data, begin, min(end, begin + _TIME_SEARCH_BYTES)):
+                found = parse_time(strip_ansi(self.data[begin:end].decode("utf-8", "replace")), now)
             if found is not None:
                 self.stamp = (begin, found)
                 return found
@@ -165,7 +169,7 @@ class EventCounter:
         self._files: dict[str, _File] = {}
         self._incidents = IncidentTracker(storm_threshold=storm_threshold, storm_window_s=storm_window_s)
         self._progress = frozenset(k.name for k in self._kinds.values() if k.progress)
-        self._failure = tuple(k.name for k in self._kinds.values() if not k.progress)
+        self._streaking: dict[str, set[str]] = {}  # path -> kinds with a streak going in it
         self.errors: deque[str] = deque(maxlen=20)
 
     @classmethod
@@ -302,12 +306,11 @@ class EventCounter:
         st.first = when if st.first is None else min(st.first, when)
         st.last = when if st.last is None else max(st.last, when)
         if name in self._progress:
-            for other in self._failure:
-                streaks = self._stats[other].streaks
-                if streaks.get(path):
-                    streaks[path] = 0
+            for other in self._streaking.pop(path, ()):
+                self._stats[other].streaks[path] = 0
         else:
             st.streaks[path] = st.streaks.get(path, 0) + 1
+            self._streaking.setdefault(path, set()).add(name)
         second = int(when)
         if second >= self._clock.time() - self._window:
             st.buckets[second] = st.buckets.get(second, 0) + 1

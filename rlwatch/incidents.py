@@ -29,6 +29,8 @@ _CHAIN = re.compile(
 # `RuntimeError: msg`, `torch.distributed.elastic.multiprocessing.errors.ChildFailedError: `, `KeyboardInterrupt`.
 _EXC = re.compile(r"^([A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*)(?::\s?(.*))?$")
 _SEPARATOR = re.compile(r"^[\s=\-*_]*$")
+# Python 3.11 prints exception groups with a gutter ("  | ", "  + ") in front of every line of the group.
+_GUTTER = re.compile(r"^\s*[|+](?:[ -]?[|+])*[ -]?")
 _EXITCODE = re.compile(r"^\s*exitcode\s*:\s*(-?\d+)")
 _CHILD_CAUSE = re.compile(r"^\s*traceback\s*:\s*(Signal \d+ \(\w+\).*)$")
 
@@ -161,6 +163,8 @@ class IncidentTracker:
         """One line of ``path`` (prefix ``tag`` split off). ``when`` gives its time, parsed only if needed."""
         key = (path, tag)
         block = self._blocks.get(key)
+        if "|" in body[:12] or "+" in body[:12]:
+            body = _GUTTER.sub("", body, count=1)
         if block is None:
             if _HEADER.search(body):
                 self._open(key, _Block(lineno=lineno, first=when()))

@@ -232,7 +232,8 @@ def to_text(s: Snapshot) -> str:
         lines.append(
             f"Recover info: last completed step {r.global_step} (epoch {r.epoch}, step {r.epoch_step} of "
             f"{r.steps_per_epoch}); a resume starts at global step {r.resume_global_step} "
-            f"(epoch {r.resume_epoch}, step {r.resume_epoch_step})"
+            f"(epoch {r.resume_epoch}, step {r.resume_epoch_step}; counters are 0-based, the log will print "
+            f"'Train step {r.resume_global_step + 1}/…')"
         )
     if s.server and s.server.url:
         state = {True: "up", False: "DOWN", None: "unknown"}[s.server.up]

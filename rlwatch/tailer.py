@@ -4,7 +4,8 @@ Each file is opened once and pinned by its inode; reads use ``pread`` at an offs
 is shared and nothing depends on a watcher having seen an event. Every poll costs one ``stat`` per file plus a glob
 rescan about once a second. On each poll, for each watched path:
 
-- same inode, larger: read the new bytes (at most ``max_poll_bytes``: a huge backlog streams over several polls);
+- same inode, larger: read the new bytes, at most ``max_poll_bytes`` per file (a huge backlog streams over
+  several polls, so memory stays bounded by one poll's chunks and a caller gets to refresh between polls);
 - same inode, smaller than what was read, or its first bytes changed: truncated (``copytruncate``, ``> file``):
   start again at 0 with line 1;
 - another inode (renamed away and re-created, or deleted and re-created): the old descriptor is drained to its end
@@ -84,7 +85,9 @@ def _complete_end(data: bytes) -> int:
     return max(data.rfind(b"\n", 0, cr), data.rfind(b"\r", 0, cr)) + 1
 
 
-def _describe(exc: OSError) -> str:
+def _describe(exc: OSError | ValueError) -> str:
+    if not isinstance(exc, OSError):
+        return f"unusable path: {exc}"
     if exc.errno in (errno.EACCES, errno.EPERM):
         return "permission denied"
     if exc.errno == errno.EISDIR:
@@ -157,7 +160,7 @@ class Tailer:
         max_line_bytes: int = 1 << 20,
         start_at_end: bool = False,
         block_bytes: int = 1 << 20,
-        max_poll_bytes: int = 64 << 20,
+        max_poll_bytes: int = 8 << 20,
         rescan_s: float = 1.0,
         monotonic: Callable[[], float] = time.monotonic,
     ) -> None:
@@ -220,7 +223,7 @@ class Tailer:
                     st = os.stat(path)
                 except FileNotFoundError:
                     continue
-                except OSError as exc:
+                except (OSError, ValueError) as exc:  # ValueError: a NUL byte in the path
                     self.errors[path] = _describe(exc)
                     continue
                 problem = _kind_error(st.st_mode)
@@ -242,6 +245,8 @@ class Tailer:
                 found.append(watch)
         for path in [p for p, w in self._watches.items() if p not in matched and w.cur is None and w.old is None]:
             del self._watches[path]  # gone for good; a later rescan finds it again if it comes back
+        for path in [p for p in self.errors if p not in matched and p not in self._watches and p not in self._patterns]:
+            del self.errors[path]  # the troublesome path is gone
         return found
 
     def _place(self, handle: _Handle, st: os.stat_result) -> None:
@@ -286,7 +291,7 @@ class Tailer:
                 self._drain(watch, chunks)
             self.errors.pop(path, None)
             return
-        except OSError as exc:
+        except (OSError, ValueError) as exc:
             self.errors[path] = _describe(exc)
             return
         problem = _kind_error(st.st_mode)
@@ -303,10 +308,12 @@ class Tailer:
                 return
             cur = None
         if cur is None:
+            if self._followed_elsewhere(watch, st):
+                return  # the file moved here from another followed name: that watch drains it first
             cur = self._open(path)
             if cur is None:
                 return
-            cur.head = self._pread(cur, _HEAD_BYTES, 0) or b""
+            self._place(cur, st)
             watch.cur = cur
         self.errors.pop(path, None)
         if st.st_size != cur.size or st.st_size < cur.offset:
@@ -317,6 +324,12 @@ class Tailer:
             cur.size = st.st_size
         if st.st_size > cur.offset:
             self._read(path, cur, chunks)
+
+    def _followed_elsewhere(self, watch: _Watch, st: os.stat_result) -> bool:
+        key = (st.st_dev, st.st_ino)
+        return any(
+            h is not None and h.key == key for w in self._watches.values() if w is not watch for h in (w.cur, w.old)
+        )
 
     def _head_intact(self, handle: _Handle) -> bool:
         if not handle.head:
@@ -332,10 +345,17 @@ class Tailer:
         if self._read(watch.path, old, chunks) == "more":
             return False
         self._flush(watch.path, old, chunks)
+        try:
+            renamed = os.fstat(old.fd).st_nlink > 0
+        except OSError:
+            renamed = False
         old.close()
-        self._retired[old.key] = _Retired(head=old.head, offset=old.offset, lineno=old.lineno)
-        while len(self._retired) > _RETIRED_MAX:
-            self._retired.popitem(last=False)
+        # Only a file that still has a name can turn up again; a deleted one's inode number may be reused by a
+        # brand-new file, which must then be read from its start.
+        if renamed:
+            self._retired[old.key] = _Retired(head=old.head, offset=old.offset, lineno=old.lineno)
+            while len(self._retired) > _RETIRED_MAX:
+                self._retired.popitem(last=False)
         watch.old = None
         return True
 
@@ -343,7 +363,7 @@ class Tailer:
     def _open(self, path: str) -> _Handle | None:
         try:
             fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
-        except OSError as exc:
+        except (OSError, ValueError) as exc:
             self.errors[path] = _describe(exc)
             return None
         try:

@@ -10,14 +10,16 @@ from __future__ import annotations
 import re
 import time
 from datetime import datetime
+from functools import lru_cache
 
-__all__ = ["parse_time"]
+__all__ = ["HMS_BYTES", "parse_time"]
 
 # The timestamp sits near the start of a line, behind at most an ANSI-stripped logger prefix such as
 # "(AReaL) " or "[rank0]:"; looking further would pick up times quoted inside messages.
 _SEARCH_CHARS = 200
 
 _HMS = re.compile(r"\d\d:\d\d:\d\d", re.ASCII)
+HMS_BYTES = re.compile(rb"\d\d:\d\d:\d\d")  # the same test on raw bytes: skips decoding lines without a time
 # AReaL: 20251121-09:15:30.652
 _AREAL = re.compile(r"(?<!\d)(\d{4})(\d\d)(\d\d)-(\d\d):(\d\d):(\d\d)(?:\.(\d{1,6}))?(?!\d)", re.ASCII)
 # SGLang "[2025-03-14 02:15:58 TP0]", Python logging "2025-03-14 02:15:58,123", ISO "2025-03-14T02:15:58.1"
@@ -33,13 +35,24 @@ _GLOG = re.compile(r"(?<![^\s\[:])[IWEF](\d\d)(\d\d) (\d\d):(\d\d):(\d\d)(?:\.(\
 _FUTURE_SLACK_S = 86_400.0
 
 
+@lru_cache(maxsize=4096)
+def _minute(year: int, month: int, day: int, hour: int, minute: int) -> float | None:
+    """Local-time epoch seconds of the start of a minute (cached: a log has many lines per minute)."""
+    try:
+        return datetime(year, month, day, hour, minute).timestamp()
+    except (ValueError, OverflowError, OSError):
+        return None
+
+
 def _local(fields: tuple[int, int, int, int, int, int], frac: str | None) -> float | None:
     """Local-time epoch seconds; None for an impossible date. A leap second is read as :59."""
     year, month, day, hour, minute, second = fields
-    try:
-        stamp = datetime(year, month, day, hour, minute, min(second, 59)).timestamp()
-    except (ValueError, OverflowError, OSError):
+    if not 0 <= second <= 60:
         return None
+    start = _minute(year, month, day, hour, minute)
+    if start is None:
+        return None
+    stamp = start + min(second, 59)
     if frac:
         stamp += int(frac) / 10 ** len(frac)
     return stamp

@@ -33,7 +33,8 @@ def _base_dir(pattern: str) -> str:
 
 def watch_roots(patterns: Sequence[str]) -> list[str]:
     """Directories to watch recursively for ``patterns``, without one nested in another."""
-    roots = sorted({os.path.normpath(_base_dir(p)) for p in patterns})
+    # Watching "/" recursively would walk the whole machine: such a pattern is left to polling.
+    roots = sorted({os.path.normpath(_base_dir(p)) for p in patterns} - {os.sep})
     kept: list[str] = []
     for root in roots:
         if not any(root == k or root.startswith(k.rstrip(os.sep) + os.sep) for k in kept):
@@ -54,6 +55,8 @@ class Waker:
         step_ms: int = 20,
     ) -> None:
         self._roots = watch_roots(patterns)
+        # A pattern under "/" itself is not watched (see watch_roots): then everything is polled.
+        self._partial = any(os.path.normpath(_base_dir(p)) == os.sep for p in patterns)
         self._poll = poll_interval_s
         env = os.environ.get("WATCHFILES_FORCE_POLLING", "").strip().lower()
         self._forced = force_polling or env not in _FALSEY
@@ -72,7 +75,7 @@ class Waker:
 
     def start(self) -> None:
         """Start the watcher thread (no thread at all when polling is forced). Idempotent."""
-        if self._forced or self._thread is not None or not self._roots:
+        if self._forced or self._thread is not None or not self._roots or self._partial:
             return
         self._thread = threading.Thread(target=self._run, name="rlwatch-waker", daemon=True)
         self._thread.start()

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from datetime import datetime
 from pathlib import Path
 
@@ -90,6 +89,26 @@ def test_times_come_from_the_line_else_from_the_clock() -> None:
     assert [r.time for r in s.recent][-1] == pytest.approx(clock.time())
 
 
+def test_a_line_without_a_timestamp_takes_the_one_above_it_in_the_same_chunk() -> None:
+    clock = FakeClock(datetime(2025, 11, 21, 12, 0, 0).timestamp())
+    counter = make(clock=clock)
+    got = collect(counter, "connection_refused")
+    lines = [
+        areal("20251121-09:15:30.000", "Workflow execution failed: RuntimeError"),
+        "Traceback (most recent call last):",
+        '  File "http.py", line 3, in f',
+        "    raise RuntimeError(msg)",
+        "ConnectionRefusedError: [Errno 111] Connection refused",
+    ]
+    feed_lines(counter, TRAINER, lines)
+    expected = datetime(2025, 11, 21, 9, 15, 30).timestamp()
+    assert [g.time for g in got] == [expected]
+    (incident,) = counter.incidents()
+    assert incident.first == incident.last == expected
+    feed_lines(counter, TRAINER, lines[1:], first=6)  # a new chunk with no timestamp at all: the clock
+    assert got[-1].time == clock.time()
+
+
 def test_rate_per_minute_over_the_window() -> None:
     clock = FakeClock()
     counter = make(clock=clock, rate_window_s=60.0)
@@ -121,7 +140,9 @@ def test_streaks_reset_by_progress_in_the_same_file_only() -> None:
 
 
 def test_custom_progress_kind_resets_streaks() -> None:
-    cfg = EventsConfig(custom=[CustomEvent(name="trial_done", pattern=r"trial \d+ done", severity="info", progress=True)])
+    cfg = EventsConfig(
+        custom=[CustomEvent(name="trial_done", pattern=r"trial \d+ done", severity="info", progress=True)]
+    )
     counter = make(cfg)
     feed_lines(counter, TRAINER, ["TimeoutError: Timeout waiting for key 'k'"] * 3 + ["trial 4 done"])
     assert counter.summaries()["timeout"].streak == 0
@@ -188,7 +209,9 @@ def test_chunks_with_pieces_of_one_long_line_count_once() -> None:
     for i, piece in enumerate(pieces):
         last = i == len(pieces) - 1
         counter.feed(
-            Chunk(TRAINER, piece + (b"\n" if last else b""), 5, 1 if last else 0, continues_line=i > 0, continued=not last)
+            Chunk(
+                TRAINER, piece + (b"\n" if last else b""), 5, 1 if last else 0, continues_line=i > 0, continued=not last
+            )
         )
     assert [(g.lineno, g.text[:18]) for g in got] == [(5, "CUDA out of memory")]
 
@@ -291,7 +314,3 @@ def test_clean_line_leaves_no_control_characters(text: str) -> None:
 
 def test_strip_ansi_only_removes_colours() -> None:
     assert strip_ansi("\x1b[92mok\x1b[0m \x1b]0;t\x07") == "ok \x1b]0;t\x07"
-
-
-def _unused(_: Callable[[], None]) -> None:  # keep the Callable import honest for type checkers
-    return None

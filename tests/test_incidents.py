@@ -186,6 +186,21 @@ def test_cut_off_traceback_does_not_hide_the_next_one() -> None:
     ]
 
 
+def test_exception_group_gutter() -> None:
+    c = counter()
+    text = (
+        "  + Exception Group Traceback (most recent call last):\n"
+        '  |   File "/srv/rollout.py", line 88, in gather\n'
+        "  |     async with asyncio.TaskGroup() as tg:\n"
+        "  | ExceptionGroup: unhandled errors in a TaskGroup (1 sub-exception)\n"
+        "  +-+---------------- 1 ----------------\n"
+    )
+    feed(c, TRAINER, text)
+    (inc,) = of_kind(c, "traceback")
+    assert inc.title == "ExceptionGroup: unhandled errors in a TaskGroup (1 sub-exception)"
+    assert inc.location == "rollout.py:88"
+
+
 def test_logger_levels_are_not_exceptions() -> None:
     c = counter()
     feed(c, TRAINER, 'Traceback (most recent call last):\n  File "a.py", line 1, in f\nWARNING: later\nOSError: boom\n')

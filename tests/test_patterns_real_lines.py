@@ -20,8 +20,12 @@ def counted(line: str, cfg: EventsConfig | None = None) -> list[str]:
     """Kinds one line is counted as, through the whole counter (bulk prefilter included)."""
     counter = EventCounter(build_kinds(cfg or EventsConfig()), FakeClock())
     seen: list[str] = []
+
+    def recorder(name: str) -> Callable[[LogLine], None]:
+        return lambda _line: seen.append(name)
+
     for kind in counter.kinds:
-        counter.subscribe(kind.name, lambda _line, name=kind.name: seen.append(name))
+        counter.subscribe(kind.name, recorder(kind.name))
     counter.feed(Chunk("/run/logs/trainer.log", line.encode() + b"\n", 1, 1))
     return seen
 
@@ -142,10 +146,18 @@ REAL: list[tuple[str, str, tuple[Callable[[str], str], ...]]] = [
         "root cause.",
         ALL,
     ),
-    ("engine_dead", "(EngineCore_0 pid=4242) ERROR 05-06 20:59:57 [core.py:588] EngineCore encountered a fatal error.", ALL),
+    (
+        "engine_dead",
+        "(EngineCore_0 pid=4242) ERROR 05-06 20:59:57 [core.py:588] EngineCore encountered a fatal error.",
+        ALL,
+    ),
     ("engine_dead", "ERROR 05-06 20:59:57 [core.py:691] EngineCore failed to start.", ALL),
     ("engine_dead", "[2025-03-14 02:15:58 TP0] Scheduler hit an exception: Traceback (most recent call last):", ALL),
-    ("engine_dead", "[2025-03-14 02:15:59] Received sigquit from a child process. It usually means the child failed.", ALL),
+    (
+        "engine_dead",
+        "[2025-03-14 02:15:59] Received sigquit from a child process. It usually means the child failed.",
+        ALL,
+    ),
     # emergency_brake (the workers' own wording: no framework prints one)
     ("emergency_brake", "WARNING emergency brake: only 1.8 GB free, not starting trial 952", ALL),
     ("emergency_brake", "EMERGENCY_BRAKE engaged (free 1.2 GiB < 2.0 GiB)", ALL),
@@ -160,7 +172,11 @@ REAL: list[tuple[str, str, tuple[Callable[[str], str], ...]]] = [
     ),
     ("oom_kill", "Memory cgroup out of memory: Killed process 4242 (python3)", ALL),
     # weight_update
-    ("weight_update", "[RemoteInfEngine Rank 0] INFO: Loading weights from disk done in 10.48s. Respond time: 2.19s.", ALL),
+    (
+        "weight_update",
+        "[RemoteInfEngine Rank 0] INFO: Loading weights from disk done in 10.48s. Respond time: 2.19s.",
+        ALL,
+    ),
     ("weight_update", "[2025-03-14 02:15:58] Update weights end.", ALL),
     ("weight_update", 'INFO:     127.0.0.1:49876 - "POST /reset_prefix_cache/ HTTP/1.1" 200 OK', ALL),
     # checkpoint_saved
@@ -190,7 +206,11 @@ REAL: list[tuple[str, str, tuple[Callable[[str], str], ...]]] = [
     ("server_ready", "Starting vLLM server on http://0.0.0.0:8000", ALL),
     ("server_ready", "INFO:     Application startup complete.", ALL),
     # restart
-    ("restart", "Recover INFO: Recovering from StepInfo(epoch=0, epoch_step=5, global_step=5, steps_per_epoch=935).", ALL),
+    (
+        "restart",
+        "Recover INFO: Recovering from StepInfo(epoch=0, epoch_step=5, global_step=5, steps_per_epoch=935).",
+        ALL,
+    ),
     (
         "restart",
         "LocalLauncher: experiment_name=gsm8k-grpo, trial_name=trial0, fileroot=/tmp/areal/experiments, run_id=1, "
@@ -210,6 +230,8 @@ REAL: list[tuple[str, str, tuple[Callable[[str], str], ...]]] = [
         ALL,
     ),
     ("_server_exit", "SGLangWrapper INFO: SGLang server http://10.244.3.17:17331 exits, returncode=-9", ALL),
+    ("_finished", "RLTrainer INFO: Training completes! Total time elapsed 3601.52.", ALL),
+    ("_finished", "{'train_runtime': 812.3, 'train_samples_per_second': 1.97, 'train_steps_per_second': 0.123, 'train_loss': 0.0123, 'epoch': 1.0}", ALL),
 ]
 
 CASES = [
@@ -276,6 +298,7 @@ NEAR_MISSES: list[tuple[str, str]] = [
     ("_reward", "│ ppo_actor/task_reward/max │ 1.0000e+00 │ ppo_actor/final_reward/avg │ 2.0000e-01 │"),
     ("_banner", "rlwatch-sim stopped"),
     ("_server_exit", "process exits normally"),
+    ("_finished", "Training completes when the budget runs out"),
 ]
 
 
@@ -350,4 +373,6 @@ def test_subscribers_get_clean_text() -> None:
     counter.subscribe("step", got.append)
     line = "\x1b[92m20251121-09:15:30.652 StatsLogger INFO: Epoch 1/1 Step 1/2 Train step 1/2 done.\x1b]0;pwn\x07"
     counter.feed(Chunk("/l/t.log", line.encode() + b"\n", 7, 1))
-    assert [(g.lineno, g.text) for g in got] == [(7, "20251121-09:15:30.652 StatsLogger INFO: Epoch 1/1 Step 1/2 Train step 1/2 done.")]
+    assert [(g.lineno, g.text) for g in got] == [
+        (7, "20251121-09:15:30.652 StatsLogger INFO: Epoch 1/1 Step 1/2 Train step 1/2 done.")
+    ]

@@ -14,6 +14,7 @@ import signal
 import subprocess
 import sys
 import time
+import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -29,9 +30,12 @@ from rlwatch.sim.client import CallError, call
 from rlwatch.sim.common import Layout
 from rlwatch.sim.formats import fancy_grid
 from rlwatch.sim.ledger import classify
+from rlwatch.sim.lifeline import Heartbeat
 from rlwatch.sim.runconfig import rlwatch_config
 from rlwatch.sim.saver import next_step
 from rlwatch.sim.scenarios import ALL
+from rlwatch.sim.supervisor import free_port
+from rlwatch.sim.trainer import Trainer
 
 ANSI = re.compile(r"\x1b\[[0-9;]*m")
 
@@ -49,12 +53,15 @@ CHECK: dict[str, re.Pattern[str]] = {
         r"ready to roll!$|Servers are all ready!$|SGLang server launched at: http|INFO: +Application startup complete"
         r"|Starting vLLM server on http"
     ),
-    "restart": re.compile(r"\] rlwatch-sim start: |Recover INFO: (Recovering from StepInfo\(|Loading recover info)"),
+    "restart": re.compile(r"Recover INFO: Recovering from StepInfo\(|LocalLauncher: .*run_id=[1-9]"),
     "emergency_brake": re.compile(r" WARNING EMERGENCY BRAKE: only [\d.]+ GB free"),
     "trial": re.compile(r" INFO trial \d+ done in [\d.]+ s"),
     "child_failed": re.compile(r"^torch\.distributed\.elastic\.multiprocessing\.errors\.ChildFailedError: $"),
-    "timeout": re.compile(r"TimeoutError|timed out after"),
+    "timeout": re.compile(r"TimeoutError|[Tt]imed out after"),
 }
+# A start-up banner: the second and later ones in a file are the process starting again (a restart).
+BANNER = re.compile(r"\] rlwatch-sim start: container boot \d+|LocalLauncher INFO: LocalLauncher: .*run_id=\d+")
+ERRORS = {"connection_refused", "cuda_busy", "child_failed", "timeout"}
 
 
 # --------------------------------------------------------------------------------------------------------- helpers
@@ -75,7 +82,13 @@ def lines(path: Path) -> list[str]:
 
 def count(path: Path, kind: str) -> int:
     rx = CHECK[kind]
-    return sum(1 for line in lines(path) if rx.search(line))
+    text = lines(path)
+    if kind in ERRORS:  # a traceback's quoted `raise ...` source line names an error without being one
+        text = [line for line in text if not line.lstrip().startswith("raise ")]
+    n = sum(1 for line in text if rx.search(line))
+    if kind == "restart":
+        n += max(0, sum(1 for line in text if BANNER.search(line)) - 1)
+    return n
 
 
 def ledger(run_dir: Path) -> dict[str, Any] | None:
@@ -107,7 +120,8 @@ def with_id(sim_id: str) -> list[psutil.Process]:
 
 
 def piece(data: dict[str, Any], name: str) -> dict[str, Any]:
-    return [p for p in data["facts"]["pieces"] if p["name"] == name][-1]
+    found: list[dict[str, Any]] = [p for p in data["facts"]["pieces"] if p["name"] == name]
+    return found[-1]
 
 
 class Sim:
@@ -142,7 +156,7 @@ class Sim:
         assert isinstance(data, dict)
         return data
 
-    def run_resume(self, tmp_path: Path) -> subprocess.Popen[bytes]:
+    def run_resume(self) -> subprocess.Popen[bytes]:
         """What `rlwatch act resume` does: the recorded launcher argv, in its directory, output to its log."""
         actions = self.rlwatch_yaml()["actions"]
         with open(self.dir / actions["resume_log"], "ab") as log:
@@ -255,6 +269,18 @@ def test_next_step_rolls_over_at_the_end_of_an_epoch() -> None:
     assert next_step({"epoch": 0, "epoch_step": 5, "global_step": 5, "steps_per_epoch": 935}) == (0, 6, 6)
 
 
+def test_the_seed_makes_the_random_parts_reproducible(tmp_path: Path) -> None:
+    spec = {**ALL["healthy"].spec, "port": 1}
+    layout = Layout.of(tmp_path)
+
+    def rows(seed: int) -> list[tuple[str, float]]:
+        trainer = Trainer(layout, spec, speed=1.0, seed=seed)
+        return [row for g in range(5) for row in trainer.stats(g, trainer.weight_seconds(g))]
+
+    assert rows(3) == rows(3)
+    assert rows(3) != rows(4)
+
+
 def test_a_foreign_non_empty_directory_is_refused(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     (tmp_path / "precious.txt").write_text("keep me")
     assert run_sim("healthy", tmp_path, speed=20) == 2
@@ -316,7 +342,7 @@ def test_server_crash_storms_then_a_rerun_resumes(tmp_path: Path, sims: list[Sim
     recover = data["facts"]["recover_global_step"]
     assert recover is not None and recover <= data["facts"]["trainer_last_step"]
 
-    rerun = sim.run_resume(tmp_path)
+    rerun = sim.run_resume()
     data = sim.wait(lambda d: settled(d) and piece(d, "trainer")["state"] == "finished")
     check_ledger_against_files(sim.dir, data)
     text = lines(layout.trainer_log)
@@ -336,7 +362,7 @@ def test_restart_loop_container_keeps_failing_its_clone(tmp_path: Path, sims: li
     layout = Layout.of(sim.dir)
     boots = data["facts"]["boots"]
     container = lines(layout.container_log)
-    assert count(layout.container_log, "restart") >= 3
+    assert count(layout.container_log, "restart") >= 2
     fatal = sum(1 for line in container if line.startswith("fatal: destination path 'repo' already exists"))
     assert fatal >= boots - 2 >= 2  # every boot after the first, the newest possibly still being written
     assert data["facts"]["trainer_last_step"] == 56  # "crash at step 57": 57 steps completed, 0-based 56
@@ -385,10 +411,11 @@ def test_gpu_zombie_strays_block_the_server_until_killed(tmp_path: Path, sims: l
     for pid in strays:
         psutil.Process(pid).terminate()
     wait_until(lambda: not any(psutil.pid_exists(pid) and _alive(pid) for pid in strays), 10)
-    sim.run_resume(tmp_path)
-    data = sim.wait(lambda d: (d["facts"]["trainer_last_step"] or 0) >= 2)
+    rerun = sim.run_resume()
+    sim.wait(lambda d: (d["facts"]["trainer_last_step"] or 0) >= 2)  # the server came up, training goes on
     assert count(layout.server_log, "server_ready") >= 2
     sim.stop()
+    assert rerun.wait(timeout=10) is not None
 
 
 def _alive(pid: int) -> bool:
@@ -412,7 +439,7 @@ def test_startup_crash_same_traceback_each_retry_and_a_hung_server(tmp_path: Pat
     where = re.match(r'  File "(.+)", line (\d+), in on_save$', text[finals[0] - 2])
     assert where is not None and where.group(1) == str(layout.train_script)
     assert "model_id" in layout.train_script.read_text().splitlines()[int(where.group(2)) - 1]
-    assert count(layout.trl_trainer_log, "restart") == 3
+    assert sum(1 for line in text if line.startswith("+ accelerate launch ")) == 3  # the wrapper's retries
     assert (layout.trl_output / "checkpoint-2" / "trainer_state.json").is_file()
     server = piece(data, "server")
     assert server["state"] == "hung" and server["alive"]
@@ -432,3 +459,45 @@ def test_children_end_when_the_supervisor_dies(tmp_path: Path, sims: list[Sim]) 
     sim.proc.kill()  # no cleanup at all: the lifelines must do it
     sim.proc.wait(timeout=10)
     wait_until(lambda: not with_id(sim.sim_id), 15)
+
+
+@pytest.mark.slow
+def test_server_hang_after_accepts_but_never_answers_and_follows_its_lifeline(tmp_path: Path) -> None:
+    layout = Layout.of(tmp_path)
+    layout.device.parent.mkdir(parents=True)
+    layout.device.touch()
+    sim_id = str(uuid.uuid4())
+    heartbeat = Heartbeat(layout.alive, sim_id)
+    heartbeat.start()
+    port = free_port()
+    argv = [*sim_commands.server(sim_id, tmp_path, 2, 1, "trl", port=port), "--hang-after", "2"]
+    with open(tmp_path / "server.log", "ab") as log:
+        proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT)
+    url = f"http://127.0.0.1:{port}/health/"
+
+    def answers() -> bool:
+        try:
+            return bool(call(url, timeout=1) == {"status": "ok"})
+        except CallError:
+            return False
+
+    def hangs() -> bool:
+        try:
+            call(url, timeout=0.3)
+        except CallError as exc:
+            return exc.kind == "timeout"
+        return False
+
+    try:
+        wait_until(answers, 15)
+        access = r'^INFO: {5}127\.0\.0\.1:\d+ - "GET /health/ HTTP/1\.1" 200 OK$'
+        assert any(re.match(access, line) for line in lines(tmp_path / "server.log"))  # uvicorn's own format
+        wait_until(hangs, 10)
+        assert proc.poll() is None  # alive, listening, silent
+        heartbeat.stop()  # the supervisor is gone: the piece ends itself
+        wait_until(lambda: proc.poll() is not None, 10)
+    finally:
+        heartbeat.stop()
+        if proc.poll() is None:
+            proc.kill()
+        proc.wait(timeout=10)

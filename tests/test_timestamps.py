@@ -14,8 +14,8 @@ from rlwatch.timestamps import parse_time
 NOW = datetime(2025, 11, 21, 12, 0, 0).timestamp()  # local time, like the formats
 
 
-def local(*args: int, micro: int = 0) -> float:
-    return datetime(*args, microsecond=micro).timestamp()  # type: ignore[misc]
+def local(year: int, month: int, day: int, hour: int, minute: int, second: int, micro: int = 0) -> float:
+    return datetime(year, month, day, hour, minute, second, micro).timestamp()
 
 
 @pytest.mark.parametrize(
@@ -33,7 +33,10 @@ def local(*args: int, micro: int = 0) -> float:
         # Python logging's default asctime.
         ("2025-03-14 02:15:58,250 - trainer - INFO - hello", local(2025, 3, 14, 2, 15, 58) + 0.25),
         # vLLM (no year: the clock's year).
-        ("INFO 05-06 20:59:57 [default_loader.py:384] Loading weights took 24.84 seconds", local(2025, 5, 6, 20, 59, 57)),
+        (
+            "INFO 05-06 20:59:57 [default_loader.py:384] Loading weights took 24.84 seconds",
+            local(2025, 5, 6, 20, 59, 57),
+        ),
         ("(EngineCore_0 pid=12) ERROR 11-21 08:00:01 [core.py:588] EngineCore failed", local(2025, 11, 21, 8, 0, 1)),
         # torch C++ (glog) lines, behind a rank prefix, and torchrun's.
         (

@@ -7,9 +7,9 @@ from collections.abc import Iterator
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+from snapshot_data import utc_timezone
 
 from rlwatch.state import Series
-from snapshot_data import utc_timezone
 from widgets.format import (
     clean_text,
     fmt_age,
@@ -21,7 +21,7 @@ from widgets.format import (
     shorten_middle,
     shorten_path,
 )
-from widgets.graph import BLOCKS, ZERO, bucket, plot_rows, render_graph, spark, span_label, time_axis
+from widgets.graph import BLOCKS, ZERO, bucket, fit_span, plot_rows, render_graph, span_label, spark, time_axis
 
 
 @pytest.fixture(autouse=True)
@@ -130,6 +130,15 @@ def test_plot_distinguishes_zero_from_no_data_and_draws_threshold() -> None:
 def test_spark_is_one_row_on_the_given_scale() -> None:
     assert spark([0.0, 50.0, 100.0, None]).plain == f"{ZERO}{BLOCKS[4]}{BLOCKS[8]} "
     assert spark([5.0], lo=0.0, hi=10.0).plain == BLOCKS[4]
+
+
+def test_time_axis_fits_a_short_history_to_a_round_window() -> None:
+    young = Series(times=(95.0, 100.0), values=(1.0, 2.0))
+    assert fit_span(young, now=100.0, max_span_s=600.0) == 60.0
+    older = Series(times=(0.0, 100.0), values=(1.0, 2.0))
+    assert fit_span(older, now=200.0, max_span_s=600.0) == 300.0
+    assert fit_span(older, now=5000.0, max_span_s=600.0) == 600.0
+    assert fit_span(Series(), now=5000.0, max_span_s=600.0) == 600.0
 
 
 def test_time_axis_and_labels() -> None:

@@ -8,11 +8,11 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 
 import pytest
+import snapshot_data as data
 from textual.pilot import Pilot
 from textual.widget import Widget
 from textual.widgets import Button, DataTable, Static
 
-import snapshot_data as data
 from rlwatch.clock import FakeClock
 from rlwatch.feed import StaticFeed
 from rlwatch.state import (
@@ -47,8 +47,14 @@ def _utc() -> Iterator[None]:
 class RecordingFeed(StaticFeed):
     """Fixed data that can change under the app, and remembers what was asked of it."""
 
-    def __init__(self, snapshot: Snapshot, lines: Sequence[TaggedLine] = (), plans: dict[str, ActionPlan] | None = None,
-                 *, readonly: bool = False) -> None:
+    def __init__(
+        self,
+        snapshot: Snapshot,
+        lines: Sequence[TaggedLine] = (),
+        plans: dict[str, ActionPlan] | None = None,
+        *,
+        readonly: bool = False,
+    ) -> None:
         super().__init__(snapshot, lines, plans, readonly=readonly)
         self.planned: list[str] = []
 
@@ -72,8 +78,12 @@ class RecordingFeed(StaticFeed):
 def recording(name: str, **kwargs: object) -> RecordingFeed:
     base = data.feed(name)
     plans = kwargs.pop("plans", None)
-    return RecordingFeed(base.snapshot(), base.lines_after(0), plans if plans is not None else base._plans,  # type: ignore[arg-type]
-                         **kwargs)  # type: ignore[arg-type]
+    return RecordingFeed(
+        base.snapshot(),
+        base.lines_after(0),
+        plans if plans is not None else base._plans,  # type: ignore[arg-type]
+        **kwargs,
+    )  # type: ignore[arg-type]
 
 
 def make_app(feed: StaticFeed, *, live: bool = False, refresh_s: float = 0.02) -> RlwatchApp:
@@ -334,8 +344,9 @@ async def test_hostile_log_text_is_shown_literally_and_never_reaches_the_termina
         base,
         events={"traceback": EventSummary("traceback", Severity.WARNING, 1, base.time, base.time, 0.0, 1, {}, recent)},
         findings=(Finding(Severity.CRITICAL, "x", "[blink]finding[/blink] \x1b[5m", None),),
-        incidents=(Incident("traceback", "/l/t.log", 3, base.time, base.time, 2, "[red]Title[/] \x1b]0;x\x07", None,
-                            "s"),),
+        incidents=(
+            Incident("traceback", "/l/t.log", 3, base.time, base.time, 2, "[red]Title[/] \x1b]0;x\x07", None, "s"),
+        ),
         processes=(dataclasses.replace(base.processes[0], name="[b]proc[/b]"),),
         holders=(dataclasses.replace(base.holders[0], cmdline=("[u]a[/u]\x1b[1m",)),),
     )
@@ -346,8 +357,14 @@ async def test_hostile_log_text_is_shown_literally_and_never_reaches_the_termina
         svg = app.export_screenshot().replace("&#160;", " ")
         view = app.main.query_one(LogView)
         assert view.visible_text() == ["[bold red]boom[/]  [link=http://x]y[/link]"]
-        for literal in ("[bold red]boom[/]", "[blink]finding[/blink]", "[red]Title[/]", "[i]recent[/i] line",
-                        "[b]proc[/b]", "[u]a[/u]"):
+        for literal in (
+            "[bold red]boom[/]",
+            "[blink]finding[/blink]",
+            "[red]Title[/]",
+            "[i]recent[/i] line",
+            "[b]proc[/b]",
+            "[u]a[/u]",
+        ):
             assert literal in svg, literal
         assert "\x1b" not in svg
         assert "pwned" not in svg
@@ -363,8 +380,18 @@ async def test_question_mark_opens_help_listing_every_key() -> None:
         await pilot.pause()
         assert isinstance(app.screen, HelpScreen)
         help_text = text_of(app.screen.query_one("#help-table", Static))
-        for fragment in ("Restart workers", "Kill GPU zombies", "Resume training", "Restart inference server",
-                         "Filter the log", "event kind", "Pause the log", "Focus a panel", "next panel", "Quit"):
+        for fragment in (
+            "Restart workers",
+            "Kill GPU zombies",
+            "Resume training",
+            "Restart inference server",
+            "Filter the log",
+            "event kind",
+            "Pause the log",
+            "Focus a panel",
+            "next panel",
+            "Quit",
+        ):
             assert fragment in help_text
         await pilot.press("escape")
         await pilot.pause()
@@ -472,6 +499,51 @@ async def test_no_gpu_is_a_dim_line_not_a_crash() -> None:
         await pilot.pause()
         assert "no GPU: NVML library not found" in text_of(app.main.query_one("#gpu-lines", Static))
         assert not app.main.query_one("#gpu-graphs").display
+
+
+async def test_header_says_simulated_and_flags_a_stale_live_snapshot() -> None:
+    snap = dataclasses.replace(data.healthy(), simulated=True)
+    feed = RecordingFeed(snap)
+    clock = FakeClock(snap.time + 95)  # the engine stopped 95 s ago
+    app = RlwatchApp(feed, clock=clock, live=True, refresh_s=0.02)
+    async with app.run_test(size=SIZE) as pilot:
+        header = app.main.query_one(HeaderBar)
+        await wait_until(pilot, lambda: "STALE" in text_of(header))
+        assert "SIMULATED" in text_of(header)
+        assert "STALE 1m35s" in text_of(header)
+        clock.jump_wall(-95)
+        await wait_until(pilot, lambda: "STALE" not in text_of(header))
+
+
+async def test_log_view_keeps_a_bounded_tail() -> None:
+    app = make_app(recording("healthy"))
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.pause()
+        view = app.main.query_one(LogView)
+        start = view.last_seq + 1
+        for batch in range(3):  # as the live poll delivers them: at most 2000 per call
+            lines = [
+                TaggedLine(start + n, "/l/t.log", n, f"line {n}") for n in range(batch * 2000, batch * 2000 + 2000)
+            ]
+            view.add_lines(lines)
+        await pilot.pause()
+        assert view.total_count == view.visible_count == 5000
+        assert view.visible_text()[-1] == "line 5999"
+        await pilot.press("slash", *"line 1", "enter")
+        await pilot.pause()
+        assert view.visible_text()[0] == "line 1000"  # filtering works on what is kept
+
+
+async def test_many_gpus_have_per_device_history_and_mean_graphs() -> None:
+    app = make_app(recording("startup-crash"))
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.pause()
+        lines = text_of(app.main.query_one("#gpu-lines", Static)).splitlines()
+        assert lines[0].startswith("8× H200")
+        assert [ln.split()[0] for ln in lines[1:]] == [str(i) for i in range(8)]
+        graphs = app.main.query_one("#gpu-graphs")
+        assert graphs.display
+        assert "util, mean of 8" in str(graphs.query_one("#gpu-util-graph").render())
 
 
 @pytest.mark.parametrize("size", [(80, 24), (60, 20), (200, 60)])

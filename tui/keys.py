@@ -45,7 +45,7 @@ KEYS: tuple[Key, ...] = (
             k,
             f"request('{a}')",
             ACTION_LABELS[a],
-            f"{ACTION_TITLES[a]}: lists every target and step, and asks before doing anything",
+            f"{ACTION_TITLES[a]} (lists every target and step, and asks first)",
             changes_things=True,
         )
         for k, a in ACTION_KEYS.items()
@@ -79,7 +79,7 @@ def bindings() -> list[BindingType]:
     ]
 
 
-PANELS = "1 GPU, 2 memory, 3 events, 4 training and checkpoint, 5 processes, 6 log"
+PANELS = "1 GPU, 2 memory, 3 events, 4 training, 5 processes, 6 log"
 
 
 def help_rows(readonly: bool) -> list[tuple[str, str]]:

@@ -77,8 +77,5 @@ def checkpoint_text(snap: Snapshot) -> Text:
 class CheckpointSection(Static):
     """The checkpoint part of the run panel."""
 
-    def data_key(self, snap: Snapshot) -> object:
-        return (snap.time, snap.checkpoint, snap.recover, snap.disk, snap.timeline)
-
     def show(self, snap: Snapshot) -> None:
         self.update(checkpoint_text(snap))

@@ -80,8 +80,10 @@ class EventTable(DataTable[Text]):
     async def _on_click(self, event: events.Click) -> None:
         before = self.cursor_coordinate
         await super()._on_click(event)
-        if self.cursor_coordinate != before and self.cursor_coordinate.row >= 0:
-            self._post_selected_message()
+        row = self.cursor_coordinate.row
+        if self.cursor_coordinate != before and 0 <= row < self.row_count:
+            row_key = self.coordinate_to_cell_key(self.cursor_coordinate).row_key
+            self.post_message(DataTable.RowSelected(self, row, row_key))
 
 
 class EventsPanel(Panel):

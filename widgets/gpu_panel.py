@@ -21,7 +21,6 @@ from widgets.panel import Panel
 
 INLINE_COLUMNS = 12
 INLINE_SPAN_S = 600.0
-MAX_GRAPHED = 2
 
 
 def short_gpu_name(name: str | None) -> str:
@@ -132,16 +131,18 @@ class GpuPanel(Panel):
             reason = "not checked yet" if status is None else (status.error or "no GPUs found")
             lines.update(Text(f"no GPU: {reason}", style="dim", no_wrap=True))
             graphs.display = False
+            self.add_class("-empty")
             holders.update(self._holders_text(snap))
             return
+        self.remove_class("-empty")
         rows = [summary_line(status)]
         rows += [gpu_line(g, snap.history.gpu_util.get(g.index), snap.time) for g in status.gpus]
         lines.update(Text("\n", end="").join(rows))
         holders.update(self._holders_text(snap))
-        # With many devices the per-GPU lines carry the history; the big graphs are for one or two GPUs.
-        graphs.display = len(status.gpus) <= MAX_GRAPHED
-        if graphs.display:
-            self._show_graphs(snap.history, status.gpus, snap.time)
+        # With many devices the per-GPU lines carry each one's history and the graphs (below the holders, which
+        # matter more) show the mean over all of them.
+        graphs.display = True
+        self._show_graphs(snap.history, status.gpus, snap.time)
 
     def _show_graphs(self, history: History, gpus: tuple[GpuState, ...], now: float) -> None:
         util = self.query_one("#gpu-util-graph", TimeGraph)
@@ -180,7 +181,8 @@ class GpuPanel(Panel):
 
     def _holders_text(self, snap: Snapshot) -> Text:
         strays = sum(1 for h in snap.holders if not h.in_run and h.reason and not h.protected)
-        self.border_subtitle = f"{len(snap.holders)} holders · {strays} stray" if snap.holders else ""
+        n = len(snap.holders)
+        self.border_subtitle = f"{n} holder{'s' if n != 1 else ''} · {strays} stray" if n else ""
         self.set_class(strays > 0, "-alert")
         if not snap.holders:
             return Text("no process holds a GPU device", style="dim", no_wrap=True)

@@ -86,7 +86,9 @@ def plot_rows(
                 cell = min(8, max(0, f - level * 8))
                 has_data = True
             if cell:
-                row.append(BLOCKS[cell], style=style)
+                # Where a bar reaches the threshold row it takes the threshold colour: "over the line" stays
+                # visible even when the bars cover the dashed line itself.
+                row.append(BLOCKS[cell], style=threshold_style if level == line_row else style)
             elif level == line_row:
                 row.append("╌", style=threshold_style)
             elif has_data and level == 0 and f == 0:
@@ -95,6 +97,24 @@ def plot_rows(
                 row.append(" ")
         out.append(row)
     return out
+
+
+NICE_SPANS = (60.0, 120.0, 300.0, 600.0, 1800.0, 3600.0)
+
+
+def fit_span(series: Series, now: float, max_span_s: float) -> float:
+    """The shortest round window (1m, 2m, 5m, ...) that holds the history, up to ``max_span_s``.
+
+    Right after start the history is seconds long; drawing it on a 10-minute axis would squeeze it into the last
+    column. The scale of the values never changes, only the length of the time axis.
+    """
+    if not series.times:
+        return max_span_s
+    extent = now - min(series.times)
+    for span in NICE_SPANS:
+        if extent <= span:
+            return min(span, max_span_s)
+    return max_span_s
 
 
 def span_label(seconds: float) -> str:
@@ -235,7 +255,7 @@ class TimeGraph(Widget):
                 now=self.now,
                 width=width,
                 rows=rows,
-                span_s=self.span_s,
+                span_s=fit_span(self.series, self.now, self.span_s),
                 lo=self.lo,
                 hi=self.hi,
                 unit=self.unit,

@@ -30,6 +30,7 @@ from widgets.panel import Panel
 
 MAX_LINES = 5000
 PATH_WIDTH = 12
+MATCH_CONTEXT = 16  # characters kept before a filter match that had to be brought into view
 LINE_LIMIT = 2000  # characters kept per line; the screen shows at most a row of them anyway
 
 DEFAULT_SEVERITY: dict[str, Severity] = {
@@ -268,12 +269,20 @@ class LogView(ScrollView, can_focus=True):
         line.append("▌" if r.kinds else " ", style=mark_style)
         if len(self.paths) > 1 and self._filter.path is None:
             line.append(f"{shorten_middle(basename(r.path), PATH_WIDTH):<{PATH_WIDTH}} ", style="dim")
+        text, shift = r.text, 0
+        room = self.scrollable_content_region.width - len(line) - 1
+        if self._pattern is not None and self.scroll_offset.x == 0 and room > 0:
+            # A match past the right edge would be invisible: start the line near it instead, marked with "…".
+            first = self._pattern.search(text)
+            if first is not None and first.end() > room:
+                shift = max(0, first.start() - MATCH_CONTEXT)
+                text = "…" + text[shift + 1 :]
         start = len(line)
-        line.append(r.text, style=_LINE_STYLE[sev] if sev is not None else "")
+        line.append(text, style=_LINE_STYLE.get(sev, "") if sev is not None else "")
         if self._pattern is not None:
             for m in self._pattern.finditer(r.text):
-                if m.end() > m.start():
-                    line.stylize("reverse", start + m.start(), start + m.end())
+                if m.end() > m.start() and m.start() > shift:
+                    line.stylize("reverse", start + m.start() - shift, start + m.end() - shift)
         return line
 
     def _worst(self, kinds: frozenset[str]) -> Severity | None:
@@ -282,7 +291,7 @@ class LogView(ScrollView, can_focus=True):
 
 
 _ELLIPSIS = RichStyle(dim=True)
-_LINE_STYLE: dict[Severity, str] = {Severity.CRITICAL: "red", Severity.WARNING: "yellow", Severity.INFO: "cyan"}
+_LINE_STYLE: dict[Severity, str] = {Severity.CRITICAL: "red", Severity.WARNING: "yellow"}  # info: only the mark
 
 
 class LogPanel(Panel):

@@ -13,6 +13,8 @@ from textual.containers import ScrollableContainer
 
 from rlwatch.state import Snapshot
 
+_NOTHING = object()  # "never drawn": unequal to every key, including None
+
 
 class Panel(ScrollableContainer):
     """A titled section of the dashboard. Subclasses implement :meth:`data_key` and :meth:`show`."""
@@ -54,6 +56,3 @@ class Panel(ScrollableContainer):
         self._drawn_key = key
         self.show(snap)
         return True
-
-
-_NOTHING = object()

@@ -49,10 +49,16 @@ def server_line(srv: ServerState | None, now: float) -> Text:
     return line
 
 
+def label(p: ProcessInfo) -> str:
+    """The name, with the role when the name does not already say it (``pool (launcher)``, ``worker-0``)."""
+    name, role = clean_text(p.name), clean_text(p.role)
+    return name if name.startswith(role) else f"{name} ({role})"
+
+
 def process_row(p: ProcessInfo, now: float) -> tuple[Text, ...]:
     dead = "dim strike" if not p.alive else ""
     return (
-        Text(clean_text(p.name), style=dead or "bold"),
+        Text(label(p), style=dead or "bold"),
         Text(str(p.pid), justify="right", style=dead),
         Text("alive", style="green") if p.alive else Text("DEAD", style="bold red"),
         Text(fmt_bytes(p.rss_bytes), justify="right", style=dead),

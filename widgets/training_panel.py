@@ -121,8 +121,5 @@ def training_text(tr: TrainingState | None, now: float) -> Text:
 class TrainingSection(Static):
     """The training part of the run panel."""
 
-    def data_key(self, snap: Snapshot) -> object:
-        return (snap.time, snap.training)
-
     def show(self, snap: Snapshot) -> None:
         self.update(training_text(snap.training, snap.time))

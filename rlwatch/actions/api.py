@@ -348,12 +348,17 @@ class Actions:
             return ok, (f"server pid {pid} healthy at {self.cfg.server.url}" if ok else "server did not become healthy")
         # resume
         target = prepared.resume_step
+        started_at = min((ident.create_time for _, ident in started), default=0.0)
 
         def advancing(s: Snapshot) -> str | None:
-            trainers = [p for p in s.processes if p.role == "trainer" and p.alive]
+            trainers = [p for p in s.processes if p.role == "trainer" and p.alive and p.started_at >= started_at - 1]
             if not trainers:
                 return "trainer not running yet"
-            step = s.training.last_step if s.training else None
+            tr = s.training
+            step = tr.last_step if tr else None
+            fresh = tr is not None and tr.last_step_at is not None and tr.last_step_at >= started_at - 1
+            if not fresh:
+                return "no step logged since the resume"  # old steps in the log prove nothing
             if target is not None and (step is None or step <= target):
                 return f"at step {step}"
             return None

@@ -20,14 +20,14 @@ __all__ = ["SCENARIOS", "SimError", "Simulation", "run_sim"]
 
 def run_sim(scenario: str, run_dir: str | os.PathLike[str], speed: float = 1.0, seed: int | None = 0) -> int:
     """Run ``scenario`` into ``run_dir`` until SIGINT/SIGTERM, stop everything it started, return an exit code."""
-    from rlwatch.sim.supervisor import run_sim as run  # noqa: PLC0415  (pieces import this package: stay light)
+    from rlwatch.sim.supervisor import run_sim as run
 
     return run(scenario, run_dir, speed=speed, seed=seed)
 
 
 def __getattr__(name: str) -> Any:
     if name in ("Simulation", "SimError"):
-        from rlwatch.sim import supervisor  # noqa: PLC0415  (loaded on first use, as above)
+        from rlwatch.sim import supervisor
 
         return getattr(supervisor, name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

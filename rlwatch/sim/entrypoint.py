@@ -18,7 +18,7 @@ import psutil
 
 from rlwatch.sim import commands, formats, lifeline
 from rlwatch.sim.common import Layout, base_parser
-from rlwatch.sim.ledger import LogSink, PieceLedger, latest, read_parts
+from rlwatch.sim.ledger import LogSink, PartsReader, PieceLedger, latest
 
 REPO_URL = "https://github.com/example-org/gsm8k-grpo.git"
 
@@ -55,16 +55,23 @@ def main(argv: list[str] | None = None) -> int:
         return 128
     (layout.repo_dir / ".git").mkdir(parents=True, exist_ok=True)
     (layout.repo_dir / "README.md").write_text("# gsm8k-grpo\n")
-    out.write("+ python3 -m areal.launcher.local gsm8k_grpo.py --config config.yaml")
-    launcher = subprocess.Popen(
-        commands.launcher(args.sim_id, layout.run_dir, args.speed, args.seed, "areal"),
-        stdin=subprocess.DEVNULL,
-        cwd=layout.run_dir,
-        start_new_session=True,
+    out.write(
+        f"+ python3 -m areal.launcher.local gsm8k_grpo.py --config config.yaml 2>&1 | tee -a "
+        f"{layout.rel(layout.launcher_log)}"
     )
+    with open(layout.launcher_log, "ab") as log:
+        launcher = subprocess.Popen(
+            commands.launcher(args.sim_id, layout.run_dir, args.speed, args.seed, "areal"),
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            cwd=layout.run_dir,
+            start_new_session=True,
+        )
     ledger.update("running", launcher_pid=launcher.pid)
+    parts = PartsReader(layout)
     while launcher.poll() is None:
-        trainer = latest(read_parts(layout), "trainer")
+        trainer = latest(parts.read(), "trainer")
         if trainer is not None and trainer.get("state") == "doomed":
             kill_tree(launcher.pid)
             launcher.wait()

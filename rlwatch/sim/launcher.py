@@ -163,10 +163,7 @@ class Launcher:
         train_log = LogSink(self.ledger, self.layout.trl_trainer_log)
         argv = commands.trainer(self.sim_id, self.layout.run_dir, self.speed, self.seed, self.flavour)
         for attempt in range(1, attempts + 1):
-            train_log.write(
-                f"[{formats.stamp_iso()}] rlwatch-sim start: attempt {attempt}/{attempts}: "
-                + " ".join(commands.TRL_COMMAND)
-            )
+            train_log.write(f"+ {' '.join(commands.TRL_COMMAND)}  # attempt {attempt}/{attempts}")
             trainer = self.spawn(argv, self.layout.trl_trainer_log)
             self.ledger.update("waiting", trainer_pid=trainer.pid, trainer_attempts=attempt)
             rc = trainer.wait()

@@ -6,8 +6,10 @@ line it writes falls under an event kind, or its state or facts change. The supe
 piece simply adds a new part.
 
 Counting follows design.md: after ANSI colour codes are stripped, text is split as universal newlines do, and each
-line counts at most once per kind. The kind table here is the simulator's own, deliberately written from formats.md
-rather than imported from the event engine, so that the two can check each other.
+line counts at most once per kind. A traceback's quoted source line (``    raise TimeoutError(...)``) names an error
+without being one, so it does not count for the error kinds. A process start-up banner that is not the first in its
+file is a restart. The kind table here is the simulator's own, deliberately written from formats.md rather than
+imported from the event engine, so that the two can check each other.
 """
 
 from __future__ import annotations
@@ -26,13 +28,15 @@ from rlwatch.sim.common import Layout, atomic_write_json, read_json
 ANSI_RE = re.compile(r"\x1b\[[0-9;]*m")
 
 KINDS: dict[str, re.Pattern[str]] = {
-    "connection_refused": re.compile(r"ConnectionRefusedError|Connection refused|Connect call failed"),
+    "connection_refused": re.compile(
+        r"ConnectionRefusedError|Connection refused|Connect call failed|server can't be reached at"
+    ),
     "traceback": re.compile(r"Traceback \(most recent call last\)"),
     "cuda_oom": re.compile(r"CUDA out of memory"),
     "cuda_busy": re.compile(r"busy or unavailable"),
     "nccl_timeout": re.compile(r"Watchdog caught collective operation timeout"),
     "nccl_error": re.compile(r"NCCL error"),
-    "timeout": re.compile(r"Timeout waiting for|timed out after|TimeoutError"),
+    "timeout": re.compile(r"Timeout waiting for|[Tt]imed out after|TimeoutError|Read timed out"),
     "child_failed": re.compile(r"ChildFailedError"),
     "engine_dead": re.compile(
         r"EngineDeadError|EngineCore encountered a fatal error|Scheduler hit an exception|Received sigquit from a child"
@@ -46,28 +50,32 @@ KINDS: dict[str, re.Pattern[str]] = {
         r"The server is fired up and ready to roll!|Servers are all ready!|SGLang server launched at"
         r"|Starting vLLM server on|Starting vLLM API server|Application startup complete\."
     ),
+    # One line per restart: "Loading recover info from" always precedes "Recovering from StepInfo(".
     "restart": re.compile(
-        r"Recovering from StepInfo\(|Loading recover info from|rlwatch-sim start|Continuing training from"
-        r"|LocalLauncher: .*run_id=[1-9]"
+        r"Recovering from StepInfo\(|LocalLauncher: .*\brun_id=0*[1-9]|Continuing training from checkpoint"
     ),
+    # A process start-up banner; every one after the first in a file is a restart.
+    "_banner": re.compile(r"rlwatch-sim start|\*{5} Running training \*{5}|LocalLauncher: .*\brun_id=\d+"),
     "trial": re.compile(r"\btrial \d+ done in\b"),  # the workers' progress kind (a custom kind in rlwatch.yaml)
 }
 
 
+ERROR_KINDS = frozenset(
+    {"connection_refused", "cuda_oom", "cuda_busy", "nccl_error", "timeout", "child_failed", "engine_dead"}
+)
+CODE_LINE = re.compile(r"^\s*(?:#|(?:raise|except|if|elif|assert|return|def|class|await|yield|lambda)\b)")
+BANNER_LITERALS = ("rlwatch-sim start", "***** Running training *****", "LocalLauncher: ")
+
+
 def classify(line: str) -> set[str]:
-    """The kinds one line (without its newline) falls under."""
+    """The kinds one line (without its newline) falls under; ``_banner`` marks a start-up banner."""
     text = ANSI_RE.sub("", line)
     kinds = {kind for kind, rx in KINDS.items() if rx.search(text)}
     if "step" in kinds and text.startswith("{") and "'train_runtime'" in text:
         kinds.discard("step")  # the end-of-training summary dict is not a step
+    if kinds & ERROR_KINDS and CODE_LINE.match(text):
+        kinds -= ERROR_KINDS
     return kinds
-
-
-def count_text(text: str) -> Counter[str]:
-    counts: Counter[str] = Counter()
-    for line in text.splitlines():
-        counts.update(classify(line))
-    return counts
 
 
 class PieceLedger:
@@ -124,13 +132,21 @@ class LogSink:
     def __init__(self, ledger: PieceLedger, path: Path | None = None) -> None:
         self.ledger = ledger
         self._lock = threading.Lock()
+        self._banners: int | None = None  # banners already in the file, read when first needed
         if path is None:
             self.fd = 1
-            self.key = _stdout_key(ledger.layout)
+            self.path = _stdout_path()
         else:
             path.parent.mkdir(parents=True, exist_ok=True)
             self.fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-            self.key = ledger.layout.rel(path)
+            self.path = path
+        self.key = None if self.path is None else ledger.layout.rel(self.path)
+
+    @property
+    def lock(self) -> threading.Lock:
+        """Held while a line is written and counted: a process that ends itself takes it first, so that no line is
+        ever in the file without being in the ledger."""
+        return self._lock
 
     def write(self, text: str) -> None:
         """Append ``text`` (one or more lines; a final newline is added when missing) in one write."""
@@ -138,40 +154,96 @@ class LogSink:
             text += "\n"
         data = text.encode("utf-8", "replace")
         with self._lock:
+            counts = self._count(text)
             view = memoryview(data)
             while view:
                 n = os.write(self.fd, view)
                 view = view[n:]
             if self.key is not None:
-                self.ledger.add(self.key, count_text(text))
+                self.ledger.add(self.key, counts)
+
+    def _count(self, text: str) -> Counter[str]:
+        counts: Counter[str] = Counter()
+        for line in text.splitlines():
+            kinds = classify(line)
+            if "_banner" in kinds:
+                kinds.discard("_banner")
+                if self._banners is None:
+                    self._banners = _banners_in(self.path)
+                if self._banners > 0:
+                    kinds.add("restart")
+                self._banners += 1
+            counts.update(kinds)
+        return counts
 
 
-def _stdout_key(layout: Layout) -> str | None:
-    """The ledger name of the file behind fd 1, or None when it is not a regular file (a terminal, a pipe)."""
+def _stdout_path() -> Path | None:
+    """The file behind fd 1, or None when it is not a regular file (a terminal, a pipe)."""
     try:
         if not stat.S_ISREG(os.fstat(1).st_mode):
             return None
-        target = os.readlink("/proc/self/fd/1")
+        return Path(os.readlink("/proc/self/fd/1"))
     except OSError:
         return None
-    return layout.rel(Path(target))
+
+
+def _banners_in(path: Path | None) -> int:
+    """Start-up banners already written to a log (by earlier processes appending to the same file)."""
+    if path is None:
+        return 0
+    try:
+        text = path.read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return 0
+    return sum(
+        1 for line in text.splitlines() if any(lit in line for lit in BANNER_LITERALS) and "_banner" in classify(line)
+    )
+
+
+class PartsReader:
+    """Reads every part, oldest first, re-reading only the files replaced since the last call.
+
+    The supervisor reads the parts five times a second for as long as a demo runs, and a restart loop adds a part
+    per boot, so unchanged parts are served from memory. Each atomic rewrite is a new inode, which is what tells a
+    replaced file from an unchanged one.
+    """
+
+    def __init__(self, layout: Layout) -> None:
+        self.layout = layout
+        self._cache: dict[str, tuple[tuple[int, int, int], dict[str, Any]]] = {}
+
+    def read(self) -> list[dict[str, Any]]:
+        try:
+            entries = list(os.scandir(self.layout.parts_dir))
+        except OSError:
+            return []
+        seen: dict[str, tuple[tuple[int, int, int], dict[str, Any]]] = {}
+        for entry in entries:
+            if not entry.name.endswith(".json") or entry.name.startswith("."):
+                continue
+            try:
+                st = entry.stat()
+            except OSError:  # replaced or removed between the listing and now
+                continue
+            sig = (entry.inode(), st.st_mtime_ns, st.st_size)
+            cached = self._cache.get(entry.name)
+            if cached is not None and cached[0] == sig:
+                seen[entry.name] = cached
+                continue
+            data = read_json(Path(entry.path))
+            if isinstance(data, dict) and isinstance(data.get("counts"), dict):
+                seen[entry.name] = (sig, data)
+            elif cached is not None:
+                seen[entry.name] = cached
+        self._cache = seen
+        parts = [data for _, data in seen.values()]
+        parts.sort(key=lambda d: (float(d.get("started", 0.0)), int(d.get("pid", 0))))
+        return parts
 
 
 def read_parts(layout: Layout) -> list[dict[str, Any]]:
     """Every part that can be read now, oldest first; unreadable ones (mid-rename) are skipped."""
-    parts = []
-    try:
-        names = sorted(os.listdir(layout.parts_dir))
-    except OSError:
-        return []
-    for name in names:
-        if not name.endswith(".json") or name.startswith("."):
-            continue
-        data = read_json(layout.parts_dir / name)
-        if isinstance(data, dict) and isinstance(data.get("counts"), dict):
-            parts.append(data)
-    parts.sort(key=lambda d: (float(d.get("started", 0.0)), int(d.get("pid", 0))))
-    return parts
+    return PartsReader(layout).read()
 
 
 def merge_counts(parts: list[dict[str, Any]]) -> tuple[dict[str, dict[str, int]], dict[str, int]]:

@@ -106,7 +106,7 @@ def rlwatch_config(
     if flavour is not None:
         server_log = layout.server_log if flavour == "areal" else layout.trl_server_log
         trainer_log = layout.trainer_log if flavour == "areal" else layout.trl_trainer_log
-        launcher_log = layout.container_log if scenario.start == "entrypoint" else layout.launcher_log
+        launcher_log = layout.launcher_log
         launcher_argv = commands.launcher(sim_id, run_dir, speed, seed, flavour)
         server_argv = commands.server(sim_id, run_dir, speed, seed, flavour, port=port)
         trainer_piece = "trainer" if flavour == "areal" else "trl_trainer"

@@ -148,8 +148,9 @@ class Server:
     def die_later(self, seconds: float) -> None:
         def die() -> None:
             time.sleep(seconds)
-            self.ledger.update("died", died_at=time.time())
-            os._exit(1)  # vanishes: no log line, exactly like incident 1
+            with self.out.lock:
+                self.ledger.update("died", died_at=time.time())
+                os._exit(1)  # vanishes: no log line, exactly like incident 1
 
         threading.Thread(target=die, name="die-after", daemon=True).start()
 
@@ -175,8 +176,9 @@ class Server:
             if self.flavour == "trl":
                 self.out.write(formats.uvicorn("Application shutdown complete."))
                 self.out.write(formats.uvicorn(f"Finished server process [{os.getpid()}]"))
-            self.ledger.update("stopped")
-            os._exit(0)
+            with self.out.lock:
+                self.ledger.update("stopped")
+                os._exit(0)
 
         signal.signal(signal.SIGTERM, handler)
 

@@ -25,7 +25,7 @@ import psutil
 from rlwatch.sim import commands
 from rlwatch.sim.common import Layout, atomic_write_json, read_json, scaled
 from rlwatch.sim.gpu import GpuModel
-from rlwatch.sim.ledger import latest, merge_counts, read_parts
+from rlwatch.sim.ledger import PartsReader, latest, merge_counts
 from rlwatch.sim.lifeline import Heartbeat, supervisor_alive
 from rlwatch.sim.runconfig import write_run_files
 from rlwatch.sim.scenarios import ALL, Scenario
@@ -53,6 +53,7 @@ class SimError(Exception):
 
 
 def free_port() -> int:
+    """A loopback port free now: chosen before the server exists, so ``rlwatch.yaml`` can name it from the start."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
@@ -84,10 +85,17 @@ class Simulation:
         self.phase = "running"
         self._last_ledger: dict[str, Any] | None = None
         self._next_gpu = 0.0
+        self.parts = PartsReader(self.layout)
 
     # ------------------------------------------------------------------------------------------------ set-up
     def prepare(self) -> None:
         """Make the run directory: refuse a foreign non-empty one, clear what a previous simulation left."""
+        try:
+            self._prepare()
+        except OSError as exc:
+            raise SimError(f"{self.layout.run_dir}: cannot set up the run directory: {exc}") from None
+
+    def _prepare(self) -> None:
         run_dir = self.layout.run_dir
         if run_dir.exists() and not run_dir.is_dir():
             raise SimError(f"{run_dir}: not a directory")
@@ -100,34 +108,31 @@ class Simulation:
             for name in OWNED:
                 path = run_dir / name
                 if path.is_dir() and not path.is_symlink():
-                    shutil.rmtree(path, ignore_errors=True)
+                    shutil.rmtree(path)
                 elif path.exists() or path.is_symlink():
                     path.unlink()
-        try:
-            for d in (
-                self.layout.sim_dir,
-                self.layout.parts_dir,
-                self.layout.faults_dir,
-                self.layout.log_dir,
-                self.layout.device.parent,
-            ):
-                d.mkdir(parents=True, exist_ok=True)
-            self.layout.device.touch()
-            self.port = free_port()
-            spec = {
-                **self.scenario.spec,
-                "sim_id": self.sim_id,
-                "scenario": self.scenario.name,
-                "port": self.port,
-                "speed": self.speed,
-                "seed": self.seed,
-            }
-            atomic_write_json(self.layout.spec, spec, indent=2)
-            for fault in self.scenario.faults:
-                (self.layout.faults_dir / fault).touch()
-            write_run_files(self.layout, self.scenario, self.sim_id, port=self.port, speed=self.speed, seed=self.seed)
-        except OSError as exc:
-            raise SimError(f"{run_dir}: cannot set up the run directory: {exc}") from None
+        for d in (
+            self.layout.sim_dir,
+            self.layout.parts_dir,
+            self.layout.faults_dir,
+            self.layout.log_dir,
+            self.layout.device.parent,
+        ):
+            d.mkdir(parents=True, exist_ok=True)
+        self.layout.device.touch()
+        self.port = free_port()
+        spec = {
+            **self.scenario.spec,
+            "sim_id": self.sim_id,
+            "scenario": self.scenario.name,
+            "port": self.port,
+            "speed": self.speed,
+            "seed": self.seed,
+        }
+        atomic_write_json(self.layout.spec, spec, indent=2)
+        for fault in self.scenario.faults:
+            (self.layout.faults_dir / fault).touch()
+        write_run_files(self.layout, self.scenario, self.sim_id, port=self.port, speed=self.speed, seed=self.seed)
         self.gpu.write(stepping=False)
         self._write_ledger([])
 
@@ -176,7 +181,7 @@ class Simulation:
             proc.wait(timeout=10)  # the first fork returns at once; the grandchild lives on, orphaned
         deadline = time.monotonic() + 10.0
         while time.monotonic() < deadline:
-            holding = [p for p in read_parts(self.layout) if p.get("role") == "holder" and p.get("state") == "holding"]
+            holding = [p for p in self.parts.read() if p.get("role") == "holder" and p.get("state") == "holding"]
             if len(holding) >= n:
                 return
             time.sleep(0.02)
@@ -209,7 +214,7 @@ class Simulation:
                 self._restart_due = None
                 self.loops += 1
                 self._boot()
-        parts = read_parts(self.layout)
+        parts = self.parts.read()
         if time.monotonic() >= self._next_gpu:
             self._next_gpu = time.monotonic() + GPU_EVERY_S
             self.gpu.write(stepping=self._stepping(parts))
@@ -316,7 +321,7 @@ class Simulation:
             except subprocess.TimeoutExpired:
                 pass
         try:
-            self._write_ledger(read_parts(self.layout), stopped=True)
+            self._write_ledger(self.parts.read(), stopped=True)
         except OSError:
             pass
 

@@ -55,7 +55,8 @@ class Trainer:
         self.ledger = PieceLedger(layout, "trainer")
         self.out = LogSink(self.ledger)
         self.wandb: LogSink | None = None
-        self.failures = 0
+        self.failures = 0  # in a row
+        self.total_failures = 0
         self.started = time.time()
 
     # ------------------------------------------------------------------------------------------------ output
@@ -153,6 +154,7 @@ class Trainer:
             self.request(
                 "/generate", {"input_ids": [151644, 8948, 198], "sampling_params": {"max_new_tokens": 1024}}, PAYLOAD
             )
+            self.failures = 0  # a server brought back by hand ends the storm before rank 0 gives up
             return True
         except CallError as exc:
             final = str(exc)
@@ -162,7 +164,8 @@ class Trainer:
                 )
             )
             self.failures += 1
-            self.ledger.update(workflow_failures=self.failures)
+            self.total_failures += 1
+            self.ledger.update(workflow_failures=self.total_failures)
             return False
 
     def update_weights(self, global_step: int) -> float:

@@ -162,7 +162,8 @@ class MainScreen(Screen[None]):
                 self.set_status(Text(f"{title}: refused: {clean_text(plan.refused or '', 200)}", style="yellow"))
 
         title = ACTION_TITLES.get(plan.action, plan.action)
-        self.set_status(Text(f"{title}: waiting for Confirm or Cancel", style="dim"))
+        waiting = "waiting for Confirm or Cancel" if plan.runnable else "refused"
+        self.set_status(Text(f"{title}: {waiting}", style="dim"))
         self.app.push_screen(ConfirmScreen(plan), done)
 
     @work(thread=True, group="execute")
