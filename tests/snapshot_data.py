@@ -309,11 +309,11 @@ def healthy() -> Snapshot:
                 at(6, 0),
                 0,
                 LAUNCHER,
-                "/workspace/AReaL",
+                "/job/AReaL",
                 "root",
             ),
             ProcessInfo(
-                4650, at(6, 1), "server", "server", 9_800_000_000, 2e6, at(6, 1), 0, SGLANG, "/workspace/AReaL", "root"
+                4650, at(6, 1), "server", "server", 9_800_000_000, 2e6, at(6, 1), 0, SGLANG, "/job/AReaL", "root"
             ),
             ProcessInfo(
                 4711,
@@ -325,7 +325,7 @@ def healthy() -> Snapshot:
                 at(6, 2),
                 0,
                 TORCHRUN,
-                "/workspace/AReaL",
+                "/job/AReaL",
                 "root",
             ),
         ),
@@ -399,7 +399,7 @@ def plans_all_runnable() -> dict[str, ActionPlan]:
         "resume": ActionPlan(
             "resume",
             (),
-            ("start the launcher again in /workspace/AReaL",),
+            ("start the launcher again in /job/AReaL",),
             start=(ActionTarget(None, None, "root", None, LAUNCHER, role="launcher"),),
         ),
         "restart-server": ActionPlan(
@@ -533,7 +533,7 @@ def server_crash() -> Snapshot:
                 at(0, 38),
                 0,
                 LAUNCHER,
-                "/workspace/AReaL",
+                "/job/AReaL",
                 "root",
             ),
             ProcessInfo(
@@ -546,7 +546,7 @@ def server_crash() -> Snapshot:
                 at(0, 39),
                 0,
                 TORCHRUN,
-                "/workspace/AReaL",
+                "/job/AReaL",
                 "root",
             ),
             ProcessInfo(
@@ -559,7 +559,7 @@ def server_crash() -> Snapshot:
                 at(0, 39),
                 0,
                 SGLANG,
-                "/workspace/AReaL",
+                "/job/AReaL",
                 "root",
                 alive=False,
             ),
@@ -666,7 +666,7 @@ def server_crash_plans() -> dict[str, ActionPlan]:
 
 def restart_loop() -> Snapshot:
     now = at(14, 3, 30)
-    ws = "/workspace/run"
+    ws = "/job/run"
     log = f"{ws}/logs/train.log"
     gpus = (GpuState(0, "NVIDIA H100 80GB HBM3", "GPU-77aa", 0.0, 0, 85_520_000_000, 33.0, 70.0, "DEFAULT"),)
     history = History(
@@ -747,12 +747,12 @@ def restart_loop() -> Snapshot:
                 None,
                 now - 9,
                 212,
-                ("bash", "/workspace/start.sh"),
+                ("bash", "/job/start.sh"),
                 ws,
                 "root",
             ),
         ),
-        disk=DiskState("/workspace", 7_400_000_000, 200_000_000_000),
+        disk=DiskState("/job", 7_400_000_000, 200_000_000_000),
         findings=(
             Finding(
                 CRIT,
@@ -762,7 +762,7 @@ def restart_loop() -> Snapshot:
                 at(13, 3),
             ),
             Finding(WARN, "weight_update_slow", "Weight update took 97.4s, near its 120s timeout.", None),
-            Finding(WARN, "disk_low", "Only 7.4 GB free on /workspace; a checkpoint takes 3.2 GB.", None),
+            Finding(WARN, "disk_low", "Only 7.4 GB free on /job; a checkpoint takes 3.2 GB.", None),
             Finding(WARN, "timeouts", "3 timeout errors (train.log 3), last 13:48:00.", at(13, 11)),
         ),
         timeline=(
@@ -775,10 +775,10 @@ def restart_loop() -> Snapshot:
 
 
 def restart_loop_lines() -> tuple[TaggedLine, ...]:
-    log = "/workspace/run/logs/train.log"
+    log = "/job/run/logs/train.log"
     rows: list[tuple[str, str, frozenset[str]]] = []
     for _ in range(6):
-        rows.append((log, "+ cd /workspace", K()))
+        rows.append((log, "+ cd /job", K()))
         rows.append((log, "+ git clone https://github.com/inclusionAI/AReaL", K({"restart"})))
         rows.append((log, "fatal: destination path 'AReaL' already exists and is not an empty directory.", K()))
     return tagged(rows, start_lineno=9000)
@@ -1015,7 +1015,7 @@ def gpu_zombie() -> Snapshot:
             protected="system daemon (nvidia-persistenced)",
         ),
     )
-    log = "/workspace/logs/llm_server.log"
+    log = "/job/logs/llm_server.log"
     busy = "torch.AcceleratorError: CUDA error: CUDA-capable device(s) is/are busy or unavailable"
     history = History(
         gpu_util={i: series(now, lambda j: 0.0) for i in range(4)},
@@ -1032,7 +1032,7 @@ def gpu_zombie() -> Snapshot:
         host="h100x4-pod-19",
         time=now,
         profile="areal",
-        run_dir="/workspace",
+        run_dir="/job",
         uptime_s=45 * 60,
         run_uptime_s=2 * 60 + 10,
         events={
@@ -1080,7 +1080,7 @@ def gpu_zombie() -> Snapshot:
                 at(11, 44, 40),
                 6,
                 LAUNCHER,
-                "/workspace/AReaL",
+                "/job/AReaL",
                 "root",
             ),
         ),
@@ -1111,7 +1111,7 @@ def gpu_zombie() -> Snapshot:
 
 
 def gpu_zombie_lines() -> tuple[TaggedLine, ...]:
-    log = "/workspace/logs/llm_server.log"
+    log = "/job/logs/llm_server.log"
     rows: list[tuple[str, str, frozenset[str]]] = []
     for _ in range(3):
         rows += [
@@ -1177,7 +1177,7 @@ def zombie_plan() -> ActionPlan:
 def startup_crash() -> Snapshot:
     now = at(16, 25)
     title = "AttributeError: 'Namespace' object has no attribute 'model_id'"
-    log = "/workspace/grpo/logs/train.log"
+    log = "/job/grpo/logs/train.log"
     gpus = tuple(
         GpuState(
             i,
@@ -1219,7 +1219,7 @@ def startup_crash() -> Snapshot:
         host="trl-pod-3",
         time=now,
         profile="trl",
-        run_dir="/workspace/grpo",
+        run_dir="/job/grpo",
         uptime_s=20 * 60,
         run_uptime_s=None,
         events={
@@ -1251,9 +1251,7 @@ def startup_crash() -> Snapshot:
         ),
         memory=MemoryState(2_015_000_000_000, 1_650_000_000_000, 0, 0, 0, None),
         processes=(
-            ProcessInfo(
-                7001, at(16, 5), "server", "server", 21_000_000_000, 0.0, at(16, 5), 0, vllm, "/workspace", "root"
-            ),
+            ProcessInfo(7001, at(16, 5), "server", "server", 21_000_000_000, 0.0, at(16, 5), 0, vllm, "/job", "root"),
             ProcessInfo(
                 7240,
                 at(16, 21),
@@ -1264,7 +1262,7 @@ def startup_crash() -> Snapshot:
                 at(16, 21),
                 3,
                 trainer,
-                "/workspace/grpo",
+                "/job/grpo",
                 "root",
                 alive=False,
             ),
@@ -1285,12 +1283,12 @@ def startup_crash() -> Snapshot:
 
 
 def startup_crash_lines() -> tuple[TaggedLine, ...]:
-    log = "/workspace/grpo/logs/train.log"
+    log = "/job/grpo/logs/train.log"
     rows: list[tuple[str, str, frozenset[str]]] = []
     for _ in range(2):
         rows += [
             (log, "[rank0]: Traceback (most recent call last):", K({"traceback"})),
-            (log, '[rank0]:   File "/workspace/grpo/grpo_train.py", line 88, in main', K()),
+            (log, '[rank0]:   File "/job/grpo/grpo_train.py", line 88, in main', K()),
             (log, "[rank0]:     model = load(args.model_id)", K()),
             (log, "[rank0]: AttributeError: 'Namespace' object has no attribute 'model_id'", K()),
             (log, "torch.distributed.elastic.multiprocessing.errors.ChildFailedError: ", K({"child_failed"})),

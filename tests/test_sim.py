@@ -10,18 +10,13 @@ from __future__ import annotations
 import json
 import os
 import re
-import signal
 import subprocess
-import sys
-import time
 import uuid
-from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import psutil
 import pytest
-import yaml
 
 from rlwatch.config import Config
 from rlwatch.sim import SCENARIOS, run_sim
@@ -36,6 +31,7 @@ from rlwatch.sim.saver import next_step
 from rlwatch.sim.scenarios import ALL
 from rlwatch.sim.supervisor import free_port
 from rlwatch.sim.trainer import Trainer
+from tests.simhost import Sim, piece, settled, start, wait_until, with_id
 
 ANSI = re.compile(r"\x1b\[[0-9;]*m")
 
@@ -65,17 +61,6 @@ ERRORS = {"connection_refused", "cuda_busy", "child_failed", "timeout"}
 
 
 # --------------------------------------------------------------------------------------------------------- helpers
-def wait_until(pred: Callable[[], Any], timeout: float, interval: float = 0.02) -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        value = pred()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"condition not met within {timeout} s")
-        time.sleep(interval)
-
-
 def lines(path: Path) -> list[str]:
     return [ANSI.sub("", line) for line in path.read_text(encoding="utf-8", errors="replace").splitlines()]
 
@@ -89,102 +74,6 @@ def count(path: Path, kind: str) -> int:
     if kind == "restart":
         n += max(0, sum(1 for line in text if BANNER.search(line)) - 1)
     return n
-
-
-def ledger(run_dir: Path) -> dict[str, Any] | None:
-    try:
-        data = json.loads((run_dir / ".sim" / "ledger.json").read_text())
-    except (OSError, ValueError):
-        return None
-    return data if isinstance(data, dict) else None
-
-
-def ledger_where(run_dir: Path, pred: Callable[[dict[str, Any]], bool]) -> Callable[[], dict[str, Any] | None]:
-    def check() -> dict[str, Any] | None:
-        data = ledger(run_dir)
-        return data if data is not None and pred(data) else None
-
-    return check
-
-
-def settled(data: dict[str, Any]) -> bool:
-    return bool(data["phase"] == "settled")
-
-
-def with_id(sim_id: str) -> list[psutil.Process]:
-    found = []
-    for proc in psutil.process_iter(["cmdline", "status"]):
-        if sim_id in (proc.info["cmdline"] or []) and proc.info["status"] != psutil.STATUS_ZOMBIE:
-            found.append(proc)
-    return found
-
-
-def piece(data: dict[str, Any], name: str) -> dict[str, Any]:
-    found: list[dict[str, Any]] = [p for p in data["facts"]["pieces"] if p["name"] == name]
-    return found[-1]
-
-
-class Sim:
-    """One ``python -m rlwatch.sim`` process started by a test."""
-
-    def __init__(self, tmp_path: Path, scenario: str, speed: float) -> None:
-        self.dir = tmp_path / "run"
-        self.out = open(tmp_path / "sim.out", "wb")  # noqa: SIM115  (closed in stop)
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "rlwatch.sim", scenario, str(self.dir), "--speed", str(speed), "--seed", "7"],
-            stdout=self.out,
-            stderr=subprocess.STDOUT,
-        )
-        first = wait_until(lambda: ledger(self.dir), 20)
-        self.sim_id: str = first["sim_id"]
-
-    def wait(self, pred: Callable[[dict[str, Any]], bool], timeout: float = 30) -> dict[str, Any]:
-        data: dict[str, Any] = wait_until(ledger_where(self.dir, pred), timeout)
-        return data
-
-    def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGINT)
-        try:
-            assert self.proc.wait(timeout=30) == 0
-        finally:
-            self.out.close()
-        wait_until(lambda: not with_id(self.sim_id), 10)
-
-    def rlwatch_yaml(self) -> dict[str, Any]:
-        data = yaml.safe_load((self.dir / "rlwatch.yaml").read_text())
-        assert isinstance(data, dict)
-        return data
-
-    def run_resume(self) -> subprocess.Popen[bytes]:
-        """What `rlwatch act resume` does: the recorded launcher argv, in its directory, output to its log."""
-        actions = self.rlwatch_yaml()["actions"]
-        with open(self.dir / actions["resume_log"], "ab") as log:
-            return subprocess.Popen(
-                actions["resume_command"],
-                cwd=actions["resume_cwd"],
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,
-            )
-
-
-@pytest.fixture
-def sims() -> Iterator[list[Sim]]:
-    started: list[Sim] = []
-    yield started
-    for sim in started:  # a failed assertion must not leave a simulation running
-        if sim.proc.poll() is None:
-            sim.proc.send_signal(signal.SIGINT)
-            sim.proc.wait(timeout=30)
-        for proc in with_id(sim.sim_id):
-            proc.kill()
-
-
-def start(sims: list[Sim], tmp_path: Path, scenario: str, speed: float) -> Sim:
-    sim = Sim(tmp_path, scenario, speed)
-    sims.append(sim)
-    return sim
 
 
 def check_ledger_against_files(run_dir: Path, data: dict[str, Any]) -> None:

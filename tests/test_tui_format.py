@@ -7,9 +7,9 @@ from collections.abc import Iterator
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-from snapshot_data import utc_timezone
 
 from rlwatch.state import Series
+from tests.snapshot_data import utc_timezone
 from widgets.format import (
     clean_text,
     fmt_age,

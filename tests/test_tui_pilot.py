@@ -8,7 +8,6 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 
 import pytest
-import snapshot_data as data
 from textual.pilot import Pilot
 from textual.widget import Widget
 from textual.widgets import Button, DataTable, Static
@@ -26,6 +25,7 @@ from rlwatch.state import (
     Snapshot,
     TaggedLine,
 )
+from tests import snapshot_data as data
 from tui.app import RlwatchApp
 from tui.screens.confirm import ConfirmScreen
 from tui.screens.help import HelpScreen

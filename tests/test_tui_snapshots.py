@@ -11,10 +11,10 @@ import re
 from collections.abc import Callable, Iterator
 
 import pytest
-import snapshot_data as data
 from textual.pilot import Pilot
 
 from rlwatch.clock import FakeClock
+from tests import snapshot_data as data
 from tui.app import RlwatchApp
 from tui.snapshot import render_svg
 
