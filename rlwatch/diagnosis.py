@@ -61,6 +61,18 @@ def human_duration(s: float | None) -> str:
 Rule = Callable[[Snapshot, Context], Iterator[Finding]]
 
 
+def _progressed_since(s: Snapshot, t: float | None) -> bool:
+    """Training logged a step after ``t``: an error before it is history, not a current problem."""
+    tr = s.training
+    return t is not None and tr is not None and tr.last_step_at is not None and tr.last_step_at > t
+
+
+def _history(s: Snapshot, kind: str) -> bool:
+    """Every file that had ``kind`` has shown progress since (a step, the server ready…): it is no longer happening."""
+    ev = s.events.get(kind)
+    return ev is not None and ev.count > 0 and (ev.streak == 0 or _progressed_since(s, ev.last))
+
+
 def _count(s: Snapshot, kind: str) -> int:
     e = s.events.get(kind)
     return e.count if e else 0
@@ -214,11 +226,12 @@ def gpu(s: Snapshot, ctx: Context) -> Iterator[Finding]:
         )
     if busy:
         ev = s.events["cuda_busy"]
+        history = _history(s, "cuda_busy")
         yield Finding(
-            CRIT,
+            INFO if history else CRIT,
             "device_busy",
             f"{busy} 'CUDA-capable device(s) is/are busy or unavailable' errors{_per_file(s, 'cuda_busy')}, "
-            f"last {hhmm(ev.last)}.",
+            f"last {hhmm(ev.last)}" + ("; the device has been usable since." if history else "."),
             ev.first,
         )
     if s.gpu is not None and not s.gpu.available and s.gpu.backend != "none":
@@ -250,13 +263,14 @@ def training(s: Snapshot, ctx: Context) -> Iterator[Finding]:
 
 
 _CONNECTION_WORDS = re.compile(
-    r"ConnectionRefused|Connect call failed|Connection refused|ClientConnectorError|can.t be reached|Failed after \d+ retries",
+    r"ConnectionRefused|Connect call failed|Connection refused|ClientConnectorError|can.t be reached"
+    r"|Failed after \d+ retries",
     re.IGNORECASE,
 )
 
 
 def _short(title: str, limit: int = 160) -> str:
-    title = title.split(". Payload:")[0]
+    title = title.split(". Payload:", maxsplit=1)[0]
     return title if len(title) <= limit else title[: limit - 1] + "…"
 
 
@@ -280,23 +294,17 @@ def crashes(s: Snapshot, ctx: Context) -> Iterator[Finding]:
         loc = f" at {inc.location}" if inc.location else ""
         first = min(i.first for i in blocks if i.signature == sig)
         yield Finding(
-            CRIT,
+            INFO if _history(s, "traceback") else CRIT,
             "crash_repeating",
             f"The same crash happened {by_sig[sig]} times: {_short(inc.title)}{loc} [{sig}].",
             first,
         )
-    elif ctx.trainer_alive is not True and last.kind == "traceback" and not _progressed_since(s, last.last):
+    elif ctx.trainer_alive is not True and last.kind == "traceback" and not _history(s, "traceback"):
         yield Finding(WARN, "crashed", f"Last exception: {_short(last.title)}{where} ({_file(last)}).", last.first)
 
 
 def _file(i: Incident) -> str:
     return f"{i.path.rsplit('/', 1)[-1]}:{i.lineno}"
-
-
-def _progressed_since(s: Snapshot, t: float | None) -> bool:
-    """Training logged a step after ``t``: an error before it is history, not a current problem."""
-    tr = s.training
-    return t is not None and tr is not None and tr.last_step_at is not None and tr.last_step_at > t
 
 
 def failures(s: Snapshot, ctx: Context) -> Iterator[Finding]:
@@ -314,8 +322,8 @@ def failures(s: Snapshot, ctx: Context) -> Iterator[Finding]:
             continue
         ev = s.events[kind]
         msg = f"{n} {text}{_per_file(s, kind)}, last {hhmm(ev.last)}"
-        if _progressed_since(s, ev.last):
-            yield Finding(INFO, kind, msg + "; training has made progress since.", ev.first)
+        if _history(s, kind):
+            yield Finding(INFO, kind, msg + "; there has been progress since.", ev.first)
         else:
             yield Finding(WARN if kind == "timeout" else CRIT, kind, msg + ".", ev.first)
 

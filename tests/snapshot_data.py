@@ -790,7 +790,7 @@ def restart_loop_lines() -> tuple[TaggedLine, ...]:
 def memory_leak() -> Snapshot:
     now = at(13, 32)
     total = 31_200_000_000
-    log = "/srv/optim/logs/workers.log"
+    log = "/srv/optim/logs/pool.log"
     brake_line = "WARNING emergency brake: only 1.8 GB free (< 2.0 GB), not starting trial 4187"
     history = History(
         ram_used=series(now, lambda i: 91.0 + 3.2 * i / 119),
@@ -906,7 +906,7 @@ def memory_leak() -> Snapshot:
 
 
 def memory_leak_lines() -> tuple[TaggedLine, ...]:
-    log = "/srv/optim/logs/workers.log"
+    log = "/srv/optim/logs/pool.log"
     rows = [
         (
             log,

@@ -28,9 +28,7 @@ def _write(path: Path, size: int, mtime: float | None = None) -> Path:
     return path
 
 
-def _areal_ckpt(  # noqa: PLR0917 - mirrors the name's three counters
-    trial: Path, name: str, e: int, s: int, g: int, sizes: tuple[int, ...], mtime: float
-) -> Path:
+def _areal_ckpt(trial: Path, name: str, e: int, s: int, g: int, sizes: tuple[int, ...], mtime: float) -> Path:
     d = trial / name / f"epoch{e}epochstep{s}globalstep{g}"
     for i, size in enumerate(sizes):
         _write(d / f"model-0000{i}-of-0000{len(sizes)}.safetensors", size, mtime)

@@ -21,7 +21,7 @@ from rlwatch.discovery import Proc, describe, discover, dump_config, server_of, 
 from rlwatch.profiles import profile_defaults
 
 DAY = 24 * 3600
-ANY = "0.0.0.0"  # noqa: S104 - the wildcard address servers are told to listen on
+ANY = "0.0.0.0"
 
 
 def wait_until(pred: Callable[[], bool], timeout: float = 10.0) -> bool:

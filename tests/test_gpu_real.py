@@ -31,7 +31,7 @@ sys.stdin.read()
 
 def _nvml_works() -> bool:
     try:
-        import pynvml  # noqa: PLC0415
+        import pynvml
 
         pynvml.nvmlInit()
         pynvml.nvmlShutdown()

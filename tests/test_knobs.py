@@ -89,7 +89,7 @@ def test_trl_knobs(tmp_path: Path) -> None:
     assert knobs == {
         "use_vllm": "true",
         "vllm_mode": "server",
-        "vllm_server_host": "0.0.0.0",  # noqa: S104 - a value read back, not a bind
+        "vllm_server_host": "0.0.0.0",
         "vllm_server_port": "8000",
         "vllm_server_timeout": "240.0",
         "max_steps": "250",

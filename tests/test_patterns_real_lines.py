@@ -231,7 +231,11 @@ REAL: list[tuple[str, str, tuple[Callable[[str], str], ...]]] = [
     ),
     ("_server_exit", "SGLangWrapper INFO: SGLang server http://10.244.3.17:17331 exits, returncode=-9", ALL),
     ("_finished", "RLTrainer INFO: Training completes! Total time elapsed 3601.52.", ALL),
-    ("_finished", "{'train_runtime': 812.3, 'train_samples_per_second': 1.97, 'train_steps_per_second': 0.123, 'train_loss': 0.0123, 'epoch': 1.0}", ALL),
+    (
+        "_finished",
+        "{'train_runtime': 812.3, 'train_samples_per_second': 1.97, 'train_steps_per_second': 0.123, 'train_loss': 0.0123, 'epoch': 1.0}",
+        ALL,
+    ),
 ]
 
 CASES = [

@@ -17,13 +17,25 @@ from rlwatch.feed import StaticFeed
 from rlwatch.state import (
     ActionPlan,
     ActionResult,
+    CheckpointInfo,
+    CheckpointState,
+    DiskState,
     EventSummary,
     Finding,
+    GpuHolder,
+    GpuState,
+    GpuStatus,
+    History,
     Incident,
     LogLine,
+    MemoryState,
+    ProcessInfo,
+    Series,
+    ServerState,
     Severity,
     Snapshot,
     TaggedLine,
+    TrainingState,
 )
 from tests import snapshot_data as data
 from tui.app import RlwatchApp
@@ -544,6 +556,34 @@ async def test_many_gpus_have_per_device_history_and_mean_graphs() -> None:
         graphs = app.main.query_one("#gpu-graphs")
         assert graphs.display
         assert "util, mean of 8" in str(graphs.query_one("#gpu-util-graph").render())
+
+
+def _sparse_snapshots() -> list[Snapshot]:
+    """A bare snapshot (nothing found yet) and one whose records hold only None: both must draw, not crash."""
+    bare = Snapshot(host="h", time=1000.0, profile="auto", run_dir="/r")
+    nones = dataclasses.replace(
+        bare,
+        training=TrainingState(None, 0, None, None, True, None, None, weight_update_s=(5.0,)),
+        checkpoint=CheckpointState(CheckpointInfo("/c/ckpt", None, None, None, None, None), 1),
+        server=ServerState(None, None, False, None, None),
+        gpu=GpuStatus("nvml", True, None, (GpuState(0, None, None, None, None, None, None, None, None),)),
+        holders=(GpuHolder(5, 0.0, None, (), (), None, False, "stray"),),
+        memory=MemoryState(None, None, None, None, None, None),
+        processes=(ProcessInfo(9, 0.0, "worker", "worker-0", None, None, 0.0, 0, (), None, None, alive=False),),
+        disk=DiskState("/", None, None),
+        history=History(gpu_util={0: Series((1.0,), (None,))}, ram_used=Series((2000.0,), (50.0,))),
+    )
+    return [bare, nones]
+
+
+@pytest.mark.parametrize("snap", _sparse_snapshots(), ids=["bare", "all-none"])
+async def test_sparse_and_absent_data_draws_without_errors(snap: Snapshot) -> None:
+    app = make_app(RecordingFeed(snap))
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.pause()
+        assert "cannot draw" not in status_text(app)
+        assert "h" in text_of(app.main.query_one(HeaderBar))
+        assert "No problems found" in text_of(app.main.query_one("#findings", Static))
 
 
 @pytest.mark.parametrize("size", [(80, 24), (60, 20), (200, 60)])

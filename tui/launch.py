@@ -43,25 +43,28 @@ def simulated_host(scenario: str, speed: float, *, settle_s: float = 0.0) -> Ite
     if scenario not in SCENARIOS:
         raise UsageError(f"unknown scenario {scenario!r}; choose from: {', '.join(SCENARIOS)}")
     tmp = Path(tempfile.mkdtemp(prefix=f"rlwatch-demo-{scenario}-"))
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "rlwatch.sim", scenario, str(tmp), "--speed", str(speed)],
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.DEVNULL,
-        stderr=open(tmp / "sim.stderr", "wb"),  # noqa: SIM115 - closed with the process
-        start_new_session=True,
-    )
+    run_dir = tmp / "run"
+    errors = tmp / "sim.stderr"
+    with errors.open("wb") as err_out:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "rlwatch.sim", scenario, str(run_dir), "--speed", str(speed)],
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=err_out,
+            start_new_session=True,
+        )
     try:
         deadline = time.monotonic() + 20
-        while not (tmp / "rlwatch.yaml").exists():
+        while not (run_dir / "rlwatch.yaml").exists():
             if proc.poll() is not None:
-                err = (tmp / "sim.stderr").read_text(errors="replace").strip().splitlines()
+                err = errors.read_text(errors="replace").strip().splitlines()
                 raise UsageError(f"the simulator exited early: {err[-1] if err else proc.returncode}")
             if time.monotonic() > deadline:
                 raise UsageError("the simulator did not start within 20 s")
             time.sleep(0.05)
         if settle_s:
-            _wait_settled(tmp, settle_s)
-        yield tmp
+            _wait_settled(run_dir, settle_s)
+        yield run_dir
     finally:
         if proc.poll() is None:
             proc.send_signal(signal.SIGINT)

@@ -178,7 +178,7 @@ class NvmlBackend:
     # ------------------------------------------------------------------------------------------ on the worker
     def _module(self) -> Any:
         if self._nvml is None:
-            import pynvml  # noqa: PLC0415  (loaded on first use: importing rlwatch must not touch the driver)
+            import pynvml
 
             self._nvml = pynvml
         return self._nvml

@@ -23,16 +23,17 @@ COMMAND_WIDTH = 72
 
 
 def targets_table(targets: tuple[ActionTarget, ...]) -> Table:
-    table = Table(box=None, padding=(0, 1, 0, 0), header_style="bold", expand=False)
-    for name, justify in (
-        ("pid", "right"),
-        ("user", "left"),
-        ("age", "right"),
-        ("GPU mem", "right"),
-        ("role", "left"),
-        ("command", "left"),
+    table = Table(box=None, padding=(0, 1, 0, 0), header_style="bold", expand=True)
+    # The identifying columns keep their width; only the command line (and the reason under it) gives way.
+    for name, justify, width in (
+        ("pid", "right", 7),
+        ("user", "left", 6),
+        ("age", "right", 6),
+        ("GPU mem", "right", 8),
+        ("role", "left", 16),
     ):
-        table.add_column(name, justify=justify, no_wrap=True)  # type: ignore[arg-type]
+        table.add_column(name, justify=justify, no_wrap=True, min_width=width)  # type: ignore[arg-type]
+    table.add_column("command", justify="left", no_wrap=True, overflow="ellipsis", ratio=1)
     for t in targets:
         table.add_row(
             Text(str(t.pid) if t.pid is not None else "new", style="bold"),

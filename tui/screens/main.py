@@ -99,6 +99,8 @@ class MainScreen(Screen[None]):
             snap = self.feed.snapshot()
         except Exception as exc:
             self.set_status(Text(f"snapshot failed: {clean_text(str(exc), 200)}", style="bold red"))
+            if self.snapshot is not None:
+                self._mark_staleness(self.snapshot)
             return
         if snap is not self.snapshot:
             self.apply(snap)
@@ -109,17 +111,23 @@ class MainScreen(Screen[None]):
             return
         if lines:
             self.log_view.add_lines(lines)
-        if self.live:
-            age = self.clock.time() - snap.time
-            self.query_one(HeaderBar).show(snap, age if age > STALE_AFTER_S else None)
+        self._mark_staleness(snap)
+
+    def _mark_staleness(self, snap: Snapshot) -> None:
+        """A live dashboard whose snapshot stops moving says so in the header (only live: renders stay fixed)."""
+        age = self.clock.time() - snap.time if self.live else 0.0
+        self.query_one(HeaderBar).show(snap, age if age > STALE_AFTER_S else None)
 
     def apply(self, snap: Snapshot) -> None:
         self.snapshot = snap
-        self.query_one(HeaderBar).show(snap)
         self.query_one(FindingsBanner).show(snap)
         self.log_view.severity.update({kind: e.severity for kind, e in snap.events.items()})
         for panel in self.query(Panel):
-            panel.update_from(snap)
+            try:
+                panel.update_from(snap)
+            except Exception as exc:  # one panel's bug must not take the dashboard down mid-incident
+                title = clean_text(str(panel.border_title or panel.id))
+                self.set_status(Text(f"{title}: cannot draw: {clean_text(repr(exc), 200)}", style="bold red"))
 
     def set_status(self, text: Text) -> None:
         self.query_one("#status-line", Static).update(text)

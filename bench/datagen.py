@@ -1,0 +1,512 @@
+"""A synthetic AReaL ``trainer.log`` of any size, with a known number of lines of each event kind.
+
+The text is what formats.md says a v0.5 AReaL run writes through ``tee``: colour-wrapped logger records, every
+rank's ``Microbatch`` line, one ``Train step g/G done.`` and a ``fancy_grid`` stats table per step, a disk weight
+update per step, a recover checkpoint every ``SAVE_EVERY`` steps. Failures are rare, as in a real run: now and
+then a server crash (retry warnings, "Workflow execution failed" with its traceback, rank 0 dying in the weight
+update, torchrun's ChildFailedError report, the relaunch with "Recovering from StepInfo"), an OOM, an NCCL
+watchdog timeout, an NCCL error, a busy GPU at relaunch, a slow request, a worker's emergency brake and a kernel
+OOM kill line. Each piece declares which reported kinds its lines are, so the expected counts are known by
+construction, independently of rlwatch (and checked against grep by the backlog benchmark).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import random
+import time
+from collections import Counter
+from collections.abc import Iterator
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+
+from rlwatch.sim import formats
+
+__all__ = ["GENERATOR_VERSION", "Dataset", "ensure_dataset", "generate"]
+
+GENERATOR_VERSION = 3
+START = datetime(2026, 1, 5, 8, 0, 0).timestamp()
+STEP_S = 11.0  # seconds of training per step: rollout, train, weight update
+RANKS = 8
+SAVE_EVERY = 50
+TABLES = 64  # distinct stats tables, cycled (their values differ; their size and keys do not)
+
+ENGINE = "[RemoteInfEngine Rank 0]"
+TB = "Traceback (most recent call last):"
+ADDR = ("10.244.3.17", 17331)
+
+# The stats keys AReaL v0.5 logs per step (formats.md §1), sorted as its stats tracker sorts them.
+_STAT_GROUPS = (
+    "advantages",
+    "correct_seq_len",
+    "final_reward",
+    "kl_rewards",
+    "no_eos_ratios",
+    "prompt_len",
+    "seq_len",
+    "task_reward",
+    "update/actor_loss",
+    "update/approx_kl",
+    "update/clip_ratio",
+    "update/entropy",
+    "update/importance_weight",
+)
+_TIMERS = (
+    "checkpoint_for_recover",
+    "compute_advantage",
+    "eval",
+    "recompute_logp",
+    "ref_logp",
+    "rollout",
+    "save",
+    "train_step",
+    "update_weights",
+)
+STAT_KEYS = tuple(
+    sorted(
+        [f"ppo_actor/{g}/{s}" for g in _STAT_GROUPS for s in ("avg", "max", "min")]
+        + ["ppo_actor/update/grad_norm", "ppo_actor/update/lr", "ppo_actor/update/update_successful"]
+        + ["rollout/reward"]
+        + [f"timeperf/{t}" for t in _TIMERS]
+    )
+)
+
+REPORTED_KINDS = (
+    "connection_refused",
+    "traceback",
+    "cuda_oom",
+    "cuda_busy",
+    "nccl_timeout",
+    "nccl_error",
+    "timeout",
+    "child_failed",
+    "engine_dead",
+    "emergency_brake",
+    "oom_kill",
+    "weight_update",
+    "checkpoint_saved",
+    "step",
+    "server_ready",
+    "restart",
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Dataset:
+    path: Path
+    size: int
+    lines: int
+    steps: int
+    expected: dict[str, int]  # reported kind -> lines
+    any_kind: int  # lines that are at least one reported kind
+
+
+class _Writer:
+    """Collects lines and their declared kinds; flushes in large blocks."""
+
+    def __init__(self, out: Path, target: int, seed: int) -> None:
+        self.fh = out.open("wb")
+        self.target = target
+        self.rng = random.Random(seed)
+        self.buf: list[bytes] = []
+        self.buf_bytes = 0
+        self.size = 0
+        self.lines = 0
+        self.counts: Counter[str] = Counter()
+        self.any_kind = 0
+        self.t = START
+
+    def emit(self, text: str, *kinds: str) -> None:
+        """One line (its text may hold no newline) that is each of ``kinds``."""
+        data = (text + "\n").encode("utf-8")
+        self.buf.append(data)
+        self.buf_bytes += len(data)
+        self.lines += 1
+        for k in kinds:
+            self.counts[k] += 1
+        if kinds:
+            self.any_kind += 1
+        if self.buf_bytes >= 4 << 20:
+            self.flush()
+
+    def emit_block(self, text: str, marks: dict[str, tuple[str, ...]]) -> None:
+        """A multi-line record; a line containing a key of ``marks`` is each of that key's kinds."""
+        for part in text.split("\n"):
+            kinds = [k for marker, ks in marks.items() if marker in part for k in ks]
+            self.emit(part, *dict.fromkeys(kinds))
+
+    def flush(self) -> None:
+        blob = b"".join(self.buf)
+        self.fh.write(blob)
+        self.size += len(blob)
+        self.buf.clear()
+        self.buf_bytes = 0
+
+    @property
+    def written(self) -> int:
+        return self.size + self.buf_bytes
+
+    def close(self) -> None:
+        self.flush()
+        self.fh.close()
+
+
+def _areal(w: _Writer, logger: str, level: str, message: str) -> str:
+    return formats.areal(logger, level, message, w.t)
+
+
+def _tables(rng: random.Random) -> list[list[str]]:
+    tables = []
+    for _ in range(TABLES):
+        stats = [(k, rng.uniform(-1, 1) * 10 ** rng.randint(-4, 3)) for k in STAT_KEYS]
+        tables.append(formats.fancy_grid(stats).split("\n"))
+    return tables
+
+
+def _microbatch(w: _Writer, rank: int) -> str:
+    rng = w.rng
+    tokens = [rng.randint(9000, 16000) for _ in range(4)]
+    padded = [t + rng.randint(0, 255) for t in tokens]
+    return _areal(
+        w,
+        f"[FSDPEngine Rank {rank}]",
+        "INFO",
+        f"Microbatch #tokens (rank {rank}): {tokens}, padded to: {padded}, "
+        f"padding lengths: {[p - t for p, t in zip(padded, tokens, strict=True)]}",
+    )
+
+
+def _step(w: _Writer, g: int, total: int, tables: list[list[str]]) -> None:
+    per_epoch = 935
+    epoch, epoch_step = divmod(g, per_epoch)
+    rng = w.rng
+    w.t += STEP_S * rng.uniform(0.9, 1.1)
+    for r in range(RANKS):
+        w.emit(_microbatch(w, r))
+    w.emit(
+        _areal(
+            w,
+            ENGINE,
+            "INFO",
+            f"Loading weights from disk done in {rng.uniform(8.5, 12.5):.2f}s. Respond time: {rng.uniform(1, 3):.2f}s.",
+        ),
+        "weight_update",
+    )
+    if (g + 1) % SAVE_EVERY == 0:
+        path = f"/tmp/areal/experiments/checkpoints/root/gsm8k-grpo/trial0/default/recover_checkpoint/g{g}"
+        w.emit(_areal(w, "Recover", "INFO", f"Saved recover checkpoint to {path}"), "checkpoint_saved")
+    w.emit(
+        _areal(
+            w,
+            "StatsLogger",
+            "INFO",
+            f"Epoch {epoch + 1}/{total // per_epoch + 1} Step {epoch_step + 1}/{per_epoch} Train step {g + 1}/{total} "
+            "done.",
+        ),
+        "step",
+    )
+    w.emit(_areal(w, "StatsLogger", "INFO", "Stats (1/1):"))
+    table = tables[g % len(tables)]
+    head = _areal(w, "StatsLogger", "INFO", "")
+    w.emit(head[: -len(formats.RESET)])
+    for line in table[:-1]:
+        w.emit(line)
+    w.emit(table[-1] + formats.RESET)
+
+
+def _refused_rollout(w: _Writer) -> None:
+    """One rollout against a dead server: three retry warnings, then the error and its traceback."""
+    host, port = ADDR
+    for attempt in (1, 2, 3):
+        msg = formats.refused_warning(host, port, "/generate", attempt, 3)
+        w.emit(_areal(w, "HTTPUtils", "WARNING", msg), "connection_refused")
+        w.t += 1.0
+    final = formats.refused_error(host, port, "/generate", "{'input_ids': [151644, 8948, 198]}")
+    block = _areal(w, ENGINE, "ERROR", f"Workflow execution failed: {final}\n" + formats.workflow_traceback(final))
+    w.emit_block(
+        block,
+        {
+            "Workflow execution failed": ("connection_refused",),
+            TB: ("traceback",),
+            "RuntimeError: Failed": ("connection_refused",),
+        },
+    )
+
+
+def _torchrun_failure(w: _Writer, exitcode: int) -> None:
+    text = formats.torchrun_failure(40112, "gsm8k_grpo.py", "pod-7f9c", exitcode, w.t)
+    # The first line is the agent's report; then a traceback whose final line names ChildFailedError.
+    w.emit_block(text, {TB: ("traceback",), "errors.ChildFailedError": ("child_failed",)})
+
+
+def _relaunch(w: _Writer, g: int, *, busy: bool = False) -> None:
+    w.t += 25.0
+    root = "/tmp/areal/experiments/checkpoints/root/gsm8k-grpo/trial0/recover_info"
+    w.emit(_areal(w, "Recover", "INFO", f"Loading recover info from {root}"))
+    w.emit(
+        _areal(
+            w,
+            "Recover",
+            "INFO",
+            f"Recovering from StepInfo(epoch={g // 935}, epoch_step={g % 935}, global_step={g}, steps_per_epoch=935).",
+        ),
+        "restart",
+    )
+    if busy:  # a stray process from the dead run still holds the GPU: this launch fails, the next one works
+        w.emit_block(formats.cuda_busy_traceback(), {TB: ("traceback",), "busy or unavailable": ("cuda_busy",)})
+        _torchrun_failure(w, 1)
+        w.t += 20.0
+        w.emit(
+            _areal(
+                w,
+                "Recover",
+                "INFO",
+                f"Recovering from StepInfo(epoch={g // 935}, epoch_step={g % 935}, global_step={g}, "
+                "steps_per_epoch=935).",
+            ),
+            "restart",
+        )
+    _startup(w)
+
+
+def _startup(w: _Writer) -> None:
+    w.emit(_areal(w, "[FSDPEngine Rank 0]", "INFO", "Initializing device mesh with parallel dims (dp=8, sp=1, tp=1)."))
+    w.emit(_areal(w, "LauncherUtils", "INFO", f"Found 1 rollout servers: {ADDR[0]}:{ADDR[1]}"))
+    w.emit(_areal(w, ENGINE, "INFO", "Get server addresses from name_resolve."))
+    w.emit(_areal(w, ENGINE, "INFO", "Waiting for server ready..."))
+    w.emit(_areal(w, ENGINE, "INFO", "Servers are all ready!"), "server_ready")
+
+
+def _server_crash(w: _Writer, g: int) -> None:
+    """Incident 1: the server is gone; rollouts fail, then rank 0 dies in the weight update."""
+    for _ in range(8):
+        _refused_rollout(w)
+    host, port = ADDR
+    for attempt in (1, 2, 3):
+        msg = formats.refused_warning(host, port, "/update_weights_from_disk", attempt, 3)
+        w.emit(_areal(w, "HTTPUtils", "WARNING", msg), "connection_refused")
+    final = formats.refused_error(host, port, "/update_weights_from_disk", "{'model_path': '/tmp/w/v1'}")
+    w.emit_block(
+        formats.update_weights_traceback(final), {TB: ("traceback",), "RuntimeError: Failed": ("connection_refused",)}
+    )
+    _torchrun_failure(w, 1)
+    _relaunch(w, g, busy=w.rng.random() < 0.5)
+
+
+def _oom(w: _Writer, g: int) -> None:
+    frames = [
+        (f"{formats.SITE}/areal/engine/fsdp_engine.py", 512, "train_batch", "loss = self._forward(mb)"),
+        (f"{formats.SITE}/torch/nn/modules/module.py", 1751, "_call_impl", "return forward_call(*args, **kwargs)"),
+    ]
+    final = (
+        "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 3.15 GiB. GPU 3 has a total capacity of "
+        "139.72 GiB of which 1.80 GiB is free. Including non-PyTorch memory, this process has 137.61 GiB memory in "
+        "use. Of the allocated memory 131.66 GiB is allocated by PyTorch, and 4.11 GiB is reserved by PyTorch but "
+        "unallocated. If reserved but unallocated memory is large try setting "
+        "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True to avoid fragmentation.  See documentation for Memory "
+        "Management  (https://pytorch.org/docs/stable/notes/cuda.html#environment-variables)"
+    )
+    w.emit_block(
+        formats.traceback_block(frames, final, prefix="[rank3]: "),
+        {TB: ("traceback",), "CUDA out of memory": ("cuda_oom",)},
+    )
+    _torchrun_failure(w, 1)
+    _relaunch(w, g)
+
+
+def _nccl_timeout(w: _Writer, g: int) -> None:
+    stamp = time.strftime("%m%d %H:%M:%S", time.localtime(w.t))
+    watchdog = (
+        "[Rank 0] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=808, OpType=ALLREDUCE, "
+        "NumelIn=9801523, NumelOut=9801523, Timeout(ms)=600000) ran for 600030 milliseconds before timing out."
+    )
+    w.emit(f"[rank0]:[E{stamp}.903881913 ProcessGroupNCCL.cpp:616] {watchdog}", "nccl_timeout")
+    w.emit(
+        f"[rank0]:[E{stamp}.904000000 ProcessGroupNCCL.cpp:1785] [PG ID 0 PG GUID 0(default_pg) Rank 0] Exception "
+        "(either an error or timeout) detected by watchdog at work: 808, last enqueued NCCL work: 811, last "
+        "completed NCCL work: 807."
+    )
+    w.emit(
+        f"[rank0]:[E{stamp}.904100000 ProcessGroupNCCL.cpp:630] [Rank 0] Some NCCL operations have failed or "
+        "timed out. Due to the asynchronous nature of CUDA kernels, subsequent GPU operations might run on "
+        "corrupted/incomplete data."
+    )
+    w.emit("terminate called after throwing an instance of 'c10::DistBackendError'")
+    w.emit(
+        "  what():  [PG ID 0 PG GUID 0(default_pg) Rank 0] Process group watchdog thread terminated with exception: "
+        + watchdog,
+        "nccl_timeout",
+    )
+    _torchrun_failure(w, -6)
+    _relaunch(w, g)
+
+
+def _nccl_error(w: _Writer, g: int) -> None:
+    frames = [
+        (f"{formats.SITE}/areal/engine/fsdp_engine.py", 388, "upload_weights", "dist.broadcast(tensor, src=0)"),
+        (f"{formats.SITE}/torch/distributed/distributed_c10d.py", 2730, "broadcast", "work.wait()"),
+    ]
+    final = (
+        "torch.distributed.DistBackendError: NCCL error in: /pytorch/torch/csrc/distributed/c10d/"
+        "ProcessGroupNCCL.cpp:1333, unhandled cuda error (run with NCCL_DEBUG=INFO for details), NCCL version 2.21.5\n"
+        "ncclUnhandledCudaError: Call to CUDA function failed.\n"
+        "Last error:\n"
+        "Cuda failure 'an illegal memory access was encountered'"
+    )
+    text = formats.traceback_block(frames, final, prefix="[rank1]: ")
+    w.emit_block(
+        text, {TB: ("traceback",), "NCCL error in": ("nccl_error",), "ncclUnhandledCudaError": ("nccl_error",)}
+    )
+    _torchrun_failure(w, 1)
+    _relaunch(w, g)
+
+
+def _slow_request(w: _Writer) -> None:
+    host, port = ADDR
+    msg = f"HTTP request to {host}:{port}/generate timed out after 3600.00s (attempt 1/3)"
+    w.emit(_areal(w, "HTTPUtils", "WARNING", msg), "timeout")
+
+
+def _name_resolve_timeout(w: _Writer, g: int) -> None:
+    key = f"root/gsm8k-grpo/trial0/update_weights_from_disk/{g}"
+    frames = [
+        (f"{formats.SITE}/areal/core/remote_inf_engine.py", 866, "_update_weights_from_disk", "name_resolve.wait("),
+        (f"{formats.SITE}/areal/utils/name_resolve.py", 1204, "wait", ""),
+    ]
+    final = f"TimeoutError: Timeout waiting for key '{key}' (NfsNameRecordRepository)"
+    w.emit_block(
+        formats.traceback_block(frames, final, prefix="[rank0]: "),
+        {TB: ("traceback",), "TimeoutError: Timeout waiting": ("timeout",)},
+    )
+    _torchrun_failure(w, 1)
+    _relaunch(w, g)
+
+
+def _server_abort(w: _Writer) -> None:
+    # What a colocated SGLang child prints into the same stream when its scheduler dies.
+    stamp = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(w.t))
+    w.emit(f"[{stamp}] Received sigquit from a child process. It usually means the child failed.", "engine_dead")
+
+
+def _brake(w: _Writer) -> None:
+    free = w.rng.uniform(0.5, 1.9)
+    w.emit(
+        formats.pylog("worker", "WARNING", f"emergency brake: free memory {free:.1f} GiB below 2.0 GiB, pausing", w.t),
+        "emergency_brake",
+    )
+
+
+def _kernel_oom(w: _Writer) -> None:
+    pid = w.rng.randint(30000, 60000)
+    w.emit(
+        f"[{w.t - START + 86400:.6f}] Out of memory: Killed process {pid} (python3) total-vm:98765432kB, "
+        "anon-rss:61234567kB, file-rss:0kB, shmem-rss:0kB, UID:0 pgtables:123456kB oom_score_adj:0",
+        "oom_kill",
+    )
+
+
+# Rare pieces: (every how many steps, what). Offsets keep them from landing on the same step.
+_RARE = (
+    (6151, "server_crash"),
+    (9377, "oom"),
+    (11003, "nccl_timeout"),
+    (13109, "nccl_error"),
+    (2011, "slow_request"),
+    (15013, "name_resolve_timeout"),
+    (7919, "server_abort"),
+    (1499, "brake"),
+    (4999, "kernel_oom"),
+)
+
+
+def _rare(w: _Writer, what: str, g: int) -> None:
+    if what == "server_crash":
+        _server_crash(w, g)
+    elif what == "oom":
+        _oom(w, g)
+    elif what == "nccl_timeout":
+        _nccl_timeout(w, g)
+    elif what == "nccl_error":
+        _nccl_error(w, g)
+    elif what == "slow_request":
+        _slow_request(w)
+    elif what == "name_resolve_timeout":
+        _name_resolve_timeout(w, g)
+    elif what == "server_abort":
+        _server_abort(w)
+    elif what == "brake":
+        _brake(w)
+    elif what == "kernel_oom":
+        _kernel_oom(w)
+
+
+def _steps_for(target: int) -> int:
+    # About 13.9 KB per healthy step; the total is announced in every step line, so it is fixed up front.
+    return max(10, target // 13_850)
+
+
+def generate(out: Path, target_bytes: int, seed: int = 7) -> Dataset:
+    """Write about ``target_bytes`` of log to ``out`` and return what it holds."""
+    out.parent.mkdir(parents=True, exist_ok=True)
+    w = _Writer(out, target_bytes, seed)
+    tables = _tables(w.rng)
+    total = _steps_for(target_bytes)
+    _startup(w)
+    g = 0
+    while w.written < target_bytes:
+        _step(w, g, total, tables)
+        g += 1
+        for every, what in _RARE:
+            if g % every == every // 2:
+                _rare(w, what, g)
+    w.close()
+    expected = {k: w.counts.get(k, 0) for k in REPORTED_KINDS}
+    return Dataset(path=out, size=out.stat().st_size, lines=w.lines, steps=g, expected=expected, any_kind=w.any_kind)
+
+
+def _meta_path(path: Path) -> Path:
+    return path.with_suffix(".expected.json")
+
+
+def _key(target_bytes: int, seed: int) -> str:
+    return hashlib.sha1(f"{GENERATOR_VERSION}:{target_bytes}:{seed}".encode(), usedforsecurity=False).hexdigest()
+
+
+def ensure_dataset(path: Path, target_bytes: int, seed: int = 7) -> Dataset:
+    """The dataset at ``path``, generated only when it is missing or was made with other parameters."""
+    meta = _meta_path(path)
+    key = _key(target_bytes, seed)
+    try:
+        saved = json.loads(meta.read_text())
+        if saved["key"] == key and path.stat().st_size == saved["size"]:
+            return Dataset(
+                path=path,
+                size=saved["size"],
+                lines=saved["lines"],
+                steps=saved["steps"],
+                expected=saved["expected"],
+                any_kind=saved["any_kind"],
+            )
+    except (OSError, ValueError, KeyError, TypeError):
+        pass
+    ds = generate(path, target_bytes, seed)
+    meta.write_text(
+        json.dumps(
+            {
+                "key": key,
+                "size": ds.size,
+                "lines": ds.lines,
+                "steps": ds.steps,
+                "expected": ds.expected,
+                "any_kind": ds.any_kind,
+            },
+            indent=1,
+        )
+    )
+    return ds
+
+
+def iter_kinds() -> Iterator[str]:
+    yield from REPORTED_KINDS
