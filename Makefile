@@ -30,8 +30,15 @@ pytest: $(STAMP)
 
 test: lint typecheck contracts pytest
 
+SCENARIOS := healthy server-crash restart-loop memory-leak gpu-zombie startup-crash
+
+# One SVG per simulated incident, rendered headlessly by the real command; PNGs too where rsvg-convert exists.
 screenshots: $(STAMP)
-	$(PY) -m rlwatch.screenshots screenshots
+	@for s in $(SCENARIOS); do \
+	  $(VENV)/bin/rlwatch snapshot --demo --scenario $$s --out screenshots/$$s.svg --size 120x40 || exit 1; \
+	  if command -v rsvg-convert >/dev/null; then \
+	    sed 's/<svg /<svg xml:space="preserve" /' screenshots/$$s.svg | rsvg-convert -w 1600 -o screenshots/$$s.png; fi; \
+	done
 
 bench: $(STAMP)
 	$(PY) -m bench

@@ -219,6 +219,7 @@ def cmd_init(args: argparse.Namespace) -> int:
 
 
 def format_plan(plan: ActionPlan) -> str:
+    """The plan as a person confirms it: each target with pid, user, age, GPU memory, command line and why."""
     lines = [f"Plan: {plan.action}"]
     if plan.refused:
         lines.append(f"  refused: {plan.refused}")
@@ -226,20 +227,24 @@ def format_plan(plan: ActionPlan) -> str:
     for t in plan.targets:
         age = human_duration(t.age_s) if t.age_s is not None else "?"
         mem = f"  gpu mem {human_bytes(t.gpu_mem_bytes)}" if t.gpu_mem_bytes else ""
-        lines.append(f"  stop  pid {t.pid}  user {t.user}  age {age}{mem}  [{t.role}]")
+        lines.append(f"  stop  pid {t.pid}  user {t.user or '?'}  age {age}{mem}  [{t.role}]")
         lines.append(f"        {' '.join(t.cmdline)[:300]}")
         if t.reason:
             lines.append(f"        why: {t.reason}")
     for t in plan.start:
-        lines.append(f"  start {' '.join(t.cmdline)[:300]}")
+        lines.append(f"  start [{t.role}] {' '.join(t.cmdline)[:300]}")
         if t.reason:
             lines.append(f"        {t.reason}")
+    if not plan.targets and not plan.start:
+        lines.append("  nothing to stop or start")
     lines.append("Steps:")
     lines.extend(f"  {i}. {step}" for i, step in enumerate(plan.steps, 1))
     return "\n".join(lines)
 
 
 def cmd_act(args: argparse.Namespace) -> int:
+    """Plan, show, confirm, execute, verify. Exit 0 when done and verified, 1 when refused, cancelled or not fixed,
+    2 for a usage error (including no terminal to confirm on and no --yes)."""
     from rlwatch.actions.api import Actions
     from rlwatch.engine import Engine
 
@@ -258,11 +263,14 @@ def cmd_act(args: argparse.Namespace) -> int:
         if not args.yes:
             if not sys.stdin.isatty():
                 raise UsageError("not on a terminal: confirm with --yes (or look first with --dry-run)")
-            answer = input("Proceed? [y/N] ").strip().lower()
+            try:
+                answer = input("Proceed? [y/N] ").strip().lower()
+            except EOFError:
+                answer = ""
             if answer not in ("y", "yes"):
                 safe_print("cancelled: nothing was done")
                 return 1
-        result = actions.execute(plan, progress=lambda msg: safe_print(f"  … {msg}"))
+        result = actions.execute(prepared, progress=lambda msg: safe_print(f"  … {msg}"))
         for line in result.details:
             safe_print(f"  {line}")
         safe_print(result.message)

@@ -9,7 +9,7 @@ from __future__ import annotations
 import re
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 Profile = Literal["auto", "areal", "trl", "workers"]
 SeverityName = Literal["critical", "warning", "info"]
@@ -133,6 +133,91 @@ class ActionsConfig(Strict):
     ]
 
 
+ActionName = Literal["restart-workers", "kill-zombies", "resume", "restart-server"]
+
+
+class BudgetConfig(Strict):
+    """How often the watchdog may act on one target before it gives up and waits for a person (rlwatch.budget)."""
+
+    burst: Annotated[int, Field(ge=1)] = 3  # at most this many restarts of one target ...
+    window_s: PositiveFloat = 1800.0  # ... within this many seconds; one more failure = gave up
+    delay_s: PositiveFloat = 10.0  # the wait before a restart after a start-up failure, doubling each time ...
+    max_delay_s: PositiveFloat = 300.0  # ... up to this
+    reset_after_s: PositiveFloat = 600.0  # this long healthy after a restart forgets the doubling
+    startup_s: PositiveFloat = 60.0  # failing again sooner than this after a restart = the restart did not take
+    startup_retries: Annotated[int, Field(ge=1)] = 2  # that many start-up failures in a row = gave up at once
+
+
+class PolicyWhen(Strict):
+    """The condition of a policy: every key given must hold (and keep holding for ``for_s``)."""
+
+    event: Annotated[str, Field(pattern=r"^_?[a-z][a-z0-9_]*$")] | None = None  # an event kind, per log file
+    streak: Annotated[int, Field(ge=1)] | None = None  # that kind this many times in a row in one file
+    count: Annotated[int, Field(ge=1)] | None = None  # that kind this many times in one file within window_s
+    window_s: PositiveFloat | None = None
+    role: Annotated[str, Field(pattern=r"^[a-z][a-z0-9_-]*$")] | None = None  # only processes of this role
+    over_memory_limit: bool = False  # a process above its rule's memory_limit_bytes
+    rss_above_bytes: Annotated[int, Field(gt=0)] | None = None  # a process's resident memory above this
+    growth_above_bytes_per_hour: Annotated[int, Field(gt=0)] | None = None  # a process growing faster than this
+    available_below_bytes: Annotated[int, Field(gt=0)] | None = None  # the host's available RAM below this
+    server_down: bool = False  # the inference server's health check fails
+    dead: Annotated[str, Field(pattern=r"^[a-z][a-z0-9_-]*$")] | None = None  # a role seen running, none alive now
+    stalled: bool = False  # training stalled (no step for thresholds.stall_s)
+    for_s: Annotated[float, Field(ge=0)] = 0.0  # the condition must hold this long before the policy acts
+
+    @model_validator(mode="after")
+    def _coherent(self) -> PolicyWhen:
+        if self.event is not None and self.streak is None and self.count is None:
+            raise ValueError("event: give streak or count")
+        if (self.streak is not None or self.count is not None) and self.event is None:
+            raise ValueError("streak and count need an event")
+        if (self.count is None) != (self.window_s is None):
+            raise ValueError("count and window_s go together")
+        conditions = (
+            self.event,
+            self.over_memory_limit or None,
+            self.rss_above_bytes,
+            self.growth_above_bytes_per_hour,
+            self.available_below_bytes,
+            self.server_down or None,
+            self.dead,
+            self.stalled or None,
+        )
+        if all(c is None for c in conditions):
+            raise ValueError("a policy needs at least one condition")
+        return self
+
+
+class Policy(Strict):
+    """Headless remediation: when the condition holds, run these actions, bounded by a restart budget."""
+
+    name: Annotated[str, Field(pattern=r"^[a-z][a-z0-9_-]*$")]
+    when: PolicyWhen
+    actions: Annotated[list[ActionName], Field(min_length=1)]  # run in order; a refused later one is skipped
+    budget: BudgetConfig | None = None  # this policy's own budget; null = watchdog.budget
+    enabled: bool = True
+
+
+class WatchdogConfig(Strict):
+    """The headless watchdog (`rlwatch watch`): its budgets and how it shows it is alive."""
+
+    budget: BudgetConfig = BudgetConfig()
+    heartbeat_s: PositiveFloat = 5.0  # how often the state file is rewritten (and systemd pinged, at most)
+    stale_after_s: PositiveFloat = 60.0  # a heartbeat older than this means the watchdog is not responding
+
+
+class FleetConfig(Strict):
+    """Where `rlwatch fleet` reads many hosts: one Prometheus scraping every pod's exporter, or the exporters."""
+
+    prometheus: str | None = None  # base URL of a Prometheus server, e.g. http://127.0.0.1:9090
+    job: str | None = None  # only targets of this scrape job; null = every job with rlwatch series
+    exporters: list[str] = []  # exporter URLs read directly when there is no Prometheus
+    refresh_s: PositiveFloat = 5.0
+    stale_after_s: PositiveFloat = 60.0  # a host whose newest data is older than this is stale
+    timeout_s: PositiveFloat = 5.0
+    lookback_s: PositiveFloat = 3600.0  # how far back Prometheus is asked about hosts that stopped reporting
+
+
 class Config(Strict):
     """The whole file. Every key has a default, so an empty file is valid."""
 
@@ -147,3 +232,6 @@ class Config(Strict):
     events: EventsConfig = EventsConfig()
     thresholds: Thresholds = Thresholds()
     actions: ActionsConfig = ActionsConfig()
+    policies: list[Policy] = []
+    watchdog: WatchdogConfig = WatchdogConfig()
+    fleet: FleetConfig = FleetConfig()

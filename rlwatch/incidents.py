@@ -37,6 +37,10 @@ _CHILD_CAUSE = re.compile(r"^\s*traceback\s*:\s*(Signal \d+ \(\w+\).*)$")
 _TITLE_MSG_CHARS = 200
 _STALL_LINES = 80  # a block that makes no progress for this many lines was cut off (the process died mid-print)
 _AFTER_LINES = 40  # lines after the exception that may still chain another exception or detail a torchrun failure
+# A block whose writer has been silent for this many lines of its file is over: that writer (a rank that printed
+# its traceback and died) will never write the lines that would close it, and an open block makes the counter walk
+# every line of the file.
+_SILENT_LINES = 200
 
 
 def _normalise(message: str) -> str:
@@ -100,6 +104,7 @@ class _Block:
 
     lineno: int
     first: float
+    seen: int = 0  # number of the writer's latest line in the file
     lines: int = 1
     location: str | None = None
     state: str = "frames"  # frames | after | chain
@@ -137,38 +142,49 @@ class IncidentTracker:
         self._crash_window = crash_window_s
         self._records: deque[_Record] = deque(maxlen=max_incidents)
         self._blocks: dict[tuple[str, str], _Block] = {}
-        self._open_paths: dict[str, int] = {}
+        self._open_paths: dict[str, set[str]] = {}  # path -> writer tags with an open block
         self._storms: dict[tuple[str, str], _Storm] = {}
         self._crashes: dict[str, _Record] = {}
 
     # ------------------------------------------------------------------------------------------- tracebacks
     def wants_every_line(self, path: str) -> bool:
         """True while a traceback block is open in ``path``: its frames match no event literal."""
-        return self._open_paths.get(path, 0) > 0
+        return path in self._open_paths
 
     def _open(self, key: tuple[str, str], block: _Block) -> None:
-        if key not in self._blocks:
-            self._open_paths[key[0]] = self._open_paths.get(key[0], 0) + 1
+        self._open_paths.setdefault(key[0], set()).add(key[1])
         self._blocks[key] = block
 
     def _close(self, key: tuple[str, str]) -> None:
         if self._blocks.pop(key, None) is not None:
-            left = self._open_paths.get(key[0], 1) - 1
-            if left > 0:
-                self._open_paths[key[0]] = left
-            else:
-                self._open_paths.pop(key[0], None)
+            tags = self._open_paths.get(key[0])
+            if tags is not None:
+                tags.discard(key[1])
+                if not tags:
+                    del self._open_paths[key[0]]
+
+    def _expire(self, path: str, tag: str, lineno: int) -> None:
+        """Close the blocks of other writers in ``path`` that have been silent for too long."""
+        tags = self._open_paths.get(path)
+        if tags is None or (len(tags) == 1 and tag in tags):
+            return
+        for other in [t for t in tags if t != tag]:
+            block = self._blocks.get((path, other))
+            if block is not None and lineno - block.seen > _SILENT_LINES:
+                self._close((path, other))
 
     def line(self, path: str, tag: str, body: str, lineno: int, when: Callable[[], float]) -> None:
         """One line of ``path`` (prefix ``tag`` split off). ``when`` gives its time, parsed only if needed."""
+        self._expire(path, tag, lineno)
         key = (path, tag)
         block = self._blocks.get(key)
         if "|" in body[:12] or "+" in body[:12]:
             body = _GUTTER.sub("", body, count=1)
         if block is None:
             if _HEADER.search(body):
-                self._open(key, _Block(lineno=lineno, first=when()))
+                self._open(key, _Block(lineno=lineno, first=when(), seen=lineno))
             return
+        block.seen = lineno
         if block.state == "frames":
             self._in_frames(key, block, body, lineno, when)
         else:
@@ -184,7 +200,7 @@ class IncidentTracker:
             block.idle = 0
             return
         if _HEADER.search(body):  # a fresh traceback from the same writer: the old one was cut off
-            self._open(key, _Block(lineno=lineno, first=when()))
+            self._open(key, _Block(lineno=lineno, first=when(), seen=lineno))
             return
         if body[:1].isspace() or not body.strip():
             block.idle += 1
@@ -215,7 +231,7 @@ class IncidentTracker:
                 block.gap = 0
                 return
             self._close(key)
-            self._open(key, _Block(lineno=lineno, first=when()))
+            self._open(key, _Block(lineno=lineno, first=when(), seen=lineno))
             return
         if block.state == "after" and block.exc_type.endswith("ChildFailedError"):
             self._child_detail(key[0], block, body, when)

@@ -238,6 +238,30 @@ class SourceStatus:
 
 
 @dataclass(frozen=True, slots=True)
+class GaveUp:
+    """A target the watchdog stopped acting on: its restart budget is spent and a person must re-arm it."""
+
+    target: str  # the budget's key, e.g. "restart-workers:worker-1"
+    reason: str  # e.g. "3 restarts in 12 min (budget: 3 per 30 min)"
+    since: float | None
+
+
+@dataclass(frozen=True, slots=True)
+class WatchdogStatus:
+    """The headless watchdog (`rlwatch watch`) of this run, read from its state file and checked against /proc."""
+
+    running: bool  # its process is alive (pid and start time match the state file)
+    pid: int | None
+    since: float | None  # when it started
+    heartbeat_age_s: float | None
+    stale: bool = False  # alive, but its heartbeat is older than it promised: it is stuck
+    stopped: float | None = None  # when it stopped cleanly (None: running, or it died without a word)
+    gave_up: tuple[GaveUp, ...] = ()
+    last_action: str | None = None  # one line about the latest action it took
+    last_action_at: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class Snapshot:
     host: str
     time: float
@@ -262,6 +286,7 @@ class Snapshot:
     history: History = field(default_factory=History)
     sources: tuple[SourceStatus, ...] = ()
     logs: tuple[str, ...] = ()  # files being tailed
+    watchdog: WatchdogStatus | None = None  # None: no watchdog ever ran for this run
 
     @property
     def gpus(self) -> tuple[GpuState, ...]:

@@ -1,21 +1,26 @@
 """The one actions API — plan, execute, verify — used by the dashboard keys, `rlwatch act` and watchdog policies.
 
-Execution re-checks everything: each target is signalled only if it is still the same process (pid and start time)
-and still not protected; started processes are argv lists in their own session with output appended to a log the
-engine tails; every step goes to the audit log. Verification waits, with a deadline, for the host to show the fix
-(server healthy, workers back with fresh memory, no stray holder left, steps past the resume step).
+``prepare`` looks at the host afresh and returns a plan (refused, with the reason, when it must not run);
+``execute`` carries out a plan a person or a policy confirmed. Execution trusts nothing from planning time: each
+target is signalled only if it is still the same process (pid and start time) and still not protected, so a plan
+that sat in a confirmation dialog cannot hit a process that took a reused pid. Started processes are argv lists in
+their own session with output appended to a log. Every step goes to the audit log. Verification then waits, with a
+deadline, for the host itself to show the fix — server healthy, workers back with fresh memory, no stray holder
+left (and the GPU memory back), steps past the resume step — because "the command ran" is not "the run is fixed".
 """
 
 from __future__ import annotations
 
-import os
+import threading
 import time
-from collections.abc import Callable
+from collections import OrderedDict
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 from rlwatch.actions.audit import AuditLog
 from rlwatch.actions.guard import protected_reason
-from rlwatch.actions.identity import Ident
+from rlwatch.actions.identity import CREATE_TIME_TOLERANCE_S, Ident, same_process
 from rlwatch.actions.plan import (
     ACTION_NAMES,
     KILL_ZOMBIES,
@@ -23,378 +28,449 @@ from rlwatch.actions.plan import (
     RESTART_WORKERS,
     RESUME,
     Launch,
+    Planner,
     Prepared,
     Stop,
+    gpu_used_total,
     refused,
-    stop_words,
-    target_of_holder,
-    target_of_launch,
-    target_of_process,
 )
 from rlwatch.actions.spawn import SpawnError, spawn
-from rlwatch.actions.stopper import StopReport, stop_tree
+from rlwatch.actions.stopper import ALREADY_GONE, REUSED, StopReport, stop_tree
 from rlwatch.engine import Engine, resolve
-from rlwatch.sources.recover import agree
-from rlwatch.state import ActionPlan, ActionResult, ProcessInfo, Snapshot
+from rlwatch.sources.server import ServerProbe
+from rlwatch.state import ActionPlan, ActionResult, Snapshot
 
 Progress = Callable[[str], None]
+POLL_S = 0.25
+KILL_VERIFY_S = 10.0  # a killed process frees its device and memory within a second (reliability.md §2)
+_KEEP_PLANS = 16  # plans waiting for a confirmation; older ones are planned again if executed
+
+
+def _quiet(_message: str) -> None:
+    return None
+
+
+def _mb(n: int | None) -> str:
+    return "?" if n is None else f"{n / 1024**2:.0f} MB"
+
+
+def _gib(n: int) -> str:
+    return f"{n / 1024**3:.2f} GiB"
+
+
+def _names(only: Sequence[str] | None) -> tuple[str, ...] | None:
+    if only is None:
+        return None
+    return (only,) if isinstance(only, str) else tuple(dict.fromkeys(only))
+
+
+def _identities(plan: ActionPlan) -> set[tuple[int | None, float | None]]:
+    return {(t.pid, None if t.create_time is None else round(t.create_time, 2)) for t in plan.targets}
+
+
+@dataclass(frozen=True)
+class _Fatal:
+    """A verification check's verdict that waiting longer cannot change (the started process already exited)."""
+
+    why: str
+
+
+Check = Callable[[Snapshot], str | _Fatal | None]  # None: fixed; str: not yet, and why
 
 
 class Actions:
+    """Plans and carries out the four actions on one engine's host; one action runs at a time."""
+
     def __init__(self, engine: Engine, *, audit: AuditLog | None = None) -> None:
         self.engine = engine
         self.cfg = engine.cfg
         path = self.cfg.actions.audit_log or ".rlwatch/audit.jsonl"
         self.audit = audit or AuditLog(resolve(engine.run_dir, path), engine.clock)
-        self._prepared: dict[int, Prepared] = {}
+        self._planner = Planner(engine, self.protected)
+        self._plans: OrderedDict[int, Prepared] = OrderedDict()
+        self._running = threading.Lock()
 
-    # ------------------------------------------------------------------------------------------------ planning
-    def _fresh(self) -> Snapshot:
-        """A fresh look at the host: plans must not be built from a stale snapshot."""
-        if not self.engine.running:
-            self.engine.drain_logs()
-            self.engine.sample()
-            self.engine.probe_server()
-            return self.engine.build()
-        return self.engine.snapshot()
+    @property
+    def readonly(self) -> bool:
+        return self.cfg.actions.readonly or self.engine.readonly
 
-    def prepare(self, action: str, *, force: bool = False) -> Prepared:
-        if action not in ACTION_NAMES:
-            return refused(action, f"unknown action {action!r}; choose from: {', '.join(ACTION_NAMES)}")
-        if self.cfg.actions.readonly:
-            return refused(action, "read-only mode: actions are disabled")
-        snap = self._fresh()
-        builders = {
-            KILL_ZOMBIES: self._plan_kill_zombies,
-            RESTART_WORKERS: self._plan_restart_workers,
-            RESUME: lambda s: self._plan_resume(s, force=force),
-            RESTART_SERVER: self._plan_restart_server,
-        }
-        prepared = builders[action](snap)
-        self._prepared[id(prepared.plan)] = prepared
-        return prepared
-
-    def plan(self, action: str, *, force: bool = False) -> ActionPlan:
-        return self.prepare(action, force=force).plan
-
-    def _protected(self, pid: int) -> str | None:
+    def protected(self, pid: int) -> str | None:
+        """Why ``pid`` must never be touched (pid 1, rlwatch and its parents, daemons, other users), or None."""
         return protected_reason(
             pid,
             protected_names=self.cfg.actions.protected_names,
             allow_other_users=self.cfg.actions.allow_other_users,
         )
 
-    def _plan_kill_zombies(self, s: Snapshot) -> Prepared:
-        now = s.time
-        strays = [h for h in s.zombies if h.protected is None and self._protected(h.pid) is None]
-        if not strays:
-            left = [h for h in s.holders if not h.in_run]
-            why = "no stray GPU holders"
-            if left:
-                why += " (" + "; ".join(f"pid {h.pid}: {h.protected or 'protected'}" for h in left[:4]) + ")"
-            return refused(KILL_ZOMBIES, why)
-        steps = (
-            stop_words(self.cfg.actions.grace_s),
-            f"then check that no stray process holds {self.cfg.gpu.device_glob}"
-            + (" and that GPU memory came back" if s.gpu and s.gpu.backend == "nvml" else ""),
-            "never touched: the live run, PID 1, rlwatch and its parents, NVIDIA/DCGM daemons, other users",
-        )
-        plan = ActionPlan(KILL_ZOMBIES, tuple(target_of_holder(h, now) for h in strays), steps)
-        stops = tuple(Stop(h.pid, h.create_time, f"stray {h.pid}", reason=h.reason) for h in strays)
-        return Prepared(plan, stops=stops)
+    # ------------------------------------------------------------------------------------------------ planning
+    def prepare(self, action: str, *, force: bool = False, only: Sequence[str] | None = None) -> Prepared:
+        """Plan ``action`` from a fresh look at the host. ``only`` names the workers restart-workers restarts
+        (the others ignore it); ``force`` lets resume run beside a live trainer or disagreeing recover info."""
+        if action not in ACTION_NAMES:
+            return refused(action, f"unknown action {action!r}; choose from: {', '.join(ACTION_NAMES)}")
+        if self.readonly:
+            return refused(action, "read-only mode: actions are disabled")
+        try:
+            snap = self._fresh(probe=True)
+            names = _names(only) if action == RESTART_WORKERS else None
+            prepared = self._planner.build(action, snap, force=force, only=names)
+        except Exception as exc:  # a plan that cannot be built is refused in one line, never a traceback
+            return refused(action, f"could not plan: {type(exc).__name__}: {exc}")
+        if prepared.plan.runnable:
+            self._plans[id(prepared.plan)] = prepared
+            while len(self._plans) > _KEEP_PLANS:
+                self._plans.popitem(last=False)
+        return prepared
 
-    def _launch_for(self, p: ProcessInfo) -> Launch | None:
-        rule = self.engine.processes.rule_for(p.name)
-        record = self.engine.processes.launch_record(p.name)
-        log = str(resolve(self.engine.run_dir, rule.log)) if rule and rule.log else None
-        if rule and rule.command:
-            cwd = str(resolve(self.engine.run_dir, rule.cwd)) if rule.cwd else (record.cwd if record else None)
-            env = dict(record.env) if record and record.env else None
-            return Launch(p.name, p.role, tuple(rule.command), cwd, env, log, "configured")
-        if record and record.argv:
-            env = dict(record.env) if record.env else None
-            return Launch(p.name, p.role, tuple(record.argv), record.cwd, env, log, "recorded when first seen")
-        return None
+    def plan(self, action: str, *, force: bool = False, only: Sequence[str] | None = None) -> ActionPlan:
+        return self.prepare(action, force=force, only=only).plan
 
-    def _plan_restart_workers(self, s: Snapshot) -> Prepared:
-        workers = [p for p in s.processes if p.role == "worker" and p.alive]
-        if not workers:
-            return refused(RESTART_WORKERS, "no running worker processes found")
-        launches = []
-        for p in workers:
-            launch = self._launch_for(p)
-            if launch is None:
-                return refused(RESTART_WORKERS, f"no start command known for {p.name} (pid {p.pid})")
-            launches.append(launch)
-        blocked = [(p, why) for p in workers if (why := self._protected(p.pid))]
-        if blocked:
-            p, why = blocked[0]
-            return refused(RESTART_WORKERS, f"{p.name} (pid {p.pid}) is protected: {why}")
-        steps = (
-            stop_words(self.cfg.actions.grace_s),
-            "start each worker again with its command line, working directory and environment, in a new session, "
-            "output appended to its log",
-            "check each is running again with fresh memory",
-        )
-        targets = tuple(target_of_process(p, s.time, "worker") for p in workers)
-        plan = ActionPlan(RESTART_WORKERS, targets, steps, start=tuple(target_of_launch(x) for x in launches))
-        stops = tuple(Stop(p.pid, p.create_time, p.name, p.role) for p in workers)
-        return Prepared(plan, stops=stops, launches=tuple(launches))
-
-    def _server_launch(self, s: Snapshot) -> Launch | None:
-        srv = self.cfg.server
-        log = str(resolve(self.engine.run_dir, srv.log)) if srv.log else None
-        if srv.command:
-            cwd = str(resolve(self.engine.run_dir, srv.cwd)) if srv.cwd else str(self.engine.run_dir)
-            return Launch("server", "server", tuple(srv.command), cwd, None, log, "configured")
-        live = [p for p in s.processes if p.role == "server"]
-        record = self.engine.processes.launch_record(live[0].name) if live else None
-        if record is None:
-            record = self.engine.processes.launch_record("server")
-        if record and record.argv:
-            env = dict(record.env) if record.env else None
-            return Launch("server", "server", tuple(record.argv), record.cwd, env, log, "recorded when first seen")
-        return None
-
-    def _plan_restart_server(self, s: Snapshot) -> Prepared:
-        if not self.cfg.server.url:
-            return refused(RESTART_SERVER, "no inference server configured (server.url)")
-        launch = self._server_launch(s)
-        if launch is None:
-            return refused(RESTART_SERVER, "no start command known for the inference server (server.command)")
-        live = [p for p in s.processes if p.role == "server" and p.alive]
-        for p in live:
-            if why := self._protected(p.pid):
-                return refused(RESTART_SERVER, f"server pid {p.pid} is protected: {why}")
-        steps = []
-        if live:
-            steps.append(stop_words(self.cfg.actions.grace_s))
-        steps.append("start the server in a new session, output appended to its log")
-        steps.append(f"wait up to {self.cfg.server.start_timeout_s:g}s for {self.cfg.server.url} to answer healthy")
-        plan = ActionPlan(
-            RESTART_SERVER,
-            tuple(target_of_process(p, s.time, "inference server") for p in live),
-            tuple(steps),
-            start=(target_of_launch(launch),),
-        )
-        stops = tuple(Stop(p.pid, p.create_time, p.name, p.role) for p in live)
-        return Prepared(plan, stops=stops, launches=(launch,))
-
-    def _plan_resume(self, s: Snapshot, *, force: bool) -> Prepared:
-        trainers = [p for p in s.processes if p.role == "trainer" and p.alive]
-        if trainers and not force:
-            t = trainers[0]
-            return refused(RESUME, f"the trainer is alive (pid {t.pid}); resuming would start a second run (--force)")
-        a = self.cfg.actions
-        launch: Launch | None = None
-        if a.resume_command:
-            cwd = str(resolve(self.engine.run_dir, a.resume_cwd)) if a.resume_cwd else str(self.engine.run_dir)
-            log = str(resolve(self.engine.run_dir, a.resume_log)) if a.resume_log else None
-            launch = Launch("launcher", "launcher", tuple(a.resume_command), cwd, None, log, "configured")
-        else:
-            record = self.engine.processes.launch_record("launcher")
-            if record and record.argv:
-                env = dict(record.env) if record.env else None
-                launch = Launch(
-                    "launcher", "launcher", tuple(record.argv), record.cwd, env, None, "recorded when first seen"
-                )
-        if launch is None:
-            return refused(RESUME, "no launch command known (actions.resume_command, or a launcher seen running)")
-        steps: list[str] = []
-        resume_step = None
-        if s.recover:
-            r = s.recover
-            resume_step = r.resume_global_step
-            problem = agree(r, s.checkpoint.latest if s.checkpoint else None)
-            if problem and not force:
-                return refused(RESUME, f"recover info and the latest checkpoint disagree: {problem} (--force)")
-            steps.append(
-                f"training resumes at global step {r.resume_global_step} (epoch {r.resume_epoch}, "
-                f"step {r.resume_epoch_step}) from {r.path}"
-            )
-        else:
-            steps.append("no recover info found: the launcher decides where training starts")
-        stale = [p for p in s.processes if p.alive and p.role in ("launcher", "trainer")]
-        for p in stale:
-            if why := self._protected(p.pid):
-                return refused(RESUME, f"{p.name} (pid {p.pid}) is protected: {why}")
-        if stale:
-            steps.append("stop what is left of the old run first: " + stop_words(a.grace_s))
-        steps.append("run the launch command in a new session")
-        if resume_step is not None:
-            steps.append(f"check within {a.verify_timeout_s:g}s that the trainer runs and steps pass {resume_step}")
-        plan = ActionPlan(
-            RESUME,
-            tuple(target_of_process(p, s.time, "left over from the stopped run") for p in stale),
-            tuple(steps),
-            start=(target_of_launch(launch),),
-        )
-        stops = tuple(Stop(p.pid, p.create_time, p.name, p.role) for p in stale)
-        return Prepared(plan, stops=stops, launches=(launch,), resume_step=resume_step)
+    def _recall(self, plan: ActionPlan) -> Prepared:
+        """The prepared form of a plan this object made; a plan from elsewhere is planned again and must match."""
+        kept = self._plans.pop(id(plan), None)
+        if kept is not None and kept.plan is plan:
+            return kept
+        only = tuple(t.role for t in plan.targets if t.role) if plan.action == RESTART_WORKERS else None
+        again = self.prepare(plan.action, only=only or None)
+        if again.plan.runnable and _identities(again.plan) != _identities(plan):
+            return refused(plan.action, "the host changed since this plan was made; plan again")
+        return again
 
     # ----------------------------------------------------------------------------------------------- executing
-    def execute(self, plan: ActionPlan, progress: Progress | None = None) -> ActionResult:
-        prepared = self._prepared.pop(id(plan), None)
-        if prepared is None:
-            prepared = self.prepare(plan.action)  # e.g. a plan from another process: re-plan, never trust it blindly
-            if {t.pid for t in prepared.plan.targets} != {t.pid for t in plan.targets}:
-                return ActionResult(plan.action, False, f"{plan.action}: the host changed since the plan; plan again")
-        if not prepared.plan.runnable:
-            return ActionResult(plan.action, False, f"{plan.action}: refused: {prepared.plan.refused}")
-        say = progress or (lambda _m: None)
-        action = plan.action
-        self.audit.record(action, "plan", targets=[_target_dict(t) for t in prepared.plan.targets])
-        details: list[str] = []
-        ok = True
-        for stop in prepared.stops:
-            if why := self._protected(stop.pid):
-                details.append(f"{stop.name} (pid {stop.pid}): left alone: {why}")
-                self.audit.record(action, "signal", pid=stop.pid, outcome=f"refused: {why}")
-                ok = False
-                continue
-            say(f"stopping {stop.name} (pid {stop.pid})")
-            report = stop_tree(
-                Ident(stop.pid, stop.create_time), grace_s=self.cfg.actions.grace_s, protected=self._protected
-            )
-            ok &= _record_stop(self.audit, action, stop, report, details)
-        if not ok and action != KILL_ZOMBIES:
-            msg = f"{action}: could not stop every target; nothing was started"
-            self.audit.record(action, "result", ok=False, message=msg)
-            return ActionResult(action, False, msg, tuple(details))
-        started: list[tuple[Launch, Ident]] = []
-        for launch in prepared.launches:
-            say(f"starting {launch.name}")
-            try:
-                ident = spawn(
-                    launch.argv, cwd=launch.cwd, env=launch.env, log_path=Path(launch.log) if launch.log else None
-                )
-            except SpawnError as exc:
-                details.append(str(exc))
-                self.audit.record(action, "spawn", argv=list(launch.argv), outcome=str(exc))
-                msg = f"{action}: {exc}"
-                self.audit.record(action, "result", ok=False, message=msg)
-                return ActionResult(action, False, msg, tuple(details))
-            started.append((launch, ident))
-            details.append(f"started {launch.name} as pid {ident.pid}")
-            self.audit.record(
-                action,
-                "spawn",
-                argv=list(launch.argv),
-                cwd=launch.cwd,
-                pid=ident.pid,
-                create_time=ident.create_time,
-                log=launch.log,
-            )
-        say("verifying")
-        verified, why = self._verify(prepared, started)
-        details.append(why)
-        self.audit.record(action, "verify", ok=verified, message=why)
-        ok = ok and verified
-        msg = f"{action}: {'done' if ok else 'FAILED'} — {why}"
-        if self.audit.error:
-            details.append(f"audit log: {self.audit.error}")
-        self.audit.record(action, "result", ok=ok, message=msg)
-        return ActionResult(action, ok, msg, tuple(details))
+    def execute(self, plan: ActionPlan | Prepared, progress: Progress | None = None) -> ActionResult:
+        """Carry out a confirmed plan and verify the fix; blocking, never raises. ``progress`` gets one line per
+        step. Safe to call from a policy thread: a second call while one runs is answered at once, doing nothing."""
+        action = plan.plan.action if isinstance(plan, Prepared) else plan.action
+        if not self._running.acquire(blocking=False):
+            return ActionResult(action, False, f"{action}: another action is still running; nothing was done")
+        try:
+            prepared = plan if isinstance(plan, Prepared) else self._recall(plan)
+            why = "read-only mode: actions are disabled" if self.readonly else prepared.plan.refused
+            if why is not None:
+                message = f"{action}: refused: {why}"
+                self.audit.record(action, "result", ok=False, message=message)
+                return ActionResult(action, False, message)
+            return _Execution(self, prepared, progress or _quiet).run()
+        except Exception as exc:  # whatever happened, the caller gets a result a person can read
+            message = f"{action}: FAILED — internal error: {type(exc).__name__}: {exc}"
+            self.audit.record(action, "result", ok=False, message=message)
+            return ActionResult(action, False, message)
+        finally:
+            self._running.release()
 
-    # ---------------------------------------------------------------------------------------------- verifying
-    def _wait(self, check: Callable[[Snapshot], str | None], timeout: float) -> tuple[bool, Snapshot]:
-        """Poll fresh snapshots until ``check`` returns None (fixed) or the deadline passes."""
+    # ------------------------------------------------------------------------------------------- looking again
+    def _fresh(self, *, probe: bool = False) -> Snapshot:
+        """The host as it is now. While the engine's loops run, their latest snapshot (sampling from here too
+        would race them); otherwise one synchronous round of the sources."""
+        if self.engine.running:
+            return self.engine.snapshot()
+        self.engine.drain_logs()
+        self.engine.sample()
+        if probe:
+            self.engine.probe_server()
+        return self.engine.build()
+
+    def _sampled_since(self, snap: Snapshot, since: float, sources: Sequence[str]) -> bool:
+        if not self.engine.running:
+            return True  # just sampled by _fresh
+        status = {s.name: s.last_sample for s in snap.sources}
+        return all((t := status.get(name)) is not None and t >= since for name in sources)
+
+    def _wait(
+        self, check: Check, timeout: float, *, since: float, sources: Sequence[str] = ("processes",)
+    ) -> tuple[str | None, Snapshot]:
+        """Poll the host until ``check`` says fixed (None), gives up (a fatal verdict), or the deadline passes;
+        only snapshots sampled after ``since`` count, so a stale picture never passes for a fixed host."""
         deadline = time.monotonic() + timeout
         while True:
             snap = self._fresh()
-            if check(snap) is None:
-                return True, snap
+            verdict: str | _Fatal | None = "waiting for a fresh look at the host"
+            if self._sampled_since(snap, since, sources):
+                verdict = check(snap)
+                if verdict is None:
+                    return None, snap
+                if isinstance(verdict, _Fatal):
+                    return verdict.why, snap
             if time.monotonic() >= deadline:
-                return False, snap
-            time.sleep(0.2 if not self.engine.running else 0.3)
+                return str(verdict), snap
+            time.sleep(POLL_S)
 
-    def _verify(self, prepared: Prepared, started: list[tuple[Launch, Ident]]) -> tuple[bool, str]:
-        action = prepared.plan.action
-        a = self.cfg.actions
-        if action == KILL_ZOMBIES:
-            stopped = {s.pid for s in prepared.stops}
 
-            def strays_left(s: Snapshot) -> str | None:
-                left = [h.pid for h in s.zombies if h.pid in stopped]
-                return f"still holding: {left}" if left else None
+class _Execution:
+    """One run of one prepared plan: stop, start, verify, and the record of it all."""
 
-            ok, snap = self._wait(strays_left, 10.0)
-            if not ok:
-                return False, f"stray holders still present ({strays_left(snap)})"
-            remaining = len(snap.zombies)
-            extra = f"; {remaining} other stray(s) appeared since the plan" if remaining else ""
-            return True, f"{len(stopped)} stray GPU holder(s) gone, device free of them{extra}"
-        if action == RESTART_WORKERS:
-            names = {launch.name for launch, _ in started}
-            pids = {ident.pid for _, ident in started}
+    def __init__(self, owner: Actions, prepared: Prepared, say: Progress) -> None:
+        self.owner = owner
+        self.prepared = prepared
+        self.action = prepared.plan.action
+        self.cfg = owner.cfg
+        self.clock = owner.engine.clock
+        self.say = say
+        self.details: list[str] = []
+        self.problems: list[str] = []
+        self.stopped: list[tuple[Stop, StopReport]] = []
+        self.started: list[tuple[Launch, Ident]] = []
+        self.steps_before = 0
+        run_pids = owner.engine.processes.run_pids() if self.action == KILL_ZOMBIES else set()
+        self.run_pids = run_pids
 
-            def workers_back(s: Snapshot) -> str | None:
-                live = {p.pid for p in s.processes if p.role == "worker" and p.alive}
-                missing = pids - live
-                return f"not seen yet: {sorted(missing)}" if missing else None
+    def record(self, event: str, **fields: object) -> None:
+        self.owner.audit.record(self.action, event, **fields)
 
-            ok, snap = self._wait(workers_back, min(a.verify_timeout_s, 30.0))
-            if not ok:
-                return False, f"workers did not come back ({workers_back(snap)})"
-            rss = [p.rss_bytes or 0 for p in snap.processes if p.pid in pids]
-            return True, f"{len(names)} worker(s) running again (RSS now {max(rss) / 1e6:.0f} MB at most)"
-        if action == RESTART_SERVER:
-            pid = started[0][1].pid if started else None
+    # ------------------------------------------------------------------------------------------------ the run
+    def run(self) -> ActionResult:
+        p = self.prepared
+        self.record("plan", targets=p.plan.targets, start=p.plan.start, steps=p.plan.steps, only=p.only, force=p.force)
+        if p.rolling:
+            for launch in p.launches:
+                if all(self.stop(s) for s in p.stops if s.name == launch.name):
+                    self.start(launch)
+                else:
+                    self.problems.append(f"{launch.name} was not started again: it could not be stopped")
+        else:
+            stopped = [self.stop(s) for s in p.stops]
+            if all(stopped):
+                if p.launches and self.action == RESUME:
+                    self.steps_before = self._step_count()
+                for launch in p.launches:
+                    if not self.start(launch):
+                        break
+            elif p.launches:
+                self.problems.append("nothing was started: not every target could be stopped")
+        summary = self.verify()
+        ok = not self.problems
+        message = f"{self.action}: done — {summary}" if ok else f"{self.action}: FAILED — {self.problems[0]}"
+        if len(self.problems) > 1:
+            message += f" (and {len(self.problems) - 1} more problem(s) below)"
+            self.details.extend(f"problem: {why}" for why in self.problems[1:])
+        self.record("result", ok=ok, message=message, problems=self.problems)
+        if self.owner.audit.error:
+            self.details.append(f"audit log: {self.owner.audit.error}")
+        return ActionResult(self.action, ok, message, tuple(self.details))
 
-            def healthy(s: Snapshot) -> str | None:
-                return None if s.server and s.server.up else "not healthy yet"
+    def protection(self, pid: int) -> str | None:
+        """Checked right before each signal: the guard's rules, and for strays, membership of the live run."""
+        why = self.owner.protected(pid)
+        if why is None and pid in self.run_pids:
+            return "part of the live run"
+        return why
 
-            ok, _ = self._wait(healthy, self.cfg.server.start_timeout_s)
-            return ok, (f"server pid {pid} healthy at {self.cfg.server.url}" if ok else "server did not become healthy")
-        # resume
-        target = prepared.resume_step
-        started_at = min((ident.create_time for _, ident in started), default=0.0)
+    def stop(self, stop: Stop) -> bool:
+        self.say(f"stopping {stop.name} (pid {stop.pid})")
+        report = stop_tree(
+            Ident(stop.pid, stop.create_time), grace_s=self.cfg.actions.grace_s, protected=self.protection
+        )
+        self.stopped.append((stop, report))
+        for proc in report.processes:
+            root = proc.ident.pid == stop.pid
+            self.record(
+                "signal",
+                target=stop.name,
+                pid=proc.ident.pid,
+                create_time=proc.ident.create_time,
+                cmdline=proc.cmdline,
+                signals=proc.signals,
+                group_signals=report.group_signals if root else (),
+                outcome=proc.outcome,
+            )
+            if not root and proc.outcome == ALREADY_GONE:
+                continue  # an exited child waiting to be reaped: nothing happened to it
+            who = f"{stop.name} (pid {proc.ident.pid})" if root else f"  its child pid {proc.ident.pid}"
+            outcome = proc.outcome
+            if proc.outcome == REUSED:
+                outcome = "the pid now names a process started at another time: left alone"
+            self.details.append(f"{who}: {outcome}")
+            if not proc.gone:
+                self.problems.append(f"pid {proc.ident.pid} ({stop.name}) was not stopped: {proc.outcome}")
+        if report.error:
+            self.problems.append(f"stopping {stop.name}: {report.error}")
+        return report.ok
 
-        def advancing(s: Snapshot) -> str | None:
-            trainers = [p for p in s.processes if p.role == "trainer" and p.alive and p.started_at >= started_at - 1]
-            if not trainers:
-                return "trainer not running yet"
-            tr = s.training
-            step = tr.last_step if tr else None
-            fresh = tr is not None and tr.last_step_at is not None and tr.last_step_at >= started_at - 1
-            if not fresh:
-                return "no step logged since the resume"  # old steps in the log prove nothing
-            if target is not None and (step is None or step <= target):
-                return f"at step {step}"
+    def start(self, launch: Launch) -> bool:
+        self.say(f"starting {launch.name}")
+        log = Path(launch.log) if launch.log else None
+        try:
+            ident = spawn(launch.argv, cwd=launch.cwd, env=launch.env, log_path=log)
+        except SpawnError as exc:
+            self.problems.append(str(exc))
+            self.record("spawn", target=launch.name, argv=launch.argv, cwd=launch.cwd, outcome=str(exc))
+            return False
+        self.started.append((launch, ident))
+        self.details.append(f"started {launch.name} as pid {ident.pid}" + (f", output to {launch.log}" if log else ""))
+        self.record(
+            "spawn",
+            target=launch.name,
+            argv=launch.argv,
+            cwd=launch.cwd,
+            source=launch.source,
+            pid=ident.pid,
+            create_time=ident.create_time,
+            log=launch.log,
+            outcome="started",
+        )
+        return True
+
+    # ---------------------------------------------------------------------------------------------- verifying
+    def verify(self) -> str:
+        self.say("verifying")
+        before = len(self.problems)
+        verifiers = {
+            KILL_ZOMBIES: self.verify_strays,
+            RESTART_WORKERS: self.verify_workers,
+            RESTART_SERVER: self.verify_server,
+            RESUME: self.verify_resume,
+        }
+        summary = verifiers[self.action]()
+        verdict = "; ".join(self.problems[before:]) or summary
+        self.details.append(f"verified: {summary}" if len(self.problems) == before else f"not verified: {verdict}")
+        self.record("verify", ok=len(self.problems) == before, message=verdict)
+        return summary
+
+    def _step_count(self) -> int:
+        step = self.owner._fresh().events.get("step")
+        return step.count if step else 0
+
+    def verify_strays(self) -> str:
+        gone = [
+            Ident(s.pid, s.create_time)
+            for s, report in self.stopped
+            if report.ok and report.processes[0].outcome != REUSED
+        ]
+        t0 = self.clock.time()
+
+        def none_left(snap: Snapshot) -> str | None:
+            held = [h.pid for h in snap.holders if any(_same(h.pid, h.create_time, i) for i in gone)]
+            return f"still holding: pids {held}" if held else None
+
+        why, snap = self.owner._wait(none_left, KILL_VERIFY_S, since=t0, sources=("holders",))
+        if why:
+            self.problems.append(f"a stopped process still holds the device ({why})")
+        glob = self.cfg.gpu.device_glob
+        left = snap.zombies
+        if left:
+            pids = ", ".join(str(h.pid) for h in left)
+            self.problems.append(f"stray holder(s) still on {glob}: pid {pids} (not stopped by this plan; plan again)")
+        summary = f"{len(gone)} stray GPU holder(s) gone; " + (
+            f"no stray process holds {glob}" if not left else f"{len(left)} stray(s) left"
+        )
+        return summary + self._memory_back(gone, t0)
+
+    def _memory_back(self, gone: list[Ident], t0: float) -> str:
+        """On a real GPU, the memory the strays held must show up free again."""
+        before = self.prepared.gpu_used_before
+        if before is None:
+            return ""
+        freed = sum(s.gpu_mem_bytes or 0 for s in self.prepared.stops if Ident(s.pid, s.create_time) in gone)
+
+        def memory_back(snap: Snapshot) -> str | None:
+            used = gpu_used_total(snap)
+            if used is None:
+                return "GPU memory not readable"
+            if freed and before - used < freed // 2:
+                return f"{_gib(before - used)} of {_gib(freed)} back"
             return None
 
-        ok, snap = self._wait(advancing, a.verify_timeout_s)
+        why, snap = self.owner._wait(memory_back, KILL_VERIFY_S if freed else 0.0, since=t0, sources=("gpu",))
+        used = gpu_used_total(snap)
+        if why and freed:
+            self.problems.append(f"the GPU memory of the strays did not come back: {why}")
+        if used is None:
+            return ""
+        return f"; GPU memory in use {_gib(before)} → {_gib(used)}"
+
+    def verify_workers(self) -> str:
+        if not self.started:
+            return "no worker was started"
+        t0 = self.clock.time()
+        was = {s.name: s.rss_bytes for s in self.prepared.stops}
+
+        def back(snap: Snapshot) -> str | _Fatal | None:
+            live = {p.pid: p for p in snap.processes if p.alive}
+            waiting = []
+            for launch, ident in self.started:
+                if not same_process(ident):
+                    return _Fatal(f"{launch.name} (pid {ident.pid}) exited right after it started; see {launch.log}")
+                p = live.get(ident.pid)
+                if p is None or p.role != launch.role or p.rss_bytes is None:
+                    waiting.append(launch.name)
+            return f"not seen running yet: {', '.join(waiting)}" if waiting else None
+
+        why, snap = self.owner._wait(back, self.cfg.actions.verify_timeout_s, since=t0)
+        if why:
+            self.problems.append(f"workers did not come back: {why}")
+            return "workers did not come back"
+        now = {p.pid: p for p in snap.processes}
+        parts = []
+        for launch, ident in self.started:
+            rss, old = now[ident.pid].rss_bytes, was.get(launch.name)
+            parts.append(f"{launch.name} pid {ident.pid} RSS {_mb(rss)}" + (f" (was {_mb(old)})" if old else ""))
+            if old and rss is not None and rss >= old:
+                self.problems.append(f"{launch.name}'s memory is not fresh: RSS {_mb(rss)}, was {_mb(old)}")
+        return f"{len(self.started)} worker(s) running again with fresh memory: " + ", ".join(parts)
+
+    def verify_server(self) -> str:
+        if not self.started:
+            return "the server was not started"
+        launch, ident = self.started[0]
+        probe = ServerProbe(self.cfg.server, self.clock)  # our own probe: the engine's may be minutes stale
+        started = time.monotonic()
+        deadline = started + self.cfg.server.start_timeout_s
+        while True:
+            state = probe.probe(process_alive=same_process(ident), pid=ident.pid)
+            if state.up:
+                took = time.monotonic() - started
+                return f"server pid {ident.pid} healthy at {self.cfg.server.url} after {took:.1f}s"
+            if not state.process_alive:
+                self.problems.append(f"the server (pid {ident.pid}) exited before it was healthy; see {launch.log}")
+                return "server exited"
+            if time.monotonic() >= deadline:
+                self.problems.append(f"the server did not become healthy within {self.cfg.server.start_timeout_s:g}s")
+                return "server not healthy"
+            time.sleep(POLL_S)
+
+    def verify_resume(self) -> str:
+        if not self.started:
+            return "nothing was started"
+        launch, ident = self.started[0]
+        target = self.prepared.resume_step
+        watch_trainer = any(r.role == "trainer" for r in self.cfg.processes)
+        seen_trainer: list[int] = []
+
+        def advancing(snap: Snapshot) -> str | _Fatal | None:
+            trainers = [
+                p
+                for p in snap.processes
+                if p.role == "trainer" and p.started_at >= ident.create_time - CREATE_TIME_TOLERANCE_S
+            ]
+            seen_trainer.extend(p.pid for p in trainers if p.alive and p.pid not in seen_trainer)
+            step_kind = snap.events.get("step")
+            fresh = (step_kind.count if step_kind else 0) > self.steps_before
+            if watch_trainer and not seen_trainer:
+                if not same_process(ident):
+                    return _Fatal(f"{launch.name} (pid {ident.pid}) exited before a trainer started; see {launch.log}")
+                return "the trainer is not running yet"
+            step = snap.training.last_step if snap.training else None
+            if not fresh:
+                if watch_trainer and not any(p.alive for p in trainers):
+                    return _Fatal("the trainer exited before it logged a step")
+                return "no step logged since the resume"
+            if target is not None and (step is None or step <= target):
+                return f"at step {step}, waiting for it to pass {target}"
+            return None
+
+        t0 = self.clock.time()
+        why, snap = self.owner._wait(advancing, self.cfg.actions.verify_timeout_s, since=t0)
         step = snap.training.last_step if snap.training else None
-        if ok:
-            return True, f"trainer running, step {step}" + (
-                f" (past resume step {target})" if target is not None else ""
+        if why:
+            self.problems.append(
+                f"training did not advance past step {target} in time ({why})"
+                if target is not None
+                else f"training did not log a step in time ({why})"
             )
-        return False, f"training did not advance past step {target} in time ({advancing(snap)})"
+            return "training not advancing"
+        trainer = f"trainer pid {seen_trainer[0]}" if seen_trainer else "trainer"
+        return f"{trainer} running, step {step}" + (f" (past resume step {target})" if target is not None else "")
 
 
-def _target_dict(t: object) -> dict[str, object]:
-    from dataclasses import asdict
-
-    return asdict(t)  # type: ignore[call-overload, no-any-return]
-
-
-def _record_stop(audit: AuditLog, action: str, stop: Stop, report: StopReport, details: list[str]) -> bool:
-    ok = True
-    for proc in report.processes:
-        audit.record(
-            action,
-            "signal",
-            pid=proc.ident.pid,
-            create_time=proc.ident.create_time,
-            cmdline=list(proc.cmdline),
-            signals=list(proc.signals),
-            outcome=proc.outcome,
-        )
-        if proc.outcome.startswith(("unkillable", "refused")):
-            ok = False
-        details.append(f"pid {proc.ident.pid}: {proc.outcome}")
-    return ok
-
-
-def is_root() -> bool:
-    return os.geteuid() == 0
+def _same(pid: int, create_time: float, ident: Ident) -> bool:
+    return pid == ident.pid and abs(create_time - ident.create_time) <= CREATE_TIME_TOLERANCE_S

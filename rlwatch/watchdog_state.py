@@ -1,0 +1,160 @@
+"""The watchdog's files in ``<run dir>/.rlwatch/``: its state, its pidfile, and re-arm requests.
+
+The state file (``watchdog.json``) is how every other rlwatch process — the dashboard, ``report``, ``act rearm`` —
+learns whether the watchdog runs, since when, whether it is stuck, what it did last and what it gave up on. The
+watchdog rewrites it atomically (a temporary file renamed over it) on every heartbeat, so a reader sees the old
+state or the new one, never half of one. A reader trusts "running" only when the pid in it is alive *and* started
+when the file says: a reused pid is not the watchdog. ``rearm.json`` is a request dropped by ``rlwatch act rearm``
+for the running watchdog to pick up; when none runs, the command edits the state file itself.
+
+Reading never raises: a missing file is "no watchdog ever ran" (None), garbage is None plus a one-line reason.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import psutil
+
+from rlwatch.state import GaveUp, WatchdogStatus
+
+STATE_DIR = ".rlwatch"
+STATE_FILE = "watchdog.json"
+PID_FILE = "watchdog.pid"
+REARM_FILE = "rearm.json"
+VERSION = 1
+
+
+def state_dir(run_dir: Path) -> Path:
+    return Path(run_dir) / STATE_DIR
+
+
+def write_json(path: Path, data: dict[str, Any]) -> str | None:
+    """Replace ``path`` with ``data`` atomically; a one-line error instead of an exception."""
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+        try:
+            with os.fdopen(fd, "w", encoding="utf-8") as out:
+                json.dump(data, out, indent=1, allow_nan=False)
+            os.replace(tmp, path)
+        except BaseException:
+            Path(tmp).unlink(missing_ok=True)
+            raise
+    except (OSError, TypeError, ValueError) as exc:
+        return f"{path}: cannot write: {getattr(exc, 'strerror', None) or exc}"
+    return None
+
+
+def read_json(path: Path) -> tuple[dict[str, Any] | None, str | None]:
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        return None, None
+    except OSError as exc:
+        return None, f"{path}: cannot read: {exc.strerror or exc}"
+    try:
+        data = json.loads(text)
+    except ValueError:
+        return None, f"{path}: not valid JSON"
+    if not isinstance(data, dict):
+        return None, f"{path}: not a JSON object"
+    return data, None
+
+
+def _num(value: object) -> float | None:
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        return None
+    return float(value)
+
+
+def process_alive(pid: int | None, create_time: float | None) -> bool:
+    """The process ``pid`` exists, is not a zombie, and started at ``create_time`` (so it is not a reused pid)."""
+    if pid is None or pid <= 0:
+        return False
+    try:
+        proc = psutil.Process(pid)
+        if create_time is not None and abs(proc.create_time() - create_time) > 1.0:
+            return False
+        return proc.status() != psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return False
+
+
+def status_from(data: dict[str, Any], now: float) -> WatchdogStatus:
+    """What a state file says, checked against the live process table."""
+    raw_pid = data.get("pid")
+    pid = raw_pid if isinstance(raw_pid, int) and not isinstance(raw_pid, bool) else None
+    stopped = _num(data.get("stopped_at"))
+    alive = stopped is None and process_alive(pid, _num(data.get("create_time")))
+    heartbeat = _num(data.get("heartbeat"))
+    age = None if heartbeat is None else max(0.0, now - heartbeat)
+    stale_after = _num(data.get("stale_after_s")) or 60.0
+    gave_up = []
+    for item in data.get("gave_up") or []:
+        if isinstance(item, dict) and isinstance(item.get("target"), str):
+            gave_up.append(GaveUp(item["target"], str(item.get("reason") or ""), _num(item.get("since"))))
+    last, last_at = None, None
+    actions = data.get("last_actions")
+    if isinstance(actions, list) and actions and isinstance(actions[-1], dict):
+        last = str(actions[-1].get("message") or "") or None
+        last_at = _num(actions[-1].get("time"))
+    return WatchdogStatus(
+        running=alive,
+        pid=pid,
+        since=_num(data.get("started_at")),
+        heartbeat_age_s=age,
+        stale=alive and (age is None or age > stale_after),
+        stopped=stopped,
+        gave_up=tuple(gave_up),
+        last_action=last,
+        last_action_at=last_at,
+    )
+
+
+def read_status(run_dir: Path, now: float) -> tuple[WatchdogStatus | None, str | None]:
+    """The watchdog of ``run_dir`` (None when none ever ran there), and a one-line error when its file is bad."""
+    data, error = read_json(state_dir(run_dir) / STATE_FILE)
+    if data is None:
+        return None, error
+    return status_from(data, now), None
+
+
+def request_rearm(run_dir: Path, targets: list[str] | None, now: float) -> str | None:
+    """Ask the running watchdog to re-arm ``targets`` (None: every target it gave up on)."""
+    return write_json(state_dir(run_dir) / REARM_FILE, {"time": now, "targets": targets, "by_pid": os.getpid()})
+
+
+def take_rearm(run_dir: Path) -> tuple[bool, list[str] | None]:
+    """(requested, targets) — consumes a pending re-arm request, if there is one."""
+    path = state_dir(run_dir) / REARM_FILE
+    data, error = read_json(path)
+    if data is None and error is None:
+        return False, None
+    path.unlink(missing_ok=True)
+    targets = data.get("targets") if data else None
+    if isinstance(targets, list):
+        return True, [t for t in targets if isinstance(t, str)]
+    return True, None
+
+
+def clear_gave_up(run_dir: Path, targets: list[str] | None) -> tuple[list[str], str | None]:
+    """Re-arm in the state file of a watchdog that is not running: it starts afresh anyway, but the finding goes."""
+    path = state_dir(run_dir) / STATE_FILE
+    data, error = read_json(path)
+    if data is None:
+        return [], error
+    kept, cleared = [], []
+    for item in data.get("gave_up") or []:
+        target = item.get("target") if isinstance(item, dict) else None
+        if target is not None and (targets is None or target in targets):
+            cleared.append(str(target))
+        else:
+            kept.append(item)
+    data["gave_up"] = kept
+    return cleared, write_json(path, data)
