@@ -22,7 +22,7 @@ from rlwatch.diagnosis import human_bytes, human_duration
 from rlwatch.state import ActionPlan, Snapshot
 from rlwatch.textsafe import clean_line
 
-HEADLESS = ("report", "watch", "sim", "init")
+HEADLESS = ("report", "watch", "sim", "init", "service")
 DASHBOARD = ("demo", "snapshot", "fleet")
 COMMANDS = HEADLESS + DASHBOARD + ("act",)
 
@@ -66,10 +66,23 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true", help="JSON lines")
     p.add_argument("--interval", type=float, default=None, metavar="SECONDS")
     p.add_argument("--duration", type=float, default=None, metavar="SECONDS", help="stop after this long")
+    p.add_argument(
+        "--prometheus", metavar="HOST:PORT", help="also serve Prometheus metrics there (host defaults to 127.0.0.1)"
+    )
 
-    p = sub.add_parser("act", help="restart-workers | kill-zombies | resume | restart-server, safely")
-    p.add_argument("action", metavar="ACTION", choices=["restart-workers", "kill-zombies", "resume", "restart-server"])
+    p = sub.add_parser("act", help="restart-workers | kill-zombies | resume | restart-server | rearm, safely")
+    p.add_argument(
+        "action",
+        metavar="ACTION",
+        choices=["restart-workers", "kill-zombies", "resume", "restart-server", "rearm"],
+    )
     _common(p)
+    p.add_argument(
+        "--target",
+        action="append",
+        metavar="KEY",
+        help="rearm: only this target the watchdog gave up on (repeatable; default: all)",
+    )
     p.add_argument("--yes", action="store_true", help="do not ask for confirmation")
     p.add_argument("--dry-run", action="store_true", help="print the plan and do nothing")
     p.add_argument(
@@ -100,6 +113,19 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("fleet", help="many hosts at once")
     p.add_argument("--prometheus", metavar="URL")
     p.add_argument("--config", type=Path)
+
+    p = sub.add_parser("service", help="keep `rlwatch watch` alive: a systemd unit, or a start-up hook without one")
+    p.add_argument("verb", choices=["install"], metavar="install")
+    p.add_argument("run_dir", nargs="?", default=".", metavar="RUN_DIR", help="the run's directory (default: .)")
+    p.add_argument("--config", type=Path, help="the configuration file the watchdog should use")
+    p.add_argument("--user", action="store_true", help="a systemd user unit (~/.config/systemd/user)")
+    p.add_argument("--print", action="store_true", help="print what would be written, write nothing")
+    p.add_argument(
+        "--mode",
+        choices=["auto", "systemd", "hook"],
+        default="auto",
+        help="auto: a unit where systemd runs the system, else a start-up hook",
+    )
     return parser
 
 
@@ -155,14 +181,28 @@ def cmd_report(args: argparse.Namespace) -> int:
 
 
 def cmd_watch(args: argparse.Namespace) -> int:
+    """The headless engine and the watchdog: prints changes, applies the policies, keeps its state file fresh."""
+    import os
+
     from rlwatch.engine import Engine
+    from rlwatch.exporter import Exporter, ExporterError, parse_listen, start_exporter
     from rlwatch.stream import changes, plain
+    from rlwatch.watchdog import Watchdog, WatchdogError
+    from rlwatch.watchdog import plain as plain_watchdog
 
     cfg, run_dir, _ = load(args)
-    engine = Engine(cfg, run_dir)
+    try:
+        listen = parse_listen(args.prometheus) if args.prometheus else None
+    except ExporterError as exc:
+        raise UsageError(f"--prometheus {exc}") from None
+    engine = Engine(cfg, run_dir, host=os.environ.get("RLWATCH_HOST") or None)
     done = threading.Event()
     lock = threading.Lock()
     prev: list[Snapshot | None] = [None]
+
+    def show(rec: dict[str, object], text: str) -> None:
+        with lock:
+            safe_print(json.dumps(rec) if args.json else text)
 
     def emit(snap: Snapshot) -> None:
         with lock:
@@ -170,18 +210,101 @@ def cmd_watch(args: argparse.Namespace) -> int:
                 safe_print(json.dumps(rec) if args.json else plain(rec))
             prev[0] = snap
 
+    try:
+        watchdog = Watchdog(engine, emit=lambda rec: show(rec, plain_watchdog(rec)))
+    except WatchdogError as exc:
+        engine.stop()
+        raise UsageError(str(exc)) from None
+    exporter: Exporter | None = None
+    if listen is not None:
+        try:
+            exporter = start_exporter(engine.snapshot, listen[0], listen[1], extra=watchdog.extras)
+        except ExporterError as exc:
+            engine.stop()
+            raise UsageError(f"--prometheus {exc}") from None
+        show({"type": "exporter", "url": exporter.url}, f"serving Prometheus metrics at {exporter.url}")
+
     for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
         signal.signal(sig, lambda *_: done.set())
     engine.drain_logs()
     engine.sample()
-    emit(engine.build())
+    first = engine.build()
+    emit(first)
     engine.on_snapshot(emit)
+    watchdog.on_snapshot(first)
+    watchdog.start()
     engine.start()
     try:
         done.wait(args.duration)
     finally:
+        watchdog.stop()
+        if exporter is not None:
+            exporter.close()
         engine.stop()
     return 0
+
+
+def cmd_service(args: argparse.Namespace) -> int:
+    from rlwatch.service import install
+
+    run_dir = Path(args.run_dir).expanduser()
+    if not run_dir.is_dir():
+        raise UsageError(f"{run_dir}: no such directory")
+    if args.config is not None and not args.config.is_file():
+        raise UsageError(f"{args.config}: no such file")
+    try:
+        done = install(run_dir, config=args.config, user=args.user, mode=args.mode, dry=args.print)
+    except OSError as exc:
+        where = f"{exc.filename}: " if exc.filename else ""
+        hint = " (a system unit needs root: try --user, or --print and install it with sudo)" if not args.user else ""
+        raise UsageError(f"{where}cannot write: {exc.strerror or exc}{hint}") from None
+    for line in done.lines:
+        safe_print(line)
+    return 0
+
+
+def cmd_rearm(args: argparse.Namespace) -> int:
+    """`rlwatch act rearm`: the running watchdog picks up a request; a stopped one's state file is edited."""
+    import time
+
+    from rlwatch.watchdog_state import clear_gave_up, read_status, request_rearm
+
+    run_dir = Path(args.run_dir).expanduser()
+    if not run_dir.is_dir():
+        raise UsageError(f"{run_dir}: no such directory")
+    if args.config is not None:
+        _, run_dir, _ = load(args)  # a run_dir written in the config file wins
+    targets: list[str] | None = args.target or None
+    status, error = read_status(run_dir, time.time())
+    if status is None:
+        safe_print(error or f"no watchdog has run for {run_dir}: nothing to re-arm")
+        return 1 if error else 0
+    wanted = [g.target for g in status.gave_up if targets is None or g.target in targets]
+    if targets and set(targets) - {g.target for g in status.gave_up}:
+        unknown = sorted(set(targets) - {g.target for g in status.gave_up})
+        safe_print(f"not given up: {', '.join(unknown)}")
+    if args.dry_run:
+        safe_print(f"would re-arm: {', '.join(wanted) or 'nothing (no target has given up)'}")
+        return 0
+    if not status.running:
+        cleared, err = clear_gave_up(run_dir, targets)
+        if err:
+            raise UsageError(err)
+        safe_print(f"re-armed: {', '.join(cleared) or 'nothing had given up'} (the watchdog is not running)")
+        return 0
+    err = request_rearm(run_dir, targets, time.time())
+    if err:
+        raise UsageError(err)
+    deadline = time.monotonic() + 15.0
+    while time.monotonic() < deadline:
+        now_status, _ = read_status(run_dir, time.time())
+        left = {g.target for g in now_status.gave_up} if now_status else set()
+        if now_status is not None and not left & set(wanted):
+            safe_print(f"re-armed: {', '.join(wanted) or 'nothing had given up'} (watchdog pid {status.pid})")
+            return 0
+        time.sleep(0.1)
+    safe_print(f"asked the watchdog (pid {status.pid}) to re-arm; it has not confirmed yet")
+    return 1
 
 
 def cmd_sim(args: argparse.Namespace) -> int:
@@ -245,6 +368,8 @@ def format_plan(plan: ActionPlan) -> str:
 def cmd_act(args: argparse.Namespace) -> int:
     """Plan, show, confirm, execute, verify. Exit 0 when done and verified, 1 when refused, cancelled or not fixed,
     2 for a usage error (including no terminal to confirm on and no --yes)."""
+    if args.action == "rearm":
+        return cmd_rearm(args)
     from rlwatch.actions.api import Actions
     from rlwatch.engine import Engine
 
@@ -279,7 +404,14 @@ def cmd_act(args: argparse.Namespace) -> int:
         engine.stop()
 
 
-HANDLERS = {"act": cmd_act, "report": cmd_report, "watch": cmd_watch, "sim": cmd_sim, "init": cmd_init}
+HANDLERS = {
+    "act": cmd_act,
+    "report": cmd_report,
+    "watch": cmd_watch,
+    "sim": cmd_sim,
+    "init": cmd_init,
+    "service": cmd_service,
+}
 
 
 def run(args: argparse.Namespace) -> int:

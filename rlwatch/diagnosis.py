@@ -210,6 +210,38 @@ def watchdog(s: Snapshot, ctx: Context) -> Iterator[Finding]:
         )
 
 
+def watchdog_state(s: Snapshot, ctx: Context) -> Iterator[Finding]:
+    """What the headless watchdog's own state file says: it gave up, it is stuck, or it died without a word."""
+    wd = s.watchdog
+    if wd is None or wd.stopped is not None:
+        return  # none ever ran here, or it was stopped on purpose
+    for g in wd.gave_up:
+        yield Finding(
+            CRIT,
+            "watchdog_gave_up",
+            f"The watchdog gave up on {g.target} after {g.reason} — it will not act on it again until "
+            "`rlwatch act rearm`.",
+            g.since,
+        )
+    last_beat = s.time - wd.heartbeat_age_s if wd.heartbeat_age_s is not None else None
+    if wd.running and wd.stale:
+        yield Finding(
+            CRIT,
+            "watchdog_not_responding",
+            f"The watchdog (pid {wd.pid}) is not responding: no heartbeat since {hhmm(last_beat)} "
+            f"({human_duration(wd.heartbeat_age_s)}); its policies are not being applied.",
+            last_beat,
+        )
+    elif not wd.running and "watchdog" not in ctx.missing_expected:
+        yield Finding(
+            CRIT,
+            "watchdog_died",
+            f"The watchdog (pid {wd.pid}) is gone since {hhmm(last_beat)} without stopping cleanly: nothing will "
+            "restart leaking or crashed processes. Start it again (`rlwatch service install` keeps it alive).",
+            last_beat,
+        )
+
+
 def gpu(s: Snapshot, ctx: Context) -> Iterator[Finding]:
     strays = s.zombies
     busy = _count(s, "cuda_busy")
@@ -342,7 +374,19 @@ def disk(s: Snapshot, ctx: Context) -> Iterator[Finding]:
         )
 
 
-RULES: tuple[Rule, ...] = (server_down, restart_loop, memory, brake, watchdog, gpu, training, crashes, failures, disk)
+RULES: tuple[Rule, ...] = (
+    server_down,
+    restart_loop,
+    memory,
+    brake,
+    watchdog,
+    watchdog_state,
+    gpu,
+    training,
+    crashes,
+    failures,
+    disk,
+)
 
 
 def diagnose(s: Snapshot, ctx: Context) -> tuple[Finding, ...]:

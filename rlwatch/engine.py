@@ -48,11 +48,13 @@ from rlwatch.state import (
     Snapshot,
     SourceStatus,
     TaggedLine,
+    WatchdogStatus,
 )
 from rlwatch.tailer import Chunk, Tailer
 from rlwatch.textsafe import clean_line
 from rlwatch.training import TrainingTracker
 from rlwatch.waker import Waker
+from rlwatch.watchdog_state import read_status
 
 _NEWLINES = re.compile(rb"\r\n|\r|\n")
 RECENT_LINES = 5000
@@ -175,6 +177,7 @@ class Engine:
         self._server: ServerState | None = None
         self._server_seen_up = False
         self._disk: DiskState | None = None
+        self._watchdog: WatchdogStatus | None = None
         self._status: dict[str, SourceStatus] = {}
         self._hist_gpu_util: dict[int, Ring] = {}
         self._hist_gpu_mem: dict[int, Ring] = {}
@@ -274,6 +277,9 @@ class Engine:
         trainer_state = self.checkpoints.trainer_state()
         volume = self.cfg.training.output_volume
         disk = disk_state(str(resolve(self.run_dir, volume) if volume else self.run_dir))
+        watchdog, wd_err = read_status(self.run_dir, now)  # the headless watchdog's state file, if one ever ran
+        if watchdog is not None or wd_err is not None:
+            self._ok("watchdog", wd_err)
         with self._lock:
             if trainer_state:
                 self.training.set_checkpoint_hint(
@@ -286,6 +292,7 @@ class Engine:
                 mem = replace(mem, brake_free_bytes=self.cfg.thresholds.brake_free_bytes)
             self._memory, self._gpu, self._procs, self._holders = mem, gpu, procs, holders
             self._checkpoint, self._recover, self._disk = ckpt, recover, disk
+            self._watchdog = watchdog
             total = mem.total_bytes
             self._hist_ram.add(
                 now, _pct(None if total is None or mem.available_bytes is None else total - mem.available_bytes, total)
@@ -404,6 +411,7 @@ class Engine:
                 history=history,
                 sources=tuple(self._status.values()),
                 logs=self.tailer.files,
+                watchdog=self._watchdog,
             )
             ctx = Context(
                 thresholds=self.cfg.thresholds,
@@ -441,6 +449,11 @@ class Engine:
 
     def on_snapshot(self, listener: Callable[[Snapshot], None]) -> None:
         self._listeners.append(listener)
+
+    def event_streaks(self, kind: str) -> dict[str, int]:
+        """Per-file current streak of ``kind`` (for per-worker policies), read under the counter's lock."""
+        with self._lock:
+            return self.counter.streaks(kind)
 
     # ------------------------------------------------------------------------------------------------- running
     def collect_once(self) -> Snapshot:

@@ -219,33 +219,64 @@ class EventCounter:
             self._piece(path, state, data[start:], first=True, final=False, now=now)
 
     def _scan(self, path: str, state: _File, lines: _Lines, span: tuple[int, int, int], now: float) -> None:
-        """Count the complete lines in ``data[pos:limit]``, the first of them numbered ``lineno``."""
+        """Count the complete lines in ``data[pos:limit]``, the first of them numbered ``lineno``.
+
+        The needles of the whole span are found in one pass; lines without one are skipped without being looked
+        at, unless a traceback block is open in the file (its frames hold no needle), then every line is fed.
+        """
         pos, limit, lineno = span
-        data = lines.data
         incidents = self._incidents
+        if self._matcher.every_line:  # a kind without literals: every line must be tried
+            while pos < limit:
+                end, nxt = lines.end(pos, limit)
+                self._line(path, state, lines, (pos, end, lineno), now, None)
+                lineno += 1
+                pos = nxt
+            return
+        found = self._matcher.hits(lines.data, pos, limit)
+        n = len(found)
+        i = 0
         while pos < limit:
             if incidents.wants_every_line(path):
                 end, nxt = lines.end(pos, limit)
-                self._line(path, state, lines, (pos, end, lineno), now)
+                j = i
+                while j < n and found[j][0] < end:
+                    j += 1
+                self._line(path, state, lines, (pos, end, lineno), now, found[i:j])
+                i = j
                 lineno += 1
                 pos = nxt
                 continue
-            hit = self._matcher.next_candidate(data, pos, limit)
-            if hit < 0:
+            if i >= n:
                 return
+            hit = found[i][0]
             start = lines.start(hit, pos)
             lineno += lines.count(pos, start)
             end, nxt = lines.end(hit, limit)
-            self._line(path, state, lines, (start, end, lineno), now)
+            j = i + 1
+            while j < n and found[j][0] < end:
+                j += 1
+            self._line(path, state, lines, (start, end, lineno), now, found[i:j])
+            i = j
             lineno += 1
             pos = nxt
 
-    def _line(self, path: str, state: _File, lines: _Lines, span: tuple[int, int, int], now: float) -> None:
-        """One line ``data[start:end]`` numbered ``lineno``: incidents see it, then each kind it matches counts."""
+    def _line(
+        self,
+        path: str,
+        state: _File,
+        lines: _Lines,
+        span: tuple[int, int, int],
+        now: float,
+        hits: list[tuple[int, bytes]] | None,
+    ) -> None:
+        """One line ``data[start:end]`` numbered ``lineno``: incidents see it, then each kind it matches counts.
+
+        ``hits`` are the needles found in the line (None: try every kind)."""
         start, end, lineno = span
         raw = lines.data[start:end]
         text, tag, body = prepare(raw)
-        kinds = self._matcher.match_raw(raw, body)
+        kinds = self._matcher.match_raw(raw, body) if hits is None else self._matcher.match_hits(body, hits)
         stamp: list[float] = []
 
         def when() -> float:
@@ -263,8 +294,9 @@ class EventCounter:
             if state.banners > 1 and "restart" in self._kinds and "restart" not in names:
                 names.append("restart")
         shown = _shown(text)
+        t = when()
         for name in names:
-            self._count(name, path, lineno, when(), shown)
+            self._count(name, path, lineno, t, shown)
 
     def _piece(self, path: str, state: _File, piece: bytes, *, first: bool, final: bool, now: float) -> None:
         """One piece of an over-long line: matched with the end of the previous piece, counted once per kind."""

@@ -407,6 +407,36 @@ class Matcher:
         self._by_needle: dict[bytes, tuple[int, ...]] = {
             n: tuple(i for i, group in sorted(spellings.items()) if any(n in lit for lit in group)) for n in minimal
         }
+        # Kinds to try on a line, by the set of needles found in it (most lines hold one needle).
+        self._tries: dict[bytes | frozenset[bytes], tuple[int, ...]] = {n: ks for n, ks in self._by_needle.items()}
+
+    def hits(self, data: bytes, pos: int, endpos: int) -> list[tuple[int, bytes]]:
+        """Every needle in ``data[pos:endpos]``, as (offset, needle), in order: one pass over a whole chunk.
+
+        No needle holds a line terminator, so the needles of each line are exactly those a search of that line
+        alone would find.
+        """
+        if self._prefilter is None or self.every_line:
+            return []
+        return [(m.start(), m.group()) for m in self._prefilter.finditer(data, pos, endpos)]
+
+    def match_hits(self, body: str, hits: Sequence[tuple[int, bytes]]) -> list[EventKind]:
+        """Like :meth:`match`, trying only the kinds that ``hits`` (the needles found in the line) point to."""
+        if not hits:
+            return []
+        if len(hits) == 1:
+            key: bytes | frozenset[bytes] = hits[0][1]
+        else:
+            key = frozenset(h[1] for h in hits)
+            if len(key) == 1:
+                key = hits[0][1]
+        tries = self._tries.get(key)
+        if tries is None:
+            assert isinstance(key, frozenset)
+            tries = tuple(sorted({i for n in key for i in self._by_needle.get(n, ())}))
+            if len(self._tries) < 4096:
+                self._tries[key] = tries
+        return self._match(body, tries)
 
     def next_candidate(self, data: bytes, pos: int, endpos: int) -> int:
         """Offset of the next literal hit in ``data[pos:endpos]``, or -1."""

@@ -157,6 +157,24 @@ def to_json_dict(s: Snapshot) -> dict[str, Any]:
         "zombies": zombies,
         "findings": findings,
         "timeline": [{"time": iso(e.time), "text": e.text} for e in s.timeline],
+        "watchdog": _watchdog_json(s),
+    }
+
+
+def _watchdog_json(s: Snapshot) -> dict[str, Any] | None:
+    wd = s.watchdog
+    if wd is None:
+        return None
+    return {
+        "running": wd.running,
+        "pid": wd.pid,
+        "since": iso(wd.since),
+        "heartbeat_age_s": None if wd.heartbeat_age_s is None else round(wd.heartbeat_age_s, 1),
+        "stale": wd.stale,
+        "stopped_at": iso(wd.stopped),
+        "gave_up": [{"target": g.target, "reason": g.reason, "since": iso(g.since)} for g in wd.gave_up],
+        "last_action": wd.last_action,
+        "last_action_at": iso(wd.last_action_at),
     }
 
 
@@ -187,6 +205,9 @@ NEXT_STEPS = {
     "memory_leak": "Restart the leaking workers (rlwatch act restart-workers) and keep the watchdog running.",
     "over_memory_limit": "Restart that worker (rlwatch act restart-workers).",
     "expected_missing": "Start the watchdog as a service (rlwatch watch).",
+    "watchdog_gave_up": "Fix what keeps failing, then re-arm the watchdog (rlwatch act rearm).",
+    "watchdog_not_responding": "The watchdog is stuck: restart it (its service or start-up hook starts it again).",
+    "watchdog_died": "Start the watchdog again, kept alive as a service (rlwatch service install).",
     "gpu_strays": "Kill the stray GPU holders (rlwatch act kill-zombies), then restart the server.",
     "device_busy": "Kill the stray GPU holders (rlwatch act kill-zombies), then restart the server.",
     "crash_repeating": "Fix the exception above; restarting will hit it again.",

@@ -249,10 +249,12 @@ class Watchdog:
 
     # ------------------------------------------------------------------------------------------------- setup
     def _check_policies(self, policies: list[Policy]) -> None:
-        known = {k.name for k in self.engine.counter.kinds()}
+        known = {k.name for k in self.engine.counter.kinds}
         for kind in sorted(used_kinds(policies) - known):
             names = [p.name for p in policies if p.when.event == kind]
-            raise WatchdogError(f"policy {names[0]}: no event kind {kind!r} is counted (known: {', '.join(sorted(known))})")
+            raise WatchdogError(
+                f"policy {names[0]}: no event kind {kind!r} is counted (known: {', '.join(sorted(known))})"
+            )
         seen: set[str] = set()
         for p in policies:
             if p.name in seen:
@@ -272,10 +274,20 @@ class Watchdog:
     def start(self) -> None:
         self.acting, self.why_not_acting = self._lock_file.acquire()
         if self.acting:
-            message = f"acting on {len(self.policies.policies)} polic{'y' if len(self.policies.policies) == 1 else 'ies'}"
+            message = (
+                f"acting on {len(self.policies.policies)} polic{'y' if len(self.policies.policies) == 1 else 'ies'}"
+            )
         else:
             message = f"{self.why_not_acting}; this one only watches"
-        self.emit({"type": "watchdog", "time": self._iso(self.clock.time()), "acting": self.acting, "pid": os.getpid(), "message": message})
+        self.emit(
+            {
+                "type": "watchdog",
+                "time": self._iso(self.clock.time()),
+                "acting": self.acting,
+                "pid": os.getpid(),
+                "message": message,
+            }
+        )
         self.engine.on_snapshot(self.on_snapshot)
         self._thread = threading.Thread(target=self._loop, name="rlwatch-watchdog", daemon=True)
         self._thread.start()
@@ -316,7 +328,13 @@ class Watchdog:
             try:
                 self.tick()
             except Exception as exc:  # the loop must outlive any one bad evaluation; it says so, and goes on
-                self.emit({"type": "watchdog", "time": self._iso(self.clock.time()), "message": f"error: {type(exc).__name__}: {exc}"})
+                self.emit(
+                    {
+                        "type": "watchdog",
+                        "time": self._iso(self.clock.time()),
+                        "message": f"error: {type(exc).__name__}: {exc}",
+                    }
+                )
             if not ready and self._written_at is not None:
                 self.notify(f"READY=1\nSTATUS=watching {self.engine.run_dir}")
                 ready = True
@@ -448,7 +466,9 @@ class Watchdog:
                     break
         except Exception as exc:
             ok = False
-            self._action_record(firing, firing.actions[0], None, f"internal error: {type(exc).__name__}: {exc}", ok=False)
+            self._action_record(
+                firing, firing.actions[0], None, f"internal error: {type(exc).__name__}: {exc}", ok=False
+            )
         finally:
             with self._lock:
                 self._budgets[firing.policy].finished(firing.key, ok)

@@ -136,8 +136,14 @@ def shorten_path(path: str, width: int) -> str:
     return shorten_middle(path, width)
 
 
-def fmt_cmdline(argv: Sequence[str], width: int | None = None) -> str:
-    """A command line as a shell would echo it, cleaned of control characters, bounded in width."""
+def fmt_cmdline(argv: Sequence[str], width: int | None = None, *, full_path: bool = True) -> str:
+    """A command line as a shell would echo it, cleaned of control characters, bounded in width.
+
+    In narrow columns the interpreter's directory (``/opt/venv/bin/python``) hides what runs, so ``full_path=False``
+    keeps only the executable's name, as top and htop do; the confirmation dialog keeps the full path.
+    """
+    if argv and not full_path and "/" in argv[0]:
+        argv = [argv[0].rstrip("/").rsplit("/", 1)[-1], *argv[1:]]
     text = clean_text(shlex.join(argv)) if argv else UNKNOWN
     if width is not None and len(text) > width:
         return text[: max(0, width - 1)] + "…"

@@ -87,7 +87,7 @@ def holder_line(h: GpuHolder, now: float) -> Text:
     line.append(f" gpu{devices or ' –'}")
     line.append(f" {fmt_bytes(h.gpu_mem_bytes)}")
     line.append(f" {fmt_age(h.create_time, now).removesuffix(' ago')} ", style="dim")
-    line.append(fmt_cmdline(h.cmdline, 80))
+    line.append(fmt_cmdline(h.cmdline, 80, full_path=False))
     why = h.protected if h.protected else (h.reason if not h.in_run else None)
     if why:
         line.append("\n")

@@ -64,7 +64,7 @@ def process_row(p: ProcessInfo, now: float) -> tuple[Text, ...]:
         Text(fmt_bytes(p.rss_bytes), justify="right", style=dead),
         Text(fmt_duration(now - p.started_at) if p.alive else "–", justify="right", style=dead),
         Text(str(p.restarts), justify="right", style="bold yellow" if p.restarts else "dim"),
-        Text(fmt_cmdline(p.cmdline, COMMAND_WIDTH), style="dim"),
+        Text(fmt_cmdline(p.cmdline, COMMAND_WIDTH, full_path=False), style="dim"),
     )
 
 

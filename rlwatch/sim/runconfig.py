@@ -196,6 +196,47 @@ def rlwatch_config(
             "restart_loop_uptime_s": max(1.0, 60.0 / speed),
         },
         "actions": actions,
+        "policies": watchdog_policies(flavour, speed),
+        "watchdog": watchdog_section(speed),
+    }
+
+
+def watchdog_policies(flavour: str | None, speed: float) -> list[dict[str, Any]]:
+    """The shipped profiles' policies, with their durations shortened by the speed-up.
+
+    The worker pool gets only the brake escalation: the simulated workers pass their 120 MiB limit a moment before
+    the brake starts, and the incident to reproduce is the brake that cannot help until the worker is restarted.
+    """
+    if flavour is None:
+        return [
+            {
+                "name": "brake-restarts-worker",
+                "when": {"event": "emergency_brake", "streak": 10},
+                "actions": ["restart-workers"],
+            }
+        ]
+    return [
+        {
+            "name": "server-down",
+            "when": {"server_down": True, "for_s": max(1.0, 60.0 / speed)},
+            "actions": ["restart-server", "resume"],
+        }
+    ]
+
+
+def watchdog_section(speed: float) -> dict[str, Any]:
+    return {
+        "budget": {
+            "burst": 3,
+            "window_s": max(60.0, 1800.0 / speed),
+            "delay_s": max(0.5, 10.0 / speed),
+            "max_delay_s": max(5.0, 300.0 / speed),
+            "reset_after_s": max(10.0, 600.0 / speed),
+            "startup_s": max(2.0, 60.0 / speed),
+            "startup_retries": 2,
+        },
+        "heartbeat_s": max(0.5, 5.0 / speed),
+        "stale_after_s": max(5.0, 60.0 / speed),
     }
 
 

@@ -1,0 +1,149 @@
+"""The fleet end to end: four simulated hosts, each with a live engine and its exporter, scraped by a real Prometheus
+server on loopback, read back through Prometheus' HTTP API into the fleet view.
+
+One host is healthy, one has lost its inference server, two crash at start-up with the same exception. The fleet
+must show each for what it is, group the two crashes under their shared signature, and turn a host stale (with its
+age, keeping its last known values) once its exporter stops.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from rlwatch.config_load import resolve_config
+from rlwatch.engine import Engine
+from rlwatch.exporter import Exporter, start_exporter
+from rlwatch.fleet import FleetHost, FleetSnapshot, HostStatus, PrometheusFleet
+from tests.promserver import PromServer, need_prometheus
+from tests.simhost import Sim, settled, start, wait_until
+from tui.fleet import FleetApp
+
+pytestmark = pytest.mark.slow
+
+HOSTS = {
+    "pod-healthy": ("healthy", 40.0),
+    "pod-server": ("server-crash", 20.0),
+    "pod-crash-a": ("startup-crash", 25.0),
+    "pod-crash-b": ("startup-crash", 25.0),
+}
+
+
+class Pod:
+    """A simulated host with its own engine and exporter, as `rlwatch watch --prometheus` runs on a pod."""
+
+    def __init__(self, name: str, sim: Sim) -> None:
+        self.name = name
+        self.sim = sim
+        cfg, _ = resolve_config(sim.dir, None)
+        self.engine = Engine(cfg, sim.dir, host=name)
+        self.engine.drain_logs()
+        self.engine.sample()
+        self.engine.build()
+        self.engine.start()
+        self.exporter: Exporter = start_exporter(self.engine.snapshot, "127.0.0.1", 0)
+
+    def stop(self) -> None:
+        self.exporter.close()
+        self.engine.stop()
+
+
+@pytest.fixture
+def pods(tmp_path: Path, sims: list[Sim]) -> Iterator[dict[str, Pod]]:
+    need_prometheus()
+    started: dict[str, Pod] = {}
+    try:
+        for name, (scenario, speed) in HOSTS.items():
+            where = tmp_path / name
+            where.mkdir()
+            started[name] = Pod(name, start(sims, where, scenario, speed))
+        yield started
+    finally:
+        for pod in started.values():
+            pod.stop()
+
+
+def by_name(snap: FleetSnapshot) -> dict[str, FleetHost]:
+    return {h.name: h for h in snap.hosts}
+
+
+def test_four_hosts_through_prometheus(tmp_path: Path, pods: dict[str, Pod]) -> None:
+    prom = PromServer(tmp_path, {"rlwatch": [f"127.0.0.1:{p.exporter.port}" for p in pods.values()]})
+    try:
+        fleet = PrometheusFleet(prom.url, stale_after_s=60)
+        ledgers = {name: pod.sim.wait(settled, timeout=90) for name, pod in pods.items()}
+
+        def everyone_as_expected() -> FleetSnapshot | None:
+            snap = fleet.read()
+            hosts = by_name(snap)
+            if set(hosts) != set(HOSTS) or any(h.stale for h in hosts.values()):
+                return None
+            statuses = {n: h.status for n, h in hosts.items()}
+            want = {"pod-healthy": HostStatus.OK, "pod-server": HostStatus.CRITICAL}
+            if any(statuses[n] != s for n, s in want.items()):
+                return None
+            crash = [hosts["pod-crash-a"], hosts["pod-crash-b"]]
+            if any(h.status != HostStatus.CRITICAL or h.exception is None for h in crash):
+                return None
+            return snap
+
+        snap = wait_until(everyone_as_expected, 60, interval=0.5)
+        assert snap.error is None and snap.source == f"prometheus {prom.url}"
+        hosts = by_name(snap)
+
+        healthy = hosts["pod-healthy"]
+        assert healthy.step == ledgers["pod-healthy"]["facts"]["total_steps"]
+        assert healthy.server_up is True and healthy.simulated
+        assert healthy.gpus and healthy.mem_available_bytes
+
+        server = hosts["pod-server"]
+        assert server.server_up is False
+        assert server.worst is not None and server.worst.severity.value == "critical"
+        assert "server_down" in {f.code for f in server.findings}
+        assert server.events.get("connection_refused", 0) > 0
+        assert server.resume_step == ledgers["pod-server"]["facts"]["recover_global_step"] + 1
+
+        a, b = hosts["pod-crash-a"], hosts["pod-crash-b"]
+        assert a.exception is not None and b.exception is not None
+        assert a.exception.signature == b.exception.signature
+        assert a.exception.title == "AttributeError: 'Namespace' object has no attribute 'model_id'"
+        assert a.exception.type == "AttributeError"
+        assert "crash_repeating" in {f.code for f in a.findings}
+
+        groups = snap.groups
+        shared = next(g for g in groups if g.signature == a.exception.signature)
+        assert {h.name for h in shared.hosts} == {"pod-crash-a", "pod-crash-b"}
+        assert groups[0] is shared  # two hosts failing the same way come first
+        assert all(len(g.hosts) == 1 for g in groups if g is not shared)
+
+        screen = asyncio.run(render(snap))
+        for name in HOSTS:
+            assert name in screen
+        assert "2 hosts" in screen and "AttributeError" in screen
+
+        # One host's exporter stops: Prometheus' next scrape fails, and the fleet turns that host stale.
+        pods["pod-server"].exporter.close()
+
+        def server_stale() -> FleetHost | None:
+            host = by_name(fleet.read()).get("pod-server")
+            return host if host is not None and host.stale else None
+
+        stale = wait_until(server_stale, 30, interval=0.5)
+        assert stale.status == HostStatus.STALE
+        assert stale.error is not None and stale.error.startswith("scrape failed")
+        assert stale.age_s is not None and stale.age_s > 0
+        assert stale.server_up is False and stale.step == server.step  # the last known values, kept
+        now = by_name(fleet.read())
+        assert not any(now[n].stale for n in HOSTS if n != "pod-server")
+    finally:
+        prom.stop()
+
+
+async def render(snap: FleetSnapshot) -> str:
+    app = FleetApp(lambda: snap, live=False)
+    async with app.run_test(headless=True, size=(160, 30)) as pilot:
+        await pilot.pause()
+        return app.export_screenshot()

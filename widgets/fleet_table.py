@@ -1,0 +1,347 @@
+"""The fleet table: one row per host, hosts that fail the same way under one group row, and a host's detail.
+
+Rows are built from a :class:`~rlwatch.fleet.FleetSnapshot` only, with ages measured from the snapshot's own time,
+so the same fleet renders to the same characters every time. A group row appears only where two or more hosts
+share an exception signature (a group of one says nothing its host row does not); hosts with no exception follow
+without a group row. Stale hosts keep their last known values, dimmed, with the age of their newest data where
+the status would be.
+"""
+
+from __future__ import annotations
+
+from rich.console import Group
+from rich.table import Table
+from rich.text import Text
+from textual.widgets import DataTable
+
+from rlwatch.fleet import FleetGroup, FleetHost, FleetSnapshot, HostStatus
+from rlwatch.state import Severity
+from widgets.format import (
+    UNKNOWN,
+    clean_text,
+    fmt_age,
+    fmt_bytes,
+    fmt_clock,
+    fmt_duration,
+    fmt_number,
+    shorten_path,
+)
+
+COLUMNS: tuple[tuple[str, str, int], ...] = (
+    # key, heading, width
+    ("host", "host", 18),
+    ("status", "status", 11),
+    ("step", "step", 11),
+    ("rate", "rate", 7),
+    ("server", "server", 6),
+    ("gpu", "GPU", 4),
+    ("gpu_mem", "GPU mem", 13),
+    ("ram", "RAM used", 13),
+    ("events", "events", 22),
+    ("finding", "worst finding", 20),
+    ("exception", "last exception", 44),
+)
+
+SHORT_KIND = {
+    "traceback": "tb",
+    "connection_refused": "refused",
+    "cuda_oom": "oom",
+    "cuda_busy": "busy",
+    "nccl_timeout": "nccl-to",
+    "nccl_error": "nccl",
+    "engine_dead": "engine",
+    "child_failed": "child",
+    "oom_kill": "oomkill",
+    "emergency_brake": "brake",
+    "timeout": "timeout",
+    "restart": "restart",
+}
+
+STATUS_STYLE: dict[HostStatus, str] = {
+    HostStatus.CRITICAL: "bold white on red",
+    HostStatus.WARNING: "bold black on yellow",
+    HostStatus.OK: "bold black on green",
+    HostStatus.STALE: "bold black on grey50",
+    HostStatus.NO_DATA: "bold white on grey30",
+}
+
+STATUS_COLOR: dict[HostStatus, str] = {
+    HostStatus.CRITICAL: "bold red",
+    HostStatus.WARNING: "bold yellow",
+    HostStatus.OK: "green",
+    HostStatus.STALE: "grey50",
+    HostStatus.NO_DATA: "grey50",
+}
+
+SEVERITY_SHORT = {Severity.CRITICAL: "CRIT", Severity.WARNING: "WARN", Severity.INFO: "info"}
+SEVERITY_STYLE = {Severity.CRITICAL: "bold red", Severity.WARNING: "bold yellow", Severity.INFO: "cyan"}
+
+
+def host_row_key(host: FleetHost) -> str:
+    return f"host:{host.key}"
+
+
+def group_row_key(group: FleetGroup) -> str:
+    return f"group:{group.signature}"
+
+
+def _clip(text: str, width: int) -> str:
+    text = clean_text(text)
+    return text if len(text) <= width else text[: max(0, width - 1)] + "…"
+
+
+def fmt_rate(steps_per_hour: float | None) -> str:
+    if steps_per_hour is None:
+        return UNKNOWN
+    if steps_per_hour >= 1000:
+        return f"{steps_per_hour / 1000:.1f}k/h"
+    return f"{steps_per_hour:.0f}/h"
+
+
+def fmt_step(host: FleetHost) -> str:
+    if host.step is None:
+        return UNKNOWN
+    return f"{host.step}/{host.total_steps}" if host.total_steps else str(host.step)
+
+
+def fmt_pair(used: float | None, total: float | None) -> str:
+    """``120/150 GB``: one unit for both, taken from the total."""
+    if used is None:
+        return UNKNOWN
+    if not total:
+        return fmt_bytes(used)
+    unit, scale = next(((u, s) for u, s in (("TB", 1e12), ("GB", 1e9), ("MB", 1e6)) if total >= s), ("kB", 1e3))
+    return f"{used / scale:.0f}/{total / scale:.0f} {unit}"
+
+
+def fmt_events(host: FleetHost, width: int) -> str:
+    parts = [f"{SHORT_KIND.get(kind, kind)} {count}" for kind, count in host.failure_counts()]
+    return _clip(" · ".join(parts), width) if parts else ""
+
+
+def status_cell(host: FleetHost) -> Text:
+    status = host.status
+    if status in (HostStatus.STALE, HostStatus.NO_DATA) and host.age_s is not None:
+        label = f"stale {fmt_duration(host.age_s)}"
+    else:
+        label = status.value.upper() if status in (HostStatus.CRITICAL, HostStatus.WARNING) else status.value
+    return Text(f" {label} ", style=STATUS_STYLE[status], no_wrap=True)
+
+
+def host_cells(host: FleetHost, *, grouped: bool = False) -> tuple[Text, ...]:
+    """The cells of one host's row; a grouped host leaves its exception to the group row above it."""
+    widths = {key: width for key, _, width in COLUMNS}
+    dim = "dim" if host.stale or not host.has_data else ""
+    indent = "  " if grouped else ""
+    name = Text(indent + _clip(host.name, widths["host"] - len(indent)), style=dim or "bold")
+    if not host.has_data:
+        why = Text(_clip(host.error or "no data", widths["events"] + widths["finding"]), style="red")
+        blanks = [Text("") for _ in range(7)]
+        return (name, status_cell(host), *blanks, why, Text(""))
+    server = Text(UNKNOWN, style=dim)
+    if host.server_up is True:
+        server = Text("up", style=dim or "green")
+    elif host.server_up is False:
+        server = Text("DOWN", style=dim or "bold red")
+    worst = host.worst
+    finding = Text("", style=dim)
+    if worst is not None:
+        finding = Text(
+            _clip(f"{SEVERITY_SHORT[worst.severity]} {worst.code}", widths["finding"]),
+            style=dim or SEVERITY_STYLE[worst.severity],
+        )
+    exc = Text("", style=dim)
+    if host.exception is not None:
+        exc = (
+            Text("″ same", style="dim")
+            if grouped
+            else Text(_clip(host.exception.title, widths["exception"]), style=dim or "red")
+        )
+    gpu = "" if host.gpu_util_ratio is None else f"{host.gpu_util_ratio * 100:.0f}%"
+    used_ram = None
+    if host.mem_total_bytes is not None and host.mem_available_bytes is not None:
+        used_ram = host.mem_total_bytes - host.mem_available_bytes
+    step_style = dim or ("bold yellow" if host.stalled else "")
+    return (
+        name,
+        status_cell(host),
+        Text(fmt_step(host), justify="right", style=step_style),
+        Text(fmt_rate(host.steps_per_hour), justify="right", style=dim),
+        server,
+        Text(gpu or UNKNOWN, justify="right", style=dim),
+        Text(fmt_pair(host.gpu_mem_used_bytes, host.gpu_mem_total_bytes), justify="right", style=dim),
+        Text(fmt_pair(used_ram, host.mem_total_bytes), justify="right", style=dim),
+        Text(fmt_events(host, widths["events"]), style=dim or "yellow"),
+        finding,
+        exc,
+    )
+
+
+def group_cells(group: FleetGroup) -> tuple[Text, ...]:
+    widths = {key: width for key, _, width in COLUMNS}
+    n = len(group.hosts)
+    head = Text(f"▾ {n} hosts", style="bold magenta")
+    sig = Text(_clip(f"signature {group.signature}", widths["events"]), style="magenta")
+    title = Text(_clip(group.title or "", widths["exception"]), style="bold magenta")
+    blanks = [Text("") for _ in range(7)]
+    return (head, *blanks, sig, Text("same exception", style="magenta"), title)
+
+
+def rows(fleet: FleetSnapshot) -> list[tuple[str, tuple[Text, ...]]]:
+    """(row key, cells) in display order: shared failures first, each under its group row."""
+    out: list[tuple[str, tuple[Text, ...]]] = []
+    for group in fleet.groups:
+        shared = group.signature is not None and len(group.hosts) > 1
+        if shared:
+            out.append((group_row_key(group), group_cells(group)))
+        for host in group.hosts:
+            out.append((host_row_key(host), host_cells(host, grouped=shared)))
+    return out
+
+
+def summary(fleet: FleetSnapshot) -> Text:
+    """``4 hosts: 3 critical · 1 stale`` with the source and the time of the read."""
+    counts = fleet.counts()
+    line = Text(no_wrap=True, overflow="ellipsis")
+    line.append("rlwatch fleet", style="bold")
+    line.append(f"  {clean_text(fleet.source)}", style="dim")
+    n = len(fleet.hosts)
+    line.append(f"  {n} host{'s' if n != 1 else ''}")
+    shown = [(s, counts[s]) for s in sorted(counts, key=lambda s: s.rank)]
+    if shown:
+        line.append(": ")
+        for i, (status, count) in enumerate(shown):
+            if i:
+                line.append(" · ", style="dim")
+            line.append(f"{count} {status.value}", style=STATUS_COLOR[status])
+    line.append(f"  read {fmt_clock(fleet.time)}", style="dim")
+    return line
+
+
+class FleetTable(DataTable[Text]):
+    """The fleet, one row per host; keeps the cursor on the same host across refreshes."""
+
+    DEFAULT_CSS = """
+    FleetTable {
+        height: 1fr;
+    }
+    """
+
+    def __init__(self, *, id: str | None = None) -> None:
+        super().__init__(id=id, cursor_type="row", zebra_stripes=False)
+        self.fleet: FleetSnapshot | None = None
+        self.row_keys: list[str] = []
+
+    def on_mount(self) -> None:
+        for key, heading, width in COLUMNS:
+            self.add_column(heading, key=key, width=width)
+
+    def show(self, fleet: FleetSnapshot) -> None:
+        selected = self.selected_key()
+        self.fleet = fleet
+        self.clear()
+        self.row_keys = []
+        for key, cells in rows(fleet):
+            self.add_row(*cells, key=key)
+            self.row_keys.append(key)
+        if selected in self.row_keys:
+            self.move_cursor(row=self.row_keys.index(selected), animate=False)
+
+    def selected_key(self) -> str | None:
+        if not self.row_keys or not 0 <= self.cursor_row < len(self.row_keys):
+            return None
+        return self.row_keys[self.cursor_row]
+
+
+# ---------------------------------------------------------------------------------------------------- detail
+
+
+def _kv(table: Table, key: str, value: str | Text, style: str = "") -> None:
+    table.add_row(Text(key, style="dim"), value if isinstance(value, Text) else Text(value, style=style))
+
+
+def host_detail(host: FleetHost, now: float) -> Group:
+    """Everything the fleet knows about one host, for the detail panel."""
+    head = Text(no_wrap=True)
+    head.append(clean_text(host.name), style="bold")
+    head.append("  ")
+    head.append_text(status_cell(host))
+    where = f"  {clean_text(host.key)}" + (f" (job {clean_text(host.job)})" if host.job else "")
+    head.append(where, style="dim")
+    if host.simulated:
+        head.append("  SIMULATED", style="bold magenta")
+    parts: list[Text | Table] = [head]
+    if host.error:
+        parts.append(Text(clean_text(host.error, 200), style="red"))
+    if not host.has_data:
+        return Group(*parts)
+
+    facts = Table.grid(padding=(0, 2))
+    facts.add_column(no_wrap=True)
+    facts.add_column()
+    if host.age_s is not None:
+        _kv(facts, "data age", fmt_duration(host.age_s), "bold yellow" if host.stale else "")
+    _kv(facts, "run", f"{clean_text(host.profile or UNKNOWN)} · {shorten_path(host.run_dir or UNKNOWN, 80)}")
+    training = f"step {fmt_step(host)} · {fmt_rate(host.steps_per_hour)} · reward {fmt_number(host.reward)}"
+    if host.stalled:
+        training += " · STALLED"
+    if host.finished:
+        training += " · finished"
+    _kv(facts, "training", training, "bold yellow" if host.stalled else "")
+    ck = UNKNOWN if host.checkpoint_step is None else f"global step {host.checkpoint_step}"
+    if host.checkpoint_age_s is not None:
+        ck += f", {fmt_duration(host.checkpoint_age_s)} old"
+    if host.resume_step is not None:
+        ck += f" · resume at step {host.resume_step}"
+    _kv(facts, "checkpoint", ck)
+    server = {True: "up", False: "DOWN", None: UNKNOWN}[host.server_up]
+    _kv(facts, "server", server, "bold red" if host.server_up is False else "")
+    gpus = "  ".join(
+        f"{g.index}: {fmt_number(None if g.util_ratio is None else g.util_ratio * 100)}% "
+        f"{fmt_pair(g.mem_used_bytes, g.mem_total_bytes)}"
+        for g in host.gpus
+    )
+    _kv(facts, "GPUs", gpus or UNKNOWN)
+    if host.mem_total_bytes is not None:
+        _kv(facts, "RAM", f"{fmt_bytes(host.mem_available_bytes)} available of {fmt_bytes(host.mem_total_bytes)}")
+    events = "  ".join(f"{clean_text(k)} {v}" for k, v in sorted(host.events.items()) if v)
+    _kv(facts, "events", events or "none")
+    if host.processes:
+        procs = "  ".join(
+            f"{clean_text(p.name)} {'up' if p.up else 'DEAD'} {fmt_bytes(p.rss_bytes) if p.up else ''}".rstrip()
+            for p in host.processes
+        )
+        _kv(facts, "processes", procs)
+    if host.budgets_gave_up:
+        _kv(facts, "watchdog", "gave up on " + ", ".join(host.budgets_gave_up), "bold red")
+    parts.append(facts)
+
+    if host.findings:
+        findings = Text()
+        for f in host.findings:
+            findings.append(f"{SEVERITY_SHORT[f.severity]:<5}", style=SEVERITY_STYLE[f.severity])
+            findings.append(clean_text(f.code) + (f" ×{f.count}" if f.count > 1 else "") + "\n")
+        findings.rstrip()
+        parts.append(findings)
+    exc = host.exception
+    if exc is not None:
+        line = Text()
+        line.append("last exception ", style="dim")
+        line.append(clean_text(exc.title, 200), style="bold red")
+        more = [f"signature {clean_text(exc.signature)}"]
+        if exc.occurrences:
+            more.append(f"{exc.occurrences}×")
+        if exc.at is not None:
+            more.append(f"at {fmt_clock(exc.at)}, {fmt_age(exc.at, now)}")
+        line.append("\n  " + " · ".join(more), style="dim")
+        parts.append(line)
+    return Group(*parts)
+
+
+def group_detail(group: FleetGroup) -> Group:
+    head = Text()
+    head.append(f"{len(group.hosts)} hosts with the same exception\n", style="bold magenta")
+    head.append(clean_text(group.title or "", 300), style="bold red")
+    head.append(f"\nsignature {clean_text(group.signature or UNKNOWN)}", style="dim")
+    names = Text("\n" + "  ".join(clean_text(h.name) for h in group.hosts))
+    return Group(head, names)
