@@ -27,6 +27,7 @@ class Context:
     missing_expected: tuple[str, ...] = ()  # roles configured as expected with no live process
     starts: dict[str, tuple[float, ...]] = field(default_factory=dict)  # role -> recent start times (wall)
     memory_limits: dict[str, int] = field(default_factory=dict)  # process name -> configured RSS limit
+    server_start_timeout_s: float = 600.0
     trainer_alive: bool | None = None
     gpu_idle: bool | None = None
 
@@ -90,6 +91,21 @@ def server_down(s: Snapshot, ctx: Context) -> Iterator[Finding]:
     srv = s.server
     refused = _count(s, "connection_refused")
     if srv is not None and srv.up is False:
+        proc = next((p for p in s.processes if p.alive and p.pid == srv.pid), None)
+        ready = s.events.get("server_ready")
+        was_ready = bool(proc and ready and ready.last is not None and ready.last >= proc.started_at)
+        young = proc is not None and s.time - proc.started_at < ctx.server_start_timeout_s
+        if proc and srv.process_alive and young and not was_ready and not refused:
+            age = s.time - proc.started_at
+            yield Finding(
+                INFO,
+                "server_starting",
+                f"Inference server process {srv.pid} started {human_duration(age)} ago and is not answering yet "
+                f"({srv.error or 'no answer'}); it has {human_duration(ctx.server_start_timeout_s - age)} left to "
+                "come up.",
+                proc.started_at,
+            )
+            return
         if srv.process_alive:
             yield Finding(
                 CRIT,

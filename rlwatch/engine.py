@@ -175,7 +175,7 @@ class Engine:
         self._checkpoint: CheckpointState | None = None
         self._recover: RecoverState | None = None
         self._server: ServerState | None = None
-        self._server_seen_up = False
+        self._server_last_up: float | None = None  # wall time the probe last saw it healthy
         self._disk: DiskState | None = None
         self._watchdog: WatchdogStatus | None = None
         self._status: dict[str, SourceStatus] = {}
@@ -338,8 +338,8 @@ class Engine:
         else:
             roots = [resolve(self.run_dir, d) for d in self.cfg.training.checkpoint_dirs]
             path = next((p for p in (find_step_info(r) for r in roots) if p), None)
-        if path is None:
-            return None, None
+        if path is None or not path.exists():
+            return None, None  # no recover info yet is normal before the first save, not a source failure
         return read_recover(path)
 
     def probe_server(self) -> None:
@@ -350,7 +350,8 @@ class Engine:
         alive: bool | None = bool(server_procs) if any(r.role == "server" for r in self.cfg.processes) else None
         state = self.server_probe.probe(process_alive=alive, pid=pid)
         with self._lock:
-            self._server_seen_up = self._server_seen_up or bool(state.up)
+            if state.up:
+                self._server_last_up = self.clock.time()
             self._server = state
             self._ok("server", None)
 
@@ -382,12 +383,12 @@ class Engine:
             if (
                 server is not None
                 and server.up is False
-                and not self._server_seen_up
                 and refused is not None
                 and refused.first is not None
+                and (self._server_last_up is None or refused.first > self._server_last_up)
                 and (server.down_since is None or refused.first < server.down_since)
             ):
-                # Never seen up by us: the refused connections in the logs tell when it really went away.
+                # The refused connections in the logs tell when it really went away, better than the next probe.
                 server = replace(server, down_since=refused.first)
             snap = Snapshot(
                 host=self.host,
@@ -420,6 +421,7 @@ class Engine:
                 trainer_alive=trainer_alive,
                 gpu_idle=gpu_idle,
                 memory_limits=self._memory_limits(),
+                server_start_timeout_s=self.cfg.server.start_timeout_s,
             )
             snap = replace(snap, findings=diagnose(snap, ctx), timeline=timeline(snap))
             self._snapshot = snap

@@ -84,7 +84,7 @@ class _Lines:
         """The time of the line at ``start``: its own timestamp, else that of the nearest earlier line in this
         chunk that has one (lines read together were written together: in a backlog that is the only honest
         estimate, live it is within one poll), else ``now``."""
-        own = parse_time(text, now)
+        own = parse_time(text, now) if ":" in text else None  # every timestamp format holds a colon
         if own is not None:
             self.stamp = (start, own)
             return own
@@ -101,7 +101,9 @@ class _Lines:
                 end -= 1
             begin = self.start(end, floor)
             found = None
-            if HMS_BYTES.search(self.data, begin, min(end, begin + _TIME_SEARCH_BYTES)):
+            head_end = min(end, begin + _TIME_SEARCH_BYTES)
+            # Every timestamp holds a colon: most lines without a time (table rows, frames) are passed by memchr.
+            if self.data.find(b":", begin, head_end) >= 0 and HMS_BYTES.search(self.data, begin, head_end):
                 found = parse_time(strip_ansi(self.data[begin:end].decode("utf-8", "replace")), now)
             if found is not None:
                 self.stamp = (begin, found)
@@ -334,28 +336,39 @@ class EventCounter:
     def _count(self, name: str, path: str, lineno: int, when: float, shown: str) -> None:
         st = self._stats[name]
         st.count += 1
-        st.files[path] = st.files.get(path, 0) + 1
-        st.first = when if st.first is None else min(st.first, when)
-        st.last = when if st.last is None else max(st.last, when)
+        files = st.files
+        files[path] = files.get(path, 0) + 1
+        first = st.first
+        if first is None or when < first:  # min() and max() without their call overhead, with their semantics
+            st.first = when
+        last = st.last
+        if last is None or when > last:
+            st.last = when
         if name in self._progress:
-            for other in self._streaking.pop(path, ()):
-                self._stats[other].streaks[path] = 0
+            streaking = self._streaking.pop(path, None)
+            if streaking:
+                stats = self._stats
+                for other in streaking:
+                    stats[other].streaks[path] = 0
         else:
-            st.streaks[path] = st.streaks.get(path, 0) + 1
+            streaks = st.streaks
+            streaks[path] = streaks.get(path, 0) + 1
             self._streaking.setdefault(path, set()).add(name)
         second = int(when)
         if second >= self._clock.time() - self._window:
             st.buckets[second] = st.buckets.get(second, 0) + 1
             if len(st.buckets) > 2 * self._window + 16:
                 self._prune(st)
-        line = LogLine(path=path, lineno=lineno, text=shown, time=when)
+        line = LogLine(path, lineno, shown, when)
         st.recent.append(line)
         self._incidents.event(name, path, lineno, when, shown)
-        for callback in self._subs.get(name, ()):
-            try:
-                callback(line)
-            except Exception as exc:  # a subscriber's bug must not stop the counting
-                self.errors.append(f"subscriber of {name} failed: {type(exc).__name__}: {exc}")
+        subs = self._subs.get(name)
+        if subs:
+            for callback in subs:
+                try:
+                    callback(line)
+                except Exception as exc:  # a subscriber's bug must not stop the counting
+                    self.errors.append(f"subscriber of {name} failed: {type(exc).__name__}: {exc}")
 
     def _prune(self, st: _Stats) -> None:
         floor = int(self._clock.time() - self._window)

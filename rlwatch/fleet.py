@@ -568,7 +568,8 @@ class PrometheusFleet:
         lookback_s: float = 3600.0,
         clock: Clock | None = None,
     ) -> None:
-        self.url = _check_http(url.strip().rstrip("/"))
+        url = url.strip().rstrip("/")
+        self.url = _check_http(url if "://" in url else "http://" + url)
         self.job = job
         self.stale_after_s = stale_after_s
         self.timeout_s = timeout_s

@@ -181,7 +181,7 @@ class IncidentTracker:
         if "|" in body[:12] or "+" in body[:12]:
             body = _GUTTER.sub("", body, count=1)
         if block is None:
-            if _HEADER.search(body):
+            if "Traceback" in body and _HEADER.search(body):
                 self._open(key, _Block(lineno=lineno, first=when(), seen=lineno))
             return
         block.seen = lineno

@@ -69,6 +69,8 @@ _RECORD_PREFIX = re.compile(
     r"(?:DEBUG|INFO|WARNING|ERROR|CRITICAL) \d\d-\d\d \d\d:\d\d:\d\d(?:\.\d+)? \[?[\w.-]+:\d+\] "
 )
 _MAX_PREFIXES = 4
+# The characters a prefix can start with: a line starting otherwise has none (the common case, decided at once).
+_PREFIX_STARTS = frozenset("[(DIWEC")
 
 
 def split_prefix(text: str) -> tuple[str, str]:
@@ -76,6 +78,8 @@ def split_prefix(text: str) -> tuple[str, str]:
 
     The tag tells interleaved writers apart (rank 0 and rank 1 printing tracebacks into one file at once).
     """
+    if text[:1] not in _PREFIX_STARTS:
+        return "", text
     pos = 0
     tag = ""
     for _ in range(_MAX_PREFIXES):

@@ -169,6 +169,14 @@ def alive(proc: subprocess.Popen[str]) -> bool:
     return proc.poll() is None
 
 
+def running(pid: int) -> bool:
+    """Alive and not a zombie (an orphan's zombie waits for init, which may be slow to reap it)."""
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+
+
 # ------------------------------------------------------------------------------------------------- the decoys
 def test_same_command_line_outside_the_run_survives(procs: Procs, host: Host) -> None:
     device = str(host.dev / "nvidia0")
@@ -200,7 +208,7 @@ def test_process_in_another_process_group_survives(procs: Procs, host: Host) -> 
     assert stray.pid in target_pids(prepared)
     result = actions.execute(prepared)
     assert result.ok, result
-    assert wait_until(lambda: not alive(stray) and not psutil.pid_exists(int(kid)), 5)
+    assert wait_until(lambda: not alive(stray) and not running(int(kid)), 5)
     assert alive(other)
     signal_lines = [r for r in host.audit_lines() if r["event"] == "signal" and r["pid"] == stray.pid]
     assert signal_lines and signal_lines[0]["group_signals"] == ["SIGTERM", "SIGCONT", "SIGKILL"]
@@ -272,7 +280,7 @@ def test_run_processes_holding_the_device_are_not_targets(procs: Procs, host: Ho
     assert target_pids(prepared) == {stray.pid}
     result = actions.execute(prepared)
     assert result.ok, result
-    assert alive(run) and psutil.pid_exists(int(kid))
+    assert alive(run) and running(int(kid))
     assert not alive(stray)
     assert actions.prepare(KILL_ZOMBIES).plan.refused == "no stray GPU holders"
 

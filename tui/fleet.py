@@ -53,7 +53,8 @@ class FleetScreen(Screen[None]):
         display: block;
     }
     #fleet-detail {
-        height: 14;
+        height: auto;
+        max-height: 60%;
         display: none;
         border: round $accent;
         border-title-color: $text;

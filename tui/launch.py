@@ -159,7 +159,26 @@ def cmd_snapshot(args: argparse.Namespace) -> int:
 
 
 def cmd_fleet(args: argparse.Namespace) -> int:
-    raise UsageError("fleet: not available yet in this version")
+    from rlwatch.config import FleetConfig
+    from rlwatch.config_load import load_config
+    from rlwatch.fleet import FleetError, make_fleet_source
+    from tui.fleet import FleetApp
+
+    cfg = FleetConfig()
+    if args.config is not None:
+        if not args.config.exists():
+            raise UsageError(f"{args.config}: no such file")
+        cfg = load_config(args.config).fleet
+    if args.prometheus:
+        cfg = cfg.model_copy(update={"prometheus": args.prometheus})
+    if not cfg.prometheus and not cfg.exporters:
+        raise UsageError("fleet: give --prometheus URL, or --config FILE with fleet.prometheus or fleet.exporters")
+    try:
+        source = make_fleet_source(cfg)
+    except FleetError as exc:
+        raise UsageError(f"fleet: {exc}") from None
+    FleetApp(source.read, refresh_s=cfg.refresh_s).run()
+    return 0
 
 
 DASHBOARD_HANDLERS = {"dashboard": cmd_dashboard, "demo": cmd_demo, "snapshot": cmd_snapshot, "fleet": cmd_fleet}

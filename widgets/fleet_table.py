@@ -28,19 +28,21 @@ from widgets.format import (
 )
 
 COLUMNS: tuple[tuple[str, str, int], ...] = (
-    # key, heading, width
-    ("host", "host", 18),
+    # key, heading, width: 160 columns show them all; narrower terminals scroll to the last ones
+    ("host", "host", 14),
     ("status", "status", 11),
-    ("step", "step", 11),
-    ("rate", "rate", 7),
+    ("step", "step", 9),
+    ("rate", "rate", 6),
     ("server", "server", 6),
     ("gpu", "GPU", 4),
-    ("gpu_mem", "GPU mem", 13),
-    ("ram", "RAM used", 13),
-    ("events", "events", 22),
-    ("finding", "worst finding", 20),
-    ("exception", "last exception", 44),
+    ("gpu_mem", "GPU mem", 7),
+    ("ram", "RAM", 4),
+    ("events", "events", 16),
+    ("finding", "worst finding", 18),
+    ("exception", "last exception", 38),  # the minimum; it grows with the screen
 )
+EXCEPTION_MIN = 38
+CELL_PADDING = 1  # DataTable's default, on each side of every column
 
 SHORT_KIND = {
     "traceback": "tb",
@@ -114,6 +116,11 @@ def fmt_pair(used: float | None, total: float | None) -> str:
     return f"{used / scale:.0f}/{total / scale:.0f} {unit}"
 
 
+def fmt_used(used: float | None, total: float | None) -> str:
+    """The share in use, as a percentage: comparable across hosts of different sizes."""
+    return UNKNOWN if used is None or not total else f"{100 * used / total:.0f}%"
+
+
 def fmt_events(host: FleetHost, width: int) -> str:
     parts = [f"{SHORT_KIND.get(kind, kind)} {count}" for kind, count in host.failure_counts()]
     return _clip(" · ".join(parts), width) if parts else ""
@@ -125,19 +132,18 @@ def status_cell(host: FleetHost) -> Text:
         label = f"stale {fmt_duration(host.age_s)}"
     else:
         label = status.value.upper() if status in (HostStatus.CRITICAL, HostStatus.WARNING) else status.value
-    return Text(f" {label} ", style=STATUS_STYLE[status], no_wrap=True)
+    return Text(label, style=STATUS_STYLE[status], no_wrap=True)
 
 
-def host_cells(host: FleetHost, *, grouped: bool = False) -> tuple[Text, ...]:
+def host_cells(host: FleetHost, *, grouped: bool = False, exc_width: int = EXCEPTION_MIN) -> tuple[Text, ...]:
     """The cells of one host's row; a grouped host leaves its exception to the group row above it."""
     widths = {key: width for key, _, width in COLUMNS}
     dim = "dim" if host.stale or not host.has_data else ""
     indent = "  " if grouped else ""
     name = Text(indent + _clip(host.name, widths["host"] - len(indent)), style=dim or "bold")
     if not host.has_data:
-        why = Text(_clip(host.error or "no data", widths["events"] + widths["finding"]), style="red")
-        blanks = [Text("") for _ in range(7)]
-        return (name, status_cell(host), *blanks, why, Text(""))
+        blanks = [Text("") for _ in range(8)]
+        return (name, status_cell(host), *blanks, Text(_clip(host.error or "no data", exc_width), style="red"))
     server = Text(UNKNOWN, style=dim)
     if host.server_up is True:
         server = Text("up", style=dim or "green")
@@ -155,7 +161,7 @@ def host_cells(host: FleetHost, *, grouped: bool = False) -> tuple[Text, ...]:
         exc = (
             Text("″ same", style="dim")
             if grouped
-            else Text(_clip(host.exception.title, widths["exception"]), style=dim or "red")
+            else Text(_clip(host.exception.title, exc_width), style=dim or "red")
         )
     gpu = "" if host.gpu_util_ratio is None else f"{host.gpu_util_ratio * 100:.0f}%"
     used_ram = None
@@ -169,34 +175,45 @@ def host_cells(host: FleetHost, *, grouped: bool = False) -> tuple[Text, ...]:
         Text(fmt_rate(host.steps_per_hour), justify="right", style=dim),
         server,
         Text(gpu or UNKNOWN, justify="right", style=dim),
-        Text(fmt_pair(host.gpu_mem_used_bytes, host.gpu_mem_total_bytes), justify="right", style=dim),
-        Text(fmt_pair(used_ram, host.mem_total_bytes), justify="right", style=dim),
+        Text(fmt_used(host.gpu_mem_used_bytes, host.gpu_mem_total_bytes), justify="right", style=dim),
+        Text(fmt_used(used_ram, host.mem_total_bytes), justify="right", style=dim or _ram_style(host)),
         Text(fmt_events(host, widths["events"]), style=dim or "yellow"),
         finding,
         exc,
     )
 
 
-def group_cells(group: FleetGroup) -> tuple[Text, ...]:
+def _ram_style(host: FleetHost) -> str:
+    total, avail = host.mem_total_bytes, host.mem_available_bytes
+    return "bold yellow" if total and avail is not None and avail < 0.1 * total else ""
+
+
+def group_cells(group: FleetGroup, *, exc_width: int = EXCEPTION_MIN) -> tuple[Text, ...]:
     widths = {key: width for key, _, width in COLUMNS}
-    n = len(group.hosts)
-    head = Text(f"▾ {n} hosts", style="bold magenta")
-    sig = Text(_clip(f"signature {group.signature}", widths["events"]), style="magenta")
-    title = Text(_clip(group.title or "", widths["exception"]), style="bold magenta")
-    blanks = [Text("") for _ in range(7)]
-    return (head, *blanks, sig, Text("same exception", style="magenta"), title)
+    head = Text(f"▾ {len(group.hosts)} hosts", style="bold magenta")
+    blanks = [Text("") for _ in range(6)]
+    same = Text("same exception", style="magenta")
+    sig = Text(_clip(f"sig {group.signature}", widths["finding"]), style="magenta")
+    title = Text(_clip(group.title or "", exc_width), style="bold magenta")
+    return (head, Text(""), *blanks, same, sig, title)
 
 
-def rows(fleet: FleetSnapshot) -> list[tuple[str, tuple[Text, ...]]]:
+def rows(fleet: FleetSnapshot, *, exc_width: int = EXCEPTION_MIN) -> list[tuple[str, tuple[Text, ...]]]:
     """(row key, cells) in display order: shared failures first, each under its group row."""
     out: list[tuple[str, tuple[Text, ...]]] = []
     for group in fleet.groups:
         shared = group.signature is not None and len(group.hosts) > 1
         if shared:
-            out.append((group_row_key(group), group_cells(group)))
+            out.append((group_row_key(group), group_cells(group, exc_width=exc_width)))
         for host in group.hosts:
-            out.append((host_row_key(host), host_cells(host, grouped=shared)))
+            out.append((host_row_key(host), host_cells(host, grouped=shared, exc_width=exc_width)))
     return out
+
+
+def exception_width(total: int) -> int:
+    """The last column takes what the others leave, so an exception's title is read whole where the screen allows."""
+    fixed = sum(width + 2 * CELL_PADDING for key, _, width in COLUMNS if key != "exception")
+    return max(EXCEPTION_MIN, total - fixed - 2 * CELL_PADDING - 2)
 
 
 def summary(fleet: FleetSnapshot) -> Text:
@@ -231,21 +248,32 @@ class FleetTable(DataTable[Text]):
         super().__init__(id=id, cursor_type="row", zebra_stripes=False)
         self.fleet: FleetSnapshot | None = None
         self.row_keys: list[str] = []
+        self._exc_width: int | None = None
 
-    def on_mount(self) -> None:
+    def _columns(self, exc_width: int) -> None:
+        self.clear(columns=True)
         for key, heading, width in COLUMNS:
-            self.add_column(heading, key=key, width=width)
+            self.add_column(heading, key=key, width=exc_width if key == "exception" else width)
+        self._exc_width = exc_width
 
     def show(self, fleet: FleetSnapshot) -> None:
         selected = self.selected_key()
         self.fleet = fleet
-        self.clear()
+        exc_width = exception_width(self.size.width or self.app.size.width)
+        if exc_width != self._exc_width:
+            self._columns(exc_width)
+        else:
+            self.clear()
         self.row_keys = []
-        for key, cells in rows(fleet):
+        for key, cells in rows(fleet, exc_width=exc_width):
             self.add_row(*cells, key=key)
             self.row_keys.append(key)
         if selected in self.row_keys:
             self.move_cursor(row=self.row_keys.index(selected), animate=False)
+
+    def on_resize(self) -> None:
+        if self.fleet is not None and exception_width(self.size.width) != self._exc_width:
+            self.show(self.fleet)
 
     def selected_key(self) -> str | None:
         if not self.row_keys or not 0 <= self.cursor_row < len(self.row_keys):
@@ -282,7 +310,7 @@ def host_detail(host: FleetHost, now: float) -> Group:
     if host.age_s is not None:
         _kv(facts, "data age", fmt_duration(host.age_s), "bold yellow" if host.stale else "")
     _kv(facts, "run", f"{clean_text(host.profile or UNKNOWN)} · {shorten_path(host.run_dir or UNKNOWN, 80)}")
-    training = f"step {fmt_step(host)} · {fmt_rate(host.steps_per_hour)} · reward {fmt_number(host.reward)}"
+    training = f"step {fmt_step(host)} · rate {fmt_rate(host.steps_per_hour)} · reward {fmt_number(host.reward)}"
     if host.stalled:
         training += " · STALLED"
     if host.finished:
@@ -314,27 +342,26 @@ def host_detail(host: FleetHost, now: float) -> Group:
         _kv(facts, "processes", procs)
     if host.budgets_gave_up:
         _kv(facts, "watchdog", "gave up on " + ", ".join(host.budgets_gave_up), "bold red")
-    parts.append(facts)
-
     if host.findings:
         findings = Text()
-        for f in host.findings:
-            findings.append(f"{SEVERITY_SHORT[f.severity]:<5}", style=SEVERITY_STYLE[f.severity])
-            findings.append(clean_text(f.code) + (f" ×{f.count}" if f.count > 1 else "") + "\n")
-        findings.rstrip()
-        parts.append(findings)
+        for i, f in enumerate(host.findings):
+            if i:
+                findings.append(" · ", style="dim")
+            findings.append(SEVERITY_SHORT[f.severity] + " ", style=SEVERITY_STYLE[f.severity])
+            findings.append(clean_text(f.code) + (f" ×{f.count}" if f.count > 1 else ""))
+        _kv(facts, "findings", findings)
     exc = host.exception
     if exc is not None:
         line = Text()
-        line.append("last exception ", style="dim")
-        line.append(clean_text(exc.title, 200), style="bold red")
+        line.append(clean_text(exc.title, 300), style="bold red")
         more = [f"signature {clean_text(exc.signature)}"]
         if exc.occurrences:
             more.append(f"{exc.occurrences}×")
         if exc.at is not None:
-            more.append(f"at {fmt_clock(exc.at)}, {fmt_age(exc.at, now)}")
-        line.append("\n  " + " · ".join(more), style="dim")
-        parts.append(line)
+            more.append(f"last at {fmt_clock(exc.at)}, {fmt_age(exc.at, now)}")
+        line.append("\n" + " · ".join(more), style="dim")
+        _kv(facts, "exception", line)
+    parts.append(facts)
     return Group(*parts)
 
 

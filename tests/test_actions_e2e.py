@@ -1,0 +1,232 @@
+"""Each action fixes its incident on the simulated host, through the real `rlwatch act ... --yes` in another process,
+and the real `rlwatch report --json` afterwards confirms it: server up, workers fresh, no strays, steps advancing
+from the resume step. Also: a dry run changes nothing, read-only refuses, and no terminal without --yes is exit 2.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import psutil
+import pytest
+import yaml
+
+from tests.simhost import Sim, settled, start, wait_until, with_id
+
+pytestmark = pytest.mark.slow
+
+HOLDER = "import sys, time; f = open(sys.argv[1], 'rb'); print('ready', flush=True); time.sleep(300)"
+
+
+def act(run_dir: Path, action: str, *flags: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "rlwatch", "act", action, str(run_dir), *flags],
+        capture_output=True,
+        text=True,
+        timeout=180,
+        check=False,
+        stdin=subprocess.DEVNULL,
+    )
+
+
+def report(run_dir: Path) -> dict[str, Any]:
+    out = subprocess.run(
+        [sys.executable, "-m", "rlwatch", "report", str(run_dir), "--json"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert out.returncode in (0, 1), out.stderr
+    data: dict[str, Any] = json.loads(out.stdout)
+    return data
+
+
+def audit(run_dir: Path) -> list[dict[str, Any]]:
+    path = run_dir / ".rlwatch" / "audit.jsonl"
+    return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
+
+
+def codes(rep: dict[str, Any]) -> set[str]:
+    return {f["code"] for f in rep["findings"] if f["severity"] in ("critical", "warning")}
+
+
+def running(pid: int) -> bool:
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+
+
+def sim_pids(sim: Sim) -> set[int]:
+    return {p.pid for p in with_id(sim.sim_id)}
+
+
+# ------------------------------------------------------------------------------------------ incident 1: resume
+def test_resume_after_the_server_crash(tmp_path: Path, sims: list[Sim]) -> None:
+    sim = start(sims, tmp_path, "server-crash", 20)
+    sim.wait(settled)
+    before = report(sim.dir)
+    assert before["server"]["up"] is False
+    resume_step = before["recover"]["resume_global_step"]
+    assert isinstance(resume_step, int)
+
+    pids = sim_pids(sim)
+    dry = act(sim.dir, "resume", "--dry-run")
+    assert dry.returncode == 0, dry.stdout + dry.stderr
+    assert f"training resumes at global step {resume_step}" in dry.stdout
+    assert "dry run: nothing was done" in dry.stdout
+    assert sim_pids(sim) == pids and audit(sim.dir) == []
+
+    done = act(sim.dir, "resume", "--yes")
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert f"(past resume step {resume_step})" in done.stdout
+    after = report(sim.dir)
+    assert after["server"]["up"] is True
+    assert after["training"]["last_step"] > resume_step
+    assert "server_down" not in codes(after)
+
+    lines = audit(sim.dir)
+    assert [r["event"] for r in lines][0] == "plan" and lines[-1]["event"] == "result" and lines[-1]["ok"] is True
+    stopped = [r for r in lines if r["event"] == "signal" and r["outcome"] == "exited after SIGTERM"]
+    assert stopped and all(r["create_time"] and r["cmdline"] and r["signals"][0] == "SIGTERM" for r in stopped)
+    (spawned,) = [r for r in lines if r["event"] == "spawn"]
+    assert spawned["argv"] == sim.rlwatch_yaml()["actions"]["resume_command"]
+    sim.stop()
+
+
+# --------------------------------------------------------------------------------- incident 1: restart-server
+def test_restart_server_after_the_server_crash(tmp_path: Path, sims: list[Sim]) -> None:
+    sim = start(sims, tmp_path, "server-crash", 20)
+    sim.wait(settled)
+    assert report(sim.dir)["server"]["up"] is False
+    done = act(sim.dir, "restart-server", "--yes")
+    assert done.returncode == 0, done.stdout + done.stderr
+    match = re.search(r"server pid (\d+) healthy", done.stdout)
+    assert match, done.stdout
+    after = report(sim.dir)
+    assert after["server"]["up"] is True and after["server"]["pid"] == int(match.group(1))
+    assert "server_down" not in codes(after)
+    sim.stop()
+
+
+# ------------------------------------------------------------------------------ incident 3: restart-workers
+def test_restart_workers_frees_the_leak_and_stops_the_brake_streak(tmp_path: Path, sims: list[Sim]) -> None:
+    sim = start(sims, tmp_path, "memory-leak", 6)
+    sim.wait(lambda d: all(d["facts"].get(f"worker-{i}_brakes", 0) >= 3 for i in range(2)), timeout=60)
+    before = report(sim.dir)
+    old = {p["name"]: p for p in before["processes"] if p["role"] == "worker" and p["alive"]}
+    assert set(old) == {"worker-0", "worker-1"}
+    assert all(p["rss_bytes"] > 100 * 1024**2 for p in old.values())
+    streak = before["events"]["emergency_brake"]["streak"]
+    assert streak >= 3
+    logs = {r["log"]: sim.dir / r["log"] for r in sim.rlwatch_yaml()["processes"] if r["role"] == "worker"}
+    offsets = {name: path.stat().st_size for name, path in logs.items()}
+
+    done = act(sim.dir, "restart-workers", "--yes")
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "2 worker(s) running again with fresh memory" in done.stdout
+
+    def trial_after_restart(path: Path, offset: int) -> bool:
+        return re.search(rb"trial \d+ done in", path.read_bytes()[offset:]) is not None
+
+    wait_until(lambda: all(trial_after_restart(logs[n], offsets[n]) for n in logs), 20)
+    after = report(sim.dir)
+    new = {p["name"]: p for p in after["processes"] if p["role"] == "worker" and p["alive"]}
+    assert set(new) == set(old)
+    for name, p in new.items():
+        assert p["pid"] != old[name]["pid"]
+        assert not running(old[name]["pid"])
+        assert p["rss_bytes"] < old[name]["rss_bytes"]
+    assert after["events"]["emergency_brake"]["streak"] < streak
+    sim.stop()
+
+
+# ------------------------------------------------------------------------- incident 4: kill-zombies, then server
+def test_kill_zombies_then_restart_server_fixes_the_gpu_zombies(tmp_path: Path, sims: list[Sim]) -> None:
+    sim = start(sims, tmp_path, "gpu-zombie", 20)
+    ledger = sim.wait(settled, timeout=60)
+    strays = set(ledger["facts"]["stray_pids"])
+    assert len(strays) == 2
+    before = report(sim.dir)
+    assert {z["pid"] for z in before["zombies"]} == strays and "gpu_strays" in codes(before)
+
+    dry = act(sim.dir, "kill-zombies", "--dry-run")
+    assert dry.returncode == 0, dry.stdout + dry.stderr
+    assert all(f"stop  pid {pid}" in dry.stdout for pid in strays)
+    assert dry.stdout.count("why: stray: ") == 2
+    assert all(running(pid) for pid in strays) and audit(sim.dir) == []
+
+    done = act(sim.dir, "kill-zombies", "--yes")
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "no stray process holds" in done.stdout
+    assert not any(running(pid) for pid in strays)
+    after = report(sim.dir)
+    assert after["zombies"] == [] and "gpu_strays" not in codes(after)
+    signals = [r for r in audit(sim.dir) if r["event"] == "signal"]
+    assert {r["pid"] for r in signals} == strays
+    for r in signals:
+        assert r["action"] == "kill-zombies" and r["cmdline"] and r["create_time"] and r["time"]
+        assert r["signals"][0] == "SIGTERM" and r["outcome"] in ("exited after SIGTERM", "killed")
+
+    served = act(sim.dir, "restart-server", "--yes")
+    assert served.returncode == 0, served.stdout + served.stderr
+    fixed = report(sim.dir)
+    assert fixed["server"]["up"] is True
+    assert "server_down" not in codes(fixed)
+    results = [r for r in audit(sim.dir) if r["event"] == "result"]
+    assert [(r["action"], r["ok"]) for r in results] == [("kill-zombies", True), ("restart-server", True)]
+    sim.stop()
+
+
+# ---------------------------------------------------------------------------------------------- refusals
+@pytest.fixture
+def stray_dir(tmp_path: Path) -> Any:
+    """A run directory whose only GPU holder is a stray this test started (and stops)."""
+    dev = tmp_path / "dev"
+    dev.mkdir()
+    (dev / "nvidia0").write_bytes(b"\0" * 4096)
+    proc = subprocess.Popen(
+        [sys.executable, "-c", HOLDER, str(dev / "nvidia0")],
+        stdout=subprocess.PIPE,
+        stdin=subprocess.DEVNULL,
+        text=True,
+        start_new_session=True,
+    )
+    assert proc.stdout is not None and proc.stdout.readline().strip() == "ready"
+
+    def configure(**actions: Any) -> Path:
+        cfg = {"gpu": {"backend": "none", "device_glob": f"{dev}/nvidia*"}, "actions": {"grace_s": 1.0, **actions}}
+        (tmp_path / "rlwatch.yaml").write_text(yaml.safe_dump(cfg))
+        return tmp_path
+
+    yield configure, proc
+    proc.kill()
+    proc.wait(timeout=10)
+
+
+def test_readonly_config_refuses(stray_dir: Any) -> None:
+    configure, stray = stray_dir
+    run_dir = configure(readonly=True)
+    out = act(run_dir, "kill-zombies", "--yes")
+    assert out.returncode == 1
+    assert "refused: read-only mode: actions are disabled" in out.stdout
+    assert stray.poll() is None and audit(run_dir) == []
+
+
+def test_no_terminal_and_no_yes_is_a_usage_error(stray_dir: Any) -> None:
+    configure, stray = stray_dir
+    run_dir = configure()
+    out = act(run_dir, "kill-zombies")
+    assert out.returncode == 2
+    assert f"stop  pid {stray.pid}" in out.stdout  # the plan is shown first
+    assert "confirm with --yes" in out.stderr and "Traceback" not in out.stderr
+    assert stray.poll() is None and audit(run_dir) == []
+    done = act(run_dir, "kill-zombies", "--yes")  # the same plan, confirmed, does the job
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert stray.wait(timeout=10) is not None
