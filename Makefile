@@ -43,8 +43,9 @@ screenshots: $(STAMP)
 bench: $(STAMP)
 	$(PY) -m bench
 
+# Every injected fault, then a table: fault, expected behaviour, observed, pass/fail (RLWATCH_FAULTS_JSON=FILE keeps it).
 faults: $(STAMP)
-	$(VENV)/bin/pytest -q -m faults -p no:cacheprovider
+	$(PY) -m pytest -q -m faults -p tests.faults.table -p no:cacheprovider
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

@@ -13,6 +13,7 @@ construction, independently of rlwatch (and checked against grep by the backlog 
 from __future__ import annotations
 
 import hashlib
+import io
 import json
 import random
 import time
@@ -21,6 +22,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
+from typing import BinaryIO
 
 from rlwatch.sim import formats
 
@@ -106,8 +108,8 @@ class Dataset:
 class _Writer:
     """Collects lines and their declared kinds; flushes in large blocks."""
 
-    def __init__(self, out: Path, target: int, seed: int) -> None:
-        self.fh = out.open("wb")
+    def __init__(self, out: BinaryIO, target: int, seed: int) -> None:
+        self.fh = out
         self.target = target
         self.rng = random.Random(seed)
         self.buf: list[bytes] = []
@@ -450,7 +452,7 @@ def _steps_for(target: int) -> int:
 def generate(out: Path, target_bytes: int, seed: int = 7) -> Dataset:
     """Write about ``target_bytes`` of log to ``out`` and return what it holds."""
     out.parent.mkdir(parents=True, exist_ok=True)
-    w = _Writer(out, target_bytes, seed)
+    w = _Writer(out.open("wb"), target_bytes, seed)
     tables = _tables(w.rng)
     total = _steps_for(target_bytes)
     _startup(w)
@@ -510,3 +512,36 @@ def ensure_dataset(path: Path, target_bytes: int, seed: int = 7) -> Dataset:
 
 def iter_kinds() -> Iterator[str]:
     yield from REPORTED_KINDS
+
+
+class LiveStream:
+    """Step after step of the same text, stamped with the current time, for logs that grow while rlwatch runs.
+
+    Every ``rare_every`` steps a rare piece (a slow request, a brake, a server crash with its relaunch, ...) is
+    mixed in, so the event kinds keep moving too.
+    """
+
+    def __init__(self, seed: int = 11, rare_every: int = 25, ranks: int = RANKS) -> None:
+        self._buf = io.BytesIO()
+        self._w = _Writer(self._buf, 0, seed)
+        self._tables = _tables(self._w.rng)
+        self._g = 0
+        self._rare_every = rare_every
+        self._rare = 0
+        self._ranks = ranks
+
+    def next_step(self) -> bytes:
+        """The text of the next training step (about 14 KB), as bytes ready to append."""
+        w = self._w
+        w.t = time.time() - STEP_S
+        _step(w, self._g, 1_000_000, self._tables)
+        self._g += 1
+        if self._rare_every and self._g % self._rare_every == 0:
+            _, what = _RARE[self._rare % len(_RARE)]
+            self._rare += 1
+            _rare(w, what, self._g)
+        w.flush()
+        data = self._buf.getvalue()
+        self._buf.seek(0)
+        self._buf.truncate()
+        return data

@@ -123,7 +123,7 @@ class RestartBudget:
                 else:
                     t.startup_failures = 0
         if t.startup_failures >= cfg.startup_retries:
-            return self._give_up(t, now, f"failed during start-up {t.startup_failures} times in a row after a restart")
+            return self._give_up(t, now, f"{t.startup_failures} restarts in a row that failed during start-up")
         self._prune(t, now)
         if len(t.restarts) >= cfg.burst:
             span = now - t.restarts[0]

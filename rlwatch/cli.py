@@ -42,7 +42,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="rlwatch",
         description="Monitor and watchdog for LLM RL post-training on GPU pods.",
-        epilog="Commands: report, watch, act, snapshot, sim, init, demo, fleet. With none, opens the dashboard.",
+        epilog=(
+            "Commands: report, watch, act, service, snapshot, sim, init, demo, fleet. With none, opens the dashboard."
+        ),
     )
     parser.add_argument("--version", action="version", version=f"rlwatch {__version__}")
     sub = parser.add_subparsers(dest="command")

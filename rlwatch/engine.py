@@ -21,15 +21,17 @@ from pathlib import Path
 
 from rlwatch.clock import Clock, SystemClock
 from rlwatch.config import Config
+from rlwatch.config_load import missing_paths
 from rlwatch.diagnosis import Context, diagnose, timeline
 from rlwatch.events import EventCounter, build_kinds
 from rlwatch.knobs import read_knobs
+from rlwatch.launches import LaunchBook
 from rlwatch.sources.checkpoints import CheckpointScanner
 from rlwatch.sources.disk import disk_state
 from rlwatch.sources.gpu import GpuBackend, make_gpu_backend
 from rlwatch.sources.holders import HolderScanner, classify_holders, holders_by_gpu, merge_nvml_pids
 from rlwatch.sources.memory import MemorySource
-from rlwatch.sources.processes import ProcessTable
+from rlwatch.sources.processes import LaunchRecord, ProcessTable
 from rlwatch.sources.procfs import container_uptime_s
 from rlwatch.sources.recover import find_step_info, read_recover
 from rlwatch.sources.server import ServerProbe
@@ -159,6 +161,7 @@ class Engine:
         self.memory_source = MemorySource(self.clock)
         self.gpu_backend = gpu_backend or make_gpu_backend(cfg.gpu, self.run_dir)
         self.processes = ProcessTable(cfg.processes, self.clock, proc_root=proc_root, base_dir=self.run_dir)
+        self.launches = LaunchBook(self.run_dir / ".rlwatch" / "launches.json")
         self.holder_scanner = HolderScanner(cfg.gpu.device_glob, self.clock, proc_root=proc_root)
         self.checkpoints = CheckpointScanner(
             [resolve(self.run_dir, d) for d in cfg.training.checkpoint_dirs], self.clock
@@ -166,6 +169,8 @@ class Engine:
         self.server_probe = ServerProbe(cfg.server, self.clock) if cfg.server.url else None
         knobs_path = cfg.training.config_file
         self.knobs = read_knobs(resolve(self.run_dir, knobs_path)) if knobs_path else {}
+        # Configured paths that do not exist (yet): each a degraded "config <key>" source until it appears.
+        self._missing = missing_paths(cfg.model_copy(update={"run_dir": str(self.run_dir)}), self.run_dir)
 
         # Latest parts, replaced whole by the loops.
         self._memory: MemoryState | None = None
@@ -219,13 +224,21 @@ class Engine:
                 tags.setdefault((path, lineno), set()).add(kind)
         data = chunk.data
         if chunk.nlines > RECENT_LINES:
-            # Find the start of the kept tail without splitting the whole chunk.
+            # Find the start of the kept tail without splitting the whole chunk. The last "\n" and "\r" before the
+            # cut are remembered and searched for again only once passed: a chunk without any "\r" would otherwise
+            # be scanned to its start once per kept line (a 100 MB/s log then fell minutes behind).
             cut = len(data)
+            last_nl = data.rfind(b"\n", 0, cut - 1)
+            last_cr = data.rfind(b"\r", 0, cut - 1)
             for _ in range(RECENT_LINES + 1):
-                nl = max(data.rfind(b"\n", 0, cut - 1), data.rfind(b"\r", 0, cut - 1))
+                nl = max(last_nl, last_cr)
                 if nl < 0:
                     break
                 cut = nl
+                if last_nl >= cut - 1:
+                    last_nl = data.rfind(b"\n", 0, cut - 1)
+                if last_cr >= cut - 1:
+                    last_cr = data.rfind(b"\r", 0, cut - 1)
             data = data[cut + 1 :] if cut < len(data) else data
         pieces = _NEWLINES.split(data)
         if pieces and pieces[-1] == b"":
@@ -238,9 +251,26 @@ class Engine:
             self._recent.append(TaggedLine(self._seq, chunk.path, lineno, text, kinds))
             lineno += 1
 
+    def _note_log_errors(self) -> None:
+        """The tailer's troubles (a log turned into a directory or a FIFO, permission denied) as the "logs" source.
+
+        Runs on the thread that polls the tailer, and records only changes, so an idle poll costs a dict lookup.
+        """
+        errors = sorted(self.tailer.errors.items())
+        text = "; ".join(f"{path}: {why}" for path, why in errors[:3]) or None
+        if len(errors) > 3:
+            text = f"{text} (and {len(errors) - 3} more)"
+        if self.waker.error:
+            text = f"{text}; {self.waker.error}" if text else self.waker.error
+        current = self._status.get("logs")
+        if current is None or current.error != text:
+            with self._lock:
+                self._ok("logs", text)
+
     def poll_logs(self) -> int:
         """Read and count everything new in the logs; returns the number of chunks handled."""
         chunks = self.tailer.poll()
+        self._note_log_errors()
         if not chunks:
             return 0
         with self._lock:
@@ -268,13 +298,26 @@ class Engine:
         gpu = self.gpu_backend.sample()
         procs = self.processes.sample()
         self._ok("memory", None if mem.total_bytes is not None else "memory not readable")
-        self._ok("gpu", gpu.error if not gpu.available else None)
-        self._ok("processes")
+        # Degraded also when one GPU is lost or the driver stopped answering while the others still report; a host
+        # configured without GPUs (backend "none") is not degraded at all.
+        self._ok("gpu", gpu.error if gpu.backend != "none" else None)
+        self._ok("processes", self.processes.error)
+        for p in procs:
+            record = self.processes.launch_record(p.name) if p.alive else None
+            if record is not None:
+                self.launches.remember(p.name, record)
         holders = self._sample_holders(procs, gpu)
         ckpt = self.checkpoints.scan()
         recover, rec_err = self._read_recover()
         self._ok("recover", rec_err)
         trainer_state = self.checkpoints.trainer_state()
+        self._ok("checkpoints", self.checkpoints.error)
+        if self._missing:  # checked until every configured path has appeared, then never again
+            before = self._missing
+            self._missing = missing_paths(self.cfg.model_copy(update={"run_dir": str(self.run_dir)}), self.run_dir)
+            for line in dict.fromkeys(before + self._missing):
+                key, _, why = line.partition(": ")
+                self._ok(f"config {key}", why if line in self._missing else None)
         volume = self.cfg.training.output_volume
         disk = disk_state(str(resolve(self.run_dir, volume) if volume else self.run_dir))
         watchdog, wd_err = read_status(self.run_dir, now)  # the headless watchdog's state file, if one ever ran
@@ -307,6 +350,10 @@ class Engine:
                     if p.started_at not in starts:
                         starts.append(p.started_at)
 
+    def launch_record(self, name: str) -> LaunchRecord | None:
+        """How ``name`` was started: as seen by this engine, else as remembered by an earlier rlwatch."""
+        return self.processes.launch_record(name) or self.launches.get(name)
+
     def _sample_holders(self, procs: Sequence[ProcessInfo], gpu: GpuStatus) -> tuple[GpuHolder, ...]:
         try:
             raw = self.holder_scanner.scan()
@@ -326,7 +373,12 @@ class Engine:
             clock=self.clock,
             proc_root=self._proc_root,
         )
-        self._ok("holders")
+        skipped = self.holder_scanner.skipped
+        # Unreadable processes (another user's, without root) may hold a GPU too: say the list is partial.
+        self._ok(
+            "holders",
+            f"{skipped} processes not readable (other users'): GPU holders among them not shown" if skipped else None,
+        )
         return holders
 
     def _read_recover(self) -> tuple[RecoverState | None, str | None]:

@@ -92,22 +92,23 @@ class _Lines:
         known = self.stamp
         if known is not None and known[0] < start:
             floor = max(floor, known[0] + 1)
+        data = self.data
+        cr = self.cr
         pos = start
         for _ in range(_LOOK_BACK_LINES):
             if pos <= floor:
                 break
             end = pos - 1  # the previous line's terminator, one byte or "\r\n"
-            if end > floor and self.data[end - 1 : end + 1] == b"\r\n":
+            if cr and end > floor and data[end - 1 : end + 1] == b"\r\n":
                 end -= 1
-            begin = self.start(end, floor)
-            found = None
+            begin = self.start(end, floor) if cr else data.rfind(b"\n", floor, end) + 1 or floor
             head_end = min(end, begin + _TIME_SEARCH_BYTES)
             # Every timestamp holds a colon: most lines without a time (table rows, frames) are passed by memchr.
-            if self.data.find(b":", begin, head_end) >= 0 and HMS_BYTES.search(self.data, begin, head_end):
-                found = parse_time(strip_ansi(self.data[begin:end].decode("utf-8", "replace")), now)
-            if found is not None:
-                self.stamp = (begin, found)
-                return found
+            if data.find(b":", begin, head_end) >= 0 and HMS_BYTES.search(data, begin, head_end):
+                found = parse_time(strip_ansi(data[begin:end].decode("utf-8", "replace")), now)
+                if found is not None:
+                    self.stamp = (begin, found)
+                    return found
             pos = begin
         if known is not None and known[0] < start:
             return known[1]

@@ -112,11 +112,16 @@ def _one_per_name(processes: Iterable[ProcessInfo]) -> list[ProcessInfo]:
 
 
 class _Families:
-    """Collects metric families by name; families that end up with no sample are never exposed."""
+    """Collects metric families by name; families that end up with no sample are never exposed.
+
+    Label values are cleaned on the way in, so two raw values can become one; the first wins, because Prometheus
+    rejects a scrape that repeats a series.
+    """
 
     def __init__(self) -> None:
         self._order: list[GaugeMetricFamily | CounterMetricFamily] = []
         self._by_name: dict[str, GaugeMetricFamily | CounterMetricFamily] = {}
+        self._seen: set[tuple[str, tuple[str, ...]]] = set()
 
     def gauge(self, name: str, doc: str, labels: Mapping[str, object] | None, value: float | None) -> None:
         self._add(GaugeMetricFamily, name, doc, labels, value)
@@ -135,12 +140,16 @@ class _Families:
         if value is None:
             return
         keys = list(labels or {})
+        values = tuple(label_safe(v) for v in (labels or {}).values())
+        if (name, values) in self._seen:
+            return
+        self._seen.add((name, values))
         fam = self._by_name.get(name)
         if fam is None:
             fam = kind(PREFIX + name, doc, labels=keys)
             self._by_name[name] = fam
             self._order.append(fam)
-        fam.add_metric([label_safe(v) for v in (labels or {}).values()], float(value))
+        fam.add_metric(list(values), float(value))
 
     def __iter__(self) -> Iterator[Metric]:
         return (f for f in self._order if f.samples)
@@ -201,13 +210,13 @@ class SnapshotCollector(Collector):
         self._run(f, snap, now)
         self._events(f, snap)
         self._training(f, snap)
-        self._checkpoints(f, snap)
+        self._checkpoints(f, snap, now)
         self._server(f, snap)
         self._gpus(f, snap)
         self._memory(f, snap)
         self._processes(f, snap)
         self._findings(f, snap)
-        self._sources(f, snap)
+        self._sources(f, snap, now)
         if extras is not None:
             self._extras(f, extras)
         with self._lock:
@@ -254,15 +263,15 @@ class SnapshotCollector(Collector):
         f.gauge("training_last_step_timestamp_seconds", "When the last step completed (epoch).", None, tr.last_step_at)
 
     @staticmethod
-    def _checkpoints(f: _Families, snap: Snapshot) -> None:
+    def _checkpoints(f: _Families, snap: Snapshot, now: float) -> None:
         ck = snap.checkpoint
         if ck is not None:
             f.gauge("checkpoints", "Checkpoints found.", None, ck.count)
             latest = ck.latest
             if latest is not None:
                 f.gauge("checkpoint_global_step", "Global step of the newest checkpoint.", None, latest.global_step)
-                age = _age(snap.time, latest.saved_at)
-                f.gauge("checkpoint_age_seconds", "Age of the newest checkpoint at the snapshot's time.", None, age)
+                age = _age(now, latest.saved_at)
+                f.gauge("checkpoint_age_seconds", "Age of the newest checkpoint.", None, age)
                 f.gauge("checkpoint_size_bytes", "Size of the newest checkpoint.", None, latest.size_bytes)
         rec = snap.recover
         if rec is not None:
@@ -346,11 +355,12 @@ class SnapshotCollector(Collector):
             )
 
     @staticmethod
-    def _sources(f: _Families, snap: Snapshot) -> None:
+    def _sources(f: _Families, snap: Snapshot, now: float) -> None:
+        # Ages are measured at the scrape, not at the snapshot: if the engine stops, they keep growing.
         for src in sorted(snap.sources, key=lambda s: s.name):
             lab = {"source": src.name}
             f.gauge("source_up", "1 when the source's last read succeeded.", lab, src.ok)
-            f.gauge("source_age_seconds", "Age of the source's last sample.", lab, _age(snap.time, src.last_sample))
+            f.gauge("source_age_seconds", "Age of the source's last sample.", lab, _age(now, src.last_sample))
 
     @staticmethod
     def _extras(f: _Families, extras: ExporterExtras) -> None:

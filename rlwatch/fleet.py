@@ -10,10 +10,11 @@ series end with a staleness marker; or the exporter does not answer) or when the
 exporter answers but the engine behind it stopped moving). A stale host keeps its last known values, marked, with
 the age of its newest data.
 
-Reading Prometheus takes two queries per refresh plus one per stale host: the current value of every ``rlwatch_``
-series (staleness-aware, so a dead exporter's series and a resolved finding vanish at once), and the ``rlwatch_info``
-samples over a look-back window, whose last timestamps say when each host was last scraped successfully. A stale
-host's last known values are the instant query at that timestamp. The active targets add the scrape error.
+Reading Prometheus takes three small queries per refresh, plus two per stale host: the current value of every
+``rlwatch_`` series (staleness-aware, so a dead exporter's series and a resolved finding vanish at once), the
+timestamps of the live hosts' last scrapes, and which hosts reported at all within a look-back window. For a host
+that stopped, its ``rlwatch_info`` samples in the window give its last good scrape, and an instant query at exactly
+that time gives its last known values. The active targets add the scrape error, and the hosts that never answered.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ import urllib.error
 import urllib.parse
 import urllib.request
 from collections import defaultdict
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from enum import StrEnum
@@ -279,7 +280,7 @@ class _Series:
         return name in self._by_name
 
     def all(self, name: str) -> list[tuple[Labels, float]]:
-        return [(labels, value) for labels, value in self._by_name.get(name, []) if not math.isnan(value)]
+        return [(labels, value) for labels, value in self._by_name.get(name, []) if math.isfinite(value)]
 
     def one(self, name: str) -> float | None:
         found = self.all(name)
@@ -437,15 +438,29 @@ def _reason(exc: BaseException) -> str:
     return _one_line(str(exc)) or type(exc).__name__
 
 
-def _get(url: str, timeout_s: float, *, accept: str = "*/*") -> bytes:
-    req = urllib.request.Request(url, headers={"Accept": accept, "User-Agent": "rlwatch-fleet"})  # noqa: S310
+def _http_error(exc: urllib.error.HTTPError) -> str:
+    """``HTTP 400``, with the Prometheus API's own one-line error where the answer carries one."""
+    try:
+        doc = json.loads(exc.read(64 * 1024))
+    except (OSError, ValueError):
+        doc = None
+    detail = doc.get("error") if isinstance(doc, dict) else None
+    return f"HTTP {exc.code}: {_one_line(str(detail))}" if detail else f"HTTP {exc.code}"
+
+
+def _get(url: str, timeout_s: float, *, name: str | None = None) -> bytes:
+    """The body at ``url``; every failure is a one-line :class:`FleetError` naming ``name`` (default: the URL)."""
+    where = _one_line(name or url)
+    req = urllib.request.Request(url, headers={"User-Agent": "rlwatch-fleet"})  # noqa: S310
     try:
         with urllib.request.urlopen(req, timeout=timeout_s) as resp:  # noqa: S310  (http(s) checked by callers)
             body: bytes = resp.read(MAX_BODY + 1)
+    except urllib.error.HTTPError as exc:
+        raise FleetError(f"{where}: {_http_error(exc)}") from None
     except (OSError, ValueError) as exc:
-        raise FleetError(f"{_one_line(url)}: {_reason(exc)}") from None
+        raise FleetError(f"{where}: {_reason(exc)}") from None
     if len(body) > MAX_BODY:
-        raise FleetError(f"{_one_line(url)}: answer larger than {MAX_BODY} bytes")
+        raise FleetError(f"{where}: answer larger than {MAX_BODY} bytes")
     return body
 
 
@@ -500,19 +515,17 @@ class ExporterFleet:
         stale_after_s: float = 60.0,
         timeout_s: float = 5.0,
         clock: Clock | None = None,
-        fetch: Callable[[str, float], bytes] | None = None,
     ) -> None:
         self.urls = [exporter_url(u) for u in urls]
         self.stale_after_s = stale_after_s
         self.timeout_s = timeout_s
         self.clock: Clock = clock or SystemClock()
-        self._fetch = fetch or _get
         self._last: dict[str, tuple[float, list[Sample]]] = {}
         n = len(self.urls)
         self.description = f"{n} exporter{'s' if n != 1 else ''}"
 
     def _read_one(self, url: str) -> list[Sample]:
-        body = self._fetch(url, self.timeout_s)
+        body = _get(url, self.timeout_s)
         samples = parse_exposition(body.decode("utf-8", "replace"))
         if not any(name == PREFIX + "info" for name, _, _ in samples):
             raise FleetError(f"{_one_line(url)}: no rlwatch metrics there")
@@ -582,7 +595,7 @@ class PrometheusFleet:
 
     def _api(self, path: str, params: Mapping[str, str]) -> Any:
         query = urllib.parse.urlencode(params)
-        body = _get(f"{self.url}{path}?{query}" if query else f"{self.url}{path}", self.timeout_s)
+        body = _get(f"{self.url}{path}?{query}", self.timeout_s, name=f"{self.url}{path}")
         try:
             doc = json.loads(body)
         except ValueError:
@@ -642,63 +655,84 @@ class PrometheusFleet:
             )
         return FleetSnapshot(time=now, source=self.description, hosts=hosts, error=error)
 
-    def _read(self, now: float) -> tuple[FleetHost, ...]:
-        live: dict[tuple[str, str], list[Sample]] = defaultdict(list)
-        for r in self.query(self._selector(), now):
+    def _samples(self, selector: str, at: float) -> dict[tuple[str, str], list[Sample]]:
+        """The instant query's samples, by target."""
+        out: dict[tuple[str, str], list[Sample]] = defaultdict(list)
+        for r in self.query(selector, at):
             metric = r.get("metric") or {}
             value = _value(r.get("value"))
             if value is not None and "__name__" in metric:
-                live[_target(metric)].append((metric["__name__"], metric, value[1]))
+                out[_target(metric)].append((metric["__name__"], metric, value[1]))
+        return out
 
-        info = PREFIX + "info"
-        job = "" if self.job is None else "{job=" + _promql_string(self.job) + "}"
-        last_seen: dict[tuple[str, str], float] = {}
-        for r in self.query(f"{info}{job}[{max(1, round(self.lookback_s))}s]", now):
-            values = r.get("values") or []
-            stamps = [v[0] for v in (_value(x) for x in values) if v is not None]
-            if stamps:
-                key = _target(r.get("metric") or {})
-                last_seen[key] = max(last_seen.get(key, 0.0), *stamps)
-
-        targets = self._targets()
-        jobs = {self.job} if self.job is not None else {k[0] for k in (*live, *last_seen)}
+    def _read(self, now: float) -> tuple[FleetHost, ...]:
+        live = self._samples(self._selector(), now)
+        info = PREFIX + "info" + ("" if self.job is None else "{job=" + _promql_string(self.job) + "}")
+        # When each live host was last scraped: the samples' own timestamps, exact.
+        scraped = {_target(r.get("metric") or {}): v[1] for r, v in self._vector(f"timestamp({info})", now)}
+        # Every host that reported within the look-back window, live or not (one sample per series: cheap).
+        known = {
+            _target(r.get("metric") or {}) for r, _ in self._vector(f"last_over_time({info}[{self._window}])", now)
+        }
+        jobs = {self.job} if self.job is not None else {job for job, _ in (*live, *known)}
         scrape: dict[tuple[str, str], dict[str, Any]] = {}
-        for t in targets:
-            labels = t.get("labels") or {}
-            key = _target(labels)
+        for t in self._targets():
+            key = _target(t.get("labels") or {})
             if key[0] in jobs:
                 scrape[key] = t
+        return tuple(
+            self._host(key, now, live.get(key), scraped.get(key), scrape.get(key))
+            for key in sorted(set(live) | known | set(scrape))
+        )
 
-        hosts = []
-        for key in sorted(set(live) | set(last_seen) | set(scrape)):
-            hosts.append(self._host(key, now, live.get(key), last_seen.get(key), scrape.get(key)))
-        return tuple(hosts)
+    @property
+    def _window(self) -> str:
+        return f"{max(1, round(self.lookback_s))}s"
+
+    def _vector(self, promql: str, at: float) -> list[tuple[dict[str, Any], tuple[float, float]]]:
+        out = []
+        for r in self.query(promql, at):
+            value = _value(r.get("value"))
+            if value is not None:
+                out.append((r, value))
+        return out
+
+    def _last_scrape(self, job: str, instance: str, now: float) -> float | None:
+        """When a host that stopped reporting was last scraped: the newest of its info samples in the window."""
+        selector = f"{PREFIX}info{{job={_promql_string(job)},instance={_promql_string(instance)}}}[{self._window}]"
+        stamps = [
+            v[0] for r in self.query(selector, now) for v in (_value(x) for x in r.get("values") or []) if v is not None
+        ]
+        return max(stamps) if stamps else None
 
     def _host(
         self,
         key: tuple[str, str],
         now: float,
         live: list[Sample] | None,
-        seen: float | None,
+        scraped: float | None,
         target: dict[str, Any] | None,
     ) -> FleetHost:
         job, instance = key
         scrape_error = _one_line(str(target.get("lastError") or "")) if target else ""
         down = target is not None and target.get("health") == "down"
         if live and not down:
-            age = max(0.0, now - seen) if seen is not None else 0.0
+            age = max(0.0, now - scraped) if scraped is not None else 0.0
             return host_from_samples(instance, live, data_age_s=age, stale_after_s=self.stale_after_s, job=job)
-        error = f"scrape failed: {scrape_error}" if scrape_error else "no longer scraped"
+        seen = self._last_scrape(job, instance, now)
+        if scrape_error:
+            error = f"scrape failed: {scrape_error}"
+        elif seen is not None:
+            error = "no longer scraped"
+        elif target is not None and target.get("health") == "unknown":
+            error = "not scraped yet"
+        else:
+            error = "no rlwatch metrics"
         if seen is None:
             return FleetHost(key=instance, job=job, error=error)
         # The last scrape that worked, exactly: its samples carry that timestamp and precede the staleness markers.
         selector = self._selector(f"job={_promql_string(job)},instance={_promql_string(instance)}")
-        samples: list[Sample] = []
-        for r in self.query(selector, seen):
-            metric = r.get("metric") or {}
-            value = _value(r.get("value"))
-            if value is not None and "__name__" in metric:
-                samples.append((metric["__name__"], metric, value[1]))
+        samples = self._samples(selector, seen).get(key, [])
         return host_from_samples(
             instance,
             samples,

@@ -18,6 +18,8 @@ from rlwatch.config import (
     Config,
     CustomEvent,
     EventsConfig,
+    Policy,
+    PolicyWhen,
     ProcessRule,
     ServerConfig,
     Thresholds,
@@ -44,6 +46,25 @@ WORKER = r"(^|/)python[0-9.]*( .*)? (\S*worker\w*\.py|-m \S*worker\w*)( |$)"
 # The headless watchdog itself (`rlwatch watch`, `python -m rlwatch watch`), expected to be running.
 WATCHDOG = r"(^|[ /])rlwatch(\.cli)? watch( |$)"
 
+# Incident 1: the server vanished and the run sat for 13 hours. A minute down is not a hiccup: restart it, then
+# resume the run if the trainer died meanwhile (resume is skipped, refused, while the trainer still lives).
+SERVER_DOWN = Policy(
+    name="server-down",
+    when=PolicyWhen(server_down=True, for_s=60.0),
+    actions=["restart-server", "resume"],
+)
+# Incident 3: the brake fired 951 times and freed nothing; only restarting the worker frees what it leaked.
+BRAKE_RESTARTS_WORKER = Policy(
+    name="brake-restarts-worker",
+    when=PolicyWhen(event="emergency_brake", streak=10),
+    actions=["restart-workers"],
+)
+WORKER_OVER_MEMORY = Policy(
+    name="worker-over-memory",
+    when=PolicyWhen(over_memory_limit=True, for_s=10.0),
+    actions=["restart-workers"],
+)
+
 
 def _areal() -> Config:
     return Config(
@@ -61,6 +82,7 @@ def _areal() -> Config:
         ],
         # AReaL's disk weight update waits 120 s for the server (name_resolve.wait); warn well before that.
         thresholds=Thresholds(weight_update_timeout_s=120.0, weight_update_warn_fraction=0.75),
+        policies=[SERVER_DOWN],
     )
 
 
@@ -73,6 +95,7 @@ def _trl() -> Config:
             ProcessRule(role="server", cmdline_regex=f"{TRL_SERVER}|{VLLM_SERVER}"),
             ProcessRule(role="trainer", cmdline_regex=TRL_TRAINER),
         ],
+        policies=[SERVER_DOWN],
     )
 
 
@@ -81,7 +104,7 @@ def _workers() -> Config:
         profile="workers",
         training=TrainingConfig(logs=["**/*.log"]),
         processes=[
-            ProcessRule(role="worker", cmdline_regex=WORKER),
+            ProcessRule(role="worker", cmdline_regex=WORKER, memory_limit_bytes=8 * GIB),
             ProcessRule(
                 role="watchdog",
                 cmdline_regex=WATCHDOG,
@@ -102,6 +125,7 @@ def _workers() -> Config:
             ]
         ),
         thresholds=Thresholds(brake_streak=10, brake_free_bytes=2 * GIB, memory_warn_fraction=0.90),
+        policies=[BRAKE_RESTARTS_WORKER, WORKER_OVER_MEMORY],
     )
 
 

@@ -148,7 +148,7 @@ def to_json_dict(s: Snapshot) -> dict[str, Any]:
         "recover": recover,
         "server": server,
         "gpus": gpus,
-        "gpu_error": s.gpu.error if s.gpu and not s.gpu.available else None,
+        "gpu_error": s.gpu.error if s.gpu else None,
         "memory": memory,
         "disk": None
         if s.disk is None
@@ -158,6 +158,10 @@ def to_json_dict(s: Snapshot) -> dict[str, Any]:
         "findings": findings,
         "timeline": [{"time": iso(e.time), "text": e.text} for e in s.timeline],
         "watchdog": _watchdog_json(s),
+        "sources": [
+            {"name": src.name, "ok": src.ok, "error": src.error, "last_sample": iso(src.last_sample)}
+            for src in sorted(s.sources, key=lambda src: src.name)
+        ],
     }
 
 
@@ -261,6 +265,11 @@ def to_text(s: Snapshot) -> str:
         lines.append(f"Inference server: {s.server.url} {state}")
     if tr and tr.knobs:
         lines.append("Config: " + ", ".join(f"{k}={v}" for k, v in tr.knobs.items()))
+    broken = sorted((src for src in s.sources if not src.ok), key=lambda src: src.name)
+    if broken:
+        lines.append("")
+        lines.append("Not available (what is shown may be missing or stale):")
+        lines.extend(f"  {src.name}: {src.error or 'failed'}" for src in broken)
     counted = [(k, e) for k, e in s.events.items() if e.count]
     if counted:
         lines.append("")

@@ -5,11 +5,21 @@ Only changes are emitted, so a quiet healthy run prints nothing after its first 
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 from typing import Any
 
 from rlwatch.report import iso
-from rlwatch.state import Snapshot
+from rlwatch.state import Snapshot, SourceStatus
+
+_NUMBERS = re.compile(r"[0-9]+(?:\.[0-9]+)?")
+
+
+def _trouble(src: SourceStatus | None) -> str | None:
+    """What a source's trouble is, with its numbers blurred: "values from 12s ago" must not print every tick."""
+    if src is None or src.ok:
+        return None
+    return _NUMBERS.sub("#", src.error or "failed")
 
 
 def changes(prev: Snapshot | None, cur: Snapshot) -> Iterator[dict[str, Any]]:
@@ -46,6 +56,10 @@ def changes(prev: Snapshot | None, cur: Snapshot) -> Iterator[dict[str, Any]]:
             yield {"type": "finding", "time": t, "code": code, "severity": f.severity.value, "message": f.message}
     for code in old.keys() - new.keys():
         yield {"type": "finding_cleared", "time": t, "code": code}
+    sources = {src.name: src for src in prev.sources} if prev else {}
+    for src in cur.sources:
+        if _trouble(sources.get(src.name)) != _trouble(src):
+            yield {"type": "source", "time": t, "name": src.name, "ok": src.ok, "error": src.error}
     if prev is not None:
         if prev.server and cur.server and prev.server.up != cur.server.up and cur.server.up is not None:
             yield {"type": "server", "time": t, "up": cur.server.up, "url": cur.server.url, "error": cur.server.error}
@@ -81,6 +95,8 @@ def plain(record: dict[str, Any]) -> str:
         return f"{t} inference server {'up' if record['up'] else 'DOWN'} ({record['url']})"
     if kind == "step":
         return f"{t} step {record['step']}" + (f"/{record['total']}" if record.get("total") else "")
+    if kind == "source":
+        return f"{t} {record['name']}: " + ("available again" if record["ok"] else f"NOT AVAILABLE: {record['error']}")
     if kind in ("process_started", "process_gone"):
         return f"{t} {record['name']} (pid {record['pid']}) {'started' if kind == 'process_started' else 'gone'}"
     return f"{t} watching {record.get('run_dir')} ({record.get('profile')}): {len(record.get('findings', []))} findings"

@@ -196,6 +196,10 @@ class TrainingTracker:
         self._contents = _Recent()
         self._last_line_at: float | None = None
         self._last_step_at: float | None = None
+        # The same two times on the monotonic scale (wall time minus the wall-monotonic offset when they were seen),
+        # so that a wall clock stepped by NTP or by hand can neither fake a stall nor hide one.
+        self._last_line_m: float | None = None
+        self._last_step_m: float | None = None
         self._areal_step: int | None = None
         self._areal_total: int | None = None
         self._areal_path: str | None = None
@@ -252,9 +256,15 @@ class TrainingTracker:
 
     # -- parsing ---------------------------------------------------------------------------------------------
 
+    def _offset(self) -> float:
+        return self._clock.time() - self._clock.monotonic()
+
     def _touch(self, time: float) -> None:
-        if math.isfinite(time) and (self._last_line_at is None or time > self._last_line_at):
-            self._last_line_at = time
+        if not math.isfinite(time):
+            return
+        m = time - self._offset()
+        if self._last_line_m is None or m > self._last_line_m:
+            self._last_line_at, self._last_line_m = time, m
 
     def _feed(self, line: LogLine) -> None:
         with self._lock:
@@ -325,8 +335,9 @@ class TrainingTracker:
 
     def _mark_step(self, time: float, counter: int) -> None:
         if math.isfinite(time):
-            if self._last_step_at is None or time >= self._last_step_at:
-                self._last_step_at = time
+            m = time - self._offset()
+            if self._last_step_m is None or m >= self._last_step_m:
+                self._last_step_at, self._last_step_m = time, m
             self._rate_points.append((time, counter))
 
     def _record_reward(self, slot: int, rank: int, value: float) -> None:
@@ -373,8 +384,8 @@ class TrainingTracker:
     def state(self, now: float | None = None) -> TrainingState:
         now = self._clock.time() if now is None else now
         with self._lock:
-            seen = [t for t in (self._last_step_at, self._last_line_at) if t is not None]
-            stalled = bool(seen) and not self._finished and now - max(seen) >= self._stall_s
+            seen = [m for m in (self._last_step_m, self._last_line_m) if m is not None]
+            stalled = bool(seen) and not self._finished and now - self._offset() - max(seen) >= self._stall_s
             step = self._step_now()
             total = self._total_now()
             if step is not None and total is not None and self._areal_step is None:

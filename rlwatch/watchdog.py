@@ -12,9 +12,9 @@ Incident 3's watchdog died after a reboot and nobody noticed. So this one is bui
   watches, ``WATCHDOG=1`` every half of ``WATCHDOG_USEC`` from the decision loop — never from a side thread, so a
   hung loop is restarted — and ``STOPPING=1`` on the way out. The notify protocol is a datagram on
   ``$NOTIFY_SOCKET`` that systemd documents as stable, so it is inlined rather than depending on libsystemd.
-- **One watchdog per run.** An exclusive lock on ``.rlwatch/watchdog.pid`` (released by the kernel when the process
-  dies, so a crash never leaves a stale lock) makes a second ``rlwatch watch`` of the same run an observer: it
-  prints what happens but acts on nothing, so two watchdogs never restart the same worker twice.
+- **One watchdog per run.** An exclusive lock on ``.rlwatch/watchdog.pid`` (:class:`~rlwatch.watchdog_state.PidLock`)
+  makes a second ``rlwatch watch`` of the same run an observer: it prints what happens but acts on nothing, so two
+  watchdogs never restart the same worker twice.
 - **Gave up** is loud: a ``gave_up`` record, an audit-log entry, a critical finding (through the state file) and the
   exporter's budget gauge; nothing more is done for that target until ``rlwatch act rearm`` or a restart of the
   watchdog.
@@ -22,7 +22,6 @@ Incident 3's watchdog died after a reboot and nobody noticed. So this one is bui
 
 from __future__ import annotations
 
-import fcntl
 import math
 import os
 import socket
@@ -40,7 +39,7 @@ from rlwatch.clock import Clock
 from rlwatch.config import BudgetConfig, Policy
 from rlwatch.policies import Evidence, Firing, PolicyEngine, used_kinds
 from rlwatch.state import ActionResult, Snapshot
-from rlwatch.watchdog_state import PID_FILE, STATE_FILE, VERSION, state_dir, take_rearm, write_json
+from rlwatch.watchdog_state import PID_FILE, STATE_FILE, VERSION, PidLock, state_dir, take_rearm, write_json
 
 if TYPE_CHECKING:
     from rlwatch.actions.api import Actions
@@ -92,42 +91,6 @@ class Notifier:
         except OSError:
             return False
         return True
-
-
-# ------------------------------------------------------------------------------------------------------ pid lock
-class PidLock:
-    """``.rlwatch/watchdog.pid``: holds this process's pid under an exclusive ``flock`` while it acts."""
-
-    def __init__(self, path: Path) -> None:
-        self.path = path
-        self._fd: int | None = None
-
-    def acquire(self) -> tuple[bool, str | None]:
-        """(True, None) when this process now holds it; (False, why) when another watchdog does or it failed."""
-        try:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
-        except OSError as exc:
-            return False, f"{self.path}: {exc.strerror or exc}"
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError:
-            holder = os.read(fd, 32).decode("ascii", "replace").strip()
-            os.close(fd)
-            return False, f"another watchdog (pid {holder or '?'}) acts on this run"
-        os.ftruncate(fd, 0)
-        os.write(fd, f"{os.getpid()}\n".encode())
-        self._fd = fd
-        return True, None
-
-    def release(self) -> None:
-        if self._fd is not None:
-            try:
-                os.ftruncate(self._fd, 0)
-            except OSError:
-                pass
-            os.close(self._fd)
-            self._fd = None
 
 
 # --------------------------------------------------------------------------------------------------- log owners
@@ -206,14 +169,12 @@ class Watchdog:
         emit: Emit | None = None,
         clock: Clock | None = None,
         notifier: Notifier | None = None,
-        iso: Callable[[float], str | None] | None = None,
     ) -> None:
         self.engine = engine
         self.cfg = engine.cfg
         self.clock: Clock = clock or engine.clock
         self.emit: Emit = emit or (lambda _r: None)
         self.notify = notifier or Notifier()
-        self._iso = iso or _iso
         self.dir = state_dir(engine.run_dir)
         self._lock_file = PidLock(self.dir / PID_FILE)
         self._check_policies(self.cfg.policies)
@@ -241,6 +202,7 @@ class Watchdog:
         self._counts: Counter[tuple[str, str, str]] = Counter()
         self._written_at: float | None = None
         self._pinged_at: float | None = None
+        self._ready = False
         self._dirty = True
         self.acting = False
         self.why_not_acting: str | None = None
@@ -271,23 +233,23 @@ class Watchdog:
         return out
 
     # ------------------------------------------------------------------------------------------------ running
-    def start(self) -> None:
+    def claim(self) -> bool:
+        """Take the run's pidfile lock: this watchdog acts, or (another one holds it) only watches."""
         self.acting, self.why_not_acting = self._lock_file.acquire()
+        n = len(self.policies.policies)
         if self.acting:
-            message = (
-                f"acting on {len(self.policies.policies)} polic{'y' if len(self.policies.policies) == 1 else 'ies'}"
-            )
+            message = f"acting on {n} polic{'y' if n == 1 else 'ies'}; state in {self.dir / STATE_FILE}"
         else:
             message = f"{self.why_not_acting}; this one only watches"
+        now = self.clock.time()
         self.emit(
-            {
-                "type": "watchdog",
-                "time": self._iso(self.clock.time()),
-                "acting": self.acting,
-                "pid": os.getpid(),
-                "message": message,
-            }
+            {"type": "watchdog", "time": _iso(now), "acting": self.acting, "pid": os.getpid(), "message": message}
         )
+        return self.acting
+
+    def start(self) -> None:
+        """Claim the run, listen to the engine, and run the decision loop in a thread of its own."""
+        self.claim()
         self.engine.on_snapshot(self.on_snapshot)
         self._thread = threading.Thread(target=self._loop, name="rlwatch-watchdog", daemon=True)
         self._thread.start()
@@ -319,7 +281,6 @@ class Watchdog:
         return max(0.05, tick)
 
     def _loop(self) -> None:
-        ready = False
         while not self._stop.is_set():
             self._wake.wait(self.tick_s)
             self._wake.clear()
@@ -331,13 +292,10 @@ class Watchdog:
                 self.emit(
                     {
                         "type": "watchdog",
-                        "time": self._iso(self.clock.time()),
+                        "time": _iso(self.clock.time()),
                         "message": f"error: {type(exc).__name__}: {exc}",
                     }
                 )
-            if not ready and self._written_at is not None:
-                self.notify(f"READY=1\nSTATUS=watching {self.engine.run_dir}")
-                ready = True
 
     def tick(self) -> None:
         """One decision round: re-arm requests, policies, budget, maybe an action; then the heartbeat."""
@@ -422,7 +380,7 @@ class Watchdog:
         self.emit(
             {
                 "type": "policy",
-                "time": self._iso(self.clock.time()),
+                "time": _iso(self.clock.time()),
                 "policy": firing.policy,
                 "target": firing.target,
                 "key": firing.key,
@@ -440,7 +398,7 @@ class Watchdog:
         self.emit(
             {
                 "type": "gave_up",
-                "time": self._iso(now),
+                "time": _iso(now),
                 "policy": firing.policy,
                 "target": firing.target,
                 "key": firing.key,
@@ -492,7 +450,7 @@ class Watchdog:
         self.emit(
             {
                 "type": "action",
-                "time": self._iso(now),
+                "time": _iso(now),
                 "policy": firing.policy,
                 "target": firing.target,
                 "key": firing.key,
@@ -521,7 +479,7 @@ class Watchdog:
                 self._said.pop(key, None)
             self._dirty = True
         self.actions.audit.record("watchdog", "rearm", targets=cleared)
-        self.emit({"type": "rearmed", "time": self._iso(self.clock.time()), "targets": sorted(cleared)})
+        self.emit({"type": "rearmed", "time": _iso(self.clock.time()), "targets": sorted(cleared)})
         self._write_state()
         return cleared
 
@@ -542,6 +500,9 @@ class Watchdog:
         if self._written_at is None or self._dirty or now - self._written_at >= self.cfg.watchdog.heartbeat_s:
             self._write_state()
             self._written_at = now
+        if not self._ready:
+            self.notify(f"READY=1\nSTATUS=watching {self.engine.run_dir}")
+            self._ready = True
         every = self.notify.ping_every_s
         if every and (self._pinged_at is None or now - self._pinged_at >= min(1.0, every / 2)):
             self.notify("WATCHDOG=1")
@@ -604,7 +565,7 @@ class Watchdog:
         error = write_json(self.dir / STATE_FILE, self.state(stopped=stopped))
         self._dirty = False
         if error:
-            self.emit({"type": "watchdog", "time": self._iso(self.clock.time()), "message": error})
+            self.emit({"type": "watchdog", "time": _iso(self.clock.time()), "message": error})
 
     # ---------------------------------------------------------------------------------------------- exporter
     def extras(self) -> ExporterExtras:
@@ -639,4 +600,4 @@ def _iso(t: float) -> str | None:
     return iso(t) if math.isfinite(t) else None
 
 
-__all__ = ["Notifier", "PidLock", "Watchdog", "WatchdogError", "log_owners", "plain"]
+__all__ = ["Notifier", "Watchdog", "WatchdogError", "log_owners", "plain"]

@@ -12,6 +12,7 @@ Reading never raises: a missing file is "no watchdog ever ran" (None), garbage i
 
 from __future__ import annotations
 
+import fcntl
 import json
 import math
 import os
@@ -158,3 +159,45 @@ def clear_gave_up(run_dir: Path, targets: list[str] | None) -> tuple[list[str], 
             kept.append(item)
     data["gave_up"] = kept
     return cleared, write_json(path, data)
+
+
+class PidLock:
+    """``.rlwatch/watchdog.pid``: this process's pid, under an exclusive ``flock`` held while it acts.
+
+    The kernel drops a ``flock`` with the process, so a watchdog that crashed never leaves a stale lock behind, and
+    the descriptor is close-on-exec, so processes it starts never hold it.
+    """
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._fd: int | None = None
+
+    def acquire(self) -> tuple[bool, str | None]:
+        """(True, None) when this process now holds it; (False, why) when another watchdog does or it failed."""
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        except OSError as exc:
+            return False, f"{self.path}: {exc.strerror or exc}"
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            holder = os.read(fd, 32).decode("ascii", "replace").strip()
+            os.close(fd)
+            return False, f"another watchdog (pid {holder or '?'}) acts on this run"
+        try:  # the lock is the flock; the pid written in it is a courtesy a full disk must not turn into a crash
+            os.ftruncate(fd, 0)
+            os.write(fd, f"{os.getpid()}\n".encode())
+        except OSError:
+            pass
+        self._fd = fd
+        return True, None
+
+    def release(self) -> None:
+        if self._fd is not None:
+            try:
+                os.ftruncate(self._fd, 0)
+            except OSError:
+                pass
+            os.close(self._fd)
+            self._fd = None

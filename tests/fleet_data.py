@@ -122,5 +122,5 @@ def fleet() -> FleetSnapshot:
 def broken() -> FleetSnapshot:
     """Prometheus stopped answering: the last known hosts, all stale, and the error."""
     snap = fleet()
-    hosts = tuple(replace(h, stale=True, age_s=(h.age_s or 0) + 30) for h in snap.hosts)
+    hosts = tuple(replace(h, stale=True, age_s=None if h.age_s is None else h.age_s + 30) for h in snap.hosts)
     return replace(snap, hosts=hosts, error="http://prometheus.monitoring:9090/api/v1/query: connection refused")

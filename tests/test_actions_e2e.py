@@ -92,7 +92,7 @@ def test_resume_after_the_server_crash(tmp_path: Path, sims: list[Sim]) -> None:
     assert "server_down" not in codes(after)
 
     lines = audit(sim.dir)
-    assert [r["event"] for r in lines][0] == "plan" and lines[-1]["event"] == "result" and lines[-1]["ok"] is True
+    assert lines[0]["event"] == "plan" and lines[-1]["event"] == "result" and lines[-1]["ok"] is True
     stopped = [r for r in lines if r["event"] == "signal" and r["outcome"] == "exited after SIGTERM"]
     assert stopped and all(r["create_time"] and r["cmdline"] and r["signals"][0] == "SIGTERM" for r in stopped)
     (spawned,) = [r for r in lines if r["event"] == "spawn"]

@@ -15,6 +15,8 @@ from collections.abc import Iterator
 from dataclasses import replace
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 from prometheus_client.exposition import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -28,7 +30,7 @@ from rlwatch.exporter import (
     parse_listen,
     start_exporter,
 )
-from rlwatch.state import Incident, ProcessInfo, Snapshot
+from rlwatch.state import Finding, Incident, ProcessInfo, Severity, Snapshot
 from tests import snapshot_data as data
 
 Samples = dict[tuple[str, frozenset[tuple[str, str]]], float]
@@ -86,7 +88,8 @@ def test_every_scenario_passes_promtool(scenario: str) -> None:
 @pytest.mark.parametrize("scenario", list(data.SCENARIOS))
 def test_values_are_the_snapshot_s_in_base_units(scenario: str) -> None:
     snap = snapshot(scenario)
-    found = samples(exposition(snap, now=snap.time + 3.0))
+    now = snap.time + 3.0
+    found = samples(exposition(snap, now=now))
 
     info = get(found, "rlwatch_info", host=snap.host, profile=snap.profile, run_dir=snap.run_dir, simulated="false")
     assert info == 1
@@ -111,7 +114,7 @@ def test_values_are_the_snapshot_s_in_base_units(scenario: str) -> None:
         latest = snap.checkpoint.latest
         assert get(found, "rlwatch_checkpoint_global_step") == latest.global_step
         assert latest.saved_at is not None
-        assert get(found, "rlwatch_checkpoint_age_seconds") == pytest.approx(snap.time - latest.saved_at)
+        assert get(found, "rlwatch_checkpoint_age_seconds") == pytest.approx(now - latest.saved_at)
     if snap.recover:
         assert get(found, "rlwatch_resume_global_step") == snap.recover.resume_global_step
     if snap.server and snap.server.up is not None:
@@ -125,7 +128,7 @@ def test_values_are_the_snapshot_s_in_base_units(scenario: str) -> None:
     for src in snap.sources:
         assert get(found, "rlwatch_source_up", source=src.name) == float(src.ok)
         age = get(found, "rlwatch_source_age_seconds", source=src.name)
-        assert age == (None if src.last_sample is None else pytest.approx(snap.time - src.last_sample))
+        assert age == (None if src.last_sample is None else pytest.approx(now - src.last_sample))
 
 
 def test_the_last_exception_carries_its_signature_type_and_title() -> None:
@@ -321,3 +324,28 @@ def test_parse_listen(text: str, expected: tuple[str, int]) -> None:
 def test_parse_listen_rejects(text: str) -> None:
     with pytest.raises(ExporterError):
         parse_listen(text)
+
+
+@given(
+    host=st.text(max_size=40),
+    role=st.text(max_size=20),
+    name=st.text(max_size=20),
+    code=st.text(max_size=20),
+    title=st.text(max_size=300),
+)
+def test_any_text_in_labels_round_trips_as_one_clean_line(
+    host: str, role: str, name: str, code: str, title: str
+) -> None:
+    base = snapshot("healthy")
+    proc = replace(base.processes[0], role=role, name=name, alive=True)
+    twin = replace(proc, name=name + "\x00")  # a different name that cleans to the same label value
+    finding = Finding(Severity.WARNING, code, "m", None)
+    inc = Incident("traceback", "/l", 1, data.DAY, data.DAY, 3, title, None, "0123456789ab")
+    snap = replace(base, host=host, processes=(proc, twin), findings=(finding,), incidents=(inc,))
+    found = samples(exposition(snap))  # parses back, with no duplicate series
+    for name_, labels in found:
+        for value in dict(labels).values():
+            assert value == value.strip() and len(value) <= 160
+            assert not any(ord(c) < 32 or 0x7F <= ord(c) <= 0x9F for c in value), (name_, value)
+    assert sum(v for (n, _), v in found.items() if n == "rlwatch_findings") == 1
+    assert sum(1 for n, _ in found if n == "rlwatch_process_rss_bytes") == 1

@@ -18,7 +18,7 @@ from rlwatch.config_load import resolve_config
 from rlwatch.engine import Engine
 from rlwatch.exporter import Exporter, start_exporter
 from rlwatch.fleet import FleetHost, FleetSnapshot, HostStatus, PrometheusFleet
-from tests.promserver import PromServer, need_prometheus
+from tests.promserver import PromServer, free_port, need_prometheus
 from tests.simhost import Sim, settled, start, wait_until
 from tui.fleet import FleetApp
 
@@ -71,7 +71,8 @@ def by_name(snap: FleetSnapshot) -> dict[str, FleetHost]:
 
 
 def test_four_hosts_through_prometheus(tmp_path: Path, pods: dict[str, Pod]) -> None:
-    prom = PromServer(tmp_path, {"rlwatch": [f"127.0.0.1:{p.exporter.port}" for p in pods.values()]})
+    nobody = f"127.0.0.1:{free_port()}"  # a pod whose exporter never came up
+    prom = PromServer(tmp_path, {"rlwatch": [*(f"127.0.0.1:{p.exporter.port}" for p in pods.values()), nobody]})
     try:
         fleet = PrometheusFleet(prom.url, stale_after_s=60)
         ledgers = {name: pod.sim.wait(settled, timeout=90) for name, pod in pods.items()}
@@ -79,7 +80,9 @@ def test_four_hosts_through_prometheus(tmp_path: Path, pods: dict[str, Pod]) -> 
         def everyone_as_expected() -> FleetSnapshot | None:
             snap = fleet.read()
             hosts = by_name(snap)
-            if set(hosts) != set(HOSTS) or any(h.stale for h in hosts.values()):
+            if set(hosts) != {*HOSTS, nobody} or any(h.stale for n, h in hosts.items() if n != nobody):
+                return None
+            if not (hosts[nobody].error or "").startswith("scrape failed"):
                 return None
             statuses = {n: h.status for n, h in hosts.items()}
             want = {"pod-healthy": HostStatus.OK, "pod-server": HostStatus.CRITICAL}
@@ -93,6 +96,7 @@ def test_four_hosts_through_prometheus(tmp_path: Path, pods: dict[str, Pod]) -> 
         snap = wait_until(everyone_as_expected, 60, interval=0.5)
         assert snap.error is None and snap.source == f"prometheus {prom.url}"
         hosts = by_name(snap)
+        assert hosts[nobody].status is HostStatus.NO_DATA and "connection refused" in (hosts[nobody].error or "")
 
         healthy = hosts["pod-healthy"]
         assert healthy.step == ledgers["pod-healthy"]["facts"]["total_steps"]
@@ -117,12 +121,12 @@ def test_four_hosts_through_prometheus(tmp_path: Path, pods: dict[str, Pod]) -> 
         shared = next(g for g in groups if g.signature == a.exception.signature)
         assert {h.name for h in shared.hosts} == {"pod-crash-a", "pod-crash-b"}
         assert groups[0] is shared  # two hosts failing the same way come first
-        assert all(len(g.hosts) == 1 for g in groups if g is not shared)
+        assert all(len(g.hosts) == 1 for g in groups if g is not shared and g.signature is not None)
 
         table = asyncio.run(table_rows(snap))
         assert table[0].startswith("▾ 2 hosts") and "AttributeError" in table[0]
         assert {row.split("|")[0].strip() for row in table[1:3]} == {"pod-crash-a", "pod-crash-b"}
-        assert len(table) == 5 and all(any(row.startswith(n) for row in table) for n in ("pod-healthy", "pod-server"))
+        assert len(table) == 6 and all(any(row.startswith(n) for row in table) for n in ("pod-healthy", "pod-server"))
 
         # One host's exporter stops: Prometheus' next scrape fails, and the fleet turns that host stale.
         pods["pod-server"].exporter.close()
@@ -137,7 +141,14 @@ def test_four_hosts_through_prometheus(tmp_path: Path, pods: dict[str, Pod]) -> 
         assert stale.age_s is not None and stale.age_s > 0
         assert stale.server_up is False and stale.step == server.step  # the last known values, kept
         now = by_name(fleet.read())
-        assert not any(now[n].stale for n in HOSTS if n != "pod-server")
+        assert not any(now[n].stale for n in HOSTS if n != "pod-server") and now[nobody].status is HostStatus.NO_DATA
+
+        # Prometheus itself goes away: the fleet says so and keeps the last known hosts, every one stale.
+        prom.stop()
+        after = fleet.read()
+        assert after.error is not None and after.error.endswith("connection refused")
+        assert set(by_name(after)) == {*HOSTS, nobody} and all(h.stale for h in after.hosts)
+        assert by_name(after)["pod-healthy"].step == healthy.step
     finally:
         prom.stop()
 

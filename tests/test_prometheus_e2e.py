@@ -80,3 +80,11 @@ def test_promtool_passes_on_the_served_exposition(exporter: tuple[Exporter, list
         out = subprocess.run(["promtool", "check", "metrics"], input=text, capture_output=True, text=True, timeout=30)
         assert out.returncode == 0, (name, out.stdout, out.stderr)
         assert "rlwatch_info" in text
+
+
+def test_the_example_prometheus_config_is_valid() -> None:
+    need_prometheus()
+    config = Path(__file__).resolve().parent.parent / "configs" / "prometheus.yml"
+    out = subprocess.run(["promtool", "check", "config", str(config)], capture_output=True, text=True, timeout=30)
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert "SUCCESS" in out.stdout + out.stderr

@@ -23,6 +23,7 @@ from widgets.fleet_table import FleetTable, group_detail, host_detail, summary
 from widgets.format import clean_text, fmt_duration
 
 ReadFleet = Callable[[], FleetSnapshot]
+HINT = Text("enter: detail · escape: close it · r: refresh now · q: quit", style="dim")
 
 
 class FleetScreen(Screen[None]):
@@ -30,7 +31,7 @@ class FleetScreen(Screen[None]):
         Binding("enter", "detail", "detail", show=True),
         Binding("escape", "close_detail", "close", show=True),
         Binding("r", "refresh", "refresh", show=True),
-        Binding("q", "quit", "quit", show=True),
+        Binding("q", "app.quit", "quit", show=True),
     ]
     AUTO_FOCUS = "#fleet-table"
     DEFAULT_CSS = """
@@ -77,6 +78,7 @@ class FleetScreen(Screen[None]):
         self.live = live
         self.fleet: FleetSnapshot | None = None
         self.detail_key: str | None = None
+        self._reading = False  # one read at a time: a slow Prometheus must not pile up threads
 
     def compose(self) -> ComposeResult:
         yield Static(id="fleet-summary")
@@ -84,7 +86,7 @@ class FleetScreen(Screen[None]):
         yield FleetTable(id="fleet-table")
         with VerticalScroll(id="fleet-detail"):
             yield Static(id="fleet-detail-body")
-        yield Static(Text("enter: detail · r: refresh · q: quit", style="dim"), id="fleet-status")
+        yield Static(HINT, id="fleet-status")
         yield Footer()
 
     def on_mount(self) -> None:
@@ -102,9 +104,12 @@ class FleetScreen(Screen[None]):
     # ------------------------------------------------------------------ data
 
     def action_refresh(self) -> None:
-        self._read()
+        self._mark_age()
+        if not self._reading:
+            self._reading = True
+            self._read()
 
-    @work(thread=True, exclusive=True, group="fleet-read")
+    @work(thread=True, group="fleet-read")
     def _read(self) -> None:
         try:
             fleet = self.read()
@@ -114,9 +119,11 @@ class FleetScreen(Screen[None]):
         self.app.call_from_thread(self.apply, fleet)
 
     def _failed(self, message: str) -> None:
+        self._reading = False
         self.query_one("#fleet-status", Static).update(Text(clean_text(message, 200), style="bold red"))
 
     def apply(self, fleet: FleetSnapshot) -> None:
+        self._reading = False
         self.fleet = fleet
         self.query_one("#fleet-summary", Static).update(summary(fleet))
         error = self.query_one("#fleet-error", Static)
@@ -124,9 +131,10 @@ class FleetScreen(Screen[None]):
         if fleet.error is not None:
             error.update(Text(f"cannot read the fleet: {clean_text(fleet.error, 300)} (showing the last known)"))
         self.table.show(fleet)
+        status = HINT
         if not fleet.hosts:
-            hint = "no hosts yet: is Prometheus scraping an `rlwatch watch --prometheus` exporter?"
-            self.query_one("#fleet-status", Static).update(Text(hint, style="yellow"))
+            status = Text("no hosts yet: is Prometheus scraping an `rlwatch watch --prometheus` exporter?", "yellow")
+        self.query_one("#fleet-status", Static).update(status)
         self._show_detail()
         self._mark_age()
 

@@ -7,22 +7,30 @@ command actually runs, so `rlwatch report` starts fast and works where Textual w
 from __future__ import annotations
 
 import argparse
+import asyncio
 import os
 import shutil
 import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from rlwatch.cli import HANDLERS, UsageError, load, parse, run
 from rlwatch.config_load import ConfigError, resolve_config
 from rlwatch.engine import Engine
 from rlwatch.feed import StaticFeed
 from rlwatch.live import LiveFeed
+
+if TYPE_CHECKING:
+    from textual.app import App
+
+EXIT_GRACE_S = 3.0  # how long a dashboard asked to exit by a signal may take before it is made to
 
 
 def _parse_size(text: str) -> tuple[int, int]:
@@ -92,6 +100,45 @@ def _wait_settled(run_dir: Path, timeout: float) -> None:
         time.sleep(0.1)
 
 
+def need_terminal() -> None:
+    """A dashboard without a terminal would paint escape codes into a file for ever: say so and stop instead."""
+    err = sys.__stderr__
+    if not sys.stdin.isatty() or err is None or not err.isatty():
+        raise UsageError("the dashboard needs a terminal; without one use 'rlwatch report' or 'rlwatch watch'")
+
+
+def run_app(app: App[Any]) -> None:
+    """Run a Textual app so that SIGTERM, SIGHUP (a closed terminal) and SIGINT end it like 'q'.
+
+    The app is asked to exit, which puts the terminal back. When the terminal is gone (an SSH session that
+    dropped) Textual can block for ever writing to it, so if the app has not ended a moment later the signal is
+    delivered again, and the second time it raises SystemExit: that unwinds through the callers' cleanup, which
+    stops the engine and any simulator, instead of leaving them running with nobody watching.
+    """
+    loop = asyncio.new_event_loop()
+    main = threading.get_ident()
+    timers: list[threading.Timer] = []
+
+    def on_signal(signum: int, frame: object) -> None:
+        if timers:
+            raise SystemExit(0)
+        loop.call_soon_threadsafe(app.exit)
+        timer = threading.Timer(EXIT_GRACE_S, signal.pthread_kill, (main, signum))
+        timer.daemon = True
+        timers.append(timer)
+        timer.start()
+
+    previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT)}
+    try:
+        app.run(loop=loop)
+    finally:
+        for timer in timers:
+            timer.cancel()
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+        loop.close()
+
+
 def run_dashboard(engine: Engine) -> int:
     from tui.app import RlwatchApp
 
@@ -100,7 +147,7 @@ def run_dashboard(engine: Engine) -> int:
     engine.build()
     engine.start()
     try:
-        RlwatchApp(LiveFeed(engine)).run()
+        run_app(RlwatchApp(LiveFeed(engine)))
     finally:
         engine.stop()
     return 0
@@ -108,10 +155,12 @@ def run_dashboard(engine: Engine) -> int:
 
 def cmd_dashboard(args: argparse.Namespace) -> int:
     cfg, run_dir, _ = load(args)
+    need_terminal()
     return run_dashboard(Engine(cfg, run_dir))
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
+    need_terminal()
     with simulated_host(args.scenario, args.speed) as run_dir:
         cfg, _ = resolve_config(run_dir, None, "auto")
         if args.readonly:
@@ -177,7 +226,8 @@ def cmd_fleet(args: argparse.Namespace) -> int:
         source = make_fleet_source(cfg)
     except FleetError as exc:
         raise UsageError(f"fleet: {exc}") from None
-    FleetApp(source.read, refresh_s=cfg.refresh_s).run()
+    need_terminal()
+    run_app(FleetApp(source.read, refresh_s=cfg.refresh_s))
     return 0
 
 

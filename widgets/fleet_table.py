@@ -121,6 +121,19 @@ def fmt_used(used: float | None, total: float | None) -> str:
     return UNKNOWN if used is None or not total else f"{100 * used / total:.0f}%"
 
 
+def fmt_gpus(host: FleetHost) -> str:
+    """Per GPU, with neighbours that read the same merged: ``0-7: 87% 118/141 GB`` rather than eight repeats."""
+    runs: list[tuple[str, str, str]] = []  # (first index, last index, text)
+    for g in host.gpus:
+        util = UNKNOWN if g.util_ratio is None else f"{g.util_ratio * 100:.0f}%"
+        text = f"{util} {fmt_pair(g.mem_used_bytes, g.mem_total_bytes)}"
+        if runs and runs[-1][2] == text:
+            runs[-1] = (runs[-1][0], g.index, text)
+        else:
+            runs.append((g.index, g.index, text))
+    return "  ".join(f"{a}-{b}: {t}" if a != b else f"{a}: {t}" for a, b, t in runs)
+
+
 def fmt_events(host: FleetHost, width: int) -> str:
     parts = [f"{SHORT_KIND.get(kind, kind)} {count}" for kind, count in host.failure_counts()]
     return _clip(" · ".join(parts), width) if parts else ""
@@ -128,7 +141,7 @@ def fmt_events(host: FleetHost, width: int) -> str:
 
 def status_cell(host: FleetHost) -> Text:
     status = host.status
-    if status in (HostStatus.STALE, HostStatus.NO_DATA) and host.age_s is not None:
+    if status is HostStatus.STALE and host.age_s is not None:
         label = f"stale {fmt_duration(host.age_s)}"
     else:
         label = status.value.upper() if status in (HostStatus.CRITICAL, HostStatus.WARNING) else status.value
@@ -159,9 +172,7 @@ def host_cells(host: FleetHost, *, grouped: bool = False, exc_width: int = EXCEP
     exc = Text("", style=dim)
     if host.exception is not None:
         exc = (
-            Text("″ same", style="dim")
-            if grouped
-            else Text(_clip(host.exception.title, exc_width), style=dim or "red")
+            Text("″ same", style="dim") if grouped else Text(_clip(host.exception.title, exc_width), style=dim or "red")
         )
     gpu = "" if host.gpu_util_ratio is None else f"{host.gpu_util_ratio * 100:.0f}%"
     used_ram = None
@@ -324,12 +335,7 @@ def host_detail(host: FleetHost, now: float) -> Group:
     _kv(facts, "checkpoint", ck)
     server = {True: "up", False: "DOWN", None: UNKNOWN}[host.server_up]
     _kv(facts, "server", server, "bold red" if host.server_up is False else "")
-    gpus = "  ".join(
-        f"{g.index}: {fmt_number(None if g.util_ratio is None else g.util_ratio * 100)}% "
-        f"{fmt_pair(g.mem_used_bytes, g.mem_total_bytes)}"
-        for g in host.gpus
-    )
-    _kv(facts, "GPUs", gpus or UNKNOWN)
+    _kv(facts, "GPUs", fmt_gpus(host) or UNKNOWN)
     if host.mem_total_bytes is not None:
         _kv(facts, "RAM", f"{fmt_bytes(host.mem_available_bytes)} available of {fmt_bytes(host.mem_total_bytes)}")
     events = "  ".join(f"{clean_text(k)} {v}" for k, v in sorted(host.events.items()) if v)

@@ -142,7 +142,7 @@ def fmt_cmdline(argv: Sequence[str], width: int | None = None, *, full_path: boo
     In narrow columns the interpreter's directory (``/opt/venv/bin/python``) hides what runs, so ``full_path=False``
     keeps only the executable's name, as top and htop do; the confirmation dialog keeps the full path.
     """
-    if argv and not full_path and "/" in argv[0]:
+    if argv and not full_path and argv[0].startswith("/"):
         argv = [argv[0].rstrip("/").rsplit("/", 1)[-1], *argv[1:]]
     text = clean_text(shlex.join(argv)) if argv else UNKNOWN
     if width is not None and len(text) > width:

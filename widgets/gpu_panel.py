@@ -68,6 +68,8 @@ def summary_line(status: GpuStatus) -> Text:
     else:
         line.append("–")
     line.append(f"  {status.backend}", style="dim")
+    if status.error:  # some GPUs report while one is lost, or the driver hangs and the values are stale
+        line.append(f"  {clean_text(status.error, 120)}", style="bold yellow")
     return line
 
 

@@ -42,7 +42,7 @@ from rlwatch.state import ActionPlan, ActionResult, Snapshot
 
 Progress = Callable[[str], None]
 POLL_S = 0.25
-KILL_VERIFY_S = 10.0  # a killed process frees its device and memory within a second (reliability.md §2)
+KILL_VERIFY_S = 10.0  # a killed CUDA process frees its device and memory within about 0.2 s
 _KEEP_PLANS = 16  # plans waiting for a confirmation; older ones are planned again if executed
 
 
@@ -130,16 +130,21 @@ class Actions:
         kept = self._plans.pop(id(plan), None)
         if kept is not None and kept.plan is plan:
             return kept
-        only = tuple(t.role for t in plan.targets if t.role) if plan.action == RESTART_WORKERS else None
-        again = self.prepare(plan.action, only=only or None)
+        named = (*plan.targets, *plan.start) if plan.action == RESTART_WORKERS else ()
+        only = tuple(dict.fromkeys(t.role for t in named if t.role)) or None
+        again = self.prepare(plan.action, only=only)
         if again.plan.runnable and _identities(again.plan) != _identities(plan):
             return refused(plan.action, "the host changed since this plan was made; plan again")
         return again
 
     # ----------------------------------------------------------------------------------------------- executing
     def execute(self, plan: ActionPlan | Prepared, progress: Progress | None = None) -> ActionResult:
-        """Carry out a confirmed plan and verify the fix; blocking, never raises. ``progress`` gets one line per
-        step. Safe to call from a policy thread: a second call while one runs is answered at once, doing nothing."""
+        """Carry out a confirmed plan and verify the fix; blocking, never raises.
+
+        ``plan`` is what :meth:`prepare` returned (a policy passes it straight on) or the :class:`ActionPlan` a
+        person confirmed; a plan this object did not make is planned again and must name the same processes.
+        ``progress`` gets one line per step. A second call while one runs is answered at once, doing nothing.
+        """
         action = plan.plan.action if isinstance(plan, Prepared) else plan.action
         if not self._running.acquire(blocking=False):
             return ActionResult(action, False, f"{action}: another action is still running; nothing was done")
@@ -210,9 +215,8 @@ class _Execution:
         self.problems: list[str] = []
         self.stopped: list[tuple[Stop, StopReport]] = []
         self.started: list[tuple[Launch, Ident]] = []
-        self.steps_before = 0
-        run_pids = owner.engine.processes.run_pids() if self.action == KILL_ZOMBIES else set()
-        self.run_pids = run_pids
+        self.steps_before = 0  # step lines counted before a resume's launch: only later ones prove progress
+        self.run_pids = owner.engine.processes.run_pids() if self.action == KILL_ZOMBIES else set()
 
     def record(self, event: str, **fields: object) -> None:
         self.owner.audit.record(self.action, event, **fields)
@@ -321,9 +325,9 @@ class _Execution:
             RESUME: self.verify_resume,
         }
         summary = verifiers[self.action]()
-        verdict = "; ".join(self.problems[before:]) or summary
-        self.details.append(f"verified: {summary}" if len(self.problems) == before else f"not verified: {verdict}")
-        self.record("verify", ok=len(self.problems) == before, message=verdict)
+        fixed = not self.problems
+        self.details.append(("verified: " if fixed else "checked: ") + summary)
+        self.record("verify", ok=fixed, message=summary if fixed else "; ".join(self.problems[before:]) or summary)
         return summary
 
     def _step_count(self) -> int:
@@ -347,9 +351,11 @@ class _Execution:
             self.problems.append(f"a stopped process still holds the device ({why})")
         glob = self.cfg.gpu.device_glob
         left = snap.zombies
-        if left:
-            pids = ", ".join(str(h.pid) for h in left)
-            self.problems.append(f"stray holder(s) still on {glob}: pid {pids} (not stopped by this plan; plan again)")
+        planned = [Ident(s.pid, s.create_time) for s in self.prepared.stops]
+        new = [h for h in left if not any(_same(h.pid, h.create_time, i) for i in planned)]
+        if new:  # the planned ones that are left were reported when they could not be stopped
+            pids = ", ".join(str(h.pid) for h in new)
+            self.problems.append(f"stray holder(s) not in this plan on {glob}: pid {pids}; plan again")
         summary = f"{len(gone)} stray GPU holder(s) gone; " + (
             f"no stray process holds {glob}" if not left else f"{len(left)} stray(s) left"
         )

@@ -180,7 +180,7 @@ class Planner:
 
     def _launch_for(self, p: ProcessInfo) -> Launch | None:
         rule = self.engine.processes.rule_for(p.name)
-        record = self.engine.processes.launch_record(p.name)
+        record = self.engine.launch_record(p.name)
         env = dict(record.env) if record and record.env else None
         log = self._log_for(p.name, rule.log if rule else None, p.pid if p.alive else None)
         if rule and rule.command:
@@ -196,7 +196,7 @@ class Planner:
         if srv.command:
             cwd = str(resolve(self.engine.run_dir, srv.cwd)) if srv.cwd else str(self.engine.run_dir)
             return Launch("server", "server", tuple(srv.command), cwd, None, self._log_for("server", srv.log, pid))
-        record = self.engine.processes.launch_record(live[0].name if live else "server")
+        record = self.engine.launch_record(live[0].name if live else "server")
         if record and record.argv:
             env = dict(record.env) if record.env else None
             log = self._log_for("server", srv.log, pid)
@@ -210,7 +210,7 @@ class Planner:
             log = self._log_for("launcher", a.resume_log, None)
             return Launch("launcher", "launcher", tuple(a.resume_command), cwd, None, log, CONFIGURED)
         for name in ("launcher", "trainer"):  # no launcher seen: a trainer run directly is its own launch command
-            record = self.engine.processes.launch_record(name)
+            record = self.engine.launch_record(name)
             if record and record.argv:
                 live = next((p for p in s.processes if p.name == name and p.alive), None)
                 rule = self.engine.processes.rule_for(name)
@@ -254,8 +254,7 @@ class Planner:
             steps.append("left alone: " + "; ".join(spared))
         plan = ActionPlan(KILL_ZOMBIES, tuple(target_of_holder(h, s.time) for h in strays), tuple(steps))
         stops = tuple(
-            Stop(h.pid, h.create_time, "stray", "stray", h.reason, gpu_mem_bytes=h.gpu_mem_bytes)
-            for h in strays
+            Stop(h.pid, h.create_time, "stray", "stray", h.reason, gpu_mem_bytes=h.gpu_mem_bytes) for h in strays
         )
         return Prepared(plan, stops=stops, gpu_used_before=used_before)
 

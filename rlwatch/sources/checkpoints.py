@@ -338,8 +338,8 @@ class CheckpointScanner:
             return None
         cached = self._states.get(path)
         if cached is not None and cached.mtime_ns == st.st_mtime_ns:
-            return cached.summary
-        if st.st_size > MAX_STATE_BYTES:
+            summary = cached.summary
+        elif st.st_size > MAX_STATE_BYTES:
             summary = None
         else:
             try:
@@ -348,6 +348,8 @@ class CheckpointScanner:
             except OSError:
                 return None
         self._states = {path: _StateCache(st.st_mtime_ns, summary)}
+        if summary is None and self.error is None:
+            self.error = f"trainer_state.json incomplete or corrupt (being written?): {path}"
         return summary
 
     def total_steps_hint(self) -> int | None:

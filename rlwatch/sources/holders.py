@@ -26,7 +26,7 @@ _GPU_INDEX = re.compile(r"nvidia(\d+)$")
 @dataclass(frozen=True, slots=True)
 class HolderScan:
     holders: dict[int, tuple[str, ...]]  # pid → device paths it holds
-    skipped: int  # processes that vanished or denied the read while being scanned
+    skipped: int  # processes that denied the read (another user's, without the privilege to look); gone ones are not
 
 
 def _literal_prefix(glob: str) -> str:
@@ -89,7 +89,8 @@ def scan_holders(device_glob: str, *, proc_root: str = "/proc", maps: MapsReader
         if not found:
             mapped = (maps or read_maps)(pid)
             if fds is None and mapped is None:
-                skipped += 1
+                if os.path.lexists(f"{proc_root}/{pid}"):  # still there, so the read was denied: a blind spot
+                    skipped += 1
                 continue
             found = _matching(mapped or (), prefix, device_glob)
         if found:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import http.client
 import socket
+import threading
 import urllib.error
 import urllib.request
 
@@ -20,6 +21,8 @@ from rlwatch.sources import one_line
 from rlwatch.state import ServerState
 
 DEFAULT_HEALTH_PATHS = {"sglang": "/health", "vllm": "/health", "trl": "/health/"}
+
+MAX_STUCK = 3  # requests left hanging on a server that never finishes its answer
 
 _OPENER = urllib.request.build_opener(urllib.request.ProxyHandler({}))
 
@@ -59,6 +62,18 @@ def _describe(exc: BaseException, timeout_s: float) -> str:
     return one_line(exc)
 
 
+def _request(url: str, timeout: float) -> tuple[int | None, str | None]:
+    try:
+        request = urllib.request.Request(url, method="GET", headers={"User-Agent": "rlwatch"})  # noqa: S310
+        with _OPENER.open(request, timeout=timeout) as response:
+            return int(response.status), None
+    except urllib.error.HTTPError as exc:
+        exc.close()
+        return int(exc.code), None
+    except Exception as exc:  # every failure is an answer about the server, never an error of rlwatch
+        return None, _describe(exc, timeout)
+
+
 class ServerProbe:
     """One blocking GET per :meth:`probe`; remembers since when the server has been down."""
 
@@ -67,10 +82,33 @@ class ServerProbe:
         self._clock = clock
         self._url = health_url(cfg)
         self._down_since: float | None = None
+        self._stuck: list[threading.Thread] = []
 
     @property
     def url(self) -> str | None:
         return self._url
+
+    def _ask(self, url: str, timeout: float) -> tuple[int | None, str | None]:
+        """The health endpoint's status code, or why there is none, within about ``timeout`` whatever happens.
+
+        The socket timeout bounds each wait, not the whole answer: a server that trickles a byte at a time would
+        hold a probe for ever and leave the last state on screen as if fresh. So the request runs on a thread of
+        its own that is waited on with a deadline. A few stuck requests are let be (the server may answer new
+        connections again while an old one hangs); beyond that no other is started until one of them ends.
+        """
+        self._stuck = [t for t in self._stuck if t.is_alive()]
+        if len(self._stuck) >= MAX_STUCK:
+            return None, f"timed out after {timeout:g}s"
+        answer: list[tuple[int | None, str | None]] = []
+        thread = threading.Thread(
+            target=lambda: answer.append(_request(url, timeout)), name="rlwatch-server-probe", daemon=True
+        )
+        thread.start()
+        thread.join(timeout + 1.0)
+        if not answer:
+            self._stuck.append(thread)
+            return None, f"timed out after {timeout:g}s"
+        return answer[0]
 
     def probe(self, process_alive: bool | None = None, pid: int | None = None) -> ServerState:
         """Ask the health endpoint once. ``up`` is None only when no server URL is configured."""
@@ -86,17 +124,7 @@ class ServerProbe:
             )
         timeout = self._cfg.timeout_s
         started = self._clock.monotonic()
-        status: int | None = None
-        error: str | None = None
-        try:
-            request = urllib.request.Request(self._url, method="GET", headers={"User-Agent": "rlwatch"})  # noqa: S310
-            with _OPENER.open(request, timeout=timeout) as response:
-                status = int(response.status)
-        except urllib.error.HTTPError as exc:
-            status = int(exc.code)
-            exc.close()
-        except Exception as exc:  # every failure is an answer about the server, never an error of rlwatch
-            error = _describe(exc, timeout)
+        status, error = self._ask(self._url, timeout)
         latency = max(0.0, self._clock.monotonic() - started)
         up = status is not None and 200 <= status < 300
         if status is not None and not up:

@@ -1,0 +1,70 @@
+"""``python -m bench`` (``make bench``): every benchmark of issue 7, then ``bench/RESULTS.md``.
+
+``--quick`` runs the same sections small (a 256 MiB backlog, a one-minute soak) in about four minutes; the full run
+takes about a quarter of an hour, ten minutes of it the soak. ``--only backlog,latency`` picks sections.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+from bench import backlog, latency, overhead, soak, startup
+from bench.common import DATA, ROOT, machine
+from bench.datagen import ensure_dataset
+from bench.results import Results, render
+
+SECTIONS = ("backlog", "latency", "overhead", "soak", "startup")
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m bench", description=__doc__)
+    p.add_argument("--quick", action="store_true", help="small and short: a smoke run of every section")
+    p.add_argument("--only", default=",".join(SECTIONS), help=f"comma-separated sections ({', '.join(SECTIONS)})")
+    p.add_argument("--size-mib", type=int, default=None, help="backlog size (default 1024, quick 256)")
+    p.add_argument("--soak-seconds", type=float, default=None, help="soak length (default 600, quick 60)")
+    p.add_argument("--out", type=Path, default=None, help="results file (default bench/RESULTS.md)")
+    args = p.parse_args(argv)
+    only = [s.strip() for s in args.only.split(",") if s.strip()]
+    unknown = sorted(set(only) - set(SECTIONS))
+    if unknown:
+        p.error(f"unknown section(s): {', '.join(unknown)}")
+    quick = args.quick
+    size = (args.size_mib or (256 if quick else 1024)) << 20
+    soak_s = args.soak_seconds or (60.0 if quick else 600.0)
+    out_path = args.out or (DATA / "RESULTS-quick.md" if quick else ROOT / "bench" / "RESULTS.md")
+    DATA.mkdir(parents=True, exist_ok=True)
+
+    def log(msg: str) -> None:
+        print(f"[{time.strftime('%H:%M:%S')}] {msg}", flush=True)
+
+    res = Results(machine=machine(), quick=quick)
+    t0 = time.monotonic()
+    log(f"dataset: {size >> 20} MiB AReaL trainer.log under {DATA} (generated once, then reused)")
+    ds = ensure_dataset(DATA / f"trainer-{size >> 20}MiB.log", size)
+    res.dataset = ds
+    if "backlog" in only:
+        log("backlog: rlwatch against grep -cE and ripgrep")
+        res.backlog = backlog.run(ds, runs=2 if quick else 3, log=log)
+    if "latency" in only:
+        log("latency: a line appended until it is counted, inotify and polling")
+        res.latency = latency.run(DATA, samples=60 if quick else 200)
+    if "overhead" in only:
+        log("overhead: watch, dashboard and peers at a 1 s interval while 8 logs grow")
+        res.overhead = overhead.run(DATA, seconds=20 if quick else 60, idle_seconds=10 if quick else 20)
+    if "soak" in only:
+        log(f"soak: {soak_s:.0f} s of steady log growth")
+        res.soak = soak.run(DATA, seconds=soak_s)
+    if "startup" in only:
+        log("startup: first frame, report and watch over the backlog")
+        res.startup = startup.run(DATA, ds, frames=3 if quick else 5, reports=1 if quick else 2, big=True)
+    res.elapsed_s = time.monotonic() - t0
+    out_path.write_text(render(res))
+    log(f"wrote {out_path} ({res.elapsed_s / 60:.1f} min)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,160 @@
+"""Issue 7, part 1: counting a backlog, rlwatch against ``grep -cE`` (and ripgrep), with counts that must agree."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from bench import peers
+from bench.common import PYTHON, ROOT, fmt, median
+from bench.datagen import REPORTED_KINDS, Dataset
+
+
+@dataclass(slots=True)
+class Contender:
+    name: str
+    times: list[float] = field(default_factory=list)
+    cpu: list[float] = field(default_factory=list)
+    note: str = ""
+
+    @property
+    def median_s(self) -> float:
+        return median(self.times)
+
+
+@dataclass(slots=True)
+class BacklogResult:
+    dataset: Dataset
+    contenders: list[Contender]
+    counts: dict[str, dict[str, int]]  # source -> kind -> lines
+    union_lines: dict[str, int]
+    missing: list[str]
+    rlwatch_rss_mb: float | None = None
+
+    def rate(self, name: str) -> float:
+        c = next((c for c in self.contenders if c.name == name), None)
+        return float("nan") if c is None or not c.times else self.dataset.size / c.median_s / 1e6
+
+    def ratio(self, name: str, peer: str = "grep -cE") -> float:
+        a = next((c for c in self.contenders if c.name == name), None)
+        b = next((c for c in self.contenders if c.name == peer), None)
+        if a is None or b is None or not a.times or not b.times:
+            return float("nan")
+        return a.median_s / b.median_s
+
+    @property
+    def agree(self) -> bool:
+        expected = self.counts["expected"]
+        return all(c == expected for c in self.counts.values())
+
+
+def _warm(path: os.PathLike[str]) -> None:
+    """Read the file once so every contender reads it from the page cache."""
+    with open(path, "rb") as fh:
+        while fh.read(8 << 20):
+            pass
+
+
+def _rlwatch_count(path: str, scanner: str) -> dict[str, object]:
+    env = {**os.environ, "RLWATCH_SCANNER": scanner}
+    out = subprocess.run(
+        [PYTHON, "-m", "bench.count", path], capture_output=True, text=True, cwd=ROOT, env=env, check=True
+    )
+    result: dict[str, object] = json.loads(out.stdout)
+    return result
+
+
+def _has_hyperscan() -> bool:
+    out = subprocess.run(
+        [PYTHON, "-c", "from rlwatch.patterns import Matcher, builtin_kinds; print(Matcher(builtin_kinds()).scanner)"],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        check=False,
+    )
+    return out.stdout.strip() == "hyperscan"
+
+
+def run(ds: Dataset, runs: int, log: Callable[[str], None] = print) -> BacklogResult:
+    path = str(ds.path)
+    _warm(ds.path)
+    grep, rg = peers.grep_peer(), peers.rg_peer()
+    missing = [f"{p.name}: not installed" for p in (grep, rg) if not p.available]
+    contenders: dict[str, Contender] = {}
+    scanners = ["re"] + (["auto"] if _has_hyperscan() else [])
+    if len(scanners) == 1:
+        missing.append("hyperscan (optional fast path): not installed — pip install 'rlwatch[fast]'")
+    union_lines: dict[str, int] = {}
+    last: dict[str, dict[str, object]] = {}
+    for i in range(runs):
+        if grep.available:
+            t, n = peers.grep_union(ds.path)
+            contenders.setdefault(
+                "grep -cE", Contender("grep -cE", note="LC_ALL=C, one pass, every kind")
+            ).times.append(t)
+            union_lines["grep -cE"] = n
+        if rg.available:
+            t, n = peers.rg_union(ds.path)
+            contenders.setdefault("ripgrep -c", Contender("ripgrep -c", note="--no-unicode, one pass")).times.append(t)
+            union_lines["ripgrep -c"] = n
+        for scanner in scanners:
+            res = _rlwatch_count(path, scanner)
+            name = "rlwatch (re)" if scanner == "re" else f"rlwatch ({res['scanner']})"
+            c = contenders.setdefault(name, Contender(name, note="tailer + event counter, one process"))
+            c.times.append(float(res["wall_s"]))  # type: ignore[arg-type]
+            c.cpu.append(float(res["cpu_s"]))  # type: ignore[arg-type]
+            last[name] = res
+        log(f"  backlog run {i + 1}/{runs}: " + ", ".join(f"{c.name} {c.times[-1]:.2f}s" for c in contenders.values()))
+    counts: dict[str, dict[str, int]] = {"expected": dict(ds.expected)}
+    for name, res in last.items():
+        got = res["counts"]
+        assert isinstance(got, dict)
+        counts[name] = {k: int(got.get(k, -1)) for k in REPORTED_KINDS}
+    if grep.available:
+        counts["grep"] = peers.per_kind_counts("grep", ds.path, REPORTED_KINDS)
+    if rg.available:
+        counts["ripgrep"] = peers.per_kind_counts("rg", ds.path, REPORTED_KINDS)
+    rss = max((float(r["max_rss_mb"]) for r in last.values()), default=None)  # type: ignore[arg-type]
+    return BacklogResult(ds, list(contenders.values()), counts, union_lines, missing, rss)
+
+
+def markdown(r: BacklogResult) -> list[str]:
+    ds = r.dataset
+    out = [
+        f"Dataset: `{ds.path.name}`, {ds.size / 2**30:.2f} GiB ({ds.size:,} bytes), {ds.lines:,} lines, "
+        f"{ds.steps:,} training steps, AReaL v0.5 format with colour codes (see `bench/datagen.py`). "
+        f"Medians of {len(r.contenders[0].times) if r.contenders else 0} runs, file in the page cache, "
+        "MB = 10^6 bytes.",
+        "",
+        "| contender | median time | throughput | time ÷ grep's | CPU time (median) | how |",
+        "| --- | ---: | ---: | ---: | ---: | --- |",
+    ]
+    for c in r.contenders:
+        cpu = fmt(median(c.cpu), 2, " s") if c.cpu else "—"
+        out.append(
+            f"| {c.name} | {c.median_s:.2f} s | {fmt(r.rate(c.name), 0, ' MB/s')} | "
+            f"{fmt(r.ratio(c.name), 1, '×')} | {cpu} | {c.note} |"
+        )
+    out += ["", "Lines counted per kind (they must agree):", ""]
+    sources = list(r.counts)
+    out.append("| kind | " + " | ".join(sources) + " |")
+    out.append("| --- | " + " | ".join("---:" for _ in sources) + " |")
+    for kind in REPORTED_KINDS:
+        row = [r.counts[s].get(kind, -1) for s in sources]
+        mark = "" if len(set(row)) == 1 else " **≠**"
+        out.append(f"| {kind}{mark} | " + " | ".join(f"{v:,}" for v in row) + " |")
+    out.append("")
+    out.append("All sources agree." if r.agree else "**The counts do not agree.**")
+    if r.union_lines:
+        out.append(
+            "Lines matching any kind (internal kinds included): "
+            + ", ".join(f"{k} {v:,}" for k, v in r.union_lines.items())
+            + "."
+        )
+    if r.rlwatch_rss_mb is not None:
+        out.append(f"Peak RSS of the counting process: {r.rlwatch_rss_mb:.0f} MB.")
+    out += [f"- {m}" for m in r.missing]
+    return out

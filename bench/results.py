@@ -1,0 +1,131 @@
+"""``bench/RESULTS.md``: the machine, the targets of design.md against what was measured, then each section.
+
+The prose of ``bench/findings.md`` (what was tried, what stands in the way) is appended as it is.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from bench import backlog, latency, overhead, soak, startup
+from bench.common import fmt, median
+from bench.datagen import Dataset
+
+FINDINGS = Path(__file__).resolve().parent / "findings.md"
+NO_GROWTH_MB_PER_H = 1.0  # what "no growth" is taken to mean over a soak
+
+
+@dataclass(slots=True)
+class Results:
+    machine: dict[str, str]
+    quick: bool
+    dataset: Dataset | None = None
+    backlog: backlog.BacklogResult | None = None
+    latency: list[latency.LatencyResult] | None = None
+    overhead: overhead.OverheadResult | None = None
+    soak: soak.SoakResult | None = None
+    startup: startup.StartupResult | None = None
+    elapsed_s: float = 0.0
+    rows: list[tuple[str, str, str]] = field(default_factory=list)
+
+
+def _verdict(ok: bool | None) -> str:
+    return "n/a" if ok is None else ("met" if ok else "**not met**")
+
+
+def _targets(r: Results) -> list[tuple[str, str, str]]:
+    rows: list[tuple[str, str, str]] = []
+    gib = f"{r.dataset.size / 2**30:.2f} GiB" if r.dataset else "?"
+    if r.backlog:
+        names = [c.name for c in r.backlog.contenders if c.name.startswith("rlwatch")]
+        best = max(names, key=r.backlog.rate, default=None)
+        if best:
+            rate = r.backlog.rate(best)
+            ratio = r.backlog.ratio(best)
+            rows.append(("backlog scan ≥ 1 GB/s", f"{fmt(rate, 0, ' MB/s')} ({best}, {gib})", _verdict(rate >= 1000)))
+            rows.append(
+                ("backlog scan within 2× of `grep -cE`", f"{fmt(ratio, 1, '×')} grep's time", _verdict(ratio <= 2))
+            )
+        rows.append(
+            (
+                "backlog counts agree with grep (and ripgrep)",
+                "yes" if r.backlog.agree else "no",
+                _verdict(r.backlog.agree),
+            )
+        )
+    if r.latency:
+        for lat in r.latency:
+            p99 = lat.p(99)
+            ok = p99 <= 100 and lat.lost == 0
+            rows.append((f"line → counted ≤ 100 ms p99 ({lat.mode})", fmt(p99, 1, " ms"), _verdict(ok)))
+    if r.overhead:
+        w = r.overhead.growing.get("rlwatch watch")
+        if w:
+            rows.append(
+                ("headless watch, 1 s, 8 logs ≤ 1 % of a core", fmt(w.cpu_pct, 2, " %"), _verdict(w.cpu_pct <= 1))
+            )
+        d = r.overhead.idle.get("rlwatch dashboard")
+        if d:
+            rows.append(("dashboard idle ≤ 3 % of a core", fmt(d.cpu_pct, 2, " %"), _verdict(d.cpu_pct <= 3)))
+    if r.startup:
+        rss = r.startup.watch_rss_mb
+        rows.append(
+            (
+                f"≤ 60 MB RSS headless after a {gib} backlog",
+                fmt(rss, 0, " MB"),
+                _verdict(None if rss is None else rss <= 60),
+            )
+        )
+    if r.soak:
+        per_hour = r.soak.fit("rlwatch watch")[0]
+        rows.append(
+            (
+                f"no RSS growth, headless ({r.soak.seconds / 60:.0f} min soak; 1 h asked)",
+                fmt(per_hour, 2, " MB/h"),
+                _verdict(per_hour <= NO_GROWTH_MB_PER_H),
+            )
+        )
+    if r.startup:
+        ff = median(r.startup.first_frame)
+        rows.append(("dashboard first frame ≤ 1 s", fmt(ff, 2, " s"), _verdict(ff <= 1)))
+        if r.startup.report:
+            rep = median([t.seconds for t in r.startup.report])
+            rows.append((f"`rlwatch report` over {gib} ≤ 1.5 s", fmt(rep, 2, " s"), _verdict(rep <= 1.5)))
+    return rows
+
+
+def render(r: Results) -> str:
+    out = ["# rlwatch benchmarks", ""]
+    if r.quick:
+        out += [
+            "**Quick run** (`python -m bench --quick`): small sizes and short windows, a smoke test: "
+            "not figures to quote.",
+            "",
+        ]
+    out += [
+        "Written by `python -m bench` (`make bench`) from a real run; do not edit by hand. What the figures mean and "
+        "what was tried to reach the targets is at the end.",
+        "",
+        "## Machine",
+        "",
+        "| | |",
+        "| --- | --- |",
+    ]
+    out += [f"| {k} | {v} |" for k, v in r.machine.items()]
+    out += [f"| run took | {r.elapsed_s / 60:.1f} min |", "", "## Targets (design.md)", ""]
+    out += ["| target | measured | |", "| --- | --- | --- |"]
+    out += [f"| {a} | {b} | {c} |" for a, b, c in _targets(r)]
+    if r.backlog:
+        out += ["", "## 1. Backlog scan", "", *backlog.markdown(r.backlog)]
+    if r.latency:
+        out += ["", "## 2. Latency: line appended → counted by the engine", "", *latency.markdown(r.latency)]
+    if r.overhead:
+        out += ["", "## 3. Overhead beside the peers", "", *overhead.markdown(r.overhead)]
+    if r.soak:
+        out += ["", "## 4. Soak", "", *soak.markdown(r.soak)]
+    if r.startup and r.dataset:
+        out += ["", "## 5. Start-up", "", *startup.markdown(r.startup, r.dataset)]
+    if FINDINGS.exists():
+        out += ["", FINDINGS.read_text().strip()]
+    return "\n".join(out) + "\n"

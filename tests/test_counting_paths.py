@@ -1,0 +1,167 @@
+"""The fast paths of counting give the answers of the plain ones.
+
+- The needles of a whole chunk, found in one pass, are those a search of each line alone finds.
+- The optional native scanner (Hyperscan) counts exactly what the `re` scanner counts.
+- A traceback block left open by a writer that fell silent closes, so the counter stops walking every line.
+"""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from rlwatch.clock import FakeClock
+from rlwatch.config import CustomEvent, EventsConfig
+from rlwatch.events import EventCounter, build_kinds
+from rlwatch.incidents import IncidentTracker
+from rlwatch.patterns import Matcher, builtin_kinds
+from rlwatch.state import LogLine
+from rlwatch.tailer import Chunk, count_lines
+
+TRAINER = "/run/logs/trainer.log"
+AREAL = "\x1b[92m\x1b[1;38;2;180;140;80m(AReaL)\x1b[0m \x1b[92m20251121-09:15:{s:02d}.652 {logger} INFO: {msg}\x1b[0m"
+
+LINES = [
+    AREAL.format(s=1, logger="StatsLogger", msg="Epoch 1/2 Step 3/4 Train step 5/6 done."),
+    AREAL.format(s=2, logger="[RemoteInfEngine Rank 0]", msg="Loading weights from disk done in 9.1s."),
+    "│ ppo_actor/task_reward/avg │ 1.0e+00 │ rollout/reward │ 2.0 │ timeperf/update_weights │ 3 │",
+    "HTTPUtils WARNING: failed with ClientConnectorError: [Connect call failed ('10.0.0.1', 1)] (attempt 1/3)",
+    "Traceback (most recent call last):",
+    '  File "/x/y.py", line 3, in f',
+    "    raise TimeoutError('late')",
+    "TimeoutError: Timeout waiting for key 'k'",
+    "[rank0]: Traceback (most recent call last):",
+    "[rank0]:   File \"/x/z.py\", line 9, in g",
+    "[rank0]: torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 3.15 GiB.",
+    "{'loss': 0.1, 'grad_norm': 0.2, 'reward': 0.5, 'epoch': 0.01}",
+    "worker WARNING EMERGENCY brake engaged; Emergency-Brake again",
+    "Killed process 4242 (python3) total-vm:1kB",
+    "ConnectionRefusedErrorTimeoutError NCCL error CUDA EngineCore",
+    "plain noise without anything",
+    "",
+    "fatal: PANIC",
+]
+TERMINATORS = ["\n", "\n", "\n", "\r\n", "\r"]
+
+
+def _feed_all(counter: EventCounter, data: bytes, block: int) -> None:
+    lineno = 1
+    pos = 0
+    while pos < len(data):
+        piece = data[pos : pos + block]
+        cut = max(piece.rfind(b"\n"), piece.rfind(b"\r")) + 1
+        if cut == 0 or pos + block >= len(data):
+            cut = len(piece)
+        chunk = piece[:cut]
+        n = count_lines(chunk) + (0 if chunk.endswith((b"\n", b"\r")) else 1)
+        counter.feed(Chunk(TRAINER, chunk, lineno, n))
+        lineno += n
+        pos += cut
+
+
+def _outcome(counter: EventCounter, calls: list[tuple[str, int, str, float]]) -> object:
+    summaries = {k: (s.count, s.first, s.last, s.streak, s.recent) for k, s in counter.summaries().items()}
+    return summaries, counter.incidents(), calls
+
+
+def _run(data: bytes, cfg: EventsConfig, scanner: str, monkeypatch: pytest.MonkeyPatch, block: int) -> object:
+    monkeypatch.setenv("RLWATCH_SCANNER", scanner)
+    counter = EventCounter(build_kinds(cfg), FakeClock())
+    calls: list[tuple[str, int, str, float]] = []
+    for kind in counter.kinds:
+        counter.subscribe(kind.name, lambda line, k=kind.name: calls.append((k, line.lineno, line.text, line.time)))
+    _feed_all(counter, data, block)
+    return _outcome(counter, calls)
+
+
+def _text(seed: int, n: int) -> bytes:
+    rng = random.Random(seed)
+    return "".join(rng.choice(LINES) + rng.choice(TERMINATORS) for _ in range(n)).encode()
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.sampled_from(LINES), max_size=40), st.lists(st.sampled_from(TERMINATORS), min_size=1))
+def test_chunk_hits_hold_every_needle_each_line_has(lines: list[str], terms: list[str]) -> None:
+    matcher = Matcher(builtin_kinds())
+    assert matcher._prefilter is not None
+    data = "".join(line + terms[i % len(terms)] for i, line in enumerate(lines)).encode()
+    hits = matcher.hits(data, 0, len(data))
+    assert [h[0] for h in hits] == sorted(h[0] for h in hits)
+    pos = 0
+    for i, line in enumerate(lines):
+        raw = line.encode()
+        end = pos + len(raw)
+        inside = {needle for at, needle in hits if pos <= at < end}
+        assert set(matcher._prefilter.findall(raw)) <= inside
+        assert all(data[at : at + len(needle)] == needle for at, needle in hits if pos <= at < end)
+        pos = end + len(terms[i % len(terms)])
+
+
+def test_native_scanner_counts_what_re_counts(monkeypatch: pytest.MonkeyPatch) -> None:
+    pytest.importorskip("hyperscan")
+    monkeypatch.setenv("RLWATCH_SCANNER", "auto")
+    assert Matcher(builtin_kinds()).scanner == "hyperscan"
+    cfg = EventsConfig(custom=[CustomEvent(name="fatal", pattern=r"(?i)fatal|panic")])
+    for seed, block in ((1, 4096), (2, 777), (3, 1 << 20)):
+        data = _text(seed, 3000)
+        assert _run(data, cfg, "auto", monkeypatch, block) == _run(data, cfg, "re", monkeypatch, block)
+
+
+def test_scanner_can_be_forced_to_re(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("RLWATCH_SCANNER", "re")
+    assert Matcher(builtin_kinds()).scanner == "re"
+
+
+def test_chunk_sizes_do_not_change_counts(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Times may differ (a line without a time looks for one within its chunk only); the counts may not."""
+    data = _text(7, 2000)
+    counts = []
+    for block in (1 << 20, 4096, 333):
+        summaries = _run(data, EventsConfig(), "re", monkeypatch, block)[0]  # type: ignore[index]
+        counts.append({k: v[0] for k, v in summaries.items()})
+    assert counts[0] == counts[1] == counts[2]
+    assert counts[0]["step"] > 0 and counts[0]["traceback"] > 0 and counts[0]["cuda_oom"] > 0
+
+
+def test_a_silent_writers_block_closes() -> None:
+    """rank 0 prints a traceback and dies; the unprefixed lines after it must not keep its block open for ever."""
+    tracker = IncidentTracker()
+    tracker.line(TRAINER, "[rank0]:", "Traceback (most recent call last):", 1, lambda: 0.0)
+    tracker.line(TRAINER, "[rank0]:", '  File "/x.py", line 1, in f', 2, lambda: 0.0)
+    tracker.line(TRAINER, "[rank0]:", "RuntimeError: boom", 3, lambda: 1.0)
+    assert tracker.wants_every_line(TRAINER)
+    for n in range(4, 400):
+        tracker.line(TRAINER, "", "torchrun says goodbye", n, lambda: 2.0)
+    assert not tracker.wants_every_line(TRAINER)
+    assert [i.title for i in tracker.incidents()] == ["RuntimeError: boom"]
+
+
+def test_a_writer_that_keeps_writing_keeps_its_block() -> None:
+    """Interleaved writers: rank 1 quiet for a while (but less than the limit) still finishes its traceback."""
+    tracker = IncidentTracker()
+    tracker.line(TRAINER, "[rank1]:", "Traceback (most recent call last):", 1, lambda: 0.0)
+    for n in range(2, 150):
+        tracker.line(TRAINER, "[rank0]:", f"progress {n}", n, lambda: 0.0)
+    tracker.line(TRAINER, "[rank1]:", '  File "/x.py", line 1, in f', 150, lambda: 0.0)
+    tracker.line(TRAINER, "[rank1]:", "ValueError: late", 151, lambda: 1.0)
+    assert [i.title for i in tracker.incidents()] == ["ValueError: late"]
+
+
+def test_counting_stops_walking_after_a_silent_writers_traceback() -> None:
+    counter = EventCounter(build_kinds(EventsConfig()), FakeClock())
+    got: list[LogLine] = []
+    counter.subscribe("step", got.append)
+    lines = [
+        "[rank0]: Traceback (most recent call last):",
+        "[rank0]:   File \"/x.py\", line 1, in f",
+        "[rank0]: RuntimeError: boom",
+        *["noise"] * 300,
+        AREAL.format(s=5, logger="StatsLogger", msg="Epoch 1/1 Step 1/1 Train step 1/1 done."),
+    ]
+    data = "".join(line + "\n" for line in lines).encode()
+    counter.feed(Chunk(TRAINER, data, 1, count_lines(data)))
+    assert not counter._incidents.wants_every_line(TRAINER)
+    assert [g.lineno for g in got] == [len(lines)]
