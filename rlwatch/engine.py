@@ -360,6 +360,7 @@ class Engine:
         except Exception as exc:  # a source must never take the engine down
             self._ok("holders", f"cannot scan for GPU holders: {exc}")
             return ()
+        raw.pop(os.getpid(), None)  # rlwatch's own NVML handle opens /dev/nvidia*: the observer is not a holder
         nvml_pids = merge_nvml_pids(self.gpu_backend.last_processes or {})
         run_started = min((p.started_at for p in procs if p.alive), default=None)
         holders = classify_holders(

@@ -285,8 +285,11 @@ def test_fleet_config_errors_name_the_line(tmp_path: Path, capsys: pytest.Captur
 
 
 def test_fleet_runs_the_screen_on_the_configured_source(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import tui.launch
+
     ran: list[FleetApp] = []
-    monkeypatch.setattr(FleetApp, "run", lambda self, *a, **k: ran.append(self))
+    monkeypatch.setattr(tui.launch, "need_terminal", lambda: None)  # pytest's stdin is no terminal
+    monkeypatch.setattr(tui.launch, "run_app", ran.append)
     cfg = tmp_path / "fleet.yaml"
     cfg.write_text("fleet:\n  exporters: [10.0.0.5:9410]\n  refresh_s: 2.5\n")
     assert main(["fleet", "--config", str(cfg)]) == 0

@@ -104,7 +104,13 @@ def rlwatch_cmd(*args: str) -> list[str]:
 
 def run_cli(*args: str, timeout: float = 60, **kwargs: Any) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        rlwatch_cmd(*args), capture_output=True, text=True, timeout=timeout, check=False, stdin=subprocess.DEVNULL, **kwargs
+        rlwatch_cmd(*args),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+        stdin=subprocess.DEVNULL,
+        **kwargs,
     )
 
 

@@ -42,7 +42,9 @@ def render(rows: Sequence[Row], widths: Sequence[int] = WIDTHS) -> list[str]:
         wrapped = [textwrap.wrap(c, w) or [""] for c, w in zip(cells, widths, strict=True)]
         height = max(len(w) for w in wrapped)
         return [
-            "| " + " | ".join((w[i] if i < len(w) else "").ljust(width) for w, width in zip(wrapped, widths, strict=True)) + " |"
+            "| "
+            + " | ".join((w[i] if i < len(w) else "").ljust(width) for w, width in zip(wrapped, widths, strict=True))
+            + " |"
             for i in range(height)
         ]
 

@@ -97,12 +97,16 @@ def test_audit_log_on_a_full_disk(
     )
     procs.append(subprocess.Popen(argv, stdout=subprocess.DEVNULL, start_new_session=True))
     try:
-        wait_until(lambda: any(marker in " ".join(p.info["cmdline"] or []) for p in psutil.process_iter(["cmdline"])), 10)
+        wait_until(
+            lambda: any(marker in " ".join(p.info["cmdline"] or []) for p in psutil.process_iter(["cmdline"])), 10
+        )
         out = run_cli("act", "restart-workers", str(tmp_path), "--yes", timeout=60)
         assert out.returncode == 0, out.stdout + out.stderr
         failure = next(line.strip() for line in out.stdout.splitlines() if "audit log" in line)
         assert "No space left on device" in failure
-        row.saw(f"exit 0, worker restarted and verified; printed 'audit log: …/{audit.name}: {failure.rsplit(': ', 1)[-1]}'")
+        row.saw(
+            f"exit 0, worker restarted and verified; printed 'audit log: …/{audit.name}: {failure.rsplit(': ', 1)[-1]}'"
+        )
         if disk is not None:
             disk.free()
             again = run_cli("act", "restart-workers", str(tmp_path), "--yes", timeout=60)

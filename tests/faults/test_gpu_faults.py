@@ -25,7 +25,7 @@ from tests.test_gpu_source import FakeNvml, board
 
 pytestmark = pytest.mark.faults
 
-TRACEBACK = "Traceback (most recent call last):\n  File \"x.py\", line 1\nValueError: boom\n"
+TRACEBACK = 'Traceback (most recent call last):\n  File "x.py", line 1\nValueError: boom\n'
 
 
 def gpu_engine(tmp_path: Path, nvml: object, clock: FakeClock, timeout: float = 5.0) -> Engine:
@@ -183,7 +183,7 @@ def test_hanging_query(tmp_path: Path, fault_row: Callable[[str, str], FaultRow]
     while True:
         engine.sample()
         snap = engine.build()
-        if snap.gpu is not None and snap.gpu.error is None or time.monotonic() > deadline:
+        if (snap.gpu is not None and snap.gpu.error is None) or time.monotonic() > deadline:
             break
         time.sleep(0.02)
     assert snap.gpus[0].util == 90.0 and snap.gpu is not None and snap.gpu.error is None

@@ -61,7 +61,7 @@ class OneMoreGpu:
     def __getattr__(self, name: str) -> Any:
         return getattr(self._real, name)
 
-    def nvmlDeviceGetCount(self) -> int:  # noqa: N802  (pynvml's name)
+    def nvmlDeviceGetCount(self) -> int:
         return int(self._real.nvmlDeviceGetCount()) + 1
 
 

@@ -104,31 +104,39 @@ def test_every_field_with_a_wrong_type(fault_row: Callable[[str, str], FaultRow]
     )
     checked = 0
     for path, _annotation in fields:
-        errors: list[ConfigError] = []
+        errors: list[tuple[ConfigError, str]] = []
         for value in WRONG:
             text = yaml.safe_dump(document(path, value), sort_keys=False)
-            try:
-                parse_config(text, "rlwatch.yaml")
-            except ConfigError as exc:
-                errors.append(exc)
+            found = _one_text(text)
+            if found is not None:
+                errors.append((found, text))
         assert errors, f"{path}: every wrong value was accepted"
-        for exc in errors:
-            message = str(exc)
+        for error, _ in errors:
+            message = str(error)
             assert "\n" not in message and message.startswith("rlwatch.yaml:"), message
-            assert exc.line is not None and exc.key is not None
-        assert any(exc.key == path for exc in errors), (path, [str(e) for e in errors])
+            assert error.line is not None and error.key is not None
+        exact = [(e, t) for e, t in errors if e.key == path]
+        assert exact, (path, [str(e) for e, _ in errors])
+        for error, text in exact:
+            assert error.line is not None
+            name = path.rsplit(".", 1)[-1].removesuffix("[0]")
+            assert f"{name}:" in text.splitlines()[error.line - 1], (str(error), text)
         checked += 1
     assert checked == len(fields) > 60
-    sample = next(str(e) for e in [_one(document("thresholds.stall_s", [1, 2]))] if e)
-    row.saw(f"{checked} fields × 5 wrong values: every error one line with file, line and key; e.g. {sample!r}")
+    sample = _one(document("thresholds.stall_s", [1, 2]))
+    row.saw(f"{checked} fields × 5 wrong values: every error one line, key and line exact; e.g. {str(sample)!r}")
 
 
-def _one(doc: dict[str, Any]) -> ConfigError | None:
+def _one_text(text: str) -> ConfigError | None:
     try:
-        parse_config(yaml.safe_dump(doc, sort_keys=False), "rlwatch.yaml")
+        parse_config(text, "rlwatch.yaml")
     except ConfigError as exc:
         return exc
     return None
+
+
+def _one(doc: dict[str, Any]) -> ConfigError | None:
+    return _one_text(yaml.safe_dump(doc, sort_keys=False))
 
 
 def sections(model: type[BaseModel], prefix: str = "") -> Iterator[str]:
@@ -234,4 +242,3 @@ def test_config_referencing_missing_paths(tmp_path: Path, fault_row: Callable[[s
     still = sorted(s["name"] for s in rep["sources"] if s["name"].startswith("config ") and not s["ok"])
     assert still == ["config training.config_file", "config training.logs[1]"]
     row.saw(f"{len(missing)} lines like {missing[1]!r}; after creating two of them, only the other two remain")
-

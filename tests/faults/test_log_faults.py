@@ -100,7 +100,6 @@ def test_log_replaced_by_something_else(
     log.write_text(REFUSED * 4)
     wait_until(lambda: refused(engine) == 10, 5)
     wait_until(lambda: source_error(engine.snapshot(), "logs") is None, 5)
-    time.sleep(0)  # no sleeping for synchronisation: the counts above were waited on
     assert engine.snapshot().events["connection_refused"].files[str(log)] == 9
     row.saw("new regular file: its 4 lines counted once (total 10), logs source healthy again")
 
@@ -136,7 +135,6 @@ def test_log_grows_by_100_mb_per_second(
                 time.sleep(max(0.0, tick - time.monotonic()))  # pacing the writer, not synchronising the test
 
     thread = threading.Thread(target=writer)
-    samples_before = engine.snapshot().memory
     thread.start()
     thread.join()
     rate = nbytes / 1e6
@@ -158,7 +156,7 @@ def test_log_grows_by_100_mb_per_second(
     assert refused(engine) == written
     growth = (peak - rss_before) / 1e6
     assert growth < 300, f"RSS grew by {growth:.0f} MB"
-    assert samples_before is not None and len(sampled_during) >= 2 or behind < 0.5
+    assert len(sampled_during) >= 2 or behind < 0.5  # the sample loop went on while the log loop caught up
     row.saw(
         f"{rate:.0f} MB written in 1 s; caught up {behind:.1f}s later, exactly {written} events; RSS +{growth:.0f} MB; "
         f"memory sampled {len(sampled_during)}x while catching up"

@@ -85,7 +85,9 @@ def test_unprivileged_watch_with_an_unreadable_log(
     procs.append(proc)
 
     def source(name: str, ok: bool) -> dict[str, Any] | None:
-        return next((r for r in records(out) if r.get("type") == "source" and r["name"] == name and r["ok"] is ok), None)
+        return next(
+            (r for r in records(out) if r.get("type") == "source" and r["name"] == name and r["ok"] is ok), None
+        )
 
     down = wait_until(lambda: source("logs", False), 15)
     assert "trainer.log" in down["error"] and "permission denied" in down["error"]

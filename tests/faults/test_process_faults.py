@@ -219,9 +219,7 @@ def test_empty_and_binary_command_lines(
     row.saw("real process with argv b'\\xff\\x1b[2J\\x07': report text has no escape bytes, JSON valid")
 
 
-def test_process_churn_does_not_stop_the_holder_scan(
-    tmp_path: Path, fault_row: Callable[[str, str], FaultRow]
-) -> None:
+def test_process_churn_does_not_stop_the_holder_scan(tmp_path: Path, fault_row: Callable[[str, str], FaultRow]) -> None:
     row = fault_row(
         "process: /proc entries deleted while the holder scan reads them",
         "entries that vanish are dropped silently (not 'unreadable'); the rest are found",

@@ -11,7 +11,6 @@ import signal
 import struct
 import subprocess
 import termios
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -110,9 +109,7 @@ def test_dashboard_signals(tmp_path: Path, fault_row: Callable[[str, str], Fault
 
 
 @pytest.mark.slow
-def test_demo_resize_storm_then_terminal_closed(
-    tmp_path: Path, fault_row: Callable[[str, str], FaultRow]
-) -> None:
+def test_demo_resize_storm_then_terminal_closed(tmp_path: Path, fault_row: Callable[[str, str], FaultRow]) -> None:
     storm = fault_row("process: terminal resize storm", "the dashboard keeps drawing and answering keys")
     hangup = fault_row(
         "process: the terminal closed under the demo (SIGHUP)",

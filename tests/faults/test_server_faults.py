@@ -103,7 +103,10 @@ def watched(tmp_path: Path, engines: list[Engine], url: str) -> Engine:
     (tmp_path / "trainer.log").write_text("")
     engine = make_engine(
         tmp_path,
-        {"training": {"logs": ["*.log"]}, "server": {"kind": "sglang", "url": url, "timeout_s": 0.3, "interval_s": 0.1}},
+        {
+            "training": {"logs": ["*.log"]},
+            "server": {"kind": "sglang", "url": url, "timeout_s": 0.3, "interval_s": 0.1},
+        },
     )
     engines.append(engine)
     engine.start()

@@ -32,7 +32,9 @@ def test_step_info(tmp_path: Path, fault_row: Callable[[str, str], FaultRow], da
     recover = tmp_path / "ckpt" / "recover_info" / "step_info.json"
     recover.parent.mkdir(parents=True)
     recover.write_text(step_info_text(STEP_INFO))
-    engine = make_engine(tmp_path, {"training": {"checkpoint_dirs": ["ckpt"], "recover_info": "ckpt/recover_info/step_info.json"}})
+    engine = make_engine(
+        tmp_path, {"training": {"checkpoint_dirs": ["ckpt"], "recover_info": "ckpt/recover_info/step_info.json"}}
+    )
     snap = engine.collect_once()
     assert snap.recover is not None and snap.recover.resume_global_step == 1870
     whole = step_info_text(STEP_INFO)
@@ -166,7 +168,9 @@ def test_checkpoints_deleted_while_scanned(tmp_path: Path, fault_row: Callable[[
     assert snap.checkpoint is not None and snap.checkpoint.latest is None and snap.checkpoint.count == 0
     error = source_error(snap, "checkpoints")
     assert error is not None and "not found" in error
-    row.saw(f"{scans} scans during deletion, steps seen {sorted(s for s in seen if s)[-3:]}…; then none, {error!r}"[:200])
+    row.saw(
+        f"{scans} scans during deletion, steps seen {sorted(s for s in seen if s)[-3:]}…; then none, {error!r}"[:200]
+    )
     (root / "checkpoint-500").mkdir(parents=True)
     (root / "checkpoint-500" / "model.safetensors").write_bytes(b"\0" * 10)
     engine.sample()
