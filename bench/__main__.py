@@ -14,7 +14,7 @@ from pathlib import Path
 from bench import backlog, latency, overhead, soak, startup
 from bench.common import DATA, ROOT, machine
 from bench.datagen import ensure_dataset
-from bench.results import Results, render
+from bench.results import GPU_RESULTS, Results, render
 
 SECTIONS = ("backlog", "latency", "overhead", "soak", "startup")
 
@@ -26,7 +26,14 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--size-mib", type=int, default=None, help="backlog size (default 1024, quick 256)")
     p.add_argument("--soak-seconds", type=float, default=None, help="soak length (default 600, quick 60)")
     p.add_argument("--out", type=Path, default=None, help="results file (default bench/RESULTS.md)")
+    p.add_argument(
+        "--gpu-host",
+        action="store_true",
+        help="the run on a GPU host beside nvitop: write bench/RESULTS-gpu.md (default --only overhead)",
+    )
     args = p.parse_args(argv)
+    if args.gpu_host and args.only == ",".join(SECTIONS):
+        args.only = "overhead"
     only = [s.strip() for s in args.only.split(",") if s.strip()]
     unknown = sorted(set(only) - set(SECTIONS))
     if unknown:
@@ -34,7 +41,8 @@ def main(argv: list[str] | None = None) -> int:
     quick = args.quick
     size = (args.size_mib or (256 if quick else 1024)) << 20
     soak_s = args.soak_seconds or (60.0 if quick else 600.0)
-    out_path = args.out or (DATA / "RESULTS-quick.md" if quick else ROOT / "bench" / "RESULTS.md")
+    default_out = GPU_RESULTS if args.gpu_host else ROOT / "bench" / "RESULTS.md"
+    out_path = args.out or (DATA / "RESULTS-quick.md" if quick else default_out)
     DATA.mkdir(parents=True, exist_ok=True)
 
     def log(msg: str) -> None:
@@ -42,15 +50,16 @@ def main(argv: list[str] | None = None) -> int:
 
     res = Results(machine=machine(), quick=quick)
     t0 = time.monotonic()
-    log(f"dataset: {size >> 20} MiB AReaL trainer.log under {DATA} (generated once, then reused)")
-    ds = ensure_dataset(DATA / f"trainer-{size >> 20}MiB.log", size)
-    res.dataset = ds
+    if {"backlog", "startup"} & set(only):
+        log(f"dataset: {size >> 20} MiB AReaL trainer.log under {DATA} (generated once, then reused)")
+        ds = ensure_dataset(DATA / f"trainer-{size >> 20}MiB.log", size)
+        res.dataset = ds
     if "backlog" in only:
         log("backlog: rlwatch against grep -cE and ripgrep")
         res.backlog = backlog.run(ds, runs=2 if quick else 3, log=log)
     if "latency" in only:
         log("latency: a line appended until it is counted, inotify and polling")
-        res.latency = latency.run(DATA, samples=60 if quick else 200)
+        res.latency = latency.run(DATA, samples=60 if quick else 150)
     if "overhead" in only:
         log("overhead: watch, dashboard and peers at a 1 s interval while 8 logs grow")
         res.overhead = overhead.run(DATA, seconds=20 if quick else 60, idle_seconds=10 if quick else 20)
@@ -61,7 +70,7 @@ def main(argv: list[str] | None = None) -> int:
         log("startup: first frame, report and watch over the backlog")
         res.startup = startup.run(DATA, ds, frames=3 if quick else 5, reports=1 if quick else 2, big=True)
     res.elapsed_s = time.monotonic() - t0
-    out_path.write_text(render(res))
+    out_path.write_text(render(res, embed_gpu=not args.gpu_host))
     log(f"wrote {out_path} ({res.elapsed_s / 60:.1f} min)")
     return 0
 

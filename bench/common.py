@@ -103,7 +103,17 @@ def python_package_version(name: str) -> str | None:
 
 
 def git_commit() -> str | None:
-    return _run_text(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"])
+    try:
+        out = subprocess.run(
+            ["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"],
+            capture_output=True,
+            text=True,
+            timeout=20,
+            check=False,
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return out.stdout.strip() if out.returncode == 0 and out.stdout.strip() else None
 
 
 def machine() -> dict[str, str]:
@@ -115,7 +125,10 @@ def machine() -> dict[str, str]:
         "memory": f"{vm.total / 2**30:.1f} GiB",
         "kernel": platform.release(),
         "python": platform.python_version(),
-        "rlwatch": f"{python_package_version('rlwatch') or '?'} (commit {git_commit() or '?'}, working tree)",
+        "rlwatch": f"commit {commit} and the working tree"
+        if (commit := git_commit())
+        else "a copy of the working tree",
+        "gpu": _run_text(["nvidia-smi", "--query-gpu=name,driver_version", "--format=csv,noheader"]) or "none",
         "textual": python_package_version("textual") or "not installed",
         "hyperscan (optional fast path)": python_package_version("hyperscan") or "not installed",
     }

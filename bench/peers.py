@@ -151,7 +151,7 @@ def per_kind_counts(tool: str, path: Path, kinds: Sequence[str]) -> dict[str, in
 
 def glances_argv(interval_s: float) -> list[str] | None:
     exe = shutil.which("glances")
-    return None if exe is None else [exe, "-t", f"{interval_s:g}", "--disable-webui"]
+    return None if exe is None else [exe, "-t", f"{interval_s:g}"]
 
 
 def nvitop_argv(interval_s: float) -> list[str] | None:

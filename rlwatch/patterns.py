@@ -80,8 +80,9 @@ def split_prefix(text: str) -> tuple[str, str]:
 
     The tag tells interleaved writers apart (rank 0 and rank 1 printing tracebacks into one file at once).
     """
-    if text[:1] not in _PREFIX_STARTS:
-        return "", text
+    first = text[:1]
+    if first not in _PREFIX_STARTS or (first == "(" and "=" not in text):
+        return "", text  # only the "(Name key=value) " form starts with "(", and it holds an "="
     pos = 0
     tag = ""
     for _ in range(_MAX_PREFIXES):
@@ -388,11 +389,18 @@ def _alternation(needles: Sequence[bytes]) -> bytes:
     )
 
 
+# Below this many bytes `re` is as quick as Hyperscan's call overhead, and live tailing never pays for compiling.
+_NATIVE_MIN_BYTES = 256 << 10
+_DATABASES: dict[tuple[bytes, ...], Any] = {}  # compiled Hyperscan databases by needle set (read-only once built)
+_DATABASES_LOCK = threading.Lock()
+
+
 class _Hyperscan:
     """The needle search done by Hyperscan (Vectorscan): several GB/s where `re`'s alternation does ~0.4.
 
-    A Hyperscan database is one compiled set of literals; its scratch space may serve one scan at a time, hence
-    the lock (a matcher is normally fed by one thread, so it is never contended).
+    Compiling a database takes tens of milliseconds, so one is built per needle set and shared; each matcher has
+    its own scratch space, which serves one scan at a time, hence the lock (a matcher is normally fed by one
+    thread, so it is never contended).
     """
 
     def __init__(self, needles: Sequence[bytes]) -> None:
@@ -400,14 +408,23 @@ class _Hyperscan:
 
         self._needles = list(needles)
         self._lengths = [len(n) for n in needles]
-        self._db = hyperscan.Database(mode=hyperscan.HS_MODE_BLOCK)
-        self._db.compile(
-            expressions=self._needles,
-            ids=list(range(len(self._needles))),
-            elements=len(self._needles),
-            flags=0,
-            literal=True,
-        )
+        key = tuple(self._needles)
+        with _DATABASES_LOCK:
+            db = _DATABASES.get(key)
+            if db is None:
+                db = hyperscan.Database(mode=hyperscan.HS_MODE_BLOCK)
+                db.compile(
+                    expressions=self._needles,
+                    ids=list(range(len(self._needles))),
+                    elements=len(self._needles),
+                    flags=0,
+                    literal=True,
+                )
+                while len(_DATABASES) >= 16:
+                    _DATABASES.pop(next(iter(_DATABASES)))
+                _DATABASES[key] = db
+        self._db = db
+        self._scratch = hyperscan.Scratch(db)
         self._lock = threading.Lock()
 
     def hits(self, data: bytes, pos: int, endpos: int) -> list[tuple[int, bytes]]:
@@ -422,7 +439,7 @@ class _Hyperscan:
         view = data if pos == 0 and endpos >= len(data) else memoryview(data)[pos:endpos]
         with self._lock:
             # The extension takes any buffer; its stubs say str or bytes only.
-            self._db.scan(cast(bytes, view), match_event_handler=on_match)
+            self._db.scan(cast(bytes, view), match_event_handler=on_match, scratch=self._scratch)
         found.sort()
         return found
 
@@ -458,7 +475,9 @@ class Matcher:
         # A needle that contains another one is redundant: any line with it also has the shorter one.
         minimal = sorted(n for n in needles if not any(o != n and o in n for o in needles))
         self._prefilter: re.Pattern[bytes] | None = re.compile(_alternation(minimal)) if minimal else None
-        self._native = _native_scanner(minimal) if minimal and not self.every_line else None
+        self._needles = minimal
+        self._native: _Hyperscan | None = None
+        self._native_tried = not minimal or self.every_line  # built on the first big span, never for live lines
         # Which kinds a needle found in a line can belong to: those with a literal containing that needle.
         self._by_needle: dict[bytes, tuple[int, ...]] = {
             n: tuple(i for i, group in sorted(spellings.items()) if any(n in lit for lit in group)) for n in minimal
@@ -468,8 +487,14 @@ class Matcher:
 
     @property
     def scanner(self) -> str:
-        """Which engine finds the needles: "hyperscan" or "re"."""
-        return "hyperscan" if self._native is not None else "re"
+        """Which engine finds the needles in a backlog: "hyperscan" or "re" (small spans always use `re`)."""
+        return "hyperscan" if self._big_scanner() is not None else "re"
+
+    def _big_scanner(self) -> _Hyperscan | None:
+        if not self._native_tried:
+            self._native_tried = True
+            self._native = _native_scanner(self._needles)
+        return self._native
 
     def hits(self, data: bytes, pos: int, endpos: int) -> list[tuple[int, bytes]]:
         """Needles in ``data[pos:endpos]`` as (offset, needle), ordered by offset: one pass over a whole chunk.
@@ -480,8 +505,10 @@ class Matcher:
         """
         if self._prefilter is None or self.every_line:
             return []
-        if self._native is not None:
-            return self._native.hits(data, pos, endpos)
+        if endpos - pos >= _NATIVE_MIN_BYTES:
+            native = self._big_scanner()
+            if native is not None:
+                return native.hits(data, pos, endpos)
         return [(m.start(), m.group()) for m in self._prefilter.finditer(data, pos, endpos)]
 
     def match_hits(self, body: str, hits: Sequence[tuple[int, bytes]]) -> list[EventKind]:

@@ -13,6 +13,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from rlwatch import patterns
 from rlwatch.clock import FakeClock
 from rlwatch.config import CustomEvent, EventsConfig
 from rlwatch.events import EventCounter, build_kinds
@@ -34,7 +35,7 @@ LINES = [
     "    raise TimeoutError('late')",
     "TimeoutError: Timeout waiting for key 'k'",
     "[rank0]: Traceback (most recent call last):",
-    "[rank0]:   File \"/x/z.py\", line 9, in g",
+    '[rank0]:   File "/x/z.py", line 9, in g',
     "[rank0]: torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 3.15 GiB.",
     "{'loss': 0.1, 'grad_norm': 0.2, 'reward': 0.5, 'epoch': 0.01}",
     "worker WARNING EMERGENCY brake engaged; Emergency-Brake again",
@@ -102,6 +103,7 @@ def test_chunk_hits_hold_every_needle_each_line_has(lines: list[str], terms: lis
 
 def test_native_scanner_counts_what_re_counts(monkeypatch: pytest.MonkeyPatch) -> None:
     pytest.importorskip("hyperscan")
+    monkeypatch.setattr(patterns, "_NATIVE_MIN_BYTES", 0)  # every span, however small, goes through Hyperscan
     monkeypatch.setenv("RLWATCH_SCANNER", "auto")
     assert Matcher(builtin_kinds()).scanner == "hyperscan"
     cfg = EventsConfig(custom=[CustomEvent(name="fatal", pattern=r"(?i)fatal|panic")])
@@ -156,7 +158,7 @@ def test_counting_stops_walking_after_a_silent_writers_traceback() -> None:
     counter.subscribe("step", got.append)
     lines = [
         "[rank0]: Traceback (most recent call last):",
-        "[rank0]:   File \"/x.py\", line 1, in f",
+        '[rank0]:   File "/x.py", line 1, in f',
         "[rank0]: RuntimeError: boom",
         *["noise"] * 300,
         AREAL.format(s=5, logger="StatsLogger", msg="Epoch 1/1 Step 1/1 Train step 1/1 done."),
