@@ -209,7 +209,9 @@ def cmd_watch(args: argparse.Namespace) -> int:
     def emit(snap: Snapshot) -> None:
         with lock:
             for rec in changes(prev[0], snap):
-                safe_print(json.dumps(rec) if args.json else plain(rec))
+                line = json.dumps(rec) if args.json else plain(rec)
+                if line is not None:
+                    safe_print(line)
             prev[0] = snap
 
     try:

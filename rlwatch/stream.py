@@ -42,6 +42,7 @@ def changes(prev: Snapshot | None, cur: Snapshot) -> Iterator[dict[str, Any]]:
                 "type": "event",
                 "time": iso(e.last),
                 "kind": kind,
+                "severity": e.severity.value,
                 "new": e.count - before,
                 "count": e.count,
                 "streak": e.streak,
@@ -82,8 +83,11 @@ def changes(prev: Snapshot | None, cur: Snapshot) -> Iterator[dict[str, Any]]:
                 yield {"type": "process_gone", "time": t, "name": p.name, "role": p.role, "pid": p.pid}
 
 
-def plain(record: dict[str, Any]) -> str:
+def plain(record: dict[str, Any]) -> str | None:
+    """One line for a person, or None for what only a machine wants (progress events: steps, trials, …)."""
     kind = record["type"]
+    if kind == "event" and record.get("severity") == "info":
+        return None
     t = (record.get("time") or "")[11:19]
     if kind == "event":
         return f"{t} {record['kind']} +{record['new']} (total {record['count']}): {record.get('text') or ''}"
