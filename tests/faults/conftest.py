@@ -21,7 +21,6 @@ import pytest
 
 from rlwatch.config import Config
 from rlwatch.engine import Engine
-from rlwatch.sources.gpu import NoGpuBackend
 from rlwatch.state import Snapshot, SourceStatus
 
 ROW_KEY = "fault_row"
@@ -62,12 +61,7 @@ def source_error(snap: Snapshot, name: str) -> str | None:
 
 def make_engine(run_dir: Path, data: dict[str, Any] | None = None, **kwargs: Any) -> Engine:
     """An engine over ``run_dir`` with a configuration given as the YAML file would hold it."""
-    values: dict[str, Any] = {"gpu": {"backend": "none"}, "interval_s": 0.05}
-    values.update(data or {})
-    cfg = Config.model_validate(values)
-    kwargs.setdefault("gpu_backend", NoGpuBackend() if cfg.gpu.backend == "none" else None)
-    if kwargs["gpu_backend"] is None:
-        del kwargs["gpu_backend"]
+    cfg = Config.model_validate({"gpu": {"backend": "none"}, "interval_s": 0.05, **(data or {})})
     return Engine(cfg, run_dir, **kwargs)
 
 

@@ -20,6 +20,7 @@ from rlwatch.clock import FakeClock
 from rlwatch.engine import Engine
 from rlwatch.report import to_json_dict
 from rlwatch.sources.nvml import NvmlBackend
+from rlwatch.stream import changes, plain
 from tests.faults.conftest import FaultRow, make_engine, source_error
 from tests.test_gpu_source import FakeNvml, board
 
@@ -189,3 +190,37 @@ def test_hanging_query(tmp_path: Path, fault_row: Callable[[str, str], FaultRow]
     assert snap.gpus[0].util == 90.0 and snap.gpu is not None and snap.gpu.error is None
     row.saw("after the driver answers: 90%, not stale")
     engine.stop()
+
+
+def test_watch_says_a_stale_gpu_once(tmp_path: Path, fault_row: Callable[[str, str], FaultRow]) -> None:
+    row = fault_row(
+        "GPU: a driver hung for many ticks, seen by `rlwatch watch`",
+        "one 'gpu NOT AVAILABLE' record when it starts, one 'available again' when it ends, not one per tick",
+    )
+    clock = FakeClock()
+    fake = FakeNvml([board(0)])
+    engine = gpu_engine(tmp_path, fake, clock, timeout=0.1)
+    prev = engine.collect_once()
+    fake.block = threading.Event()
+    records = []
+    try:
+        for _ in range(5):
+            clock.advance(7)  # the "values from Ns ago" in the error changes every tick
+            engine.sample()
+            snap = engine.build()
+            records += [r for r in changes(prev, snap) if r["type"] == "source"]
+            prev = snap
+    finally:
+        fake.block.set()
+    deadline = time.monotonic() + 5
+    while source_error(prev, "gpu") is not None and time.monotonic() < deadline:
+        engine.sample()
+        snap = engine.build()
+        records += [r for r in changes(prev, snap) if r["type"] == "source"]
+        prev = snap
+        time.sleep(0.02)
+    engine.stop()
+    assert [(r["name"], r["ok"]) for r in records] == [("gpu", False), ("gpu", True)]
+    assert "stale" in records[0]["error"]
+    shown = [str(plain(r)).split(" ", 1)[1] for r in records]  # as printed, without the time
+    row.saw(f"5 stale ticks → 2 records: {shown[0][:70]!r}…, then {shown[1]!r}")

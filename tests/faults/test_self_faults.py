@@ -80,9 +80,20 @@ class Terminal:
         return int(self.proc.returncode)
 
     def close(self) -> None:
+        """Kill what is left, the demo's simulator too (it runs in a session of its own), even after a failure."""
+        family: list[psutil.Process] = []
         if self.proc.poll() is None:
+            try:
+                family = psutil.Process(self.proc.pid).children(recursive=True)
+            except psutil.Error:
+                pass
             os.killpg(self.proc.pid, signal.SIGKILL)
             self.proc.wait(timeout=10)
+        for child in family:
+            try:
+                child.kill()
+            except psutil.Error:
+                pass
         try:
             os.close(self.master)
         except OSError:
