@@ -11,7 +11,7 @@ import json
 import signal
 import sys
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TextIO
 
@@ -408,7 +408,9 @@ def cmd_act(args: argparse.Namespace) -> int:
         engine.stop()
 
 
-HANDLERS = {
+Handler = Callable[[argparse.Namespace], int]
+
+HANDLERS: dict[str, Handler] = {
     "act": cmd_act,
     "report": cmd_report,
     "watch": cmd_watch,
@@ -418,10 +420,10 @@ HANDLERS = {
 }
 
 
-def run(args: argparse.Namespace) -> int:
-    """Run a headless command; turns user mistakes into one line and exit 2."""
+def run(args: argparse.Namespace, handlers: Mapping[str, Handler] = HANDLERS) -> int:
+    """Run a command (by default the headless ones); turns user mistakes into one line and exit 2."""
     try:
-        return HANDLERS[args.command](args)
+        return handlers[args.command](args)
     except (UsageError, ConfigError) as exc:
         print(f"rlwatch: {exc}", file=sys.stderr)
         return 2

@@ -2,15 +2,15 @@
 
 from __future__ import annotations
 
-from textual.app import App
 from textual.screen import Screen
 
-from rlwatch.clock import Clock, SystemClock
+from rlwatch.clock import Clock
 from rlwatch.feed import Feed
+from tui.base import MonitorApp
 from tui.screens.main import MainScreen
 
 
-class RlwatchApp(App[None]):
+class RlwatchApp(MonitorApp):
     """The dashboard over one feed.
 
     ``live=False`` runs no timers at all (one read of the feed at start), which is what snapshot tests and
@@ -19,7 +19,6 @@ class RlwatchApp(App[None]):
 
     CSS_PATH = ["app.tcss", "dialogs.tcss"]
     TITLE = "rlwatch"
-    ENABLE_COMMAND_PALETTE = False
 
     def __init__(
         self,
@@ -29,13 +28,8 @@ class RlwatchApp(App[None]):
         refresh_s: float = 0.25,
         live: bool = True,
     ) -> None:
-        super().__init__()
+        super().__init__(clock=clock, refresh_s=refresh_s, live=live)
         self.feed = feed
-        self.clock: Clock = clock or SystemClock()
-        self.refresh_s = refresh_s
-        self.live = live
-        if not live:
-            self.animation_level = "none"
 
     def get_default_screen(self) -> Screen[None]:
         return MainScreen(self.feed, clock=self.clock, refresh_s=self.refresh_s, live=self.live)
@@ -43,6 +37,4 @@ class RlwatchApp(App[None]):
     @property
     def main(self) -> MainScreen:
         """The dashboard screen (the bottom of the stack, whatever dialog is open)."""
-        screen = self.screen_stack[0]
-        assert isinstance(screen, MainScreen)
-        return screen
+        return self.bottom_screen(MainScreen)

@@ -11,14 +11,15 @@ from collections.abc import Callable
 
 from rich.text import Text
 from textual import work
-from textual.app import App, ComposeResult
+from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import VerticalScroll
 from textual.screen import Screen
 from textual.widgets import DataTable, Footer, Static
 
-from rlwatch.clock import Clock, SystemClock
+from rlwatch.clock import Clock
 from rlwatch.fleet import FleetSnapshot
+from tui.base import MonitorApp
 from widgets.fleet_table import FleetTable, group_detail, host_detail, summary
 from widgets.format import clean_text, fmt_duration
 
@@ -183,11 +184,10 @@ class FleetScreen(Screen[None]):
             body.update(found)
 
 
-class FleetApp(App[None]):
+class FleetApp(MonitorApp):
     """The fleet over one read function (a :class:`~rlwatch.fleet.FleetSource`'s ``read``, or fixed data)."""
 
     TITLE = "rlwatch fleet"
-    ENABLE_COMMAND_PALETTE = False
 
     def __init__(
         self,
@@ -197,19 +197,12 @@ class FleetApp(App[None]):
         refresh_s: float = 5.0,
         live: bool = True,
     ) -> None:
-        super().__init__()
+        super().__init__(clock=clock, refresh_s=refresh_s, live=live)
         self.read = read
-        self.clock: Clock = clock or SystemClock()
-        self.refresh_s = refresh_s
-        self.live = live
-        if not live:
-            self.animation_level = "none"
 
     def get_default_screen(self) -> Screen[None]:
         return FleetScreen(self.read, clock=self.clock, refresh_s=self.refresh_s, live=self.live)
 
     @property
     def fleet_screen(self) -> FleetScreen:
-        screen = self.screen_stack[0]
-        assert isinstance(screen, FleetScreen)
-        return screen
+        return self.bottom_screen(FleetScreen)

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from rlwatch.cli import HANDLERS, UsageError, load, parse, run
-from rlwatch.config_load import ConfigError, resolve_config
+from rlwatch.config_load import resolve_config
 from rlwatch.engine import Engine
 from rlwatch.feed import StaticFeed
 from rlwatch.live import LiveFeed
@@ -236,12 +236,4 @@ DASHBOARD_HANDLERS = {"dashboard": cmd_dashboard, "demo": cmd_demo, "snapshot": 
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse(sys.argv[1:] if argv is None else argv)
-    if args.command in HANDLERS:
-        return run(args)
-    try:
-        return DASHBOARD_HANDLERS[args.command](args)
-    except (UsageError, ConfigError) as exc:
-        print(f"rlwatch: {exc}", file=sys.stderr)
-        return 2
-    except KeyboardInterrupt:
-        return 130
+    return run(args, {**HANDLERS, **DASHBOARD_HANDLERS})

@@ -7,11 +7,12 @@ holds no memory and no files and cannot be signalled into doing anything, so it 
 
 from __future__ import annotations
 
-import os
 import time
 from dataclasses import dataclass
 
 import psutil
+
+from rlwatch.sources.procfs import clk_tck, split_stat
 
 CREATE_TIME_TOLERANCE_S = 0.01
 PF_KTHREAD = 0x00200000  # task flag of kernel threads (include/linux/sched.h)
@@ -52,19 +53,15 @@ class ProcStat:
 
 
 def parse_proc_stat(pid: int, text: str) -> ProcStat | None:
-    """Parse after the last ``)``: ``comm`` may itself hold spaces and parentheses."""
-    open_at = text.find("(")
-    close_at = text.rfind(")")
-    if open_at < 0 or close_at < open_at:
+    """Fields of proc(5): state 3, ppid 4, pgrp 5, session 6, flags 9, starttime 22."""
+    split = split_stat(text)
+    if split is None:
         return None
-    rest = text[close_at + 1 :].split()
-    # rest[i] is field i + 3 of proc(5): state 3, ppid 4, pgrp 5, session 6, flags 9, starttime 22.
-    if len(rest) < 20:
-        return None
+    comm, rest = split
     try:
         return ProcStat(
             pid=pid,
-            comm=text[open_at + 1 : close_at],
+            comm=comm,
             state=rest[0],
             ppid=int(rest[1]),
             pgrp=int(rest[2]),
@@ -88,14 +85,6 @@ def read_proc_stat(pid: int) -> ProcStat | None:
     return parse_proc_stat(pid, text)
 
 
-def _clock_ticks() -> int:
-    try:
-        ticks = os.sysconf("SC_CLK_TCK")
-    except (ValueError, OSError):
-        return 100
-    return ticks if ticks > 0 else 100
-
-
 def _boot_time() -> float | None:
     """psutil's boot time, re-read at most once a second: wait loops check identities every few milliseconds, and
     ``/proc/stat`` is costly to generate on hosts with many CPUs. It moves only when the wall clock is stepped."""
@@ -114,7 +103,7 @@ def create_time_of(stat: ProcStat) -> float | None:
     boot = _boot_time()
     if boot is None:
         return None
-    return float(stat.start_ticks) / _clock_ticks() + boot
+    return float(stat.start_ticks) / clk_tck() + boot
 
 
 def ident_of(pid: int) -> Ident | None:

@@ -11,9 +11,12 @@ import argparse
 import getpass
 import json
 import os
+import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -229,3 +232,59 @@ def load_spec(layout: Layout) -> dict[str, Any]:
     """The run's parameters, written once by the supervisor (``.sim/spec.json``); empty when unreadable."""
     data = read_json(layout.spec)
     return data if isinstance(data, dict) else {}
+
+
+def parse_with_spec(
+    piece: str,
+    description: str,
+    argv: list[str] | None,
+    command_help: str = "the command line this process stands in for (informational)",
+) -> tuple[argparse.Namespace, Layout, dict[str, Any]] | None:
+    """Parse the argv of a piece that stands in for a real command line, and read the run's spec.
+
+    None, after one line on stderr, when there is no spec: the piece was started outside a simulation and has no
+    port or parameters to run against.
+    """
+    p = base_parser(description)
+    p.add_argument("command", nargs="*", help=command_help)
+    args = p.parse_args(argv)
+    layout = Layout.of(args.run_dir)
+    spec = load_spec(layout)
+    if "port" not in spec:
+        print(f"rlwatch.sim.{piece}: no simulation spec in {layout.sim_dir}", file=sys.stderr)
+        return None
+    return args, layout, spec
+
+
+@contextmanager
+def holding_device(layout: Layout) -> Iterator[None]:
+    """Keep the simulated device open for the duration, as a CUDA context holds ``/dev/nvidia0`` for a process's
+    life, so that rlwatch finds the holder by its open file. A missing device is not an error."""
+    try:
+        fd = os.open(layout.device, os.O_RDWR)
+    except OSError:
+        yield
+        return
+    try:
+        yield
+    finally:
+        os.close(fd)
+
+
+def spawn_piece(argv: list[str], log: Path | None, cwd: Path) -> subprocess.Popen[bytes]:
+    """Start a child in its own session (rlwatch signals process groups) with its output appended to ``log``, as
+    AReaL's ``cmd 2>&1 | tee -a <log>`` does; with no log its output is dropped."""
+    if log is None:
+        return subprocess.Popen(
+            argv,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            cwd=cwd,
+            start_new_session=True,
+        )
+    log.parent.mkdir(parents=True, exist_ok=True)
+    with open(log, "ab") as out:
+        return subprocess.Popen(
+            argv, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT, cwd=cwd, start_new_session=True
+        )

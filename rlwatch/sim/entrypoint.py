@@ -10,14 +10,13 @@ from __future__ import annotations
 
 import os
 import signal
-import subprocess
 import sys
 import time
 
 import psutil
 
 from rlwatch.sim import commands, formats, lifeline
-from rlwatch.sim.common import Layout, base_parser
+from rlwatch.sim.common import Layout, base_parser, spawn_piece
 from rlwatch.sim.ledger import LogSink, PartsReader, PieceLedger, latest
 
 REPO_URL = "https://github.com/example-org/gsm8k-grpo.git"
@@ -59,15 +58,11 @@ def main(argv: list[str] | None = None) -> int:
         f"+ python3 -m areal.launcher.local gsm8k_grpo.py --config config.yaml 2>&1 | tee -a "
         f"{layout.rel(layout.launcher_log)}"
     )
-    with open(layout.launcher_log, "ab") as log:
-        launcher = subprocess.Popen(
-            commands.launcher(args.sim_id, layout.run_dir, args.speed, args.seed, "areal"),
-            stdin=subprocess.DEVNULL,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            cwd=layout.run_dir,
-            start_new_session=True,
-        )
+    launcher = spawn_piece(
+        commands.launcher(args.sim_id, layout.run_dir, args.speed, args.seed, "areal"),
+        layout.launcher_log,
+        layout.run_dir,
+    )
     ledger.update("running", launcher_pid=launcher.pid)
     parts = PartsReader(layout)
     while launcher.poll() is None:

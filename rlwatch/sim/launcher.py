@@ -21,7 +21,7 @@ from typing import Any
 
 from rlwatch.sim import commands, formats, lifeline
 from rlwatch.sim.client import CallError, call
-from rlwatch.sim.common import Layout, base_parser, claim_fault, load_spec, scaled
+from rlwatch.sim.common import Layout, claim_fault, parse_with_spec, scaled, spawn_piece
 from rlwatch.sim.ledger import LogSink, PieceLedger
 
 JOB = "gsm8k-grpo_trial0"
@@ -48,16 +48,7 @@ class Launcher:
             self.out.write(f"[{formats.stamp_iso()}] {message}")
 
     def spawn(self, argv: list[str], log: Path) -> subprocess.Popen[bytes]:
-        log.parent.mkdir(parents=True, exist_ok=True)
-        with open(log, "ab") as out:
-            proc = subprocess.Popen(
-                argv,
-                stdin=subprocess.DEVNULL,
-                stdout=out,
-                stderr=subprocess.STDOUT,
-                cwd=self.layout.run_dir,
-                start_new_session=True,
-            )
+        proc = spawn_piece(argv, log, self.layout.run_dir)
         self.children.append(proc)
         return proc
 
@@ -179,14 +170,10 @@ class Launcher:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = base_parser(__doc__ or "")
-    p.add_argument("command", nargs="*", help="the launch script and its arguments (informational)")
-    args = p.parse_args(argv)
-    layout = Layout.of(args.run_dir)
-    spec = load_spec(layout)
-    if "port" not in spec:
-        print(f"rlwatch.sim.launcher: no simulation spec in {layout.sim_dir}", file=sys.stderr)
+    started = parse_with_spec("launcher", __doc__ or "", argv, "the launch script and its arguments (informational)")
+    if started is None:
         return 2
+    args, layout, spec = started
     launcher = Launcher(layout, spec, args.sim_id, args.speed, args.seed)
 
     def on_term(signum: int, frame: FrameType | None) -> None:

@@ -23,7 +23,7 @@ from typing import Any
 import psutil
 
 from rlwatch.sim import commands
-from rlwatch.sim.common import Layout, atomic_write_json, read_json, scaled
+from rlwatch.sim.common import Layout, atomic_write_json, read_json, scaled, spawn_piece
 from rlwatch.sim.gpu import GpuModel
 from rlwatch.sim.ledger import PartsReader, latest, merge_counts
 from rlwatch.sim.lifeline import Heartbeat, supervisor_alive
@@ -137,23 +137,7 @@ class Simulation:
         self._write_ledger([])
 
     def spawn(self, argv: list[str], log: Path | None) -> subprocess.Popen[bytes]:
-        """Start one piece in its own session (rlwatch signals process groups), output appended to its log."""
-        if log is None:
-            out: Any = subprocess.DEVNULL
-            proc = subprocess.Popen(
-                argv, stdin=subprocess.DEVNULL, stdout=out, stderr=out, cwd=self.layout.run_dir, start_new_session=True
-            )
-        else:
-            log.parent.mkdir(parents=True, exist_ok=True)
-            with open(log, "ab") as f:
-                proc = subprocess.Popen(
-                    argv,
-                    stdin=subprocess.DEVNULL,
-                    stdout=f,
-                    stderr=subprocess.STDOUT,
-                    cwd=self.layout.run_dir,
-                    start_new_session=True,
-                )
+        proc = spawn_piece(argv, log, self.layout.run_dir)
         self.children.append(proc)
         return proc
 

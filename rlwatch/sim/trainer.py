@@ -17,7 +17,7 @@ from typing import Any
 
 from rlwatch.sim import formats, lifeline, saver
 from rlwatch.sim.client import CallError, call
-from rlwatch.sim.common import Layout, base_parser, claim_fault, load_spec, scaled, sleep_until
+from rlwatch.sim.common import Layout, claim_fault, holding_device, parse_with_spec, scaled, sleep_until
 from rlwatch.sim.ledger import LogSink, PieceLedger
 
 HOST = "127.0.0.1"
@@ -259,24 +259,13 @@ class Trainer:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = base_parser(__doc__ or "")
-    p.add_argument("command", nargs="*", help="the command line this process stands in for (informational)")
-    args = p.parse_args(argv)
-    layout = Layout.of(args.run_dir)
-    lifeline.watch(layout.alive, args.sim_id)
-    spec = load_spec(layout)
-    if "port" not in spec:
-        print(f"rlwatch.sim.trainer: no simulation spec in {layout.sim_dir}", file=sys.stderr)
+    started = parse_with_spec("trainer", __doc__ or "", argv)
+    if started is None:
         return 2
-    try:
-        device_fd = os.open(layout.device, os.O_RDWR)  # held open for the process's life, like a CUDA context
-    except OSError:
-        device_fd = -1
-    trainer = Trainer(layout, spec, args.speed, args.seed)
-    rc = trainer.run()
-    if device_fd >= 0:
-        os.close(device_fd)
-    return rc
+    args, layout, spec = started
+    lifeline.watch(layout.alive, args.sim_id)
+    with holding_device(layout):
+        return Trainer(layout, spec, args.speed, args.seed).run()
 
 
 if __name__ == "__main__":

@@ -9,7 +9,6 @@ points at a real file and line (fix the file and the next attempt trains on).
 
 from __future__ import annotations
 
-import os
 import random
 import runpy
 import sys
@@ -20,7 +19,7 @@ from typing import Any
 
 from rlwatch.sim import formats, lifeline, saver
 from rlwatch.sim.client import CallError, call
-from rlwatch.sim.common import Layout, base_parser, load_spec, scaled, sleep_until
+from rlwatch.sim.common import Layout, holding_device, parse_with_spec, scaled, sleep_until
 from rlwatch.sim.ledger import LogSink, PieceLedger
 
 TRANSFORMERS = f"{formats.SITE}/transformers"
@@ -185,38 +184,28 @@ def _line_of(path: Path, needle: str) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = base_parser(__doc__ or "")
-    p.add_argument("command", nargs="*", help="the command line this process stands in for (informational)")
-    args = p.parse_args(argv)
-    layout = Layout.of(args.run_dir)
-    lifeline.watch(layout.alive, args.sim_id)
-    spec = load_spec(layout)
-    if "port" not in spec:
-        print(f"rlwatch.sim.trl_trainer: no simulation spec in {layout.sim_dir}", file=sys.stderr)
+    started = parse_with_spec("trl_trainer", __doc__ or "", argv)
+    if started is None:
         return 2
-    try:
-        device_fd = os.open(layout.device, os.O_RDWR)
-    except OSError:
-        device_fd = -1
-    trainer = TrlTrainer(layout, spec, args.speed, args.seed)
-    try:
-        return trainer.run()
-    except SystemExit as exc:
-        trainer.ledger.update("failed", failed_at=time.time())
-        return int(exc.code or 1)
-    except CallError as exc:
-        trainer.out.write(
-            formats.traceback_block(
-                [],
-                f"requests.exceptions.ConnectionError: The vLLM server can't "
-                f"be reached at http://127.0.0.1:{trainer.port} ({exc})",
+    args, layout, spec = started
+    lifeline.watch(layout.alive, args.sim_id)
+    with holding_device(layout):
+        trainer = TrlTrainer(layout, spec, args.speed, args.seed)
+        try:
+            return trainer.run()
+        except SystemExit as exc:
+            trainer.ledger.update("failed", failed_at=time.time())
+            return int(exc.code or 1)
+        except CallError as exc:
+            trainer.out.write(
+                formats.traceback_block(
+                    [],
+                    f"requests.exceptions.ConnectionError: The vLLM server can't "
+                    f"be reached at http://127.0.0.1:{trainer.port} ({exc})",
+                )
             )
-        )
-        trainer.ledger.update("failed", failed_at=time.time())
-        return 1
-    finally:
-        if device_fd >= 0:
-            os.close(device_fd)
+            trainer.ledger.update("failed", failed_at=time.time())
+            return 1
 
 
 if __name__ == "__main__":

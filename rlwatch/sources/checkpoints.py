@@ -67,10 +67,20 @@ def parse_hf_name(name: str) -> int | None:
     return int(m.group(1)) if m else None
 
 
-def _as_count(value: object) -> int | None:
+def as_count(value: object) -> int | None:
+    """A JSON value that is a non-negative integer (``true`` is not one); ``None`` for anything else."""
     if isinstance(value, bool) or not isinstance(value, int) or value < 0:
         return None
     return value
+
+
+def json_object(text: str) -> dict[str, object] | None:
+    """The JSON object in ``text``; ``None`` for anything else, e.g. a file a saver is still writing."""
+    try:
+        data = json.loads(text)
+    except (ValueError, TypeError, RecursionError):
+        return None
+    return data if isinstance(data, dict) else None
 
 
 def _as_float(value: object) -> float | None:
@@ -96,17 +106,14 @@ def _last_metric(history: object, key: str) -> float | None:
 
 def parse_trainer_state(text: str) -> TrainerStateSummary | None:
     """Summarise a ``trainer_state.json``; ``None`` when the text is not a JSON object (e.g. half-written)."""
-    try:
-        data = json.loads(text)
-    except (ValueError, TypeError, RecursionError):
+    data = json_object(text)
+    if data is None:
         return None
-    if not isinstance(data, dict):
-        return None
-    max_steps = _as_count(data.get("max_steps"))
-    logging_steps = _as_count(data.get("logging_steps"))
+    max_steps = as_count(data.get("max_steps"))
+    logging_steps = as_count(data.get("logging_steps"))
     history = data.get("log_history")
     return TrainerStateSummary(
-        global_step=_as_count(data.get("global_step")),
+        global_step=as_count(data.get("global_step")),
         max_steps=max_steps if max_steps else None,
         epoch=_as_float(data.get("epoch")),
         logging_steps=logging_steps if logging_steps else None,

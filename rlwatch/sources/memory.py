@@ -97,25 +97,28 @@ def _under(root: Path, cgroup_path: str | None) -> list[Path]:
     return dirs
 
 
+def _first_oom_kill(dirs: list[Path], name: str, parse: Callable[[str], dict[str, int]]) -> int | None:
+    """The ``oom_kill`` count in the first of ``dirs`` whose file ``name`` has one."""
+    for directory in dirs:
+        text = _read_text(directory / name)
+        if text is not None:
+            value = parse(text).get("oom_kill")
+            if value is not None:
+                return value
+    return None
+
+
 def read_oom_kills(cgroup_root: Path, self_cgroup: str | None) -> tuple[int | None, str | None]:
     """The OOM-kill counter of this process's cgroup, or None and the reason it could not be read."""
     own = parse_self_cgroup(self_cgroup or "")
     if (cgroup_root / "cgroup.controllers").exists():
-        for directory in _under(cgroup_root, own.get("")):
-            text = _read_text(directory / "memory.events")
-            if text is not None:
-                value = parse_memory_events(text).get("oom_kill")
-                if value is not None:
-                    return value, None
-        return None, f"no oom_kill counter in {cgroup_root}/…/memory.events"
-    memory_root = cgroup_root / "memory"
-    for directory in _under(memory_root, own.get("memory")):
-        text = _read_text(directory / "memory.oom_control")
-        if text is not None:
-            value = parse_oom_control(text).get("oom_kill")
-            if value is not None:
-                return value, None
-    return None, f"no cgroup OOM counter under {cgroup_root}"
+        value = _first_oom_kill(_under(cgroup_root, own.get("")), "memory.events", parse_memory_events)
+        missing = f"no oom_kill counter in {cgroup_root}/…/memory.events"
+    else:
+        v1_dirs = _under(cgroup_root / "memory", own.get("memory"))
+        value = _first_oom_kill(v1_dirs, "memory.oom_control", parse_oom_control)
+        missing = f"no cgroup OOM counter under {cgroup_root}"
+    return (value, None) if value is not None else (None, missing)
 
 
 class MemorySource:

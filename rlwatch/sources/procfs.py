@@ -35,16 +35,26 @@ def parse_count(text: str) -> int | None:
     return int(text) if text.isascii() and text.isdigit() else None
 
 
-def parse_stat(text: str) -> StatFields | None:
-    """``/proc/<pid>/stat``: parsed after the last ``)`` because ``comm`` may hold spaces and parentheses."""
+def split_stat(text: str) -> tuple[str, list[str]] | None:
+    """``/proc/<pid>/stat`` as ``comm`` and the fields after it, split after the last ``)`` because ``comm`` may
+    hold spaces and parentheses. Field N of proc(5) is ``rest[N - 3]``; None unless every field up to starttime (22)
+    is there."""
     open_at = text.find("(")
     close_at = text.rfind(")")
     if open_at < 0 or close_at < open_at:
         return None
     rest = text[close_at + 1 :].split()
-    # rest[0] is field 3 (state); field N is rest[N - 3]: ppid is field 4, starttime field 22.
     if len(rest) < 20:
         return None
+    return text[open_at + 1 : close_at], rest
+
+
+def parse_stat(text: str) -> StatFields | None:
+    """``/proc/<pid>/stat``: state is field 3, ppid field 4, starttime field 22."""
+    split = split_stat(text)
+    if split is None:
+        return None
+    comm, rest = split
     try:
         ppid = int(rest[1])
         start = int(rest[19])
@@ -52,7 +62,7 @@ def parse_stat(text: str) -> StatFields | None:
         return None
     if ppid < 0 or start < 0:
         return None
-    return StatFields(comm=text[open_at + 1 : close_at], state=rest[0], ppid=ppid, starttime_ticks=start)
+    return StatFields(comm=comm, state=rest[0], ppid=ppid, starttime_ticks=start)
 
 
 def parse_btime(text: str) -> float | None:
@@ -126,20 +136,20 @@ def _read_text(path: str) -> str | None:
     return None if data is None else data.decode("utf-8", "replace")
 
 
-def clk_tck() -> int:
+def _sysconf(name: str, fallback: int) -> int:
     try:
-        value = os.sysconf("SC_CLK_TCK")
+        value = os.sysconf(name)
     except (ValueError, OSError):
-        return 100
-    return value if value > 0 else 100
+        return fallback
+    return value if value > 0 else fallback
+
+
+def clk_tck() -> int:
+    return _sysconf("SC_CLK_TCK", 100)
 
 
 def page_size() -> int:
-    try:
-        value = os.sysconf("SC_PAGE_SIZE")
-    except (ValueError, OSError):
-        return 4096
-    return value if value > 0 else 4096
+    return _sysconf("SC_PAGE_SIZE", 4096)
 
 
 def boot_time(proc_root: str = PROC) -> float | None:

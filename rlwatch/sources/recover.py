@@ -7,12 +7,11 @@ convention as AReaL checkpoint names (:mod:`rlwatch.sources.checkpoints`).
 
 from __future__ import annotations
 
-import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from rlwatch.sources.checkpoints import parse_areal_name, parse_hf_name
+from rlwatch.sources.checkpoints import as_count, json_object, parse_areal_name, parse_hf_name
 from rlwatch.state import CheckpointInfo, RecoverState
 
 STEP_INFO = "step_info.json"
@@ -33,24 +32,15 @@ class StepInfo:
     steps_per_epoch: int
 
 
-def _count(value: object) -> int | None:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        return None
-    return value
-
-
 def parse_step_info(text: str) -> StepInfo | None:
     """Parse ``step_info.json``; ``None`` for anything that is not a complete, consistent record."""
-    try:
-        data = json.loads(text)
-    except (ValueError, TypeError, RecursionError):
+    data = json_object(text)
+    if data is None:
         return None
-    if not isinstance(data, dict):
-        return None
-    epoch = _count(data.get("epoch"))
-    epoch_step = _count(data.get("epoch_step"))
-    global_step = _count(data.get("global_step"))
-    steps_per_epoch = _count(data.get("steps_per_epoch"))
+    epoch = as_count(data.get("epoch"))
+    epoch_step = as_count(data.get("epoch_step"))
+    global_step = as_count(data.get("global_step"))
+    steps_per_epoch = as_count(data.get("steps_per_epoch"))
     if epoch is None or epoch_step is None or global_step is None or not steps_per_epoch:
         return None
     if epoch_step >= steps_per_epoch:

@@ -40,6 +40,16 @@ SHORT_BELOW = 32
 FOCUS_TARGETS = {1: "#p1", 2: "#p2", 3: "#events-table", 4: "#p4", 5: "#process-table", 6: "#log-view"}
 
 
+def _next_in_cycle(items: list[str], current: str | None) -> str | None:
+    """The filter a cycling key moves to: no filter, then each item in turn, then no filter again."""
+    if current is None:
+        return items[0] if items else None
+    if current not in items:
+        return None
+    i = items.index(current)
+    return items[i + 1] if i + 1 < len(items) else None
+
+
 class MainScreen(Screen[None]):
     BINDINGS = bindings()
     AUTO_FOCUS = "#events-table"
@@ -194,22 +204,12 @@ class MainScreen(Screen[None]):
     def action_cycle_kind(self) -> None:
         view = self.log_view
         kinds = self.query_one(EventsPanel).kinds_in_order()
-        current = view.filter.kind
-        nxt = kinds[0] if current is None and kinds else None
-        if current in kinds:
-            i = kinds.index(current)
-            nxt = kinds[i + 1] if i + 1 < len(kinds) else None
-        view.set_filter(replace(view.filter, kind=nxt))
+        view.set_filter(replace(view.filter, kind=_next_in_cycle(kinds, view.filter.kind)))
 
     def action_cycle_file(self) -> None:
         view = self.log_view
         paths = list(dict.fromkeys([*(self.snapshot.logs if self.snapshot else ()), *view.paths]))
-        current = view.filter.path
-        nxt = paths[0] if current is None and paths else None
-        if current in paths:
-            i = paths.index(current)
-            nxt = paths[i + 1] if i + 1 < len(paths) else None
-        view.set_filter(replace(view.filter, path=nxt))
+        view.set_filter(replace(view.filter, path=_next_in_cycle(paths, view.filter.path)))
 
     def action_toggle_pause(self) -> None:
         self.log_view.set_paused(not self.log_view.paused)

@@ -1,0 +1,36 @@
+"""What the dashboard and the fleet view share as apps: one screen at the bottom of the stack, fed on a clock."""
+
+from __future__ import annotations
+
+from typing import Any, TypeVar
+
+from textual.app import App
+from textual.screen import Screen
+
+from rlwatch.clock import Clock, SystemClock
+
+ScreenT = TypeVar("ScreenT", bound=Screen[Any])
+
+
+class MonitorApp(App[None]):
+    """An app whose default screen refreshes from its data every ``refresh_s`` on an injectable clock.
+
+    ``live=False`` runs no timers and no animations, so the same data renders to the same screen every time (snapshot
+    tests, ``rlwatch snapshot``). Subclasses build their screen in ``get_default_screen``.
+    """
+
+    ENABLE_COMMAND_PALETTE = False
+
+    def __init__(self, *, clock: Clock | None, refresh_s: float, live: bool) -> None:
+        super().__init__()
+        self.clock: Clock = clock or SystemClock()
+        self.refresh_s = refresh_s
+        self.live = live
+        if not live:
+            self.animation_level = "none"
+
+    def bottom_screen(self, kind: type[ScreenT]) -> ScreenT:
+        """The app's own screen, whatever dialog is open above it."""
+        screen = self.screen_stack[0]
+        assert isinstance(screen, kind)
+        return screen
