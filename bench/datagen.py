@@ -28,7 +28,7 @@ from rlwatch.sim import formats
 
 __all__ = ["GENERATOR_VERSION", "Dataset", "ensure_dataset", "generate"]
 
-GENERATOR_VERSION = 3
+GENERATOR_VERSION = 4
 START = datetime(2026, 1, 5, 8, 0, 0).timestamp()
 STEP_S = 11.0  # seconds of training per step: rollout, train, weight update
 RANKS = 8
@@ -37,7 +37,7 @@ TABLES = 64  # distinct stats tables, cycled (their values differ; their size an
 
 ENGINE = "[RemoteInfEngine Rank 0]"
 TB = "Traceback (most recent call last):"
-ADDR = ("10.244.3.17", 17331)
+ADDR = ("127.0.0.1", 17331)  # loopback: a report over this data probes the server address it names
 
 # The stats keys AReaL v0.5 logs per step (formats.md §1), sorted as its stats tracker sorts them.
 _STAT_GROUPS = (

@@ -32,8 +32,12 @@ class Context:
     gpu_idle: bool | None = None
 
 
-def hhmm(t: float | None) -> str:
-    return "?" if t is None else time.strftime("%H:%M:%S", time.localtime(t))
+def hhmm(t: float | None, now: float | None = None) -> str:
+    """A clock time; with the date too when ``t`` is not on the same day as ``now`` (a log from yesterday)."""
+    if t is None:
+        return "?"
+    same_day = now is None or time.localtime(t)[:3] == time.localtime(now)[:3]
+    return time.strftime("%H:%M:%S" if same_day else "%Y-%m-%d %H:%M:%S", time.localtime(t))
 
 
 def human_bytes(n: float | None) -> str:
@@ -111,7 +115,7 @@ def server_down(s: Snapshot, ctx: Context) -> Iterator[Finding]:
                 CRIT,
                 "server_unhealthy",
                 f"Inference server process {srv.pid} is alive but its health check fails at {srv.url} "
-                f"({srv.error or 'no answer'}) since {hhmm(srv.down_since)}.",
+                f"({srv.error or 'no answer'}) since {hhmm(srv.down_since, s.time)}.",
                 srv.down_since,
             )
             return
@@ -123,12 +127,12 @@ def server_down(s: Snapshot, ctx: Context) -> Iterator[Finding]:
                 since = ev.first  # the errors show when it really went away; the probe only saw it now
             extra = (
                 f"; {refused} connection-refused errors{_per_file(s, 'connection_refused')}, "
-                f"first {hhmm(ev.first)}, last {hhmm(ev.last)}. Training cannot make progress"
+                f"first {hhmm(ev.first, s.time)}, last {hhmm(ev.last, s.time)}. Training cannot make progress"
             )
         yield Finding(
             CRIT,
             "server_down",
-            f"Inference server {srv.url} is down since {hhmm(since)} ({srv.error or 'no answer'}){extra}.",
+            f"Inference server {srv.url} is down since {hhmm(since, s.time)} ({srv.error or 'no answer'}){extra}.",
             since,
         )
     elif refused >= ctx.thresholds.connection_storm and (srv is None or srv.up is None):
@@ -136,8 +140,8 @@ def server_down(s: Snapshot, ctx: Context) -> Iterator[Finding]:
         yield Finding(
             CRIT,
             "connection_refused",
-            f"{refused} connection-refused errors{_per_file(s, 'connection_refused')} from {hhmm(ev.first)} "
-            f"to {hhmm(ev.last)}: the inference server is probably gone.",
+            f"{refused} connection-refused errors{_per_file(s, 'connection_refused')} from {hhmm(ev.first, s.time)} "
+            f"to {hhmm(ev.last, s.time)}: the inference server is probably gone.",
             ev.first,
         )
 
@@ -189,7 +193,7 @@ def memory(s: Snapshot, ctx: Context) -> Iterator[Finding]:
         if p.alive and growth is not None and growth >= th.leak_bytes_per_hour:
             when = ""
             if mem and mem.forecast_exhausted_at:
-                when = f"; at this rate RAM runs out at {hhmm(mem.forecast_exhausted_at)}"
+                when = f"; at this rate RAM runs out at {hhmm(mem.forecast_exhausted_at, s.time)}"
             yield Finding(
                 WARN,
                 "memory_leak",
@@ -244,7 +248,7 @@ def watchdog_state(s: Snapshot, ctx: Context) -> Iterator[Finding]:
         yield Finding(
             CRIT,
             "watchdog_not_responding",
-            f"The watchdog (pid {wd.pid}) is not responding: no heartbeat since {hhmm(last_beat)} "
+            f"The watchdog (pid {wd.pid}) is not responding: no heartbeat since {hhmm(last_beat, s.time)} "
             f"({human_duration(wd.heartbeat_age_s)}); its policies are not being applied.",
             last_beat,
         )
@@ -252,7 +256,7 @@ def watchdog_state(s: Snapshot, ctx: Context) -> Iterator[Finding]:
         yield Finding(
             CRIT,
             "watchdog_died",
-            f"The watchdog (pid {wd.pid}) is gone since {hhmm(last_beat)} without stopping cleanly: nothing will "
+            f"The watchdog (pid {wd.pid}) is gone since {hhmm(last_beat, s.time)} without stopping cleanly: nothing will "
             "restart leaking or crashed processes. Start it again (`rlwatch service install` keeps it alive).",
             last_beat,
         )
@@ -279,7 +283,7 @@ def gpu(s: Snapshot, ctx: Context) -> Iterator[Finding]:
             INFO if history else CRIT,
             "device_busy",
             f"{busy} 'CUDA-capable device(s) is/are busy or unavailable' errors{_per_file(s, 'cuda_busy')}, "
-            f"last {hhmm(ev.last)}" + ("; the device has been usable since." if history else "."),
+            f"last {hhmm(ev.last, s.time)}" + ("; the device has been usable since." if history else "."),
             ev.first,
         )
     if s.gpu is not None and not s.gpu.available and s.gpu.backend != "none":
@@ -296,7 +300,7 @@ def training(s: Snapshot, ctx: Context) -> Iterator[Finding]:
         yield Finding(
             WARN,
             "stalled",
-            f"Training stalled: no step since {hhmm(last)} (step {tr.last_step}){idle}.",
+            f"Training stalled: no step since {hhmm(last, s.time)} (step {tr.last_step}){idle}.",
             last,
         )
     if tr.weight_update_s and tr.weight_update_timeout_s:
@@ -369,7 +373,7 @@ def failures(s: Snapshot, ctx: Context) -> Iterator[Finding]:
         if not n:
             continue
         ev = s.events[kind]
-        msg = f"{n} {text}{_per_file(s, kind)}, last {hhmm(ev.last)}"
+        msg = f"{n} {text}{_per_file(s, kind)}, last {hhmm(ev.last, s.time)}"
         if _history(s, kind):
             yield Finding(INFO, kind, msg + "; there has been progress since.", ev.first)
         else:
@@ -432,7 +436,7 @@ def timeline(s: Snapshot, limit: int = 20) -> tuple[TimelineEntry, ...]:
     for kind, label in labels.items():
         ev = s.events.get(kind)
         if ev and ev.count and ev.first is not None:
-            span = f" until {hhmm(ev.last)}" if ev.last and ev.last != ev.first else ""
+            span = f" until {hhmm(ev.last, s.time)}" if ev.last and ev.last != ev.first else ""
             out.append(TimelineEntry(ev.first, f"{label} begin ({ev.count}{span})"))
     for inc in s.incidents:
         if inc.kind == "crash":

@@ -56,7 +56,9 @@ HF_CKPT = re.compile(r"^checkpoint-\d+$")
 ANSI = re.compile(r"\x1b\[[0-9;]*m")
 BRAKE = re.compile(r"emergency[ _-]?brake", re.IGNORECASE)
 SGLANG_LAUNCHED = re.compile(r"SGLang server launched at: (https?://[^\s'\"]+)")
-ROLLOUT_SERVERS = re.compile(r"Found \d+ rollout servers: ([0-9A-Za-z.\-\[\]:]+:\d+)")
+ROLLOUT_SERVERS = re.compile(
+    r"Found \d+ rollout servers: ([0-9A-Za-z.\-\[\]:]+:\d+)|HTTP request to ([0-9A-Za-z.\-\[\]:]+:\d+)/generate failed"
+)
 
 AREAL_KEYS = frozenset(
     {"experiment_name", "trial_name", "cluster", "rollout", "actor", "sglang", "saver", "recover", "gconfig"}
@@ -277,7 +279,8 @@ def _server_from_logs(log_dirs: Iterable[Path]) -> ServerConfig | None:
             ("llm_server.log", SGLANG_LAUNCHED, ""),
             ("trainer.log", ROLLOUT_SERVERS, "http://"),
         ):
-            hits = pattern.findall(_read_tail(directory / name))
+            # The last address a line names: whichever of the pattern's groups matched.
+            hits = [m.group(m.lastindex or 0) for m in pattern.finditer(_read_tail(directory / name))]
             if hits:
                 url = prefix + str(hits[-1]).rstrip("/.,")
                 return ServerConfig(kind="sglang", url=url, health_path=HEALTH_PATH["sglang"])

@@ -170,7 +170,8 @@ class IncidentTracker:
             return
         for other in [t for t in tags if t != tag]:
             block = self._blocks.get((path, other))
-            if block is not None and lineno - block.seen > _SILENT_LINES:
+            # Numbering that went back means the file was truncated or replaced: that block is over too.
+            if block is not None and not 0 <= lineno - block.seen <= _SILENT_LINES:
                 self._close((path, other))
 
     def line(self, path: str, tag: str, body: str, lineno: int, when: Callable[[], float]) -> None:

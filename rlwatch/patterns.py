@@ -2,9 +2,9 @@
 
 Every kind is a regular expression over one log line plus *literals*: fixed strings of which at least one occurs in
 every line the expression can match. A backlog of gigabytes cannot be split into Python strings line by line, so
-the matcher first looks for the literals in the raw bytes of a whole chunk with one compiled alternation, and only
-the few lines around a hit are decoded, stripped of colour codes and of rank/role prefixes, and tried against the
-expressions. The literal search sees raw bytes, so a literal broken in two by a colour code inside it is missed;
+the matcher first looks for the literals in the raw bytes of a whole chunk in one pass (a compiled alternation, or
+Hyperscan for big spans when it is installed), and only the few lines around a hit are decoded, stripped of colour
+codes and of rank/role prefixes, and tried against the expressions of the kinds the literals found point to. The literal search sees raw bytes, so a literal broken in two by a colour code inside it is missed;
 loggers colour whole lines, which keeps this theoretical.
 """
 
@@ -528,15 +528,6 @@ class Matcher:
             if len(self._tries) < 4096:
                 self._tries[key] = tries
         return self._match(body, tries)
-
-    def next_candidate(self, data: bytes, pos: int, endpos: int) -> int:
-        """Offset of the next literal hit in ``data[pos:endpos]``, or -1."""
-        if self.every_line:
-            return pos if pos < endpos else -1
-        if self._prefilter is None:
-            return -1
-        m = self._prefilter.search(data, pos, endpos)
-        return -1 if m is None else m.start()
 
     def match_raw(self, raw: bytes, body: str) -> list[EventKind]:
         """Like :meth:`match`, trying only the kinds whose literals occur in the raw line."""

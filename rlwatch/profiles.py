@@ -74,7 +74,8 @@ def _areal() -> Config:
             checkpoint_dirs=["checkpoints"],
             recover_info="checkpoints/**/recover_info/step_info.json",
         ),
-        server=ServerConfig(kind="sglang", url="http://127.0.0.1:30000", health_path="/health"),
+        # No URL: AReaL starts SGLang on a random port; discovery reads it from --port or from the logs.
+        server=ServerConfig(kind="sglang", url=None, health_path="/health"),
         processes=[
             ProcessRule(role="launcher", cmdline_regex=AREAL_LAUNCHER),
             ProcessRule(role="server", cmdline_regex=SGLANG_SERVER),

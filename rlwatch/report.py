@@ -237,7 +237,7 @@ def to_text(s: Snapshot) -> str:
         lines.append("")
         lines.append("Timeline:")
         for entry in s.timeline:
-            lines.append(f"  {hhmm(entry.time)}  {entry.text}")
+            lines.append(f"  {hhmm(entry.time, s.time)}  {entry.text}")
     lines.append("")
     tr = s.training
     if tr and tr.last_step is not None:
@@ -250,7 +250,7 @@ def to_text(s: Snapshot) -> str:
         age = human_duration(s.time - latest.saved_at) if latest.saved_at else "?"
         lines.append(
             f"Checkpoint: {latest.path.rsplit('/', 1)[-1]} (global step {latest.global_step}), "
-            f"saved {hhmm(latest.saved_at)} ({age} ago), {human_bytes(latest.size_bytes)}"
+            f"saved {hhmm(latest.saved_at, s.time)} ({age} ago), {human_bytes(latest.size_bytes)}"
         )
     if s.recover:
         r = s.recover
@@ -276,7 +276,9 @@ def to_text(s: Snapshot) -> str:
         lines.append("Events:")
         for kind, e in sorted(counted, key=lambda kv: (kv[1].severity.rank, -kv[1].count)):
             files = ", ".join(f"{p.rsplit('/', 1)[-1]} {n}" for p, n in e.files.items())
-            lines.append(f"  {kind:20} {e.count:7}  first {hhmm(e.first)}  last {hhmm(e.last)}  ({files})")
+            lines.append(
+                f"  {kind:20} {e.count:7}  first {hhmm(e.first, s.time)}  last {hhmm(e.last, s.time)}  ({files})"
+            )
     steps = [NEXT_STEPS[f.code] for f in s.findings if f.code in NEXT_STEPS]
     if steps:
         lines.append("")

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import ipaddress
 import signal
+import socket
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 
@@ -20,3 +23,26 @@ def sims() -> Iterator[list[Sim]]:
             sim.proc.wait(timeout=30)
         for proc in with_id(sim.sim_id):
             proc.kill()
+
+
+_real_connect = socket.socket.connect
+
+
+def _loopback_only(self: socket.socket, address: Any) -> Any:
+    """Tests talk to servers they start on this machine, never to another host (fixture logs name such hosts)."""
+    if self.family in (socket.AF_INET, socket.AF_INET6):
+        host = address[0]
+        try:
+            loopback = ipaddress.ip_address(host).is_loopback
+        except ValueError:
+            loopback = host == "localhost"
+        if not loopback:
+            raise ConnectionRefusedError(111, f"tests may only connect to loopback, not {host}")
+    return _real_connect(self, address)
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _no_network_beyond_loopback() -> Iterator[None]:
+    socket.socket.connect = _loopback_only  # type: ignore[method-assign, assignment]
+    yield
+    socket.socket.connect = _real_connect  # type: ignore[method-assign]
