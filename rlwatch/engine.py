@@ -186,8 +186,6 @@ class Engine:
         self._status: dict[str, SourceStatus] = {}
         self._hist_gpu_util: dict[int, Ring] = {}
         self._hist_gpu_mem: dict[int, Ring] = {}
-        self._hist_ram = Ring()
-        self._hist_swap = Ring()
         self._snapshot = Snapshot(
             host=self.host,
             time=self.clock.time(),
@@ -336,19 +334,18 @@ class Engine:
             self._memory, self._gpu, self._procs, self._holders = mem, gpu, procs, holders
             self._checkpoint, self._recover, self._disk = ckpt, recover, disk
             self._watchdog = watchdog
-            total = mem.total_bytes
-            self._hist_ram.add(
-                now, _pct(None if total is None or mem.available_bytes is None else total - mem.available_bytes, total)
-            )
-            self._hist_swap.add(now, _pct(mem.swap_used_bytes, mem.swap_total_bytes))
             for g in gpu.gpus:
                 self._hist_gpu_util.setdefault(g.index, Ring()).add(now, g.util)
                 self._hist_gpu_mem.setdefault(g.index, Ring()).add(now, _pct(g.mem_used_bytes, g.mem_total_bytes))
-            for p in procs:
-                if p.role in ("trainer", "launcher") and p.alive:
-                    starts = self._starts.setdefault(p.role, deque(maxlen=50))
-                    if p.started_at not in starts:
-                        starts.append(p.started_at)
+
+    def _start_times(self) -> dict[str, tuple[float, ...]]:
+        """When the run's processes (and, from its logs, the container) started: the restart-loop evidence."""
+        starts = {k: tuple(v) for k, v in self._starts.items()}
+        for role in ("trainer", "launcher"):
+            seen = self.processes.start_times(role)
+            if seen:
+                starts[role] = tuple(seen)
+        return starts
 
     def launch_record(self, name: str) -> LaunchRecord | None:
         """How ``name`` was started: as seen by this engine, else as remembered by an earlier rlwatch."""
@@ -426,8 +423,8 @@ class Engine:
             history = History(
                 gpu_util={i: r.series() for i, r in self._hist_gpu_util.items()},
                 gpu_mem={i: r.series() for i, r in self._hist_gpu_mem.items()},
-                ram_used=self._hist_ram.series(),
-                swap_used=self._hist_swap.series(),
+                ram_used=self.memory_source.ram_history(),
+                swap_used=self.memory_source.swap_history(),
                 rss=self.processes.history(),
             )
             events = self.counter.summaries()
@@ -470,7 +467,7 @@ class Engine:
             ctx = Context(
                 thresholds=self.cfg.thresholds,
                 missing_expected=tuple(self.processes.missing_expected()),
-                starts={k: tuple(v) for k, v in self._starts.items()},
+                starts=self._start_times(),
                 trainer_alive=trainer_alive,
                 gpu_idle=gpu_idle,
                 memory_limits=self._memory_limits(),

@@ -12,8 +12,6 @@ from typing import Protocol
 
 from rlwatch.state import ActionPlan, ActionResult, Snapshot, TaggedLine
 
-ACTIONS = ("restart-workers", "kill-zombies", "resume", "restart-server")
-
 
 class Feed(Protocol):
     readonly: bool

@@ -4,8 +4,9 @@ Every kind is a regular expression over one log line plus *literals*: fixed stri
 every line the expression can match. A backlog of gigabytes cannot be split into Python strings line by line, so
 the matcher first looks for the literals in the raw bytes of a whole chunk in one pass (a compiled alternation, or
 Hyperscan for big spans when it is installed), and only the few lines around a hit are decoded, stripped of colour
-codes and of rank/role prefixes, and tried against the expressions of the kinds the literals found point to. The literal search sees raw bytes, so a literal broken in two by a colour code inside it is missed;
-loggers colour whole lines, which keeps this theoretical.
+codes and of rank/role prefixes, and tried against the expressions of the kinds the literals found point to. The
+literal search sees raw bytes, so a literal broken in two by a colour code inside it is missed; loggers colour
+whole lines, which keeps this theoretical.
 """
 
 from __future__ import annotations

@@ -241,11 +241,6 @@ class PartsReader:
         return parts
 
 
-def read_parts(layout: Layout) -> list[dict[str, Any]]:
-    """Every part that can be read now, oldest first; unreadable ones (mid-rename) are skipped."""
-    return PartsReader(layout).read()
-
-
 def merge_counts(parts: list[dict[str, Any]]) -> tuple[dict[str, dict[str, int]], dict[str, int]]:
     """Per file and kind, and per kind in total, summed over all parts."""
     files: dict[str, dict[str, int]] = {}
