@@ -257,7 +257,8 @@ def watchdog_state(s: Snapshot, ctx: Context) -> Iterator[Finding]:
             CRIT,
             "watchdog_died",
             f"The watchdog (pid {wd.pid}) is gone since {hhmm(last_beat, s.time)} without stopping cleanly: "
-            "nothing will restart leaking or crashed processes. Start it again (`rlwatch service install` keeps it alive).",
+            "nothing will restart leaking or crashed processes. "
+            "Start it again (`rlwatch service install` keeps it alive).",
             last_beat,
         )
 
