@@ -7,6 +7,7 @@ takes about a quarter of an hour, ten minutes of it the soak. ``--only backlog,l
 from __future__ import annotations
 
 import argparse
+import pickle
 import sys
 import time
 from pathlib import Path
@@ -27,6 +28,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--soak-seconds", type=float, default=None, help="soak length (default 600, quick 60)")
     p.add_argument("--out", type=Path, default=None, help="results file (default bench/RESULTS.md)")
     p.add_argument(
+        "--render-only",
+        action="store_true",
+        help="write the results file again from the last run's saved figures (after editing findings.md)",
+    )
+    p.add_argument(
         "--gpu-host",
         action="store_true",
         help="the run on a GPU host beside nvitop: write bench/RESULTS-gpu.md (default --only overhead)",
@@ -44,6 +50,15 @@ def main(argv: list[str] | None = None) -> int:
     default_out = GPU_RESULTS if args.gpu_host else ROOT / "bench" / "RESULTS.md"
     out_path = args.out or (DATA / "RESULTS-quick.md" if quick else default_out)
     DATA.mkdir(parents=True, exist_ok=True)
+    saved = DATA / f"results-{'gpu' if args.gpu_host else 'quick' if quick else 'full'}.pickle"
+    if args.render_only:
+        if not saved.exists():
+            p.error(f"no saved figures at {saved}: run the benchmarks first")
+        with saved.open("rb") as fh:
+            old = pickle.load(fh)  # noqa: S301 - written by this program, in its own git-ignored data folder
+        out_path.write_text(render(old, embed_gpu=not args.gpu_host))
+        print(f"wrote {out_path}")
+        return 0
 
     def log(msg: str) -> None:
         print(f"[{time.strftime('%H:%M:%S')}] {msg}", flush=True)
@@ -70,6 +85,8 @@ def main(argv: list[str] | None = None) -> int:
         log("startup: first frame, report and watch over the backlog")
         res.startup = startup.run(DATA, ds, frames=3 if quick else 5, reports=1 if quick else 2, big=True)
     res.elapsed_s = time.monotonic() - t0
+    with saved.open("wb") as out:
+        pickle.dump(res, out)
     out_path.write_text(render(res, embed_gpu=not args.gpu_host))
     log(f"wrote {out_path} ({res.elapsed_s / 60:.1f} min)")
     return 0

@@ -18,7 +18,6 @@ import json
 import random
 import time
 from collections import Counter
-from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -26,7 +25,7 @@ from typing import BinaryIO
 
 from rlwatch.sim import formats
 
-__all__ = ["GENERATOR_VERSION", "Dataset", "ensure_dataset", "generate"]
+__all__ = ["GENERATOR_VERSION", "REPORTED_KINDS", "Dataset", "LiveStream", "ensure_dataset", "generate"]
 
 GENERATOR_VERSION = 4
 START = datetime(2026, 1, 5, 8, 0, 0).timestamp()
@@ -108,9 +107,8 @@ class Dataset:
 class _Writer:
     """Collects lines and their declared kinds; flushes in large blocks."""
 
-    def __init__(self, out: BinaryIO, target: int, seed: int) -> None:
+    def __init__(self, out: BinaryIO, seed: int) -> None:
         self.fh = out
-        self.target = target
         self.rng = random.Random(seed)
         self.buf: list[bytes] = []
         self.buf_bytes = 0
@@ -452,7 +450,7 @@ def _steps_for(target: int) -> int:
 def generate(out: Path, target_bytes: int, seed: int = 7) -> Dataset:
     """Write about ``target_bytes`` of log to ``out`` and return what it holds."""
     out.parent.mkdir(parents=True, exist_ok=True)
-    w = _Writer(out.open("wb"), target_bytes, seed)
+    w = _Writer(out.open("wb"), seed)
     tables = _tables(w.rng)
     total = _steps_for(target_bytes)
     _startup(w)
@@ -510,10 +508,6 @@ def ensure_dataset(path: Path, target_bytes: int, seed: int = 7) -> Dataset:
     return ds
 
 
-def iter_kinds() -> Iterator[str]:
-    yield from REPORTED_KINDS
-
-
 class LiveStream:
     """Step after step of the same text, stamped with the current time, for logs that grow while rlwatch runs.
 
@@ -523,7 +517,7 @@ class LiveStream:
 
     def __init__(self, seed: int = 11, rare_every: int = 25, ranks: int = RANKS) -> None:
         self._buf = io.BytesIO()
-        self._w = _Writer(self._buf, 0, seed)
+        self._w = _Writer(self._buf, seed)
         self._tables = _tables(self._w.rng)
         self._g = 0
         self._rare_every = rare_every

@@ -100,12 +100,10 @@ def _targets(r: Results) -> list[tuple[str, str, str]]:
 
 
 def _embedded(path: Path) -> list[str]:
-    """Another results file inside this one: its title dropped, its headings one level down."""
+    """Another results file inside this one: from its first section on, headings one level down."""
     lines = path.read_text().strip().splitlines()
-    out = []
-    for line in lines[1:]:
-        out.append("#" + line if line.startswith("## ") else line)
-    return out
+    start = next((i for i, line in enumerate(lines) if line.startswith("## ")), len(lines))
+    return ["#" + line if line.startswith("## ") else line for line in lines[start:]]
 
 
 def render(r: Results, *, embed_gpu: bool = True) -> str:

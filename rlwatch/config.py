@@ -130,6 +130,10 @@ class ActionsConfig(Strict):
         "nvidia-smi",
         "node_exporter",
         "nvitop-exporter",
+        "nvitop",
+        "nvtop",
+        "gpustat",
+        "glances",
     ]
 
 

@@ -60,6 +60,7 @@ from rlwatch.watchdog_state import read_status
 
 _NEWLINES = re.compile(rb"\r\n|\r|\n")
 RECENT_LINES = 5000
+HOLDER_SCAN_S = 5.0
 HISTORY = 600
 
 
@@ -155,6 +156,8 @@ class Engine:
         for kind in [k.name for k in build_kinds(cfg.events)]:
             self.counter.subscribe(kind, self._tagger(kind))
         self._recent: deque[TaggedLine] = deque(maxlen=RECENT_LINES)
+        self._pending: deque[tuple[Chunk, dict[int, set[str]]]] = deque()  # raw chunks not yet in _recent
+        self._pending_lines = 0
         self._seq = 0
 
         # Host sources.
@@ -177,6 +180,7 @@ class Engine:
         self._gpu: GpuStatus | None = None
         self._procs: tuple[ProcessInfo, ...] = ()
         self._holders: tuple[GpuHolder, ...] = ()
+        self._holders_at: float | None = None  # monotonic time of the last /proc scan for GPU holders
         self._checkpoint: CheckpointState | None = None
         self._recover: RecoverState | None = None
         self._server: ServerState | None = None
@@ -213,13 +217,30 @@ class Engine:
     def _log_start(self, role: str, line: LogLine) -> None:
         self._starts.setdefault(role, deque(maxlen=50)).append(line.time)
 
-    def _remember_tail(self, chunk: Chunk) -> None:
-        """Keep the last lines of a chunk for the log view, tagged with the kinds they matched."""
-        tags: dict[tuple[str, int], set[str]] = {}
+    def _defer_tail(self, chunk: Chunk) -> None:
+        """Keep a chunk, raw, for the log view; decode it only when a view asks (``_flush_tails``).
+
+        Only the newest RECENT_LINES lines can ever be shown, so while a backlog streams in, older pending chunks
+        are dropped undecoded: cleaning every line of a 1 GiB log just to throw it away was half of `report`'s time.
+        """
         first_kept = chunk.first_lineno + max(0, chunk.nlines - RECENT_LINES)
+        tags: dict[int, set[str]] = {}
         for path, lineno, kind in self._tags:
             if path == chunk.path and lineno >= first_kept:
-                tags.setdefault((path, lineno), set()).add(kind)
+                tags.setdefault(lineno, set()).add(kind)
+        self._pending.append((chunk, tags))
+        self._pending_lines += chunk.nlines
+        while len(self._pending) > 1 and self._pending_lines - self._pending[0][0].nlines >= RECENT_LINES:
+            self._pending_lines -= self._pending.popleft()[0].nlines
+
+    def _flush_tails(self) -> None:
+        while self._pending:
+            chunk, tags = self._pending.popleft()
+            self._remember_tail(chunk, tags)
+        self._pending_lines = 0
+
+    def _remember_tail(self, chunk: Chunk, tags: dict[int, set[str]]) -> None:
+        """Keep the last lines of a chunk for the log view, tagged with the kinds they matched."""
         data = chunk.data
         if chunk.nlines > RECENT_LINES:
             # Find the start of the kept tail without splitting the whole chunk. The last "\n" and "\r" before the
@@ -244,7 +265,7 @@ class Engine:
         lineno = chunk.first_lineno + chunk.nlines - len(pieces)
         for raw in pieces:
             self._seq += 1
-            kinds = frozenset(tags.get((chunk.path, lineno), ()))
+            kinds = frozenset(tags.get(lineno, ()))
             text = clean_line(raw[:4000].decode("utf-8", "replace"))
             self._recent.append(TaggedLine(self._seq, chunk.path, lineno, text, kinds))
             lineno += 1
@@ -277,7 +298,7 @@ class Engine:
                 self.counter.feed(chunk)
                 if chunk.nlines:
                     self.training.on_any_line(self.clock.time())
-                    self._remember_tail(chunk)
+                    self._defer_tail(chunk)
             self._tags.clear()
         return len(chunks)
 
@@ -289,7 +310,7 @@ class Engine:
     def _ok(self, name: str, error: str | None = None) -> None:
         self._status[name] = SourceStatus(name, error is None, self.clock.time(), error)
 
-    def sample(self) -> None:
+    def sample(self, *, fresh_holders: bool = False) -> None:
         """Read every host source once (not the server probe)."""
         now = self.clock.time()
         mem = self.memory_source.sample()
@@ -304,7 +325,9 @@ class Engine:
             record = self.processes.launch_record(p.name) if p.alive else None
             if record is not None:
                 self.launches.remember(p.name, record)
-        holders = self._sample_holders(procs, gpu)
+        if fresh_holders:
+            self._holders_at = None
+        holders = self._holders_now(procs, gpu)
         ckpt = self.checkpoints.scan()
         recover, rec_err = self._read_recover()
         self._ok("recover", rec_err)
@@ -350,6 +373,15 @@ class Engine:
     def launch_record(self, name: str) -> LaunchRecord | None:
         """How ``name`` was started: as seen by this engine, else as remembered by an earlier rlwatch."""
         return self.processes.launch_record(name) or self.launches.get(name)
+
+    def _holders_now(self, procs: Sequence[ProcessInfo], gpu: GpuStatus) -> tuple[GpuHolder, ...]:
+        """GPU holders, scanned at most every HOLDER_SCAN_S: reading every /proc/<pid>/fd is the costliest part of a
+        sample, and holders change rarely. Actions never trust this list: they re-check each target's identity."""
+        now = self.clock.monotonic()
+        if self._holders_at is not None and now - self._holders_at < HOLDER_SCAN_S:
+            return self._holders
+        self._holders_at = now
+        return self._sample_holders(procs, gpu)
 
     def _sample_holders(self, procs: Sequence[ProcessInfo], gpu: GpuStatus) -> tuple[GpuHolder, ...]:
         try:
@@ -494,6 +526,7 @@ class Engine:
 
     def lines_after(self, seq: int, limit: int = 2000) -> Sequence[TaggedLine]:
         with self._lock:
+            self._flush_tails()
             if not self._recent or self._recent[-1].seq <= seq:
                 return []
             out = [line for line in self._recent if line.seq > seq]

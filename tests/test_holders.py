@@ -299,3 +299,35 @@ def test_vanished_holders_are_dropped(spawn: Spawner, dev: Path) -> None:
     spawn.stop_all()
     assert classify(raw) == {}
     assert proc.pid in raw
+
+
+def test_a_monitor_reading_nvml_is_never_a_stray() -> None:
+    """nvidia-smi, nvitop, glances or another rlwatch open /dev/nvidiactl and /dev/nvidiaN through NVML, but only a
+    CUDA context opens /dev/nvidia-uvm: the first kind is protected, the second can be a stray."""
+    import subprocess
+    import sys
+
+    from rlwatch.clock import SystemClock
+    from rlwatch.sources.holders import classify_holders
+
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        common = dict(
+            run_pids=set(),
+            run_started_at=None,
+            protected_names=(),
+            self_pid=os.getpid(),
+            allow_other_users=False,
+            clock=SystemClock(),
+        )
+        monitor = classify_holders({child.pid: ("/dev/nvidia0", "/dev/nvidiactl")}, nvml_pids={}, **common)
+        assert monitor[0].protected and "NVML" in monitor[0].protected and monitor[0].reason is None
+        cuda = ("/dev/nvidia-uvm", "/dev/nvidia0", "/dev/nvidiactl")
+        stray = classify_holders({child.pid: cuda}, nvml_pids={}, **common)
+        assert stray[0].protected is None and stray[0].reason
+        # NVML saying it uses GPU memory outweighs the missing uvm node.
+        busy = classify_holders({child.pid: ("/dev/nvidia0",)}, nvml_pids={child.pid: 1 << 30}, **common)
+        assert busy[0].protected is None and busy[0].reason
+    finally:
+        child.kill()
+        child.wait()

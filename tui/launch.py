@@ -142,7 +142,8 @@ def run_app(app: App[Any]) -> None:
 def run_dashboard(engine: Engine) -> int:
     from tui.app import RlwatchApp
 
-    engine.drain_logs()
+    # The first frame must not wait for a backlog of gigabytes: the engine's log loop reads it while the
+    # dashboard is already up, and the counts fill in as it goes.
     engine.sample()
     engine.build()
     engine.start()

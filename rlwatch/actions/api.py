@@ -170,7 +170,7 @@ class Actions:
         if self.engine.running:
             return self.engine.snapshot()
         self.engine.drain_logs()
-        self.engine.sample()
+        self.engine.sample(fresh_holders=True)  # a plan or a check must never rest on a cached holder list
         if probe:
             self.engine.probe_server()
         return self.engine.build()

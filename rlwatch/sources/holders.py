@@ -200,6 +200,18 @@ def _protected_reason(
     return None
 
 
+def _nvml_client_only(devices: tuple[str, ...], gpu_mem_bytes: int | None) -> bool:
+    """A process that has a GPU's nodes open without a CUDA context: a monitor (nvidia-smi, nvitop, glances, DCGM,
+    another rlwatch) reading NVML, never a zombie holding the GPU.
+
+    Every CUDA context opens ``/dev/nvidia-uvm``; NVML opens only ``/dev/nvidiactl`` and ``/dev/nvidiaN``. Applies to
+    the real device nodes only (a stand-in device file elsewhere has no uvm node beside it), and never to a process
+    NVML itself lists as using GPU memory.
+    """
+    real = [d for d in devices if d.startswith("/dev/nvidia")]
+    return bool(real) and not any(d.startswith("/dev/nvidia-uvm") for d in real) and not gpu_mem_bytes
+
+
 def _stray_reason(parent: int | None, create_time: float, run_started_at: float | None) -> str:
     reasons = []
     if parent == 1:
@@ -251,6 +263,8 @@ def classify_holders(
             proc_root=proc_root,
             cmdline=cmdline,
         )
+        if protected is None and _nvml_client_only(tuple(raw[pid]), nvml_pids.get(pid)):
+            protected = "a monitor reading NVML (no CUDA context)"
         # A child the run started after run_pids was computed is still the run's: check the live parent chain too.
         in_run = pid in run_pids or any(a in run_pids for a in procfs.ancestors(pid, proc_root))
         reason = None if in_run or protected else _stray_reason(stat.ppid, create_time, run_started_at)
