@@ -120,8 +120,10 @@ def test_ten_thousand_processes(tmp_path: Path, fault_row: Callable[[str, str], 
     for pid in range(100, 10_100):
         fake_proc(root, pid, f"python\0worker.py\0--id\0{pid}\0".encode(), start=pid)
     fake_proc(root, 10_100, b"python\0train.py\0", start=20_000)
-    (root / "10100" / "fd" / "3").symlink_to("/dev/nvidia0")
-    (root / "5000" / "fd" / "7").symlink_to("/dev/nvidia0")
+    # A CUDA context holds the GPU node and /dev/nvidia-uvm (a monitor reading NVML holds no uvm node).
+    for pid, fd in (("10100", 3), ("5000", 7)):
+        (root / pid / "fd" / str(fd)).symlink_to("/dev/nvidia0")
+        (root / pid / "fd" / str(fd + 1)).symlink_to("/dev/nvidia-uvm")
     engine = make_engine(
         tmp_path, {"processes": [{"role": "trainer", "cmdline_regex": r"train\.py"}]}, proc_root=str(root)
     )
