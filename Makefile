@@ -40,7 +40,9 @@ screenshots: $(STAMP)
 	    sed 's/<svg /<svg xml:space="preserve" /' screenshots/$$s.svg | rsvg-convert -w 1600 -o screenshots/$$s.png; fi; \
 	done
 
+# The benchmarks measure the optional Hyperscan fast path too, so it is installed first.
 bench: $(STAMP)
+	$(PY) -m pip install -q -e '.[test,fast]'
 	$(PY) -m bench
 
 # Every injected fault, then a table: fault, expected behaviour, observed, pass/fail (RLWATCH_FAULTS_JSON=FILE keeps it).
