@@ -63,7 +63,7 @@ class HeaderBar(Widget):
         self.stale_s: float | None = None
 
     def show(self, snap: Snapshot, stale_s: float | None = None) -> None:
-        if snap == self.snapshot and stale_s == self.stale_s:
+        if snap is self.snapshot and stale_s == self.stale_s:  # identity: snapshots are immutable
             return
         self.snapshot = snap
         self.stale_s = stale_s
