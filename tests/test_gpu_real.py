@@ -116,3 +116,63 @@ def test_a_process_allocating_memory_is_seen(nvml: NvmlBackend) -> None:
         except ProcessLookupError:
             pass
         child.wait(timeout=30)
+
+
+MONITOR = """
+import sys, pynvml
+pynvml.nvmlInit()
+h = pynvml.nvmlDeviceGetHandleByIndex(0)
+pynvml.nvmlDeviceGetUtilizationRates(h)
+print("ready", flush=True)
+sys.stdin.read()
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(importlib.util.find_spec("torch") is None, reason="needs torch to allocate GPU memory")
+def test_a_monitor_reading_nvml_is_protected_while_a_cuda_process_is_a_stray(tmp_path: object) -> None:
+    """nvidia-smi, nvitop, glances or another rlwatch hold GPU nodes through NVML: never kill-zombies targets."""
+    from rlwatch.clock import SystemClock
+    from rlwatch.sources.holders import classify_holders
+
+    children = [
+        subprocess.Popen(
+            [sys.executable, "-c", code],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+            start_new_session=True,
+        )
+        for code in (MONITOR, ALLOCATE)
+    ]
+    monitor, cuda = children
+    try:
+        for child in children:
+            assert child.stdout is not None and child.stdout.readline().strip() == "ready"
+        raw = find_holders("/dev/nvidia*")
+        print(
+            f"\nmonitor pid {monitor.pid} holds {raw.get(monitor.pid)}\ncuda pid {cuda.pid} holds {raw.get(cuda.pid)}"
+        )
+        holders = {
+            h.pid: h
+            for h in classify_holders(
+                raw,
+                run_pids=set(),
+                run_started_at=None,
+                nvml_pids={},
+                protected_names=(),
+                self_pid=os.getpid(),
+                allow_other_users=False,
+                clock=SystemClock(),
+            )
+        }
+        assert holders[monitor.pid].protected and "NVML" in holders[monitor.pid].protected
+        assert holders[monitor.pid].reason is None
+        assert holders[cuda.pid].protected is None and holders[cuda.pid].reason
+    finally:
+        for child in children:
+            try:
+                os.killpg(child.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            child.wait(timeout=30)

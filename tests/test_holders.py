@@ -302,8 +302,22 @@ def test_vanished_holders_are_dropped(spawn: Spawner, dev: Path) -> None:
 
 
 def test_a_monitor_reading_nvml_is_never_a_stray() -> None:
-    """nvidia-smi, nvitop, glances or another rlwatch open /dev/nvidiactl and /dev/nvidiaN through NVML, but only a
-    CUDA context opens /dev/nvidia-uvm: the first kind is protected, the second can be a stray."""
+    """What an H200 showed (driver 580): NVML clients (pynvml, nvidia-smi) open nvidiactl, nvidia0 and nvidia-uvm but
+    map at most nvidiactl; a CUDA context maps nvidia0 and nvidia-uvm. The mappings tell a monitor from a holder."""
+    from rlwatch.sources.holders import _nvml_client_only
+
+    opened = ("/dev/nvidia-caps/nvidia-cap1", "/dev/nvidia-uvm", "/dev/nvidia0", "/dev/nvidiactl")
+    assert _nvml_client_only(opened, ["/dev/nvidiactl"], None)  # pynvml, nvidia-smi -l
+    assert _nvml_client_only(opened, [], None)
+    cuda_maps = ["/dev/nvidia0", "/dev/nvidiactl", "/dev/nvidia-uvm"]
+    assert not _nvml_client_only(opened, cuda_maps, None)  # a torch process
+    assert not _nvml_client_only(opened, ["/dev/nvidiactl"], 1 << 30)  # NVML says it uses GPU memory
+    assert not _nvml_client_only(opened, None, None)  # maps unreadable: no verdict, never protected on a guess
+    assert not _nvml_client_only(("/srv/run/dev/nvidia0",), [], None)  # a stand-in device file
+
+
+def test_a_process_opening_gpu_nodes_without_mapping_them_is_protected() -> None:
+    """The rule applied to a real process: it maps nothing, so holding /dev/nvidia* makes it a monitor."""
     import subprocess
     import sys
 
@@ -312,22 +326,17 @@ def test_a_monitor_reading_nvml_is_never_a_stray() -> None:
 
     child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
     try:
-        common = dict(
+        holders = classify_holders(
+            {child.pid: ("/dev/nvidia-uvm", "/dev/nvidia0", "/dev/nvidiactl")},
             run_pids=set(),
             run_started_at=None,
+            nvml_pids={},
             protected_names=(),
             self_pid=os.getpid(),
             allow_other_users=False,
             clock=SystemClock(),
         )
-        monitor = classify_holders({child.pid: ("/dev/nvidia0", "/dev/nvidiactl")}, nvml_pids={}, **common)
-        assert monitor[0].protected and "NVML" in monitor[0].protected and monitor[0].reason is None
-        cuda = ("/dev/nvidia-uvm", "/dev/nvidia0", "/dev/nvidiactl")
-        stray = classify_holders({child.pid: cuda}, nvml_pids={}, **common)
-        assert stray[0].protected is None and stray[0].reason
-        # NVML saying it uses GPU memory outweighs the missing uvm node.
-        busy = classify_holders({child.pid: ("/dev/nvidia0",)}, nvml_pids={child.pid: 1 << 30}, **common)
-        assert busy[0].protected is None and busy[0].reason
+        assert holders[0].protected and "NVML" in holders[0].protected and holders[0].reason is None
     finally:
         child.kill()
         child.wait()

@@ -200,16 +200,21 @@ def _protected_reason(
     return None
 
 
-def _nvml_client_only(devices: tuple[str, ...], gpu_mem_bytes: int | None) -> bool:
+_GPU_NODE = re.compile(r"^/dev/nvidia(\d+|-uvm)$")
+
+
+def _nvml_client_only(devices: tuple[str, ...], mapped: list[str] | None, gpu_mem_bytes: int | None) -> bool:
     """A process that has a GPU's nodes open without a CUDA context: a monitor (nvidia-smi, nvitop, glances, DCGM,
     another rlwatch) reading NVML, never a zombie holding the GPU.
 
-    Every CUDA context opens ``/dev/nvidia-uvm``; NVML opens only ``/dev/nvidiactl`` and ``/dev/nvidiaN``. Applies to
-    the real device nodes only (a stand-in device file elsewhere has no uvm node beside it), and never to a process
-    NVML itself lists as using GPU memory.
+    Measured on an H200 (driver 580): NVML clients open /dev/nvidiactl, /dev/nvidiaN and even /dev/nvidia-uvm, but
+    map at most /dev/nvidiactl; a CUDA context maps the GPU node and /dev/nvidia-uvm. So the mappings decide. Only
+    for the real device nodes (a stand-in device file elsewhere has no such mappings), only when the maps could be
+    read, and never for a process NVML lists as using GPU memory.
     """
-    real = [d for d in devices if d.startswith("/dev/nvidia")]
-    return bool(real) and not any(d.startswith("/dev/nvidia-uvm") for d in real) and not gpu_mem_bytes
+    if mapped is None or gpu_mem_bytes or not any(d.startswith("/dev/nvidia") for d in devices):
+        return False
+    return not any(_GPU_NODE.match(path) for path in mapped)
 
 
 def _stray_reason(parent: int | None, create_time: float, run_started_at: float | None) -> str:
@@ -263,7 +268,8 @@ def classify_holders(
             proc_root=proc_root,
             cmdline=cmdline,
         )
-        if protected is None and _nvml_client_only(tuple(raw[pid]), nvml_pids.get(pid)):
+        mapped = _mapped_paths(f"{proc_root}/{pid}/maps", "/dev/nvidia") if protected is None else None
+        if protected is None and _nvml_client_only(tuple(raw[pid]), mapped, nvml_pids.get(pid)):
             protected = "a monitor reading NVML (no CUDA context)"
         # A child the run started after run_pids was computed is still the run's: check the live parent chain too.
         in_run = pid in run_pids or any(a in run_pids for a in procfs.ancestors(pid, proc_root))
