@@ -598,3 +598,26 @@ async def test_other_terminal_sizes_render_every_panel(size: tuple[int, int]) ->
         await pilot.resize_terminal(130, 45)
         await pilot.pause()
         assert not app.main.has_class("-narrow")
+
+
+@pytest.mark.parametrize(
+    ("status", "shown"),
+    [
+        (dict(running=True, pid=4242, since=0.0, heartbeat_age_s=1.0), "RUNNING"),
+        (dict(running=True, pid=4242, since=0.0, heartbeat_age_s=300.0, stale=True), "STUCK"),
+        (dict(running=False, pid=4242, since=0.0, heartbeat_age_s=900.0), "GONE"),
+    ],
+)
+async def test_the_watchdog_line_says_whether_it_keeps_the_run(status: dict[str, object], shown: str) -> None:
+    from rlwatch.state import WatchdogStatus
+
+    base = data.memory_leak()
+    since = base.time - 3600
+    wd = WatchdogStatus(**{**status, "since": since})  # type: ignore[arg-type]
+    app = make_app(StaticFeed(dataclasses.replace(base, watchdog=wd)))
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.pause()
+        line = text_of(app.main.query_one("#server-line", Static))
+        assert "watchdog" in line and shown in line
+        if shown == "RUNNING":
+            assert "pid 4242" in line and "since" in line

@@ -11,7 +11,7 @@ from rich.text import Text
 from textual.app import ComposeResult
 from textual.widgets import DataTable, Static
 
-from rlwatch.state import ProcessInfo, ServerState, Snapshot
+from rlwatch.state import ProcessInfo, ServerState, Snapshot, WatchdogStatus
 from widgets.format import clean_text, fmt_age, fmt_bytes, fmt_clock, fmt_cmdline, fmt_duration
 from widgets.panel import Panel
 
@@ -49,6 +49,31 @@ def server_line(srv: ServerState | None, now: float) -> Text:
     return line
 
 
+def watchdog_line(wd: WatchdogStatus | None, now: float) -> Text | None:
+    """Whether the headless watchdog keeps this run, and since when (incident 3: it had died unnoticed)."""
+    if wd is None:
+        return None  # none was ever started here; an expected one that is missing is a finding already
+    line = Text("watchdog ", style="bold", no_wrap=True, end="")
+    if wd.running and not wd.stale:
+        line.append(" RUNNING ", style="bold black on green")
+        since = f" since {fmt_clock(wd.since)}" if wd.since is not None else ""
+        line.append(f"{since}  pid {wd.pid}", style="dim")
+    elif wd.running:
+        line.append(" STUCK ", style="bold white on red")
+        line.append(f"  pid {wd.pid}, no heartbeat for {fmt_duration(wd.heartbeat_age_s)}", style="red")
+    elif wd.stopped is not None:
+        line.append(" STOPPED ", style="bold black on yellow")
+        line.append(f"  {fmt_clock(wd.stopped)}", style="dim")
+    else:
+        line.append(" GONE ", style="bold white on red")
+        line.append("  died without stopping", style="red")
+    if wd.gave_up:
+        line.append(f"  gave up on {', '.join(clean_text(g.target) for g in wd.gave_up)}", style="bold red")
+    elif wd.last_action:
+        line.append(f"  last: {clean_text(wd.last_action, 80)}", style="dim")
+    return line
+
+
 def label(p: ProcessInfo) -> str:
     """The name, with the role when the name does not already say it (``pool (launcher)``, ``worker-0``)."""
     name, role = clean_text(p.name), clean_text(p.role)
@@ -80,10 +105,15 @@ class ProcessPanel(Panel):
         yield table
 
     def data_key(self, snap: Snapshot) -> object:
-        return (snap.time, snap.server, snap.processes)
+        return (snap.time, snap.server, snap.processes, snap.watchdog)
 
     def show(self, snap: Snapshot) -> None:
-        self.query_one("#server-line", Static).update(server_line(snap.server, snap.time))
+        text = server_line(snap.server, snap.time)
+        watchdog = watchdog_line(snap.watchdog, snap.time)
+        if watchdog is not None:
+            text.append("\n")
+            text.append_text(watchdog)
+        self.query_one("#server-line", Static).update(text)
         table = self.query_one("#process-table", DataTable)
         table.clear()
         order = sorted(snap.processes, key=lambda p: (not p.alive, p.role, p.name, p.pid))
