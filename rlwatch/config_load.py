@@ -410,13 +410,16 @@ def resolve_config(run_dir: Path, config_path: Path | None, profile: str = "auto
     return cfg, source
 
 
-def absolute(cfg: Config, path: str | Path) -> Path:
-    """A path (or glob) of the configuration made absolute against the run directory; ``~`` is expanded."""
+def resolve(run_dir: Path, path: str | Path) -> Path:
+    """A path (or glob) of the configuration against a run directory; ``~`` is expanded."""
     p = Path(path).expanduser()
-    if p.is_absolute():
-        return Path(os.path.normpath(p))
+    return p if p.is_absolute() else run_dir / p
+
+
+def absolute(cfg: Config, path: str | Path) -> Path:
+    """``resolve`` against the configuration's own run directory, normalised."""
     base = Path(cfg.run_dir).expanduser() if cfg.run_dir else Path.cwd()
-    return Path(os.path.abspath(base / p))
+    return Path(os.path.abspath(resolve(base, path)))
 
 
 def _exists(pattern: Path) -> bool:

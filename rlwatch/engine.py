@@ -21,7 +21,7 @@ from pathlib import Path
 
 from rlwatch.clock import Clock, SystemClock
 from rlwatch.config import Config
-from rlwatch.config_load import missing_paths
+from rlwatch.config_load import missing_paths, resolve
 from rlwatch.diagnosis import Context, diagnose, timeline
 from rlwatch.events import EventCounter, build_kinds
 from rlwatch.knobs import read_knobs
@@ -62,11 +62,6 @@ _NEWLINES = re.compile(rb"\r\n|\r|\n")
 RECENT_LINES = 5000
 HOLDER_SCAN_S = 5.0
 HISTORY = 600
-
-
-def resolve(run_dir: Path, path: str) -> Path:
-    p = Path(path).expanduser()
-    return p if p.is_absolute() else run_dir / p
 
 
 def _newest(paths: Iterable[Path]) -> Path | None:
@@ -153,8 +148,8 @@ class Engine:
         self._starts: dict[str, deque[float]] = {}
         self.counter.subscribe("_banner", lambda line: self._log_start("container", line))
         self._tags: list[tuple[str, int, str]] = []
-        for kind in [k.name for k in build_kinds(cfg.events)]:
-            self.counter.subscribe(kind, self._tagger(kind))
+        for kind in self.counter.kinds:
+            self.counter.subscribe(kind.name, self._tagger(kind.name))
         self._recent: deque[TaggedLine] = deque(maxlen=RECENT_LINES)
         self._pending: deque[tuple[Chunk, dict[int, set[str]]]] = deque()  # raw chunks not yet in _recent
         self._pending_lines = 0
@@ -190,6 +185,9 @@ class Engine:
         self._status: dict[str, SourceStatus] = {}
         self._hist_gpu_util: dict[int, Ring] = {}
         self._hist_gpu_mem: dict[int, Ring] = {}
+        # Both change only when the sources are sampled, so they are made there, not on every (frequent) build.
+        self._history = History()
+        self._container_started: float | None = None  # wall time; the uptime is derived from it at build
         self._snapshot = Snapshot(
             host=self.host,
             time=self.clock.time(),
@@ -360,6 +358,15 @@ class Engine:
             for g in gpu.gpus:
                 self._hist_gpu_util.setdefault(g.index, Ring()).add(now, g.util)
                 self._hist_gpu_mem.setdefault(g.index, Ring()).add(now, _pct(g.mem_used_bytes, g.mem_total_bytes))
+            self._history = History(
+                gpu_util={i: r.series() for i, r in self._hist_gpu_util.items()},
+                gpu_mem={i: r.series() for i, r in self._hist_gpu_mem.items()},
+                ram_used=self.memory_source.ram_history(),
+                swap_used=self.memory_source.swap_history(),
+                rss=self.processes.history(),
+            )
+            uptime = container_uptime_s(self._proc_root)
+            self._container_started = None if uptime is None else now - uptime
 
     def _start_times(self) -> dict[str, tuple[float, ...]]:
         """When the run's processes (and, from its logs, the container) started: the restart-loop evidence."""
@@ -450,15 +457,8 @@ class Engine:
                 gpu_idle = bool(utils) and max(utils) < 5
             trainer = [p for p in self._procs if p.role == "trainer"]
             trainer_alive = any(p.alive for p in trainer) if trainer else None
-            uptime = container_uptime_s(self._proc_root)
+            uptime = None if self._container_started is None else now - self._container_started
             run_up = [now - p.started_at for p in self._procs if p.alive and p.role in ("launcher", "trainer")]
-            history = History(
-                gpu_util={i: r.series() for i, r in self._hist_gpu_util.items()},
-                gpu_mem={i: r.series() for i, r in self._hist_gpu_mem.items()},
-                ram_used=self.memory_source.ram_history(),
-                swap_used=self.memory_source.swap_history(),
-                rss=self.processes.history(),
-            )
             events = self.counter.summaries()
             server = self._server
             refused = events.get("connection_refused")
@@ -491,7 +491,7 @@ class Engine:
                 memory=self._memory,
                 processes=self._procs,
                 disk=self._disk,
-                history=history,
+                history=self._history,
                 sources=tuple(self._status.values()),
                 logs=self.tailer.files,
                 watchdog=self._watchdog,
@@ -527,10 +527,13 @@ class Engine:
     def lines_after(self, seq: int, limit: int = 2000) -> Sequence[TaggedLine]:
         with self._lock:
             self._flush_tails()
-            if not self._recent or self._recent[-1].seq <= seq:
-                return []
-            out = [line for line in self._recent if line.seq > seq]
-        return out[-limit:]
+            out: list[TaggedLine] = []
+            for line in reversed(self._recent):  # seqs only grow: walk back from the newest, stop at the old
+                if line.seq <= seq or len(out) == limit:
+                    break
+                out.append(line)
+        out.reverse()
+        return out
 
     def on_snapshot(self, listener: Callable[[Snapshot], None]) -> None:
         self._listeners.append(listener)

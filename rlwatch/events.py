@@ -299,7 +299,7 @@ class EventCounter:
         shown = _shown(text)
         t = when()
         for name in names:
-            self._count(name, path, lineno, t, shown)
+            self._count(name, path, lineno, t, shown, now)
 
     def _piece(self, path: str, state: _File, piece: bytes, *, first: bool, final: bool, now: float) -> None:
         """One piece of an over-long line: matched with the end of the previous piece, counted once per kind."""
@@ -315,9 +315,11 @@ class EventCounter:
         else:
             body = text
         found = [k.name for k in self._matcher.match(body) if k.name not in long.seen]
-        for name in found:
-            long.seen.add(name)
-            self._count(name, path, long.lineno, self._long_time(long, now), self._long_shown(long))
+        if found:
+            when, shown = self._long_time(long, now), self._long_shown(long)
+            for name in found:
+                long.seen.add(name)
+                self._count(name, path, long.lineno, when, shown, now)
         long.tail = window[-_OVERLAP:]
         if final:
             state.long = None
@@ -334,7 +336,8 @@ class EventCounter:
     def _long_shown(long: _LongLine) -> str:
         return _shown(prepare(long.head)[0])
 
-    def _count(self, name: str, path: str, lineno: int, when: float, shown: str) -> None:
+    def _count(self, name: str, path: str, lineno: int, when: float, shown: str, now: float) -> None:
+        """``now`` is the clock read once per feed: a backlog counts millions of events, each needing it."""
         st = self._stats[name]
         st.count += 1
         files = st.files
@@ -356,10 +359,10 @@ class EventCounter:
             streaks[path] = streaks.get(path, 0) + 1
             self._streaking.setdefault(path, set()).add(name)
         second = int(when)
-        if second >= self._clock.time() - self._window:
+        if second >= now - self._window:
             st.buckets[second] = st.buckets.get(second, 0) + 1
             if len(st.buckets) > 2 * self._window + 16:
-                self._prune(st)
+                self._prune(st, now)
         line = LogLine(path, lineno, shown, when)
         st.recent.append(line)
         self._incidents.event(name, path, lineno, when, shown)
@@ -371,8 +374,8 @@ class EventCounter:
                 except Exception as exc:  # a subscriber's bug must not stop the counting
                     self.errors.append(f"subscriber of {name} failed: {type(exc).__name__}: {exc}")
 
-    def _prune(self, st: _Stats) -> None:
-        floor = int(self._clock.time() - self._window)
+    def _prune(self, st: _Stats, now: float) -> None:
+        floor = int(now - self._window)
         for second in [s for s in st.buckets if s < floor]:
             del st.buckets[second]
 
@@ -385,7 +388,7 @@ class EventCounter:
             if kind.internal:
                 continue
             st = self._stats[name]
-            self._prune(st)
+            self._prune(st, now)
             in_window = sum(n for s, n in st.buckets.items() if s >= now - self._window)
             out[name] = EventSummary(
                 kind=name,

@@ -29,7 +29,6 @@ import threading
 from collections import Counter, deque
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import psutil
@@ -37,6 +36,7 @@ import psutil
 from rlwatch.budget import RestartBudget, Verdict
 from rlwatch.clock import Clock
 from rlwatch.config import BudgetConfig, Policy
+from rlwatch.config_load import resolve
 from rlwatch.policies import Evidence, Firing, PolicyEngine, used_kinds
 from rlwatch.state import ActionResult, Snapshot
 from rlwatch.watchdog_state import PID_FILE, STATE_FILE, VERSION, PidLock, state_dir, take_rearm, write_json
@@ -322,7 +322,7 @@ class Watchdog:
             for p in snap.processes:
                 rule = self.engine.processes.rule_for(p.name)
                 if rule is not None and rule.log:
-                    rule_logs[p.name] = str(_resolve(self.engine.run_dir, rule.log))
+                    rule_logs[p.name] = str(resolve(self.engine.run_dir, rule.log))
             self._owners = log_owners(snap, rule_logs)
             self._owners_at = now
         return Evidence(snap, streaks, dict(self._owners), self._limits(snap))
@@ -580,11 +580,6 @@ class Watchdog:
                     delay = None if st.next_allowed is None else max(0.0, st.next_allowed - now)
                     states.append(BudgetState(st.key, st.gave_up is not None, st.restarts_in_window, delay))
             return ExporterExtras(remediations=dict(self._counts), budgets=tuple(states))
-
-
-def _resolve(run_dir: Path, path: str) -> Path:
-    p = Path(path).expanduser()
-    return p if p.is_absolute() else run_dir / p
 
 
 def _own_create_time() -> float | None:

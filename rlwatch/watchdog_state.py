@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import fcntl
 import json
-import math
 import os
 import tempfile
 from pathlib import Path
@@ -22,6 +21,7 @@ from typing import Any
 
 import psutil
 
+from rlwatch.numbers import finite_float
 from rlwatch.state import GaveUp, WatchdogStatus
 
 STATE_DIR = ".rlwatch"
@@ -68,12 +68,6 @@ def read_json(path: Path) -> tuple[dict[str, Any] | None, str | None]:
     return data, None
 
 
-def _num(value: object) -> float | None:
-    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
-        return None
-    return float(value)
-
-
 def process_alive(pid: int | None, create_time: float | None) -> bool:
     """The process ``pid`` exists, is not a zombie, and started at ``create_time`` (so it is not a reused pid)."""
     if pid is None or pid <= 0:
@@ -91,24 +85,24 @@ def status_from(data: dict[str, Any], now: float) -> WatchdogStatus:
     """What a state file says, checked against the live process table."""
     raw_pid = data.get("pid")
     pid = raw_pid if isinstance(raw_pid, int) and not isinstance(raw_pid, bool) else None
-    stopped = _num(data.get("stopped_at"))
-    alive = stopped is None and process_alive(pid, _num(data.get("create_time")))
-    heartbeat = _num(data.get("heartbeat"))
+    stopped = finite_float(data.get("stopped_at"))
+    alive = stopped is None and process_alive(pid, finite_float(data.get("create_time")))
+    heartbeat = finite_float(data.get("heartbeat"))
     age = None if heartbeat is None else max(0.0, now - heartbeat)
-    stale_after = _num(data.get("stale_after_s")) or 60.0
+    stale_after = finite_float(data.get("stale_after_s")) or 60.0
     gave_up = []
     for item in data.get("gave_up") or []:
         if isinstance(item, dict) and isinstance(item.get("target"), str):
-            gave_up.append(GaveUp(item["target"], str(item.get("reason") or ""), _num(item.get("since"))))
+            gave_up.append(GaveUp(item["target"], str(item.get("reason") or ""), finite_float(item.get("since"))))
     last, last_at = None, None
     actions = data.get("last_actions")
     if isinstance(actions, list) and actions and isinstance(actions[-1], dict):
         last = str(actions[-1].get("message") or "") or None
-        last_at = _num(actions[-1].get("time"))
+        last_at = finite_float(actions[-1].get("time"))
     return WatchdogStatus(
         running=alive,
         pid=pid,
-        since=_num(data.get("started_at")),
+        since=finite_float(data.get("started_at")),
         heartbeat_age_s=age,
         stale=alive and (age is None or age > stale_after),
         stopped=stopped,

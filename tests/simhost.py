@@ -14,8 +14,11 @@ from typing import Any
 import psutil
 import yaml
 
+from rlwatch.sim.ledger import read_ledger
 
-def wait_until(pred: Callable[[], Any], timeout: float, interval: float = 0.02) -> Any:
+
+def wait_until(pred: Callable[[], Any], timeout: float = 10.0, interval: float = 0.02) -> Any:
+    """The value of ``pred`` once truthy; AssertionError when it is not within ``timeout`` seconds."""
     deadline = time.monotonic() + timeout
     while True:
         value = pred()
@@ -27,11 +30,7 @@ def wait_until(pred: Callable[[], Any], timeout: float, interval: float = 0.02) 
 
 
 def ledger(run_dir: Path) -> dict[str, Any] | None:
-    try:
-        data = json.loads((run_dir / ".sim" / "ledger.json").read_text())
-    except (OSError, ValueError):
-        return None
-    return data if isinstance(data, dict) else None
+    return read_ledger(run_dir)
 
 
 def ledger_where(run_dir: Path, pred: Callable[[dict[str, Any]], bool]) -> Callable[[], dict[str, Any] | None]:
@@ -108,3 +107,21 @@ def start(sims: list[Sim], tmp_path: Path, scenario: str, speed: float) -> Sim:
     sim = Sim(tmp_path, scenario, speed)
     sims.append(sim)
     return sim
+
+
+def run_report(run_dir: Path, timeout: float = 60) -> tuple[int, dict[str, Any]]:
+    """The real `rlwatch report --json` in another process: its exit status (0 or 1, never 2) and its JSON."""
+    out = subprocess.run(
+        [sys.executable, "-m", "rlwatch", "report", str(run_dir), "--json"],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
+    assert out.returncode in (0, 1), out.stderr
+    data: dict[str, Any] = json.loads(out.stdout)
+    return out.returncode, data
+
+
+def report(run_dir: Path) -> dict[str, Any]:
+    return run_report(run_dir)[1]

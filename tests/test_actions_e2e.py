@@ -16,7 +16,7 @@ import psutil
 import pytest
 import yaml
 
-from tests.simhost import Sim, settled, start, wait_until, with_id
+from tests.simhost import Sim, report, settled, start, wait_until, with_id
 
 pytestmark = pytest.mark.slow
 
@@ -32,19 +32,6 @@ def act(run_dir: Path, action: str, *flags: str) -> subprocess.CompletedProcess[
         check=False,
         stdin=subprocess.DEVNULL,
     )
-
-
-def report(run_dir: Path) -> dict[str, Any]:
-    out = subprocess.run(
-        [sys.executable, "-m", "rlwatch", "report", str(run_dir), "--json"],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
-    assert out.returncode in (0, 1), out.stderr
-    data: dict[str, Any] = json.loads(out.stdout)
-    return data
 
 
 def audit(run_dir: Path) -> list[dict[str, Any]]:

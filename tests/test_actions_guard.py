@@ -6,8 +6,7 @@ import functools
 import os
 import subprocess
 import sys
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import psutil
@@ -23,6 +22,7 @@ from rlwatch.actions.guard import (
     read_facts,
 )
 from rlwatch.actions.identity import read_proc_stat
+from tests.simhost import wait_until
 
 NAMES = ["nvidia-persistenced", "nv-hostengine", "dcgm-exporter", "nvitop-exporter"]
 
@@ -99,15 +99,6 @@ def test_a_kernel_thread_is_protected() -> None:
     if not kthreads:
         pytest.skip("no kernel thread visible in this PID namespace")
     assert protected_reason(kthreads[0], protected_names=NAMES, allow_other_users=False) == "kernel thread"
-
-
-def wait_until(pred: Callable[[], bool], timeout: float = 10.0) -> bool:
-    deadline = time.monotonic() + timeout
-    while not pred():
-        if time.monotonic() >= deadline:
-            return False
-        time.sleep(0.01)
-    return True
 
 
 @pytest.fixture

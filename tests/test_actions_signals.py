@@ -8,7 +8,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import psutil
@@ -17,6 +17,7 @@ import pytest
 from rlwatch.actions import identity, signals
 from rlwatch.actions.identity import Ident, ident_of, parse_proc_stat, read_proc_stat, same_process
 from rlwatch.actions.signals import SignalStatus, send_signal, wait_gone
+from tests.simhost import wait_until
 
 IDLE = r"""
 import os, signal, sys
@@ -29,15 +30,6 @@ os.replace(ready + ".tmp", ready)
 while True:
     signal.pause()
 """
-
-
-def wait_until(pred: Callable[[], bool], timeout: float = 10.0) -> bool:
-    deadline = time.monotonic() + timeout
-    while not pred():
-        if time.monotonic() >= deadline:
-            return False
-        time.sleep(0.01)
-    return True
 
 
 class Kids:

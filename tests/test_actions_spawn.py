@@ -7,8 +7,7 @@ import os
 import signal
 import subprocess
 import sys
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -16,20 +15,12 @@ import pytest
 from rlwatch.actions.identity import Ident, ident_of, read_proc_stat, same_process
 from rlwatch.actions.signals import send_signal
 from rlwatch.actions.spawn import SpawnError, spawn
+from tests.simhost import wait_until
 
 ECHO = (
     "import json, os, sys; print(json.dumps({'argv': sys.argv[1:], 'cwd': os.getcwd(), 'foo': os.environ.get('FOO')}))"
 )
 IDLE = "import signal, sys; open(sys.argv[1], 'w').close(); signal.pause()"
-
-
-def wait_until(pred: Callable[[], bool], timeout: float = 10.0) -> bool:
-    deadline = time.monotonic() + timeout
-    while not pred():
-        if time.monotonic() >= deadline:
-            return False
-        time.sleep(0.01)
-    return True
 
 
 @pytest.fixture

@@ -17,6 +17,7 @@ from rlwatch.actions.guard import protected_reason
 from rlwatch.actions.identity import Ident, ident_of, read_proc_stat, same_process
 from rlwatch.actions.signals import SignalOutcome, SignalStatus, send_signal, wait_gone
 from rlwatch.actions.stopper import ALREADY_GONE, EXITED, KILLED, REUSED, StopReport, stop_tree
+from tests.simhost import wait_until
 
 NAMES = ["nvidia-persistenced", "nv-hostengine", "dcgm-exporter"]
 
@@ -74,15 +75,6 @@ if extra:
     subprocess.Popen(extra)
 forever("ready")
 """
-
-
-def wait_until(pred: Callable[[], bool], timeout: float = 10.0) -> bool:
-    deadline = time.monotonic() + timeout
-    while not pred():
-        if time.monotonic() >= deadline:
-            return False
-        time.sleep(0.01)
-    return True
 
 
 def guard(pid: int) -> str | None:

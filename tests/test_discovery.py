@@ -19,18 +19,10 @@ from rlwatch.config import Config
 from rlwatch.config_load import parse_config, resolve_config
 from rlwatch.discovery import Proc, describe, discover, dump_config, server_of, walk_run_dir
 from rlwatch.profiles import profile_defaults
+from tests.simhost import wait_until
 
 DAY = 24 * 3600
 ANY = "0.0.0.0"
-
-
-def wait_until(pred: Callable[[], bool], timeout: float = 10.0) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if pred():
-            return True
-        time.sleep(0.02)
-    return pred()
 
 
 def write(path: Path, text: str = "", *, age_s: float = 0.0) -> Path:

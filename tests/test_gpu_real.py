@@ -7,13 +7,13 @@ import os
 import signal
 import subprocess
 import sys
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 
 import pytest
 
 from rlwatch.sources.holders import find_holders
 from rlwatch.sources.nvml import NvmlBackend
+from tests.simhost import wait_until
 
 pytestmark = pytest.mark.gpu
 
@@ -42,15 +42,6 @@ def _nvml_works() -> bool:
 
 if not _nvml_works():
     pytest.skip("needs a real NVIDIA GPU with NVML", allow_module_level=True)
-
-
-def wait_until(pred: Callable[[], bool], timeout: float = 30.0) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if pred():
-            return True
-        time.sleep(0.02)
-    return pred()
 
 
 @pytest.fixture
@@ -97,7 +88,7 @@ def test_a_process_allocating_memory_is_seen(nvml: NvmlBackend) -> None:
             pids = {pid for per_gpu in nvml.last_processes.values() for pid in per_gpu}
             return used - used_before >= GIB and bool(pids - pids_before)
 
-        assert wait_until(seen), nvml.last_processes
+        assert wait_until(seen, 30), nvml.last_processes
         procs = {pid: used for per_gpu in nvml.last_processes.values() for pid, used in per_gpu.items()}
         new = set(procs) - pids_before
         if child.pid in procs:

@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import threading
 import time
-from collections.abc import Callable
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -19,17 +18,9 @@ from rlwatch.clock import FakeClock
 from rlwatch.config import GpuConfig
 from rlwatch.sources.gpu import NoGpuBackend, SimulatedBackend, make_gpu_backend, parse_simulated
 from rlwatch.sources.nvml import NvmlBackend, describe_init_error, nvml_query
+from tests.simhost import wait_until
 
 GIB = 1024**3
-
-
-def wait_until(pred: Callable[[], bool], timeout: float = 5.0) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if pred():
-            return True
-        time.sleep(0.015)
-    return pred()
 
 
 def nvml_works() -> bool:

@@ -7,7 +7,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import psutil
@@ -25,6 +25,7 @@ from rlwatch.sources.holders import (
     scan_holders,
 )
 from rlwatch.state import GpuHolder
+from tests.simhost import wait_until
 
 OPENER = "import sys, time; f = open(sys.argv[1], 'rb'); print('ready', flush=True); time.sleep(120)"
 MAPPER = """
@@ -59,15 +60,6 @@ kid.stdout.readline()
 print(kid.pid, flush=True)
 time.sleep(120)
 """
-
-
-def wait_until(pred: Callable[[], bool], timeout: float = 5.0) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if pred():
-            return True
-        time.sleep(0.015)
-    return pred()
 
 
 class Spawner:

@@ -6,29 +6,15 @@ same, and must name the incident in its findings. This is the end-to-end contrac
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from tests.simhost import Sim, settled, start
+from tests.simhost import run_report as report
 
 pytestmark = pytest.mark.slow
-
-
-def report(run_dir: Path) -> tuple[int, dict[str, Any]]:
-    out = subprocess.run(
-        [sys.executable, "-m", "rlwatch", "report", str(run_dir), "--json"],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
-    assert out.returncode in (0, 1), out.stderr
-    return out.returncode, json.loads(out.stdout)
 
 
 def codes(rep: dict[str, Any], *severities: str) -> set[str]:

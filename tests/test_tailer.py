@@ -5,22 +5,13 @@ from __future__ import annotations
 import os
 import shutil
 import time
-from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
 from rlwatch.tailer import Chunk, Tailer, count_lines
 from rlwatch.waker import Waker, watch_roots
-
-
-def wait_until(pred: Callable[[], bool], timeout: float = 5.0) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if pred():
-            return True
-        time.sleep(0.01)
-    return pred()
+from tests.simhost import wait_until
 
 
 def lines_of(chunks: list[Chunk]) -> list[tuple[str, int, bytes]]:

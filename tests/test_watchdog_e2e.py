@@ -22,7 +22,7 @@ import psutil
 import pytest
 import yaml
 
-from tests.simhost import Sim, piece, start, wait_until
+from tests.simhost import Sim, piece, report, start, wait_until
 
 pytestmark = pytest.mark.slow
 
@@ -75,19 +75,6 @@ def watches() -> Iterator[list[Watch]]:
         if w.proc.poll() is None:
             w.proc.kill()
             w.proc.wait()
-
-
-def report(run_dir: Path) -> dict[str, Any]:
-    out = subprocess.run(
-        [sys.executable, "-m", "rlwatch", "report", str(run_dir), "--json"],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
-    assert out.returncode in (0, 1), out.stderr
-    data: dict[str, Any] = json.loads(out.stdout)
-    return data
 
 
 def is_action(action: str, key: str | None = None) -> Callable[[Record], bool]:

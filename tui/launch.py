@@ -85,18 +85,13 @@ def simulated_host(scenario: str, speed: float, *, settle_s: float = 0.0) -> Ite
 
 
 def _wait_settled(run_dir: Path, timeout: float) -> None:
-    import json
+    from rlwatch.sim.ledger import incident_shown, read_ledger
 
-    ledger = run_dir / ".sim" / "ledger.json"
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        try:
-            data = json.loads(ledger.read_text())
-            # A restart loop never settles by nature: a few loops show it.
-            if data.get("phase") == "settled" or data.get("facts", {}).get("loops", 0) >= 3:
-                return
-        except (OSError, ValueError):
-            pass
+        data = read_ledger(run_dir)
+        if data is not None and incident_shown(data):
+            return
         time.sleep(0.1)
 
 

@@ -116,7 +116,7 @@ class EventsPanel(Panel):
         return self.query_one("#events-table", DataTable)
 
     def data_key(self, snap: Snapshot) -> object:
-        return (snap.time, snap.events, snap.incidents, self.show_zero)
+        return (snap.events, snap.incidents, self.show_zero)
 
     def toggle_zero(self) -> None:
         self.show_zero = not self.show_zero

@@ -17,6 +17,7 @@ from textual.widgets import DataTable
 from rlwatch.fleet import FleetGroup, FleetHost, FleetSnapshot, HostStatus
 from rlwatch.state import Severity
 from widgets.format import (
+    SEVERITY_STYLE,
     UNKNOWN,
     clean_text,
     fmt_age,
@@ -76,7 +77,6 @@ STATUS_COLOR: dict[HostStatus, str] = {
 }
 
 SEVERITY_SHORT = {Severity.CRITICAL: "CRIT", Severity.WARNING: "WARN", Severity.INFO: "info"}
-SEVERITY_STYLE = {Severity.CRITICAL: "bold red", Severity.WARNING: "bold yellow", Severity.INFO: "cyan"}
 
 
 def host_row_key(host: FleetHost) -> str:

@@ -122,7 +122,7 @@ class GpuPanel(Panel):
 
     def data_key(self, snap: Snapshot) -> object:
         h = snap.history
-        return (snap.time, snap.gpu, snap.holders, h.gpu_util, h.gpu_mem)
+        return (snap.gpu, snap.holders, h.gpu_util, h.gpu_mem)
 
     def show(self, snap: Snapshot) -> None:
         lines = self.query_one("#gpu-lines", Static)

@@ -100,7 +100,7 @@ class MemoryPanel(Panel):
             yield Static(id="mem-processes", classes="body")
 
     def data_key(self, snap: Snapshot) -> object:
-        return (snap.time, snap.memory, snap.processes, snap.history.ram_used, snap.history.swap_used, snap.history.rss)
+        return (snap.memory, snap.processes, snap.history.ram_used, snap.history.swap_used, snap.history.rss)
 
     def show(self, snap: Snapshot) -> None:
         summary = self.query_one("#mem-summary", Static)

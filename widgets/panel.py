@@ -50,7 +50,9 @@ class Panel(ScrollableContainer):
 
     def update_from(self, snap: Snapshot) -> bool:
         """Redraw if the data this panel shows has changed; returns whether it did."""
-        key = self.data_key(snap)
+        # Ages are shown in whole seconds, so the snapshot's second (not its exact time, new on every build) is
+        # what can change them; with the exact time no panel would ever skip a repaint on a live host.
+        key = (int(snap.time), self.data_key(snap))
         if key == self._drawn_key:
             return False
         self._drawn_key = key

@@ -105,7 +105,7 @@ class ProcessPanel(Panel):
         yield table
 
     def data_key(self, snap: Snapshot) -> object:
-        return (snap.time, snap.server, snap.processes, snap.watchdog)
+        return (snap.server, snap.processes, snap.watchdog)
 
     def show(self, snap: Snapshot) -> None:
         text = server_line(snap.server, snap.time)

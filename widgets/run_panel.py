@@ -16,7 +16,7 @@ class RunPanel(Panel):
         yield CheckpointSection(id="checkpoint", classes="body")
 
     def data_key(self, snap: Snapshot) -> object:
-        return (snap.time, snap.training, snap.checkpoint, snap.recover, snap.disk, snap.timeline)
+        return (snap.training, snap.checkpoint, snap.recover, snap.disk, snap.timeline)
 
     def show(self, snap: Snapshot) -> None:
         self.query_one(TrainingSection).show(snap)

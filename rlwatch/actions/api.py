@@ -36,7 +36,8 @@ from rlwatch.actions.plan import (
 )
 from rlwatch.actions.spawn import SpawnError, spawn
 from rlwatch.actions.stopper import ALREADY_GONE, REUSED, StopReport, stop_tree
-from rlwatch.engine import Engine, resolve
+from rlwatch.config_load import resolve
+from rlwatch.engine import Engine
 from rlwatch.sources.server import ServerProbe
 from rlwatch.state import ActionPlan, ActionResult, Snapshot
 

@@ -9,15 +9,14 @@ from __future__ import annotations
 
 import os
 import pwd
-from collections.abc import Collection, Sequence
+from collections.abc import Collection
 from dataclasses import dataclass
-from pathlib import PurePosixPath
 
 import psutil
 
 from rlwatch.actions.identity import read_proc_stat
+from rlwatch.sources.procfs import daemon_name, names_of
 
-COMM_LEN = 15  # the kernel keeps this many characters of a process name (TASK_COMM_LEN - 1)
 _MAX_DEPTH = 4096
 
 
@@ -30,38 +29,6 @@ class ProcFacts:
     uid: int | None
     user: str | None
     kernel_thread: bool
-
-
-def _basename(path: str) -> str:
-    return PurePosixPath(path.removesuffix(" (deleted)")).name
-
-
-def names_of(exe: str | None, comm: str | None, cmdline: Sequence[str]) -> tuple[str, ...]:
-    """Every name a daemon may be known by: ``python /usr/bin/dcgm-exporter`` is still dcgm-exporter."""
-    names: list[str] = []
-    if exe:
-        names.append(_basename(exe))
-    if comm:
-        names.append(comm)
-    if cmdline:
-        names.append(_basename(cmdline[0]))
-        interpreter = _basename(cmdline[0])
-        if interpreter.startswith(("python", "bash", "sh", "perl", "ruby", "node")):
-            script = next((a for a in cmdline[1:] if not a.startswith("-")), None)
-            if script:
-                names.append(_basename(script))
-    return tuple(dict.fromkeys(n for n in names if n))
-
-
-def daemon_name(names: Collection[str], protected_names: Collection[str]) -> str | None:
-    """The protected name a process goes by, comparing the kernel's truncated comm too."""
-    for protected in protected_names:
-        if not protected:
-            continue
-        for name in names:
-            if name == protected or (len(name) == COMM_LEN and protected[:COMM_LEN] == name):
-                return protected
-    return None
 
 
 def _special_pid(pid: int, self_pid: int, ancestors: Collection[int]) -> str | None:

@@ -15,7 +15,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from rlwatch.engine import Engine, resolve
+from rlwatch.config_load import resolve
+from rlwatch.engine import Engine
 from rlwatch.sources import procfs
 from rlwatch.sources.recover import agree
 from rlwatch.state import ActionPlan, ActionTarget, GpuHolder, ProcessInfo, Snapshot

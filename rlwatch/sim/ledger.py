@@ -258,3 +258,14 @@ def latest(parts: list[dict[str, Any]], name: str) -> dict[str, Any] | None:
     """The most recently started part of one piece name."""
     found = [p for p in parts if p.get("name") == name]
     return found[-1] if found else None
+
+
+def read_ledger(run_dir: Path) -> dict[str, Any] | None:
+    """The ledger a running simulation keeps of what it wrote, or None while there is none (yet)."""
+    data = read_json(Layout.of(run_dir).ledger)
+    return data if isinstance(data, dict) else None
+
+
+def incident_shown(ledger: dict[str, Any]) -> bool:
+    """The scenario's incident has played out: settled, or, for a restart loop (which never settles), three loops."""
+    return ledger.get("phase") == "settled" or ledger.get("facts", {}).get("loops", 0) >= 3

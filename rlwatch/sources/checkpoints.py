@@ -16,7 +16,6 @@ sized, with the result cached while its directory is unchanged and its files hav
 from __future__ import annotations
 
 import json
-import math
 import os
 import re
 from collections.abc import Iterator, Sequence
@@ -25,6 +24,7 @@ from pathlib import Path
 from typing import TypedDict
 
 from rlwatch.clock import Clock
+from rlwatch.numbers import finite_float
 from rlwatch.state import CheckpointInfo, CheckpointState
 
 _AREAL_RE = re.compile(r"epoch([0-9]{1,12})epochstep([0-9]{1,12})globalstep([0-9]{1,12})")
@@ -83,22 +83,12 @@ def json_object(text: str) -> dict[str, object] | None:
     return data if isinstance(data, dict) else None
 
 
-def _as_float(value: object) -> float | None:
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        return None
-    try:
-        result = float(value)
-    except OverflowError:
-        return None
-    return result if math.isfinite(result) else None
-
-
 def _last_metric(history: object, key: str) -> float | None:
     if not isinstance(history, list):
         return None
     for entry in reversed(history):
         if isinstance(entry, dict) and key in entry:
-            value = _as_float(entry[key])
+            value = finite_float(entry[key])
             if value is not None:
                 return value
     return None
@@ -115,7 +105,7 @@ def parse_trainer_state(text: str) -> TrainerStateSummary | None:
     return TrainerStateSummary(
         global_step=as_count(data.get("global_step")),
         max_steps=max_steps if max_steps else None,
-        epoch=_as_float(data.get("epoch")),
+        epoch=finite_float(data.get("epoch")),
         logging_steps=logging_steps if logging_steps else None,
         reward=_last_metric(history, "reward"),
         loss=_last_metric(history, "loss"),

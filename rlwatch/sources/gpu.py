@@ -8,12 +8,12 @@ a host with no GPU is not a problem in itself. Every backend also exposes ``last
 from __future__ import annotations
 
 import json
-import math
 from pathlib import Path
 from typing import Any, Protocol
 
 from rlwatch.clock import Clock, SystemClock
 from rlwatch.config import GpuConfig
+from rlwatch.numbers import finite_float, finite_int
 from rlwatch.sources import one_line
 from rlwatch.sources.nvml import NvmlBackend, ProcessMap
 from rlwatch.state import GpuState, GpuStatus
@@ -44,18 +44,6 @@ class NoGpuBackend:
         return None
 
 
-def _int(value: Any) -> int | None:
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        return None
-    return int(value) if math.isfinite(value) else None
-
-
-def _float(value: Any) -> float | None:
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        return None
-    return float(value) if math.isfinite(value) else None
-
-
 def _str(value: Any) -> str | None:
     return value if isinstance(value, str) else None
 
@@ -69,27 +57,27 @@ def parse_simulated(data: Any) -> tuple[tuple[GpuState, ...], ProcessMap] | None
     for position, item in enumerate(data["gpus"]):
         if not isinstance(item, dict):
             continue
-        index = _int(item.get("index"))
+        index = finite_int(item.get("index"))
         index = position if index is None else index
         gpus.append(
             GpuState(
                 index=index,
                 name=_str(item.get("name")),
                 uuid=_str(item.get("uuid")),
-                util=_float(item.get("util")),
-                mem_used_bytes=_int(item.get("mem_used_bytes")),
-                mem_total_bytes=_int(item.get("mem_total_bytes")),
-                temp_c=_float(item.get("temp_c")),
-                power_w=_float(item.get("power_w")),
+                util=finite_float(item.get("util")),
+                mem_used_bytes=finite_int(item.get("mem_used_bytes")),
+                mem_total_bytes=finite_int(item.get("mem_total_bytes")),
+                temp_c=finite_float(item.get("temp_c")),
+                power_w=finite_float(item.get("power_w")),
                 compute_mode=_str(item.get("compute_mode")),
             )
         )
         per_pid: dict[int, int | None] = {}
         raw_procs = item.get("processes")
         for proc in raw_procs if isinstance(raw_procs, list) else ():
-            pid = _int(proc.get("pid")) if isinstance(proc, dict) else None
+            pid = finite_int(proc.get("pid")) if isinstance(proc, dict) else None
             if pid is not None and pid > 0:
-                per_pid[pid] = _int(proc.get("used_bytes")) if isinstance(proc, dict) else None
+                per_pid[pid] = finite_int(proc.get("used_bytes")) if isinstance(proc, dict) else None
         procs[index] = per_pid
     return tuple(gpus), procs
 
@@ -126,7 +114,7 @@ class SimulatedBackend:
         gpus, procs = parsed
         self.last_processes = procs
         error = None
-        written = _float(data.get("time"))
+        written = finite_float(data.get("time"))
         if written is not None:
             age = self._clock.time() - written
             if age > self._stale_after_s:

@@ -185,13 +185,11 @@ def _protected_reason(
         return "rlwatch itself"
     if pid in rlwatch_family:
         return "a parent of rlwatch"
-    for candidate in (
-        procfs.comm(pid, proc_root),
-        procfs.exe_name(pid, proc_root),
-        Path(cmdline[0]).name if cmdline else None,
-    ):
-        if candidate and candidate in names:
-            return f"system daemon ({candidate})"
+    # The same rule as the actions' guard: the script behind an interpreter and the kernel's truncated comm count.
+    known_as = procfs.names_of(procfs.exe_name(pid, proc_root), procfs.comm(pid, proc_root), cmdline)
+    daemon = procfs.daemon_name(known_as, names)
+    if daemon:
+        return f"system daemon ({daemon})"
     me = os.geteuid()
     if owner is None:
         return "owner unknown"

@@ -19,6 +19,7 @@ from dataclasses import replace
 from typing import Any, TypeVar
 
 from rlwatch.clock import Clock, SystemClock
+from rlwatch.numbers import finite_float, finite_int
 from rlwatch.sources import one_line
 from rlwatch.state import GpuState, GpuStatus
 
@@ -70,21 +71,6 @@ def describe_init_error(exc: BaseException) -> str:
     if code == ERROR_DRIVER_NOT_LOADED:
         return "NVML init failed: driver not loaded"
     return f"NVML init failed: {one_line(exc)}"
-
-
-def _int(value: Any) -> int | None:
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        return None
-    if isinstance(value, float) and not math.isfinite(value):
-        return None
-    return int(value)
-
-
-def _float(value: Any) -> float | None:
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        return None
-    result = float(value)
-    return result if math.isfinite(result) else None
 
 
 def _text(value: Any) -> str | None:
@@ -216,16 +202,16 @@ class NvmlBackend:
             return GpuState(index, None, None, None, None, None, None, None, None)
         util = nvml_query(nv.nvmlDeviceGetUtilizationRates, handle, errors=errors)
         memory = nvml_query(nv.nvmlDeviceGetMemoryInfo, handle, errors=errors)
-        power_mw = _float(nvml_query(nv.nvmlDeviceGetPowerUsage, handle, errors=errors))
-        mode = _int(nvml_query(nv.nvmlDeviceGetComputeMode, handle, errors=errors))
+        power_mw = finite_float(nvml_query(nv.nvmlDeviceGetPowerUsage, handle, errors=errors))
+        mode = finite_int(nvml_query(nv.nvmlDeviceGetComputeMode, handle, errors=errors))
         state = GpuState(
             index=index,
             name=_text(nvml_query(nv.nvmlDeviceGetName, handle, errors=errors)),
             uuid=_text(nvml_query(nv.nvmlDeviceGetUUID, handle, errors=errors)),
-            util=_float(getattr(util, "gpu", None)),
-            mem_used_bytes=_int(getattr(memory, "used", None)),
-            mem_total_bytes=_int(getattr(memory, "total", None)),
-            temp_c=_float(nvml_query(nv.nvmlDeviceGetTemperature, handle, TEMPERATURE_GPU, errors=errors)),
+            util=finite_float(getattr(util, "gpu", None)),
+            mem_used_bytes=finite_int(getattr(memory, "used", None)),
+            mem_total_bytes=finite_int(getattr(memory, "total", None)),
+            temp_c=finite_float(nvml_query(nv.nvmlDeviceGetTemperature, handle, TEMPERATURE_GPU, errors=errors)),
             power_w=None if power_mw is None else power_mw / 1000.0,
             compute_mode=None if mode is None else COMPUTE_MODES.get(mode, str(mode)),
         )
@@ -234,9 +220,9 @@ class NvmlBackend:
             running = nvml_query(nv.nvmlDeviceGetComputeRunningProcesses_v2, handle)
         per_pid: dict[int, int | None] = {}
         for proc in running or ():
-            pid = _int(getattr(proc, "pid", None))
+            pid = finite_int(getattr(proc, "pid", None))
             if pid is not None and pid > 0:
-                per_pid[pid] = _int(getattr(proc, "usedGpuMemory", None))
+                per_pid[pid] = finite_int(getattr(proc, "usedGpuMemory", None))
         procs[index] = per_pid
         lost = [e for e in errors if error_code(e) in _LOST]
         if lost:
@@ -249,7 +235,7 @@ class NvmlBackend:
         if error is not None:
             return GpuStatus(backend=self.name, available=False, error=error), {}
         errors: list[BaseException] = []
-        count = _int(nvml_query(self._module().nvmlDeviceGetCount, errors=errors))
+        count = finite_int(nvml_query(self._module().nvmlDeviceGetCount, errors=errors))
         if count is None:
             self._schedule_reinit()
             reason = one_line(errors[0]) if errors else "no answer"

@@ -14,8 +14,9 @@ from __future__ import annotations
 import math
 import os
 import pwd
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 
 PROC = "/proc"
 
@@ -296,3 +297,39 @@ def exe_name(pid: int, proc_root: str = PROC) -> str | None:
     except (OSError, ValueError):
         return None
     return Path(target.removesuffix(" (deleted)")).name or None
+
+
+# Who a process is, for protecting daemons: used alike by the GPU-holder scan and the actions' guard.
+COMM_LEN = 15  # the kernel keeps this many characters of a process name (TASK_COMM_LEN - 1)
+
+
+def _basename(path: str) -> str:
+    return PurePosixPath(path.removesuffix(" (deleted)")).name
+
+
+def names_of(exe: str | None, comm: str | None, cmdline: Sequence[str]) -> tuple[str, ...]:
+    """Every name a daemon may be known by: ``python /usr/bin/dcgm-exporter`` is still dcgm-exporter."""
+    names: list[str] = []
+    if exe:
+        names.append(_basename(exe))
+    if comm:
+        names.append(comm)
+    if cmdline:
+        names.append(_basename(cmdline[0]))
+        interpreter = _basename(cmdline[0])
+        if interpreter.startswith(("python", "bash", "sh", "perl", "ruby", "node")):
+            script = next((a for a in cmdline[1:] if not a.startswith("-")), None)
+            if script:
+                names.append(_basename(script))
+    return tuple(dict.fromkeys(n for n in names if n))
+
+
+def daemon_name(names: Collection[str], protected_names: Collection[str]) -> str | None:
+    """The protected name a process goes by, comparing the kernel's truncated comm too."""
+    for protected in protected_names:
+        if not protected:
+            continue
+        for name in names:
+            if name == protected or (len(name) == COMM_LEN and protected[:COMM_LEN] == name):
+                return protected
+    return None

@@ -13,7 +13,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -23,6 +22,7 @@ import pytest
 from rlwatch.sources.holders import find_holders
 from rlwatch.sources.nvml import NvmlBackend
 from tests.faults.conftest import FaultRow
+from tests.simhost import wait_until
 
 pytestmark = [pytest.mark.gpu, pytest.mark.faults]
 
@@ -41,15 +41,6 @@ def _nvml() -> Any:
 pynvml = _nvml()
 if pynvml is None:
     pytest.skip("needs a real NVIDIA GPU with NVML", allow_module_level=True)
-
-
-def wait_until(pred: Callable[[], bool], timeout: float = 30.0) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if pred():
-            return True
-        time.sleep(0.02)
-    return pred()
 
 
 class OneMoreGpu:
