@@ -27,7 +27,7 @@ import os
 import socket
 import threading
 from collections import Counter, deque
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -38,6 +38,7 @@ from rlwatch.clock import Clock
 from rlwatch.config import BudgetConfig, Policy
 from rlwatch.config_load import resolve
 from rlwatch.policies import Evidence, Firing, PolicyEngine, used_kinds
+from rlwatch.sources import procfs
 from rlwatch.state import ActionResult, Snapshot
 from rlwatch.watchdog_state import PID_FILE, STATE_FILE, VERSION, PidLock, state_dir, take_rearm, write_json
 
@@ -108,27 +109,11 @@ def log_owners(snap: Snapshot, rule_logs: Mapping[str, str], proc_root: str = "/
     for p in snap.processes:
         if not p.alive:
             continue
-        for fd_path in procfs_fds(p.pid, proc_root):
+        for fd_path in procfs.fd_paths(p.pid, proc_root) or ():
             path = unowned.get(fd_path)
             if path is not None and path not in owners:
                 owners[path] = p.name
     return owners
-
-
-def procfs_fds(pid: int, proc_root: str = "/proc") -> Iterable[str]:
-    """The paths a process holds open (unreadable ones skipped: another user's process, or it just exited)."""
-    base = f"{proc_root}/{pid}/fd"
-    try:
-        fds = os.listdir(base)
-    except OSError:
-        return []
-    out = []
-    for fd in fds:
-        try:
-            out.append(os.readlink(f"{base}/{fd}"))
-        except OSError:
-            continue
-    return out
 
 
 # ------------------------------------------------------------------------------------------------------ records

@@ -8,16 +8,14 @@ is "protected": not knowing who a process is, is reason enough to leave it alone
 from __future__ import annotations
 
 import os
-import pwd
 from collections.abc import Collection
 from dataclasses import dataclass
 
 import psutil
 
 from rlwatch.actions.identity import read_proc_stat
+from rlwatch.sources import procfs
 from rlwatch.sources.procfs import daemon_name, names_of
-
-_MAX_DEPTH = 4096
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,22 +69,7 @@ def judge(
 
 def ancestors_of(pid: int) -> tuple[int, ...]:
     """The parent chain of ``pid``, nearest first, up to the first parent that is 0 or cannot be read."""
-    chain: list[int] = []
-    current = pid
-    while len(chain) < _MAX_DEPTH:
-        stat = read_proc_stat(current)
-        if stat is None or stat.ppid <= 0 or stat.ppid == current or stat.ppid in chain:
-            break
-        chain.append(stat.ppid)
-        current = stat.ppid
-    return tuple(chain)
-
-
-def _user_name(uid: int) -> str:
-    try:
-        return pwd.getpwuid(uid).pw_name
-    except (KeyError, OverflowError):
-        return str(uid)
+    return tuple(procfs.ancestors(pid))
 
 
 def read_facts(pid: int) -> ProcFacts | None:
@@ -111,7 +94,7 @@ def read_facts(pid: int) -> ProcFacts | None:
         pid=pid,
         names=names_of(exe, stat.comm, cmdline),
         uid=uid,
-        user=_user_name(uid),
+        user=procfs.user_name(uid),
         kernel_thread=stat.kernel_thread,
     )
 

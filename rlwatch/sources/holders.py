@@ -34,20 +34,6 @@ def _literal_prefix(glob: str) -> str:
     return glob[: match.start()] if match else glob
 
 
-def _fd_paths(fd_dir: str) -> list[str] | None:
-    try:
-        names = os.listdir(fd_dir)
-    except OSError:
-        return None
-    paths = []
-    for name in names:
-        try:
-            paths.append(os.readlink(f"{fd_dir}/{name}"))
-        except OSError:  # closed between listing and reading
-            continue
-    return paths
-
-
 def _mapped_paths(maps_file: str, prefix: str) -> list[str] | None:
     try:
         with open(maps_file, "rb") as f:
@@ -84,7 +70,7 @@ def scan_holders(device_glob: str, *, proc_root: str = "/proc", maps: MapsReader
     holders: dict[int, tuple[str, ...]] = {}
     skipped = 0
     for pid in procfs.list_pids(proc_root):
-        fds = _fd_paths(f"{proc_root}/{pid}/fd")
+        fds = procfs.fd_paths(pid, proc_root)
         found = _matching(fds or (), prefix, device_glob)
         if not found:
             mapped = (maps or read_maps)(pid)

@@ -290,6 +290,22 @@ def ancestors(pid: int, proc_root: str = PROC, parents: dict[int, int] | None = 
     return chain
 
 
+def fd_paths(pid: int, proc_root: str = PROC) -> list[str] | None:
+    """What a process holds open (readlink of each fd); None when its fd directory cannot be read at all."""
+    fd_dir = f"{proc_root}/{pid}/fd"
+    try:
+        names = os.listdir(fd_dir)
+    except OSError:
+        return None
+    paths = []
+    for name in names:
+        try:
+            paths.append(os.readlink(f"{fd_dir}/{name}"))
+        except OSError:  # closed between listing and reading
+            continue
+    return paths
+
+
 def exe_name(pid: int, proc_root: str = PROC) -> str | None:
     """The basename of the running executable (``/proc/<pid>/exe``), without a ``(deleted)`` suffix."""
     try:
