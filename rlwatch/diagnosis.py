@@ -28,6 +28,7 @@ class Context:
     starts: dict[str, tuple[float, ...]] = field(default_factory=dict)  # role -> recent start times (wall)
     memory_limits: dict[str, int] = field(default_factory=dict)  # process name -> configured RSS limit
     server_start_timeout_s: float = 600.0
+    server_grace_s: float = 10.0  # a live server silent for less than this (two probes) may just be busy
     trainer_alive: bool | None = None
     gpu_idle: bool | None = None
 
@@ -108,6 +109,16 @@ def server_down(s: Snapshot, ctx: Context) -> Iterator[Finding]:
                 f"({srv.error or 'no answer'}); it has {human_duration(ctx.server_start_timeout_s - age)} left to "
                 "come up.",
                 proc.started_at,
+            )
+            return
+        silent_for = None if srv.down_since is None else s.time - srv.down_since
+        if srv.process_alive and silent_for is not None and silent_for < ctx.server_grace_s:
+            yield Finding(
+                INFO,
+                "server_unhealthy",
+                f"Inference server process {srv.pid} has not answered its health check at {srv.url} for "
+                f"{human_duration(silent_for)} ({srv.error or 'no answer'}); checking again.",
+                srv.down_since,
             )
             return
         if srv.process_alive:

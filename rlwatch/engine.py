@@ -504,6 +504,7 @@ class Engine:
                 gpu_idle=gpu_idle,
                 memory_limits=self._memory_limits(),
                 server_start_timeout_s=self.cfg.server.start_timeout_s,
+                server_grace_s=2 * self.cfg.server.interval_s,
             )
             snap = replace(snap, findings=diagnose(snap, ctx), timeline=timeline(snap))
             self._snapshot = snap
