@@ -64,6 +64,10 @@ def main(argv: list[str] | None = None) -> int:
         print(f"[{time.strftime('%H:%M:%S')}] {msg}", flush=True)
 
     res = Results(machine=machine(), quick=quick)
+    res.measured = {name: f"{res.machine['date']}, {res.machine['rlwatch']}" for name in only}
+    if set(only) != set(SECTIONS) and saved.exists():
+        with saved.open("rb") as fh:
+            res.merge_from(pickle.load(fh), only)  # noqa: S301 - as above
     t0 = time.monotonic()
     if {"backlog", "startup"} & set(only):
         log(f"dataset: {size >> 20} MiB AReaL trainer.log under {DATA} (generated once, then reused)")

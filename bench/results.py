@@ -31,6 +31,23 @@ class Results:
     startup: startup.StartupResult | None = None
     elapsed_s: float = 0.0
     rows: list[tuple[str, str, str]] = field(default_factory=list)
+    # section -> "date, rlwatch" of the run that measured it; sections of an earlier run are kept when a later run
+    # measures only some (a one-hour soak is a run of its own)
+    measured: dict[str, str] = field(default_factory=dict)
+
+    def merge_from(self, old: Results, sections: list[str]) -> None:
+        """Keep ``old``'s figures for every section this run did not measure."""
+        for name in ("backlog", "latency", "overhead", "soak", "startup"):
+            if name in sections or getattr(old, name, None) is None:
+                continue
+            setattr(self, name, getattr(old, name))
+            self.measured[name] = getattr(old, "measured", {}).get(name) or _when(old.machine)
+            if name in ("backlog", "startup") and self.dataset is None:
+                self.dataset = old.dataset
+
+
+def _when(machine: dict[str, str]) -> str:
+    return f"{machine.get('date', '?')}, {machine.get('rlwatch', '?')}"
 
 
 def _verdict(ok: bool | None) -> str:
@@ -124,7 +141,10 @@ def render(r: Results, *, embed_gpu: bool = True) -> str:
         "| --- | --- |",
     ]
     out += [f"| {k} | {v} |" for k, v in r.machine.items()]
-    out += [f"| run took | {r.elapsed_s / 60:.1f} min |", "", "## Targets (design.md)", ""]
+    out += [f"| run took | {r.elapsed_s / 60:.1f} min |"]
+    earlier = {name: when for name, when in r.measured.items() if when != _when(r.machine)}
+    out += [f"| section {name} measured in an earlier run | {when} |" for name, when in sorted(earlier.items())]
+    out += ["", "## Targets (design.md)", ""]
     out += ["| target | measured | |", "| --- | --- | --- |"]
     out += [f"| {a} | {b} | {c} |" for a, b, c in _targets(r)]
     if r.backlog:

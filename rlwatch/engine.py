@@ -24,6 +24,7 @@ from rlwatch.config import Config
 from rlwatch.config_load import missing_paths, resolve
 from rlwatch.diagnosis import Context, diagnose, timeline
 from rlwatch.events import EventCounter, build_kinds
+from rlwatch.heap import release_free_heap
 from rlwatch.knobs import read_knobs
 from rlwatch.launches import LaunchBook
 from rlwatch.sources.checkpoints import CheckpointScanner
@@ -60,6 +61,8 @@ from rlwatch.watchdog_state import read_status
 
 _NEWLINES = re.compile(rb"\r\n|\r|\n")
 RECENT_LINES = 5000
+# Bytes counted since the last heap release after which catching up returns free heap to the system (rlwatch.heap).
+RELEASE_AFTER_BYTES = 64 << 20
 HOLDER_SCAN_S = 5.0
 HISTORY = 600
 
@@ -154,6 +157,7 @@ class Engine:
         self._pending: deque[tuple[Chunk, dict[int, set[str]]]] = deque()  # raw chunks not yet in _recent
         self._pending_lines = 0
         self._seq = 0
+        self._unreleased = 0  # log bytes counted since free heap was last returned
 
         # Host sources.
         self.memory_source = MemorySource(self.clock)
@@ -292,6 +296,7 @@ class Engine:
             return 0
         with self._lock:
             for chunk in chunks:
+                self._unreleased += len(chunk.data)
                 self._tags.clear()
                 self.counter.feed(chunk)
                 if chunk.nlines:
@@ -592,6 +597,9 @@ class Engine:
             if handled:
                 self._guard("build", self.build)
                 continue  # more may be waiting (back-pressure: the tailer reads a bounded amount per poll)
+            if self._unreleased >= RELEASE_AFTER_BYTES:  # caught up after a big backlog
+                self._unreleased = 0
+                release_free_heap()
             self.waker.wait(0.25)
 
     def _sample_loop(self) -> None:

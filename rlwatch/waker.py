@@ -49,7 +49,8 @@ class Waker:
         self,
         patterns: Sequence[str],
         *,
-        poll_interval_s: float = 0.25,
+        poll_interval_s: float = 0.05,
+        recheck_s: float = 0.25,
         force_polling: bool = False,
         debounce_ms: int = 50,
         step_ms: int = 20,
@@ -57,7 +58,11 @@ class Waker:
         self._roots = watch_roots(patterns)
         # A pattern under "/" itself is not watched (see watch_roots): then everything is polled.
         self._partial = any(os.path.normpath(_base_dir(p)) == os.sep for p in patterns)
+        # Polling costs one stat per followed file (about 15 µs for eight logs), so a 50 ms poll keeps a line's
+        # latency under 100 ms for well under 0.1 % of a core. The watcher thread's own checks for directories
+        # that do not exist yet need no such haste.
         self._poll = poll_interval_s
+        self._recheck = recheck_s
         env = os.environ.get("WATCHFILES_FORCE_POLLING", "").strip().lower()
         self._forced = force_polling or env not in _FALSEY
         self._debounce = debounce_ms
@@ -107,7 +112,7 @@ class Waker:
             existing = [root for root in self._roots if os.path.isdir(root)]
             if not existing:
                 self._watching_all = False
-                self._stop.wait(self._poll)
+                self._stop.wait(self._recheck)
                 continue
             missing = len(existing) < len(self._roots)
             self._watching_all = not missing
@@ -118,7 +123,7 @@ class Waker:
                     debounce=self._debounce,
                     step=self._step,
                     stop_event=self._stop,
-                    rust_timeout=max(1, int(self._poll * 1000)) if missing else 5000,
+                    rust_timeout=max(1, int(self._recheck * 1000)) if missing else 5000,
                     yield_on_timeout=True,
                     raise_interrupt=False,
                     force_polling=False,
@@ -136,4 +141,4 @@ class Waker:
             if not missing and not self._stop.is_set():
                 # The generator ended without a stop: a watched root went away. Start over.
                 self._watching_all = False
-                self._stop.wait(self._poll)
+                self._stop.wait(self._recheck)

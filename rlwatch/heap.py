@@ -1,0 +1,41 @@
+"""Giving the heap back to the system once a big backlog has been counted.
+
+After the first large buffers are freed, glibc raises its threshold for serving allocations with ``mmap``, so the
+tailer's later 1 MiB reads come from the heap; once the backlog is counted most of that heap is free but stays
+resident (about 12 MB after a 1 GiB backlog, a fifth of the monitor's memory). ``malloc_trim`` returns it. Fixing the
+threshold instead would cost every read fresh page faults (20 % slower counting, measured), so the trim runs once,
+when the backlog is done. On a C library without ``malloc_trim`` nothing happens.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+from collections.abc import Callable
+from functools import cache
+
+__all__ = ["release_free_heap"]
+
+
+@cache
+def _trim() -> Callable[[int], int] | None:
+    name = ctypes.util.find_library("c")
+    if not name:
+        return None
+    try:
+        fn = ctypes.CDLL(name).malloc_trim
+    except (OSError, AttributeError):  # not glibc
+        return None
+    fn.argtypes = [ctypes.c_size_t]
+    fn.restype = ctypes.c_int
+    trim: Callable[[int], int] = fn
+    return trim
+
+
+def release_free_heap() -> bool:
+    """Return free heap pages to the system; False where the C library cannot."""
+    trim = _trim()
+    if trim is None:
+        return False
+    trim(0)
+    return True
