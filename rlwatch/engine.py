@@ -412,7 +412,6 @@ class Engine:
             protected_names=self.cfg.actions.protected_names,
             self_pid=os.getpid(),
             allow_other_users=self.cfg.actions.allow_other_users,
-            clock=self.clock,
             proc_root=self._proc_root,
         )
         skipped = self.holder_scanner.skipped

@@ -160,14 +160,14 @@ def test_hf_layout_with_nested_dirs_and_trainer_state(tmp_path: Path, clock: Fak
     assert state.latest.global_step == 20
     assert state.latest.epoch is None
     assert state.latest.size_bytes == 1000 + 500 + 250 + state_size
-    assert scanner.total_steps_hint() == 500
     summary = scanner.trainer_state()
     assert summary is not None
+    assert summary["max_steps"] == 500
     assert summary["reward"] == 0.375
 
     (latest / "trainer_state.json").write_text(_trainer_state(20, 750))
     os.utime(latest / "trainer_state.json", (clock.time() + 5, clock.time() + 5))
-    assert scanner.total_steps_hint() == 750  # re-read when it changes
+    assert (scanner.trainer_state() or {}).get("max_steps") == 750  # re-read when it changes
 
 
 def test_root_may_be_the_checkpoint_itself(tmp_path: Path, clock: FakeClock) -> None:
@@ -280,7 +280,7 @@ def test_missing_root_is_an_error_line_not_an_exception(tmp_path: Path, clock: F
     assert state.count == 0
     assert scanner.error is not None
     assert "nope" in scanner.error
-    assert scanner.total_steps_hint() is None
+    assert scanner.trainer_state() is None
 
 
 def test_symlink_loops_are_not_followed(tmp_path: Path, clock: FakeClock) -> None:

@@ -123,7 +123,6 @@ sys.stdin.read()
 @pytest.mark.skipif(importlib.util.find_spec("torch") is None, reason="needs torch to allocate GPU memory")
 def test_a_monitor_reading_nvml_is_protected_while_a_cuda_process_is_a_stray(tmp_path: object) -> None:
     """nvidia-smi, nvitop, glances or another rlwatch hold GPU nodes through NVML: never kill-zombies targets."""
-    from rlwatch.clock import SystemClock
     from rlwatch.sources.holders import classify_holders
 
     children = [
@@ -154,7 +153,6 @@ def test_a_monitor_reading_nvml_is_protected_while_a_cuda_process_is_a_stray(tmp
                 protected_names=(),
                 self_pid=os.getpid(),
                 allow_other_users=False,
-                clock=SystemClock(),
             )
         }
         assert holders[monitor.pid].protected and "NVML" in holders[monitor.pid].protected

@@ -21,7 +21,6 @@ from rlwatch.sources.holders import (
     gpu_index,
     holders_by_gpu,
     merge_nvml_pids,
-    nvml_notes,
     scan_holders,
 )
 from rlwatch.state import GpuHolder
@@ -117,7 +116,6 @@ def classify(raw: dict[int, tuple[str, ...]], **kw: object) -> dict[int, GpuHold
         "protected_names": ["nvidia-persistenced", "nv-hostengine", "dcgm-exporter"],
         "self_pid": os.getpid(),
         "allow_other_users": False,
-        "clock": FakeClock(),
     }
     args.update(kw)
     return {h.pid: h for h in classify_holders(raw, **args)}  # type: ignore[arg-type]
@@ -194,14 +192,9 @@ def test_gpu_index_and_grouping() -> None:
     assert holders_by_gpu(holders) == {0: (10, 11), 1: (11,)}
 
 
-def test_nvml_pids_merge_and_notes() -> None:
+def test_nvml_pids_merge() -> None:
     merged = merge_nvml_pids({0: {10: 100, 99: None}, 1: {10: 50, 98: 2 * 1024**3}})
     assert merged == {10: 150, 99: None, 98: 2 * 1024**3}
-    notes = nvml_notes({10: ("/dev/nvidia0",)}, merged)
-    assert len(notes) == 2
-    assert notes[0].startswith("NVML lists pid 98 using 2.0 GiB")
-    assert notes[1].startswith("NVML lists pid 99,")
-    assert not any("pid 10 " in note or "pid 10," in note for note in notes)  # it holds a device here
 
 
 # -------------------------------------------------------------------------------------------------- classifying
@@ -313,7 +306,6 @@ def test_a_process_opening_gpu_nodes_without_mapping_them_is_protected() -> None
     import subprocess
     import sys
 
-    from rlwatch.clock import SystemClock
     from rlwatch.sources.holders import classify_holders
 
     child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
@@ -326,7 +318,6 @@ def test_a_process_opening_gpu_nodes_without_mapping_them_is_protected() -> None
             protected_names=(),
             self_pid=os.getpid(),
             allow_other_users=False,
-            clock=SystemClock(),
         )
         assert holders[0].protected and "NVML" in holders[0].protected and holders[0].reason is None
     finally:

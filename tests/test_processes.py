@@ -151,7 +151,9 @@ def test_parse_cmdline_forms() -> None:
 
 
 def test_start_time_matches_psutil() -> None:
-    assert procfs.stat_start_time(os.getpid()) == psutil.Process().create_time()
+    stat = procfs.read_stat(os.getpid())
+    assert stat is not None
+    assert procfs.start_time_from_ticks(stat.starttime_ticks, procfs.boot_time()) == psutil.Process().create_time()
 
 
 def test_child_cmdline_env_cwd_and_tree(spawn: Spawner, tmp_path: Path, tag: str) -> None:
@@ -172,7 +174,7 @@ def test_vanished_process_reads_as_nothing(spawn: Spawner, tag: str) -> None:
     child = spawn.start(SLEEPER, tag)
     spawn.stop(child)
     pid = child.pid
-    assert procfs.stat_start_time(pid) is None
+    assert procfs.read_stat(pid) is None
     assert procfs.read_cmdline(pid) == ()
     assert procfs.read_environ(pid) is None
     assert procfs.read_cwd(pid) is None
@@ -194,7 +196,7 @@ def test_garbage_proc_root(tmp_path: Path) -> None:
     (proc / "124").mkdir()
     (proc / "stat").write_text("cpu 1 2 3\n")
     assert procfs.container_uptime_s(str(proc)) is None
-    assert procfs.stat_start_time(123, str(proc)) is None
+    assert procfs.read_stat(123, str(proc)) is None
     table = ProcessTable([rule("trainer", "x")], FakeClock(), proc_root=str(proc))
     assert table.sample() == ()
     assert table.error is not None and "cannot read processes" in table.error

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 import psutil
 
-from rlwatch.sources.procfs import clk_tck, split_stat
+from rlwatch.sources.procfs import clk_tck, parse_stat
 
 CREATE_TIME_TOLERANCE_S = 0.01
 PF_KTHREAD = 0x00200000  # task flag of kernel threads (include/linux/sched.h)
@@ -53,24 +53,11 @@ class ProcStat:
 
 
 def parse_proc_stat(pid: int, text: str) -> ProcStat | None:
-    """Fields of proc(5): state 3, ppid 4, pgrp 5, session 6, flags 9, starttime 22."""
-    split = split_stat(text)
-    if split is None:
+    """The process ``pid`` as ``text`` (its ``/proc/<pid>/stat``) describes it; None when that is no stat line."""
+    f = parse_stat(text)
+    if f is None:
         return None
-    comm, rest = split
-    try:
-        return ProcStat(
-            pid=pid,
-            comm=comm,
-            state=rest[0],
-            ppid=int(rest[1]),
-            pgrp=int(rest[2]),
-            session=int(rest[3]),
-            flags=int(rest[6]),
-            start_ticks=int(rest[19]),
-        )
-    except ValueError:
-        return None
+    return ProcStat(pid, f.comm, f.state, f.ppid, f.pgrp, f.session, f.flags, f.starttime_ticks)
 
 
 def read_proc_stat(pid: int) -> ProcStat | None:

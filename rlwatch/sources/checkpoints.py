@@ -348,8 +348,3 @@ class CheckpointScanner:
         if summary is None and self.error is None:
             self.error = f"trainer_state.json incomplete or corrupt (being written?): {path}"
         return summary
-
-    def total_steps_hint(self) -> int | None:
-        """``max_steps`` from the latest ``trainer_state.json``: TRL's stdout never prints the planned total."""
-        summary = self.trainer_state()
-        return summary["max_steps"] if summary else None

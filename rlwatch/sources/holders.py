@@ -219,7 +219,6 @@ def classify_holders(
     protected_names: Iterable[str],
     self_pid: int,
     allow_other_users: bool,
-    clock: Clock,
     proc_root: str = "/proc",
 ) -> tuple[GpuHolder, ...]:
     """Sort holders into the run's own, the untouchable, and strays (with a reason); vanished pids are dropped.
@@ -228,7 +227,6 @@ def classify_holders(
     name (``comm``, ``/proc/<pid>/exe`` or ``argv[0]``), never by a substring of the command line, so
     ``python serve.py --name nvidia-persistenced`` is not mistaken for one.
     """
-    del clock  # every reason is relative to the run's start; the clock is taken so all sources share one signature
     names = set(protected_names)
     rlwatch_family = set(procfs.ancestors(self_pid, proc_root))
     btime = procfs.boot_time(proc_root)
@@ -272,16 +270,6 @@ def classify_holders(
             )
         )
     return tuple(out)
-
-
-def nvml_notes(raw: Mapping[int, tuple[str, ...]], nvml_pids: Mapping[int, int | None]) -> tuple[str, ...]:
-    """NVML pids with no device file open here: host pids seen from a container. Shown, never acted on."""
-    notes = []
-    for pid in sorted(set(nvml_pids) - set(raw)):
-        used = nvml_pids[pid]
-        size = "" if used is None else f" using {used / 1024**3:.1f} GiB"
-        notes.append(f"NVML lists pid {pid}{size}, which holds no GPU device here (a host pid, or not visible)")
-    return tuple(notes)
 
 
 def merge_nvml_pids(per_gpu: Mapping[int, Mapping[int, int | None]]) -> dict[int, int | None]:

@@ -29,6 +29,9 @@ class StatFields:
     state: str
     ppid: int
     starttime_ticks: int
+    pgrp: int = 0
+    session: int = 0
+    flags: int = 0
 
 
 def parse_count(text: str) -> int | None:
@@ -51,19 +54,18 @@ def split_stat(text: str) -> tuple[str, list[str]] | None:
 
 
 def parse_stat(text: str) -> StatFields | None:
-    """``/proc/<pid>/stat``: state is field 3, ppid field 4, starttime field 22."""
+    """``/proc/<pid>/stat``: state is field 3, ppid 4, pgrp 5, session 6, flags 9, starttime 22."""
     split = split_stat(text)
     if split is None:
         return None
     comm, rest = split
     try:
-        ppid = int(rest[1])
-        start = int(rest[19])
+        ppid, pgrp, session, flags, start = (int(rest[i]) for i in (1, 2, 3, 6, 19))
     except ValueError:
         return None
     if ppid < 0 or start < 0:
         return None
-    return StatFields(comm=comm, state=rest[0], ppid=ppid, starttime_ticks=start)
+    return StatFields(comm, rest[0], ppid, start, pgrp, session, flags)
 
 
 def parse_btime(text: str) -> float | None:
@@ -165,14 +167,6 @@ def read_stat(pid: int, proc_root: str = PROC) -> StatFields | None:
 
 def start_time_from_ticks(ticks: int, btime: float | None) -> float | None:
     return None if btime is None else ticks / clk_tck() + btime
-
-
-def stat_start_time(pid: int, proc_root: str = PROC) -> float | None:
-    """When ``pid`` started, in epoch seconds (the same value as psutil's ``create_time()``)."""
-    stat = read_stat(pid, proc_root)
-    if stat is None:
-        return None
-    return start_time_from_ticks(stat.starttime_ticks, boot_time(proc_root))
 
 
 def read_cmdline(pid: int, proc_root: str = PROC) -> tuple[str, ...]:
