@@ -8,10 +8,10 @@ it in one line, next to the checkpoint's age and the free space on the volume it
 from __future__ import annotations
 
 from rich.text import Text
-from textual.widgets import Static
 
 from rlwatch.state import CheckpointState, DiskState, RecoverState, Snapshot, TimelineEntry
 from widgets.format import basename, clean_text, fmt_age, fmt_bytes, fmt_clock, shorten_path
+from widgets.text_block import TextBlock
 
 TIMELINE_SHOWN = 4
 
@@ -74,7 +74,7 @@ def checkpoint_text(snap: Snapshot) -> Text:
     return Text("\n", end="").join(rows)
 
 
-class CheckpointSection(Static):
+class CheckpointSection(TextBlock):
     """The checkpoint part of the run panel."""
 
     def show(self, snap: Snapshot) -> None:

@@ -18,6 +18,7 @@ from textual.widgets import DataTable, Static
 from rlwatch.state import EventSummary, Incident, Snapshot
 from widgets.format import SEVERITY_STYLE, basename, clean_text, fmt_age, fmt_clock
 from widgets.panel import Panel
+from widgets.text_block import TextBlock
 
 RECENT_SHOWN = 3
 LINE_LIMIT = 400
@@ -100,6 +101,7 @@ class EventsPanel(Panel):
         self._incidents: tuple[Incident, ...] = ()
         self._now = 0.0
         self._highlighted: str | None = None
+        self._rows: list[tuple[str, tuple[Text, ...]]] | None = None  # what the table shows
 
     def compose(self) -> ComposeResult:
         table = EventTable(id="events-table", cursor_type="row", zebra_stripes=False)
@@ -109,7 +111,7 @@ class EventsPanel(Panel):
         table.add_column("streak", key="streak")
         table.add_column("last", key="last")
         yield table
-        yield Static(id="events-detail", classes="body")
+        yield TextBlock(id="events-detail", classes="body")
 
     @property
     def table(self) -> DataTable[Text]:
@@ -131,10 +133,13 @@ class EventsPanel(Panel):
     def _fill(self) -> None:
         table = self.table
         keep = self._highlighted
-        table.clear()
         rows = ordered(self._events, show_zero=self.show_zero)
-        for e in rows:
-            table.add_row(*event_row(e, self._now), key=e.kind)
+        cells = [(e.kind, event_row(e, self._now)) for e in rows]
+        if cells != self._rows:  # refilling a table redraws it: most seconds it reads the same
+            self._rows = cells
+            table.clear()
+            for kind, row in cells:
+                table.add_row(*row, key=kind)
         if not rows:
             self._highlighted = None
             quiet = "no events counted yet" if not self._events else "no events (a to show kinds at zero)"
@@ -143,7 +148,8 @@ class EventsPanel(Panel):
             return
         kinds = [e.kind for e in rows]
         index = kinds.index(keep) if keep in kinds else 0
-        table.move_cursor(row=index, animate=False)
+        if table.cursor_row != index:
+            table.move_cursor(row=index, animate=False)
         self._highlighted = kinds[index]
         self._show_detail()
 

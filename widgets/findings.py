@@ -7,10 +7,10 @@ after them, dimmed: a panel that shows nothing because its source is broken must
 from __future__ import annotations
 
 from rich.text import Text
-from textual.widgets import Static
 
 from rlwatch.state import Finding, Snapshot, SourceStatus
 from widgets.format import SEVERITY_LABEL, SEVERITY_STYLE, clean_text, fmt_clock
+from widgets.text_block import TextBlock
 
 MESSAGE_LIMIT = 600
 OWN_LINE = frozenset({"gpu", "server"})
@@ -40,7 +40,7 @@ def findings_text(findings: tuple[Finding, ...], sources: tuple[SourceStatus, ..
     return out
 
 
-class FindingsBanner(Static):
+class FindingsBanner(TextBlock):
     def __init__(self, *, id: str | None = None) -> None:
         super().__init__(id=id)
         self._key: object = None

@@ -18,6 +18,7 @@ from rlwatch.state import GpuHolder, GpuState, GpuStatus, History, Series, Snaps
 from widgets.format import clean_text, fmt_age, fmt_bytes, fmt_cmdline, fmt_percent
 from widgets.graph import TimeGraph, bucket, spark
 from widgets.panel import Panel
+from widgets.text_block import TextBlock
 
 INLINE_COLUMNS = 12
 INLINE_SPAN_S = 600.0
@@ -114,8 +115,8 @@ def merged(series: dict[int, Series]) -> Series:
 
 class GpuPanel(Panel):
     def compose(self) -> ComposeResult:
-        yield Static(id="gpu-lines", classes="body")
-        yield Static(id="gpu-holders", classes="body")
+        yield TextBlock(id="gpu-lines", classes="body")
+        yield TextBlock(id="gpu-holders", classes="body")
         with Horizontal(classes="graphs", id="gpu-graphs"):
             yield TimeGraph("util", id="gpu-util-graph", style="green")
             yield TimeGraph("memory", id="gpu-mem-graph", style="magenta")

@@ -27,6 +27,7 @@ from textual.widgets import Input, Static
 from rlwatch.state import Severity, Snapshot, TaggedLine
 from widgets.format import SEVERITY_STYLE, basename, clean_text, shorten_middle
 from widgets.panel import Panel
+from widgets.text_block import TextBlock
 
 MAX_LINES = 5000
 PATH_WIDTH = 12
@@ -304,7 +305,7 @@ class LogPanel(Panel):
         self._before_edit: LogFilter | None = None
 
     def compose(self) -> ComposeResult:
-        yield Static(id="log-bar", classes="body")
+        yield TextBlock(id="log-bar", classes="body")
         yield Input(placeholder="filter: text or regex (enter keeps, escape restores)", id="log-filter")
         yield LogView(id="log-view")
 

@@ -16,6 +16,7 @@ from rlwatch.state import MemoryState, ProcessInfo, Series, Snapshot
 from widgets.format import clean_text, fmt_bytes, fmt_clock, fmt_duration, shorten_middle
 from widgets.graph import TimeGraph, bucket, spark
 from widgets.panel import Panel
+from widgets.text_block import TextBlock
 
 MAX_PROCESSES = 8
 SPAN_S = 600.0
@@ -94,10 +95,10 @@ def process_line(p: ProcessInfo, history: Series | None, total: int | None, now:
 
 class MemoryPanel(Panel):
     def compose(self) -> ComposeResult:
-        yield Static(id="mem-summary", classes="body")
+        yield TextBlock(id="mem-summary", classes="body")
         with Horizontal(classes="graphs", id="mem-graphs"):
             yield TimeGraph("RAM used", id="ram-graph", style="yellow")
-            yield Static(id="mem-processes", classes="body")
+            yield TextBlock(id="mem-processes", classes="body")
 
     def data_key(self, snap: Snapshot) -> object:
         return (snap.memory, snap.processes, snap.history.ram_used, snap.history.swap_used, snap.history.rss)

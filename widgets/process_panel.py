@@ -14,6 +14,7 @@ from textual.widgets import DataTable, Static
 from rlwatch.state import ProcessInfo, ServerState, Snapshot, WatchdogStatus
 from widgets.format import clean_text, fmt_age, fmt_bytes, fmt_clock, fmt_cmdline, fmt_duration
 from widgets.panel import Panel
+from widgets.text_block import TextBlock
 
 COMMAND_WIDTH = 60
 
@@ -98,7 +99,7 @@ class ProcessPanel(Panel):
         super().__init__(title, id=id, focusable=False)
 
     def compose(self) -> ComposeResult:
-        yield Static(id="server-line", classes="body")
+        yield TextBlock(id="server-line", classes="body")
         table: DataTable[Text] = DataTable(id="process-table", cursor_type="row", show_cursor=False)
         for label in ("name", "pid", "state", "RSS", "up", "restarts", "command"):
             table.add_column(label, key=label)

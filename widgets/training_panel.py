@@ -7,11 +7,11 @@ does not depend on reading logs, and the weight-update durations against the 120
 from __future__ import annotations
 
 from rich.text import Text
-from textual.widgets import Static
 
 from rlwatch.state import Snapshot, TrainingState
 from widgets.format import clean_text, fmt_age, fmt_duration, fmt_number
 from widgets.graph import spark
+from widgets.text_block import TextBlock
 
 BAR_WIDTH = 16
 TREND_SHOWN = 24
@@ -118,7 +118,7 @@ def training_text(tr: TrainingState | None, now: float) -> Text:
     return Text("\n", end="").join(rows)
 
 
-class TrainingSection(Static):
+class TrainingSection(TextBlock):
     """The training part of the run panel."""
 
     def show(self, snap: Snapshot) -> None:

@@ -33,6 +33,7 @@ from widgets.memory_panel import MemoryPanel
 from widgets.panel import Panel
 from widgets.process_panel import ProcessPanel
 from widgets.run_panel import RunPanel
+from widgets.text_block import TextBlock
 
 STALE_AFTER_S = 15.0  # a live snapshot older than this is flagged: the engine has stopped moving
 NARROW_BELOW = 100
@@ -75,7 +76,7 @@ class MainScreen(Screen[None]):
             with Horizontal(classes="row", id="row3"):
                 yield ProcessPanel("5 processes", id="p5")
                 yield LogPanel("6 log", id="p6")
-        yield Static(id="status-line")
+        yield TextBlock(id="status-line")
         yield Footer()
 
     def on_mount(self) -> None:
