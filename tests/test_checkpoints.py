@@ -279,8 +279,20 @@ def test_missing_root_is_an_error_line_not_an_exception(tmp_path: Path, clock: F
     assert state.latest is None
     assert state.count == 0
     assert scanner.error is not None
-    assert "nope" in scanner.error
+    assert "file" in scanner.error  # a file where a directory should be
     assert scanner.trainer_state() is None
+
+
+def test_a_dir_not_created_yet_is_no_error_but_one_that_vanished_is(tmp_path: Path, clock: FakeClock) -> None:
+    out = tmp_path / "out"
+    scanner = CheckpointScanner([out], clock)
+    scanner.scan()
+    assert scanner.error is None  # before the first save: the engine's "does not exist (yet)" line covers it
+    _write(out / "checkpoint-5" / "model.bin", 3)
+    assert scanner.scan().latest is not None and scanner.error is None
+    shutil.rmtree(out)
+    assert scanner.scan().latest is None
+    assert scanner.error == f"checkpoint dir not found: {out}"
 
 
 def test_symlink_loops_are_not_followed(tmp_path: Path, clock: FakeClock) -> None:
@@ -350,4 +362,4 @@ def test_the_walk_is_capped_and_says_so(tmp_path: Path, clock: FakeClock, monkey
 def test_unrepresentable_root_is_just_missing(clock: FakeClock) -> None:
     scanner = CheckpointScanner([Path("bad\0name")], clock)
     assert scanner.scan().latest is None
-    assert scanner.error is not None
+    assert scanner.error is None  # missing like any directory not made yet: the config check names it

@@ -247,6 +247,7 @@ class CheckpointScanner:
         self._sizes: dict[str, _Measured] = {}
         self._states: dict[str, _StateCache] = {}
         self._latest: CheckpointInfo | None = None
+        self._seen: set[str] = set()  # directories that existed at some scan
         self.error: str | None = None
 
     def scan(self) -> CheckpointState:
@@ -254,8 +255,12 @@ class CheckpointScanner:
         candidates: list[_Candidate] = []
         for root in self._dirs:
             if not os.path.isdir(root):
-                errors.append(f"checkpoint dir not found: {root}")
+                # Before the first save the directory is often not there yet: the engine's "config … does not
+                # exist (yet)" line says so. One that was there and is gone, or is no directory, is a problem.
+                if root in self._seen or os.path.lexists(root):
+                    errors.append(f"checkpoint dir not found: {root}")
                 continue
+            self._seen.add(root)
             candidates.extend(find_candidates(root, errors))
         latest, chosen = self._pick_latest(candidates)
         self._latest = latest
