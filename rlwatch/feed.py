@@ -7,7 +7,7 @@ the real screens from fixed data.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Protocol
 
 from rlwatch.state import ActionPlan, ActionResult, Snapshot, TaggedLine
@@ -30,6 +30,10 @@ class Feed(Protocol):
 
     def execute(self, plan: ActionPlan) -> ActionResult:
         """Carry out a confirmed plan (blocking: call from a worker thread)."""
+        ...
+
+    def on_change(self, callback: Callable[[], None]) -> None:
+        """Call ``callback``, from any thread, whenever there is something new to show (fixed data: never)."""
         ...
 
 
@@ -60,6 +64,9 @@ class StaticFeed:
         if action in self._plans:
             return self._plans[action]
         return ActionPlan(action=action, targets=(), steps=(), refused="nothing to do")
+
+    def on_change(self, callback: Callable[[], None]) -> None:
+        pass  # fixed data never changes
 
     def execute(self, plan: ActionPlan) -> ActionResult:
         self.executed.append(plan)

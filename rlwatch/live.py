@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from rlwatch.actions.api import Actions
 from rlwatch.engine import Engine
@@ -23,6 +23,9 @@ class LiveFeed:
 
     def plan(self, action: str) -> ActionPlan:
         return self.actions.plan(action)
+
+    def on_change(self, callback: Callable[[], None]) -> None:
+        self.engine.on_snapshot(lambda _snapshot: callback())
 
     def execute(self, plan: ActionPlan) -> ActionResult:
         return self.actions.execute(plan)

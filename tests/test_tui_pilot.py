@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 
@@ -335,6 +336,40 @@ async def test_p_pauses_new_lines_and_resuming_shows_them() -> None:
         await pilot.pause()
         assert view.visible_count == shown + 2
         assert view.visible_text()[-1] == "new line two"
+
+
+class PokingFeed(RecordingFeed):
+    """A feed that says when it changed, from a thread of its own, as the live engine does."""
+
+    def __init__(self, base: RecordingFeed) -> None:
+        super().__init__(base.snapshot(), base.lines_after(0), base._plans)
+        self.callbacks: list[Callable[[], None]] = []
+
+    def on_change(self, callback: Callable[[], None]) -> None:
+        self.callbacks.append(callback)
+
+    def poke_from_thread(self) -> None:
+        threads = [threading.Thread(target=cb) for cb in self.callbacks for _ in range(50)]  # a burst, coalesced
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+
+
+async def test_new_lines_show_when_the_feed_pokes_not_at_the_next_tick() -> None:
+    feed = PokingFeed(recording("healthy"))
+    app = make_app(feed, live=True, refresh_s=3600)  # the tick never comes during the test
+    async with app.run_test(size=SIZE) as pilot:
+        view = app.main.query_one(LogView)
+        await wait_until(pilot, lambda: view.total_count == len(feed.lines_after(0)))
+        assert feed.callbacks, "the screen did not ask to be told of changes"
+        before = view.total_count
+        feed.append(["pushed line"])
+        await pilot.pause()
+        assert view.total_count == before  # nothing shows it until the feed says so
+        feed.poke_from_thread()
+        await wait_until(pilot, lambda: view.total_count == before + 1)
+        assert view.visible_text()[-1] == "pushed line"
 
 
 async def test_f_cycles_files() -> None:

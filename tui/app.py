@@ -25,7 +25,7 @@ class RlwatchApp(MonitorApp):
         feed: Feed,
         *,
         clock: Clock | None = None,
-        refresh_s: float = 0.25,
+        refresh_s: float = 1.0,
         live: bool = True,
     ) -> None:
         super().__init__(clock=clock, refresh_s=refresh_s, live=live)

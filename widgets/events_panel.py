@@ -134,7 +134,7 @@ class EventsPanel(Panel):
         table = self.table
         keep = self._highlighted
         rows = ordered(self._events, show_zero=self.show_zero)
-        cells = [(e.kind, event_row(e, self._now)) for e in rows]
+        cells: list[tuple[str, tuple[Text, ...]]] = [(e.kind, event_row(e, self._now)) for e in rows]
         if cells != self._rows:  # refilling a table redraws it: most seconds it reads the same
             self._rows = cells
             table.clear()

@@ -1,19 +1,23 @@
 """The dashboard: every panel on one screen, fed from one :class:`~rlwatch.feed.Feed`.
 
-The screen pulls: on each tick it asks the feed for the latest snapshot (a reference, so unchanged data costs one
-identity check) and for log lines after the last one it has, and hands each panel the snapshot; panels repaint
-only when their part of it changed. Actions never block the screen: the plan and the execution run in thread
-workers, and their results come back as calls on the UI thread.
+The feed pokes the screen when it has something new (a line counted, a sampling round), and a tick every
+``refresh_s`` keeps the staleness mark moving: either way the screen asks the feed for the latest snapshot (a
+reference, so unchanged data costs one identity check) and for log lines after the last one it has, and hands each
+panel the snapshot; panels repaint only when their part of it changed. Pokes are coalesced: one waits in the queue
+at most, so a log flood cannot bury the screen in refreshes. Actions never block the screen: the plan and the
+execution run in thread workers, and their results come back as calls on the UI thread.
 """
 
 from __future__ import annotations
 
+import threading
 from dataclasses import replace
 
 from rich.text import Text
 from textual import events, work
 from textual.app import ComposeResult
 from textual.containers import Horizontal, ScrollableContainer
+from textual.message import Message
 from textual.screen import Screen
 from textual.widgets import Footer, Input, Static
 
@@ -55,6 +59,9 @@ class MainScreen(Screen[None]):
     BINDINGS = bindings()
     AUTO_FOCUS = "#events-table"
 
+    class Changed(Message):
+        """The feed has something new (posted from the feed's thread)."""
+
     def __init__(self, feed: Feed, *, clock: Clock, refresh_s: float, live: bool) -> None:
         super().__init__()
         self.feed = feed
@@ -62,6 +69,7 @@ class MainScreen(Screen[None]):
         self.refresh_s = refresh_s
         self.live = live
         self.snapshot: Snapshot | None = None
+        self._poked = threading.Event()  # a Changed message is queued and not yet handled
 
     def compose(self) -> ComposeResult:
         yield HeaderBar(id="header")
@@ -89,6 +97,20 @@ class MainScreen(Screen[None]):
         self.refresh_data()
         if self.live:
             self.set_interval(self.refresh_s, self.refresh_data)
+            self.feed.on_change(self._poke)
+
+    def _poke(self) -> None:
+        if not self._poked.is_set():
+            self._poked.set()
+            try:
+                self.post_message(self.Changed())
+            except RuntimeError:  # the app's event loop has closed: the dashboard is going away
+                pass
+
+    def on_main_screen_changed(self, message: Changed) -> None:
+        message.stop()
+        self._poked.clear()
+        self.refresh_data()
 
     def on_resize(self, event: events.Resize) -> None:
         self._fit(event.size.width, event.size.height)
