@@ -11,6 +11,7 @@ execution run in thread workers, and their results come back as calls on the UI 
 from __future__ import annotations
 
 import threading
+import time
 from dataclasses import replace
 
 from rich.text import Text
@@ -39,6 +40,7 @@ from widgets.process_panel import ProcessPanel
 from widgets.run_panel import RunPanel
 from widgets.text_block import TextBlock
 
+MIN_REDRAW_S = 0.1  # the feed's pokes redraw at most this often
 STALE_AFTER_S = 15.0  # a live snapshot older than this is flagged: the engine has stopped moving
 NARROW_BELOW = 100
 SHORT_BELOW = 32
@@ -70,6 +72,7 @@ class MainScreen(Screen[None]):
         self.live = live
         self.snapshot: Snapshot | None = None
         self._poked = threading.Event()  # a Changed message is queued and not yet handled
+        self._drawn_at = float("-inf")  # monotonic time of the last refresh (pacing, not data: the real clock)
 
     def compose(self) -> ComposeResult:
         yield HeaderBar(id="header")
@@ -109,6 +112,15 @@ class MainScreen(Screen[None]):
 
     def on_main_screen_changed(self, message: Changed) -> None:
         message.stop()
+        # While a backlog streams in the engine has news every few milliseconds: redraw at most every MIN_REDRAW_S,
+        # so the screen does not take the counting thread's time (and the pending poke keeps the others out).
+        wait = self._drawn_at + MIN_REDRAW_S - time.monotonic()
+        if wait > 0:
+            self.set_timer(wait, self._redraw_after_poke)
+        else:
+            self._redraw_after_poke()
+
+    def _redraw_after_poke(self) -> None:
         self._poked.clear()
         self.refresh_data()
 
@@ -128,6 +140,7 @@ class MainScreen(Screen[None]):
 
     def refresh_data(self) -> None:
         """One tick: new snapshot (if any) to the panels, new lines to the log view."""
+        self._drawn_at = time.monotonic()
         try:
             snap = self.feed.snapshot()
         except Exception as exc:
