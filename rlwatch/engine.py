@@ -63,6 +63,7 @@ _NEWLINES = re.compile(rb"\r\n|\r|\n")
 RECENT_LINES = 5000
 # Bytes counted since the last heap release after which catching up returns free heap to the system (rlwatch.heap).
 RELEASE_AFTER_BYTES = 64 << 20
+RELEASE_EVERY_S = 60.0  # and once a minute, for what a long run's churn leaves free (rlwatch.heap)
 HOLDER_SCAN_S = 5.0
 HISTORY = 600
 
@@ -602,9 +603,13 @@ class Engine:
             self.waker.wait(0.25)
 
     def _sample_loop(self) -> None:
+        released_at = self.clock.monotonic()
         while not self._stop.is_set():
             self._guard("sample", self.sample)
             self._guard("build", self.build)
+            if self.clock.monotonic() - released_at >= RELEASE_EVERY_S:
+                released_at = self.clock.monotonic()
+                release_free_heap()
             self._stop.wait(self.cfg.interval_s)
 
     def _server_loop(self) -> None:

@@ -45,3 +45,17 @@ def test_log_loop_releases_heap_after_a_backlog_only(tmp_path: Path, monkeypatch
         assert calls == [1]
     finally:
         engine.stop()
+
+
+def test_sample_loop_releases_heap_every_so_often(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    calls: list[int] = []
+    monkeypatch.setattr(engine_mod, "release_free_heap", lambda: calls.append(1) or True)
+    monkeypatch.setattr(engine_mod, "RELEASE_EVERY_S", 0.05)
+    run_dir = _run_dir(tmp_path, 10)  # a tiny log: no backlog release
+    cfg, _ = resolve_config(run_dir, None)
+    engine = Engine(cfg.model_copy(update={"interval_s": 0.02}), run_dir)
+    engine.start()
+    try:
+        assert wait_until(lambda: len(calls) >= 3, timeout=10), f"released {len(calls)} times"
+    finally:
+        engine.stop()
