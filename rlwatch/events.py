@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 
 from rlwatch.clock import Clock
 from rlwatch.config import EventsConfig
-from rlwatch.incidents import IncidentTracker
+from rlwatch.incidents import EVENT_KINDS, HEADER_WORD, IncidentTracker
 from rlwatch.patterns import EventKind, Matcher, build_kinds, prepare
 from rlwatch.state import EventSummary, Incident, LogLine
 from rlwatch.tailer import Chunk
@@ -38,6 +38,8 @@ _TIME_SEARCH_BYTES = 400  # a timestamp sits near the start of a line, behind co
 
 @dataclass(slots=True)
 class _Stats:
+    """What is kept of one kind. An internal kind keeps only its count and streaks (``summaries`` skips it)."""
+
     count: int = 0
     first: float | None = None
     last: float | None = None
@@ -73,27 +75,52 @@ def _shown(text: str) -> str:
 class _Lines:
     """Line arithmetic over one chunk, honouring universal newlines without splitting it."""
 
-    __slots__ = ("cr", "data", "stamp")
+    __slots__ = ("cr", "data", "deferred", "stamp")
 
     def __init__(self, data: bytes) -> None:
         self.data = data
         self.cr = b"\r" in data
         self.stamp: tuple[int, float] | None = None  # (line start, time) of the latest line known to have a time
+        # Lines whose time nobody needed, in order: (start, text if it may hold a timestamp). See ``skip_time``.
+        self.deferred: list[tuple[int, str | None]] = []
 
-    def time_of(self, start: int, text: str, now: float) -> float:
+    def skip_time(self, start: int, text: str) -> None:
+        """The line at ``start`` needs no time now. Reading one moves ``stamp`` (the memory later lines without a
+        timestamp fall back on), so the read is kept and replayed before the next read that depends on ``stamp``;
+        a line with a timestamp of its own does not, and drops them. Most such lines (stats-table rows) are never
+        replayed: the next step line carries a timestamp."""
+        self.deferred.append((start, text if ":" in text else None))
+
+    def time_of(self, start: int, text: str | None, now: float) -> float:
         """The time of the line at ``start``: its own timestamp, else that of the nearest earlier line in this
         chunk that has one (lines read together were written together: in a backlog that is the only honest
-        estimate, live it is within one poll), else ``now``."""
-        own = parse_time(text, now) if ":" in text else None  # every timestamp format holds a colon
+        estimate, live it is within one poll), else ``now``. ``text`` None: a line known to hold no colon."""
+        own = parse_time(text, now) if text is not None and ":" in text else None  # every format holds a colon
         if own is not None:
+            if self.deferred:
+                self.deferred.clear()
             self.stamp = (start, own)
             return own
+        if self.deferred:
+            deferred, self.deferred = self.deferred, []
+            for line_start, line_text in deferred:
+                self.time_of(line_start, line_text, now)
         floor = max(0, start - _LOOK_BACK_BYTES)
         known = self.stamp
         if known is not None and known[0] < start:
             floor = max(floor, known[0] + 1)
         data = self.data
         cr = self.cr
+        if not cr:
+            # A timestamp holds a colon. Where the lines looked at hold none (a stats row among rules and rows),
+            # settle at once: finding where they begin takes three memrchr calls, checking them one more.
+            top = start
+            for _ in range(_LOOK_BACK_LINES):
+                if top <= floor:
+                    break
+                top = data.rfind(b"\n", floor, top - 1) + 1 or floor
+            if data.find(b":", top, start) < 0:
+                return known[1] if known is not None and known[0] < start else now
         pos = start
         for _ in range(_LOOK_BACK_LINES):
             if pos <= floor:
@@ -172,6 +199,11 @@ class EventCounter:
         self._files: dict[str, _File] = {}
         self._incidents = IncidentTracker(storm_threshold=storm_threshold, storm_window_s=storm_window_s)
         self._progress = frozenset(k.name for k in self._kinds.values() if k.progress)
+        # Internal kinds are never reported: their times, files, rate and evidence are not kept (streaks are, since
+        # a policy may name one). Those of them that nobody subscribes to and incidents ignore are "quiet": a line
+        # that is only quiet kinds is counted without its time or evidence text being worked out.
+        self._internal = frozenset(k.name for k in self._kinds.values() if k.internal)
+        self._quiet = self._internal - EVENT_KINDS
         self._streaking: dict[str, set[str]] = {}  # path -> kinds with a streak going in it
         self.errors: deque[str] = deque(maxlen=20)
 
@@ -188,6 +220,7 @@ class EventCounter:
         if kind not in self._kinds:
             raise KeyError(f"unknown event kind {kind!r}")
         self._subs.setdefault(kind, []).append(callback)
+        self._quiet -= {kind}
 
     # ------------------------------------------------------------------------------------------------ feeding
     def feed(self, chunk: Chunk) -> None:
@@ -236,11 +269,14 @@ class EventCounter:
                 lineno += 1
                 pos = nxt
             return
-        found = self._matcher.hits(lines.data, pos, limit)
+        data = lines.data
+        cr = lines.cr
+        found = self._matcher.hits(data, pos, limit)
         n = len(found)
         i = 0
+        open_paths = incidents.open_paths  # wants_every_line(path), without a call per line
         while pos < limit:
-            if incidents.wants_every_line(path):
+            if path in open_paths:
                 end, nxt = lines.end(pos, limit)
                 j = i
                 while j < n and found[j][0] < end:
@@ -253,9 +289,18 @@ class EventCounter:
             if i >= n:
                 return
             hit = found[i][0]
-            start = lines.start(hit, pos)
-            lineno += lines.count(pos, start)
-            end, nxt = lines.end(hit, limit)
+            if cr:
+                start = lines.start(hit, pos)
+                lineno += lines.count(pos, start)
+                end, nxt = lines.end(hit, limit)
+            else:  # the common case, spelt out: this loop runs once per candidate line
+                start = data.rfind(b"\n", pos, hit) + 1 or pos
+                lineno += data.count(b"\n", pos, start)
+                end = data.find(b"\n", hit, limit)
+                if end < 0:
+                    end = nxt = limit
+                else:
+                    nxt = end + 1
             j = i + 1
             while j < n and found[j][0] < end:
                 j += 1
@@ -280,24 +325,36 @@ class EventCounter:
         raw = lines.data[start:end]
         text, tag, body = prepare(raw)
         kinds = self._matcher.match_raw(raw, body) if hits is None else self._matcher.match_hits(body, hits)
-        stamp: list[float] = []
+        t: float | None = None  # the line's time, read at most once, and only if someone needs it
+        incidents = self._incidents
+        if path in incidents.open_paths or HEADER_WORD in body:  # else incidents.line would change nothing
+            stamp: list[float] = []
 
-        def when() -> float:
-            if not stamp:
-                stamp.append(lines.time_of(start, text, now))
-            return stamp[0]
+            def when() -> float:
+                if not stamp:
+                    stamp.append(lines.time_of(start, text, now))
+                return stamp[0]
 
-        self._incidents.line(path, tag, body, lineno, when)
+            incidents.line(path, tag, body, lineno, when)
+            if stamp:
+                t = stamp[0]
         if not kinds:
             return
-        names = [k.name for k in kinds]
+        names = [kinds[0].name] if len(kinds) == 1 else [k.name for k in kinds]  # mostly one
         if "_banner" in names:
             state.banners += 1
             # A second start banner in the same file is the process starting again.
             if state.banners > 1 and "restart" in self._kinds and "restart" not in names:
                 names.append("restart")
+        if self._quiet.issuperset(names):  # e.g. a stats-table row nobody listens to: no time, no evidence text
+            if t is None:
+                lines.skip_time(start, text)
+            for name in names:
+                self._tally(name, path)
+            return
         shown = _shown(text)
-        t = when()
+        if t is None:
+            t = lines.time_of(start, text, now)
         for name in names:
             self._count(name, path, lineno, t, shown, now)
 
@@ -336,18 +393,10 @@ class EventCounter:
     def _long_shown(long: _LongLine) -> str:
         return _shown(prepare(long.head)[0])
 
-    def _count(self, name: str, path: str, lineno: int, when: float, shown: str, now: float) -> None:
-        """``now`` is the clock read once per feed: a backlog counts millions of events, each needing it."""
+    def _tally(self, name: str, path: str) -> _Stats:
+        """The count and streaks of one occurrence: what every kind keeps, internal ones included."""
         st = self._stats[name]
         st.count += 1
-        files = st.files
-        files[path] = files.get(path, 0) + 1
-        first = st.first
-        if first is None or when < first:  # min() and max() without their call overhead, with their semantics
-            st.first = when
-        last = st.last
-        if last is None or when > last:
-            st.last = when
         if name in self._progress:
             streaking = self._streaking.pop(path, None)
             if streaking:
@@ -358,16 +407,34 @@ class EventCounter:
             streaks = st.streaks
             streaks[path] = streaks.get(path, 0) + 1
             self._streaking.setdefault(path, set()).add(name)
-        second = int(when)
-        if second >= now - self._window:
-            st.buckets[second] = st.buckets.get(second, 0) + 1
-            if len(st.buckets) > 2 * self._window + 16:
-                self._prune(st, now)
-        line = LogLine(path, lineno, shown, when)
-        st.recent.append(line)
-        self._incidents.event(name, path, lineno, when, shown)
+        return st
+
+    def _count(self, name: str, path: str, lineno: int, when: float, shown: str, now: float) -> None:
+        """``now`` is the clock read once per feed: a backlog counts millions of events, each needing it."""
+        st = self._tally(name, path)
         subs = self._subs.get(name)
+        if name in self._internal:
+            line = LogLine(path, lineno, shown, when) if subs else None
+        else:
+            files = st.files
+            files[path] = files.get(path, 0) + 1
+            first = st.first
+            if first is None or when < first:  # min() and max() without their call overhead, with their semantics
+                st.first = when
+            last = st.last
+            if last is None or when > last:
+                st.last = when
+            second = int(when)
+            if second >= now - self._window:
+                st.buckets[second] = st.buckets.get(second, 0) + 1
+                if len(st.buckets) > 2 * self._window + 16:
+                    self._prune(st, now)
+            line = LogLine(path, lineno, shown, when)
+            st.recent.append(line)
+        if name in EVENT_KINDS:
+            self._incidents.event(name, path, lineno, when, shown)
         if subs:
+            assert line is not None
             for callback in subs:
                 try:
                     callback(line)

@@ -18,9 +18,12 @@ from dataclasses import dataclass, field
 
 from rlwatch.state import Incident
 
-__all__ = ["IncidentTracker", "signature"]
+__all__ = ["EVENT_KINDS", "HEADER_WORD", "IncidentTracker", "signature"]
 
 _HEADER = re.compile(r"Traceback \(most recent call last\):\s*$")
+# In every header. A line without it, in a file without an open block, is nothing to the tracker: the counter
+# checks this (and ``open_paths``) before handing it a line, most lines being such.
+HEADER_WORD = "Traceback"
 _FRAME = re.compile(r'^\s*File "([^"]*)", line (\d+)')
 _CHAIN = re.compile(
     r"^\s*(?:During handling of the above exception, another exception occurred:"
@@ -124,6 +127,8 @@ class _Storm:
 
 _STORM_KINDS = {"connection_refused": "connection-refused", "timeout": "timeout"}
 _CRASH_KINDS = ("child_failed", "engine_dead", "_server_exit")
+# The only kinds :meth:`IncidentTracker.event` does anything with: the counter passes no others.
+EVENT_KINDS = frozenset(_STORM_KINDS) | frozenset(_CRASH_KINDS)
 
 
 class IncidentTracker:
@@ -142,30 +147,30 @@ class IncidentTracker:
         self._crash_window = crash_window_s
         self._records: deque[_Record] = deque(maxlen=max_incidents)
         self._blocks: dict[tuple[str, str], _Block] = {}
-        self._open_paths: dict[str, set[str]] = {}  # path -> writer tags with an open block
+        self.open_paths: dict[str, set[str]] = {}  # path -> writer tags with an open block (read-only outside)
         self._storms: dict[tuple[str, str], _Storm] = {}
         self._crashes: dict[str, _Record] = {}
 
     # ------------------------------------------------------------------------------------------- tracebacks
     def wants_every_line(self, path: str) -> bool:
         """True while a traceback block is open in ``path``: its frames match no event literal."""
-        return path in self._open_paths
+        return path in self.open_paths
 
     def _open(self, key: tuple[str, str], block: _Block) -> None:
-        self._open_paths.setdefault(key[0], set()).add(key[1])
+        self.open_paths.setdefault(key[0], set()).add(key[1])
         self._blocks[key] = block
 
     def _close(self, key: tuple[str, str]) -> None:
         if self._blocks.pop(key, None) is not None:
-            tags = self._open_paths.get(key[0])
+            tags = self.open_paths.get(key[0])
             if tags is not None:
                 tags.discard(key[1])
                 if not tags:
-                    del self._open_paths[key[0]]
+                    del self.open_paths[key[0]]
 
     def _expire(self, path: str, tag: str, lineno: int) -> None:
         """Close the blocks of other writers in ``path`` that have been silent for too long."""
-        tags = self._open_paths.get(path)
+        tags = self.open_paths.get(path)
         if tags is None or (len(tags) == 1 and tag in tags):
             return
         for other in [t for t in tags if t != tag]:
@@ -176,6 +181,11 @@ class IncidentTracker:
 
     def line(self, path: str, tag: str, body: str, lineno: int, when: Callable[[], float]) -> None:
         """One line of ``path`` (prefix ``tag`` split off). ``when`` gives its time, parsed only if needed."""
+        if path not in self.open_paths:
+            # Nothing open in this file (the usual case): only a header matters. A gutter is never part of one.
+            if HEADER_WORD in body and _HEADER.search(body):
+                self._open((path, tag), _Block(lineno=lineno, first=when(), seen=lineno))
+            return
         self._expire(path, tag, lineno)
         key = (path, tag)
         block = self._blocks.get(key)

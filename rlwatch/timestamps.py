@@ -44,6 +44,28 @@ def _minute(year: int, month: int, day: int, hour: int, minute: int) -> float | 
         return None
 
 
+@lru_cache(maxsize=4096)
+def _minute_of(year: str, month: str, day: str, hour: str, minute: str) -> float | None:
+    """:func:`_minute` of fixed-width digit fields as matched (the same minute is always spelt the same)."""
+    return _minute(int(year), int(month), int(day), int(hour), int(minute))
+
+
+def _dated(groups: tuple[str | None, ...]) -> float | None:
+    """Epoch seconds of a match of a format with a year (:func:`_local` without converting the minute's fields:
+    a log has many lines per minute)."""
+    second = int(groups[5] or 0)
+    if not 0 <= second <= 60:
+        return None
+    start = _minute_of(*groups[:5])
+    if start is None:
+        return None
+    stamp = start + min(second, 59)
+    frac = groups[6]
+    if frac:
+        stamp += int(frac) / 10 ** len(frac)
+    return stamp
+
+
 def _local(fields: tuple[int, int, int, int, int, int], frac: str | None) -> float | None:
     """Local-time epoch seconds; None for an impossible date. A leap second is read as :59."""
     year, month, day, hour, minute, second = fields
@@ -85,8 +107,7 @@ def parse_time(text: str, now: float) -> float | None:
     for full in (_AREAL, _ISO):
         m = full.search(head, lo, hi)
         if m:
-            y, mo, d, h, mi, s = (int(g) for g in m.groups()[:6])
-            return _local((y, mo, d, h, mi, s), m.group(7))
+            return _dated(m.groups())
     for yearless in (_VLLM, _GLOG):
         m = yearless.search(head, lo, hi)
         if m:
