@@ -51,6 +51,10 @@ class BacklogResult:
         return all(c == expected for c in self.counts.values())
 
 
+ENGINE_NOTE = "the engine's log path (tailer, counter, training tracker, log view), one process"
+COUNTER_ONLY = "rlwatch counter alone"
+
+
 def _warm(path: os.PathLike[str]) -> None:
     """Read the file once so every contender reads it from the page cache."""
     with open(path, "rb") as fh:
@@ -58,11 +62,10 @@ def _warm(path: os.PathLike[str]) -> None:
             pass
 
 
-def _rlwatch_count(path: str, scanner: str) -> dict[str, object]:
+def _rlwatch_count(path: str, scanner: str, *, counter_only: bool = False) -> dict[str, object]:
     env = {**os.environ, "RLWATCH_SCANNER": scanner}
-    out = subprocess.run(
-        [PYTHON, "-m", "bench.count", path], capture_output=True, text=True, cwd=ROOT, env=env, check=True
-    )
+    argv = [PYTHON, "-m", "bench.count", path] + (["--counter-only"] if counter_only else [])
+    out = subprocess.run(argv, capture_output=True, text=True, cwd=ROOT, env=env, check=True)
     result: dict[str, object] = json.loads(out.stdout)
     return result
 
@@ -130,11 +133,17 @@ def run(ds: Dataset, runs: int, log: Callable[[str], None] = print) -> BacklogRe
         for scanner in scanners:
             res = _rlwatch_count(path, scanner)
             name = "rlwatch (re)" if scanner == "re" else f"rlwatch ({res['scanner']})"
-            c = contenders.setdefault(name, Contender(name, note="tailer + event counter, one process"))
+            c = contenders.setdefault(name, Contender(name, note=ENGINE_NOTE))
             c.times.append(float(res["wall_s"]))  # type: ignore[arg-type]
             c.cpu.append(float(res["cpu_s"]))  # type: ignore[arg-type]
             last[name] = res
         scanner = scanners[-1]
+        res = _rlwatch_count(path, scanner, counter_only=True)
+        name = f"{COUNTER_ONLY} ({res['scanner']})"
+        c = contenders.setdefault(name, Contender(name, note="tailer + event counter: no tracker, no log view"))
+        c.times.append(float(res["wall_s"]))  # type: ignore[arg-type]
+        c.cpu.append(float(res["cpu_s"]))  # type: ignore[arg-type]
+        last[name] = res
         wall, cpu, halves = _rlwatch_halves(path, scanner)
         name = f"rlwatch ({'hyperscan' if scanner == 'auto' else 're'}), 2 processes on halves"
         c = contenders.setdefault(

@@ -1,23 +1,27 @@
-"""One backlog count in a fresh process: the tailer reads a file from its start and the event counter counts it.
+"""One backlog count in a fresh process, as ``rlwatch watch`` and the dashboard count one: the engine's log path
+(tailer, event counter, training tracker, log-view tags and deferred tail) over a file from its start.
 
-Printed as one JSON object: wall and CPU seconds of the count (imports excluded), bytes, the count of every
-reported kind, which needle scanner ran, and the peak RSS. Run as ``python -m bench.count FILE``; set
+Printed as one JSON object: wall and CPU seconds of the count (imports and set-up excluded), bytes, the count of
+every reported kind, which needle scanner ran, and the peak RSS. Run as ``python -m bench.count FILE``; set
 ``RLWATCH_SCANNER=re`` to force the pure-Python scanner. ``--span START:END`` counts only those bytes (both at
 line starts), read in the tailer's 1 MiB blocks: two such processes on two halves of a file show what a parallel
-backlog scan could at best gain on this machine.
+backlog scan could at best gain on this machine. ``--counter-only`` leaves the tracker and the log view out.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import resource
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from pathlib import Path
 
 from rlwatch.clock import SystemClock
-from rlwatch.config import EventsConfig
+from rlwatch.config import Config, EventsConfig
+from rlwatch.engine import Engine
 from rlwatch.events import EventCounter, build_kinds
 from rlwatch.patterns import Matcher
 from rlwatch.tailer import Chunk, Tailer, count_lines
@@ -45,24 +49,33 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m bench.count")
     p.add_argument("path")
     p.add_argument("--span", default=None, metavar="START:END", help="count only these bytes")
+    p.add_argument("--counter-only", action="store_true", help="the event counter alone, no tracker or log view")
     args = p.parse_args(argv)
+    path = os.path.abspath(args.path)
     kinds = build_kinds(EventsConfig())
+    counter: EventCounter
+    feed: Callable[[Chunk], None]
+    if args.counter_only:
+        counter = EventCounter(kinds, SystemClock())
+        feed = counter.feed
+    else:
+        cfg = Config.model_validate({"training": {"logs": [path]}, "gpu": {"backend": "none"}})
+        engine = Engine(cfg, Path(path).parent)
+        counter = engine.counter
+        feed = engine.feed_chunk
     t0 = time.perf_counter()
     c0 = time.process_time()
-    counter = EventCounter(kinds, SystemClock())
     size = 0
     if args.span:
         start, end = (int(v) for v in args.span.split(":"))
-        for chunk in _span_chunks(args.path, start, end):
-            size += len(chunk.data)
-            counter.feed(chunk)
+        chunks: Iterator[Chunk] = _span_chunks(path, start, end)
     else:
-        tailer = Tailer([args.path])
-        while chunks := tailer.poll():
-            for chunk in chunks:
-                size += len(chunk.data)
-                counter.feed(chunk)
-        tailer.close()
+        chunks = _tail(path)
+    for chunk in chunks:
+        size += len(chunk.data)
+        feed(chunk)
+    if not args.counter_only:
+        engine.build()  # what a snapshot then reads (the tracker's queued lines, the summaries)
     wall = time.perf_counter() - t0
     cpu = time.process_time() - c0
     out = {
@@ -77,6 +90,15 @@ def main(argv: list[str] | None = None) -> int:
     json.dump(out, sys.stdout)
     print()
     return 0
+
+
+def _tail(path: str) -> Iterator[Chunk]:
+    tailer = Tailer([path])
+    try:
+        while chunks := tailer.poll():
+            yield from chunks
+    finally:
+        tailer.close()
 
 
 if __name__ == "__main__":

@@ -59,7 +59,12 @@ def _targets(r: Results) -> list[tuple[str, str, str]]:
     gib = f"{r.dataset.size / 2**30:.2f} GiB" if r.dataset else "?"
     if r.backlog:
         # The two-process figure is a bound measured for the findings, not something rlwatch does.
-        names = [c.name for c in r.backlog.contenders if c.name.startswith("rlwatch") and "halves" not in c.name]
+        # and the counter alone leaves out work that every real count does (the tracker, the log view).
+        names = [
+            c.name
+            for c in r.backlog.contenders
+            if c.name.startswith("rlwatch") and "halves" not in c.name and not c.name.startswith(backlog.COUNTER_ONLY)
+        ]
         best = max(names, key=r.backlog.rate, default=None)
         if best:
             rate = r.backlog.rate(best)

@@ -295,16 +295,20 @@ class Engine:
         self._note_log_errors()
         if not chunks:
             return 0
-        with self._lock:
-            for chunk in chunks:
-                self._unreleased += len(chunk.data)
-                self._tags.clear()
-                self.counter.feed(chunk)
-                if chunk.nlines:
-                    self.training.on_any_line(self.clock.time())
-                    self._defer_tail(chunk)
-            self._tags.clear()
+        for chunk in chunks:
+            self.feed_chunk(chunk)
         return len(chunks)
+
+    def feed_chunk(self, chunk: Chunk) -> None:
+        """Count one chunk and keep it for the log view: what the log loop does with each chunk it reads."""
+        with self._lock:
+            self._unreleased += len(chunk.data)
+            self._tags.clear()
+            self.counter.feed(chunk)
+            if chunk.nlines:
+                self.training.on_any_line(self.clock.time())
+                self._defer_tail(chunk)
+            self._tags.clear()
 
     def drain_logs(self) -> None:
         while self.poll_logs():

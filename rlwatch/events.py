@@ -13,7 +13,6 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from rlwatch.clock import Clock
-from rlwatch.config import EventsConfig
 from rlwatch.incidents import EVENT_KINDS, HEADER_WORD, IncidentTracker
 from rlwatch.patterns import EventKind, Matcher, build_kinds, prepare
 from rlwatch.state import EventSummary, Incident, LogLine
@@ -75,36 +74,21 @@ def _shown(text: str) -> str:
 class _Lines:
     """Line arithmetic over one chunk, honouring universal newlines without splitting it."""
 
-    __slots__ = ("cr", "data", "deferred", "stamp")
+    __slots__ = ("cr", "data", "stamp")
 
     def __init__(self, data: bytes) -> None:
         self.data = data
         self.cr = b"\r" in data
         self.stamp: tuple[int, float] | None = None  # (line start, time) of the latest line known to have a time
-        # Lines whose time nobody needed, in order: (start, text if it may hold a timestamp). See ``skip_time``.
-        self.deferred: list[tuple[int, str | None]] = []
 
-    def skip_time(self, start: int, text: str) -> None:
-        """The line at ``start`` needs no time now. Reading one moves ``stamp`` (the memory later lines without a
-        timestamp fall back on), so the read is kept and replayed before the next read that depends on ``stamp``;
-        a line with a timestamp of its own does not, and drops them. Most such lines (stats-table rows) are never
-        replayed: the next step line carries a timestamp."""
-        self.deferred.append((start, text if ":" in text else None))
-
-    def time_of(self, start: int, text: str | None, now: float) -> float:
+    def time_of(self, start: int, text: str, now: float) -> float:
         """The time of the line at ``start``: its own timestamp, else that of the nearest earlier line in this
         chunk that has one (lines read together were written together: in a backlog that is the only honest
-        estimate, live it is within one poll), else ``now``. ``text`` None: a line known to hold no colon."""
-        own = parse_time(text, now) if text is not None and ":" in text else None  # every format holds a colon
+        estimate, live it is within one poll), else ``now``."""
+        own = parse_time(text, now) if ":" in text else None  # every timestamp format holds a colon
         if own is not None:
-            if self.deferred:
-                self.deferred.clear()
             self.stamp = (start, own)
             return own
-        if self.deferred:
-            deferred, self.deferred = self.deferred, []
-            for line_start, line_text in deferred:
-                self.time_of(line_start, line_text, now)
         floor = max(0, start - _LOOK_BACK_BYTES)
         known = self.stamp
         if known is not None and known[0] < start:
@@ -200,16 +184,10 @@ class EventCounter:
         self._incidents = IncidentTracker(storm_threshold=storm_threshold, storm_window_s=storm_window_s)
         self._progress = frozenset(k.name for k in self._kinds.values() if k.progress)
         # Internal kinds are never reported: their times, files, rate and evidence are not kept (streaks are, since
-        # a policy may name one). Those of them that nobody subscribes to and incidents ignore are "quiet": a line
-        # that is only quiet kinds is counted without its time or evidence text being worked out.
+        # a policy may name one); subscribers still get every line.
         self._internal = frozenset(k.name for k in self._kinds.values() if k.internal)
-        self._quiet = self._internal - EVENT_KINDS
         self._streaking: dict[str, set[str]] = {}  # path -> kinds with a streak going in it
         self.errors: deque[str] = deque(maxlen=20)
-
-    @classmethod
-    def from_config(cls, cfg: EventsConfig, clock: Clock) -> EventCounter:
-        return cls(build_kinds(cfg), clock, recent_lines=cfg.recent_lines, rate_window_s=cfg.rate_window_s)
 
     @property
     def kinds(self) -> tuple[EventKind, ...]:
@@ -220,7 +198,6 @@ class EventCounter:
         if kind not in self._kinds:
             raise KeyError(f"unknown event kind {kind!r}")
         self._subs.setdefault(kind, []).append(callback)
-        self._quiet -= {kind}
 
     # ------------------------------------------------------------------------------------------------ feeding
     def feed(self, chunk: Chunk) -> None:
@@ -346,12 +323,6 @@ class EventCounter:
             # A second start banner in the same file is the process starting again.
             if state.banners > 1 and "restart" in self._kinds and "restart" not in names:
                 names.append("restart")
-        if self._quiet.issuperset(names):  # e.g. a stats-table row nobody listens to: no time, no evidence text
-            if t is None:
-                lines.skip_time(start, text)
-            for name in names:
-                self._tally(name, path)
-            return
         shown = _shown(text)
         if t is None:
             t = lines.time_of(start, text, now)
@@ -393,8 +364,8 @@ class EventCounter:
     def _long_shown(long: _LongLine) -> str:
         return _shown(prepare(long.head)[0])
 
-    def _tally(self, name: str, path: str) -> _Stats:
-        """The count and streaks of one occurrence: what every kind keeps, internal ones included."""
+    def _count(self, name: str, path: str, lineno: int, when: float, shown: str, now: float) -> None:
+        """``now`` is the clock read once per feed: a backlog counts millions of events, each needing it."""
         st = self._stats[name]
         st.count += 1
         if name in self._progress:
@@ -407,11 +378,6 @@ class EventCounter:
             streaks = st.streaks
             streaks[path] = streaks.get(path, 0) + 1
             self._streaking.setdefault(path, set()).add(name)
-        return st
-
-    def _count(self, name: str, path: str, lineno: int, when: float, shown: str, now: float) -> None:
-        """``now`` is the clock read once per feed: a backlog counts millions of events, each needing it."""
-        st = self._tally(name, path)
         subs = self._subs.get(name)
         if name in self._internal:
             line = LogLine(path, lineno, shown, when) if subs else None

@@ -281,7 +281,7 @@ def test_count_equals_matching_lines(lines: list[str]) -> None:
 
 
 def test_from_config() -> None:
-    counter = EventCounter.from_config(EventsConfig(recent_lines=2), FakeClock())
+    counter = EventCounter(build_kinds(EventsConfig()), FakeClock(), recent_lines=2)
     feed_lines(counter, TRAINER, [step(i) for i in range(1, 6)])
     assert len(counter.summaries()["step"].recent) == 2
 
