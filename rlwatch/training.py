@@ -28,7 +28,6 @@ _AREAL_STEP = re.compile(r"Train step ([0-9]{1,12})/([0-9]{1,12}) done")
 _AREAL_DONE = "Training completes!"
 _DISK_UPDATE_TEXT = "Loading weights from disk done in "  # the fixed start of _DISK_UPDATE: tested first
 _DISK_UPDATE = re.compile(_DISK_UPDATE_TEXT + r"([0-9]{1,9}(?:\.[0-9]{0,9})?)s")
-_TRL_SYNC = "POST /reset_prefix_cache/"
 _PREFIX = re.compile(r"^(?:\s*\[[^\]]{0,40}\]:?)+\s*")  # merged.log's "[actor]   ", torch's "[rank0]: "
 _BARE_FLOAT = re.compile(r"\b(?:nan|inf)\b")
 _TABLE_BARS = ("│", "┃", "|")  # fancy_grid, heavy grids, plain pipes
@@ -158,11 +157,6 @@ def parse_weight_update(text: str) -> float | None:
     return float(m.group(1)) if m else None
 
 
-def is_trl_sync(text: str) -> bool:
-    """One ``POST /reset_prefix_cache/`` ends each TRL weight sync of a ``trl vllm-serve`` server."""
-    return _TRL_SYNC in text
-
-
 class _Recent:
     """A bounded set of recently seen keys, for deduplication that cannot grow without limit."""
 
@@ -235,7 +229,6 @@ class TrainingTracker:
         self._reward_slot_rank = -1
         self._updates: deque[float] = deque(maxlen=history)
         self._disk_updates = False
-        self._syncs = 0
         self._finished = False
 
     # -- feeding ---------------------------------------------------------------------------------------------
@@ -275,13 +268,6 @@ class TrainingTracker:
                 return
             if self._hint is None or self._hint.global_step != global_step:
                 self._hint = _Hint(global_step, self._dicts)
-
-    @property
-    def weight_syncs(self) -> int:
-        """TRL weight syncs seen (each ``POST /reset_prefix_cache/``); they carry no duration."""
-        with self._lock:
-            self._apply_pending()
-            return self._syncs
 
     # -- parsing ---------------------------------------------------------------------------------------------
 
@@ -337,8 +323,6 @@ class TrainingTracker:
             if duration is not None and self._contents.add(("update", _PREFIX.sub("", text).strip())):
                 self._disk_updates = True
                 self._updates.append(duration)
-        if _TRL_SYNC in text:
-            self._syncs += 1
 
     def _on_areal_step(self, line: LogLine, step: int, total: int, offset: float) -> None:
         last = self._areal_step

@@ -10,7 +10,6 @@ from rlwatch.clock import FakeClock
 from rlwatch.state import LogLine
 from rlwatch.training import (
     TrainingTracker,
-    is_trl_sync,
     parse_areal_step,
     parse_metrics,
     parse_stats_row,
@@ -120,11 +119,10 @@ def test_reward_rank() -> None:
     assert reward_rank("ppo_actor/task_reward/avg") > reward_rank("rollout/reward") > reward_rank("task_reward/max")
 
 
-def test_parse_weight_update_and_sync() -> None:
+def test_parse_weight_update() -> None:
     assert parse_weight_update(DISK.format(m=1, d="10.48")) == 10.48
     assert parse_weight_update("Loading weights from disk done") is None
-    assert is_trl_sync(UVICORN_SYNC)
-    assert not is_trl_sync('INFO:     127.0.0.1:49876 - "POST /update_named_param/ HTTP/1.1" 200 OK')
+    assert parse_weight_update(UVICORN_SYNC) is None  # a TRL sync is counted (weight_update) but has no duration
 
 
 def test_areal_steps_total_and_speed() -> None:
@@ -245,13 +243,14 @@ def test_areal_training_completes_means_finished() -> None:
     assert tracker.state(T0 + 99_999).finished
 
 
-def test_trl_syncs_are_counted_once_per_line() -> None:
+def test_trl_syncs_carry_no_duration() -> None:
     tracker = make()
     feed = Feed(tracker, "/run/vllm-serve.log")
     for _ in range(3):
-        feed(UVICORN_SYNC, T0, "weight_update", "step")  # one line delivered to two handlers counts once
-    assert tracker.weight_syncs == 3
-    assert tracker.state(T0).weight_update_s == ()
+        feed(UVICORN_SYNC, T0, "weight_update", "step")  # one line delivered to two handlers
+    state = tracker.state(T0)
+    assert state.weight_update_s == ()
+    assert state.last_step is None  # a sync is no training step
 
 
 def test_same_line_through_two_handlers_is_one_step_and_one_reward() -> None:
