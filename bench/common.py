@@ -103,6 +103,10 @@ def python_package_version(name: str) -> str | None:
 
 
 def git_commit() -> str | None:
+    """The commit measured. ``RLWATCH_BENCH_COMMIT`` names it where the tree is a copy whose ``.git`` may be stale
+    (a GPU host the working tree is sent to)."""
+    if named := os.environ.get("RLWATCH_BENCH_COMMIT"):
+        return named
     try:
         out = subprocess.run(
             ["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"],
