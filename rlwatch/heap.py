@@ -12,7 +12,6 @@ backlog and every minute (a few milliseconds). On a C library without ``malloc_t
 from __future__ import annotations
 
 import ctypes
-import ctypes.util
 from collections.abc import Callable
 from functools import cache
 
@@ -21,11 +20,10 @@ __all__ = ["release_free_heap"]
 
 @cache
 def _trim() -> Callable[[int], int] | None:
-    name = ctypes.util.find_library("c")
-    if not name:
-        return None
+    # The C library is already in the process: look the symbol up there (``ctypes.util.find_library`` would run
+    # ldconfig in a subprocess to find a file to load again).
     try:
-        fn = ctypes.CDLL(name).malloc_trim
+        fn = ctypes.CDLL(None).malloc_trim
     except (OSError, AttributeError):  # not glibc
         return None
     fn.argtypes = [ctypes.c_size_t]

@@ -398,7 +398,7 @@ _DATABASES_LOCK = threading.Lock()
 
 # Hyperscan is given at most this many first bytes of each needle: compiling a set that holds longer literals is
 # slow (the built-in set took 36 ms with its 28-byte "***** Running training *****", 0.6 ms with every needle cut
-# to 24 bytes or less). It still reports the whole needle. A line that holds the start of a needle and not the rest
+# short). It still reports the whole needle. A line that holds the start of a needle and not the rest
 # becomes a candidate that the needle's kinds do not match, which changes nothing: every kind is decided by its own
 # literals and expression, and a line that matches no kind is counted as nothing (a traceback header holds the
 # start of its own needle, so incidents see the same headers).

@@ -50,34 +50,27 @@ def _minute_of(year: str, month: str, day: str, hour: str, minute: str) -> float
     return _minute(int(year), int(month), int(day), int(hour), int(minute))
 
 
-def _dated(groups: tuple[str | None, ...]) -> float | None:
-    """Epoch seconds of a match of a format with a year (:func:`_local` without converting the minute's fields:
-    a log has many lines per minute)."""
-    second = int(groups[5] or 0)
-    if not 0 <= second <= 60:
-        return None
-    start = _minute_of(*groups[:5])
-    if start is None:
+def _in_minute(start: float | None, second: int, frac: str | None) -> float | None:
+    """``second`` (and its fraction) into the minute that begins at ``start``; None for an impossible date. A leap
+    second is read as :59."""
+    if start is None or not 0 <= second <= 60:
         return None
     stamp = start + min(second, 59)
-    frac = groups[6]
     if frac:
         stamp += int(frac) / 10 ** len(frac)
     return stamp
+
+
+def _dated(groups: tuple[str | None, ...]) -> float | None:
+    """Epoch seconds of a match of a format with a year (the minute's fields looked up as matched, not converted:
+    a log has many lines per minute)."""
+    return _in_minute(_minute_of(*groups[:5]), int(groups[5] or 0), groups[6])
 
 
 def _local(fields: tuple[int, int, int, int, int, int], frac: str | None) -> float | None:
-    """Local-time epoch seconds; None for an impossible date. A leap second is read as :59."""
+    """Local-time epoch seconds; None for an impossible date."""
     year, month, day, hour, minute, second = fields
-    if not 0 <= second <= 60:
-        return None
-    start = _minute(year, month, day, hour, minute)
-    if start is None:
-        return None
-    stamp = start + min(second, 59)
-    if frac:
-        stamp += int(frac) / 10 ** len(frac)
-    return stamp
+    return _in_minute(_minute(year, month, day, hour, minute), second, frac)
 
 
 def _yearless(groups: tuple[str | None, ...], now: float) -> float | None:

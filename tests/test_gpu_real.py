@@ -14,6 +14,7 @@ import pytest
 from rlwatch.sources.holders import find_holders
 from rlwatch.sources.nvml import NvmlBackend
 from tests.simhost import wait_until
+from tests.test_holders import classify
 
 pytestmark = pytest.mark.gpu
 
@@ -123,8 +124,6 @@ sys.stdin.read()
 @pytest.mark.skipif(importlib.util.find_spec("torch") is None, reason="needs torch to allocate GPU memory")
 def test_a_monitor_reading_nvml_is_protected_while_a_cuda_process_is_a_stray(tmp_path: object) -> None:
     """nvidia-smi, nvitop, glances or another rlwatch hold GPU nodes through NVML: never kill-zombies targets."""
-    from rlwatch.sources.holders import classify_holders
-
     children = [
         subprocess.Popen(
             [sys.executable, "-c", code],
@@ -143,18 +142,7 @@ def test_a_monitor_reading_nvml_is_protected_while_a_cuda_process_is_a_stray(tmp
         print(
             f"\nmonitor pid {monitor.pid} holds {raw.get(monitor.pid)}\ncuda pid {cuda.pid} holds {raw.get(cuda.pid)}"
         )
-        holders = {
-            h.pid: h
-            for h in classify_holders(
-                raw,
-                run_pids=set(),
-                run_started_at=None,
-                nvml_pids={},
-                protected_names=(),
-                self_pid=os.getpid(),
-                allow_other_users=False,
-            )
-        }
+        holders = classify(raw, protected_names=())
         assert holders[monitor.pid].protected and "NVML" in holders[monitor.pid].protected
         assert holders[monitor.pid].reason is None
         assert holders[cuda.pid].protected is None and holders[cuda.pid].reason

@@ -306,20 +306,11 @@ def test_a_process_opening_gpu_nodes_without_mapping_them_is_protected() -> None
     import subprocess
     import sys
 
-    from rlwatch.sources.holders import classify_holders
-
     child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
     try:
-        holders = classify_holders(
-            {child.pid: ("/dev/nvidia-uvm", "/dev/nvidia0", "/dev/nvidiactl")},
-            run_pids=set(),
-            run_started_at=None,
-            nvml_pids={},
-            protected_names=(),
-            self_pid=os.getpid(),
-            allow_other_users=False,
-        )
-        assert holders[0].protected and "NVML" in holders[0].protected and holders[0].reason is None
+        holders = classify({child.pid: ("/dev/nvidia-uvm", "/dev/nvidia0", "/dev/nvidiactl")}, protected_names=())
+        held = holders[child.pid]
+        assert held.protected and "NVML" in held.protected and held.reason is None
     finally:
         child.kill()
         child.wait()
