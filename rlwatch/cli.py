@@ -85,6 +85,13 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="KEY",
         help="rearm: only this target the watchdog gave up on (repeatable; default: all)",
     )
+    p.add_argument(
+        "--pid",
+        action="append",
+        type=int,
+        metavar="PID",
+        help="kill-zombies: stop exactly this GPU holder, also one rlwatch cannot classify (repeatable)",
+    )
     p.add_argument("--yes", action="store_true", help="do not ask for confirmation")
     p.add_argument("--dry-run", action="store_true", help="print the plan and do nothing")
     p.add_argument(
@@ -377,11 +384,13 @@ def cmd_act(args: argparse.Namespace) -> int:
     from rlwatch.actions.api import Actions
     from rlwatch.engine import Engine
 
+    if args.pid and args.action != "kill-zombies":
+        raise UsageError("--pid names GPU holders for kill-zombies only")
     cfg, run_dir, _ = load(args)
     engine = Engine(cfg, run_dir)
     try:
         actions = Actions(engine)
-        prepared = actions.prepare(args.action, force=args.force)
+        prepared = actions.prepare(args.action, force=args.force, pids=args.pid)
         plan = prepared.plan
         safe_print(format_plan(plan))
         if not plan.runnable:

@@ -30,7 +30,8 @@ from rlwatch.launches import LaunchBook
 from rlwatch.sources.checkpoints import CheckpointScanner
 from rlwatch.sources.disk import disk_state
 from rlwatch.sources.gpu import GpuBackend, make_gpu_backend
-from rlwatch.sources.holders import HolderScanner, classify_holders, holders_by_gpu, merge_nvml_pids
+from rlwatch.sources.holders import HolderScanner, attribute, classify_holders
+from rlwatch.sources.membership import RunView, assess, open_files
 from rlwatch.sources.memory import MemorySource
 from rlwatch.sources.processes import LaunchRecord, ProcessTable
 from rlwatch.sources.procfs import container_uptime_s
@@ -42,6 +43,7 @@ from rlwatch.state import (
     GpuHolder,
     GpuStatus,
     History,
+    LiveRun,
     LogLine,
     MemoryState,
     ProcessInfo,
@@ -181,6 +183,8 @@ class Engine:
         self._procs: tuple[ProcessInfo, ...] = ()
         self._holders: tuple[GpuHolder, ...] = ()
         self._holders_at: float | None = None  # monotonic time of the last /proc scan for GPU holders
+        self._view: RunView | None = None  # the live run as last found, made with the holder scan
+        self._launched: set[tuple[int, float]] = set()  # (pid, start time) of processes rlwatch started
         self._checkpoint: CheckpointState | None = None
         self._recover: RecoverState | None = None
         self._server: ServerState | None = None
@@ -357,9 +361,13 @@ class Engine:
                 self.training.set_checkpoint_hint(
                     trainer_state.get("global_step"), trainer_state.get("max_steps"), trainer_state.get("logging_steps")
                 )
-            by_gpu = holders_by_gpu(holders)
-            if by_gpu:
-                gpu = replace(gpu, gpus=tuple(replace(g, holders=by_gpu.get(g.index, ())) for g in gpu.gpus))
+            if gpu.gpus:
+                gpu = replace(
+                    gpu, gpus=attribute(gpu.gpus, self.gpu_backend.last_processes or {}, holders, self._exists)
+                )
+            view = self._view
+            if view is not None:
+                procs = tuple(replace(p, evidence=view.members.get(p.pid)) if p.alive else p for p in procs)
             if self.cfg.profile == "workers" or any(r.role == "worker" for r in self.cfg.processes):
                 mem = replace(mem, brake_free_bytes=self.cfg.thresholds.brake_free_bytes)
             self._memory, self._gpu, self._procs, self._holders = mem, gpu, procs, holders
@@ -400,20 +408,56 @@ class Engine:
         self._holders_at = now
         return self._sample_holders(procs, gpu)
 
+    def _exists(self, pid: int) -> bool:
+        return os.path.lexists(f"{self._proc_root}/{pid}")
+
+    def note_launched(self, pid: int, create_time: float) -> None:
+        """A process rlwatch started: evidence that it is the run's, whatever its command line."""
+        with self._lock:
+            self._launched.add((pid, create_time))
+
+    def live_run(self, *, fresh: bool = False) -> RunView:
+        """The live run as found from evidence (:mod:`rlwatch.sources.membership`); ``fresh`` looks again now, as
+        an action does right before it signals anything."""
+        if fresh or self._view is None:
+            with self._lock:
+                procs = self._procs
+            self._view = self._assess(procs, None)
+        return self._view
+
+    def _assess(self, procs: Sequence[ProcessInfo], opened: dict[int, list[tuple[int, str]]] | None) -> RunView:
+        roles = {p.pid: p.name for p in procs if p.alive}
+        exclude = [str(self.run_dir / ".rlwatch"), os.path.dirname(self.cfg.gpu.device_glob) + "/"]
+        files = (
+            None
+            if opened is None
+            else open_files(opened, str(self.run_dir), proc_root=self._proc_root, exclude=exclude)
+        )
+        with self._lock:
+            launched = set(self._launched)
+        return assess(
+            str(self.run_dir),
+            roles=roles,
+            pidfile_pids=self.processes.pidfile_pids,
+            launched=launched,
+            exclude=exclude,
+            proc_root=self._proc_root,
+            files=files,
+        )
+
     def _sample_holders(self, procs: Sequence[ProcessInfo], gpu: GpuStatus) -> tuple[GpuHolder, ...]:
         try:
-            raw = self.holder_scanner.scan()
+            scan = self.holder_scanner.scan(under=os.path.realpath(self.run_dir))
         except Exception as exc:  # a source must never take the engine down
             self._ok("holders", f"cannot scan for GPU holders: {exc}")
             return ()
+        raw = dict(scan.holders)
         raw.pop(os.getpid(), None)  # rlwatch's own NVML handle opens /dev/nvidia*: the observer is not a holder
-        nvml_pids = merge_nvml_pids(self.gpu_backend.last_processes or {})
-        run_started = min((p.started_at for p in procs if p.alive), default=None)
+        view = self._view = self._assess(procs, scan.opened)
         holders = classify_holders(
             raw,
-            run_pids=self.processes.run_pids(),
-            run_started_at=run_started,
-            nvml_pids=nvml_pids,
+            view=view,
+            nvml_procs=self.gpu_backend.last_processes or {},
             protected_names=self.cfg.actions.protected_names,
             self_pid=os.getpid(),
             allow_other_users=self.cfg.actions.allow_other_users,
@@ -504,6 +548,7 @@ class Engine:
                 sources=tuple(self._status.values()),
                 logs=self.tailer.files,
                 watchdog=self._watchdog,
+                live_run=_live_run(self._view),
             )
             ctx = Context(
                 thresholds=self.cfg.thresholds,
@@ -623,3 +668,12 @@ class Engine:
             self._guard("server", self.probe_server)
             self._guard("build", self.build)
             self._stop.wait(self.cfg.server.interval_s)
+
+
+def _live_run(view: RunView | None, limit: int = 64) -> LiveRun | None:
+    """The view's conclusion as a snapshot record: core evidence first, at most ``limit`` members."""
+    if view is None:
+        return None
+    core = [(pid, view.members[pid]) for pid in sorted(view.core) if pid in view.members]
+    rest = [(pid, why) for pid, why in sorted(view.members.items()) if pid not in view.core]
+    return LiveRun(view.identified, view.unknown_reason, view.started_at, tuple((core + rest)[:limit]))

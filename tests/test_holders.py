@@ -6,6 +6,7 @@ import os
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -19,10 +20,9 @@ from rlwatch.sources.holders import (
     classify_holders,
     find_holders,
     gpu_index,
-    holders_by_gpu,
-    merge_nvml_pids,
     scan_holders,
 )
+from rlwatch.sources.membership import assess
 from rlwatch.state import GpuHolder
 from tests.simhost import wait_until
 
@@ -67,13 +67,16 @@ class Spawner:
     def __init__(self) -> None:
         self.procs: list[subprocess.Popen[str]] = []
 
-    def start(self, code: str, *args: str, executable: str = sys.executable) -> tuple[subprocess.Popen[str], str]:
+    def start(
+        self, code: str, *args: str, executable: str = sys.executable, cwd: Path | None = None
+    ) -> tuple[subprocess.Popen[str], str]:
         proc = subprocess.Popen(
             [executable, "-c", code, *args],
             stdout=subprocess.PIPE,
             stdin=subprocess.DEVNULL,
             text=True,
             start_new_session=True,
+            cwd=cwd,
         )
         self.procs.append(proc)
         assert proc.stdout is not None
@@ -108,11 +111,13 @@ def glob_of(dev: Path) -> str:
     return f"{dev}/nvidia*"
 
 
-def classify(raw: dict[int, tuple[str, ...]], **kw: object) -> dict[int, GpuHolder]:
+def classify(raw: dict[int, tuple[str, ...]], run_dir: Path | None = None, **kw: object) -> dict[int, GpuHolder]:
+    """Classify against the live run found in ``run_dir`` (by default an empty directory: no live run)."""
+    if run_dir is None:
+        run_dir = Path(tempfile.mkdtemp(prefix="rlwatch-empty-"))
     args: dict[str, object] = {
-        "run_pids": set(),
-        "run_started_at": None,
-        "nvml_pids": {},
+        "view": assess(str(run_dir), **kw.pop("assess", {})),  # type: ignore[arg-type]
+        "nvml_procs": {},
         "protected_names": ["nvidia-persistenced", "nv-hostengine", "dcgm-exporter"],
         "self_pid": os.getpid(),
         "allow_other_users": False,
@@ -162,15 +167,15 @@ def test_scanner_rereads_mappings_only_now_and_then(tmp_path: Path) -> None:
     maps.write_text("7f00-7f01 rw-s 00000000 00:05 100 /dev/nvidia0\n")
     clock = FakeClock()
     scanner = HolderScanner("/dev/nvidia*", clock, proc_root=str(proc), maps_every_s=30)
-    assert scanner.scan() == {558: ("/dev/nvidia0",)}
+    assert scanner.scan().holders == {558: ("/dev/nvidia0",)}
     maps.write_text("7f00-7f01 rw-s 00000000 00:05 100 /dev/nvidia1\n")
     clock.advance(10)
-    assert scanner.scan() == {558: ("/dev/nvidia0",)}  # kept from the last read, not lost in between
+    assert scanner.scan().holders == {558: ("/dev/nvidia0",)}  # kept from the last read, not lost in between
     clock.advance(21)
-    assert scanner.scan() == {558: ("/dev/nvidia1",)}
+    assert scanner.scan().holders == {558: ("/dev/nvidia1",)}
     maps.unlink()
     clock.advance(31)
-    assert scanner.scan() == {}
+    assert scanner.scan().holders == {}
     assert scanner.skipped == 1
 
 
@@ -178,66 +183,82 @@ def test_missing_proc_root_finds_nothing(tmp_path: Path) -> None:
     assert find_holders("/dev/nvidia*", proc_root=str(tmp_path / "nope")) == {}
 
 
-def test_gpu_index_and_grouping() -> None:
+def test_gpu_index() -> None:
     assert [gpu_index(d) for d in ("/dev/nvidia0", "/dev/nvidia12", "/dev/nvidiactl", "/dev/nvidia-uvm")] == [
         0,
         12,
         None,
         None,
     ]
-    holders = [
-        GpuHolder(10, 0.0, "u", (), ("/dev/nvidia0", "/dev/nvidiactl"), None, True, None),
-        GpuHolder(11, 0.0, "u", (), ("/dev/nvidia0", "/dev/nvidia1"), None, False, "x"),
-    ]
-    assert holders_by_gpu(holders) == {0: (10, 11), 1: (11,)}
-
-
-def test_nvml_pids_merge() -> None:
-    merged = merge_nvml_pids({0: {10: 100, 99: None}, 1: {10: 50, 98: 2 * 1024**3}})
-    assert merged == {10: 150, 99: None, 98: 2 * 1024**3}
 
 
 # -------------------------------------------------------------------------------------------------- classifying
-def test_run_members_and_strays(spawn: Spawner, dev: Path) -> None:
-    run, _ = spawn.start(OPENER, str(dev / "nvidia0"))
-    stray, _ = spawn.start(OPENER, str(dev / "nvidia0"))
-    raw = find_holders(glob_of(dev))
-    started = psutil.Process(run.pid).create_time()
-    out = classify(raw, run_pids={run.pid}, run_started_at=started + 600, nvml_pids={stray.pid: 5 * 1024**3})
-    member, zombie = out[run.pid], out[stray.pid]
-    assert member.in_run and member.reason is None and member.protected is None
-    assert not zombie.in_run and zombie.protected is None
-    assert zombie.reason == "started before the run (10m earlier)"
-    assert zombie.gpu_mem_bytes == 5 * 1024**3
-    assert zombie.create_time == psutil.Process(stray.pid).create_time()
-    assert zombie.cmdline == (sys.executable, "-c", OPENER, str(dev / "nvidia0"))
-    assert zombie.devices == (str(dev / "nvidia0"),)
-    assert zombie.user == psutil.Process(stray.pid).username()
-
-
-def test_stray_not_in_the_tree(spawn: Spawner, dev: Path) -> None:
-    stray, _ = spawn.start(OPENER, str(dev / "nvidia0"))
-    out = classify(find_holders(glob_of(dev)), run_started_at=time.time() - 3600)
-    assert out[stray.pid].reason == "not part of the run's process tree"
+# Membership itself is tested in tests/test_membership.py; here the holder list carries its verdicts.
+WRITER = """
+import sys, time
+log = open('train.log', 'a')
+dev = open(sys.argv[1], 'rb')
+print('ready', flush=True)
+time.sleep(120)
+"""
 
 
 @pytest.mark.slow
-def test_a_new_child_of_the_run_is_the_runs(spawn: Spawner, dev: Path) -> None:
-    parent, kid_pid = spawn.start(PARENT_OF_HOLDER, str(dev / "nvidia0"), OPENER)
+def test_live_unremarkable_trainer_and_an_orphaned_leftover(spawn: Spawner, dev: Path, tmp_path: Path) -> None:
+    """The host that lost a live run: `python3 train.py` in the run directory (matching no profile) beside an
+    orphaned leftover holding the same GPU. Only the leftover is a stray."""
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    spawn.start(ORPHAN, str(dev / "nvidia0"), cwd=tmp_path)
+    (orphan,) = find_holders(glob_of(dev))
+    assert wait_until(lambda: psutil.Process(orphan).ppid() == 1)
+    born = psutil.Process(orphan).create_time()
+    assert wait_until(lambda: time.time() > born + 0.05)  # start times tick in 10 ms: the leftover is older
+    live, _ = spawn.start(WRITER, str(dev / "nvidia0"), cwd=run_dir)
+    raw = find_holders(glob_of(dev))
+    out = classify(raw, run_dir, nvml_procs={0: {orphan: 3 * 1024**3}})
+    member, zombie = out[live.pid], out[orphan]
+    assert member.status == "run" and member.in_run and member.reason is None
+    assert member.evidence == "writes train.log"
+    assert zombie.status == "stray" and zombie.protected is None
+    assert zombie.reason is not None
+    assert zombie.reason.startswith("orphaned: the session that started it")
+    assert "never touched" in zombie.reason and "before the live run" in zombie.reason
+    assert zombie.gpu_mem_bytes == 3 * 1024**3
+    assert zombie.gpus == (0,) and zombie.attribution == "nvml"
+    assert member.gpus == (0,) and member.attribution == "device nodes"
+    assert zombie.create_time == psutil.Process(orphan).create_time()
+    assert zombie.user == psutil.Process(orphan).username()
+
+
+def test_without_a_live_run_every_holder_is_unknown(spawn: Spawner, dev: Path) -> None:
+    other, _ = spawn.start(OPENER, str(dev / "nvidia0"))
+    out = classify(find_holders(glob_of(dev)))
+    assert out[other.pid].status == "unknown"
+    assert out[other.pid].reason is None
+    assert (out[other.pid].evidence or "").startswith("rlwatch cannot tell what the live run is")
+
+
+def test_a_holder_whose_session_lives_is_unknown(spawn: Spawner, dev: Path, tmp_path: Path) -> None:
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    other, _ = spawn.start(OPENER, str(dev / "nvidia0"))  # started first, not orphaned: another job, maybe
+    spawn.start(WRITER, str(dev / "nvidia1"), cwd=run_dir)
+    held = classify(find_holders(glob_of(dev)), run_dir)[other.pid]
+    assert held.status == "unknown" and held.reason is None
+    assert "not orphaned" in (held.evidence or "")
+
+
+@pytest.mark.slow
+def test_a_new_child_of_the_run_is_the_runs(spawn: Spawner, dev: Path, tmp_path: Path) -> None:
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    parent, kid_pid = spawn.start(PARENT_OF_HOLDER, str(dev / "nvidia0"), OPENER, cwd=run_dir)
     raw = find_holders(glob_of(dev))
     assert int(kid_pid) in raw
-    out = classify(raw, run_pids={parent.pid})  # run_pids taken before the child existed
+    out = classify(raw, run_dir)
     assert out[int(kid_pid)].in_run and out[int(kid_pid)].reason is None
-
-
-@pytest.mark.slow
-def test_orphan_is_a_stray(spawn: Spawner, dev: Path) -> None:
-    _, _ = spawn.start(ORPHAN, str(dev / "nvidia0"))
-    raw = find_holders(glob_of(dev))
-    (orphan,) = raw
-    assert wait_until(lambda: psutil.Process(orphan).ppid() == 1)
-    out = classify(raw, run_pids=set(), run_started_at=time.time() + 120)
-    assert out[orphan].reason == "orphaned (parent is pid 1); started before the run (2m earlier)"
+    assert out[int(kid_pid)].evidence == f"works in {run_dir.resolve()}"
 
 
 def test_pid_1_self_and_parents_are_protected(dev: Path) -> None:
@@ -263,7 +284,7 @@ def test_daemons_are_protected_by_executable_name_only(spawn: Spawner, dev: Path
     assert out[daemon.pid].protected == "system daemon (nvidia-persistenced)"
     assert out[daemon.pid].reason is None
     assert out[impostor.pid].protected is None
-    assert out[impostor.pid].reason is not None
+    assert out[impostor.pid].status == "unknown"
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="needs root to start a process as another user")
@@ -275,7 +296,7 @@ def test_other_users_processes(spawn: Spawner, dev: Path) -> None:
     assert guarded.protected is not None and guarded.protected.startswith("another user's process")
     assert guarded.reason is None
     allowed = classify(raw, allow_other_users=True)[other.pid]
-    assert allowed.protected is None and allowed.reason is not None
+    assert allowed.protected is None and allowed.status == "unknown"
 
 
 def test_vanished_holders_are_dropped(spawn: Spawner, dev: Path) -> None:

@@ -38,6 +38,7 @@ from rlwatch.actions.spawn import SpawnError, spawn
 from rlwatch.actions.stopper import ALREADY_GONE, REUSED, StopReport, stop_tree
 from rlwatch.config_load import resolve
 from rlwatch.engine import Engine
+from rlwatch.sources.membership import RUN, STRAY
 from rlwatch.sources.server import ServerProbe
 from rlwatch.state import ActionPlan, ActionResult, Snapshot
 
@@ -104,9 +105,17 @@ class Actions:
         )
 
     # ------------------------------------------------------------------------------------------------ planning
-    def prepare(self, action: str, *, force: bool = False, only: Sequence[str] | None = None) -> Prepared:
+    def prepare(
+        self,
+        action: str,
+        *,
+        force: bool = False,
+        only: Sequence[str] | None = None,
+        pids: Sequence[int] | None = None,
+    ) -> Prepared:
         """Plan ``action`` from a fresh look at the host. ``only`` names the workers restart-workers restarts
-        (the others ignore it); ``force`` lets resume run beside a live trainer or disagreeing recover info."""
+        (the others ignore it); ``force`` lets resume run beside a live trainer or disagreeing recover info;
+        ``pids`` are GPU holders a person names for kill-zombies (the only way an *unknown* holder is stopped)."""
         if action not in ACTION_NAMES:
             return refused(action, f"unknown action {action!r}; choose from: {', '.join(ACTION_NAMES)}")
         if self.readonly:
@@ -114,7 +123,8 @@ class Actions:
         try:
             snap = self._fresh(probe=True)
             names = _names(only) if action == RESTART_WORKERS else None
-            prepared = self._planner.build(action, snap, force=force, only=names)
+            named = tuple(dict.fromkeys(pids)) if pids and action == KILL_ZOMBIES else None
+            prepared = self._planner.build(action, snap, force=force, only=names, pids=named)
         except Exception as exc:  # a plan that cannot be built is refused in one line, never a traceback
             return refused(action, f"could not plan: {type(exc).__name__}: {exc}")
         if prepared.plan.runnable:
@@ -133,7 +143,8 @@ class Actions:
             return kept
         named = (*plan.targets, *plan.start) if plan.action == RESTART_WORKERS else ()
         only = tuple(dict.fromkeys(t.role for t in named if t.role)) or None
-        again = self.prepare(plan.action, only=only)
+        pids = [t.pid for t in plan.targets if t.pid is not None and t.named] if plan.action == KILL_ZOMBIES else None
+        again = self.prepare(plan.action, only=only, pids=pids or None)
         if again.plan.runnable and _identities(again.plan) != _identities(plan):
             return refused(plan.action, "the host changed since this plan was made; plan again")
         return again
@@ -218,6 +229,7 @@ class _Execution:
         self.started: list[tuple[Launch, Ident]] = []
         self.steps_before = 0  # step lines counted before a resume's launch: only later ones prove progress
         self.run_pids = owner.engine.processes.run_pids() if self.action == KILL_ZOMBIES else set()
+        self.roots = {s.pid for s in prepared.stops}
 
     def record(self, event: str, **fields: object) -> None:
         self.owner.audit.record(self.action, event, **fields)
@@ -254,11 +266,20 @@ class _Execution:
         return ActionResult(self.action, ok, message, tuple(self.details))
 
     def protection(self, pid: int) -> str | None:
-        """Checked right before each signal: the guard's rules, and for strays, membership of the live run."""
+        """Checked right before each signal: the guard's rules, and for GPU holders, the live run looked for again
+        now — a process that has become the run's (or, unless a person named it, is no longer a sure stray) is
+        left alone."""
         why = self.owner.protected(pid)
-        if why is None and pid in self.run_pids:
-            return "part of the live run"
-        return why
+        if why is not None or self.action != KILL_ZOMBIES:
+            return why
+        if pid in self.run_pids:
+            return "part of the live run (its role rule matches it or an ancestor)"
+        verdict = self.owner.engine.live_run(fresh=True).verdict(pid)
+        if verdict.status == RUN:
+            return f"part of the live run: {verdict.why}"
+        if pid in self.roots and not self.prepared.named and verdict.status != STRAY:
+            return f"no longer a sure stray: {verdict.why}"
+        return None
 
     def stop(self, stop: Stop) -> bool:
         self.say(f"stopping {stop.name} (pid {stop.pid})")
@@ -301,6 +322,7 @@ class _Execution:
             self.record("spawn", target=launch.name, argv=launch.argv, cwd=launch.cwd, outcome=str(exc))
             return False
         self.started.append((launch, ident))
+        self.owner.engine.note_launched(ident.pid, ident.create_time)
         self.details.append(f"started {launch.name} as pid {ident.pid}" + (f", output to {launch.log}" if log else ""))
         self.record(
             "spawn",

@@ -19,7 +19,7 @@ from rlwatch.config_load import resolve
 from rlwatch.engine import Engine
 from rlwatch.sources import procfs
 from rlwatch.sources.recover import agree
-from rlwatch.state import ActionPlan, ActionTarget, GpuHolder, ProcessInfo, Snapshot
+from rlwatch.state import ActionPlan, ActionTarget, GpuHolder, GpuState, ProcessInfo, Snapshot
 
 RESTART_WORKERS = "restart-workers"
 KILL_ZOMBIES = "kill-zombies"
@@ -71,6 +71,7 @@ class Prepared:
     gpu_used_before: int | None = None  # GPU memory in use over all GPUs when planned (NVML only)
     only: tuple[str, ...] | None = None
     force: bool = False
+    named: tuple[int, ...] | None = None  # the GPU holders a person named for kill-zombies (--pid)
 
 
 def refused(action: str, why: str) -> Prepared:
@@ -89,7 +90,18 @@ def target_of_process(p: ProcessInfo, now: float, reason: str | None = None) -> 
     )
 
 
-def target_of_holder(h: GpuHolder, now: float) -> ActionTarget:
+def holder_gpus(h: GpuHolder) -> str:
+    """Which GPUs a holder uses, and how that is known."""
+    if not h.gpus:
+        return f"holds {', '.join(h.devices)}"
+    where = ", ".join(f"GPU {i}" for i in h.gpus)
+    return f"uses {where}" + (
+        " (per NVML)" if h.attribution == "nvml" else f" (by the device nodes it holds: {', '.join(h.devices)})"
+    )
+
+
+def target_of_holder(h: GpuHolder, now: float, *, named: bool = False) -> ActionTarget:
+    why = f"named by you; rlwatch's view: {h.status}: {h.reason or h.evidence}" if named else f"stray: {h.reason}"
     return ActionTarget(
         pid=h.pid,
         create_time=h.create_time,
@@ -97,8 +109,9 @@ def target_of_holder(h: GpuHolder, now: float) -> ActionTarget:
         age_s=max(0.0, now - h.create_time),
         cmdline=h.cmdline,
         gpu_mem_bytes=h.gpu_mem_bytes,
-        role="stray GPU holder",
-        reason=f"stray: {h.reason}; holds {', '.join(h.devices)}",
+        role="GPU holder named by you" if named else "stray GPU holder",
+        reason=f"{why}; {holder_gpus(h)}",
+        named=named,
     )
 
 
@@ -120,6 +133,23 @@ def stop_words(grace_s: float) -> str:
         f"SIGTERM (and SIGCONT) to each target and its process group, wait up to {grace_s:g}s, SIGKILL what is left, "
         "then check it is gone — every signal through a pidfd after re-checking (pid, start time)"
     )
+
+
+def outside_words(gpus: Sequence[GpuState]) -> str:
+    """GPU memory held outside this container, in words, with what can free it."""
+    parts = []
+    for g in gpus:
+        pids = (
+            f" (pid {', '.join(map(str, g.outside_pids[:4]))} as NVML reports it, not visible here)"
+            if g.outside_pids
+            else ""
+        )
+        parts.append(f"GPU {g.index}: {_gib(g.outside_bytes)} held outside this container{pids}")
+    return "; ".join(parts) + ": no kill from here can reach it; restarting the pod frees it"
+
+
+def _gib(n: int | None) -> str:
+    return "? GiB" if n is None else f"{n / 1024**3:.1f} GiB"
 
 
 def gpu_used_total(s: Snapshot) -> int | None:
@@ -162,9 +192,17 @@ class Planner:
         self.cfg = engine.cfg
         self.protected = protected
 
-    def build(self, action: str, s: Snapshot, *, force: bool, only: tuple[str, ...] | None) -> Prepared:
+    def build(
+        self,
+        action: str,
+        s: Snapshot,
+        *,
+        force: bool,
+        only: tuple[str, ...] | None,
+        pids: tuple[int, ...] | None = None,
+    ) -> Prepared:
         if action == KILL_ZOMBIES:
-            return self.kill_zombies(s)
+            return self.kill_zombies(s, pids)
         if action == RESTART_WORKERS:
             return self.restart_workers(s, only)
         if action == RESTART_SERVER:
@@ -227,37 +265,74 @@ class Planner:
         return None
 
     # ------------------------------------------------------------------------------------------------ actions
-    def kill_zombies(self, s: Snapshot) -> Prepared:
+    def kill_zombies(self, s: Snapshot, named: tuple[int, ...] | None = None) -> Prepared:
+        """Stop the GPU holders rlwatch has positive reasons to call strays — or exactly the ones a person names.
+
+        A holder rlwatch cannot classify is never chosen on its own; a person may name it (``--pid``). A holder of
+        the live run, a protected one, or an ancestor of the run is refused even when named.
+        """
         run = self.engine.processes.run_pids()
-        run_parents = _ancestors_of_run(run) if s.zombies and run else set()
-        strays: list[GpuHolder] = []
+        run_parents = _ancestors_of_run(run) if run else set()
+        by_pid = {h.pid: h for h in s.holders}
+        chosen: list[GpuHolder] = []
         spared: list[str] = []
-        for h in s.zombies:
-            why = self.protected(h.pid) or ("an ancestor of the live run" if h.pid in run_parents else None)
-            if why:
-                spared.append(f"pid {h.pid}: {why}")
-            else:
-                strays.append(h)
-        if not strays:
-            spared += [f"pid {h.pid}: {h.protected}" for h in s.holders if h.protected and not h.in_run]
-            why = "no stray GPU holders"
-            if spared:
-                why += " (left alone: " + "; ".join(spared[:4]) + ")"
-            return refused(KILL_ZOMBIES, why)
+        if named:
+            for pid in named:
+                h = by_pid.get(pid)
+                if h is None:
+                    return refused(KILL_ZOMBIES, f"pid {pid} holds no GPU device ({self.cfg.gpu.device_glob})")
+                why = self.protected(pid) or h.protected
+                if why is None and h.in_run:
+                    why = f"part of the live run: {h.evidence}"
+                if why is None and pid in run_parents:
+                    why = "an ancestor of the live run"
+                if why:
+                    return refused(KILL_ZOMBIES, f"pid {pid} must not be stopped: {why}")
+                chosen.append(h)
+        else:
+            for h in s.zombies:
+                why = self.protected(h.pid) or ("an ancestor of the live run" if h.pid in run_parents else None)
+                if why:
+                    spared.append(f"pid {h.pid}: {why}")
+                else:
+                    chosen.append(h)
+            unknown = [f"pid {h.pid}: {h.evidence}" for h in s.unknown_holders]
+            if not chosen:
+                spared += [f"pid {h.pid}: {h.protected}" for h in s.holders if h.protected and not h.in_run]
+                live = s.live_run
+                if unknown and live is not None and not live.identified:
+                    return refused(KILL_ZOMBIES, f"{live.why_unknown}; no GPU holder can be called a stray")
+                why = "no stray GPU holders"
+                if unknown:
+                    why += (
+                        f"; {len(unknown)} holder(s) rlwatch cannot classify were left alone ("
+                        + "; ".join(unknown[:3])
+                        + "); to stop one, name it: rlwatch act kill-zombies --pid PID"
+                    )
+                if spared:
+                    why += " (left alone: " + "; ".join(spared[:4]) + ")"
+                outside = [g for g in s.gpus if g.outside_bytes]
+                if outside:
+                    why += "; " + outside_words(outside)
+                return refused(KILL_ZOMBIES, why)
+            spared += [f"pid {h.pid}: not sure it is a stray ({h.evidence})" for h in s.unknown_holders]
         used_before = gpu_used_total(s)
         steps = [
             stop_words(self.cfg.actions.grace_s),
-            f"then check that no stray process holds {self.cfg.gpu.device_glob}"
+            f"then check that none of them holds {self.cfg.gpu.device_glob} any more"
             + (" and that the GPU memory came back" if used_before is not None else ""),
-            "never touched: the live run, PID 1, rlwatch and its parents, NVIDIA/DCGM daemons, other users",
+            "never touched: the live run, PID 1, rlwatch and its parents, NVIDIA/DCGM daemons, other users"
+            + ("" if named else ", GPU holders rlwatch cannot classify"),
         ]
         if spared:
             steps.append("left alone: " + "; ".join(spared))
-        plan = ActionPlan(KILL_ZOMBIES, tuple(target_of_holder(h, s.time) for h in strays), tuple(steps))
+        targets = tuple(target_of_holder(h, s.time, named=bool(named)) for h in chosen)
+        plan = ActionPlan(KILL_ZOMBIES, targets, tuple(steps))
         stops = tuple(
-            Stop(h.pid, h.create_time, "stray", "stray", h.reason, gpu_mem_bytes=h.gpu_mem_bytes) for h in strays
+            Stop(h.pid, h.create_time, "stray", "stray", h.reason or h.evidence, gpu_mem_bytes=h.gpu_mem_bytes)
+            for h in chosen
         )
-        return Prepared(plan, stops=stops, gpu_used_before=used_before)
+        return Prepared(plan, stops=stops, gpu_used_before=used_before, named=named)
 
     def restart_workers(self, s: Snapshot, only: tuple[str, ...] | None) -> Prepared:
         workers = [p for p in s.processes if p.role == "worker"]

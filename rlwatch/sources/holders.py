@@ -11,13 +11,14 @@ from __future__ import annotations
 import fnmatch
 import os
 import re
-from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from rlwatch.clock import Clock
 from rlwatch.sources import procfs
-from rlwatch.state import GpuHolder
+from rlwatch.sources.membership import RUN, STRAY, RunView
+from rlwatch.state import GpuHolder, GpuState
 
 _WILDCARDS = re.compile(r"[*?\[]")
 _GPU_INDEX = re.compile(r"nvidia(\d+)$")
@@ -27,6 +28,8 @@ _GPU_INDEX = re.compile(r"nvidia(\d+)$")
 class HolderScan:
     holders: dict[int, tuple[str, ...]]  # pid → device paths it holds
     skipped: int  # processes that denied the read (another user's, without the privilege to look); gone ones are not
+    # pid → (fd, path) of what it holds open under the ``under`` directory: run-membership evidence from the same pass
+    opened: dict[int, list[tuple[int, str]]] = field(default_factory=dict)
 
 
 def _literal_prefix(glob: str) -> str:
@@ -55,22 +58,33 @@ def _mapped_paths(maps_file: str, prefix: str) -> list[str] | None:
 MapsReader = Callable[[int], list[str] | None]
 
 
-def scan_holders(device_glob: str, *, proc_root: str = "/proc", maps: MapsReader | None = None) -> HolderScan:
+def scan_holders(
+    device_glob: str, *, proc_root: str = "/proc", maps: MapsReader | None = None, under: str | None = None
+) -> HolderScan:
     """Every process with a descriptor or a mapping of a path matching ``device_glob``.
 
     Mappings are read only for processes with no matching descriptor: a CUDA process keeps its device descriptors
     open, and formatting a large process's maps is the costliest read of the scan. ``maps`` replaces the reading of
-    ``/proc/<pid>/maps`` (the mapped paths, or None when unreadable), so a watch loop can cache it.
+    ``/proc/<pid>/maps`` (the mapped paths, or None when unreadable), so a watch loop can cache it. With ``under``
+    (a directory), the descriptors open on files below it are collected too: the run-membership evidence, read in
+    the same pass instead of a second walk over every descriptor on the host.
     """
     prefix = _literal_prefix(device_glob)
+    below = None if under is None else under.rstrip("/") + "/"
 
     def read_maps(pid: int) -> list[str] | None:
         return _mapped_paths(f"{proc_root}/{pid}/maps", prefix)
 
     holders: dict[int, tuple[str, ...]] = {}
+    opened: dict[int, list[tuple[int, str]]] = {}
     skipped = 0
     for pid in procfs.list_pids(proc_root):
-        fds = procfs.fd_paths(pid, proc_root)
+        entries = procfs.fd_entries(pid, proc_root)
+        fds = None if entries is None else [path for _, path in entries]
+        if below is not None and entries:
+            mine = [(fd, path) for fd, path in entries if path.startswith(below)]
+            if mine:
+                opened[pid] = mine
         found = _matching(fds or (), prefix, device_glob)
         if not found:
             mapped = (maps or read_maps)(pid)
@@ -81,7 +95,7 @@ def scan_holders(device_glob: str, *, proc_root: str = "/proc", maps: MapsReader
             found = _matching(mapped or (), prefix, device_glob)
         if found:
             holders[pid] = tuple(sorted(found))
-    return HolderScan(holders, skipped)
+    return HolderScan(holders, skipped, opened)
 
 
 class HolderScanner:
@@ -113,12 +127,12 @@ class HolderScanner:
         self._maps[key] = (now, mapped)
         return mapped
 
-    def scan(self) -> dict[int, tuple[str, ...]]:
-        result = scan_holders(self._glob, proc_root=self._proc_root, maps=self._cached_maps)
+    def scan(self, under: str | None = None) -> HolderScan:
+        result = scan_holders(self._glob, proc_root=self._proc_root, maps=self._cached_maps, under=under)
         now = self._clock.monotonic()
         self._maps = {key: value for key, value in self._maps.items() if now - value[0] < 2 * self._every}
         self.skipped = result.skipped
-        return result.holders
+        return result
 
 
 def _matching(paths: Iterable[str], prefix: str, device_glob: str) -> set[str]:
@@ -134,23 +148,6 @@ def gpu_index(device: str) -> int | None:
     """The GPU a device node stands for (``/dev/nvidia3`` → 3); None for the shared nodes (nvidiactl, nvidia-uvm)."""
     match = _GPU_INDEX.search(Path(device).name)
     return int(match.group(1)) if match else None
-
-
-def holders_by_gpu(holders: Iterable[GpuHolder]) -> dict[int, tuple[int, ...]]:
-    """GPU index → pids holding its device node, for :attr:`rlwatch.state.GpuState.holders`."""
-    out: dict[int, list[int]] = {}
-    for holder in holders:
-        for index in sorted({i for i in map(gpu_index, holder.devices) if i is not None}):
-            out.setdefault(index, []).append(holder.pid)
-    return {index: tuple(sorted(pids)) for index, pids in out.items()}
-
-
-def _minutes(seconds: float) -> str:
-    if seconds < 90:
-        return f"{max(0, round(seconds))}s"
-    if seconds < 2 * 3600:
-        return f"{round(seconds / 60)}m"
-    return f"{seconds / 3600:.1f}h"
 
 
 def _protected_reason(
@@ -201,35 +198,35 @@ def _nvml_client_only(devices: tuple[str, ...], mapped: list[str] | None, gpu_me
     return not any(_GPU_NODE.match(path) for path in mapped)
 
 
-def _stray_reason(parent: int | None, create_time: float, run_started_at: float | None) -> str:
-    reasons = []
-    if parent == 1:
-        reasons.append("orphaned (parent is pid 1)")
-    if run_started_at is not None and create_time < run_started_at:
-        reasons.append(f"started before the run ({_minutes(run_started_at - create_time)} earlier)")
-    return "; ".join(reasons) or "not part of the run's process tree"
+MONITOR = "a monitor reading NVML (no CUDA context)"
 
 
 def classify_holders(
     raw: Mapping[int, tuple[str, ...]],
     *,
-    run_pids: set[int],
-    run_started_at: float | None,
-    nvml_pids: Mapping[int, int | None],
+    view: RunView,
+    nvml_procs: Mapping[int, Mapping[int, int | None]],
     protected_names: Iterable[str],
     self_pid: int,
     allow_other_users: bool,
     proc_root: str = "/proc",
 ) -> tuple[GpuHolder, ...]:
-    """Sort holders into the run's own, the untouchable, and strays (with a reason); vanished pids are dropped.
+    """Sort holders into the live run's, the untouchable, strays (with positive reasons) and unknown ones (with
+    why); vanished pids are dropped. ``nvml_procs`` is NVML's GPU index → pid → used memory.
 
-    A holder is the run's when it or any ancestor is in ``run_pids``. Daemons are recognised by their executable
-    name (``comm``, ``/proc/<pid>/exe`` or ``argv[0]``), never by a substring of the command line, so
-    ``python serve.py --name nvidia-persistenced`` is not mistaken for one.
+    Membership comes from ``view`` (evidence: see :mod:`rlwatch.sources.membership`), never from a command-line
+    pattern. Daemons are recognised by their executable name (``comm``, ``/proc/<pid>/exe`` or ``argv[0]``), never
+    by a substring of the command line, so ``python serve.py --name nvidia-persistenced`` is not mistaken for one.
+    Which GPUs a holder uses comes from NVML's per-process memory where NVML lists the pid; a CUDA process opens
+    every visible ``/dev/nvidiaN``, so the device nodes are only a marked fallback.
     """
     names = set(protected_names)
     rlwatch_family = set(procfs.ancestors(self_pid, proc_root))
     btime = procfs.boot_time(proc_root)
+    nvml_by_pid: dict[int, dict[int, int | None]] = {}
+    for index, procs in nvml_procs.items():
+        for pid, used in procs.items():
+            nvml_by_pid.setdefault(pid, {})[index] = used
     out: list[GpuHolder] = []
     for pid in sorted(raw):
         stat = procfs.read_stat(pid, proc_root)
@@ -239,6 +236,9 @@ def classify_holders(
         cmdline = procfs.read_cmdline(pid, proc_root)
         owner = procfs.uid(pid, proc_root)
         user = procfs.user_name(owner)
+        per_gpu = nvml_by_pid.get(pid, {})
+        known = [used for used in per_gpu.values() if used is not None]
+        gpu_mem = sum(known) if known else None
         protected = _protected_reason(
             pid,
             names=names,
@@ -251,11 +251,15 @@ def classify_holders(
             cmdline=cmdline,
         )
         mapped = _mapped_paths(f"{proc_root}/{pid}/maps", "/dev/nvidia") if protected is None else None
-        if protected is None and _nvml_client_only(tuple(raw[pid]), mapped, nvml_pids.get(pid)):
-            protected = "a monitor reading NVML (no CUDA context)"
-        # A child the run started after run_pids was computed is still the run's: check the live parent chain too.
-        in_run = pid in run_pids or any(a in run_pids for a in procfs.ancestors(pid, proc_root))
-        reason = None if in_run or protected else _stray_reason(stat.ppid, create_time, run_started_at)
+        if protected is None and _nvml_client_only(tuple(raw[pid]), mapped, gpu_mem):
+            protected = MONITOR
+        verdict = view.verdict(pid, create_time)
+        in_run = verdict.status == RUN
+        if per_gpu:
+            gpus, attribution = tuple(sorted(per_gpu)), "nvml"
+        else:
+            gpus = tuple(sorted({i for i in map(gpu_index, raw[pid]) if i is not None}))
+            attribution = "device nodes"
         out.append(
             GpuHolder(
                 pid=pid,
@@ -263,12 +267,57 @@ def classify_holders(
                 user=user,
                 cmdline=cmdline or (f"[{stat.comm}]",),
                 devices=tuple(raw[pid]),
-                gpu_mem_bytes=nvml_pids.get(pid),
+                gpu_mem_bytes=gpu_mem,
                 in_run=in_run,
-                reason=reason,
+                reason=verdict.why if verdict.status == STRAY and not protected else None,
                 protected=protected,
+                evidence=None if verdict.status == STRAY else verdict.why,
+                gpus=gpus,
+                attribution=attribution,
             )
         )
+    return tuple(out)
+
+
+# Used memory above what NVML's listed processes explain by more than this is not driver overhead.
+UNEXPLAINED_BYTES = 2 * 1024**3
+
+
+def attribute(
+    gpus: Sequence[GpuState],
+    nvml_procs: Mapping[int, Mapping[int, int | None]],
+    holders: Sequence[GpuHolder],
+    pid_exists: Callable[[int], bool],
+) -> tuple[GpuState, ...]:
+    """Each GPU with the local processes using it and the memory held where rlwatch cannot see.
+
+    NVML counts every process on the GPU; a process in another container or PID namespace (the leftovers of an
+    earlier container start, incident 4) appears under a pid that does not exist here, or not at all. That memory
+    is reported as held *outside*, because no kill from in here can reach it. When NVML lists pids and none of them
+    is a local holder while local holders exist, NVML is speaking another namespace's pids: nothing can be
+    concluded, and ``outside_bytes`` stays unknown.
+    """
+    local = {h.pid: h for h in holders if h.protected != MONITOR}
+    out = []
+    for g in gpus:
+        procs = nvml_procs.get(g.index)
+        users = tuple(sorted(h.pid for h in holders if g.index in h.gpus))
+        outside: int | None = None
+        outside_pids: tuple[int, ...] = ()
+        if procs is not None:
+            here = [pid for pid in procs if pid in local]
+            missing = tuple(sorted(pid for pid in procs if pid not in local and not pid_exists(pid)))
+            local_on_gpu = [h for h in local.values() if g.index in h.gpus]
+            if missing and not here and local_on_gpu:
+                outside = None  # another namespace's pids: cannot tell which are ours
+            else:
+                outside_pids = missing
+                outside = sum(procs[pid] or 0 for pid in missing)
+                listed = sum(used or 0 for used in procs.values())
+                unexplained = (g.mem_used_bytes or 0) - listed
+                if not any(h.attribution != "nvml" for h in local_on_gpu) and unexplained > UNEXPLAINED_BYTES:
+                    outside += unexplained
+        out.append(replace(g, holders=users, outside_bytes=outside, outside_pids=outside_pids))
     return tuple(out)
 
 

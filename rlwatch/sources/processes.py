@@ -117,6 +117,7 @@ class ProcessTable:
         self._runs: dict[str, deque[_Run]] = {}
         self._max_starts = max_starts
         self._run_pids: set[int] = set()
+        self.pidfile_pids: frozenset[int] = frozenset()  # live pids named by a rule's pidfile: explicit evidence
         self.error: str | None = None
 
     # ------------------------------------------------------------------------------------------------- scanning
@@ -234,6 +235,7 @@ class ProcessTable:
         now_mono, now_wall = self._clock.monotonic(), self._clock.time()
         parents, seen, pidfile_pids = self._scan()
         with self._lock:
+            self.pidfile_pids = frozenset(pid for pid in pidfile_pids.values() if pid is not None and pid in parents)
             self.error = None if parents else f"cannot read processes under {self._proc_root}"
             live_ids: set[tuple[int, float]] = set()
             for rule_index in range(len(self._rules)):

@@ -284,20 +284,47 @@ def ancestors(pid: int, proc_root: str = PROC, parents: dict[int, int] | None = 
     return chain
 
 
-def fd_paths(pid: int, proc_root: str = PROC) -> list[str] | None:
-    """What a process holds open (readlink of each fd); None when its fd directory cannot be read at all."""
+def fd_entries(pid: int, proc_root: str = PROC) -> list[tuple[int, str]] | None:
+    """(descriptor, readlink target) for what a process holds open; None when its fd directory cannot be read."""
     fd_dir = f"{proc_root}/{pid}/fd"
     try:
         names = os.listdir(fd_dir)
     except OSError:
         return None
-    paths = []
+    entries = []
     for name in names:
+        number = parse_count(name)
+        if number is None:
+            continue
         try:
-            paths.append(os.readlink(f"{fd_dir}/{name}"))
+            entries.append((number, os.readlink(f"{fd_dir}/{name}")))
         except OSError:  # closed between listing and reading
             continue
-    return paths
+    return entries
+
+
+def fd_paths(pid: int, proc_root: str = PROC) -> list[str] | None:
+    """What a process holds open (readlink of each fd); None when its fd directory cannot be read at all."""
+    entries = fd_entries(pid, proc_root)
+    return None if entries is None else [path for _, path in entries]
+
+
+def parse_fdinfo_writable(text: str) -> bool | None:
+    """Whether ``/proc/<pid>/fdinfo/<fd>`` says the descriptor was opened for writing (its octal ``flags``)."""
+    for line in text.splitlines():
+        if line.startswith("flags:"):
+            try:
+                flags = int(line.split(":", 1)[1].strip(), 8)
+            except ValueError:
+                return None
+            return flags & os.O_ACCMODE in (os.O_WRONLY, os.O_RDWR)
+    return None
+
+
+def fd_writable(pid: int, fd: int, proc_root: str = PROC) -> bool | None:
+    """Whether a process's descriptor is open for writing; None when that cannot be read."""
+    text = _read_text(f"{proc_root}/{pid}/fdinfo/{fd}")
+    return None if text is None else parse_fdinfo_writable(text)
 
 
 def exe_name(pid: int, proc_root: str = PROC) -> str | None:

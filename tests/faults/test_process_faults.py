@@ -187,7 +187,7 @@ def test_empty_and_binary_command_lines(
     fake_proc(root, 301, b"\xff\xfe\x1b[2J\x07train.py\0--x\0")
     (root / "301" / "fd" / "3").symlink_to("/dev/nvidia0")
     clock = FakeClock()
-    raw = HolderScanner("/dev/nvidia*", clock, proc_root=str(root)).scan()
+    raw = HolderScanner("/dev/nvidia*", clock, proc_root=str(root)).scan().holders
     assert set(raw) == {300, 301}
     engine = make_engine(
         tmp_path, {"processes": [{"role": "trainer", "cmdline_regex": r"train\.py"}]}, proc_root=str(root)
@@ -245,11 +245,11 @@ def test_process_churn_does_not_stop_the_holder_scan(tmp_path: Path, fault_row: 
     thread.start()
     try:
         while thread.is_alive():
-            found = scanner.scan()
+            found = scanner.scan().holders
             assert set(found) <= set(range(200, 600))
     finally:
         stop.set()
         thread.join()
-    found = scanner.scan()
+    found = scanner.scan().holders
     assert set(found) == set(range(200, 600, 2)) and scanner.skipped == 0
     row.saw("200 of 400 entries deleted during scans: no error; the 200 left found, 0 reported unreadable")

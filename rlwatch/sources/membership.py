@@ -1,0 +1,370 @@
+"""Which processes are the live run — from evidence a person can check — and what every other GPU holder is.
+
+A command-line pattern names a role; it does not make a process part of *this* run (the same ``python -m sglang``
+may serve another job, and a custom ``python3 train.py`` matches no pattern at all). rlwatch counts a process as the
+run's only with evidence it can show:
+
+- it **writes** a file under the run directory (its log, a checkpoint),
+- it was **started by rlwatch** (a recorded launch),
+- it matches a configured **role** and touches the run directory (or its rule names it by pidfile),
+- it **works in** the run directory (its cwd), or holds a file under it open for reading,
+
+and its descendants, process group and session come with it. The first three are *core* evidence: they mark the
+live run and when it began. Working in the directory or reading a file there is weaker, because a leftover of an
+earlier attempt of the same run does exactly that.
+
+Every GPU holder outside the live run is *unknown* unless rlwatch has positive reasons to call it a stray:
+
+- it is **orphaned** (the session that started it is gone and it was re-parented to init) **and started before
+  the live run** — a leftover of an earlier attempt (incident 4), whether or not it still works in the run
+  directory;
+- it **started before this container's init** — left from an earlier container start.
+
+Unknown holders are shown with why, and no key, policy or ``kill-zombies`` run touches them unless a person names
+the pid. When no process shows any evidence of being the run, the live run cannot be told, and nothing is a stray
+on the strength of "not the run".
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Collection, Iterable, Mapping
+from dataclasses import dataclass, field
+
+from rlwatch.sources import procfs
+
+RUN = "run"
+STRAY = "stray"
+UNKNOWN = "unknown"
+
+# A process re-parented to one of these has lost the process that started it (a user's systemd manager is a
+# subreaper, like init).
+_REAPERS = frozenset({"systemd", "init", "tini", "dumb-init", "docker-init", "catatonit"})
+# pid 1 started this long after boot: it is a container's init, and its start is the container's start.
+_CONTAINER_AFTER_BOOT_S = 120.0
+
+
+@dataclass(frozen=True, slots=True)
+class Proc:
+    """One process as read from /proc for the membership pass."""
+
+    pid: int
+    ppid: int
+    pgid: int
+    sid: int
+    create_time: float
+    comm: str
+    cwd: str | None
+    state: str = "S"  # "Z": exited, waiting to be reaped — gone for every purpose here
+
+
+@dataclass(frozen=True, slots=True)
+class Verdict:
+    status: str  # RUN | STRAY | UNKNOWN
+    why: str  # the evidence, in words a person can check
+
+
+@dataclass(frozen=True, slots=True)
+class OpenFile:
+    path: str
+    writable: bool | None  # None: the descriptor's flags could not be read
+
+
+def _minutes(seconds: float) -> str:
+    seconds = abs(seconds)
+    if seconds < 90:
+        return f"{round(seconds)}s"
+    if seconds < 2 * 3600:
+        return f"{round(seconds / 60)}m"
+    return f"{seconds / 3600:.1f}h"
+
+
+def _under(path: str | None, root: str) -> bool:
+    if not path or path.endswith(" (deleted)"):
+        return False
+    return path == root or path.startswith(root.rstrip("/") + "/")
+
+
+@dataclass(frozen=True)
+class RunView:
+    """The live run as found on the host at one moment, and the means to judge any other process against it."""
+
+    run_dir: str
+    procs: Mapping[int, Proc]
+    members: Mapping[int, str]  # pid → how it was recognised as the run's
+    core: Mapping[int, str]  # the members with core evidence (directly, not through a relative)
+    weak: frozenset[int]  # members only through working in / reading the run directory
+    roles: Mapping[int, str]  # pid → role name, for live processes a role rule selected
+    container_started_at: float | None
+    searched: str  # what was looked for, said when nothing was found
+    proc_root: str = procfs.PROC
+    _cmd: dict[int, str] = field(default_factory=dict, compare=False)
+
+    @property
+    def identified(self) -> bool:
+        return bool(self.members)
+
+    @property
+    def started_at(self) -> float | None:
+        """When the live run began: its oldest process with core evidence (else its oldest member)."""
+        pool = self.core or self.members
+        times = [self.procs[p].create_time for p in pool if p in self.procs]
+        return min(times) if times else None
+
+    @property
+    def unknown_reason(self) -> str | None:
+        return None if self.identified else f"rlwatch cannot tell what the live run is: {self.searched}"
+
+    def _oldest_core(self) -> int | None:
+        pool = [p for p in (self.core or self.members) if p in self.procs]
+        return min(pool, key=lambda p: (self.procs[p].create_time, p)) if pool else None
+
+    def _describe(self, pid: int) -> str:
+        if pid not in self._cmd:
+            argv = procfs.read_cmdline(pid, self.proc_root)
+            words = " ".join(argv)[:60] if argv else (self.procs[pid].comm if pid in self.procs else "?")
+            self._cmd[pid] = f"pid {pid}: {words}"
+        return self._cmd[pid]
+
+    def orphaned(self, pid: int) -> str | None:
+        """Why ``pid`` has lost what started it, or None: its session leader is gone and it (or the top of its
+        session's chain) was re-parented to init. A session leader that is alive — a daemon, a service, a job
+        started with setsid — is never orphaned: something still answers for it."""
+        p = self.procs.get(pid)
+        leader = self.procs.get(p.sid) if p is not None else None
+        if p is None or p.sid <= 0 or (leader is not None and leader.state != "Z"):
+            return None
+        current: Proc | None = p
+        seen = 0
+        while current is not None and current.sid == p.sid and seen < 4096:
+            parent = self.procs.get(current.ppid)
+            if current.ppid in (0, 1) or (parent is not None and parent.comm in _REAPERS):
+                where = "init" if current.ppid in (0, 1) else f"{parent.comm if parent else '?'} (pid {current.ppid})"
+                who = "it" if current.pid == pid else f"pid {current.pid} above it"
+                return (
+                    f"orphaned: the session that started it (leader pid {p.sid}) is gone "
+                    f"and {who} was re-parented to {where}"
+                )
+            current = parent
+            seen += 1
+        return None
+
+    def verdict(self, pid: int, create_time: float | None = None) -> Verdict:
+        """Whether ``pid`` is the live run's, a stray (with positive reasons), or unknown — always with why."""
+        proc = self.procs.get(pid)
+        started = create_time if create_time is not None else (proc.create_time if proc else None)
+        if pid in self.members and pid not in self.weak:
+            return Verdict(RUN, self.members[pid])
+        if started is not None and self.container_started_at is not None and started < self.container_started_at - 1:
+            return Verdict(
+                STRAY,
+                f"left from an earlier container start: started {_minutes(self.container_started_at - started)} "
+                "before this container's init (pid 1)",
+            )
+        orphan = self.orphaned(pid)
+        run_start = self.started_at
+        oldest = self._oldest_core()
+        role = self.roles.get(pid)
+        if pid in self.weak:
+            older = started is not None and run_start is not None and started < run_start
+            if self.core and orphan and older and role is None and started is not None and run_start is not None:
+                return Verdict(
+                    STRAY,
+                    f"a leftover of an earlier attempt: {self.members[pid]} but is not part of the live run; "
+                    f"{orphan}; started {_minutes(run_start - started)} before the live run"
+                    + (f" ({self._describe(oldest)})" if oldest is not None else ""),
+                )
+            return Verdict(RUN, self.members[pid])
+        if not self.identified:
+            return Verdict(UNKNOWN, f"{self.unknown_reason}")
+        if role is not None:
+            return Verdict(
+                UNKNOWN, f"matches the {role} role but never touched {self.run_dir}: it may serve another job"
+            )
+        if orphan is None:
+            parent = self.procs.get(proc.ppid) if proc else None
+            who = f"pid {proc.ppid} ({parent.comm})" if proc and parent else "alive"
+            return Verdict(
+                UNKNOWN,
+                f"not part of the live run, but not orphaned: its session or parent is alive ({who}); "
+                "it may be another job",
+            )
+        if started is None or run_start is None or started >= run_start:
+            after = (
+                f"{_minutes(started - run_start)} after" if started is not None and run_start is not None else "after"
+            )
+            return Verdict(UNKNOWN, f"{orphan}, but it started {after} the live run began: it may belong to it")
+        return Verdict(
+            STRAY,
+            f"{orphan}; never touched {self.run_dir}; started {_minutes(run_start - started)} before the live run"
+            + (f" ({self._describe(oldest)})" if oldest is not None else ""),
+        )
+
+
+def _read_procs(proc_root: str) -> dict[int, Proc]:
+    btime = procfs.boot_time(proc_root)
+    procs: dict[int, Proc] = {}
+    for pid in procfs.list_pids(proc_root):
+        stat = procfs.read_stat(pid, proc_root)
+        if stat is None:
+            continue
+        start = procfs.start_time_from_ticks(stat.starttime_ticks, btime)
+        if start is None or pid == 2 or stat.ppid == 2:  # kernel threads
+            continue
+        cwd = procfs.read_cwd(pid, proc_root)
+        procs[pid] = Proc(pid, stat.ppid, stat.pgrp, stat.session, start, stat.comm, cwd, stat.state)
+    return procs
+
+
+def open_files(
+    entries: Mapping[int, Iterable[tuple[int, str]]],
+    root: str,
+    *,
+    proc_root: str = procfs.PROC,
+    exclude: Collection[str] = (),
+) -> dict[int, list[OpenFile]]:
+    """pid → the files under ``root`` it holds open (from its (fd, path) ``entries``), each with whether it was
+    opened for writing. Paths under ``exclude`` prove nothing (rlwatch's own state, a stand-in device file)."""
+    real = os.path.realpath(root)
+    out: dict[int, list[OpenFile]] = {}
+    for pid, pairs in entries.items():
+        files = [
+            OpenFile(path, procfs.fd_writable(pid, fd, proc_root))
+            for fd, path in pairs
+            if _under(path, real) and not any(_under(path, x) or path.startswith(x) for x in exclude)
+        ]
+        if files:
+            out[pid] = files
+    return out
+
+
+def open_files_under(
+    root: str, pids: Iterable[int], *, proc_root: str = procfs.PROC, exclude: Collection[str] = ()
+) -> dict[int, list[OpenFile]]:
+    """:func:`open_files` for ``pids``, reading their descriptors now."""
+    entries = {pid: found for pid in pids if (found := procfs.fd_entries(pid, proc_root))}
+    return open_files(entries, root, proc_root=proc_root, exclude=exclude)
+
+
+def _container_start(procs: Mapping[int, Proc], proc_root: str) -> float | None:
+    init = procs.get(1)
+    btime = procfs.boot_time(proc_root)
+    if init is None or btime is None:
+        return None
+    return init.create_time if init.create_time - btime > _CONTAINER_AFTER_BOOT_S else None
+
+
+def _rel(path: str, root: str) -> str:
+    return path[len(root.rstrip("/")) + 1 :] or "." if _under(path, root) else path
+
+
+def assess(
+    run_dir: str,
+    *,
+    roles: Mapping[int, str] = {},
+    pidfile_pids: Collection[int] = (),
+    launched: Collection[tuple[int, float]] = (),
+    exclude: Collection[str] = (),
+    proc_root: str = procfs.PROC,
+    files: Mapping[int, list[OpenFile]] | None = None,
+) -> RunView:
+    """Find the live run in ``run_dir``. ``roles`` (pid → role) are the live processes role rules selected;
+    ``launched`` the (pid, start time) of processes rlwatch started; ``exclude`` paths under the run directory
+    that prove nothing (rlwatch's own ``.rlwatch/``, a stand-in device file); ``files`` an already-made scan of the
+    files open under the run directory (:func:`open_files`), read now when absent.
+    """
+    root = os.path.realpath(run_dir)
+    procs = _read_procs(proc_root)
+    searched = (
+        f"no process works in {root}, holds a file under it open, was started by rlwatch, "
+        "or matches a configured role and touches it"
+    )
+    if root == "/":
+        # Everything works under /: the directory is no evidence. Only launches and pidfile rules count.
+        files = {}
+        cwd_in: set[int] = set()
+    else:
+        if files is None:
+            files = open_files_under(root, procs, proc_root=proc_root, exclude=exclude)
+        cwd_in = {pid for pid, p in procs.items() if _under(p.cwd, root)}
+    direct: dict[int, str] = {}
+    weak_direct: dict[int, str] = {}
+    touches = set(cwd_in) | {pid for pid in files if pid in procs}
+    for pid, fs in files.items():
+        if pid not in procs:
+            continue
+        written = [f.path for f in fs if f.writable]
+        if written:
+            direct[pid] = f"writes {_rel(written[0], root)}" + (
+                f" (+{len(written) - 1} more)" if len(written) > 1 else ""
+            )
+    starts = {(pid, p.create_time) for pid, p in procs.items()}
+    for pid, create_time in launched:
+        if (pid, create_time) in starts:
+            direct.setdefault(pid, "was started by rlwatch")
+    parents = {pid: p.ppid for pid, p in procs.items()}
+    children = procfs.children_map(parents=parents)
+    for pid, role in roles.items():
+        if pid not in procs:
+            continue
+        family = {pid, *procfs.ancestors(pid, parents=parents), *procfs.descendants([pid], children)}
+        if pid in pidfile_pids:
+            direct.setdefault(pid, f"the {role} (named by its pidfile)")
+        elif family & touches:
+            direct.setdefault(pid, f"the {role} (its role rule matches, and it works with {root})")
+    for pid in cwd_in:
+        if pid not in direct:
+            weak_direct[pid] = f"works in {root}"
+    for pid, fs in files.items():
+        if pid in procs and pid not in direct and pid not in weak_direct:
+            weak_direct[pid] = f"holds {_rel(fs[0].path, root)} open"
+    core_members = _closure(direct, procs, children)
+    weak_members = {pid: why for pid, why in _closure(weak_direct, procs, children).items() if pid not in core_members}
+    members = {**weak_members, **core_members}
+    return RunView(
+        run_dir=root,
+        procs=procs,
+        members=members,
+        core=direct,
+        weak=frozenset(weak_members),
+        roles={pid: role for pid, role in roles.items() if pid in procs},
+        container_started_at=_container_start(procs, proc_root),
+        searched=searched,
+        proc_root=proc_root,
+    )
+
+
+def _closure(direct: Mapping[int, str], procs: Mapping[int, Proc], children: Mapping[int, list[int]]) -> dict[int, str]:
+    """The processes with direct evidence, plus their descendants, process groups and sessions — each with how it
+    came in ("child of pid 12, which writes train.log")."""
+    by_group: dict[int, list[int]] = {}
+    by_session: dict[int, list[int]] = {}
+    for pid, p in procs.items():
+        if p.pgid > 0:
+            by_group.setdefault(p.pgid, []).append(pid)
+        if p.sid > 0:
+            by_session.setdefault(p.sid, []).append(pid)
+    out = dict(direct)
+    anchor = {pid: pid for pid in direct}  # the process with direct evidence each member came in through
+    queue = list(direct)
+    while queue:
+        pid = queue.pop()
+        here = procs.get(pid)
+        if here is None:
+            continue
+        related = [
+            *((c, "a descendant of") for c in children.get(pid, ())),
+            *((g, "in the process group of") for g in by_group.get(here.pgid, ())),
+            *((s, "in the session of") for s in by_session.get(here.sid, ())),
+        ]
+        for other, how in related:
+            if other not in out and other in procs:
+                anchor[other] = anchor[pid]
+                out[other] = f"{how} pid {anchor[pid]}, which {_verb(direct[anchor[pid]])}"
+                queue.append(other)
+    return out
+
+
+def _verb(evidence: str) -> str:
+    """Direct evidence as a relative clause: "writes x" stays, "the trainer (…)" becomes "is the trainer (…)"."""
+    return evidence if evidence.startswith(("writes", "works", "holds", "was ")) else f"is {evidence}"
