@@ -90,6 +90,8 @@ def to_json_dict(s: Snapshot) -> dict[str, Any]:
             "power_w": g.power_w,
             "compute_mode": g.compute_mode,
             "holders": list(g.holders),
+            "outside_bytes": g.outside_bytes,
+            "outside_pids": list(g.outside_pids),
         }
         for g in s.gpus
     ]
@@ -112,6 +114,7 @@ def to_json_dict(s: Snapshot) -> dict[str, Any]:
             "started_at": iso(p.started_at),
             "restarts": p.restarts,
             "cmdline": " ".join(p.cmdline),
+            "evidence": p.evidence,
         }
         for p in s.processes
     ]
@@ -119,6 +122,32 @@ def to_json_dict(s: Snapshot) -> dict[str, Any]:
         {"pid": h.pid, "user": h.user, "cmdline": " ".join(h.cmdline), "devices": list(h.devices), "reason": h.reason}
         for h in s.zombies
     ]
+    holders = [
+        {
+            "pid": h.pid,
+            "user": h.user,
+            "cmdline": " ".join(h.cmdline),
+            "status": h.status,
+            "why": h.reason or h.protected or h.evidence,
+            "gpus": list(h.gpus),
+            "attribution": h.attribution,
+            "gpu_mem_bytes": h.gpu_mem_bytes,
+            "devices": list(h.devices),
+            "started_at": iso(h.create_time),
+        }
+        for h in s.holders
+    ]
+    lr = s.live_run
+    live_run = (
+        None
+        if lr is None
+        else {
+            "identified": lr.identified,
+            "why_unknown": lr.why_unknown,
+            "started_at": iso(lr.started_at),
+            "members": [{"pid": pid, "evidence": why} for pid, why in lr.members],
+        }
+    )
     findings = [
         {"severity": f.severity.value, "code": f.code, "message": f.message, "since": iso(f.since)} for f in s.findings
     ]
@@ -154,6 +183,8 @@ def to_json_dict(s: Snapshot) -> dict[str, Any]:
         if s.disk is None
         else {"path": s.disk.path, "free_bytes": s.disk.free_bytes, "total_bytes": s.disk.total_bytes},
         "processes": processes,
+        "live_run": live_run,
+        "holders": holders,
         "zombies": zombies,
         "findings": findings,
         "timeline": [{"time": iso(e.time), "text": e.text} for e in s.timeline],
@@ -213,7 +244,10 @@ NEXT_STEPS = {
     "watchdog_not_responding": "The watchdog is stuck: restart it (its service or start-up hook starts it again).",
     "watchdog_died": "Start the watchdog again, kept alive as a service (rlwatch service install).",
     "gpu_strays": "Kill the stray GPU holders (rlwatch act kill-zombies), then restart the server.",
-    "device_busy": "Kill the stray GPU holders (rlwatch act kill-zombies), then restart the server.",
+    "gpu_outside": "Restart the pod: processes outside this container hold the GPU; no kill from here reaches them.",
+    "device_busy": "Find what holds the GPU (the GPU holders above); stop only what you are sure of.",
+    "gpu_unknown_holders": "Check the GPU holders rlwatch cannot classify (listed above); stop one only if you are "
+    "sure it is a leftover: rlwatch act kill-zombies --pid PID.",
     "crash_repeating": "Fix the exception above; restarting will hit it again.",
     "stalled": "Look at the trainer's last lines; resume if it is gone (rlwatch act resume).",
     "disk_low": "Free space on the output volume before the next checkpoint.",
@@ -265,6 +299,7 @@ def to_text(s: Snapshot) -> str:
         lines.append(f"Inference server: {s.server.url} {state}")
     if tr and tr.knobs:
         lines.append("Config: " + ", ".join(f"{k}={v}" for k, v in tr.knobs.items()))
+    lines.extend(_holder_lines(s))
     broken = sorted((src for src in s.sources if not src.ok), key=lambda src: src.name)
     if broken:
         lines.append("")
@@ -286,3 +321,30 @@ def to_text(s: Snapshot) -> str:
         for step in dict.fromkeys(steps):
             lines.append(f"  - {step}")
     return "\n".join(lines) + "\n"
+
+
+def _holder_lines(s: Snapshot) -> list[str]:
+    """The live run's evidence and every GPU holder with what rlwatch concluded about it, and why."""
+    lines: list[str] = []
+    lr = s.live_run
+    if lr is not None and (s.holders or not lr.identified):
+        if lr.identified and lr.members:
+            pid, why = lr.members[0]
+            more = f" (+{len(lr.members) - 1} more)" if len(lr.members) > 1 else ""
+            lines.append(f"Live run: pid {pid} {why}{more}")
+        elif not lr.identified:
+            lines.append(f"Live run: unknown — {lr.why_unknown}")
+    if s.holders:
+        lines.append("GPU holders:")
+        for h in s.holders:
+            gpus = ",".join(map(str, h.gpus)) or "?"
+            how = "" if h.attribution == "nvml" else " (by device nodes)"
+            mem = f" {human_bytes(h.gpu_mem_bytes)}" if h.gpu_mem_bytes else ""
+            why = h.reason or h.protected or h.evidence or ""
+            lines.append(f"  pid {h.pid:<7} {h.status.upper():9} gpu {gpus}{how}{mem}  {' '.join(h.cmdline)[:60]}")
+            if why:
+                lines.append(f"      {why}")
+    for g in s.gpus:
+        if g.outside_bytes:
+            lines.append(f"GPU {g.index}: {human_bytes(g.outside_bytes)} held outside this container")
+    return lines

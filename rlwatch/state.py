@@ -73,9 +73,21 @@ class GpuHolder:
     cmdline: tuple[str, ...]
     devices: tuple[str, ...]
     gpu_mem_bytes: int | None  # from NVML when it knows the pid
-    in_run: bool  # part of the live run's process tree
-    reason: str | None  # why it is a stray, None for run members and protected processes
+    in_run: bool  # part of the live run (by evidence: see ``evidence``)
+    reason: str | None  # why it is a stray (positive reasons), None for every other holder
     protected: str | None = None  # why it must never be touched (pid 1, daemon, other user, rlwatch itself)
+    evidence: str | None = None  # how it was recognised as the run's, or why rlwatch cannot tell what it is
+    gpus: tuple[int, ...] = ()  # the GPUs it uses
+    attribution: str = "device nodes"  # "nvml": per-GPU used memory from NVML; "device nodes": the nodes it holds
+
+    @property
+    def status(self) -> str:
+        """ "run", "stray", "protected" or "unknown": only a stray is ever a target without a person naming it."""
+        if self.in_run:
+            return "run"
+        if self.protected:
+            return "protected"
+        return "stray" if self.reason else "unknown"
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,6 +102,9 @@ class GpuState:
     power_w: float | None
     compute_mode: str | None  # "DEFAULT" | "EXCLUSIVE_PROCESS" | "PROHIBITED"
     holders: tuple[int, ...] = ()
+    # GPU memory NVML counts but no process visible here explains: held outside this container (or PID namespace).
+    outside_bytes: int | None = None
+    outside_pids: tuple[int, ...] = ()  # pids NVML reports that do not exist here
 
 
 @dataclass(frozen=True, slots=True)
@@ -127,6 +142,7 @@ class ProcessInfo:
     cwd: str | None
     user: str | None
     alive: bool = True
+    evidence: str | None = None  # how it was recognised as the run's; None: only its role rule matched
 
 
 @dataclass(frozen=True, slots=True)
@@ -262,6 +278,16 @@ class WatchdogStatus:
 
 
 @dataclass(frozen=True, slots=True)
+class LiveRun:
+    """What rlwatch found to be the live run, and on what evidence (see :mod:`rlwatch.sources.membership`)."""
+
+    identified: bool
+    why_unknown: str | None  # what was looked for, when nothing was found
+    started_at: float | None  # the oldest process with core evidence
+    members: tuple[tuple[int, str], ...] = ()  # (pid, how it was recognised), core evidence first
+
+
+@dataclass(frozen=True, slots=True)
 class Snapshot:
     host: str
     time: float
@@ -287,6 +313,7 @@ class Snapshot:
     sources: tuple[SourceStatus, ...] = ()
     logs: tuple[str, ...] = ()  # files being tailed
     watchdog: WatchdogStatus | None = None  # None: no watchdog ever ran for this run
+    live_run: LiveRun | None = None  # None: not looked for yet
 
     @property
     def gpus(self) -> tuple[GpuState, ...]:
@@ -294,7 +321,13 @@ class Snapshot:
 
     @property
     def zombies(self) -> tuple[GpuHolder, ...]:
-        return tuple(h for h in self.holders if not h.in_run and h.reason is not None)
+        """GPU holders with positive reasons to be strays: the only ones a key or a policy may stop."""
+        return tuple(h for h in self.holders if h.status == "stray")
+
+    @property
+    def unknown_holders(self) -> tuple[GpuHolder, ...]:
+        """GPU holders outside the live run that rlwatch cannot classify: never stopped unless a person names them."""
+        return tuple(h for h in self.holders if h.status == "unknown")
 
     @property
     def worst(self) -> Severity | None:
@@ -326,6 +359,7 @@ class ActionTarget:
     gpu_mem_bytes: int | None = None
     role: str | None = None
     reason: str | None = None  # why it is a target ("stray: orphaned (parent is pid 1)")
+    named: bool = False  # a person named this pid (kill-zombies --pid): the only way an unknown holder is a target
 
 
 @dataclass(frozen=True, slots=True)
