@@ -337,6 +337,10 @@ class Engine:
             record = self.processes.launch_record(p.name) if p.alive else None
             if record is not None:
                 self.launches.remember(p.name, record)
+        # The launch book refused (not this user's, writable by others, a link) or not writable: shown, never hidden.
+        book = "; ".join(x for x in (self.launches.distrust, self.launches.error) if x) or None
+        if book is not None or "state files" in self._status:
+            self._ok("state files", book)
         if fresh_holders:
             self._holders_at = None
         holders = self._holders_now(procs, gpu)

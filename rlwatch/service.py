@@ -22,12 +22,12 @@ import hashlib
 import os
 import re
 import shlex
-import stat
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
+from rlwatch.statefiles import StateDir, StateFileError
 from rlwatch.watchdog_state import state_dir
 
 Mode = Literal["auto", "systemd", "hook"]
@@ -134,8 +134,20 @@ def hook_text(argv: list[str], run_dir: Path, *, first_delay_s: float = 1.0, max
 # watchdog) ends the loop. One copy per run: a second start of this hook exits at once.
 # This loop is only alive if something starts it: the container's start command, a login shell, or supervisord.
 set -u
+umask 077
 STATE={shlex.quote(str(rundir))}
-mkdir -p "$STATE"
+mkdir -p "$STATE" || exit 1
+# As rlwatch itself does: only a private directory of this user, never through a link planted in it.
+if [ -L "$STATE" ] || [ ! -O "$STATE" ] || [ -n "$(find "$STATE" -maxdepth 0 -perm /022)" ]; then
+    echo "$STATE is not a directory of this user that only it can write; not starting" >&2
+    exit 1
+fi
+for name in start-watchdog.lock {HOOK_LOG}; do
+    if [ -L "$STATE/$name" ]; then
+        echo "$STATE/$name is a symbolic link; not starting" >&2
+        exit 1
+    fi
+done
 if command -v flock >/dev/null 2>&1; then
     exec 9>>"$STATE/start-watchdog.lock"
     flock -n 9 || exit 0
@@ -245,7 +257,8 @@ def _install_hook(run_dir: Path, argv: list[str], *, dry: bool) -> Installed:
     ]
     if dry:
         return Installed("hook", {}, (*lines, "", f"# {hook}", text))
-    hook.parent.mkdir(parents=True, exist_ok=True)
-    hook.write_text(text)
-    hook.chmod(hook.stat().st_mode | stat.S_IXUSR | stat.S_IXGRP | stat.S_IXOTH)
+    try:  # never through a link planted at the hook's name, only into a checked .rlwatch/
+        StateDir(run_dir).write(HOOK_NAME, text.encode(), mode=0o700)
+    except StateFileError as exc:
+        raise OSError(str(exc)) from None
     return Installed("hook", {str(hook): text}, tuple(lines))

@@ -5,7 +5,8 @@ learns whether the watchdog runs, since when, whether it is stuck, what it did l
 watchdog rewrites it atomically (a temporary file renamed over it) on every heartbeat, so a reader sees the old
 state or the new one, never half of one. A reader trusts "running" only when the pid in it is alive *and* started
 when the file says: a reused pid is not the watchdog. ``rearm.json`` is a request dropped by ``rlwatch act rearm``
-for the running watchdog to pick up; when none runs, the command edits the state file itself.
+for the running watchdog to pick up; when none runs, the command edits the state file itself. Every file here is
+read and written through :mod:`rlwatch.statefiles`: no symbolic link followed, the directory checked first.
 
 Reading never raises: a missing file is "no watchdog ever ran" (None), garbage is None plus a one-line reason.
 """
@@ -15,7 +16,6 @@ from __future__ import annotations
 import fcntl
 import json
 import os
-import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -23,8 +23,8 @@ import psutil
 
 from rlwatch.numbers import finite_float
 from rlwatch.state import GaveUp, WatchdogStatus
+from rlwatch.statefiles import STATE_DIR, StateDir, StateFileError, locate
 
-STATE_DIR = ".rlwatch"
 STATE_FILE = "watchdog.json"
 PID_FILE = "watchdog.pid"
 REARM_FILE = "rearm.json"
@@ -35,32 +35,36 @@ def state_dir(run_dir: Path) -> Path:
     return Path(run_dir) / STATE_DIR
 
 
+def _state_file(path: Path) -> tuple[StateDir, str]:
+    """The checked state directory holding ``path`` (its own directory when it lies in no ``.rlwatch/``)."""
+    found = locate(path)
+    return found or (StateDir(path.parent.parent, path.parent.name), path.name)
+
+
 def write_json(path: Path, data: dict[str, Any]) -> str | None:
-    """Replace ``path`` with ``data`` atomically; a one-line error instead of an exception."""
+    """Replace ``path`` with ``data`` atomically, never through a link; a one-line error instead of an exception."""
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-        try:
-            with os.fdopen(fd, "w", encoding="utf-8") as out:
-                json.dump(data, out, indent=1, allow_nan=False)
-            os.replace(tmp, path)
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
-    except (OSError, TypeError, ValueError) as exc:
-        return f"{path}: cannot write: {getattr(exc, 'strerror', None) or exc}"
+        text = json.dumps(data, indent=1, allow_nan=False)
+    except (TypeError, ValueError) as exc:
+        return f"{path}: cannot write: {exc}"
+    state, name = _state_file(path)
+    try:
+        state.write(name, text.encode())
+    except StateFileError as exc:
+        return str(exc)
     return None
 
 
 def read_json(path: Path) -> tuple[dict[str, Any] | None, str | None]:
+    state, name = _state_file(path)
     try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
+        raw = state.read(name)
+    except StateFileError as exc:
+        return None, str(exc)
+    if raw is None:
         return None, None
-    except OSError as exc:
-        return None, f"{path}: cannot read: {exc.strerror or exc}"
     try:
-        data = json.loads(text)
+        data = json.loads(raw.decode("utf-8"))
     except ValueError:
         return None, f"{path}: not valid JSON"
     if not isinstance(data, dict):
@@ -131,7 +135,11 @@ def take_rearm(run_dir: Path) -> tuple[bool, list[str] | None]:
     data, error = read_json(path)
     if data is None and error is None:
         return False, None
-    path.unlink(missing_ok=True)
+    state, name = _state_file(path)
+    try:
+        state.unlink(name)
+    except StateFileError:
+        pass  # a request that cannot be removed is taken again next round: re-arming twice changes nothing
     targets = data.get("targets") if data else None
     if isinstance(targets, list):
         return True, [t for t in targets if isinstance(t, str)]
@@ -168,11 +176,11 @@ class PidLock:
 
     def acquire(self) -> tuple[bool, str | None]:
         """(True, None) when this process now holds it; (False, why) when another watchdog does or it failed."""
+        state, name = _state_file(self.path)
         try:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
-        except OSError as exc:
-            return False, f"{self.path}: {exc.strerror or exc}"
+            fd = state.open_lock(name)
+        except StateFileError as exc:
+            return False, str(exc)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError:

@@ -4,7 +4,8 @@ It is what a person reads after the fact to learn what rlwatch did to their mach
 written even by several rlwatch processes at once: the file is opened with ``O_APPEND`` and each record is one
 ``write`` of one whole line, which the kernel appends without interleaving. Writing it must never break the action
 it describes: a full disk or an unwritable path makes :meth:`AuditLog.record` return False and leaves a one-line
-``error`` for the caller to show.
+``error`` for the caller to show. It is appended through :mod:`rlwatch.statefiles`: never through a symbolic link,
+only to this user's regular file, and (in ``.rlwatch/``) only in a directory nobody else can write.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from pathlib import Path, PurePath
 from typing import Literal
 
 from rlwatch.clock import Clock
+from rlwatch.statefiles import StateFileError, append_file
 
 AuditEvent = Literal["plan", "signal", "spawn", "verify", "result"]
 _RESERVED = ("time", "action", "event", "host", "rlwatch_pid")
@@ -85,17 +87,8 @@ class AuditLog:
             return False
         with self._lock:
             try:
-                self.path.parent.mkdir(parents=True, exist_ok=True)
-                fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o640)
-                try:
-                    view = memoryview(data)
-                    while view:
-                        view = view[os.write(fd, view) :]
-                    if self.fsync:
-                        os.fsync(fd)
-                finally:
-                    os.close(fd)
-            except OSError as exc:
-                self.error = f"audit log {self.path}: {exc.strerror or exc}"
+                append_file(self.path, data, sync=self.fsync, mode=0o640)
+            except StateFileError as exc:
+                self.error = f"audit log {exc}"
                 return False
         return True

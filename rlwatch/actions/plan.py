@@ -258,6 +258,11 @@ class Planner:
                 return Launch(name, name, tuple(record.argv), record.cwd, env, log, RECORDED)
         return None
 
+    def _unknown(self, what: str) -> str:
+        """A refusal for want of a start command, saying why the launch book was not used when it was refused."""
+        why = self.engine.launches.distrust
+        return f"{what}; {why}" if why else what
+
     def _blocked(self, procs: Sequence[ProcessInfo]) -> str | None:
         for p in procs:
             if why := self.protected(p.pid):
@@ -349,7 +354,7 @@ class Planner:
         for p in workers:
             launch = self._launch_for(p)
             if launch is None:
-                return refused(RESTART_WORKERS, f"no start command known for {p.name} (pid {p.pid})")
+                return refused(RESTART_WORKERS, self._unknown(f"no start command known for {p.name} (pid {p.pid})"))
             launches.append(launch)
         live = [p for p in workers if p.alive]
         if blocked := self._blocked(live):
@@ -372,7 +377,9 @@ class Planner:
         live = [p for p in s.processes if p.role == "server" and p.alive]
         launch = self._server_launch(live)
         if launch is None:
-            return refused(RESTART_SERVER, "no start command known for the inference server (server.command)")
+            return refused(
+                RESTART_SERVER, self._unknown("no start command known for the inference server (server.command)")
+            )
         if not live and s.server is not None and s.server.up:
             return refused(
                 RESTART_SERVER,
@@ -405,7 +412,9 @@ class Planner:
             return refused(RESUME, f"training finished (step {tr.last_step}); nothing to resume (--force)")
         launch = self._resume_launch(s)
         if launch is None:
-            return refused(RESUME, "no launch command known (actions.resume_command, or a launcher seen running)")
+            return refused(
+                RESUME, self._unknown("no launch command known (actions.resume_command, or a launcher seen running)")
+            )
         steps: list[str] = []
         resume_step = None
         latest = s.checkpoint.latest if s.checkpoint else None

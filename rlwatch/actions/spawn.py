@@ -19,6 +19,7 @@ from pathlib import Path
 import psutil
 
 from rlwatch.actions.identity import Ident
+from rlwatch.statefiles import StateFileError, locate, open_append
 
 
 class SpawnError(Exception):
@@ -41,7 +42,16 @@ def _argv(argv: Sequence[str]) -> list[str]:
 
 
 def _open_log(name: str, log_path: Path) -> int:
-    """An append-only fd: the engine tails this log, and earlier runs' output in it must survive."""
+    """An append-only fd: the engine tails this log, and earlier runs' output in it must survive.
+
+    A log in rlwatch's own ``.rlwatch/logs`` is opened through :mod:`rlwatch.statefiles` (checked directory, no
+    symbolic link followed, this user's regular file); a log the run itself writes elsewhere is opened as it is.
+    """
+    if locate(log_path) is not None:
+        try:
+            return open_append(log_path, mode=0o600)
+        except StateFileError as exc:
+            raise SpawnError(f"cannot start {name}: log {exc}") from None
     try:
         log_path.parent.mkdir(parents=True, exist_ok=True)
         return os.open(log_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o644)
