@@ -2,17 +2,27 @@
 
 from __future__ import annotations
 
+import json
 import os
+import signal
 import stat
 import subprocess
 import sys
+import threading
+import urllib.request
+import uuid
 from pathlib import Path
+from typing import Any
+
+import psutil
+import pytest
 
 from rlwatch.clock import SystemClock
 from rlwatch.config import Config, GpuConfig, ProcessRule
 from rlwatch.engine import Engine
 from rlwatch.launches import LaunchBook
 from rlwatch.sources.processes import LaunchRecord
+from tests.simhost import wait_until
 
 
 def record(argv: tuple[str, ...] = ("python3", "-m", "trainer")) -> LaunchRecord:
@@ -69,3 +79,95 @@ def test_a_fresh_engine_knows_how_a_dead_process_was_started(tmp_path: Path) -> 
     remembered = later.launch_record("launcher")
     assert remembered is not None and list(remembered.argv) == argv and remembered.cwd == str(tmp_path)
     later.stop()
+
+
+def rlwatch(*args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "rlwatch", *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+        stdin=subprocess.DEVNULL,
+    )
+
+
+def watch_output(run: Path, secret: str) -> str:
+    """Everything `rlwatch watch --json --prometheus` says about the run: its records and one scrape of /metrics."""
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "rlwatch", "watch", str(run), "--json", "--prometheus", "127.0.0.1:0"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+    lines: list[str] = []
+
+    def read() -> None:
+        assert proc.stdout is not None
+        lines.extend(proc.stdout)
+
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
+    try:
+        records = lambda: [json.loads(x) for x in list(lines)]  # noqa: E731
+        url = wait_until(lambda: next((r["url"] for r in records() if r.get("type") == "exporter"), None), 30)
+        wait_until(lambda: any(r.get("type") == "state" for r in records()), 30)
+        with urllib.request.urlopen(url if url.endswith("/metrics") else url.rstrip("/") + "/metrics") as got:
+            metrics = got.read().decode()
+        assert "rlwatch" in metrics
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=30)
+        reader.join(timeout=10)
+    return "".join(lines) + metrics
+
+
+@pytest.mark.slow
+def test_kept_environments_are_never_copied_anywhere(tmp_path: Path) -> None:
+    """The launch book keeps each process's environment (tokens included) to start it again, privately; no report,
+    stream, metric, audit record or written configuration ever carries it."""
+    secret = f"s3cret-{uuid.uuid4().hex}"
+    marker = f"rlwatch-env-test-{uuid.uuid4().hex[:8]}"
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "rlwatch.yaml").write_text(
+        "gpu: {backend: none}\ninterval_s: 0.2\nactions: {verify_timeout_s: 1, grace_s: 1}\n"
+        f"processes:\n  - {{role: launcher, cmdline_regex: {marker}}}\n"
+    )
+    argv = [sys.executable, "-c", "import time; time.sleep(120)", marker]
+    env = {**os.environ, "RLWATCH_TEST_SECRET": secret}
+    child = subprocess.Popen(argv, cwd=run, env=env, start_new_session=True)
+    outputs: dict[str, str] = {}
+    try:
+        report = rlwatch("report", str(run), "--json")
+        assert "Traceback" not in report.stderr and json.loads(report.stdout)["processes"]
+        outputs["report --json"] = report.stdout + report.stderr
+        book = run / ".rlwatch" / "launches.json"
+        assert secret in book.read_text()  # kept, for a restart with the same environment
+        assert stat.S_IMODE(book.stat().st_mode) == 0o600 and stat.S_IMODE(book.parent.stat().st_mode) == 0o700
+        outputs["watch --json and /metrics"] = watch_output(run, secret)
+    finally:
+        os.killpg(child.pid, signal.SIGKILL)
+        child.wait()
+    resumed = rlwatch("act", "resume", str(run), "--yes")
+    outputs["act resume"] = resumed.stdout + resumed.stderr
+    started: list[dict[str, Any]] = []
+    audit = (run / ".rlwatch" / "audit.jsonl").read_text()
+    try:
+        started = [r for r in map(json.loads, audit.splitlines()) if r["event"] == "spawn" and r.get("pid")]
+        assert started and list(started[0]["argv"]) == argv
+        environ = psutil.Process(started[0]["pid"]).environ()
+        assert environ.get("RLWATCH_TEST_SECRET") == secret  # started again with the kept environment
+    finally:
+        for rec in started:
+            try:
+                os.killpg(rec["pid"], signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+    outputs["audit log"] = audit
+    init = rlwatch("init", str(run), "--force")
+    assert init.returncode == 0, init.stderr
+    outputs["init's rlwatch.yaml"] = (run / "rlwatch.yaml").read_text() + init.stdout
+    leaked = [name for name, text in outputs.items() if secret in text]
+    assert leaked == []
