@@ -7,11 +7,12 @@ comments. Loading and line-numbered error messages live in :mod:`rlwatch.config_
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, field_validator, model_validator
 
-Profile = Literal["auto", "areal", "trl", "workers"]
+Profile = Literal["auto", "areal", "trl", "workers", "generic"]
 SeverityName = Literal["critical", "warning", "info"]
 PositiveFloat = Annotated[float, Field(gt=0)]
 NonNegInt = Annotated[int, Field(ge=0)]
@@ -72,6 +73,9 @@ class ProcessRule(Strict):
 class ServerConfig(Strict):
     kind: Literal["sglang", "vllm", "trl"] | None = None
     url: str | None = None  # e.g. http://127.0.0.1:30000
+    # null: a server is expected exactly when url is set; false: the run has none (TRL's colocated generation),
+    # never probed, no server finding or policy; true: expected even where its address is not known yet.
+    expected: bool | None = None
     health_path: str | None = None  # default by kind: /health, /health, /health/
     timeout_s: PositiveFloat = 2.0
     interval_s: PositiveFloat = 5.0
@@ -222,8 +226,26 @@ class FleetConfig(Strict):
     lookback_s: PositiveFloat = 3600.0  # how far back Prometheus is asked about hosts that stopped reporting
 
 
+@dataclass(frozen=True)
+class Provenance:
+    """Why a configuration says what it does: the evidence discovery saw, or the file it was read from.
+
+    It is not a key of the file (a person's file needs no evidence for itself): discovery attaches it, ``rlwatch
+    init`` writes it as comments, the report and the dashboard show it. ``run_found`` False means discovery saw
+    nothing of a training run, and ``looked_for`` says where it looked, so a view can say so instead of "healthy".
+    """
+
+    source: str = "defaults"  # "discovered", "rlwatch.yaml", "--config FILE", "defaults"
+    profile: tuple[str, ...] = ()  # why this profile
+    server: tuple[str, ...] = ()  # why a server is expected, or why none is
+    run_found: bool = True
+    looked_for: str | None = None
+
+
 class Config(Strict):
     """The whole file. Every key has a default, so an empty file is valid."""
+
+    _provenance: Provenance = PrivateAttr(default_factory=Provenance)
 
     profile: Profile = "auto"
     run_dir: str | None = None
@@ -239,3 +261,28 @@ class Config(Strict):
     policies: list[Policy] = []
     watchdog: WatchdogConfig = WatchdogConfig()
     fleet: FleetConfig = FleetConfig()
+
+    @property
+    def provenance(self) -> Provenance:
+        return self._provenance
+
+    @property
+    def server_expected(self) -> bool:
+        """Whether this run has an inference server to watch: only where the configuration or evidence says so."""
+        if self.server.expected is not None:
+            return self.server.expected
+        return self.server.url is not None
+
+    def __eq__(self, other: object) -> bool:
+        """Equal when they say the same: where a configuration came from is not part of what it says."""
+        if not isinstance(other, Config):
+            return NotImplemented
+        return self.__dict__ == other.__dict__
+
+    __hash__ = None  # type: ignore[assignment]  # mutable lists inside: never a dict key
+
+    def with_provenance(self, provenance: Provenance) -> Config:
+        """A copy that carries ``provenance`` (copies made from it keep it)."""
+        out = self.model_copy()
+        out._provenance = provenance
+        return out

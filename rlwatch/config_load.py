@@ -30,7 +30,7 @@ import yaml
 from pydantic import BaseModel, ValidationError
 from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
 
-from rlwatch.config import Config
+from rlwatch.config import Config, Provenance
 from rlwatch.discovery import discover
 
 MAX_CONFIG_BYTES = 1 << 20  # a configuration is a few KiB; anything this big is the wrong file
@@ -38,7 +38,7 @@ MAX_VALUES = 100_000  # values after alias expansion: bounds the work an alias b
 MAX_MESSAGE = 240
 
 RUN_DIR_FILE = "rlwatch.yaml"
-PROFILES = ("auto", "areal", "trl", "workers")
+PROFILES = ("auto", "areal", "trl", "workers", "generic")
 
 _MAP_TAG = "tag:yaml.org,2002:map"
 _SEQ_TAG = "tag:yaml.org,2002:seq"
@@ -405,9 +405,26 @@ def resolve_config(run_dir: Path, config_path: Path | None, profile: str = "auto
     else:
         cfg = discover(run_dir, profile)
         source = "discovered"
+    if source != "discovered":
+        cfg = cfg.with_provenance(_file_provenance(cfg, source, profile))
     if profile != "auto":
         cfg = cfg.model_copy(update={"profile": profile})
     return cfg, source
+
+
+def _file_provenance(cfg: Config, source: str, profile: str) -> Provenance:
+    """A person's file is its own evidence: say which file, and which of its keys, so the report can show it."""
+    name = source.removeprefix("--config ")
+    why = f"--profile {profile}" if profile != "auto" else f"profile: {cfg.profile} in {name}"
+    if cfg.server.expected is False:
+        server = f"server.expected: false in {name}"
+    elif cfg.server.url:
+        server = f"server.url: {cfg.server.url} in {name}"
+    elif cfg.server.expected:
+        server = f"server.expected: true in {name} (no server.url yet)"
+    else:
+        server = f"no server.url in {name}"
+    return Provenance(source=source, profile=(why,), server=(server,))
 
 
 def resolve(run_dir: Path, path: str | Path) -> Path:

@@ -31,6 +31,7 @@ class Context:
     server_grace_s: float = 10.0  # a live server silent for less than this (two probes) may just be busy
     trainer_alive: bool | None = None
     gpu_idle: bool | None = None
+    no_run: str | None = None  # nothing of a training run seen: where discovery looked
 
 
 def hhmm(t: float | None, now: float | None = None) -> str:
@@ -95,7 +96,16 @@ def _per_file(s: Snapshot, kind: str) -> str:
 def server_down(s: Snapshot, ctx: Context) -> Iterator[Finding]:
     srv = s.server
     refused = _count(s, "connection_refused")
-    if srv is not None and srv.up is False:
+    finished = s.training is not None and s.training.finished
+    if srv is not None and srv.up is False and finished:
+        # A run that finished needs no server: TRL's and AReaL's launchers stop it at the end. Not a problem.
+        yield Finding(
+            INFO,
+            "server_gone_after_finish",
+            f"Inference server {srv.url} does not answer ({srv.error or 'no answer'}); training has finished.",
+            srv.down_since,
+        )
+    elif srv is not None and srv.up is False:
         proc = next((p for p in s.processes if p.alive and p.pid == srv.pid), None)
         ready = s.events.get("server_ready")
         was_ready = bool(proc and ready and ready.last is not None and ready.last >= proc.started_at)
@@ -145,6 +155,17 @@ def server_down(s: Snapshot, ctx: Context) -> Iterator[Finding]:
             "server_down",
             f"Inference server {srv.url} is down since {hhmm(since, s.time)} ({srv.error or 'no answer'}){extra}.",
             since,
+        )
+    elif refused >= ctx.thresholds.connection_storm and srv is not None and not srv.expected:
+        # No evidence of an inference server (TRL's colocated generation): what refuses is something else.
+        ev = s.events["connection_refused"]
+        why = f" ({srv.evidence[0]})" if srv.evidence else ""
+        yield Finding(
+            WARN,
+            "connection_errors",
+            f"{refused} connection-refused errors{_per_file(s, 'connection_refused')} from {hhmm(ev.first, s.time)} "
+            f"to {hhmm(ev.last, s.time)}; no inference server is expected for this run{why}.",
+            ev.first,
         )
     elif refused >= ctx.thresholds.connection_storm and (srv is None or srv.up is None):
         ev = s.events["connection_refused"]
@@ -335,6 +356,10 @@ def gpu(s: Snapshot, ctx: Context) -> Iterator[Finding]:
 
 
 def training(s: Snapshot, ctx: Context) -> Iterator[Finding]:
+    if ctx.no_run is not None:
+        # Not "healthy": there is nothing here to be healthy. Say where rlwatch looked, so a person can point it.
+        yield Finding(WARN, "no_run", f"No training run found here: {ctx.no_run}.", None)
+        return
     tr = s.training
     if tr is None:
         return

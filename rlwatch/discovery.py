@@ -13,20 +13,21 @@ after the directory is moved.
 from __future__ import annotations
 
 import glob
-import ipaddress
 import os
 import re
 from collections import deque
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import BinaryIO
 
 import yaml
 
 from rlwatch.clock import Clock, SystemClock
-from rlwatch.config import Config, ServerConfig
+from rlwatch.config import Config, Provenance, ServerConfig
 from rlwatch.profiles import (
     AREAL_LAUNCHER,
+    LAUNCHER,
     PROFILE_NAMES,
     SGLANG_SERVER,
     TORCHRUN,
@@ -35,6 +36,18 @@ from rlwatch.profiles import (
     VLLM_SERVER,
     ProfileName,
     profile_defaults,
+)
+from rlwatch.server_evidence import (
+    DEFAULT_PORT,
+    HEALTH_PATH,
+    Clue,
+    from_log,
+    from_trl_settings,
+    settings_from_argv,
+    settings_from_mapping,
+    settings_from_script,
+    trl_version,
+    url_host,
 )
 from rlwatch.sources import procfs
 
@@ -55,16 +68,24 @@ AREAL_CKPT = re.compile(r"^epoch\d+epochstep\d+globalstep\d+$")
 HF_CKPT = re.compile(r"^checkpoint-\d+$")
 ANSI = re.compile(r"\x1b\[[0-9;]*m")
 BRAKE = re.compile(r"emergency[ _-]?brake", re.IGNORECASE)
-SGLANG_LAUNCHED = re.compile(r"SGLang server launched at: (https?://[^\s'\"]+)")
-ROLLOUT_SERVERS = re.compile(
-    r"Found \d+ rollout servers: ([0-9A-Za-z.\-\[\]:]+:\d+)|HTTP request to ([0-9A-Za-z.\-\[\]:]+:\d+)/generate failed"
-)
+AREAL_LINE = re.compile(r"^\(AReaL\) ", re.MULTILINE)  # AReaL's log header (areal/utils/logging.py)
+# A metric dict a TRL GRPO trainer prints (transformers' ProgressCallback writes str(logs)); keys only TRL logs.
+TRL_METRICS = re.compile(r"\{'[^\n]*'(reward|reward_std|frac_reward_zero_std|completions/mean_length|rewards/[^']+)': ")
+HF_METRICS = re.compile(r"\{'(loss|train_runtime)': [^\n]*'(learning_rate|train_samples_per_second|epoch)': ")
+TRL_PATHS = re.compile(r"/(site|dist)-packages/trl/")
+LOG_HEAD_BYTES = 64 * 1024
+MAX_READ_LOGS = 16
 
 AREAL_KEYS = frozenset(
     {"experiment_name", "trial_name", "cluster", "rollout", "actor", "sglang", "saver", "recover", "gconfig"}
 )
 TRL_KEYS = frozenset(
     {"use_vllm", "vllm_mode", "num_generations", "max_completion_length", "vllm_server_host", "vllm_server_port"}
+)
+LOOKED_FOR = (
+    "*.log files written in the last 24 h, AReaL's logs/ checkpoints/ recover_info/ layout, HF/TRL "
+    "checkpoint-N/trainer_state.json, and training processes (torchrun, accelerate, DeepSpeed, python, AReaL, TRL, "
+    "SGLang, vLLM) working in or naming this directory"
 )
 
 # What a process is, from its command line. Servers first: a server command line never counts as a trainer.
@@ -75,10 +96,17 @@ PROC_KINDS: tuple[tuple[str, re.Pattern[str]], ...] = (
     ("vllm", re.compile(VLLM_SERVER)),
     ("torchrun", re.compile(TORCHRUN)),
     ("trl_trainer", re.compile(TRL_TRAINER)),
+    ("launcher", re.compile(LAUNCHER)),
+    ("python", re.compile(r"(^|/)python[0-9.]*( |$)")),
 )
+# rlwatch's own command line is never evidence of a run (its simulator's pieces are: they stand in for one).
+RLWATCH_CLI = re.compile(r"(^|/)rlwatch( |$)|-m rlwatch(\.cli)?( |$)")
+TRAINER_KINDS = frozenset({"areal_launcher", "torchrun", "trl_trainer", "launcher", "python"})
+# TRL itself on a command line: `trl grpo …`, `python -m trl.scripts.grpo`, one of TRL's example scripts.
+TRL_COMMAND = re.compile(r"(^|[ /])trl [a-z][a-z_-]*( |$)|-m trl(\.\S+)?( |$)|/trl/(scripts|examples)/\S+\.py( |$)")
+TRL_SOURCE = re.compile(r"^\s*(from trl\b|import trl\b)|\bGRPOTrainer\b|\bGRPOConfig\b", re.MULTILINE)
+MAX_SCRIPT_BYTES = 512 * 1024
 SERVER_KINDS = ("sglang", "trl", "vllm")
-DEFAULT_PORT = {"sglang": 30000, "trl": 8000, "vllm": 8000}
-HEALTH_PATH = {"sglang": "/health", "trl": "/health/", "vllm": "/health"}
 
 
 @dataclass
@@ -225,7 +253,8 @@ def scan_processes(proc_root: str = "/proc") -> list[Proc]:
         if pid == own:
             continue
         argv = procfs.read_cmdline(pid, proc_root)
-        kinds = _classify(" ".join(argv)) if argv else frozenset()
+        cmdline = " ".join(argv)
+        kinds = _classify(cmdline) if argv and not RLWATCH_CLI.search(cmdline) else frozenset()
         if kinds:
             out.append(Proc(pid, argv, procfs.read_cwd(pid, proc_root), kinds))
     return out
@@ -242,19 +271,6 @@ def _option(argv: Sequence[str], name: str) -> str | None:
     return value
 
 
-def _url_host(host: str | None) -> str:
-    if not host or host in ("0.0.0.0", "*"):  # noqa: S104 - a wildcard listener is reached on loopback
-        return "127.0.0.1"
-    bare = host.strip("[]")
-    try:
-        addr = ipaddress.ip_address(bare)
-    except ValueError:
-        return host  # a host name
-    if addr.is_unspecified:
-        return "[::1]" if addr.version == 6 else "127.0.0.1"
-    return f"[{bare}]" if addr.version == 6 else bare
-
-
 def server_of(proc: Proc) -> ServerConfig | None:
     """The server a process serves, when its command line says enough (the AReaL wrapper has no ``--port``)."""
     kind = next((k for k in SERVER_KINDS if k in proc.kinds), None)
@@ -269,22 +285,8 @@ def server_of(proc: Proc) -> ServerConfig | None:
         return None
     if not 0 < port < 65536:
         return None
-    host = _url_host(_option(proc.argv, "--host"))
+    host = url_host(_option(proc.argv, "--host"))
     return ServerConfig(kind=kind, url=f"http://{host}:{port}", health_path=HEALTH_PATH[kind])  # type: ignore[arg-type]
-
-
-def _server_from_logs(log_dirs: Iterable[Path]) -> ServerConfig | None:
-    for directory in log_dirs:
-        for name, pattern, prefix in (
-            ("llm_server.log", SGLANG_LAUNCHED, ""),
-            ("trainer.log", ROLLOUT_SERVERS, "http://"),
-        ):
-            # The last address a line names: whichever of the pattern's groups matched.
-            hits = [m.group(m.lastindex or 0) for m in pattern.finditer(_read_tail(directory / name))]
-            if hits:
-                url = prefix + str(hits[-1]).rstrip("/.,")
-                return ServerConfig(kind="sglang", url=url, health_path=HEALTH_PATH["sglang"])
-    return None
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -311,7 +313,7 @@ def _tail3(path: Path) -> tuple[str, ...]:
 def _config_arg(proc: Proc, run_dir: Path) -> Path | None:
     """The training YAML a launcher or trainer was given (``--config``), made absolute against its cwd."""
     value = _option(proc.argv, "--config")
-    if not value or not proc.kinds & {"areal_launcher", "torchrun", "trl_trainer"}:
+    if not value or not proc.kinds & TRAINER_KINDS:
         return None
     p = Path(value).expanduser()
     if not p.is_absolute():
@@ -343,7 +345,7 @@ def _related(proc: Proc, run_dir: Path) -> bool:
 
 def _config_file(related: Sequence[Proc], found: Found, profile: str, run_dir: Path) -> str | None:
     """The training YAML: the one a process of this run was given, else one in the run directory that looks like one."""
-    for kind in ("areal_launcher", "torchrun", "trl_trainer"):
+    for kind in ("areal_launcher", "torchrun", "trl_trainer", "launcher", "python"):
         for proc in related:
             config = _config_arg(proc, run_dir) if kind in proc.kinds else None
             if config is not None:
@@ -355,29 +357,274 @@ def _config_file(related: Sequence[Proc], found: Found, profile: str, run_dir: P
     return None
 
 
-def _choose_profile(found: Found, procs: Sequence[Proc]) -> ProfileName:
-    kinds = set().union(*(p.kinds for p in procs)) if procs else set()
-    if found.areal_log_dirs or found.areal_trials or "areal_launcher" in kinds:
-        return "areal"
-    if found.hf_output_dirs or kinds & {"trl", "vllm", "trl_trainer"}:
-        return "trl"
-    if kinds & {"sglang", "torchrun"}:
-        return "areal"
-    newest = sorted(found.recent_logs, key=lambda p: -found.recent_logs[p])[:MAX_LOGS]
-    if any(BRAKE.search(_read_tail(p, 64 * 1024)) for p in newest):
-        return "workers"
-    return "areal"
+# ---------------------------------------------------------------------------------------------------------------
+# Evidence: what was seen, in words a person can check
 
 
-def _choose_server(related: Sequence[Proc], seen: Sequence[Proc]) -> ServerConfig | None:
-    """A server of this run's process tree; else the host's, when this run is unknown or the host has one only."""
-    mine = [s for s in map(server_of, related) if s is not None]
-    if mine:
-        return mine[0]
-    every = [s for s in map(server_of, seen) if s is not None]
-    if every and (not related or len({s.url for s in every}) == 1):
-        return every[0]
+@dataclass
+class Seen:
+    """What discovery read once, for every decision below: the walk, the run's processes, log and script texts."""
+
+    run_dir: Path
+    found: Found
+    related: list[Proc]
+    host: list[Proc]
+    logs: dict[Path, str]  # the newest logs (head and tail), newest first
+    scripts: dict[Path, tuple[Proc, str]]  # the .py files the run's processes run, with one process running each
+
+    def rel(self, path: Path) -> str:
+        return _rel(path, self.run_dir)
+
+
+def _head_tail(path: Path) -> str:
+    """The start and the end of a file: servers and clients say where they connect when they start, and fail late."""
+    try:
+        size = path.stat().st_size
+        with path.open("rb") as fh:
+            if size <= LOG_HEAD_BYTES + TAIL_BYTES:
+                data = fh.read(LOG_HEAD_BYTES + TAIL_BYTES)
+            else:
+                data = fh.read(LOG_HEAD_BYTES) + b"\n" + _tail_bytes(fh, size)
+    except OSError:
+        return ""
+    return ANSI.sub("", data.decode("utf-8", "replace"))
+
+
+def _tail_bytes(fh: BinaryIO, size: int) -> bytes:
+    fh.seek(max(0, size - TAIL_BYTES))
+    return fh.read(TAIL_BYTES)
+
+
+def _logs_to_read(found: Found) -> list[Path]:
+    areal = [
+        d / name
+        for d in sorted(found.areal_log_dirs, key=lambda d: -found.areal_log_dirs[d])[:2]
+        for name in ("trainer.log", "llm_server.log", "main.log")
+        if (d / name).is_file()
+    ]
+    recent = sorted(found.recent_logs, key=lambda p: (-found.recent_logs[p], str(p)))
+    return list(dict.fromkeys([*areal, *recent]))[:MAX_READ_LOGS]
+
+
+def _scripts(related: Sequence[Proc], run_dir: Path) -> dict[Path, tuple[Proc, str]]:
+    """The Python files the run's trainers run (``accelerate launch train.py``, ``torchrun x.py``, ``python x.py``)."""
+    out: dict[Path, tuple[Proc, str]] = {}
+    for proc in related:
+        if not proc.kinds & TRAINER_KINDS:
+            continue
+        for arg in [a for a in proc.argv[1:] if a.endswith(".py") and not a.startswith("-")][:3]:
+            path = Path(arg).expanduser()
+            if not path.is_absolute():
+                path = Path(proc.cwd or run_dir) / path
+            path = Path(os.path.normpath(path))
+            if path in out or not path.is_file():
+                continue
+            try:
+                with path.open("rb") as fh:
+                    out[path] = (proc, fh.read(MAX_SCRIPT_BYTES).decode("utf-8", "replace"))
+            except OSError:
+                continue
+    return out
+
+
+def _short_cmd(proc: Proc, limit: int = 120) -> str:
+    text = proc.cmdline
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def _areal_evidence(seen: Seen) -> list[str]:
+    found, out = seen.found, []
+    for d in sorted(found.areal_log_dirs, key=lambda d: -found.areal_log_dirs[d])[:2]:
+        names = ", ".join(n for n in sorted(AREAL_LOG_NAMES) if (d / n).is_file())
+        out.append(f"{seen.rel(d)}/: AReaL's log layout ({names})")
+    for t in sorted(found.areal_trials, key=lambda t: -found.areal_trials[t])[:2]:
+        ckpts = t / "default"
+        if ckpts.is_dir() and any(AREAL_CKPT.match(n) for n in _names(ckpts)):
+            out.append(f"{seen.rel(ckpts)}/: AReaL checkpoints (epoch{{E}}epochstep{{S}}globalstep{{G}})")
+    for p in sorted(found.step_infos, key=lambda p: -found.step_infos[p])[:1]:
+        out.append(f"{seen.rel(p)}: AReaL's recover info")
+    for proc in seen.related:
+        if "areal_launcher" in proc.kinds or ("sglang" in proc.kinds and "areal" in proc.cmdline):
+            out.append(f"pid {proc.pid} runs AReaL: {_short_cmd(proc)}")
+    for path, text in seen.logs.items():
+        if AREAL_LINE.search(text):
+            out.append(f"{seen.rel(path)}: AReaL log lines ('(AReaL) …')")
+    return out
+
+
+def _names(directory: Path) -> list[str]:
+    try:
+        return os.listdir(directory)
+    except OSError:
+        return []
+
+
+def _trl_version(seen: Seen) -> tuple[tuple[int, int], Path] | None:
+    """The TRL version in TRL's model card (README.md in the output dir or its newest checkpoint), where one is."""
+    for out_dir in sorted(seen.found.hf_output_dirs):
+        ckpts = sorted((n for n in _names(out_dir) if HF_CKPT.match(n)), key=lambda n: -int(n.split("-")[1]))
+        for card in [out_dir / "README.md", *(out_dir / n / "README.md" for n in ckpts[:1])]:
+            version = trl_version(_read_tail(card, LOG_HEAD_BYTES)) if card.is_file() else None
+            if version is not None:
+                return version, card
     return None
+
+
+def _trl_evidence(seen: Seen) -> list[str]:
+    out = []
+    for d in sorted(seen.found.hf_output_dirs)[:2]:
+        where = "" if d == seen.run_dir else f"{seen.rel(d)}/"
+        out.append(f"{where}checkpoint-N/trainer_state.json: HF Trainer checkpoints, as TRL writes them")
+    version = _trl_version(seen)
+    if version is not None:
+        out.append(f"{seen.rel(version[1])}: TRL's model card (TRL {version[0][0]}.{version[0][1]})")
+    for proc in seen.related:
+        if "trl" in proc.kinds or TRL_COMMAND.search(proc.cmdline):
+            out.append(f"pid {proc.pid} runs TRL: {_short_cmd(proc)}")
+    for path, (proc, text) in seen.scripts.items():
+        m = TRL_SOURCE.search(text)
+        if m is not None:
+            out.append(f"{seen.rel(path)} (run by pid {proc.pid}) uses TRL: {m.group(0).strip()}")
+    for path, text in seen.logs.items():
+        if TRL_METRICS.search(text):
+            out.append(f"{seen.rel(path)}: TRL GRPO metric dicts ('reward', 'completions/…')")
+        elif HF_METRICS.search(text):
+            out.append(f"{seen.rel(path)}: HF Trainer metric dicts ('loss', 'learning_rate', …)")
+        if TRL_PATHS.search(text):
+            out.append(f"{seen.rel(path)}: TRL's source in a traceback")
+    for path in seen.found.yamls:
+        keys = sorted(_yaml_keys(path) & TRL_KEYS)
+        if len(keys) >= 2:
+            out.append(f"{seen.rel(path)}: TRL settings ({', '.join(keys)})")
+    return out
+
+
+def _workers_evidence(seen: Seen) -> list[str]:
+    return [f"{seen.rel(p)}: emergency-brake lines" for p, text in seen.logs.items() if BRAKE.search(text)]
+
+
+def _run_evidence(seen: Seen, now: float) -> list[str]:
+    """Signs of some training run, whatever made it: recent logs, processes working here."""
+    out = []
+    for path in list(seen.logs)[:3]:
+        age = now - seen.found.recent_logs.get(path, now)
+        out.append(f"{seen.rel(path)}: a log written {_age(age)} ago")
+    for proc in seen.related:
+        what = "an inference server" if proc.kinds & set(SERVER_KINDS) else "a trainer"
+        out.append(f"pid {proc.pid}, {what}, works in or names this directory: {_short_cmd(proc)}")
+    return out
+
+
+def _age(seconds: float) -> str:
+    seconds = max(0.0, seconds)
+    if seconds < 120:
+        return f"{seconds:.0f} s"
+    if seconds < 7200:
+        return f"{seconds / 60:.0f} min"
+    return f"{seconds / 3600:.0f} h"
+
+
+def _choose_profile(seen: Seen, now: float) -> tuple[ProfileName, list[str], bool]:
+    """The profile the evidence points to, that evidence, and whether any run was seen at all.
+
+    AReaL and TRL need their own layouts, log lines or processes; a pool of workers its brake lines; anything else
+    that is a run (a log, a trainer working here) is generic, which invents nothing.
+    """
+    run = _run_evidence(seen, now)
+    for name, evidence in (
+        ("areal", _areal_evidence(seen)),
+        ("trl", _trl_evidence(seen)),
+        ("workers", _workers_evidence(seen)),
+    ):
+        if evidence:
+            return name, evidence, True  # type: ignore[return-value]
+    return "generic", run, bool(run)
+
+
+def _looked_for(seen: Seen) -> str:
+    """Where discovery looked, and where on this host a run seems to be instead."""
+    text = f"looked for {LOOKED_FOR}"
+    elsewhere = [
+        p for p in seen.host if p.pid not in {q.pid for q in seen.related} and p.kinds & (TRAINER_KINDS - {"python"})
+    ]
+    if elsewhere:
+        where = "; ".join(f"pid {p.pid} in {p.cwd or '?'}: {_short_cmd(p, 80)}" for p in elsewhere[:3])
+        text += f". Training processes on this host work elsewhere: {where}"
+    return text
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# The server, from evidence only (rlwatch.server_evidence)
+
+
+def _training_settings(seen: Seen, config_file: str | None) -> tuple[dict[str, object], list[str]]:
+    """TRL's settings from the trainer's script, its training YAML and its command line (later ones win)."""
+    settings: dict[str, object] = {}
+    where: list[str] = []
+    for path, (_proc, text) in seen.scripts.items():
+        found = settings_from_script(text)
+        if found:
+            settings.update(found)
+            where.append(seen.rel(path))
+    if config_file:
+        doc = _yaml_doc(Path(config_file) if os.path.isabs(config_file) else seen.run_dir / config_file)
+        found = settings_from_mapping(doc) if isinstance(doc, dict) else {}
+        if found:
+            settings.update(found)
+            where.append(config_file)
+    for proc in seen.related:
+        found = settings_from_argv(proc.argv) if proc.kinds & TRAINER_KINDS else {}
+        if found:
+            settings.update(found)
+            where.append(f"pid {proc.pid}'s command line")
+    return settings, where
+
+
+def _server_clue(seen: Seen, config_file: str | None, run_found: bool) -> Clue | None:
+    """The first evidence, in order of strength: the run's server process, TRL's settings, the logs, AReaL's
+    server log, then the only server process on the host. None when nothing says there is a server or is none."""
+    for proc in seen.related:
+        server = server_of(proc)
+        if server is not None:
+            return Clue(True, f"pid {proc.pid} serves it: {_short_cmd(proc)}", server.kind, server.url)
+    if not run_found:
+        return None
+    settings, where = _training_settings(seen, config_file)
+    version = _trl_version(seen)
+    clue = from_trl_settings(settings, " and ".join(where), version[0] if version else None)
+    if clue is not None:
+        return clue
+    for path, text in seen.logs.items():
+        clue = from_log(text, seen.rel(path))
+        if clue is not None:
+            return clue
+    for d in sorted(seen.found.areal_log_dirs, key=lambda d: -seen.found.areal_log_dirs[d])[:1]:
+        if (d / "llm_server.log").is_file():
+            log = seen.rel(d / "llm_server.log")
+            return Clue(True, f"{log}: AReaL's server log; its address is not in it yet", "sglang")
+    servers = {s.url: (p, s) for p in seen.host if (s := server_of(p)) is not None}
+    if len(servers) == 1:
+        proc, server = next(iter(servers.values()))
+        why = f"pid {proc.pid} is the only inference server on this host: {_short_cmd(proc)}"
+        return Clue(True, why, server.kind, server.url)
+    return None
+
+
+def _yaml_doc(path: Path) -> object:
+    try:
+        with path.open("rb") as fh:
+            data = fh.read(MAX_YAML_BYTES + 1)
+        if len(data) > MAX_YAML_BYTES:
+            return None
+        return yaml.safe_load(data.decode("utf-8"))
+    except Exception:  # an unreadable or odd file says nothing
+        return None
+
+
+NO_SERVER = (
+    "no server evidence: no server process, server log, or server address in the trainer's command line, "
+    "training config or logs"
+)
 
 
 def _as_profile(profile: str) -> ProfileName | None:
@@ -390,20 +637,25 @@ def _as_profile(profile: str) -> ProfileName | None:
 def discover(run_dir: Path, profile: str = "auto", *, proc_root: str = "/proc", clock: Clock | None = None) -> Config:
     """A configuration for ``run_dir`` from its files and the running processes (see the module docstring).
 
-    ``profile`` "auto" picks areal when AReaL layouts or processes are seen, trl for HF checkpoints or TRL/vLLM
-    processes, workers for logs with emergency-brake lines, else areal. Never raises on odd files or processes.
+    ``profile`` "auto" follows the evidence (:func:`_choose_profile`); every choice carries its evidence in
+    ``cfg.provenance``. Never raises on odd files or processes.
     """
     run_dir = Path(os.path.abspath(run_dir.expanduser()))
     now = (clock or SystemClock()).time()
     found = walk_run_dir(run_dir, now)
-    # Processes of this run speak for it. Others (a pod usually runs one job) only choose the profile and the
-    # server when this run has none; a training YAML is never taken from them.
-    seen = scan_processes(proc_root)
-    direct = {p.pid for p in seen if _related(p, run_dir)}
+    # Processes of this run speak for it. Others (a pod usually runs one job) can only name the server, and only
+    # when nothing of this run says otherwise; a profile or a training YAML is never taken from them.
+    host = scan_processes(proc_root)
+    direct = {p.pid for p in host if _related(p, run_dir)}
     tree = procfs.descendants(direct, procfs.children_map(proc_root)) if direct else set()
-    related = [p for p in seen if p.pid in tree]
-    procs = related or seen
-    name = _as_profile(profile) or _choose_profile(found, procs)
+    related = [p for p in host if p.pid in tree]
+    texts = {p: _head_tail(p) for p in _logs_to_read(found)}
+    seen = Seen(run_dir, found, related, host, texts, _scripts(related, run_dir))
+    chosen, evidence, run_found = _choose_profile(seen, now)
+    forced = _as_profile(profile)
+    name = forced or chosen
+    if forced is not None:
+        evidence = [f"--profile {forced}", *(evidence if forced == chosen else [])]
     base = profile_defaults(name, run_dir)
     training = base.training
 
@@ -431,28 +683,41 @@ def discover(run_dir: Path, profile: str = "auto", *, proc_root: str = "/proc", 
     elif found.step_infos:
         recover = _glob_rel(max(found.step_infos, key=lambda p: (found.step_infos[p], str(p))), run_dir)
 
+    # A profile's checkpoint directory is kept only where its layout is seen: AReaL's logs/ tree means checkpoints/
+    # will follow; without it, a directory that does not exist would be reported missing on every view.
+    layout_seen = bool(found.areal_log_dirs or found.areal_trials or found.step_infos)
+    keep_defaults = name != "areal" or layout_seen
+    config_file = _config_file(related, found, name, run_dir) or training.config_file
     training = training.model_copy(
         update={
             "logs": logs or training.logs,
-            "checkpoint_dirs": ckpt_dirs or training.checkpoint_dirs,
-            "recover_info": recover or training.recover_info,
-            "config_file": _config_file(related, found, name, run_dir) or training.config_file,
+            "checkpoint_dirs": ckpt_dirs or (training.checkpoint_dirs if keep_defaults else []),
+            "recover_info": recover or (training.recover_info if keep_defaults else None),
+            "config_file": config_file,
         }
     )
-    server = _choose_server(related, seen)
-    if server is None and found.areal_log_dirs:
-        ordered = sorted(found.areal_log_dirs, key=lambda d: -found.areal_log_dirs[d])
-        server = _server_from_logs(ordered)
-    update: dict[str, object] = {"training": training}
-    if server is not None:
-        update["server"] = base.server.model_copy(
-            update={"kind": server.kind, "url": server.url, "health_path": server.health_path}
-        )
-    elif not (logs or ckpt_dirs or recover):
-        # Nothing of a run here, no server process, none named in the logs: probing the profile's default port
-        # would report a server "down" on a host that never had one.
-        update["server"] = base.server.model_copy(update={"url": None})
-    return base.model_copy(update=update)
+    clue = _server_clue(seen, config_file, run_found)
+    if clue is None:
+        server = base.server.model_copy(update={"url": None, "expected": None})
+        server_why: tuple[str, ...] = (NO_SERVER if run_found else "no training run here",)
+    elif clue.expected:
+        kind = clue.kind or base.server.kind
+        update: dict[str, object] = {"kind": kind, "url": clue.url, "health_path": HEALTH_PATH.get(kind or "")}
+        update["expected"] = None if clue.url else True
+        server = base.server.model_copy(update=update)
+        server_why = (clue.why,)
+    else:
+        server = base.server.model_copy(update={"url": None, "expected": False})
+        server_why = (clue.why,)
+    provenance = Provenance(
+        source="discovered",
+        profile=tuple(evidence),
+        server=server_why,
+        run_found=run_found,
+        looked_for=None if run_found else _looked_for(seen),
+    )
+    cfg = base.model_copy(update={"training": training, "server": server})
+    return cfg.with_provenance(provenance)
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -478,7 +743,11 @@ def _count(pattern: str, limit: int = 1000) -> int:
 
 def describe(cfg: Config) -> list[str]:
     """Human lines saying what this configuration watches and whether it is there now."""
+    prov = cfg.provenance
     lines = [f"profile: {cfg.profile}", f"run directory: {cfg.run_dir or os.getcwd()}"]
+    if not prov.run_found:
+        lines.append(f"no training run found here: {prov.looked_for}")
+    lines += [f"  because {why}" for why in prov.profile]
     for pattern in cfg.training.logs:
         n = _count(_abs(cfg, pattern))
         lines.append(f"logs: {pattern} ({n}{'+' if n >= 1000 else ''} file{'s' if n != 1 else ''} now)")
@@ -492,12 +761,15 @@ def describe(cfg: Config) -> list[str]:
         lines.append(f"recover info: {cfg.training.recover_info}{'' if there else ' (not there yet)'}")
     if cfg.training.config_file:
         lines.append(f"training config: {cfg.training.config_file}")
-    if cfg.server.url:
+    if cfg.server.url and cfg.server_expected:
         lines.append(
             f"server: {cfg.server.kind or 'unknown kind'} at {cfg.server.url} (health {cfg.server.health_path})"
         )
+    elif cfg.server_expected:
+        lines.append(f"server: {cfg.server.kind or 'unknown kind'} expected, address not known")
     else:
-        lines.append("server: none configured")
+        lines.append("server: none expected")
+    lines += [f"  because {why}" for why in prov.server]
     for rule in cfg.processes:
         how = f"cmdline /{rule.cmdline_regex}/" if rule.cmdline_regex else f"pidfile {rule.pidfile}"
         lines.append(f"process {rule.role}: {how}{' (expected to run)' if rule.expected else ''}")
@@ -514,13 +786,37 @@ HEADER = """\
 """
 
 
+def _comment(text: str) -> str:
+    """One comment line's text: a file name may hold a newline, which must not end the comment."""
+    return "".join(ch if ch.isprintable() else repr(ch)[1:-1] for ch in text)
+
+
+def _evidence_comments(cfg: Config) -> str:
+    """Why discovery chose what it wrote, as comments: a person checks it, and edits the file where it is wrong."""
+    prov = cfg.provenance
+    if prov.source != "discovered":
+        return ""
+    lines = []
+    if not prov.run_found:
+        lines.append(f"# No training run was found here when this was written: {prov.looked_for}.")
+    if prov.profile:
+        lines.append(f"# profile {cfg.profile}, because:")
+        lines += [f"#   - {why}" for why in prov.profile]
+    server = "expected" if cfg.server_expected else "none expected"
+    lines.append(f"# server: {server}, because:")
+    lines += [f"#   - {why}" for why in prov.server]
+    return "".join(_comment(line) + "\n" for line in lines)
+
+
 def dump_config(cfg: Config) -> str:
     """YAML of the values that differ from the defaults, under a header; loads back to ``cfg`` (less run_dir).
 
-    ``run_dir`` is left out: the file lives in the run directory, and a copied directory should keep working.
+    ``run_dir`` is left out: the file lives in the run directory, and a copied directory should keep working. The
+    evidence for each choice discovery made is written as comments under the header.
     """
+    head = HEADER + _evidence_comments(cfg)
     data = cfg.model_dump(mode="json", exclude_defaults=True, exclude={"run_dir"})
     if not data:
-        return HEADER
+        return head
     body = yaml.safe_dump(data, sort_keys=False, default_flow_style=False, allow_unicode=True, width=100)
-    return f"{HEADER}\n{body}"
+    return f"{head}\n{body}"

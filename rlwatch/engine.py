@@ -171,7 +171,10 @@ class Engine:
         self.checkpoints = CheckpointScanner(
             [resolve(self.run_dir, d) for d in cfg.training.checkpoint_dirs], self.clock
         )
-        self.server_probe = ServerProbe(cfg.server, self.clock) if cfg.server.url else None
+        # Probed only where a server is expected: a default port probed for a run that never had a server (TRL's
+        # colocated generation) would report it "down".
+        expected = cfg.server_expected
+        self.server_probe = ServerProbe(cfg.server, self.clock) if cfg.server.url and expected else None
         knobs_path = cfg.training.config_file
         self.knobs = read_knobs(resolve(self.run_dir, knobs_path)) if knobs_path else {}
         # Configured paths that do not exist (yet): each a degraded "config <key>" source until it appears.
@@ -188,6 +191,16 @@ class Engine:
         self._checkpoint: CheckpointState | None = None
         self._recover: RecoverState | None = None
         self._server: ServerState | None = None
+        if self.server_probe is None:  # none to probe: say whether one is expected (its address unknown) or not
+            self._server = ServerState(
+                kind=cfg.server.kind if expected else None,
+                url=None,
+                up=None,
+                down_since=None,
+                pid=None,
+                expected=expected,
+                evidence=cfg.provenance.server,
+            )
         self._server_last_up: float | None = None  # wall time the probe last saw it healthy
         self._disk: DiskState | None = None
         self._watchdog: WatchdogStatus | None = None
@@ -494,7 +507,7 @@ class Engine:
         server_procs = [p for p in self._procs if p.role == "server" and p.alive]
         pid = server_procs[0].pid if server_procs else None
         alive: bool | None = bool(server_procs) if any(r.role == "server" for r in self.cfg.processes) else None
-        state = self.server_probe.probe(process_alive=alive, pid=pid)
+        state = replace(self.server_probe.probe(process_alive=alive, pid=pid), evidence=self.cfg.provenance.server)
         with self._lock:
             if state.up:
                 self._server_last_up = self.clock.time()
@@ -533,6 +546,7 @@ class Engine:
                 host=self.host,
                 time=now,
                 profile=self.cfg.profile,
+                profile_evidence=self.cfg.provenance.profile,
                 run_dir=str(self.run_dir),
                 simulated=self.cfg.simulated,
                 uptime_s=uptime,
@@ -560,6 +574,7 @@ class Engine:
                 starts=self._start_times(),
                 trainer_alive=trainer_alive,
                 gpu_idle=gpu_idle,
+                no_run=self._no_run(),
                 memory_limits=self._memory_limits(),
                 server_start_timeout_s=self.cfg.server.start_timeout_s,
                 server_grace_s=2 * self.cfg.server.interval_s,
@@ -569,6 +584,16 @@ class Engine:
         for listener in list(self._listeners):
             listener(snap)
         return snap
+
+    def _no_run(self) -> str | None:
+        """Where discovery looked, while nothing of a training run has shown up since (no log, process, checkpoint)."""
+        prov = self.cfg.provenance
+        if prov.run_found:
+            return None
+        latest = self._checkpoint.latest if self._checkpoint else None
+        if self.tailer.files or any(p.alive for p in self._procs) or latest is not None:
+            return None
+        return prov.looked_for or "looked for logs, checkpoints and training processes"
 
     def _memory_limits(self) -> dict[str, int]:
         limits: dict[str, int] = {}

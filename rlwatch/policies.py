@@ -64,6 +64,27 @@ def budget_key(actions: Sequence[str], target: str) -> str:
     return base if target == HOST else f"{base}:{target}"
 
 
+def needs_server(policy: Policy) -> bool:
+    """A policy about the inference server: it waits for the server to be down, or restarts it."""
+    return policy.when.server_down or "restart-server" in policy.actions
+
+
+def armed(policies: Sequence[Policy], server_expected: bool, why: str) -> tuple[list[Policy], list[tuple[str, str]]]:
+    """The policies the watchdog applies, and those it leaves unarmed with the reason.
+
+    A server policy is armed only where a server is expected: armed for a run that has none (TRL's colocated
+    generation) it could only ever "restart" a server that never existed, and resume a run that finished.
+    """
+    keep: list[Policy] = []
+    skipped: list[tuple[str, str]] = []
+    for policy in policies:
+        if needs_server(policy) and not server_expected:
+            skipped.append((policy.name, f"no inference server is expected for this run ({why})"))
+        else:
+            keep.append(policy)
+    return keep, skipped
+
+
 def used_kinds(policies: Iterable[Policy]) -> set[str]:
     return {p.when.event for p in policies if p.when.event}
 
@@ -274,8 +295,10 @@ class PolicyEngine:
         """The host-wide conditions in words, or None when one of them does not hold."""
         why = []
         if w.server_down:
-            if s.server is None or s.server.up is not False:
+            if s.server is None or s.server.up is not False or not s.server.expected:
                 return None
+            if s.training is not None and s.training.finished:
+                return None  # a finished run needs no server: restarting one (and resuming) would start it again
             why.append(f"inference server down ({s.server.error or 'no answer'})")
         if w.available_below_bytes is not None:
             avail = s.memory.available_bytes if s.memory else None

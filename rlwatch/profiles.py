@@ -1,4 +1,5 @@
-"""Built-in profiles: what rlwatch watches on an AReaL, a TRL or a worker-pool host when nobody configured it.
+"""Built-in profiles: what rlwatch watches on an AReaL, a TRL, a worker-pool or any other training host when nobody
+configured it.
 
 Each profile is a complete :class:`~rlwatch.config.Config`. ``configs/<name>.yaml`` spells the same values out with
 a comment per key (a test keeps the two equal), so a person can start from the file instead of from this code.
@@ -26,7 +27,7 @@ from rlwatch.config import (
     TrainingConfig,
 )
 
-ProfileName = Literal["areal", "trl", "workers"]
+ProfileName = Literal["areal", "trl", "workers", "generic"]
 PROFILE_NAMES: tuple[str, ...] = get_args(ProfileName)
 
 GIB = 1024**3
@@ -41,6 +42,12 @@ TORCHRUN = r"(^|/)torchrun( |$)|-m torch\.distributed\.(run|launch)\b"
 TRL_SERVER = r"(^|[ /])trl vllm-serve( |$)|-m trl\.scripts\.vllm_serve\b"
 VLLM_SERVER = r"(^|[ /])vllm serve( |$)|-m vllm\.entrypoints\.openai\.api_server\b"
 TRL_TRAINER = r"(^|[ /])accelerate launch( |$)|(^|[ /])trl grpo( |$)|(^|/)python[0-9.]*( .*)? \S*grpo\S*\.py( |$)"
+# Launchers of any distributed training: torchrun, `accelerate launch`, DeepSpeed's launcher (`deepspeed x.py`, a
+# Python script, so it shows as `python /usr/bin/deepspeed x.py`).
+LAUNCHER = (
+    rf"{TORCHRUN}|(^|[ /])accelerate launch( |$)|-m accelerate\.commands\.launch\b"
+    r"|(^|/)deepspeed( |$)|-m deepspeed\.launcher\.(runner|launch)\b"
+)
 # A Python worker of a pool: a script or module whose name contains "worker".
 WORKER = r"(^|/)python[0-9.]*( .*)? (\S*worker\w*\.py|-m \S*worker\w*)( |$)"
 # The headless watchdog itself (`rlwatch watch`, `python -m rlwatch watch`), expected to be running.
@@ -91,7 +98,8 @@ def _trl() -> Config:
     return Config(
         profile="trl",
         training=TrainingConfig(logs=["**/*.log"], checkpoint_dirs=["."]),
-        server=ServerConfig(kind="trl", url="http://127.0.0.1:8000", health_path="/health/"),
+        # No URL: GRPO generates in the trainer unless vllm_mode is "server"; discovery sets it from that evidence.
+        server=ServerConfig(kind="trl", url=None, health_path="/health/"),
         processes=[
             ProcessRule(role="server", cmdline_regex=f"{TRL_SERVER}|{VLLM_SERVER}"),
             ProcessRule(role="trainer", cmdline_regex=TRL_TRAINER),
@@ -130,7 +138,19 @@ def _workers() -> Config:
     )
 
 
-_BUILDERS = {"areal": _areal, "trl": _trl, "workers": _workers}
+def _generic() -> Config:
+    """Any other run (a plain torchrun, accelerate, DeepSpeed or python trainer): its logs, and nothing invented.
+
+    No server, no checkpoint directory and no worker roles: discovery adds only what it sees.
+    """
+    return Config(
+        profile="generic",
+        training=TrainingConfig(logs=["**/*.log"]),
+        processes=[ProcessRule(role="trainer", cmdline_regex=LAUNCHER)],
+    )
+
+
+_BUILDERS = {"areal": _areal, "trl": _trl, "workers": _workers, "generic": _generic}
 
 
 def profile_defaults(name: ProfileName, run_dir: Path) -> Config:

@@ -78,6 +78,8 @@ def to_json_dict(s: Snapshot) -> dict[str, Any]:
         "down_since": iso(srv.down_since) if srv else None,
         "pid": srv.pid if srv else None,
         "error": srv.error if srv else None,
+        "expected": srv.expected if srv else False,  # False: no evidence of a server for this run, not "down"
+        "evidence": list(srv.evidence) if srv else [],
     }
     gpus = [
         {
@@ -155,6 +157,7 @@ def to_json_dict(s: Snapshot) -> dict[str, Any]:
         "host": s.host,
         "time": iso(s.time),
         "profile": s.profile,
+        "profile_evidence": list(s.profile_evidence),
         "run_dir": s.run_dir,
         "simulated": s.simulated,
         "events": events,
@@ -218,6 +221,8 @@ def to_json(s: Snapshot) -> str:
 
 
 def status_word(s: Snapshot) -> str:
+    if any(f.code == "no_run" for f in s.findings):
+        return "NO RUN"
     worst = s.worst
     if worst is Severity.CRITICAL:
         return "CRITICAL"
@@ -251,6 +256,8 @@ NEXT_STEPS = {
     "crash_repeating": "Fix the exception above; restarting will hit it again.",
     "stalled": "Look at the trainer's last lines; resume if it is gone (rlwatch act resume).",
     "disk_low": "Free space on the output volume before the next checkpoint.",
+    "no_run": "Point rlwatch at the run directory (rlwatch report RUN_DIR), or describe the run in "
+    "RUN_DIR/rlwatch.yaml (rlwatch init writes one).",
 }
 
 
@@ -259,6 +266,8 @@ def to_text(s: Snapshot) -> str:
     sim = "  [SIMULATED]" if s.simulated else ""
     lines.append(f"rlwatch report — {s.host} — {hhmm(s.time)}{sim}")
     lines.append(f"run: {s.run_dir}  profile: {s.profile}")
+    if s.profile_evidence:
+        lines.append("  because: " + "; ".join(s.profile_evidence[:4]) + (" …" if len(s.profile_evidence) > 4 else ""))
     lines.append(f"status: {status_word(s)}")
     lines.append("")
     if s.findings:
@@ -297,6 +306,10 @@ def to_text(s: Snapshot) -> str:
     if s.server and s.server.url:
         state = {True: "up", False: "DOWN", None: "unknown"}[s.server.up]
         lines.append(f"Inference server: {s.server.url} {state}")
+    elif s.server and s.server.expected:
+        lines.append(f"Inference server: expected, address not known ({'; '.join(s.server.evidence) or '?'})")
+    elif s.server:
+        lines.append(f"Inference server: none expected ({'; '.join(s.server.evidence) or 'none configured'})")
     if tr and tr.knobs:
         lines.append("Config: " + ", ".join(f"{k}={v}" for k, v in tr.knobs.items()))
     lines.extend(_holder_lines(s))

@@ -156,6 +156,8 @@ class ServerState:
     error: str | None = None  # "connection refused", "timeout after 2.0s", "HTTP 503", …
     latency_s: float | None = None
     process_alive: bool | None = None  # the process lives while its health check fails: incident 5
+    expected: bool = True  # False: no evidence of a server for this run (e.g. TRL's colocated generation): not "down"
+    evidence: tuple[str, ...] = ()  # why a server is expected, or why none is
 
 
 @dataclass(frozen=True, slots=True)
@@ -314,6 +316,7 @@ class Snapshot:
     logs: tuple[str, ...] = ()  # files being tailed
     watchdog: WatchdogStatus | None = None  # None: no watchdog ever ran for this run
     live_run: LiveRun | None = None  # None: not looked for yet
+    profile_evidence: tuple[str, ...] = ()  # why this profile: what discovery saw, or the file that names it
 
     @property
     def gpus(self) -> tuple[GpuState, ...]:

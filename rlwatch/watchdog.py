@@ -37,7 +37,7 @@ from rlwatch.budget import RestartBudget, Verdict
 from rlwatch.clock import Clock
 from rlwatch.config import BudgetConfig, Policy
 from rlwatch.config_load import resolve
-from rlwatch.policies import Evidence, Firing, PolicyEngine, used_kinds
+from rlwatch.policies import Evidence, Firing, PolicyEngine, armed, used_kinds
 from rlwatch.sources import procfs
 from rlwatch.state import ActionResult, Snapshot
 from rlwatch.watchdog_state import PID_FILE, STATE_FILE, VERSION, PidLock, state_dir, take_rearm, write_json
@@ -168,7 +168,9 @@ class Watchdog:
 
             actions = Actions(engine)
         self.actions = actions
-        self.policies = PolicyEngine(self.cfg.policies, self.clock)
+        server_why = "; ".join(self.cfg.provenance.server) or "no server.url configured"
+        policies, self.unarmed = armed(self.cfg.policies, self.cfg.server_expected, server_why)
+        self.policies = PolicyEngine(policies, self.clock)
         self._budgets = self._make_budgets(self.cfg.policies, self.cfg.watchdog.budget)
         self._lock = threading.RLock()
         self._wake = threading.Event()
@@ -226,6 +228,8 @@ class Watchdog:
             message = f"acting on {n} polic{'y' if n == 1 else 'ies'}; state in {self.dir / STATE_FILE}"
         else:
             message = f"{self.why_not_acting}; this one only watches"
+        for name, why in self.unarmed:
+            message += f"; not armed: {name}: {why}"
         now = self.clock.time()
         self.emit(
             {"type": "watchdog", "time": _iso(now), "acting": self.acting, "pid": os.getpid(), "message": message}

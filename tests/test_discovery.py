@@ -111,12 +111,13 @@ def test_worker_logs_with_brake_lines(tmp_path: Path, no_procs: str) -> None:
     assert any(r.role == "watchdog" and r.expected for r in cfg.processes)
 
 
-def test_empty_directory_gives_areal_defaults(tmp_path: Path, no_procs: str) -> None:
+def test_empty_directory_is_no_run_and_invents_nothing(tmp_path: Path, no_procs: str) -> None:
     cfg = discover(tmp_path, proc_root=no_procs)
-    defaults = profile_defaults("areal", tmp_path)
-    # Nothing of a run is here, so there is no server to probe either.
-    assert cfg.server.url is None
-    assert cfg == defaults.model_copy(update={"server": defaults.server.model_copy(update={"url": None})})
+    assert cfg == profile_defaults("generic", tmp_path)
+    assert (cfg.server.url, cfg.server_expected, cfg.training.checkpoint_dirs) == (None, False, [])
+    prov = cfg.provenance
+    assert prov.source == "discovered" and prov.run_found is False and prov.profile == ()
+    assert prov.looked_for is not None and "checkpoint-N/trainer_state.json" in prov.looked_for
 
 
 def test_explicit_profile_is_kept_and_filled_with_what_was_found(tmp_path: Path, no_procs: str) -> None:
@@ -182,7 +183,11 @@ def test_garbage_in_a_process_table_is_skipped(tmp_path: Path) -> None:
     assert [p.pid for p in procs] == [12, 14]
     assert server_of(procs[0]) is None  # --port x is not a port
     cfg = discover(tmp_path / "run", proc_root=str(proc))
-    assert cfg.server.url == "http://127.0.0.1:30123"
+    assert cfg.server.url is None  # no run there: a server elsewhere on the host is not its server
+    write(tmp_path / "run" / "train.log", "step 1\n")
+    cfg = discover(tmp_path / "run", proc_root=str(proc))
+    assert cfg.server.url == "http://127.0.0.1:30123"  # a run, and the host's only server
+    assert cfg.provenance.server[0].startswith("pid 14 is the only inference server on this host")
 
 
 @pytest.mark.parametrize(

@@ -23,7 +23,10 @@ def server_line(srv: ServerState | None, now: float) -> Text:
     """Which server, then its state: down since when and why (and whether its process lives), or up."""
     line = Text("server ", style="bold", no_wrap=True, end="")
     if srv is None or (srv.url is None and srv.kind is None):
-        line.append("none configured or found", style="dim")
+        unexpected = srv is not None and not srv.expected
+        line.append("none expected" if unexpected else "none configured or found", style="dim")
+        if srv is not None and srv.evidence:  # why none is expected: colocated generation, no evidence of one
+            line.append("\n  " + clean_text(srv.evidence[0], 120), style="dim")
         return line
     line.append(f"{srv.kind or '?'} ", style="bold")
     line.append(clean_text(srv.url or "no url"), style="dim")
