@@ -327,12 +327,14 @@ def test_privilege_tests_pass_from_a_clone_only_root_can_enter(fault_row: Callab
                 "no:cacheprovider",
                 "-m",
                 "",
+                "-p",
+                "tests.faults.table",
                 "-k",
                 "not clone_only_root",
                 "tests/faults/test_privilege_faults.py",
             ],
             cwd=clone,
-            env={**os.environ, INSIDE_CLONE: "1"},
+            env={**os.environ, INSIDE_CLONE: "1", "RLWATCH_FAULTS_JSON": str(private / "rows.json")},
             capture_output=True,
             text=True,
             timeout=150,
@@ -343,6 +345,11 @@ def test_privilege_tests_pass_from_a_clone_only_root_can_enter(fault_row: Callab
         summary = tail[-1] if tail else ""
         assert done.returncode == 0, "\n".join(tail[-30:])
         assert "2 passed" in summary and "skipped" not in summary, summary
-        row.saw(f"clone in a 0700 directory with its own venv: {summary}")
+        rows = json.loads((private / "rows.json").read_text())
+        ran = next(r["observed"] for r in rows if r["fault"] == "process: running as an unprivileged user")
+        assert "from a readable copy" in ran, ran  # nobody could not use the clone itself
+        row.saw(
+            f"clone in a 0700 directory with its own venv: {summary}; {ran.split(';')[0].replace(str(private), '…')}"
+        )
     finally:
         shutil.rmtree(private, ignore_errors=True)
