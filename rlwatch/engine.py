@@ -454,6 +454,7 @@ class Engine:
             launched = set(self._launched)
         return assess(
             str(self.run_dir),
+            attempt=self._latest_attempt(),
             roles=roles,
             pidfile_pids=self.processes.pidfile_pids,
             launched=launched,
@@ -461,6 +462,19 @@ class Engine:
             proc_root=self._proc_root,
             files=files,
         )
+
+    def _latest_attempt(self) -> tuple[str, float] | None:
+        """The newest start of the run's trainer or launcher seen by this rlwatch or remembered in the launch book,
+        alive or gone: a leftover older than it is from an earlier attempt."""
+        seen = [(start, role) for role in ("trainer", "launcher") for start in self.processes.start_times(role)]
+        for role in ("trainer", "launcher"):
+            record = self.launches.get(role)
+            if record is not None:
+                seen.append((record.create_time, role))
+        if not seen:
+            return None
+        start, role = max(seen)
+        return role, start
 
     def _sample_holders(self, procs: Sequence[ProcessInfo], gpu: GpuStatus) -> tuple[GpuHolder, ...]:
         try:

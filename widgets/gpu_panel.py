@@ -14,6 +14,7 @@ from textual.app import ComposeResult
 from textual.containers import Horizontal
 from textual.widgets import Static
 
+from rlwatch.diagnosis import OUTSIDE_MIN_BYTES
 from rlwatch.state import GpuHolder, GpuState, GpuStatus, History, Series, Snapshot
 from widgets.format import clean_text, fmt_age, fmt_bytes, fmt_cmdline, fmt_percent
 from widgets.graph import TimeGraph, bucket, spark
@@ -74,28 +75,46 @@ def summary_line(status: GpuStatus) -> Text:
     return line
 
 
+_TAGS = {
+    "run": ("run", "green"),
+    "protected": ("prot", "dim"),
+    "stray": ("STRAY", "bold white on red"),
+    "unknown": ("?", "bold yellow"),
+}
+_WHY_STYLE = {"run": "dim green", "protected": "dim", "stray": "red", "unknown": "yellow"}
+
+
 def holder_line(h: GpuHolder, now: float) -> Text:
-    """One process holding a device: the run's own, a STRAY (with why, on a second line), or protected."""
+    """One process holding a device: the run's own, a STRAY, protected, or unknown (?) — each with why (how it
+    was recognised as the run's, its positive stray reasons, or why rlwatch cannot tell) on a second line."""
     line = Text(no_wrap=True, end="")
-    if h.protected:
-        tag, style = "prot", "dim"
-    elif h.in_run:
-        tag, style = "run", "green"
-    else:
-        tag, style = "STRAY", "bold white on red"
+    status = h.status
+    tag, style = _TAGS[status]
     line.append(f"{tag:^7}", style=style)
-    devices = ",".join(d.rsplit("/", 1)[-1].removeprefix("nvidia") for d in h.devices if _is_gpu_node(d))
     line.append(f" {h.pid:>7}", style="bold")
     line.append(f" {h.user or '?'}", style="dim")
-    line.append(f" gpu{devices or ' –'}")
+    gpus = ",".join(map(str, h.gpus))
+    # GPUs from NVML's per-process memory are exact; from device nodes only a guess (a CUDA process opens them all).
+    line.append(f" gpu{gpus or ' –'}" + ("" if h.attribution == "nvml" or not gpus else "~"))
     line.append(f" {fmt_bytes(h.gpu_mem_bytes)}")
     line.append(f" {fmt_age(h.create_time, now).removesuffix(' ago')} ", style="dim")
     line.append(fmt_cmdline(h.cmdline, 80, full_path=False))
-    why = h.protected if h.protected else (h.reason if not h.in_run else None)
+    why = h.protected or h.reason or h.evidence
     if why:
         line.append("\n")
-        line.append(f"        ↳ {clean_text(why, 160)}", style="dim" if h.protected else "red")
+        line.append(f"        ↳ {clean_text(why, 160)}", style=_WHY_STYLE[status])
     return line
+
+
+def outside_line(g: GpuState) -> Text:
+    """Memory NVML counts on a GPU that no process visible here explains (incident 4 after a container restart)."""
+    pids = f" (NVML pid {', '.join(map(str, g.outside_pids[:4]))}, not visible here)" if g.outside_pids else ""
+    return Text(
+        f"OUTSIDE gpu{g.index} {fmt_bytes(g.outside_bytes)} held outside this container{pids}: a pod restart frees it",
+        style="bold yellow",
+        no_wrap=True,
+        end="",
+    )
 
 
 def _is_gpu_node(path: str) -> bool:
@@ -183,11 +202,15 @@ class GpuPanel(Panel):
         )
 
     def _holders_text(self, snap: Snapshot) -> Text:
-        strays = sum(1 for h in snap.holders if not h.in_run and h.reason and not h.protected)
+        strays = len(snap.zombies)
+        unknown = len(snap.unknown_holders)
         n = len(snap.holders)
-        self.border_subtitle = f"{n} holder{'s' if n != 1 else ''} · {strays} stray" if n else ""
+        subtitle = f"{n} holder{'s' if n != 1 else ''} · {strays} stray" + (f" · {unknown} unknown" if unknown else "")
+        self.border_subtitle = subtitle if n else ""
         self.set_class(strays > 0, "-alert")
+        outside = [outside_line(g) for g in snap.gpus if g.outside_bytes and g.outside_bytes >= OUTSIDE_MIN_BYTES]
         if not snap.holders:
-            return Text("no process holds a GPU device", style="dim", no_wrap=True)
-        order = sorted(snap.holders, key=lambda h: (h.in_run, h.protected is not None, h.pid))
-        return Text("\n", end="").join([holder_line(h, snap.time) for h in order])
+            return Text("\n", end="").join([*outside, Text("no process holds a GPU device", style="dim", no_wrap=True)])
+        rank = {"stray": 0, "unknown": 1, "protected": 2, "run": 3}
+        order = sorted(snap.holders, key=lambda h: (rank[h.status], h.pid))
+        return Text("\n", end="").join([*outside, *(holder_line(h, snap.time) for h in order)])

@@ -11,12 +11,13 @@ from rich.text import Text
 from textual.app import ComposeResult
 from textual.widgets import DataTable, Static
 
-from rlwatch.state import ProcessInfo, ServerState, Snapshot, WatchdogStatus
+from rlwatch.state import LiveRun, ProcessInfo, ServerState, Snapshot, WatchdogStatus
 from widgets.format import clean_text, fmt_age, fmt_bytes, fmt_clock, fmt_cmdline, fmt_duration
 from widgets.panel import Panel
 from widgets.text_block import TextBlock
 
 COMMAND_WIDTH = 60
+EVIDENCE_WIDTH = 28
 
 
 def server_line(srv: ServerState | None, now: float) -> Text:
@@ -93,8 +94,32 @@ def process_row(p: ProcessInfo, now: float) -> tuple[Text, ...]:
         Text(fmt_bytes(p.rss_bytes), justify="right", style=dead),
         Text(fmt_duration(now - p.started_at) if p.alive else "–", justify="right", style=dead),
         Text(str(p.restarts), justify="right", style="bold yellow" if p.restarts else "dim"),
+        evidence_cell(p),
         Text(fmt_cmdline(p.cmdline, COMMAND_WIDTH, full_path=False), style="dim"),
     )
+
+
+def evidence_cell(p: ProcessInfo) -> Text:
+    """How the process was recognised as the run's; a role rule alone is said, because it proves little."""
+    if not p.alive:
+        return Text("–", style="dim")
+    if p.evidence is None:
+        return Text("role rule only", style="yellow")
+    return Text(clean_text(p.evidence, EVIDENCE_WIDTH), style="dim green", no_wrap=True, overflow="ellipsis")
+
+
+def live_run_line(run: LiveRun | None) -> Text | None:
+    """What rlwatch takes to be the live run, on what evidence, or that it cannot tell."""
+    if run is None:
+        return None
+    if not run.identified:
+        return Text(f"live run: UNKNOWN — {clean_text(run.why_unknown or '', 140)}", style="bold yellow", no_wrap=True)
+    pid, why = run.members[0] if run.members else (None, "")
+    more = f" (+{len(run.members) - 1} more)" if len(run.members) > 1 else ""
+    line = Text("live run: ", style="dim", no_wrap=True, end="")
+    line.append(f"pid {pid} ", style="bold")
+    line.append(clean_text(why, 100) + more, style="green")
+    return line
 
 
 class ProcessPanel(Panel):
@@ -104,12 +129,12 @@ class ProcessPanel(Panel):
     def compose(self) -> ComposeResult:
         yield TextBlock(id="server-line", classes="body")
         table: DataTable[Text] = DataTable(id="process-table", cursor_type="row", show_cursor=False)
-        for label in ("name", "pid", "state", "RSS", "up", "restarts", "command"):
+        for label in ("name", "pid", "state", "RSS", "up", "restarts", "the run's by", "command"):
             table.add_column(label, key=label)
         yield table
 
     def data_key(self, snap: Snapshot) -> object:
-        return (snap.server, snap.processes, snap.watchdog)
+        return (snap.server, snap.processes, snap.watchdog, snap.live_run)
 
     def show(self, snap: Snapshot) -> None:
         text = server_line(snap.server, snap.time)
@@ -117,6 +142,10 @@ class ProcessPanel(Panel):
         if watchdog is not None:
             text.append("\n")
             text.append_text(watchdog)
+        run = live_run_line(snap.live_run)
+        if run is not None:
+            text.append("\n")
+            text.append_text(run)
         self.query_one("#server-line", Static).update(text)
         table = self.query_one("#process-table", DataTable)
         table.clear()
@@ -124,4 +153,4 @@ class ProcessPanel(Panel):
         for p in order:
             table.add_row(*process_row(p, snap.time), key=f"{p.pid}:{p.create_time}")
         if not order:
-            table.add_row(Text("no processes found", style="dim"), *(Text("") for _ in range(6)))
+            table.add_row(Text("no processes found", style="dim"), *(Text("") for _ in range(7)))

@@ -98,6 +98,9 @@ class RunView:
     container_started_at: float | None
     searched: str  # what was looked for, said when nothing was found
     proc_root: str = procfs.PROC
+    # The newest start of the run's trainer or launcher that rlwatch saw, alive or gone: when nothing of the run is
+    # alive, a leftover is told by being older than the latest attempt.
+    attempt: tuple[str, float] | None = None
     _cmd: dict[int, str] = field(default_factory=dict, compare=False)
 
     @property
@@ -114,6 +117,18 @@ class RunView:
     @property
     def unknown_reason(self) -> str | None:
         return None if self.identified else f"rlwatch cannot tell what the live run is: {self.searched}"
+
+    def _reference(self) -> tuple[float, str] | None:
+        """What a leftover must be older than: the live run's start (core evidence), else the latest attempt."""
+        if self.core:
+            oldest = self._oldest_core()
+            start = self.started_at
+            if start is not None:
+                return start, "the live run" + (f" ({self._describe(oldest)})" if oldest is not None else "")
+        if self.attempt is not None:
+            name, start = self.attempt
+            return start, f"the latest attempt (its {name} started then; rlwatch saw it)"
+        return None
 
     def _oldest_core(self) -> int | None:
         pool = [p for p in (self.core or self.members) if p in self.procs]
@@ -162,20 +177,17 @@ class RunView:
                 "before this container's init (pid 1)",
             )
         orphan = self.orphaned(pid)
-        run_start = self.started_at
-        oldest = self._oldest_core()
         role = self.roles.get(pid)
+        against = self._reference()
         if pid in self.weak:
-            older = started is not None and run_start is not None and started < run_start
-            if self.core and orphan and older and role is None and started is not None and run_start is not None:
+            if against is not None and orphan and role is None and started is not None and started < against[0]:
                 return Verdict(
                     STRAY,
                     f"a leftover of an earlier attempt: {self.members[pid]} but is not part of the live run; "
-                    f"{orphan}; started {_minutes(run_start - started)} before the live run"
-                    + (f" ({self._describe(oldest)})" if oldest is not None else ""),
+                    f"{orphan}; started {_minutes(against[0] - started)} before {against[1]}",
                 )
             return Verdict(RUN, self.members[pid])
-        if not self.identified:
+        if not self.identified and against is None:
             return Verdict(UNKNOWN, f"{self.unknown_reason}")
         if role is not None:
             return Verdict(
@@ -189,15 +201,14 @@ class RunView:
                 f"not part of the live run, but not orphaned: its session or parent is alive ({who}); "
                 "it may be another job",
             )
-        if started is None or run_start is None or started >= run_start:
-            after = (
-                f"{_minutes(started - run_start)} after" if started is not None and run_start is not None else "after"
-            )
+        if against is None and self.started_at is not None:
+            against = (self.started_at, "the live run")
+        if started is None or against is None or started >= against[0]:
+            after = f"{_minutes(started - against[0])} after" if started is not None and against else "after"
             return Verdict(UNKNOWN, f"{orphan}, but it started {after} the live run began: it may belong to it")
         return Verdict(
             STRAY,
-            f"{orphan}; never touched {self.run_dir}; started {_minutes(run_start - started)} before the live run"
-            + (f" ({self._describe(oldest)})" if oldest is not None else ""),
+            f"{orphan}; never touched {self.run_dir}; started {_minutes(against[0] - started)} before {against[1]}",
         )
 
 
@@ -267,14 +278,20 @@ def assess(
     exclude: Collection[str] = (),
     proc_root: str = procfs.PROC,
     files: Mapping[int, list[OpenFile]] | None = None,
+    attempt: tuple[str, float] | None = None,
+    observer: int | None = None,
 ) -> RunView:
     """Find the live run in ``run_dir``. ``roles`` (pid → role) are the live processes role rules selected;
     ``launched`` the (pid, start time) of processes rlwatch started; ``exclude`` paths under the run directory
     that prove nothing (rlwatch's own ``.rlwatch/``, a stand-in device file); ``files`` an already-made scan of the
-    files open under the run directory (:func:`open_files`), read now when absent.
+    files open under the run directory (:func:`open_files`), read now when absent; ``attempt`` the (role, start) of
+    the newest trainer or launcher rlwatch saw; ``observer`` rlwatch's own pid (default: this process): it and its
+    parents read the run's files and work in its directory, which proves nothing about the run.
     """
     root = os.path.realpath(run_dir)
     procs = _read_procs(proc_root)
+    me = os.getpid() if observer is None else observer
+    watchers = {me, *procfs.ancestors(me, parents={pid: p.ppid for pid, p in procs.items()})}
     searched = (
         f"no process works in {root}, holds a file under it open, was started by rlwatch, "
         "or matches a configured role and touches it"
@@ -318,8 +335,13 @@ def assess(
     for pid, fs in files.items():
         if pid in procs and pid not in direct and pid not in weak_direct:
             weak_direct[pid] = f"holds {_rel(fs[0].path, root)} open"
-    core_members = _closure(direct, procs, children)
-    weak_members = {pid: why for pid, why in _closure(weak_direct, procs, children).items() if pid not in core_members}
+    for pid in watchers:
+        direct.pop(pid, None)
+        weak_direct.pop(pid, None)
+    core_members = _closure(direct, procs, children, watchers)
+    weak_members = {
+        pid: why for pid, why in _closure(weak_direct, procs, children, watchers).items() if pid not in core_members
+    }
     members = {**weak_members, **core_members}
     return RunView(
         run_dir=root,
@@ -331,10 +353,13 @@ def assess(
         container_started_at=_container_start(procs, proc_root),
         searched=searched,
         proc_root=proc_root,
+        attempt=attempt,
     )
 
 
-def _closure(direct: Mapping[int, str], procs: Mapping[int, Proc], children: Mapping[int, list[int]]) -> dict[int, str]:
+def _closure(
+    direct: Mapping[int, str], procs: Mapping[int, Proc], children: Mapping[int, list[int]], skip: Collection[int] = ()
+) -> dict[int, str]:
     """The processes with direct evidence, plus their descendants, process groups and sessions — each with how it
     came in ("child of pid 12, which writes train.log")."""
     by_group: dict[int, list[int]] = {}
@@ -358,7 +383,7 @@ def _closure(direct: Mapping[int, str], procs: Mapping[int, Proc], children: Map
             *((s, "in the session of") for s in by_session.get(here.sid, ())),
         ]
         for other, how in related:
-            if other not in out and other in procs:
+            if other not in out and other in procs and other not in skip:
                 anchor[other] = anchor[pid]
                 out[other] = f"{how} pid {anchor[pid]}, which {_verb(direct[anchor[pid]])}"
                 queue.append(other)
