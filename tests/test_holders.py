@@ -253,7 +253,7 @@ def test_a_holder_whose_session_lives_is_unknown(spawn: Spawner, dev: Path, tmp_
 def test_a_new_child_of_the_run_is_the_runs(spawn: Spawner, dev: Path, tmp_path: Path) -> None:
     run_dir = tmp_path / "run"
     run_dir.mkdir()
-    parent, kid_pid = spawn.start(PARENT_OF_HOLDER, str(dev / "nvidia0"), OPENER, cwd=run_dir)
+    _parent, kid_pid = spawn.start(PARENT_OF_HOLDER, str(dev / "nvidia0"), OPENER, cwd=run_dir)
     raw = find_holders(glob_of(dev))
     assert int(kid_pid) in raw
     out = classify(raw, run_dir)
