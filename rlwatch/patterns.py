@@ -64,35 +64,99 @@ class EventKind:
 # Such a line names the error without being one; without this, every chained traceback would count its own code.
 _CODE_LINE = re.compile(r"^\s*(?:#|(?:raise|except|if|elif|assert|return|def|class|await|yield|lambda)\b)")
 
-# Prefixes that wrap whole lines without being part of the message: torch's `[rank0]: ` excepthook, AReaL
-# merged.log's `[role]` padded to ten characters, vLLM child processes' `(EngineCore_0 pid=12) `.
-_PREFIX = re.compile(r"\[rank\d+\]:\s?|\[[A-Za-z][\w.-]*\] *|\([A-Za-z]\w*(?: \w+=\w+)+\) ")
-# vLLM's formatter repeats its record prefix on every line of a multi-line record (a logged traceback).
-_RECORD_PREFIX = re.compile(
-    r"(?:DEBUG|INFO|WARNING|ERROR|CRITICAL) \d\d-\d\d \d\d:\d\d:\d\d(?:\.\d+)? \[?[\w.-]+:\d+\] "
+# ------------------------------------------------------------------------------------------------- line prefixes
+# What wraps a line on its way to the file, outermost first. Each is split off before matching, so that a kind
+# anchored at the start of a message (a metric dict) and the incident tracker (`  File "…", line N`) see the
+# message itself. Timestamps and record prefixes are dropped; the names of writers (a compose service, a rank, a
+# role, a process) are kept as the line's tag, which tells interleaved writers apart.
+#
+# Docker and Kubernetes stamp each line with RFC 3339 time and nanoseconds, then a space:
+#   `docker logs --timestamps` and `kubectl logs --timestamps`: `2026-11-24T05:09:01.123456789Z msg`
+#   CRI log files (/var/log/pods, containerd and CRI-O, kubernetes pkg/kubelet/kuberuntime/logs/logs.go):
+#   `2026-11-24T05:09:01.123456789Z stdout F msg`, `P` for a partial line that the next record continues
+# CI log viewers put the same stamp in brackets (`[2026-01-31T04:40:19Z] `, pytorch/pytorch#174081).
+_STAMP = re.compile(
+    r"\[?\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:[.,]\d{1,9})?(?:Z|[+-]\d\d:?\d\d)\]? (?:(?:stdout|stderr) [FP] )?",
+    re.ASCII,
 )
-_MAX_PREFIXES = 4
-# The characters a prefix can start with: a line starting otherwise has none (the common case, decided at once).
+# docker compose: the service (container) name left-aligned in the width of the longest name plus one, then "| "
+# (docker/compose cmd/formatter/logs.go `%-*s | `, v2; v1 printed `name_1  | ` alike), all of it coloured.
+_COMPOSE = re.compile(r"([A-Za-z0-9][\w.-]*) +\| ", re.ASCII)
+# Writer prefixes:
+#   torch's excepthook and C++ logs after init_process_group: `[rank3]: ` / `[rank3]:[E1124 …`
+#     (torch/distributed/distributed_c10d.py, torch >= 2.3, PR #118190)
+#   AReaL v1 merged.log: `[role]` padded to ten characters, nothing after a longer one (areal/infra/utils/proc.py
+#     `f"[{role}]".ljust(LOG_PREFIX_WIDTH)`); `kubectl logs --prefix`: `[pod/name/container] `
+#   vLLM child processes: `(EngineCore_DP0 pid=456) `, `(APIServer pid=123) `, `(Worker_TP1 pid=899) `, and
+#     before v0.10 `(VllmWorker rank=0 pid=2120280) ` / `(VllmWorkerProcess pid=12) ` (vllm/utils, decorate_logs)
+#   Ray drivers: `(TaskRunner pid=123) `, `(WorkerDict pid=616, ip=192.168.149.159) `, `(pid=12) `, `(raylet) `,
+#     `(autoscaler +1m2s) ` (ray/_private/worker.py print_worker_logs)
+_WRITER = re.compile(
+    r"\[rank\d+\]:\s?"
+    r"|\[[A-Za-z][\w./-]*\]"
+    r"|\((?:[A-Za-z][\w.:-]*(?: [A-Za-z]\w*)* )?\w+=[^\s,()]+(?:,? \w+=[^\s,()]+)*\) ?"
+    r"|\((?:raylet|autoscaler(?: \+\w+)?)\) ",
+    re.ASCII,
+)
+# vLLM's record prefix, which NewLineFormatter repeats on every line of a multi-line record (a logged traceback):
+#   >= v0.6.4: `INFO 11-24 05:09:01 [api_server.py:1234] `, newer ones with a path `[v1/engine/core.py:700] `
+#   older:     `INFO 11-24 05:09:01 api_server.py:1234] ` (vllm/logger.py _FORMAT)
+_RECORD = re.compile(
+    r"(?:DEBUG|INFO|WARNING|ERROR|CRITICAL) \d\d-\d\d \d\d:\d\d:\d\d(?:\.\d+)? \[?[\w./-]+:\d+\] ", re.ASCII
+)
+_ROLE_WIDTH = 10  # AReaL's LOG_PREFIX_WIDTH: a role's padding ends there, and the message's own indentation begins
+_MAX_PREFIXES = 6
+# The characters a writer or record prefix can start with; a line starting otherwise has none unless it starts
+# with a date (a stamp) or holds " | " near its start (compose). Most lines are decided by these tests alone.
 _PREFIX_STARTS = frozenset("[(DIWEC")
+_DIGITS = frozenset("0123456789")
+_MAY_START = frozenset("[(0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz")
+_COMPOSE_NAME_MAX = 96  # where compose's " | " must have appeared (a name padded to the longest service name)
 
 
 def split_prefix(text: str) -> tuple[str, str]:
-    """Split a line into (tag, body): the rank/role/process prefixes, and the message behind them.
+    """Split a line into (tag, body): the writer prefixes, and the message behind every prefix.
 
-    The tag tells interleaved writers apart (rank 0 and rank 1 printing tracebacks into one file at once).
+    The tag tells interleaved writers apart (rank 0 and rank 1 printing tracebacks into one file at once, two
+    compose services in one `docker compose logs`); it never holds a timestamp, which differs on every line.
     """
-    first = text[:1]
-    if first not in _PREFIX_STARTS or (first == "(" and "=" not in text):
-        return "", text  # only the "(Name key=value) " form starts with "(", and it holds an "="
+    first = text[:1]  # the test for "no prefix", inline: it runs on every line of an open traceback
+    if first not in _MAY_START:  # table rules and rows, indented frames, metric dicts: one set lookup
+        return "", text
+    if first in _PREFIX_STARTS:
+        if first == "(" and "=" not in text and not text.startswith(("(raylet)", "(autoscaler")):
+            return "", text
+    elif first in _DIGITS:
+        if text[10:11] != "T" or text[4:5] != "-":
+            return "", text
+    elif text.find(" | ", 0, _COMPOSE_NAME_MAX) < 0:
+        return "", text
     pos = 0
     tag = ""
     for _ in range(_MAX_PREFIXES):
-        m = _PREFIX.match(text, pos)
-        if m:
-            tag += m.group().strip()
-            pos = m.end()
-            continue
-        m = _RECORD_PREFIX.match(text, pos)
+        c = text[pos : pos + 1]
+        if c in "[(":
+            m = _WRITER.match(text, pos)
+            if m is not None:
+                tag += m.group().strip()
+                end = m.end()
+                if text[end - 1] == "]":  # a role: its padding, or one space, but not the message's indentation
+                    stop = max(pos + _ROLE_WIDTH, end + 1)
+                    while end < stop and text[end : end + 1] == " ":
+                        end += 1
+                pos = end
+                continue
+            m = _STAMP.match(text, pos) if c == "[" else None
+        elif c.isdigit():
+            m = _STAMP.match(text, pos)
+        elif c in "DIWEC" and (m := _RECORD.match(text, pos)) is not None:
+            pass
+        elif pos == 0 and c.isalnum():  # compose's prefix is always the outermost
+            m = _COMPOSE.match(text, pos)
+            if m is not None:
+                tag += m.group(1) + "|"
+        else:
+            break
         if m is None:
             break
         pos = m.end()
@@ -128,14 +192,30 @@ _BUILTIN: tuple[EventKind, ...] = (
     _kind(
         "connection_refused",
         _W,
-        r"Connection refused|ConnectionRefusedError|Connect call failed|server can't be reached at",
-        ("Connect", "can't be reached at"),
+        # `Connection refused`: errno 111 as urllib3/requests, aiohttp and httpx print it; `Connect call failed`:
+        # asyncio's ConnectionRefusedError (AReaL's aiohttp client, areal/utils/http.py, v0.4+);
+        # `Cannot connect to host H:P ssl:default [...]`: aiohttp ClientConnectorError (aiohttp 3.x
+        # client_exceptions.py, what AReaL and SGLang's router print whatever the cause); `All connection attempts
+        # failed`: httpx/httpcore ConnectError over anyio (openai >= 1.0 clients, vLLM/SGLang benchmark clients);
+        # `server can't be reached at`: TRL's VLLMClient.check_server_health (trl/generation/vllm_client.py,
+        # trl/extras/vllm_client.py before, TRL >= 0.16).
+        r"Connection refused|ConnectionRefusedError|Connect call failed|server can't be reached at"
+        r"|Cannot connect to host|All connection attempts failed",
+        ("Connect", "can't be reached at", "Cannot connect to host", "All connection attempts failed"),
         code_lines_excluded=True,
     ),
     _kind("traceback", _W, r"Traceback \(most recent call last\):\s*$", ("Traceback (most recent call last)",)),
     _kind("cuda_oom", _C, r"CUDA out of memory|CUDA error: out of memory", ("CUDA",), code_lines_excluded=True),
     _kind("cuda_busy", _C, r"CUDA[^\n]{0,200}?busy or unavailable", ("CUDA",), code_lines_excluded=True),
-    _kind("nccl_timeout", _C, r"Watchdog caught collective operation timeout", ("Watchdog caught",)),
+    _kind(
+        "nccl_timeout",
+        _C,
+        # torch ProcessGroupNCCL.cpp: the collective timeout (torch >= 1.x, behind `[PG ID 0 PG GUID 0(default_pg)
+        # Rank 0] ` since 2.3), and the heartbeat monitor's "watchdog got stuck for 480 seconds" (torch >= 2.2),
+        # which aborts a process whose collectives hang without timing out.
+        r"Watchdog caught collective operation timeout|ProcessGroupNCCL's watchdog got stuck for \d+ seconds",
+        ("Watchdog caught", "watchdog got stuck for"),
+    ),
     _kind(
         "nccl_error",
         _C,
@@ -154,9 +234,49 @@ _BUILTIN: tuple[EventKind, ...] = (
     _kind(
         "engine_dead",
         _C,
+        # vLLM V1 (vllm/v1/engine/core.py, core_client.py, exceptions.py, v1/executor/multiproc_executor.py;
+        # v0.8 to now): `EngineCore failed to start.`, `EngineCore encountered a fatal error.`,
+        # `vllm.v1.engine.exceptions.EngineDeadError: EngineCore encountered an issue. …`,
+        # `Engine core proc EngineCore_DP0 died unexpectedly, shutting down client.` (also printed when an offline
+        # `LLM` is torn down at interpreter exit, vllm-project/vllm#32468), `Worker proc VllmWorker-0 died
+        # unexpectedly, shutting down executor.`.
+        # vLLM V0 (vllm/engine/async_llm_engine.py, multiprocessing/client.py, entrypoints/launcher.py;
+        # v0.2 to v0.10): `AsyncEngineDeadError: Background loop has errored already.`,
+        # `RuntimeError('Engine loop has died')` (v0.6 to v0.10), `AsyncLLMEngine has failed, terminating server
+        # process` (CRITICAL, launcher.py, v0.4 to v0.10).
         r"EngineDeadError|EngineCore encountered a fatal error|EngineCore failed to start"
-        r"|Scheduler hit an exception|Received sigquit from a child process",
-        ("EngineDeadError", "EngineCore", "Scheduler hit an exception", "Received sigquit"),
+        r"|Engine core proc \S+ died unexpectedly|Worker proc \S+ died unexpectedly"
+        r"|Engine loop has died|AsyncLLMEngine has failed, terminating server process"
+        # SGLang: every subprocess logs `<Name> hit an exception: <traceback>` and sends SIGQUIT to its parent
+        # (managers/scheduler.py `Scheduler`, detokenizer_manager.py `DetokenizerManager`,
+        # data_parallel_controller.py `DataParallelController`, tp_worker_overlap_thread.py
+        # `TpModelWorkerClient`, multi_tokenizer_mixin.py `MultiDetokenizerRouter`, scheduler subclasses such as
+        # `PipelinedDecoupledSMCScheduler`; v0.3.1 to now). The parent logs `Received sigquit from a child
+        # process. It usually means the child failed.` (srt/server.py then entrypoints/engine.py; spelt
+        # `child proces.` up to v0.4.3, sgl-project/sglang#3685), since v0.5 the TokenizerManager's
+        # running-phase handler `SIGQUIT received. signum=None, frame=None. It usually means one child failed.`
+        # (managers/tokenizer_manager.py, sgl-project/sglang#12076), and the subprocess watchdog
+        # `Subprocess scheduler_0 (pid=N) crashed with exit code -3. Triggering SIGQUIT for cleanup...`.
+        # SGLang v0.1 to v0.3.0: `Exception in ModelTpServer:` (managers/controller/tp_worker.py) and
+        # `Exception in ControllerSingle:` / `Exception in ControllerMulti:` (managers/controller_*.py).
+        r"|\b\w*(?:Scheduler|Manager|Controller|WorkerClient|Router) hit an exception"
+        r"|Received sigquit from a child proces|SIGQUIT received\.[^\n]*It usually means one child failed"
+        r"|Subprocess \S+ \(pid=\d+\) crashed with exit code"
+        r"|Exception in (?:ModelTpServer|ControllerSingle|ControllerMulti)\b",
+        (
+            "EngineDeadError",
+            "EngineCore",
+            "Engine core proc ",
+            "Worker proc ",
+            "Engine loop has died",
+            "AsyncLLMEngine has failed",
+            "hit an exception",
+            "Received sigquit",
+            "It usually means one child failed",
+            "Subprocess ",
+            "Exception in ModelTpServer",
+            "Exception in Controller",
+        ),
         code_lines_excluded=True,
     ),
     # emergency_brake comes from the configuration: see build_kinds.
@@ -186,6 +306,11 @@ _BUILTIN: tuple[EventKind, ...] = (
     _kind(
         "server_ready",
         _I,
+        # SGLang: `The server is fired up and ready to roll!` (srt/server.py, then entrypoints/http_server.py;
+        # v0.1 to now, INFO). AReaL: `Servers are all ready!` (RemoteInfEngine) and `SGLang server launched at:`
+        # (SGLangWrapper). vLLM: `Starting vLLM API server on http://…` (v0.4 to v0.9), `Starting vLLM API server
+        # 0 on http://…` (v0.10+), `Starting vLLM server on …` (api_server.py). uvicorn: `Application startup
+        # complete.` (vLLM's OpenAI server, `trl vllm-serve`, SGLang's HTTP server).
         r"The server is fired up and ready to roll|Servers are all ready!|SGLang server launched at"
         r"|Starting vLLM (?:API )?server|Application startup complete\.",
         (

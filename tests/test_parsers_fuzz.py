@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 
 from rlwatch.clock import FakeClock
 from rlwatch.knobs import load_knobs
+from rlwatch.patterns import split_prefix
 from rlwatch.sources.checkpoints import parse_areal_name, parse_hf_name, parse_trainer_state
 from rlwatch.sources.recover import StepInfo, next_step, parse_step_info, read_recover
 from rlwatch.state import LogLine
@@ -157,3 +158,49 @@ def test_tracker_survives_anything(lines: list[tuple[str, float, str]], now: flo
     assert all(math.isfinite(r) for r in state.rewards)
     assert state.steps_per_hour is None or state.steps_per_hour > 0
     assert state.last_step is None or state.last_step >= 0
+
+
+@given(st.text())
+def test_split_prefix_never_raises_and_keeps_the_end(text: str) -> None:
+    tag, body = split_prefix(text)
+    assert text.endswith(body)
+    assert len(tag) <= len(text) - len(body)
+
+
+_writers = st.sampled_from(
+    [
+        "",
+        "[rank3]: ",
+        "[rollout] ",
+        "(EngineCore_DP0 pid=456) ",
+        "(WorkerDict pid=616, ip=192.168.149.159) ",
+        "(VllmWorker TP1 pid=675229) ",
+    ]
+)
+_records = st.sampled_from(["", "ERROR 11-24 05:09:01 [v1/engine/core.py:700] ", "INFO 05-06 20:59:57 client.py:250] "])
+_stamps = st.builds(
+    lambda nanos, zone, cri: f"2026-11-24T05:09:01.{nanos}{zone} " + ("stdout F " if cri else ""),
+    st.integers(min_value=0, max_value=999_999_999).map(str),
+    st.sampled_from(["Z", "+01:00", "-0530"]),
+    st.booleans(),
+)
+# What follows every prefix: a message that does not itself start like one (a frame, an exception, a dict).
+_messages = st.sampled_from(
+    ['  File "x.py", line 3, in f', "RuntimeError: boom", "{'loss': 0.1}", "Traceback (most recent call last):", ""]
+)
+
+
+@given(
+    st.sampled_from(["", "sglang-1  | ", "trainer_1 | "]),
+    st.one_of(st.just(""), _stamps),
+    _writers,
+    _records,
+    _messages,
+)
+def test_split_prefix_finds_the_message_behind_any_stack_of_prefixes(
+    service: str, stamp: str, writer: str, record: str, message: str
+) -> None:
+    tag, body = split_prefix(service + stamp + writer + record + message)
+    assert body == message
+    assert "2026" not in tag  # a time is never part of the writer's name
+    assert tag.startswith(service.split(" ", maxsplit=1)[0] + "|" if service else "")

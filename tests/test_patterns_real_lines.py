@@ -1,5 +1,7 @@
 """Every built-in kind recognises the real lines the frameworks print, wrapped the ways they really are, and does
-not fire on near misses. Lines are copied from the formats fact sheet (and the issues it cites)."""
+not fire on near misses or on the ordinary lines around them. Lines are copied from the frameworks' own format
+strings and from the public issue threads named beside them (the formats fact sheet cites the rest); prefixes are
+built as docker, docker compose, Kubernetes, torch, vLLM and Ray write them."""
 
 from __future__ import annotations
 
@@ -11,7 +13,7 @@ import pytest
 from rlwatch.clock import FakeClock
 from rlwatch.config import CustomEvent, EventsConfig
 from rlwatch.events import EventCounter, build_kinds
-from rlwatch.patterns import Matcher, builtin_kinds, required_literals
+from rlwatch.patterns import Matcher, builtin_kinds, required_literals, split_prefix
 from rlwatch.state import LogLine
 from rlwatch.tailer import Chunk
 
@@ -47,8 +49,45 @@ def merged(msg: str) -> str:
     return "[rollout]".ljust(10) + msg
 
 
-ALL = (plain, areal, rank, merged)
-WHOLE_LINE = (plain, rank, merged)  # formats that only ever start a line (metric dicts)
+def compose(msg: str) -> str:
+    """`docker compose up` / `logs`: the service name padded to the longest one plus one, then "| " (docker/compose
+    cmd/formatter/logs.go `%-*s | `), coloured as a whole."""
+    return f"\x1b[36msglang-1  | \x1b[0m{msg}"
+
+
+def compose_stamped(msg: str) -> str:
+    """`docker compose logs --timestamps`: the prefix, then the RFC 3339 time with nanoseconds and its offset."""
+    return f"trainer  | 2026-11-24T05:09:01.123456789+01:00 {msg}"
+
+
+def docker(msg: str) -> str:
+    """`docker logs --timestamps` and `kubectl logs --timestamps`: RFC3339Nano in UTC, trailing zeros dropped."""
+    return f"2026-11-24T05:09:01.12345Z {msg}"
+
+
+def cri(msg: str) -> str:
+    """A CRI log file under /var/log/pods (containerd, CRI-O): time, stream, F for a full line."""
+    return f"2026-11-24T05:09:01.123456789Z stderr F {msg}"
+
+
+def vllm_child(msg: str) -> str:
+    """vLLM >= 0.10: a child process's name and pid, then the record prefix with a path."""
+    return f"(EngineCore_DP0 pid=456) ERROR 11-24 05:09:01 [v1/engine/core.py:700] {msg}"
+
+
+def ray(msg: str) -> str:
+    """A Ray driver relaying an actor's line (ray/_private/worker.py print_worker_logs), coloured."""
+    return f"\x1b[36m(WorkerDict pid=616, ip=192.168.149.159)\x1b[0m {msg}"
+
+
+def kube_rank(msg: str) -> str:
+    """A torchrun rank's traceback line read from its pod's CRI log file."""
+    return f"2026-11-24T05:09:01.5Z stdout F [rank3]: {msg}"
+
+
+TRANSPORT = (compose, compose_stamped, docker, cri, vllm_child, ray, kube_rank)
+ALL = (plain, areal, rank, merged, *TRANSPORT)
+WHOLE_LINE = (plain, rank, merged, *TRANSPORT)  # formats that only ever start a line (metric dicts)
 
 REAL: list[tuple[str, str, tuple[Callable[[str], str], ...]]] = [
     # connection_refused
@@ -77,6 +116,15 @@ REAL: list[tuple[str, str, tuple[Callable[[str], str], ...]]] = [
         "seconds. Make sure the server is running by running `trl vllm-serve`.",
         ALL,
     ),
+    # aiohttp ClientConnectorError (aiohttp 3.x client_exceptions.py) without asyncio's detail
+    (
+        "connection_refused",
+        "aiohttp.client_exceptions.ClientConnectorError: Cannot connect to host 10.244.3.17:17331 ssl:default "
+        "[Name or service not known]",
+        ALL,
+    ),
+    # httpcore/httpx over anyio (openai >= 1.0 clients), as pasted in a public vLLM-Ascend CI triage
+    ("connection_refused", "httpcore.ConnectError: All connection attempts failed", ALL),
     # traceback
     ("traceback", "Traceback (most recent call last):", ALL),
     ("traceback", "[2025-03-14 02:15:58 TP0] Scheduler hit an exception: Traceback (most recent call last):", ALL),
@@ -107,6 +155,13 @@ REAL: list[tuple[str, str, tuple[Callable[[str], str], ...]]] = [
         "[rank0]:[E626 06:24:44.903881913 ProcessGroupNCCL.cpp:616] [Rank 0] Watchdog caught collective operation "
         "timeout: WorkNCCL(SeqNum=808, OpType=ALLREDUCE, NumelIn=9801523, NumelOut=9801523, Timeout(ms)=600000) ran "
         "for 600030 milliseconds before timing out.",
+        ALL,
+    ),
+    # torch ProcessGroupNCCL heartbeat monitor (torch >= 2.2), as pasted with its rank prefix in a public report
+    (
+        "nccl_timeout",
+        "[rank1]:[E1111 17:10:53] ProcessGroupNCCL's watchdog got stuck for 480 seconds without making progress in "
+        "monitoring enqueued collectives.",
         ALL,
     ),
     # nccl_error
@@ -158,6 +213,77 @@ REAL: list[tuple[str, str, tuple[Callable[[str], str], ...]]] = [
         "[2025-03-14 02:15:59] Received sigquit from a child process. It usually means the child failed.",
         ALL,
     ),
+    # vLLM V1 core_client.py (v0.8 to now; [core_client.py:564] in 0.11): vllm-project/vllm#27549, #32468
+    (
+        "engine_dead",
+        "ERROR 10-23 18:21:12 [core_client.py:597] Engine core proc EngineCore_DP0 died unexpectedly, shutting down "
+        "client.",
+        ALL,
+    ),
+    (
+        "engine_dead",
+        "(APIServer pid=215332) ERROR 09-05 01:15:59 [core_client.py:562] Engine core proc EngineCore_0 died "
+        "unexpectedly, shutting down client.",
+        ALL,
+    ),
+    # vLLM V1 v1/executor/multiproc_executor.py (v0.8 to now), as pasted in a public vLLM-Ascend report (2025-10)
+    (
+        "engine_dead",
+        "(EngineCore_DP0 pid=137324) ERROR 10-29 08:32:36 [multiproc_executor.py:154] Worker proc VllmWorker-0 died "
+        "unexpectedly, shutting down executor.",
+        ALL,
+    ),
+    # vLLM V0 AsyncLLMEngine (vllm/engine/async_llm_engine.py, v0.2 to v0.10): vllm-project/vllm#5060 (0.4.2)
+    ("engine_dead", "vllm.engine.async_llm_engine.AsyncEngineDeadError: Background loop has errored already.", ALL),
+    # vLLM V0 MQLLMEngine client (vllm/engine/multiprocessing/client.py, v0.6 to v0.10): vllm-project/vllm#10102
+    ("engine_dead", "ERROR 12-19 16:32:36 client.py:250] RuntimeError('Engine loop has died')", ALL),
+    # vLLM V0 entrypoints/launcher.py (v0.4 to v0.10, CRITICAL): vllm-project/vllm#9230
+    (
+        "engine_dead",
+        "CRITICAL 11-04 23:40:27 launcher.py:72] AsyncLLMEngine has failed, terminating server process",
+        ALL,
+    ),
+    # SGLang <Name> hit an exception (managers/*.py, v0.3.1 to now): sgl-project/sglang#9329, #26265
+    (
+        "engine_dead",
+        "[2025-08-15 14:25:48] DetokenizerManager hit an exception: Traceback (most recent call last):",
+        ALL,
+    ),
+    ("engine_dead", "[TP0] Scheduler hit an exception: Traceback (most recent call last):", ALL),
+    # SGLang data_parallel_controller.py and tp_worker_overlap_thread.py (their format strings, v0.4 to now)
+    (
+        "engine_dead",
+        "[2025-03-14 02:15:58] DataParallelController hit an exception: Traceback (most recent call last):",
+        ALL,
+    ),
+    (
+        "engine_dead",
+        "[2025-03-14 02:15:58 TP1] TpModelWorkerClient hit an exception: Traceback (most recent call last):",
+        ALL,
+    ),
+    # SGLang srt/server.py up to v0.4.3 spelt "proces": sgl-project/sglang#3685 (a log of 2025-01-20)
+    (
+        "engine_dead",
+        "[2025-01-20 19:10:07] Received sigquit from a child proces. It usually means the child failed.",
+        ALL,
+    ),
+    # SGLang >= 0.5 managers/tokenizer_manager.py running_phase_sigquit_handler: sgl-project/sglang#12076 (where
+    # it came compose-prefixed), #36081 (v0.5.18)
+    (
+        "engine_dead",
+        "[2025-10-29 11:26:03] SIGQUIT received. signum=None, frame=None. It usually means one child failed.",
+        ALL,
+    ),
+    # SGLang's subprocess watchdog (entrypoints/engine.py, 2026), as pasted in a public report
+    (
+        "engine_dead",
+        "[2026-08-10 09:47:36] Subprocess scheduler_0 (pid=3417555) crashed with exit code -3. Triggering SIGQUIT "
+        "for cleanup...",
+        ALL,
+    ),
+    # SGLang v0.1 to v0.3.0 managers/controller/tp_worker.py and controller_single.py: sgl-project/sglang#747
+    ("engine_dead", "Exception in ModelTpServer:", ALL),
+    ("engine_dead", "Exception in ControllerSingle:", ALL),
     # emergency_brake (the workers' own wording: no framework prints one)
     ("emergency_brake", "WARNING emergency brake: only 1.8 GB free, not starting trial 952", ALL),
     ("emergency_brake", "EMERGENCY_BRAKE engaged (free 1.2 GiB < 2.0 GiB)", ALL),
@@ -276,6 +402,14 @@ NEAR_MISSES: list[tuple[str, str]] = [
     ("timeout", "[Rank 0] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=8, Timeout(ms)=600000)"),
     ("child_failed", "    raise ChildFailedError("),
     ("engine_dead", "(EngineCore_0 pid=4242) INFO 05-06 20:59:57 [core.py:58] Initializing a V1 LLM engine"),
+    # Python's multiprocessing resource tracker, printed at the end of many healthy runs
+    ("engine_dead", "resource_tracker: process died unexpectedly, relaunching. Some resources might leak."),
+    ("engine_dead", "Exception in thread Thread-3 (_bootstrap):"),
+    ("engine_dead", "DatabaseExists() hit an exception: timeout"),
+    ("engine_dead", "Subprocess exited with code 0"),
+    ("engine_dead", "INFO 06-11 11:46:37 [loggers.py:118] Engine 001: Avg prompt throughput: 1.5 tokens/s"),
+    ("nccl_timeout", "export TORCH_NCCL_HEARTBEAT_TIMEOUT_SEC=1800  # the watchdog got stuck before"),
+    ("connection_refused", "[2026-09-22 01:05:16] Scheduler debug info: cannot connect to the profiler"),
     ("emergency_brake", "brake released"),
     ("emergency_brake", "emergency contact: none"),
     ("emergency_brake", "    if emergency_brake_enabled:"),
@@ -380,3 +514,155 @@ def test_subscribers_get_clean_text() -> None:
     assert [(g.lineno, g.text) for g in got] == [
         (7, "20251121-09:15:30.652 StatsLogger INFO: Epoch 1/1 Step 1/2 Train step 1/2 done.")
     ]
+
+
+# Each prefix form as it arrives, with the tag it leaves (the writer, never a time) and the message behind it.
+PREFIXES: list[tuple[str, str, str]] = [
+    # docker compose v2 (docker/compose cmd/formatter/logs.go), verbatim from sgl-project/sglang#12076
+    (
+        "sglang-1  | [2025-10-29 11:26:03] SIGQUIT received. signum=None, frame=None. It usually means one child "
+        "failed.",
+        "sglang-1|",
+        "[2025-10-29 11:26:03] SIGQUIT received. signum=None, frame=None. It usually means one child failed.",
+    ),
+    # compose in front of vLLM's child prefix and record prefix: a public vLLM report (qwen3-vl, 2025-11)
+    (
+        "qwen3-vl-32b  | (EngineCore_DP0 pid=413) ERROR 11-10 12:30:57 [core.py:710] EngineCore encountered a fatal "
+        "error.",
+        "qwen3-vl-32b|(EngineCore_DP0 pid=413)",
+        "EngineCore encountered a fatal error.",
+    ),
+    # compose's single-service form (name padded by one), frames of a traceback keep their indentation
+    (
+        'sglang-1 |   File "/usr/lib/python3.12/asyncio/runners.py", line 195, in run',
+        "sglang-1|",
+        '  File "/usr/lib/python3.12/asyncio/runners.py", line 195, in run',
+    ),
+    # compose v1 (docker-compose 1.x): `name_1  | `
+    ("trainer_1  | Traceback (most recent call last):", "trainer_1|", "Traceback (most recent call last):"),
+    # docker compose logs --timestamps: RFC 3339 with nanoseconds and the local offset after the prefix
+    (
+        "trainer  | 2026-11-24T05:09:01.123456789+01:00 Traceback (most recent call last):",
+        "trainer|",
+        "Traceback (most recent call last):",
+    ),
+    # docker logs --timestamps / kubectl logs --timestamps (RFC3339Nano, UTC)
+    ("2026-11-24T05:09:01.123456789Z Traceback (most recent call last):", "", "Traceback (most recent call last):"),
+    ("2026-11-24T05:09:01Z     self.run()", "", "    self.run()"),
+    # CRI log files (kubernetes pkg/kubelet/kuberuntime/logs/logs.go): full and partial records
+    (
+        "2026-11-24T05:09:01.123456789Z stdout F (APIServer pid=123) INFO 11-24 05:09:01 [api_server.py:1234] "
+        "Starting vLLM API server 0 on http://0.0.0.0:8000",
+        "(APIServer pid=123)",
+        "Starting vLLM API server 0 on http://0.0.0.0:8000",
+    ),
+    ("2026-11-24T05:09:01.1Z stderr P [rank3]: Traceback", "[rank3]:", "Traceback"),
+    # a CI viewer's bracketed stamp in front of SGLang's own: sgl-project/sglang#12827
+    (
+        "[2025-11-06T02:10:00.703Z] [2025-11-06 02:10:00] Received sigquit from a child process. It usually means "
+        "the child failed.",
+        "",
+        "[2025-11-06 02:10:00] Received sigquit from a child process. It usually means the child failed.",
+    ),
+    # vLLM's newer record prefix with a path, and the older one without brackets
+    (
+        "(Worker_TP3 pid=255093) ERROR 01-11 09:43:23 [v1/executor/multiproc_executor.py:671] WorkerProc hit an "
+        "exception.",
+        "(Worker_TP3 pid=255093)",
+        "WorkerProc hit an exception.",
+    ),
+    (
+        "ERROR 12-19 16:32:36 client.py:250] Traceback (most recent call last):",
+        "",
+        "Traceback (most recent call last):",
+    ),
+    # vLLM 0.10 nested workers, and the 0.8-0.9 forms with a space or a rank: vllm-project/vllm#23517, #21728
+    (
+        "(EngineCore_0 pid=675221) (VllmWorker TP1 pid=675229) INFO 08-25 11:01:23 [default_loader.py:267] Loading "
+        "weights took 1.13 seconds",
+        "(EngineCore_0 pid=675221)(VllmWorker TP1 pid=675229)",
+        "Loading weights took 1.13 seconds",
+    ),
+    ("(VllmWorker rank=0 pid=2120280) ", "(VllmWorker rank=0 pid=2120280)", ""),
+    # Ray (ray/_private/worker.py print_worker_logs): actor with remote ip, bare pid, raylet
+    (
+        "(WorkerDict pid=616, ip=192.168.149.159) Traceback (most recent call last):",
+        "(WorkerDict pid=616, ip=192.168.149.159)",
+        "Traceback (most recent call last):",
+    ),
+    ("(pid=4242) Engine loop has died", "(pid=4242)", "Engine loop has died"),
+    ("(raylet) [2026-01-05 10:00:00] worker died", "(raylet)", "[2026-01-05 10:00:00] worker died"),
+    # torch rank prefixes: the Python excepthook and glog
+    ("[rank3]: Traceback (most recent call last):", "[rank3]:", "Traceback (most recent call last):"),
+    (
+        "[rank0]:[E626 06:24:44.903881913 ProcessGroupNCCL.cpp:616] x",
+        "[rank0]:",
+        "[E626 06:24:44.903881913 ProcessGroupNCCL.cpp:616] x",
+    ),
+    # AReaL merged.log and kubectl logs --prefix
+    # (areal/infra/utils/proc.py: `f"[{role}]".ljust(10)`, so a frame's own indentation survives the padding)
+    ('[rollout]   File "/x/rlvr.py", line 9, in arun', "[rollout]", '  File "/x/rlvr.py", line 9, in arun'),
+    ("[actor]   RuntimeError: boom", "[actor]", "RuntimeError: boom"),
+    ("[controller]RuntimeError: boom", "[controller]", "RuntimeError: boom"),
+    ("[rollout] Traceback (most recent call last):", "[rollout]", "Traceback (most recent call last):"),
+    ("[pod/sglang-0/server] Received sigquit", "[pod/sglang-0/server]", "Received sigquit"),
+    # not prefixes: SGLang's own record start, a plain message with a bar, a number, a message in parentheses
+    ("[2025-03-14 02:15:58 TP0] Decode batch", "", "[2025-03-14 02:15:58 TP0] Decode batch"),
+    ("  | reward | 0.5 |", "", "  | reward | 0.5 |"),
+    ("20251121-09:15:30.652 Recover INFO: x", "", "20251121-09:15:30.652 Recover INFO: x"),
+    ("(see above) the run failed", "", "(see above) the run failed"),
+    ("ValueError: a | b", "", "ValueError: a | b"),
+]
+
+
+@pytest.mark.parametrize(("line", "tag", "body"), PREFIXES, ids=[f"prefix-{i}" for i in range(len(PREFIXES))])
+def test_prefixes_are_split_off(line: str, tag: str, body: str) -> None:
+    from rlwatch.textsafe import strip_ansi
+
+    assert split_prefix(strip_ansi(line)) == (tag, body)
+
+
+def test_a_stamped_traceback_reads_as_one_from_compose() -> None:
+    """Every line of a traceback from `docker compose logs -t` carries a different time: the tag must not."""
+    lines = [
+        "sglang-1  | 2026-11-24T05:09:01.100000001Z Traceback (most recent call last):",
+        'sglang-1  | 2026-11-24T05:09:01.100000002Z   File "/x/scheduler.py", line 3, in run',
+        "sglang-1  | 2026-11-24T05:09:01.100000003Z RuntimeError: boom",
+    ]
+    split = [split_prefix(line) for line in lines]
+    assert {tag for tag, _ in split} == {"sglang-1|"}
+    assert [body for _, body in split] == [
+        "Traceback (most recent call last):",
+        '  File "/x/scheduler.py", line 3, in run',
+        "RuntimeError: boom",
+    ]
+
+
+# Ordinary lines each framework prints by the thousand beside the ones that matter: none is any kind.
+UNREMARKABLE = [
+    # SGLang scheduler_metrics_mixin.py
+    "[2025-02-22 00:51:13 TP0] Prefill batch. #new-seq: 1, #new-token: 64, #cached-token: 0, cache hit rate: 0.00%, "
+    "token usage: 0.02, #running-req: 0, #queue-req: 1",
+    "sglang-1  | [2025-08-04 10:10:08] Load weight end. type=XLMRobertaModel, dtype=torch.float16, avail mem=77.66 GB",
+    # vLLM v1/metrics/loggers.py and uvicorn access logs
+    "(APIServer pid=1) INFO 06-11 11:46:37 [loggers.py:118] Engine 001: Avg prompt throughput: 1.5 tokens/s, Avg "
+    "generation throughput: 10.0 tokens/s, Running: 0 reqs, Waiting: 0 reqs, GPU KV cache usage: 0.0%",
+    '2026-11-24T05:09:01.123456789Z stdout F INFO:     10.9.147.84:47210 - "GET /metrics HTTP/1.1" 200 OK',
+    "(EngineCore_DP0 pid=456) INFO 11-24 05:09:01 [gpu_worker.py:255] Available KV cache memory: 18.83 GiB",
+    "INFO:     Waiting for application startup.",
+    "INFO:     Uvicorn running on http://0.0.0.0:8000 (Press CTRL+C to quit)",
+    # TRL/transformers progress bar, AReaL's noise, torch's harmless warning
+    " 12%|█▏        | 60/500 [03:12<23:28,  3.20s/it]",
+    "[FSDPEngine Rank 1] INFO: Microbatch #tokens (rank 1): [4096, 4096], padded to: [4096, 4096], padding lengths: "
+    "[0, 0]",
+    "[rank4]:[W823 09:11:05.020988021 ProcessGroupNCCL.cpp:1624] Warning: WARNING: destroy_process_group() was not "
+    "called before program exit, which can leak resources.",
+    "(WorkerDict pid=616, ip=192.168.149.159) INFO 07-28 23:02:25 [cuda.py:290] Using Flash Attention backend.",
+    "trainer  | 2026-11-24T05:09:01.123456789+01:00 ",
+    "",
+]
+
+
+@pytest.mark.parametrize("line", UNREMARKABLE, ids=[f"quiet-{i}" for i in range(len(UNREMARKABLE))])
+def test_an_unremarkable_line_is_not_counted(line: str) -> None:
+    assert counted(line) == []
