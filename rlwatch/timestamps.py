@@ -2,11 +2,14 @@
 
 Counting a backlog must place old events at their own time, not at the time rlwatch happened to read them, or
 every rate and "first seen" would be wrong after a restart of rlwatch. Only matched lines are parsed, so this is
-off the hot path. All formats are local time without a zone, as the frameworks write them.
+off the hot path. The frameworks write local time without a zone; the stamps that container runtimes put in front
+of each line (docker, Kubernetes, CRI log files) are RFC 3339 with a zone, and win where a line holds both: they
+come first, carry the year and the zone, and were taken when the line was written.
 """
 
 from __future__ import annotations
 
+import calendar
 import re
 import time
 from datetime import datetime
@@ -20,6 +23,11 @@ _SEARCH_CHARS = 200
 
 _HMS = re.compile(r"\d\d:\d\d:\d\d", re.ASCII)
 HMS_BYTES = re.compile(rb"\d\d:\d\d:\d\d")  # the same test on raw bytes: skips decoding lines without a time
+# docker logs --timestamps, kubectl logs --timestamps, CRI log files, docker compose --timestamps:
+# "2026-11-24T05:09:01.123456789Z" (RFC3339Nano, UTC; trailing zeros dropped) or with an offset "+01:00".
+_RFC3339 = re.compile(
+    r"(?<!\d)(\d{4})-(\d\d)-(\d\d)T(\d\d):(\d\d):(\d\d)(?:[.,](\d{1,9}))?(Z|[+-]\d\d:?\d\d)(?![\d:])", re.ASCII
+)
 # AReaL: 20251121-09:15:30.652
 _AREAL = re.compile(r"(?<!\d)(\d{4})(\d\d)(\d\d)-(\d\d):(\d\d):(\d\d)(?:\.(\d{1,6}))?(?!\d)", re.ASCII)
 # SGLang "[2025-03-14 02:15:58 TP0]", Python logging "2025-03-14 02:15:58,123", ISO "2025-03-14T02:15:58.1"
@@ -48,6 +56,23 @@ def _minute(year: int, month: int, day: int, hour: int, minute: int) -> float | 
 def _minute_of(year: str, month: str, day: str, hour: str, minute: str) -> float | None:
     """:func:`_minute` of fixed-width digit fields as matched (the same minute is always spelt the same)."""
     return _minute(int(year), int(month), int(day), int(hour), int(minute))
+
+
+@lru_cache(maxsize=4096)
+def _utc_minute(year: str, month: str, day: str, hour: str, minute: str, zone: str) -> float | None:
+    """Epoch seconds of the start of a minute written in UTC or with an offset (``Z``, ``+01:00``, ``-0530``)."""
+    try:
+        fields = (int(year), int(month), int(day), int(hour), int(minute))
+        datetime(*fields)  # validates the date, which timegm does not
+    except (ValueError, OverflowError):
+        return None
+    offset = 0
+    if zone != "Z":
+        digits = zone[1:].replace(":", "")
+        offset = (int(digits[:2]) * 60 + int(digits[2:])) * 60
+        if zone[0] == "-":
+            offset = -offset
+    return float(calendar.timegm((*fields, 0, 0, 0, 0)) - offset)
 
 
 def _in_minute(start: float | None, second: int, frac: str | None) -> float | None:
@@ -97,6 +122,11 @@ def parse_time(text: str, now: float) -> float | None:
         return None
     # Searched in place (not sliced) so look-behinds still see the characters before the window.
     lo, hi = max(0, clock.start() - 24), clock.end() + 12
+    if head[clock.start() - 1 : clock.start()] == "T":  # the RFC 3339 stamp of a container runtime
+        m = _RFC3339.search(head, lo, clock.end() + 18)
+        if m:
+            g = m.groups()
+            return _in_minute(_utc_minute(g[0], g[1], g[2], g[3], g[4], g[7]), int(g[5]), g[6])
     for full in (_AREAL, _ISO):
         m = full.search(head, lo, hi)
         if m:

@@ -1,8 +1,10 @@
-"""Line timestamps: every framework format, year inference for year-less formats, and no crash on any text."""
+"""Line timestamps: every framework format, the stamps container runtimes put in front of lines, year inference for
+year-less formats, and no crash on any text."""
 
 from __future__ import annotations
 
-from datetime import datetime
+import calendar
+from datetime import datetime, timedelta, timezone
 
 import pytest
 from hypothesis import given
@@ -12,6 +14,10 @@ from rlwatch.textsafe import strip_ansi
 from rlwatch.timestamps import parse_time
 
 NOW = datetime(2025, 11, 21, 12, 0, 0).timestamp()  # local time, like the formats
+
+
+def utc(year: int, month: int, day: int, hour: int, minute: int, second: int) -> float:
+    return float(calendar.timegm((year, month, day, hour, minute, second, 0, 0, 0)))
 
 
 def local(year: int, month: int, day: int, hour: int, minute: int, second: int, micro: int = 0) -> float:
@@ -52,6 +58,68 @@ def local(year: int, month: int, day: int, hour: int, minute: int, second: int, 
 def test_formats(line: str, expected: float) -> None:
     got = parse_time(strip_ansi(line), NOW)
     assert got == pytest.approx(expected, abs=1e-6)
+
+
+@pytest.mark.parametrize(
+    ("line", "expected"),
+    [
+        # docker logs --timestamps / kubectl logs --timestamps: RFC3339Nano in UTC, nanoseconds kept to the micro
+        (
+            "2026-11-24T05:09:01.123456789Z Traceback (most recent call last):",
+            utc(2026, 11, 24, 5, 9, 1) + 0.123456789,
+        ),
+        # RFC3339Nano drops trailing zeros, and whole seconds lose the fraction
+        ("2026-11-24T05:09:01.5Z x", utc(2026, 11, 24, 5, 9, 1) + 0.5),
+        ("2026-11-24T05:09:01Z x", utc(2026, 11, 24, 5, 9, 1)),
+        # CRI log files (containerd writes its host's offset), full and partial records
+        (
+            "2026-11-24T05:09:01.123456789Z stdout F INFO:     Application startup complete.",
+            utc(2026, 11, 24, 5, 9, 1) + 0.123456789,
+        ),
+        ("2026-11-24T06:09:01.25+01:00 stderr P [rank3]: Traceback", utc(2026, 11, 24, 5, 9, 1) + 0.25),
+        # docker compose logs --timestamps: after the service prefix, with the local offset
+        ("sglang-1  | 2026-11-24T00:09:01.000000000-05:00 [2026-11-24 00:09:01] x", utc(2026, 11, 24, 5, 9, 1)),
+        ("web  | 2026-11-24T10:39:01.1+0530 x", utc(2026, 11, 24, 5, 9, 1) + 0.1),
+        # the runtime's stamp wins over the framework's own (zone, year, and when it was really written)
+        (
+            "2026-11-24T05:09:01.5Z (APIServer pid=1) ERROR 11-24 07:00:00 [core_client.py:564] Engine core proc",
+            utc(2026, 11, 24, 5, 9, 1) + 0.5,
+        ),
+        # a CI viewer's bracketed stamp: sgl-project/sglang#12827
+        ("[2025-11-06T02:10:00.703Z] [2025-11-06 02:10:00] Received sigquit", utc(2025, 11, 6, 2, 10, 0) + 0.703),
+        # compose without timestamps: the framework's own (local) time behind the prefix
+        ("sglang-1  | [2025-10-29 11:26:03] SIGQUIT received.", local(2025, 10, 29, 11, 26, 3)),
+        # vLLM's newer record prefix with a path behind a process prefix
+        (
+            "(EngineCore_DP0 pid=456) ERROR 11-21 05:09:01 [v1/engine/core.py:700] EngineCore encountered a fatal error.",
+            local(2025, 11, 21, 5, 9, 1),
+        ),
+    ],
+)
+def test_container_stamps(line: str, expected: float) -> None:
+    assert parse_time(strip_ansi(line), NOW) == pytest.approx(expected, abs=1e-6)
+
+
+@pytest.mark.parametrize(
+    "line",
+    ["2026-02-30T05:09:01Z February 30th", "2026-11-24T25:09:01Z hour 25", "2026-13-24T05:09:01.1+01:00 month 13"],
+)
+def test_impossible_container_stamps(line: str) -> None:
+    assert parse_time(line, NOW) is None
+
+
+@given(
+    st.datetimes(min_value=datetime(1971, 1, 2), max_value=datetime(9998, 12, 30)),
+    st.integers(min_value=-14 * 60, max_value=14 * 60),
+    st.integers(min_value=0, max_value=999_999_999),
+)
+def test_rfc3339_round_trip(when: datetime, offset_min: int, nanos: int) -> None:
+    zone = timezone(timedelta(minutes=offset_min))
+    stamp = when.replace(microsecond=0, tzinfo=zone)
+    sign = "-" if offset_min < 0 else "+"
+    suffix = "Z" if offset_min == 0 else f"{sign}{abs(offset_min) // 60:02d}:{abs(offset_min) % 60:02d}"
+    line = stamp.strftime("%Y-%m-%dT%H:%M:%S") + f".{nanos:09d}{suffix} stdout F msg"
+    assert parse_time(line, NOW) == pytest.approx(stamp.timestamp() + nanos / 1e9, abs=1e-6)
 
 
 def test_a_yearless_date_in_the_future_belongs_to_last_year() -> None:
