@@ -13,7 +13,7 @@ import sys
 import threading
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import TextIO
+from typing import TYPE_CHECKING, TextIO
 
 from rlwatch import __version__
 from rlwatch.config import Config
@@ -22,7 +22,10 @@ from rlwatch.diagnosis import human_bytes, human_duration
 from rlwatch.state import ActionPlan, Snapshot
 from rlwatch.textsafe import clean_line
 
-HEADLESS = ("report", "watch", "sim", "init", "service")
+if TYPE_CHECKING:
+    from rlwatch.notify import Notifications
+
+HEADLESS = ("report", "watch", "sim", "init", "service", "notify")
 DASHBOARD = ("demo", "snapshot", "fleet")
 COMMANDS = HEADLESS + DASHBOARD + ("act",)
 
@@ -43,7 +46,8 @@ def build_parser() -> argparse.ArgumentParser:
         prog="rlwatch",
         description="Monitor and watchdog for LLM RL post-training on GPU pods.",
         epilog=(
-            "Commands: report, watch, act, service, snapshot, sim, init, demo, fleet. With none, opens the dashboard."
+            "Commands: report, watch, act, service, notify, snapshot, sim, init, demo, fleet. "
+            "With none, opens the dashboard."
         ),
     )
     parser.add_argument("--version", action="version", version=f"rlwatch {__version__}")
@@ -70,6 +74,26 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--duration", type=float, default=None, metavar="SECONDS", help="stop after this long")
     p.add_argument(
         "--prometheus", metavar="HOST:PORT", help="also serve Prometheus metrics there (host defaults to 127.0.0.1)"
+    )
+    p.add_argument(
+        "--notify",
+        action="append",
+        default=[],
+        metavar="URL",
+        help="tell this Apprise URL about findings and actions (repeatable; also RLWATCH_NOTIFY and notify: in the "
+        "config; a URL on the command line is visible to other users in ps: prefer those)",
+    )
+    p.add_argument("--heartbeat", metavar="URL", help="GET this URL every notify.heartbeat_every_s (dead man's switch)")
+
+    p = sub.add_parser("notify", help="the watchdog's notification targets; --test sends a test message")
+    _common(p)
+    p.add_argument(
+        "--test",
+        nargs="?",
+        const="",
+        default=None,
+        metavar="URL",
+        help="send a test message to URL, or to every configured target (exit 1 with the reason when one fails)",
     )
 
     p = sub.add_parser("act", help="restart-workers | kill-zombies | resume | restart-server | rearm, safely")
@@ -221,8 +245,9 @@ def cmd_watch(args: argparse.Namespace) -> int:
                     safe_print(line)
             prev[0] = snap
 
+    notifications = _notifications(cfg, run_dir, engine.host, args.notify, args.heartbeat)
     try:
-        watchdog = Watchdog(engine, emit=lambda rec: show(rec, plain_watchdog(rec)))
+        watchdog = Watchdog(engine, emit=lambda rec: show(rec, plain_watchdog(rec)), notifications=notifications)
     except WatchdogError as exc:
         engine.stop()
         raise UsageError(str(exc)) from None
@@ -253,6 +278,71 @@ def cmd_watch(args: argparse.Namespace) -> int:
             exporter.close()
         engine.stop()
     return 0
+
+
+def _notifications(cfg: Config, run_dir: Path, host: str, cli: list[str], heartbeat: str | None) -> Notifications:
+    """The targets of `watch` from the config, ``--notify`` and ``RLWATCH_NOTIFY``, each checked before it starts."""
+    import os
+    import re
+
+    from rlwatch.notify import ENV, Notifications, check_target, redact, targets_from
+
+    targets = targets_from(cfg.notify, cli, os.environ.get(ENV))
+    for t in targets:
+        problem = check_target(t.url)
+        if problem:
+            raise UsageError(f"notify: {problem}")
+    if heartbeat is not None and not re.match(r"^https?://[^/\s]", heartbeat):
+        raise UsageError(f"--heartbeat {redact(heartbeat)}: an http:// or https:// URL")
+    return Notifications(targets, cfg.notify, host=host, run_dir=str(run_dir), heartbeat=heartbeat)
+
+
+def cmd_notify(args: argparse.Namespace) -> int:
+    """`rlwatch notify`: the targets and what the watchdog last sent; `--test [URL]` sends a test message now."""
+    import os
+    import socket
+    import time
+
+    from rlwatch.notify import ENV, send_test, targets_from
+    from rlwatch.watchdog_state import read_status
+
+    run_dir = Path(args.run_dir).expanduser()
+    host = os.environ.get("RLWATCH_HOST") or socket.gethostname()
+    if args.test:
+        error = send_test(args.test, host=host, run_dir=str(run_dir.absolute()))
+        if error:
+            raise NotifyFailed(error)
+        safe_print("test message sent")
+        return 0
+    cfg, run_dir, _ = load(args)
+    targets = targets_from(cfg.notify, (), os.environ.get(ENV))
+    if args.test is not None:
+        if not targets:
+            raise UsageError("no notification target: give a URL, set RLWATCH_NOTIFY or notify.targets in the config")
+        failed = 0
+        for t in targets:
+            error = send_test(t.url, host=host, run_dir=str(run_dir), timeout_s=cfg.notify.timeout_s)
+            safe_print(f"{t.shown}: {'FAILED: ' + error if error else 'test message sent'}")
+            failed += error is not None
+        if failed:
+            raise NotifyFailed(f"{failed} of {len(targets)} targets failed")
+        return 0
+    for t in targets:
+        safe_print(f"target {t.shown} (from {t.min_severity} up)")
+    if not targets:
+        safe_print("no notification target configured (--notify URL, RLWATCH_NOTIFY, notify.targets)")
+    status, _ = read_status(run_dir, time.time())
+    ns = status.notify if status is not None else None
+    if ns is not None:
+        from rlwatch.report import notify_lines
+
+        for line in notify_lines(ns, time.time()):
+            safe_print(line)
+    return 0
+
+
+class NotifyFailed(Exception):
+    """A test message did not go out: one line, exit 1."""
 
 
 def cmd_service(args: argparse.Namespace) -> int:
@@ -426,6 +516,7 @@ HANDLERS: dict[str, Handler] = {
     "sim": cmd_sim,
     "init": cmd_init,
     "service": cmd_service,
+    "notify": cmd_notify,
 }
 
 
@@ -436,6 +527,9 @@ def run(args: argparse.Namespace, handlers: Mapping[str, Handler] = HANDLERS) ->
     except (UsageError, ConfigError) as exc:
         print(f"rlwatch: {exc}", file=sys.stderr)
         return 2
+    except NotifyFailed as exc:
+        print(f"rlwatch: {exc}", file=sys.stderr)
+        return 1
     except KeyboardInterrupt:
         return 130
 

@@ -16,6 +16,7 @@ Profile = Literal["auto", "areal", "trl", "workers", "generic"]
 SeverityName = Literal["critical", "warning", "info"]
 PositiveFloat = Annotated[float, Field(gt=0)]
 NonNegInt = Annotated[int, Field(ge=0)]
+_URL = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://\S")
 
 
 class Strict(BaseModel):
@@ -226,6 +227,47 @@ class FleetConfig(Strict):
     lookback_s: PositiveFloat = 3600.0  # how far back Prometheus is asked about hosts that stopped reporting
 
 
+class NotifyTarget(Strict):
+    """One place a person hears from the watchdog: an Apprise URL (Slack, Discord, Telegram, ntfy, mailto, json …).
+
+    The URL usually holds a token: rlwatch shows it only redacted (``tgram://***``), and never in a message.
+    """
+
+    url: Annotated[str, Field(min_length=1)]
+    min_severity: SeverityName = "warning"  # findings below this are not sent here; recovery follows what was sent
+    name: str | None = None  # shown instead of the redacted URL in the report and the dashboard
+
+    @field_validator("url")
+    @classmethod
+    def _scheme(cls, value: str) -> str:
+        if not _URL.match(value.strip()):
+            raise ValueError("an Apprise URL is SCHEME://… (json://host/path, ntfy://topic, mailto://…, tgram://…)")
+        return value.strip()
+
+
+class NotifyConfig(Strict):
+    """Notifications from `rlwatch watch` and its dead man's switch (rlwatch.notify)."""
+
+    targets: list[NotifyTarget] = []  # also --notify URL (repeatable) and RLWATCH_NOTIFY (whitespace or commas)
+    update_every_s: PositiveFloat = 900.0  # a finding that persists and changes is told again at most this often
+    clear_after_s: Annotated[float, Field(ge=0)] = 60.0  # a finding gone this long is recovered (one message)
+    include_lines: bool = False  # send the last log lines of a finding (log text may hold anything: off by default)
+    timeout_s: PositiveFloat = 10.0  # one delivery attempt to one target
+    retries: Annotated[int, Field(ge=0, le=10)] = 3  # further attempts after a failure ...
+    backoff_s: PositiveFloat = 5.0  # ... waiting this long before the first, doubling each time
+    queue_size: Annotated[int, Field(ge=1, le=10_000)] = 50  # per target; when full the oldest message is dropped
+    heartbeat: str | None = None  # a URL the watchdog GETs every heartbeat_every_s (healthchecks-style); --heartbeat
+    heartbeat_every_s: PositiveFloat = 60.0
+    heartbeat_timeout_s: PositiveFloat = 10.0
+
+    @field_validator("heartbeat")
+    @classmethod
+    def _http(cls, value: str | None) -> str | None:
+        if value is not None and not re.match(r"^https?://[^/\s]", value.strip()):
+            raise ValueError("the heartbeat is an http:// or https:// URL (a GET is sent to it)")
+        return None if value is None else value.strip()
+
+
 @dataclass(frozen=True)
 class Provenance:
     """Why a configuration says what it does: the evidence discovery saw, or the file it was read from.
@@ -261,6 +303,7 @@ class Config(Strict):
     policies: list[Policy] = []
     watchdog: WatchdogConfig = WatchdogConfig()
     fleet: FleetConfig = FleetConfig()
+    notify: NotifyConfig = NotifyConfig()
 
     @property
     def provenance(self) -> Provenance:

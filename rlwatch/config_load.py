@@ -328,7 +328,12 @@ def _problem(err: Any) -> str:
     if kind in ("model_type", "dict_type", "model_attributes_type"):
         msg = "Input should be a mapping"
     if kind != "missing" and isinstance(err.get("input"), str | int | float | bool | type(None)):
-        msg += f" (got {_short(err['input'])})"
+        value = err["input"]
+        if loc and loc[0] == "notify" and isinstance(value, str):
+            from rlwatch.notify import redact
+
+            value = redact(value)  # notification URLs hold tokens: never quoted back in full
+        msg += f" (got {_short(value)})"
     return msg
 
 

@@ -11,7 +11,7 @@ import json
 from typing import Any
 
 from rlwatch.diagnosis import hhmm, human_bytes, human_duration
-from rlwatch.state import Severity, Snapshot
+from rlwatch.state import NotifyStatus, Severity, Snapshot
 
 
 def iso(t: float | None) -> str | None:
@@ -213,7 +213,45 @@ def _watchdog_json(s: Snapshot) -> dict[str, Any] | None:
         "gave_up": [{"target": g.target, "reason": g.reason, "since": iso(g.since)} for g in wd.gave_up],
         "last_action": wd.last_action,
         "last_action_at": iso(wd.last_action_at),
+        "notify": _notify_json(wd.notify),
     }
+
+
+def _notify_json(n: NotifyStatus | None) -> dict[str, Any] | None:
+    """Whom the watchdog tells and when it last did (targets redacted by the watchdog before it wrote them)."""
+    if n is None:
+        return None
+    return {
+        "targets": list(n.targets),
+        "last_sent_at": iso(n.last_sent_at),
+        "last_message": n.last_message,
+        "error": n.error,
+        "heartbeat": n.heartbeat,
+        "heartbeat_at": iso(n.heartbeat_at),
+        "heartbeat_error": n.heartbeat_error,
+    }
+
+
+def notify_lines(n: NotifyStatus, now: float) -> list[str]:
+    """The report's lines on notifications and the dead man's switch: when each last went out."""
+    out = []
+    if n.targets:
+        if n.last_sent_at is None:
+            last = "nothing sent yet"
+        else:
+            last = f"last sent {hhmm(n.last_sent_at, now)} ({human_duration(now - n.last_sent_at)} ago)"
+            last += f": {n.last_message}" if n.last_message else ""
+        out.append(f"Notifications: {', '.join(n.targets)}; {last}")
+        if n.error:
+            out.append(f"  FAILING: {n.error}")
+    if n.heartbeat:
+        beat = "never answered" if n.heartbeat_at is None else f"last ping {hhmm(n.heartbeat_at, now)}"
+        if n.heartbeat_at is not None:
+            beat += f" ({human_duration(now - n.heartbeat_at)} ago)"
+        out.append(
+            f"Heartbeat: {n.heartbeat} {beat}" + (f"; FAILING: {n.heartbeat_error}" if n.heartbeat_error else "")
+        )
+    return out
 
 
 def to_json(s: Snapshot) -> str:
@@ -313,6 +351,8 @@ def to_text(s: Snapshot) -> str:
     if tr and tr.knobs:
         lines.append("Config: " + ", ".join(f"{k}={v}" for k, v in tr.knobs.items()))
     lines.extend(_holder_lines(s))
+    if s.watchdog is not None and s.watchdog.notify is not None:
+        lines.extend(notify_lines(s.watchdog.notify, s.time))
     broken = sorted((src for src in s.sources if not src.ok), key=lambda src: src.name)
     if broken:
         lines.append("")

@@ -265,6 +265,19 @@ class GaveUp:
 
 
 @dataclass(frozen=True, slots=True)
+class NotifyStatus:
+    """Whom the watchdog tells, and when it last did: its targets (redacted), last message and heartbeat ping."""
+
+    targets: tuple[str, ...]  # as shown: a configured name or ``tgram://***``, never the URL
+    last_sent_at: float | None = None
+    last_message: str | None = None  # the title of the last message delivered
+    error: str | None = None  # deliveries failing now (one line), None when they work
+    heartbeat: str | None = None  # the dead man's switch URL, redacted; None when none is configured
+    heartbeat_at: float | None = None  # the last ping that was answered
+    heartbeat_error: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class WatchdogStatus:
     """The headless watchdog (`rlwatch watch`) of this run, read from its state file and checked against /proc."""
 
@@ -277,6 +290,7 @@ class WatchdogStatus:
     gave_up: tuple[GaveUp, ...] = ()
     last_action: str | None = None  # one line about the latest action it took
     last_action_at: float | None = None
+    notify: NotifyStatus | None = None  # None: it sends no notifications and pings no heartbeat
 
 
 @dataclass(frozen=True, slots=True)

@@ -47,6 +47,7 @@ if TYPE_CHECKING:
     from rlwatch.actions.plan import Prepared
     from rlwatch.engine import Engine
     from rlwatch.exporter import ExporterExtras
+    from rlwatch.notify import Notifications
 
 Record = dict[str, Any]
 Emit = Callable[[Record], None]
@@ -154,12 +155,15 @@ class Watchdog:
         emit: Emit | None = None,
         clock: Clock | None = None,
         notifier: Notifier | None = None,
+        notifications: Notifications | None = None,
     ) -> None:
         self.engine = engine
         self.cfg = engine.cfg
         self.clock: Clock = clock or engine.clock
-        self.emit: Emit = emit or (lambda _r: None)
+        self._emit: Emit = emit or (lambda _r: None)
         self.notify = notifier or Notifier()
+        # Telling a person (rlwatch.notify): only the watchdog that acts does, so two watchdogs never tell twice.
+        self.notifications = notifications if notifications is not None and notifications.active else None
         self.dir = state_dir(engine.run_dir)
         self._lock_file = PidLock(self.dir / PID_FILE)
         self._check_policies(self.cfg.policies)
@@ -195,6 +199,17 @@ class Watchdog:
         self.why_not_acting: str | None = None
         self.started_at = self.clock.time()
         self._create_time = _own_create_time()
+        if self.notifications is not None:
+            self.notifications.on_change = self._mark_dirty
+
+    def _mark_dirty(self) -> None:
+        self._dirty = True
+
+    def emit(self, record: Record) -> None:
+        """Print a record; an action taken or failed and a give-up are also told to the notification targets."""
+        self._emit(record)
+        if self.acting and self.notifications is not None and record.get("type") in ("action", "gave_up"):
+            self.notifications.record(record)
 
     # ------------------------------------------------------------------------------------------------- setup
     def _check_policies(self, policies: list[Policy]) -> None:
@@ -230,6 +245,16 @@ class Watchdog:
             message = f"{self.why_not_acting}; this one only watches"
         for name, why in self.unarmed:
             message += f"; not armed: {name}: {why}"
+        if self.notifications is not None:
+            if self.acting:
+                self.notifications.start()
+                self._notify_sources()
+                message += "; notifying " + (", ".join(self.notifications.shown) or "no target")
+                hb = self.notifications.heartbeat
+                if hb is not None:
+                    message += f"; heartbeat {hb.status.shown} every {hb.every_s:g}s"
+            else:
+                message += "; notifications off (the watchdog that acts sends them)"
         now = self.clock.time()
         self.emit(
             {"type": "watchdog", "time": _iso(now), "acting": self.acting, "pid": os.getpid(), "message": message}
@@ -252,6 +277,8 @@ class Watchdog:
         action = self._action
         if action is not None:
             action.join(timeout=timeout)
+        if self.acting and self.notifications is not None:
+            self.notifications.close()
         if self.acting:
             self._write_state(stopped=True)
             self._lock_file.release()
@@ -299,7 +326,38 @@ class Watchdog:
                 firings = self.policies.evaluate(ev)
                 if not busy:
                     self._decide(firings, ev)
+            if self.notifications is not None:
+                self.notifications.observe(snap, self.done_line())
+                self._notify_sources()
         self._heartbeat()
+
+    # ------------------------------------------------------------------------------------------ telling a person
+    def done_line(self) -> str:
+        """What the watchdog has done, in one line, for the "done:" of a notification."""
+        if self.cfg.actions.readonly:
+            return "nothing: actions are read-only"
+        with self._lock:
+            if self._running_key is not None:
+                return f"acting now on {self._running_key}"
+            if self._gave_up:
+                return f"gave up on {', '.join(self._gave_up)}: fix it, then `rlwatch act rearm`"
+            if self._done:
+                d = self._done[-1]
+                state = "ok" if d.ok else "FAILED"
+                return f"last action {_iso(d.time)}: {d.action} on {d.key}: {state}: {d.message}"
+        if not self.policies.policies:
+            return "nothing: no watchdog policy is configured (policies: in the config)"
+        return "nothing yet: no policy has fired"
+
+    def _notify_sources(self) -> None:
+        """Failing deliveries and heartbeat pings are degraded sources of this run, like a failing GPU query."""
+        n = self.notifications
+        if n is None:
+            return
+        if n.channels:
+            self.engine._ok("notify", n.error())
+        if n.heartbeat is not None:
+            self.engine._ok("heartbeat", n.heartbeat_error())
 
     # ---------------------------------------------------------------------------------------------- deciding
     def _evidence(self, snap: Snapshot) -> Evidence:
@@ -489,6 +547,8 @@ class Watchdog:
         if self._written_at is None or self._dirty or now - self._written_at >= self.cfg.watchdog.heartbeat_s:
             self._write_state()
             self._written_at = now
+        if self.acting and self.notifications is not None:
+            self.notifications.tick()  # the dead man's switch: asked only while the loop and the engine live
         if not self._ready:
             self.notify(f"READY=1\nSTATUS=watching {self.engine.run_dir}")
             self._ready = True
@@ -546,6 +606,7 @@ class Watchdog:
                     }
                     for d in self._done
                 ],
+                "notify": self.notifications.state() if self.notifications is not None else None,
             }
 
     def _write_state(self, *, stopped: bool = False) -> None:

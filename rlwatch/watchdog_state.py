@@ -22,7 +22,7 @@ from typing import Any
 import psutil
 
 from rlwatch.numbers import finite_float
-from rlwatch.state import GaveUp, WatchdogStatus
+from rlwatch.state import GaveUp, NotifyStatus, WatchdogStatus
 from rlwatch.statefiles import STATE_DIR, StateDir, StateFileError, locate
 
 STATE_FILE = "watchdog.json"
@@ -113,6 +113,31 @@ def status_from(data: dict[str, Any], now: float) -> WatchdogStatus:
         gave_up=tuple(gave_up),
         last_action=last,
         last_action_at=last_at,
+        notify=_notify_from(data.get("notify")),
+    )
+
+
+def _text(value: object) -> str | None:
+    return value if isinstance(value, str) and value else None
+
+
+def _notify_from(raw: object) -> NotifyStatus | None:
+    """The ``notify`` section the watchdog writes (:meth:`rlwatch.notify.Notifications.state`); None when absent."""
+    if not isinstance(raw, dict):
+        return None
+    targets = raw.get("targets")
+    names = tuple(str(t["name"]) for t in (targets or ()) if isinstance(t, dict) and isinstance(t.get("name"), str))
+    hb = raw.get("heartbeat")
+    if not isinstance(hb, dict):
+        hb = {}
+    return NotifyStatus(
+        targets=names,
+        last_sent_at=finite_float(raw.get("last_sent_at")),
+        last_message=_text(raw.get("last_message")),
+        error=_text(raw.get("error")),
+        heartbeat=_text(hb.get("url")),
+        heartbeat_at=finite_float(hb.get("last_ok_at")),
+        heartbeat_error=_text(hb.get("error")),
     )
 
 
