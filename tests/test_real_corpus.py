@@ -1,0 +1,130 @@
+"""rlwatch judged on real frameworks' output (tests/real/, made on a GPU host: see its README for commands and versions).
+
+Each case is copied to a temporary directory with its files' modification time set to the capture's end, then judged
+by the real ``rlwatch report --json`` in another process, read some hours later. What must hold is what a person on
+that host would have found true: a finished colocated TRL run is healthy and expects no server; a CUDA OOM is named;
+torchrun's root cause is the rank it names, not the victim; one NCCL timeout is one, however often torch prints it;
+no time is later than the files were last written; and no kill is planned where no process is.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+REAL = Path(__file__).parent / "real"
+CAPTURED = datetime.fromisoformat("2026-11-24T06:35:00+00:00").timestamp()  # after every case's last write
+
+
+def _copy(case: str, dest: Path) -> Path:
+    run = dest / case
+    shutil.copytree(REAL / case, run)
+    for root, dirs, files in os.walk(run):
+        for name in files + dirs:
+            os.utime(os.path.join(root, name), (CAPTURED, CAPTURED))
+    os.utime(run, (CAPTURED, CAPTURED))
+    return run
+
+
+def _rlwatch(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "rlwatch", *args], capture_output=True, text=True, timeout=90, check=False
+    )
+
+
+def _report(run: Path) -> dict[str, Any]:
+    done = _rlwatch("report", "--json", str(run))
+    assert done.stdout, done.stderr
+    report: dict[str, Any] = json.loads(done.stdout)
+    return report
+
+
+def _times(value: Any) -> list[float]:
+    """Every ISO time anywhere in the report's events, incidents and timeline."""
+    out: list[float] = []
+    if isinstance(value, dict):
+        for item in value.values():
+            out += _times(item)
+    elif isinstance(value, list):
+        for item in value:
+            out += _times(item)
+    elif isinstance(value, str) and len(value) >= 19 and value[4] == "-" and value[10] == "T":
+        try:
+            out.append(datetime.fromisoformat(value).timestamp())
+        except ValueError:
+            pass
+    return out
+
+
+def test_a_finished_colocated_trl_grpo_run_is_healthy_and_expects_no_server(tmp_path: Path) -> None:
+    report = _report(_copy("trl-grpo-colocated", tmp_path))
+    assert report["profile"] == "trl"
+    assert report["server"]["expected"] is False
+    assert [f for f in report["findings"] if f["severity"] in ("critical", "warning")] == []
+    assert report["training"]["last_step"] == 30 and report["training"]["finished"] is True
+    assert report["checkpoint"]["latest"]["global_step"] == 30
+    assert report["checkpoint"]["count"] == 6
+
+
+def test_a_cuda_oom_is_named_with_what_it_tried_to_allocate(tmp_path: Path) -> None:
+    report = _report(_copy("cuda-oom", tmp_path))
+    assert "cuda_oom" in {f["code"] for f in report["findings"] if f["severity"] == "critical"}
+    titles = [i["title"] for i in report["incidents"] if i["kind"] == "traceback"]
+    assert titles and titles[-1].startswith("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 8.00 GiB")
+    assert report["server"]["expected"] is False
+
+
+def test_torchruns_root_cause_is_the_rank_it_names_and_the_victim_is_listed_apart(tmp_path: Path) -> None:
+    report = _report(_copy("torchrun-exception", tmp_path))
+    failures = [i for i in report["incidents"] if i.get("root_cause")]
+    assert len(failures) == 1
+    root, victims = failures[0]["root_cause"], failures[0]["victims"]
+    assert (root["rank"], root["exitcode"], root["host"]) == (1, 1, "localhost")
+    assert root["error"] == "ValueError: reward model returned NaN for batch 3"
+    assert [(v["rank"], v["signal"]) for v in victims] == [(0, "SIGTERM")]
+    assert failures[0]["cause"]["title"] == "ValueError: reward model returned NaN for batch 3"
+    worst = next(f for f in report["findings"] if f["severity"] == "critical")
+    assert "rank 1" in worst["message"] and "ValueError" in worst["message"]
+
+
+@pytest.mark.parametrize("case", ["torchrun-nccl-timeout", "torchrun-nccl-timeout-default"])
+def test_one_nccl_timeout_printed_on_several_lines_is_one(tmp_path: Path, case: str) -> None:
+    run = _copy(case, tmp_path)
+    printed = (run / "torchrun.log").read_text().count("SeqNum=4")
+    report = _report(run)
+    timeouts = [i for i in report["incidents"] if i["kind"] == "nccl_timeout"]
+    assert len(timeouts) == 1
+    assert timeouts[0]["collective"]["op"] == "ALLREDUCE" and timeouts[0]["collective"]["seq"] == 4
+    assert timeouts[0]["collective"]["rank"] == 0
+    assert printed >= 1
+    nccl = [f for f in report["findings"] if f["code"] == "nccl_timeout"]
+    assert nccl and "1 NCCL collective timeout" in nccl[0]["message"]
+
+
+@pytest.mark.parametrize(
+    "case",
+    ["trl-grpo-colocated", "cuda-oom", "torchrun-exception", "torchrun-nccl-timeout", "torchrun-nccl-timeout-default"],
+)
+def test_no_time_is_later_than_the_files_were_written(tmp_path: Path, case: str) -> None:
+    report = _report(_copy(case, tmp_path))
+    read_at = datetime.fromisoformat(report["time"]).timestamp()
+    assert read_at > CAPTURED + 60  # read after: a line given its read time would show
+    for section in ("events", "incidents", "timeline"):
+        late = [t for t in _times(report[section]) if t > CAPTURED + 1]
+        assert late == [], f"{section} has times after the files' last write"
+
+
+@pytest.mark.parametrize("case", ["trl-grpo-colocated", "torchrun-exception", "cuda-oom"])
+def test_no_kill_is_planned_where_no_process_runs(tmp_path: Path, case: str) -> None:
+    done = _rlwatch("act", "kill-zombies", "--dry-run", str(_copy(case, tmp_path)))
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert "refused" in done.stdout
+    assert "SIGTERM" not in done.stdout and "SIGKILL" not in done.stdout
