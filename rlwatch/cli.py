@@ -167,7 +167,15 @@ def parse(argv: Sequence[str]) -> argparse.Namespace:
     first = next((a for a in args if not a.startswith("-")), None)
     if first not in COMMANDS and not {"--version", "-h", "--help"} & set(args):
         args.insert(0, "dashboard")
-    return build_parser().parse_args(args)
+    parser = build_parser()
+    ns, extra = parser.parse_known_args(args)
+    # argparse fills `act ACTION [RUN_DIR]` in one go: in `act kill-zombies --dry-run DIR` the options end ACTION's
+    # chunk with RUN_DIR empty, and DIR is left over. A single left-over word is that RUN_DIR.
+    if len(extra) == 1 and not extra[0].startswith("-") and getattr(ns, "run_dir", "") in (None, "."):
+        ns.run_dir, extra = extra[0], []
+    if extra:
+        parser.error(f"unrecognized arguments: {' '.join(extra)}")
+    return ns
 
 
 def load(args: argparse.Namespace) -> tuple[Config, Path, str]:
