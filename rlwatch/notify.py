@@ -79,6 +79,7 @@ _FLAG_VALUE = re.compile(r"(?i)(--?(?:api[_-]?key|[a-z]*[_-]?token|secret|passwo
 _BEARER = re.compile(r"(?i)\b(bearer|basic)\s+[A-Za-z0-9._~+/=-]{6,}")
 _MENTION = re.compile(r"@(?=[A-Za-z0-9_])")
 _SPACE = re.compile(r"\s+")
+_HOSTNAME = re.compile(r"[A-Za-z0-9-]+(?:\.[A-Za-z0-9-]+)+")  # a host name or address names a place, not a secret
 
 
 def redact(url: str) -> str:
@@ -101,8 +102,8 @@ def secrets_of(url: str) -> list[str]:
     """The parts of a target URL that may be secret, longest first, to be cut from any text that leaves."""
     url = url.strip()
     rest = url.split("://", 1)[-1]
-    parts = [url, rest, *re.split(r"[/:@?&=#]+", rest)]
-    return sorted({p for p in parts if len(p) >= 8 or p in (url, rest)}, key=len, reverse=True)
+    parts = [p for p in re.split(r"[/:@?&=#]+", rest) if len(p) >= 8 and not _HOSTNAME.fullmatch(p)]
+    return sorted({url, rest, *parts}, key=len, reverse=True)
 
 
 def scrub(text: str, secrets: Iterable[str] = ()) -> str:
