@@ -341,3 +341,41 @@ def test_a_failing_delivery_is_retried_with_backoff_and_the_error_is_shown_redac
     assert state["targets"][0]["failed"] == 1 and state["targets"][0]["name"] == "json://***"
     assert "S3CRETT0KEN" not in repr(state)
     n.close()
+
+
+# ----------------------------------------------------------------------------------------------- the dashboard
+
+
+def test_the_dashboard_shows_the_targets_the_last_message_and_the_heartbeat() -> None:
+    from rlwatch.state import NotifyStatus, WatchdogStatus
+    from widgets.process_panel import watchdog_line
+
+    now = 1_763_716_800.0
+    ns = NotifyStatus(
+        ("json://***", "ops"),
+        now - 60,
+        "rlwatch pod-0: CRITICAL new: \x1b[31mserver down",
+        None,
+        "https://***",
+        now - 5,
+    )
+    wd = WatchdogStatus(running=True, pid=42, since=now - 3600, heartbeat_age_s=1.0, notify=ns)
+    line = watchdog_line(wd, now)
+    assert line is not None
+    text = line.plain
+    assert "notify json://***, ops  last " in text and "CRITICAL new: server down" in text and "\x1b" not in text
+    assert "heartbeat https://***  last ping " in text
+    failing = watchdog_line(
+        WatchdogStatus(
+            running=True,
+            pid=42,
+            since=None,
+            heartbeat_age_s=1.0,
+            notify=NotifyStatus(
+                ("tgram://***",), error="tgram://***: HTTP 500", heartbeat="https://***", heartbeat_error="timed out"
+            ),
+        ),
+        now,
+    )
+    assert failing is not None and "FAILING: tgram://***: HTTP 500" in failing.plain
+    assert "heartbeat https://***  FAILING: timed out" in failing.plain

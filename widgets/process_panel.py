@@ -76,6 +76,25 @@ def watchdog_line(wd: WatchdogStatus | None, now: float) -> Text | None:
         line.append(f"  gave up on {', '.join(clean_text(g.target) for g in wd.gave_up)}", style="bold red")
     elif wd.last_action:
         line.append(f"  last: {clean_text(wd.last_action, 80)}", style="dim")
+    n = wd.notify
+    if n is not None:  # whom it tells, and when it last did (targets arrive redacted: tgram://***)
+        if n.targets:
+            line.append("\n  notify ", style="bold")
+            line.append(clean_text(", ".join(n.targets), 60), style="dim")
+            if n.error:
+                line.append(f"  FAILING: {clean_text(n.error, 80)}", style="bold red")
+            elif n.last_sent_at is not None:
+                line.append(f"  last {fmt_clock(n.last_sent_at)}: {clean_text(n.last_message or '', 70)}", style="dim")
+            else:
+                line.append("  nothing sent yet", style="dim")
+        if n.heartbeat:
+            line.append("\n  heartbeat ", style="bold")
+            line.append(clean_text(n.heartbeat, 40), style="dim")
+            if n.heartbeat_error:
+                line.append(f"  FAILING: {clean_text(n.heartbeat_error, 80)}", style="bold red")
+            else:
+                ping = "never answered" if n.heartbeat_at is None else f"last ping {fmt_clock(n.heartbeat_at)}"
+                line.append(f"  {ping}", style="dim")
     return line
 
 
