@@ -31,6 +31,7 @@ LIST_ITEMS: dict[str, dict[str, Any]] = {
     "events.custom": {"name": "mine", "pattern": "x"},
     "policies": {"name": "p", "when": {"stalled": True}, "actions": ["resume"]},
     "policies.when": {"stalled": True},
+    "notify.targets": {"url": "json://127.0.0.1/hook"},
 }
 WRONG = ({"a": 1}, [1, 2], "not-a-number", 12345, 1.5)
 
