@@ -31,7 +31,7 @@ from rlwatch.sources.checkpoints import CheckpointScanner
 from rlwatch.sources.disk import disk_state
 from rlwatch.sources.gpu import GpuBackend, make_gpu_backend
 from rlwatch.sources.holders import HolderScanner, attribute, classify_holders
-from rlwatch.sources.membership import RunView, assess, open_files
+from rlwatch.sources.membership import STRAY, RunView, assess, first_stamp, open_files
 from rlwatch.sources.memory import MemorySource
 from rlwatch.sources.processes import LaunchRecord, ProcessTable
 from rlwatch.sources.procfs import container_uptime_s
@@ -62,6 +62,7 @@ from rlwatch.waker import Waker
 from rlwatch.watchdog_state import read_status
 
 _NEWLINES = re.compile(rb"\r\n|\r|\n")
+_LOG_HEAD_BYTES = 64 * 1024
 RECENT_LINES = 5000
 # Bytes counted since the last heap release after which catching up returns free heap to the system (rlwatch.heap).
 RELEASE_AFTER_BYTES = 64 << 20
@@ -187,6 +188,8 @@ class Engine:
         self._holders: tuple[GpuHolder, ...] = ()
         self._holders_at: float | None = None  # monotonic time of the last /proc scan for GPU holders
         self._view: RunView | None = None  # the live run as last found, made with the holder scan
+        # path → ((dev, ino), (line, time) of its first timestamp or None, size when read): a log's head is read once
+        self._log_heads: dict[str, tuple[tuple[int, int], tuple[int, float] | None, int]] = {}
         self._launched: set[tuple[int, float]] = set()  # (pid, start time) of processes rlwatch started
         self._checkpoint: CheckpointState | None = None
         self._recover: RecoverState | None = None
@@ -464,17 +467,51 @@ class Engine:
         )
 
     def _latest_attempt(self) -> tuple[str, float] | None:
-        """The newest start of the run's trainer or launcher seen by this rlwatch or remembered in the launch book,
-        alive or gone: a leftover older than it is from an earlier attempt."""
-        seen = [(start, role) for role in ("trainer", "launcher") for start in self.processes.start_times(role)]
+        """(what shows it, when) the run's latest attempt began, alive or gone: a leftover older than it is from an
+        earlier attempt. Each candidate is no later than that start, so the newest of them is a safe reference."""
+        seen = [
+            (start, f"its {role} started then; rlwatch saw it")
+            for role in ("trainer", "launcher")
+            for start in self.processes.start_times(role)
+        ]
         for role in ("trainer", "launcher"):
             record = self.launches.get(role)
             if record is not None:
-                seen.append((record.create_time, role))
+                seen.append((record.create_time, f"its {role} started then; rlwatch launched it"))
+        logged = self._earliest_log_line()
+        if logged is not None:
+            seen.append(logged)
         if not seen:
             return None
-        start, role = max(seen)
-        return role, start
+        start, shown_by = max(seen)
+        return shown_by, start
+
+    def _earliest_log_line(self) -> tuple[float, str] | None:
+        """For a run with a launcher: the earliest timestamped line of its logs. The launcher writes first and starts
+        everything else, so no process of any attempt in these logs is older. Without a launcher role (a trainer
+        that logs elsewhere while a server it waits for starts later) the logs date nothing, and none is used."""
+        if not any(rule.role == "launcher" for rule in self.cfg.processes):
+            return None
+        best: tuple[float, str] | None = None
+        for path in self.tailer.files:
+            key = self._log_heads.get(path)
+            try:
+                st = os.stat(path)
+            except OSError:
+                continue
+            if key is None or key[0] != (st.st_dev, st.st_ino) or (key[1] is None and st.st_size != key[2]):
+                try:
+                    with open(path, "rb") as fh:
+                        head = fh.read(_LOG_HEAD_BYTES)
+                except OSError:
+                    continue
+                key = ((st.st_dev, st.st_ino), first_stamp(head, self.clock.time()), st.st_size)
+                self._log_heads[path] = key
+            found = key[1]
+            if found is not None and (best is None or found[1] < best[0]):
+                rel = os.path.relpath(path, self.run_dir)
+                best = (found[1], f"the earliest line of its logs, {rel}:{found[0]}, was written then")
+        return best
 
     def _sample_holders(self, procs: Sequence[ProcessInfo], gpu: GpuStatus) -> tuple[GpuHolder, ...]:
         try:
@@ -718,5 +755,19 @@ def _live_run(view: RunView | None, limit: int = 64) -> LiveRun | None:
     if view is None:
         return None
     core = [(pid, view.members[pid]) for pid in sorted(view.core) if pid in view.members]
-    rest = [(pid, why) for pid, why in sorted(view.members.items()) if pid not in view.core]
+    # A member only by working in the directory may be judged a leftover of an earlier attempt: not the live run.
+    rest = [
+        (pid, why)
+        for pid, why in sorted(view.members.items())
+        if pid not in view.core and view.verdict(pid).status != STRAY
+    ]
+    if view.identified and not core and not rest:
+        left = ", ".join(str(pid) for pid in sorted(view.members)[:8])
+        return LiveRun(
+            False,
+            f"no process of the live run is alive: the processes in its directory ({left}) are "
+            "leftovers of an earlier attempt",
+            None,
+            (),
+        )
     return LiveRun(view.identified, view.unknown_reason, view.started_at, tuple((core + rest)[:limit]))

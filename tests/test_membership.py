@@ -6,12 +6,13 @@ import os
 import subprocess
 import sys
 from collections.abc import Iterator
+from datetime import UTC, datetime
 from pathlib import Path
 
 import psutil
 import pytest
 
-from rlwatch.sources.membership import RUN, STRAY, UNKNOWN, Proc, RunView, Verdict, assess
+from rlwatch.sources.membership import RUN, STRAY, UNKNOWN, Proc, RunView, Verdict, assess, first_stamp
 from tests.simhost import wait_until
 
 SLEEP = "import time; print('ready', flush=True); time.sleep(120)"
@@ -241,3 +242,51 @@ def test_real_orphan_is_seen_as_orphaned(procs: Procs, tmp_path: Path) -> None:
     finally:
         os.kill(orphan, 9)
         assert wait_until(lambda: not psutil.pid_exists(orphan) or psutil.Process(orphan).status() == "zombie")
+
+
+def test_an_orphan_that_writes_files_of_its_own_is_never_a_stray(procs: Procs, tmp_path: Path) -> None:
+    """A second experiment started with nohup elsewhere is orphaned and older than the live run, like a leftover;
+    that it is writing its own log is what tells it apart."""
+    (tmp_path / "other").mkdir()
+    writer, _ = procs.start(WRITES_LOG, cwd=tmp_path / "other")
+    idle, _ = procs.start(SLEEP, cwd=tmp_path / "other")
+
+    def view(pid: int) -> RunView:
+        old = Proc(pid, 1, pid, 300, 3000.0, "python", str(tmp_path / "other"))  # leader 300 gone, under init
+        return RunView(
+            run_dir=str(tmp_path / "run"),
+            procs={1: INIT, 500: TRAINER, pid: old},
+            members={500: "writes train.log"},
+            core={500: "writes train.log"},
+            weak=frozenset(),
+            roles={},
+            container_started_at=None,
+            searched="nothing",
+        )
+
+    verdict = view(writer).verdict(writer)
+    assert verdict.status == UNKNOWN
+    assert f"writes {tmp_path / 'other' / 'train.log'}: a job of its own" in verdict.why
+    assert view(idle).verdict(idle).status == STRAY  # the same orphan writing nothing is a leftover
+
+
+def test_the_earliest_timestamp_of_a_log_dates_an_attempt() -> None:
+    head = b"==== AReaL launcher ====\n\n20261124-05:09:01.123 Launcher INFO: starting trial0\nmore\n"
+    found = first_stamp(head, now=datetime(2026, 11, 24, 12, tzinfo=UTC).timestamp())
+    assert found is not None and found[0] == 3
+    assert first_stamp(b"no time here\njust words: yes\n", now=0.0) is None
+    view = RunView(
+        run_dir="/data/run",
+        procs={1: INIT, 310: LEFTOVER},
+        members={310: "works in /data/run"},
+        core={},
+        weak=frozenset({310}),
+        roles={},
+        container_started_at=None,
+        searched="nothing",
+        proc_root="/nonexistent",
+        attempt=("the earliest line of its logs, logs/launcher.log:3, was written then", 3600.0),
+    )
+    verdict = view.verdict(310)
+    assert verdict.status == STRAY
+    assert "10m before the latest attempt (the earliest line of its logs, logs/launcher.log:3" in verdict.why

@@ -20,6 +20,10 @@ Every GPU holder outside the live run is *unknown* unless rlwatch has positive r
   directory;
 - it **started before this container's init** — left from an earlier container start.
 
+"The live run" here is its oldest process with core evidence; when none is alive, the latest attempt: the newest
+start of its trainer or launcher that rlwatch saw or launched, or, for a run with a launcher (AReaL), the earliest
+timestamped line of its logs — the launcher writes first, and everything it starts comes after.
+
 Unknown holders are shown with why, and no key, policy or ``kill-zombies`` run touches them unless a person names
 the pid. When no process shows any evidence of being the run, the live run cannot be told, and nothing is a stray
 on the strength of "not the run".
@@ -32,6 +36,8 @@ from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass, field
 
 from rlwatch.sources import procfs
+from rlwatch.textsafe import strip_ansi
+from rlwatch.timestamps import parse_time
 
 RUN = "run"
 STRAY = "stray"
@@ -42,6 +48,9 @@ UNKNOWN = "unknown"
 _REAPERS = frozenset({"systemd", "init", "tini", "dumb-init", "docker-init", "catatonit"})
 # pid 1 started this long after boot: it is a container's init, and its start is the container's start.
 _CONTAINER_AFTER_BOOT_S = 120.0
+_MAX_FDS_LOOKED_AT = 512
+_NOT_WORK = ("/dev/", "/proc/", "/sys/", "/run/", "/var/run/")  # devices, sockets, locks: no sign of work
+_HEAD_LINES = 200  # a log's first timestamp is within its first lines (a banner, then the first record), or absent
 
 
 @dataclass(frozen=True, slots=True)
@@ -98,8 +107,9 @@ class RunView:
     container_started_at: float | None
     searched: str  # what was looked for, said when nothing was found
     proc_root: str = procfs.PROC
-    # The newest start of the run's trainer or launcher that rlwatch saw, alive or gone: when nothing of the run is
-    # alive, a leftover is told by being older than the latest attempt.
+    # (what shows it, when) the latest attempt of the run began, alive or gone: the newest start of its trainer or
+    # launcher that rlwatch saw or launched, or the earliest line of its logs. When nothing of the run is alive, a
+    # leftover is told by being older than that.
     attempt: tuple[str, float] | None = None
     _cmd: dict[int, str] = field(default_factory=dict, compare=False)
 
@@ -126,8 +136,8 @@ class RunView:
             if start is not None:
                 return start, "the live run" + (f" ({self._describe(oldest)})" if oldest is not None else "")
         if self.attempt is not None:
-            name, start = self.attempt
-            return start, f"the latest attempt (its {name} started then; rlwatch saw it)"
+            shown_by, start = self.attempt
+            return start, f"the latest attempt ({shown_by})"
         return None
 
     def _oldest_core(self) -> int | None:
@@ -206,10 +216,39 @@ class RunView:
         if started is None or against is None or started >= against[0]:
             after = f"{_minutes(started - against[0])} after" if started is not None and against else "after"
             return Verdict(UNKNOWN, f"{orphan}, but it started {after} the live run began: it may belong to it")
+        elsewhere = self.writes_elsewhere(pid)
+        if elsewhere is not None:
+            return Verdict(
+                UNKNOWN,
+                f"{orphan}, but it writes {elsewhere}: a job of its own, perhaps another experiment",
+            )
         return Verdict(
             STRAY,
             f"{orphan}; never touched {self.run_dir}; started {_minutes(against[0] - started)} before {against[1]}",
         )
+
+    def writes_elsewhere(self, pid: int) -> str | None:
+        """A regular file outside the run directory that ``pid`` holds open for writing, or None. An orphan that is
+        still writing its own log or checkpoints is doing work — a second experiment started with nohup looks exactly
+        like a leftover otherwise — so it is never called a stray on age alone."""
+        for fd, path in (procfs.fd_entries(pid, self.proc_root) or [])[:_MAX_FDS_LOOKED_AT]:
+            if not path.startswith("/") or path.startswith(_NOT_WORK) or path.endswith(" (deleted)"):
+                continue
+            if _under(path, os.path.realpath(self.run_dir)) or not os.path.isfile(path):
+                continue
+            if procfs.fd_writable(pid, fd, self.proc_root):
+                return path
+        return None
+
+
+def first_stamp(head: bytes, now: float) -> tuple[int, float] | None:
+    """(line number, time) of the first line in ``head`` (a log file's first bytes) that carries a timestamp."""
+    for lineno, raw in enumerate(head.splitlines()[:_HEAD_LINES], start=1):
+        if b":" in raw:  # every timestamp format holds a colon
+            found = parse_time(strip_ansi(raw.decode("utf-8", "replace")), now)
+            if found is not None:
+                return lineno, found
+    return None
 
 
 def _read_procs(proc_root: str) -> dict[int, Proc]:
