@@ -6,6 +6,7 @@ import os
 import subprocess
 import sys
 from collections.abc import Iterator
+from dataclasses import replace
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -268,6 +269,12 @@ def test_an_orphan_that_writes_files_of_its_own_is_never_a_stray(procs: Procs, t
     assert verdict.status == UNKNOWN
     assert f"writes {tmp_path / 'other' / 'train.log'}: a job of its own" in verdict.why
     assert view(idle).verdict(idle).status == STRAY  # the same orphan writing nothing is a leftover
+    # Working in the run directory, older than the live run's first writer, orphaned: a trainer under nohup that logs
+    # elsewhere, not a leftover, because it is writing.
+    weak = replace(view(writer), members={500: "writes train.log", writer: "works in run"}, weak=frozenset({writer}))
+    assert weak.verdict(writer).status == RUN and "and writes" in weak.verdict(writer).why
+    weak_idle = replace(view(idle), members={500: "writes train.log", idle: "works in run"}, weak=frozenset({idle}))
+    assert weak_idle.verdict(idle).status == STRAY
 
 
 def test_the_earliest_timestamp_of_a_log_dates_an_attempt() -> None:

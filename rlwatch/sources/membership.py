@@ -191,6 +191,9 @@ class RunView:
         against = self._reference()
         if pid in self.weak:
             if against is not None and orphan and role is None and started is not None and started < against[0]:
+                elsewhere = self.writes_elsewhere(pid)
+                if elsewhere is not None:  # doing work of its own: an experiment run with nohup, not a leftover
+                    return Verdict(RUN, f"{self.members[pid]} and writes {elsewhere}")
                 return Verdict(
                     STRAY,
                     f"a leftover of an earlier attempt: {self.members[pid]} but is not part of the live run; "
