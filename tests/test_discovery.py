@@ -361,3 +361,235 @@ def test_dump_of_the_defaults_is_only_the_header() -> None:
 def test_dump_round_trips_every_profile(name: str, tmp_path: Path) -> None:
     cfg = profile_defaults(name, tmp_path)  # type: ignore[arg-type]
     assert parse_config(dump_config(cfg)) == cfg.model_copy(update={"run_dir": None})
+
+
+# ------------------------------------------------------------------------------------ profiles from evidence
+
+TRL_DICT = (
+    "{'loss': 0.0123, 'grad_norm': 0.0861, 'learning_rate': 6.9e-06, 'num_tokens': 280752.0, "
+    "'completions/mean_length': 163.0, 'rewards/accuracy_reward/mean': 0.375, 'reward': 0.375, "
+    "'reward_std': 0.51, 'frac_reward_zero_std': 0.0, 'epoch': 0.02}\n"
+)
+TRL_END = (
+    "{'train_runtime': 812.3, 'train_samples_per_second': 3.2, 'train_steps_per_second': 0.049, "
+    "'train_loss': 0.0012, 'epoch': 1.0}\n"
+)
+TORCHRUN_LOG = (
+    "W1121 09:22:41.944000 40112 torch/distributed/run.py:793] \n"
+    "W1121 09:22:41.944000 40112 torch/distributed/run.py:793] Setting OMP_NUM_THREADS environment variable\n"
+    "epoch 0 step 10 loss 2.31\n"
+)
+
+
+def trl_colocated_run(run: Path, *, steps: int = 10, finished: bool = True) -> None:
+    """What a finished TRL GRPO run with colocated generation leaves: checkpoints and metric dicts, nothing else."""
+    for step in range(5, steps + 1, 5):
+        state = {"global_step": step, "max_steps": steps, "logging_steps": 1, "log_history": []}
+        write(run / "output" / f"checkpoint-{step}" / "trainer_state.json", json.dumps(state))
+    write(run / "train.log", TRL_DICT * steps + (TRL_END if finished else ""))
+
+
+def fake_proc(root: Path, pid: int, argv: list[str], cwd: Path) -> None:
+    """One process in a stand-in /proc tree: its command line and its working directory."""
+    (root / str(pid)).mkdir(parents=True)
+    (root / str(pid) / "cmdline").write_bytes(b"\0".join(a.encode() for a in argv) + b"\0")
+    (root / str(pid) / "cwd").symlink_to(cwd)
+
+
+def test_a_plain_torchrun_log_is_generic_and_invents_nothing(tmp_path: Path, no_procs: str) -> None:
+    write(tmp_path / "train.log", TORCHRUN_LOG)
+    cfg = discover(tmp_path, proc_root=no_procs)
+    assert cfg.profile == "generic"
+    assert cfg.training.logs == ["train.log"]
+    assert (cfg.training.checkpoint_dirs, cfg.training.recover_info) == ([], None)
+    assert (cfg.server.url, cfg.server_expected) == (None, False)
+    assert [r.role for r in cfg.processes] == ["trainer"]
+    assert cfg.policies == []
+    assert cfg.provenance.run_found
+    assert cfg.provenance.profile[0].startswith("train.log: a log written")
+    assert cfg.provenance.server[0].startswith("no server evidence")
+
+
+def test_a_finished_colocated_trl_run_is_trl_without_a_server(tmp_path: Path, no_procs: str) -> None:
+    trl_colocated_run(tmp_path)
+    cfg = discover(tmp_path, proc_root=no_procs)
+    assert cfg.profile == "trl"
+    assert cfg.training.checkpoint_dirs == ["output"]
+    assert (cfg.server.url, cfg.server_expected) == (None, False)
+    why = cfg.provenance.profile
+    assert "output/checkpoint-N/trainer_state.json: HF Trainer checkpoints, as TRL writes them" in why
+    assert any(w.startswith("train.log: TRL GRPO metric dicts") for w in why)
+
+
+@pytest.mark.parametrize(
+    ("yaml_text", "expected", "why"),
+    [
+        ("use_vllm: false\nnum_generations: 8\n", False, "transformers generate"),
+        ("use_vllm: true\nvllm_mode: colocate\n", False, "vLLM runs inside the trainer"),
+        ("use_vllm: true\nvllm_mode: server\n", True, "generation goes to a vLLM server"),
+        ("use_vllm: true\nnum_generations: 8\n", False, "the TRL version is not known"),
+    ],
+)
+def test_trl_settings_in_the_training_yaml_decide_the_server(
+    tmp_path: Path, no_procs: str, yaml_text: str, expected: bool, why: str
+) -> None:
+    trl_colocated_run(tmp_path, finished=False)
+    write(tmp_path / "grpo.yaml", yaml_text)
+    cfg = discover(tmp_path, proc_root=no_procs)
+    assert cfg.training.config_file == "grpo.yaml"
+    assert cfg.server_expected is expected
+    assert cfg.server.url == ("http://127.0.0.1:8000" if expected else None)
+    assert why in cfg.provenance.server[0] and cfg.provenance.server[0].startswith("grpo.yaml: ")
+
+
+@pytest.mark.parametrize(("version", "expected"), [("0.19.1", True), ("1.2.0", False)])
+def test_use_vllm_without_a_mode_follows_the_trl_version_of_the_model_card(
+    tmp_path: Path, no_procs: str, version: str, expected: bool
+) -> None:
+    trl_colocated_run(tmp_path, finished=False)
+    write(tmp_path / "grpo.yaml", "use_vllm: true\nnum_generations: 8\n")
+    card = f"# Model Card\n\n### Framework versions\n\n- TRL: {version}\n- Transformers: 4.56.0\n"
+    write(tmp_path / "output" / "checkpoint-10" / "README.md", card)
+    cfg = discover(tmp_path, proc_root=no_procs)
+    assert cfg.server_expected is expected
+    assert f"TRL {version.rsplit('.', 1)[0]}" in cfg.provenance.server[0]
+    assert any("TRL's model card" in w for w in cfg.provenance.profile)
+
+
+def test_the_trainers_command_line_names_its_server_and_overrides_the_yaml(tmp_path: Path) -> None:
+    run, proc = tmp_path / "run", tmp_path / "proc"
+    trl_colocated_run(run, finished=False)
+    write(run / "grpo.yaml", "use_vllm: true\nvllm_mode: colocate\n")
+    write(run / "train_grpo.py", "from trl import GRPOConfig, GRPOTrainer\n")
+    argv = ["/usr/bin/python3", "/usr/bin/accelerate", "launch", "train_grpo.py", "--config", "grpo.yaml"]
+    fake_proc(proc, 4242, [*argv, "--vllm_mode", "server", "--vllm-server-port=8123"], run)
+    cfg = discover(run, proc_root=str(proc))
+    assert cfg.profile == "trl"
+    assert any(w.startswith("train_grpo.py (run by pid 4242) uses TRL") for w in cfg.provenance.profile)
+    assert (cfg.server.kind, cfg.server.url, cfg.server_expected) == ("trl", "http://127.0.0.1:8123", True)
+    assert cfg.provenance.server[0].startswith("grpo.yaml and pid 4242's command line: ")
+
+
+def test_a_plain_accelerate_trainer_is_generic_and_its_colocated_script_says_no_server(tmp_path: Path) -> None:
+    run, proc = tmp_path / "run", tmp_path / "proc"
+    write(run / "train.py", "import torch\nconfig = dict(use_vllm=False)\n")
+    write(run / "train.log", "epoch 0 loss 2.3\n")
+    fake_proc(proc, 77, ["/usr/bin/python3", "/usr/bin/accelerate", "launch", "train.py"], run)
+    fake_proc(proc, 78, ["/usr/bin/python3", "-m", "sglang.launch_server", "--port", "30001"], tmp_path)
+    cfg = discover(run, proc_root=str(proc))
+    assert cfg.profile == "generic"  # accelerate is no evidence of TRL, and an SGLang server none of AReaL
+    assert any(w.startswith("pid 77, a trainer, works in or names this directory") for w in cfg.provenance.profile)
+    # The script's literal setting wins over the host's only server, which nothing ties to this run.
+    assert (cfg.server.url, cfg.server_expected) == (None, False)
+    assert cfg.provenance.server[0].startswith("train.py: use_vllm=False")
+
+
+@pytest.mark.parametrize(
+    ("line", "url", "kind"),
+    [
+        (
+            "requests.exceptions.ConnectionError: The vLLM server can't be reached at http://0.0.0.0:8000 after "
+            "240.0 seconds. Make sure the server is running by running `trl vllm-serve`.",
+            "http://127.0.0.1:8000",
+            "trl",
+        ),
+        (
+            "requests.exceptions.ConnectionError: HTTPConnectionPool(host='10.0.0.7', port=8001): Max retries "
+            "exceeded with url: /update_named_param/ (Caused by NewConnectionError('Failed to establish a new "
+            "connection: [Errno 111] Connection refused'))",
+            "http://10.0.0.7:8001",
+            "trl",
+        ),
+        (
+            "INFO 05-06 20:59:57 [api_server.py:1043] Starting vLLM API server 0 on http://0.0.0.0:8002",
+            "http://127.0.0.1:8002",
+            "vllm",
+        ),
+    ],
+)
+def test_a_server_address_in_the_logs_makes_it_expected(
+    tmp_path: Path, no_procs: str, line: str, url: str, kind: str
+) -> None:
+    write(tmp_path / "train.log", TRL_DICT + line + "\n")
+    cfg = discover(tmp_path, proc_root=no_procs)
+    assert cfg.profile == "trl"
+    assert (cfg.server.url, cfg.server.kind, cfg.server_expected) == (url, kind, True)
+    assert cfg.provenance.server[0].startswith("train.log: ") and url in cfg.provenance.server[0]
+
+
+def test_areal_needs_its_own_evidence(tmp_path: Path) -> None:
+    run, proc = tmp_path / "run", tmp_path / "proc"
+    write(run / "out.log", "step 1\n")
+    fake_proc(proc, 10, ["/usr/bin/torchrun", "--nproc-per-node", "2", "train.py"], run)
+    assert discover(run, proc_root=str(proc)).profile == "generic"  # torchrun is no evidence of AReaL
+    fake_proc(proc, 11, ["python3", "-m", "areal.launcher.local", "x.py", "--config", "c.yaml"], run)
+    cfg = discover(run, proc_root=str(proc))
+    assert cfg.profile == "areal"
+    assert any(w.startswith("pid 11 runs AReaL") for w in cfg.provenance.profile)
+    # No AReaL layout on disk yet: no checkpoints directory to report missing on every view.
+    assert (cfg.training.checkpoint_dirs, cfg.training.recover_info) == ([], None)
+    assert (cfg.server.url, cfg.server_expected) == (None, False)
+
+
+def test_areal_server_log_without_an_address_expects_a_server_at_an_unknown_address(
+    tmp_path: Path, no_procs: str
+) -> None:
+    logs = tmp_path / "logs" / "u" / "e" / "t"
+    write(logs / "trainer.log", "(AReaL) 20251121-05:04:00.000 Trainer INFO: starting\n")
+    write(logs / "llm_server.log", "loading weights\n")
+    cfg = discover(tmp_path, proc_root=no_procs)
+    assert cfg.profile == "areal"
+    assert cfg.training.checkpoint_dirs == ["checkpoints"]  # AReaL's layout is here: checkpoints/ will follow
+    assert (cfg.server.url, cfg.server.expected, cfg.server_expected) == (None, True, True)
+    assert "logs/u/e/t/trainer.log: AReaL log lines ('(AReaL) …')" in cfg.provenance.profile
+    write(logs / "llm_server.log", "vllm server launched at: http://10.0.0.9:17000\n")
+    cfg = discover(tmp_path, proc_root=no_procs)
+    assert (cfg.server.kind, cfg.server.url) == ("vllm", "http://10.0.0.9:17000")
+
+
+def test_no_run_here_names_training_processes_elsewhere(tmp_path: Path) -> None:
+    run, proc, other = tmp_path / "run", tmp_path / "proc", tmp_path / "other"
+    run.mkdir()
+    other.mkdir()
+    fake_proc(proc, 5, ["/usr/bin/torchrun", "train.py"], other)
+    cfg = discover(run, proc_root=str(proc))
+    assert not cfg.provenance.run_found
+    assert f"pid 5 in {other}" in (cfg.provenance.looked_for or "")
+
+
+def test_a_forced_profile_says_so(tmp_path: Path, no_procs: str) -> None:
+    trl_colocated_run(tmp_path)
+    cfg = discover(tmp_path, "trl", proc_root=no_procs)
+    assert cfg.provenance.profile[0] == "--profile trl" and len(cfg.provenance.profile) > 1
+    cfg = discover(tmp_path, "generic", proc_root=no_procs)
+    assert cfg.profile == "generic" and cfg.provenance.profile == ("--profile generic",)
+    assert cfg.training.checkpoint_dirs == ["output"]  # what was seen is still watched
+
+
+def test_init_writes_the_evidence_as_comments_and_loads_back(tmp_path: Path, no_procs: str) -> None:
+    trl_colocated_run(tmp_path)
+    write(tmp_path / "grpo.yaml", "use_vllm: false\nnum_generations: 8\n")
+    cfg = discover(tmp_path, proc_root=no_procs)
+    text = dump_config(cfg)
+    assert "# profile trl, because:\n#   - output/checkpoint-N/trainer_state.json" in text
+    assert "# server: none expected, because:\n#   - grpo.yaml: use_vllm=False" in text
+    assert parse_config(text) == cfg.model_copy(update={"run_dir": None})
+    assert parse_config(text).server.expected is False
+    lines = describe(cfg)
+    assert "server: none expected" in lines and any(line.startswith("  because grpo.yaml") for line in lines)
+
+
+def test_init_comments_cannot_be_broken_by_a_file_name(tmp_path: Path, no_procs: str) -> None:
+    write(tmp_path / "evil\nprofile: areal\n.log", TRL_DICT)
+    text = dump_config(discover(tmp_path, proc_root=no_procs))
+    assert parse_config(text).profile == "trl"
+    assert all(line.startswith("#") or not line.startswith("profile: areal") for line in text.splitlines())
+
+
+def test_a_file_is_its_own_evidence(tmp_path: Path) -> None:
+    write(tmp_path / "rlwatch.yaml", "profile: trl\nserver:\n  url: http://127.0.0.1:8000\n")
+    cfg, source = resolve_config(tmp_path, None)
+    assert source == "rlwatch.yaml"
+    assert cfg.provenance.profile == ("profile: trl in rlwatch.yaml",)
+    assert cfg.provenance.server == ("server.url: http://127.0.0.1:8000 in rlwatch.yaml",)
+    assert cfg.server_expected
