@@ -7,6 +7,7 @@ missing expected processes). Rules never raise on absent data: a rule whose inpu
 from __future__ import annotations
 
 import itertools
+import math
 import re
 import time
 from collections import Counter
@@ -14,7 +15,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
 from rlwatch.config import Thresholds
-from rlwatch.state import Finding, Incident, Severity, Snapshot, TimelineEntry
+from rlwatch.state import ChildFailure, EventSummary, Finding, Incident, Severity, Snapshot, TimelineEntry
 
 CRIT, WARN, INFO = Severity.CRITICAL, Severity.WARNING, Severity.INFO
 
@@ -36,10 +37,64 @@ class Context:
 
 def hhmm(t: float | None, now: float | None = None) -> str:
     """A clock time; with the date too when ``t`` is not on the same day as ``now`` (a log from yesterday)."""
-    if t is None:
+    if t is None or not math.isfinite(t):
         return "?"
     same_day = now is None or time.localtime(t)[:3] == time.localtime(now)[:3]
     return time.strftime("%H:%M:%S" if same_day else "%Y-%m-%d %H:%M:%S", time.localtime(t))
+
+
+def _known(t: float | None) -> float | None:
+    return t if t is not None and math.isfinite(t) else None
+
+
+def when_text(
+    t: float | None, by: float | None, approximate: bool, now: float | None = None, position: str | None = None
+) -> str:
+    """A time as far as it is known. Lines without a time of their own (read from a backlog) have only bounds:
+    "between 09:12:03 and 09:40:00", "before 09:40:00" (the file's modification time), "after 09:12:03", or
+    "time unknown", with where the line sits ("train.log:5123, after step 1869"). Never the time it was read."""
+    t, by = _known(t), _known(by)
+    if not approximate or (t is not None and by == t):
+        return hhmm(t, now)
+    if t is None and by is None:
+        out = "time unknown"
+    elif by is None:
+        out = f"after {hhmm(t, now)}"
+    elif t is None:
+        out = f"before {hhmm(by, now)}"
+    else:
+        out = f"between {hhmm(t, now)} and {hhmm(by, now)}"
+    return f"{out} ({position})" if position else out
+
+
+def first_text(ev: EventSummary, now: float | None = None) -> str:
+    """When a kind was first seen, as far as it is known (see :func:`when_text`)."""
+    return when_text(ev.first, ev.first_by, ev.approximate, now)
+
+
+def last_text(ev: EventSummary, now: float | None = None) -> str:
+    """When a kind was last seen, as far as it is known, with where its last line sits when undated."""
+    return when_text(ev.last, ev.last_by, ev.approximate, now, ev.position)
+
+
+def incident_text(i: Incident, now: float | None = None) -> str:
+    """When an incident happened, as far as it is known: its first line's own time, else its last line's, else
+    bounds and position."""
+    if i.first_exact and math.isfinite(i.first):
+        return hhmm(i.first, now)
+    return when_text(i.last, i.by, i.approximate, now, i.position)
+
+
+def exact_first(ev: EventSummary | None) -> float | None:
+    """The first time of a kind where it is known exactly (a finding's "since"); None where it is only bounded."""
+    if ev is None or ev.first is None:
+        return None
+    return ev.first if not ev.approximate or ev.first_by == ev.first else None
+
+
+def exact_time(i: Incident) -> float | None:
+    """An incident's first time where it is known exactly; None where it is only bounded."""
+    return i.first if i.first_exact and math.isfinite(i.first) else None
 
 
 def human_bytes(n: float | None) -> str:
@@ -77,7 +132,9 @@ def _progressed_since(s: Snapshot, t: float | None) -> bool:
 def _history(s: Snapshot, kind: str) -> bool:
     """Every file that had ``kind`` has shown progress since (a step, the server ready…): it is no longer happening."""
     ev = s.events.get(kind)
-    return ev is not None and ev.count > 0 and (ev.streak == 0 or _progressed_since(s, ev.last))
+    # Undated lines count as history only when progress came after the latest they can be.
+    last = (ev.last_by if ev.approximate else ev.last) if ev is not None else None
+    return ev is not None and ev.count > 0 and (ev.streak == 0 or _progressed_since(s, last))
 
 
 def _count(s: Snapshot, kind: str) -> int:
@@ -108,6 +165,7 @@ def server_down(s: Snapshot, ctx: Context) -> Iterator[Finding]:
     elif srv is not None and srv.up is False:
         proc = next((p for p in s.processes if p.alive and p.pid == srv.pid), None)
         ready = s.events.get("server_ready")
+        # ``last`` is the earliest the last ready line can be: ready after the start only when that is sure.
         was_ready = bool(proc and ready and ready.last is not None and ready.last >= proc.started_at)
         young = proc is not None and s.time - proc.started_at < ctx.server_start_timeout_s
         if proc and srv.process_alive and young and not was_ready and not refused:
@@ -144,11 +202,12 @@ def server_down(s: Snapshot, ctx: Context) -> Iterator[Finding]:
         since = srv.down_since
         if refused:
             ev = s.events["connection_refused"]
-            if ev.first is not None and (since is None or ev.first < since):
-                since = ev.first  # the errors show when it really went away; the probe only saw it now
+            first = exact_first(ev)
+            if first is not None and (since is None or first < since):
+                since = first  # the errors show when it really went away; the probe only saw it now
             extra = (
                 f"; {refused} connection-refused errors{_per_file(s, 'connection_refused')}, "
-                f"first {hhmm(ev.first, s.time)}, last {hhmm(ev.last, s.time)}. Training cannot make progress"
+                f"first {first_text(ev, s.time)}, last {last_text(ev, s.time)}. Training cannot make progress"
             )
         yield Finding(
             CRIT,
@@ -163,27 +222,28 @@ def server_down(s: Snapshot, ctx: Context) -> Iterator[Finding]:
         yield Finding(
             WARN,
             "connection_errors",
-            f"{refused} connection-refused errors{_per_file(s, 'connection_refused')} from {hhmm(ev.first, s.time)} "
-            f"to {hhmm(ev.last, s.time)}; no inference server is expected for this run{why}.",
-            ev.first,
+            f"{refused} connection-refused errors{_per_file(s, 'connection_refused')} from {first_text(ev, s.time)} "
+            f"to {last_text(ev, s.time)}; no inference server is expected for this run{why}.",
+            exact_first(ev),
         )
     elif refused >= ctx.thresholds.connection_storm and (srv is None or srv.up is None):
         ev = s.events["connection_refused"]
         yield Finding(
             CRIT,
             "connection_refused",
-            f"{refused} connection-refused errors{_per_file(s, 'connection_refused')} from {hhmm(ev.first, s.time)} "
-            f"to {hhmm(ev.last, s.time)}: the inference server is probably gone.",
-            ev.first,
+            f"{refused} connection-refused errors{_per_file(s, 'connection_refused')} from {first_text(ev, s.time)} "
+            f"to {last_text(ev, s.time)}: the inference server is probably gone.",
+            exact_first(ev),
         )
 
 
 def restart_loop(s: Snapshot, ctx: Context) -> Iterator[Finding]:
     th = ctx.thresholds
-    for role, starts in ctx.starts.items():
+    for role, all_starts in ctx.starts.items():
+        starts = sorted(t for t in all_starts if math.isfinite(t))  # an undated start line of a backlog is NaN
         if len(starts) < th.restart_loop_count:
             continue
-        recent = sorted(starts)[-th.restart_loop_count :]
+        recent = starts[-th.restart_loop_count :]
         gaps = [b - a for a, b in itertools.pairwise(recent)]
         if gaps and max(gaps) <= th.restart_loop_uptime_s * 1.5:
             period = sum(gaps) / len(gaps)
@@ -246,10 +306,10 @@ def brake(s: Snapshot, ctx: Context) -> Iterator[Finding]:
             "brake_no_relief",
             f"Emergency brake fired {ev.streak} times in a row ({ev.count} in all, {ev.rate_per_min:.1f}/min) "
             "and memory is not coming back: the brake cannot free leaked memory, restart the worker (key w).",
-            ev.first,
+            exact_first(ev),
         )
     else:
-        yield Finding(WARN, "brake", f"Emergency brake fired {ev.count} times (streak {ev.streak}).", ev.first)
+        yield Finding(WARN, "brake", f"Emergency brake fired {ev.count} times (streak {ev.streak}).", exact_first(ev))
 
 
 def watchdog(s: Snapshot, ctx: Context) -> Iterator[Finding]:
@@ -348,8 +408,8 @@ def gpu(s: Snapshot, ctx: Context) -> Iterator[Finding]:
             INFO if history else CRIT,
             "device_busy",
             f"{busy} 'CUDA-capable device(s) is/are busy or unavailable' errors{_per_file(s, 'cuda_busy')}, "
-            f"last {hhmm(ev.last, s.time)}" + ("; the device has been usable since." if history else "."),
-            ev.first,
+            f"last {last_text(ev, s.time)}" + ("; the device has been usable since." if history else "."),
+            exact_first(ev),
         )
     if s.gpu is not None and not s.gpu.available and s.gpu.backend != "none":
         yield Finding(INFO, "gpu_unavailable", f"GPU data not available: {s.gpu.error}.", None)
@@ -405,23 +465,85 @@ def crashes(s: Snapshot, ctx: Context) -> Iterator[Finding]:
     ]
     if not blocks:
         return
+    failed = torchrun_failure(s)
+    if failed is not None:
+        yield _torchrun_finding(s, failed)
+        # What torchrun stopped after the root cause (a victim's SIGTERM traceback) is not the last exception.
+        victims = {v.rank for v in failed.victims if v.rank is not None}
+        blocks = [i for i in blocks if i.rank is None or i.rank not in victims]
+        blocks = [i for i in blocks if i is not failed and i.kind != "crash" and i is not failed.cause]
+        if not blocks:
+            return
     by_sig = Counter(i.signature for i in blocks if i.kind == "traceback")
-    last = max(blocks, key=lambda i: i.last)
+    last = max(blocks, key=_latest)
     where = f" at {last.location}" if last.location else ""
     repeated = [sig for sig, n in by_sig.items() if n >= 2]
     if repeated:
         sig = max(repeated, key=lambda k: by_sig[k])
-        inc = max((i for i in blocks if i.signature == sig), key=lambda i: i.last)
+        inc = max((i for i in blocks if i.signature == sig), key=_latest)
         loc = f" at {inc.location}" if inc.location else ""
-        first = min(i.first for i in blocks if i.signature == sig)
+        same = [i for i in blocks if i.signature == sig]
+        first = min(same, key=lambda i: (i.first, i.lineno))
         yield Finding(
             INFO if _history(s, "traceback") else CRIT,
             "crash_repeating",
             f"The same crash happened {by_sig[sig]} times: {_short(inc.title)}{loc} [{sig}].",
-            first,
+            exact_time(first),
         )
-    elif ctx.trainer_alive is not True and last.kind == "traceback" and not _history(s, "traceback"):
-        yield Finding(WARN, "crashed", f"Last exception: {_short(last.title)}{where} ({_file(last)}).", last.first)
+    elif failed is None and ctx.trainer_alive is not True and last.kind == "traceback" and not _history(s, "traceback"):
+        yield Finding(
+            WARN,
+            "crashed",
+            f"Last exception: {_short(last.title)}{where} ({_file(last)}, {incident_text(last, s.time)}).",
+            exact_time(last),
+        )
+
+
+def _latest(i: Incident) -> tuple[float, float, int]:
+    """Order incidents by when they happened; an undated one by the latest it can be, then by line."""
+    by = i.by if i.by is not None else i.last
+    return (i.last, by, i.lineno)
+
+
+def torchrun_failure(s: Snapshot) -> Incident | None:
+    """torchrun's latest ChildFailedError report that names a root cause, if any."""
+    found = [i for i in s.incidents if i.root_cause is not None]
+    return max(found, key=_latest) if found else None
+
+
+def failure_text(f: ChildFailure) -> str:
+    """ "rank 0 (exit code -6, SIGABRT, host pod-0)": how one worker ended, as torchrun reported it."""
+    parts = [
+        f"exit code {f.exitcode}" if f.exitcode is not None else "",
+        f.signal or "",
+        f"host {f.host}" if f.host else "",
+    ]
+    detail = ", ".join(p for p in parts if p)
+    return f"rank {f.rank if f.rank is not None else '?'}" + (f" ({detail})" if detail else "")
+
+
+def _torchrun_finding(s: Snapshot, failed: Incident) -> Finding:
+    root = failed.root_cause
+    assert root is not None
+    cause = failed.cause
+    if cause is not None:
+        why = f", after {_short(cause.title)}" + (f" at {cause.location}" if cause.location else "")
+        why += f" ({_file(cause)}, {incident_text(cause, s.time)})"
+    elif root.error and not root.error.startswith(("Signal ", "To enable traceback")):
+        why = f": {_short(root.error)}"
+    else:
+        why = "; what it printed before is not in the logs read"
+    victims = ""
+    if failed.victims:
+        names = ", ".join(failure_text(v) for v in failed.victims[:8])
+        more = f" and {len(failed.victims) - 8} more" if len(failed.victims) > 8 else ""
+        victims = f" Stopped after it: {names}{more}."
+    return Finding(
+        CRIT,
+        "torchrun_failed",
+        f"torchrun's root cause (first observed failure): {failure_text(root)}{why}.{victims} ({_file(failed)})",
+        exact_time(cause) if cause is not None else exact_time(failed),
+    )
 
 
 def _file(i: Incident) -> str:
@@ -442,11 +564,37 @@ def failures(s: Snapshot, ctx: Context) -> Iterator[Finding]:
         if not n:
             continue
         ev = s.events[kind]
-        msg = f"{n} {text}{_per_file(s, kind)}, last {hhmm(ev.last, s.time)}"
-        if _history(s, kind):
-            yield Finding(INFO, kind, msg + "; there has been progress since.", ev.first)
+        if kind == "nccl_timeout":
+            msg = _nccl_text(s, ev)
         else:
-            yield Finding(WARN if kind == "timeout" else CRIT, kind, msg + ".", ev.first)
+            msg = f"{n} {text}{_per_file(s, kind)}, last {last_text(ev, s.time)}"
+        if _history(s, kind):
+            yield Finding(INFO, kind, msg + "; there has been progress since.", exact_first(ev))
+        else:
+            yield Finding(WARN if kind == "timeout" else CRIT, kind, msg + ".", exact_first(ev))
+
+
+def _nccl_text(s: Snapshot, ev: EventSummary) -> str:
+    """Timed-out collectives, each once however many times torch printed it: "1 NCCL collective timeout (printed
+    3 times): rank 0 ALLREDUCE SeqNum=5, timeout 10000 ms"."""
+    timeouts = [i for i in s.incidents if i.kind == "nccl_timeout"]
+    if not timeouts:
+        return f"{ev.count} NCCL watchdog timeout lines{_per_file(s, 'nccl_timeout')}, last {last_text(ev, s.time)}"
+    n = len(timeouts)
+    printed = sum(i.count for i in timeouts)
+    head = f"{n} NCCL collective timeout{'s' if n != 1 else ''}"
+    if printed > n:
+        head += f" (printed {printed} times)" if n == 1 else f" (printed {printed} times in all)"
+    shown = []
+    for i in timeouts[-3:]:
+        c = i.collective
+        if c is None:
+            continue
+        limit = f", timeout {c.timeout_ms} ms" if c.timeout_ms is not None else ""
+        rank = f"rank {c.rank} " if c.rank is not None else ""
+        shown.append(f"{rank}{c.op} SeqNum={c.seq}{limit} ({_file(i)}, {incident_text(i, s.time)})")
+    more = f" and {n - 3} more" if n > 3 else ""
+    return f"{head}: " + "; ".join(shown) + more if shown else head
 
 
 def disk(s: Snapshot, ctx: Context) -> Iterator[Finding]:
@@ -504,13 +652,30 @@ def timeline(s: Snapshot, limit: int = 20) -> tuple[TimelineEntry, ...]:
     }
     for kind, label in labels.items():
         ev = s.events.get(kind)
-        if ev and ev.count and ev.first is not None:
-            span = f" until {hhmm(ev.last, s.time)}" if ev.last and ev.last != ev.first else ""
-            out.append(TimelineEntry(ev.first, f"{label} begin ({ev.count}{span})"))
+        if not ev or not ev.count:
+            continue
+        if not ev.approximate:
+            if ev.first is not None:
+                span = f" until {hhmm(ev.last, s.time)}" if ev.last and ev.last != ev.first else ""
+                out.append(TimelineEntry(ev.first, f"{label} begin ({ev.count}{span})"))
+            continue
+        # Undated lines: no "until" (the time they were read says nothing), only bounds and where the last sits.
+        first = ev.first if ev.first is not None else -math.inf
+        text = f"{label} begin ({ev.count}, last {last_text(ev, s.time)})"
+        out.append(TimelineEntry(first, text, approximate=True, by=ev.first_by))
+    torchrun = any(i.root_cause is not None for i in s.incidents)
     for inc in s.incidents:
-        if inc.kind == "crash":
-            out.append(TimelineEntry(inc.first, f"crash: {inc.title}"))
+        if torchrun and inc.kind == "crash" and "ChildFailedError" in inc.title:
+            continue  # the report read whole says more than the line that announced it
+        if inc.kind == "crash" or inc.root_cause is not None:
+            title = inc.title if inc.root_cause is None else f"torchrun failed: {failure_text(inc.root_cause)}"
+            if inc.approximate:
+                out.append(TimelineEntry(inc.first, f"crash: {title}", approximate=True, by=inc.by))
+            else:
+                out.append(TimelineEntry(inc.first, f"crash: {title}"))
+        elif inc.kind == "nccl_timeout":
+            out.append(TimelineEntry(inc.first, f"NCCL timeout: {inc.title}", approximate=inc.approximate, by=inc.by))
     if s.training and s.training.last_step_at:
         out.append(TimelineEntry(s.training.last_step_at, f"last training step ({s.training.last_step})"))
-    out.sort(key=lambda e: e.time)
+    out.sort(key=lambda e: (e.time, e.by if e.by is not None else e.time))
     return tuple(out[-limit:])

@@ -7,13 +7,15 @@ file does it walk that file line by line (its frames match no literal). A line c
 
 from __future__ import annotations
 
+import math
+import os
 import re
 from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from rlwatch.clock import Clock
-from rlwatch.incidents import EVENT_KINDS, HEADER_WORD, IncidentTracker
+from rlwatch.incidents import EVENT_KINDS, HEADER_WORD, IncidentTracker, Span
 from rlwatch.patterns import EventKind, Matcher, build_kinds, prepare
 from rlwatch.state import EventSummary, Incident, LogLine
 from rlwatch.tailer import Chunk
@@ -33,6 +35,14 @@ _HEAD = 8192
 _LOOK_BACK_LINES = 3
 _LOOK_BACK_BYTES = 8 * 1024
 _TIME_SEARCH_BYTES = 400  # a timestamp sits near the start of a line, behind colour codes and a prefix
+_NAN = float("nan")
+_INF = float("inf")
+# "Train step 1869/2000", "step 1869", "'step': 1869", "global_step=1869": the step a progress line reports.
+_STEP_NUMBER = re.compile(r"step\W{0,3}(\d+)", re.IGNORECASE)
+
+
+def _finite(t: float) -> float | None:
+    return t if math.isfinite(t) else None
 
 
 @dataclass(slots=True)
@@ -40,8 +50,16 @@ class _Stats:
     """What is kept of one kind. An internal kind keeps only its count and streaks (``summaries`` skips it)."""
 
     count: int = 0
-    first: float | None = None
-    last: float | None = None
+    # Bounds of the first occurrence: the earliest each line can be and the earliest each line must be by, over all
+    # lines. A line with a time of its own has one value for both; an undated line of a backlog is bounded by the
+    # latest timestamp before it in its file (-inf: none) and the file's modification time (inf: none sound).
+    first_lo: float = _INF
+    first_hi: float = _INF
+    # Per file, bounds of its latest occurrence [lo, hi] and where it sits when undated ("train.log:5123, after
+    # step 1869"). Per file because lines of one file come in order: an undated line is no later than a dated one
+    # after it, which a maximum over all lines would forget.
+    last: dict[str, tuple[float, float, str | None]] = field(default_factory=dict)
+    approximate: bool = False  # some line had no time of its own
     files: dict[str, int] = field(default_factory=dict)
     streaks: dict[str, int] = field(default_factory=dict)
     buckets: dict[int, int] = field(default_factory=dict)  # whole seconds -> events, for the rate window
@@ -56,13 +74,14 @@ class _LongLine:
     head: bytes = b""  # the start of the line (up to _HEAD bytes): its evidence text, time and prefix
     tail: bytes = b""
     seen: set[str] = field(default_factory=set)
-    time: float | None = None
+    span: Span | None = None
 
 
 @dataclass(slots=True)
 class _File:
     banners: int = 0
     long: _LongLine | None = None
+    stamp: float | None = None  # the latest timestamp read in this file: undated lines after it are no earlier
 
 
 def _shown(text: str) -> str:
@@ -72,22 +91,34 @@ def _shown(text: str) -> str:
 
 
 class _Lines:
-    """Line arithmetic over one chunk, honouring universal newlines without splitting it."""
+    """Line arithmetic over one chunk, honouring universal newlines without splitting it; and the time of a line."""
 
-    __slots__ = ("cr", "data", "stamp")
+    __slots__ = ("approximate", "before", "by", "cr", "data", "stamp")
 
-    def __init__(self, data: bytes) -> None:
+    def __init__(self, data: bytes, by: float | None = None, before: float | None = None) -> None:
         self.data = data
         self.cr = b"\r" in data
         self.stamp: tuple[int, float] | None = None  # (line start, time) of the latest line known to have a time
+        # A backlog chunk: its file's modification time when opened (no line of it was written later), and the
+        # latest timestamp read in the file before this chunk. None for both in a live chunk.
+        self.by = by
+        self.before = before
+        self.approximate = False  # the latest answer of time_of is a lower bound, not the line's time
 
     def time_of(self, start: int, text: str, now: float) -> float:
-        """The time of the line at ``start``: its own timestamp, else that of the nearest earlier line in this
-        chunk that has one (lines read together were written together: in a backlog that is the only honest
-        estimate, live it is within one poll), else ``now``."""
-        own = parse_time(text, now) if ":" in text else None  # every timestamp format holds a colon
+        """The time of the line at ``start``: its own timestamp, else that of one of the few lines just above it
+        (a traceback's header sits right under the logged error; a stats row a few lines under its step).
+
+        Failing those, a live line (appended while followed) takes the time of the nearest earlier line of this
+        chunk that has one, else ``now``: it arrived within one poll. A backlog line gets no time of its own: the
+        answer is the latest timestamp before it in its file, a lower bound (``-inf``: none), with
+        ``approximate`` set; ``by`` bounds it from above.
+        """
+        ref = now if self.by is None else self.by  # what a year-less timestamp is read against
+        own = parse_time(text, ref) if ":" in text else None  # every timestamp format holds a colon
         if own is not None:
             self.stamp = (start, own)
+            self.approximate = False
             return own
         floor = max(0, start - _LOOK_BACK_BYTES)
         known = self.stamp
@@ -104,7 +135,7 @@ class _Lines:
                     break
                 top = data.rfind(b"\n", floor, top - 1) + 1 or floor
             if data.find(b":", top, start) < 0:
-                return known[1] if known is not None and known[0] < start else now
+                return self._fallback(start, now)
         pos = start
         for _ in range(_LOOK_BACK_LINES):
             if pos <= floor:
@@ -116,14 +147,39 @@ class _Lines:
             head_end = min(end, begin + _TIME_SEARCH_BYTES)
             # Every timestamp holds a colon: most lines without a time (table rows, frames) are passed by memchr.
             if data.find(b":", begin, head_end) >= 0 and HMS_BYTES.search(data, begin, head_end):
-                found = parse_time(strip_ansi(data[begin:end].decode("utf-8", "replace")), now)
+                found = parse_time(strip_ansi(data[begin:end].decode("utf-8", "replace")), ref)
                 if found is not None:
                     self.stamp = (begin, found)
+                    self.approximate = False
                     return found
             pos = begin
-        if known is not None and known[0] < start:
-            return known[1]
-        return now
+        return self._fallback(start, now)
+
+    def _fallback(self, start: int, now: float) -> float:
+        """The time of a line with no timestamp on it or just above it (see :meth:`time_of`)."""
+        known = self.stamp
+        earlier = known[1] if known is not None and known[0] < start else None
+        if self.by is None:
+            self.approximate = False
+            return now if earlier is None else earlier
+        self.approximate = True
+        if earlier is not None:
+            return earlier
+        return -_INF if self.before is None else self.before
+
+    def span(self, start: int, text: str, now: float) -> Span:
+        """(time, by) of the line at ``start``: by None when the time is the line's own (or, live, read within one
+        poll); else time is a lower bound and by an upper bound, ``inf`` where the file's modification time is not
+        sound (a timestamp in the file later than it)."""
+        t = self.time_of(start, text, now)
+        if not self.approximate:
+            return t, None
+        by = self.by
+        return t, by if by is not None and by >= t else _INF
+
+    def latest(self, before: float | None) -> float | None:
+        """The latest timestamp read in the file after this chunk (``before``: the one before it)."""
+        return before if self.stamp is None else self.stamp[1]
 
     def end(self, pos: int, limit: int) -> tuple[int, int]:
         """(end of the line starting at or containing ``pos``, start of the next line)."""
@@ -158,9 +214,12 @@ class _Lines:
 class EventCounter:
     """Counts event kinds in chunks from the tailer and groups incidents.
 
-    Times are the lines' own timestamps when they carry one, else the timestamp of the nearest earlier line of
-    the same chunk, else the clock's wall time at feed. Rates use the wall clock too, since they compare with
-    line times.
+    Times are the lines' own timestamps when they carry one (or that of a line just above). A line without one
+    appended while followed takes the timestamp of the nearest earlier line of the same chunk, else the clock's
+    wall time at feed: it was written within one poll. A line without one read from a backlog gets no time: it is
+    bounded by the latest timestamp before it in its file and by the file's modification time, and placed by
+    position (file, line, the step reported last before it); its :class:`LogLine` time is NaN. Rates use the wall
+    clock too, since they compare with line times.
     """
 
     def __init__(
@@ -187,6 +246,7 @@ class EventCounter:
         # a policy may name one); subscribers still get every line.
         self._internal = frozenset(k.name for k in self._kinds.values() if k.internal)
         self._streaking: dict[str, set[str]] = {}  # path -> kinds with a streak going in it
+        self._progress_lines: dict[str, int] = {}  # path -> progress lines counted in it
         self.errors: deque[str] = deque(maxlen=20)
 
     @property
@@ -206,7 +266,8 @@ class EventCounter:
         path = chunk.path
         state = self._files.setdefault(path, _File())
         now = self._clock.time()
-        lines = _Lines(data)
+        by = chunk.backlog_mtime
+        lines = _Lines(data, by, state.stamp if by is not None else None)
         size = len(data)
         pos = 0
         lineno = chunk.first_lineno
@@ -216,7 +277,7 @@ class EventCounter:
             first = state.long is None or state.long.lineno != lineno
             if first:  # its start was never seen (counting began mid-line): count from here
                 state.long = _LongLine(lineno=lineno)
-            self._piece(path, state, data[:end], first=first, final=final, now=now)
+            self._piece(path, state, data[:end], first=first, final=final, now=now, by=by)
             if not final:
                 return
             pos = nxt
@@ -226,10 +287,11 @@ class EventCounter:
         limit = lines.last_start() if chunk.continued else size
         if pos < limit:
             self._scan(path, state, lines, (pos, limit, lineno), now)
+        state.stamp = lines.latest(state.stamp)
         if chunk.continued and max(pos, limit) < size:
             start = max(pos, limit)
             state.long = _LongLine(lineno=chunk.first_lineno + chunk.nlines)
-            self._piece(path, state, data[start:], first=True, final=False, now=now)
+            self._piece(path, state, data[start:], first=True, final=False, now=now, by=by)
 
     def _scan(self, path: str, state: _File, lines: _Lines, span: tuple[int, int, int], now: float) -> None:
         """Count the complete lines in ``data[pos:limit]``, the first of them numbered ``lineno``.
@@ -302,14 +364,14 @@ class EventCounter:
         raw = lines.data[start:end]
         text, tag, body = prepare(raw)
         kinds = self._matcher.match_raw(raw, body) if hits is None else self._matcher.match_hits(body, hits)
-        t: float | None = None  # the line's time, read at most once, and only if someone needs it
+        t: Span | None = None  # the line's time, read at most once, and only if someone needs it
         incidents = self._incidents
         if path in incidents.open_paths or HEADER_WORD in body:  # else incidents.line would change nothing
-            stamp: list[float] = []
+            stamp: list[Span] = []
 
-            def when() -> float:
+            def when() -> Span:
                 if not stamp:
-                    stamp.append(lines.time_of(start, text, now))
+                    stamp.append(lines.span(start, text, now))
                 return stamp[0]
 
             incidents.line(path, tag, body, lineno, when)
@@ -325,11 +387,13 @@ class EventCounter:
                 names.append("restart")
         shown = _shown(text)
         if t is None:
-            t = lines.time_of(start, text, now)
+            t = lines.span(start, text, now)
         for name in names:
             self._count(name, path, lineno, t, shown, now)
 
-    def _piece(self, path: str, state: _File, piece: bytes, *, first: bool, final: bool, now: float) -> None:
+    def _piece(
+        self, path: str, state: _File, piece: bytes, *, first: bool, final: bool, now: float, by: float | None
+    ) -> None:
         """One piece of an over-long line: matched with the end of the previous piece, counted once per kind."""
         long = state.long
         if long is None:
@@ -339,12 +403,12 @@ class EventCounter:
         window = long.tail + piece
         text, tag, body = prepare(window)
         if first:  # prefixes exist only at the start of a line; incidents see the line once, by its head
-            self._incidents.line(path, tag, body[:_HEAD], long.lineno, lambda: self._long_time(long, now))
+            self._incidents.line(path, tag, body[:_HEAD], long.lineno, lambda: self._long_time(long, state, now, by))
         else:
             body = text
         found = [k.name for k in self._matcher.match(body) if k.name not in long.seen]
         if found:
-            when, shown = self._long_time(long, now), self._long_shown(long)
+            when, shown = self._long_time(long, state, now, by), self._long_shown(long)
             for name in found:
                 long.seen.add(name)
                 self._count(name, path, long.lineno, when, shown, now)
@@ -353,22 +417,37 @@ class EventCounter:
             state.long = None
 
     @staticmethod
-    def _long_time(long: _LongLine, now: float) -> float:
-        if long.time is None:
+    def _long_time(long: _LongLine, state: _File, now: float, by: float | None) -> Span:
+        """The time of an over-long line, by its head: its own timestamp, else (live) now, else (a backlog) bounded
+        by the latest timestamp before it in its file and the file's modification time."""
+        if long.span is None:
             text = prepare(long.head)[0]
-            parsed = parse_time(text, now)
-            long.time = now if parsed is None else parsed
-        return long.time
+            parsed = parse_time(text, now if by is None else by)
+            if parsed is not None:
+                long.span = (parsed, None)
+                state.stamp = parsed
+            elif by is None:
+                long.span = (now, None)
+            else:
+                lo = -_INF if state.stamp is None else state.stamp
+                long.span = (lo, by if by >= lo else _INF)
+        return long.span
 
     @staticmethod
     def _long_shown(long: _LongLine) -> str:
         return _shown(prepare(long.head)[0])
 
-    def _count(self, name: str, path: str, lineno: int, when: float, shown: str, now: float) -> None:
+    def _count(self, name: str, path: str, lineno: int, span: Span, shown: str, now: float) -> None:
         """``now`` is the clock read once per feed: a backlog counts millions of events, each needing it."""
         st = self._stats[name]
         st.count += 1
+        when, by = span
         if name in self._progress:
+            # Where training was, for placing undated lines after it: the step it reports, else how many progress
+            # lines the file has had (a TRL metric dict holds no step number).
+            m = _STEP_NUMBER.search(shown)
+            n = self._progress_lines[path] = self._progress_lines.get(path, 0) + 1
+            self._incidents.steps[path] = f"step {m.group(1)}" if m is not None else f"progress line {n}"
             streaking = self._streaking.pop(path, None)
             if streaking:
                 stats = self._stats
@@ -379,26 +458,34 @@ class EventCounter:
             streaks[path] = streaks.get(path, 0) + 1
             self._streaking.setdefault(path, set()).add(name)
         subs = self._subs.get(name)
+        own = when if by is None else _NAN  # a LogLine's time is the line's own or NaN, never a bound
         if name in self._internal:
-            line = LogLine(path, lineno, shown, when) if subs else None
+            line = LogLine(path, lineno, shown, own) if subs else None
         else:
             files = st.files
             files[path] = files.get(path, 0) + 1
-            first = st.first
-            if first is None or when < first:  # min() and max() without their call overhead, with their semantics
-                st.first = when
-            last = st.last
-            if last is None or when > last:
-                st.last = when
-            second = int(when)
-            if second >= now - self._window:
-                st.buckets[second] = st.buckets.get(second, 0) + 1
-                if len(st.buckets) > 2 * self._window + 16:
-                    self._prune(st, now)
-            line = LogLine(path, lineno, shown, when)
+            hi = when if by is None else by
+            st.first_lo = min(st.first_lo, when)
+            st.first_hi = min(st.first_hi, hi)
+            last = st.last.get(path)
+            if by is None:
+                if last is None or when >= last[0]:
+                    st.last[path] = (when, when, None)
+                second = int(when)
+                if second >= now - self._window:
+                    st.buckets[second] = st.buckets.get(second, 0) + 1
+                    if len(st.buckets) > 2 * self._window + 16:
+                        self._prune(st, now)
+            else:
+                st.approximate = True
+                lo = when if last is None or when > last[0] else last[0]
+                step = self._incidents.steps.get(path)
+                where = f"{os.path.basename(path)}:{lineno}" + (f", after {step}" if step else "")
+                st.last[path] = (lo, hi if hi > lo else lo, where)
+            line = LogLine(path, lineno, shown, own)
             st.recent.append(line)
         if name in EVENT_KINDS:
-            self._incidents.event(name, path, lineno, when, shown)
+            self._incidents.event(name, path, lineno, span, shown)
         if subs:
             assert line is not None
             for callback in subs:
@@ -423,18 +510,41 @@ class EventCounter:
             st = self._stats[name]
             self._prune(st, now)
             in_window = sum(n for s, n in st.buckets.items() if s >= now - self._window)
+            first, first_by, last, last_by, position = self._bounds(st)
             out[name] = EventSummary(
                 kind=name,
                 severity=kind.severity,
                 count=st.count,
-                first=st.first,
-                last=st.last,
+                first=first,
+                last=last,
                 rate_per_min=in_window * 60.0 / self._window,
                 streak=0 if kind.progress else max(st.streaks.values(), default=0),
                 files=dict(st.files),
                 recent=tuple(st.recent),
+                approximate=st.approximate,
+                first_by=first_by,
+                last_by=last_by,
+                position=position,
             )
         return out
+
+    @staticmethod
+    def _bounds(st: _Stats) -> tuple[float | None, float | None, float | None, float | None, str | None]:
+        """(first, first_by, last, last_by, position) of a kind, as :class:`EventSummary` holds them."""
+        if not st.count or not st.last:
+            return None, None, None, None, None
+        if not st.approximate:
+            return _finite(st.first_lo), None, _finite(max(v[0] for v in st.last.values())), None, None
+        last_lo = max(v[0] for v in st.last.values())
+        latest = max(st.last.values(), key=lambda v: (v[1], v[0]))
+        last_hi = max(latest[1], last_lo)
+        return (
+            _finite(st.first_lo),
+            _finite(st.first_hi),
+            _finite(last_lo),
+            _finite(last_hi),
+            None if last_hi == last_lo else latest[2],
+        )
 
     def streaks(self, kind: str) -> dict[str, int]:
         """Per-file current streak of ``kind``: occurrences since the last progress event in that file."""

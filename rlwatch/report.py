@@ -8,14 +8,16 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import math
 from typing import Any
 
-from rlwatch.diagnosis import hhmm, human_bytes, human_duration
-from rlwatch.state import NotifyStatus, Severity, Snapshot
+from rlwatch.diagnosis import first_text, hhmm, human_bytes, human_duration, last_text, when_text
+from rlwatch.state import ChildFailure, Incident, NotifyStatus, Severity, Snapshot
 
 
 def iso(t: float | None) -> str | None:
-    if t is None:
+    """ISO 8601 with offset; None for an absent or unknown time (NaN, ±inf: a bound that does not exist)."""
+    if t is None or not math.isfinite(t):
         return None
     return dt.datetime.fromtimestamp(t).astimezone().isoformat(timespec="seconds")
 
@@ -30,6 +32,12 @@ def to_json_dict(s: Snapshot) -> dict[str, Any]:
             "streak": e.streak,
             "files": dict(e.files),
             "severity": e.severity.value,
+            # Some lines had no time of their own: first/last are then the earliest they can be, first_by/last_by
+            # the latest (null: unbounded), position where the last line sits.
+            "approximate": e.approximate,
+            "first_by": iso(e.first_by) if e.approximate else None,
+            "last_by": iso(e.last_by) if e.approximate else None,
+            "position": e.position,
         }
         for kind, e in sorted(s.events.items())
     }
@@ -161,20 +169,7 @@ def to_json_dict(s: Snapshot) -> dict[str, Any]:
         "run_dir": s.run_dir,
         "simulated": s.simulated,
         "events": events,
-        "incidents": [
-            {
-                "kind": i.kind,
-                "title": i.title,
-                "location": i.location,
-                "signature": i.signature,
-                "count": i.count,
-                "file": i.path,
-                "line": i.lineno,
-                "first": iso(i.first),
-                "last": iso(i.last),
-            }
-            for i in s.incidents
-        ],
+        "incidents": [_incident_json(i) for i in s.incidents],
         "training": training,
         "checkpoint": checkpoint,
         "recover": recover,
@@ -190,7 +185,9 @@ def to_json_dict(s: Snapshot) -> dict[str, Any]:
         "holders": holders,
         "zombies": zombies,
         "findings": findings,
-        "timeline": [{"time": iso(e.time), "text": e.text} for e in s.timeline],
+        "timeline": [
+            {"time": iso(e.time), "text": e.text, "approximate": e.approximate, "by": iso(e.by)} for e in s.timeline
+        ],
         "watchdog": _watchdog_json(s),
         "sources": [
             {"name": src.name, "ok": src.ok, "error": src.error, "last_sample": iso(src.last_sample)}
@@ -318,7 +315,7 @@ def to_text(s: Snapshot) -> str:
         lines.append("")
         lines.append("Timeline:")
         for entry in s.timeline:
-            lines.append(f"  {hhmm(entry.time, s.time)}  {entry.text}")
+            lines.append(f"  {when_text(entry.time, entry.by, entry.approximate, s.time)}  {entry.text}")
     lines.append("")
     tr = s.training
     if tr and tr.last_step is not None:
@@ -365,7 +362,7 @@ def to_text(s: Snapshot) -> str:
         for kind, e in sorted(counted, key=lambda kv: (kv[1].severity.rank, -kv[1].count)):
             files = ", ".join(f"{p.rsplit('/', 1)[-1]} {n}" for p, n in e.files.items())
             lines.append(
-                f"  {kind:20} {e.count:7}  first {hhmm(e.first, s.time)}  last {hhmm(e.last, s.time)}  ({files})"
+                f"  {kind:20} {e.count:7}  first {first_text(e, s.time)}  last {last_text(e, s.time)}  ({files})"
             )
     steps = [NEXT_STEPS[f.code] for f in s.findings if f.code in NEXT_STEPS]
     if steps:
@@ -374,6 +371,56 @@ def to_text(s: Snapshot) -> str:
         for step in dict.fromkeys(steps):
             lines.append(f"  - {step}")
     return "\n".join(lines) + "\n"
+
+
+def _failure_json(f: ChildFailure) -> dict[str, Any]:
+    return {
+        "rank": f.rank,
+        "local_rank": f.local_rank,
+        "exitcode": f.exitcode,
+        "signal": f.signal,
+        "pid": f.pid,
+        "host": f.host,
+        "time": f.time,
+        "error": f.error,
+    }
+
+
+def _incident_json(i: Incident, *, nested: bool = False) -> dict[str, Any]:
+    """One incident. ``approximate``: its lines had no time of their own; first/last are then the earliest they can
+    be (null: unknown), ``by`` the latest (null: unbounded), ``position`` where it sits."""
+    c = i.collective
+    out: dict[str, Any] = {
+        "kind": i.kind,
+        "title": i.title,
+        "location": i.location,
+        "signature": i.signature,
+        "count": i.count,
+        "file": i.path,
+        "line": i.lineno,
+        "first": iso(i.first),
+        "last": iso(i.last),
+        "approximate": i.approximate,
+        "by": iso(i.by),
+        "position": i.position,
+        "first_exact": i.first_exact,
+        "rank": i.rank,
+        "collective": None
+        if c is None
+        else {
+            "rank": c.rank,
+            "seq": c.seq,
+            "op": c.op,
+            "timeout_ms": c.timeout_ms,
+            "ran_ms": c.ran_ms,
+            "group": c.group,
+        },
+    }
+    if not nested:
+        out["root_cause"] = None if i.root_cause is None else _failure_json(i.root_cause)
+        out["victims"] = [_failure_json(v) for v in i.victims]
+        out["cause"] = None if i.cause is None else _incident_json(i.cause, nested=True)
+    return out
 
 
 def _holder_lines(s: Snapshot) -> list[str]:

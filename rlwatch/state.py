@@ -30,7 +30,7 @@ class LogLine:
     path: str
     lineno: int
     text: str
-    time: float
+    time: float  # NaN when the line has no time of its own (an undated line of a backlog): never the time it was read
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,21 +46,68 @@ class EventSummary:
     streak: int
     files: dict[str, int]
     recent: tuple[LogLine, ...] = ()
+    # ``approximate``: some lines carried no time of their own (undated lines of a backlog), and first/last are
+    # bounds: ``first``/``last`` the earliest each can be, ``first_by``/``last_by`` the latest (equal: exact; None:
+    # unbounded). Without it, first/last are the lines' own times and the ``_by`` fields are None.
+    approximate: bool = False
+    first_by: float | None = None
+    last_by: float | None = None
+    position: str | None = None  # where the last line sits when its time is not known: "train.log:5123, after step 7"
+
+
+@dataclass(frozen=True, slots=True)
+class ChildFailure:
+    """One failed worker as torchrun's ChildFailedError report lists it (each field as printed; None when absent)."""
+
+    rank: int | None
+    local_rank: int | None
+    exitcode: int | None
+    signal: str | None  # "SIGABRT" for exit code -6: the worker was killed by a signal
+    pid: int | None
+    host: str | None
+    time: str | None  # as torchrun printed it, local time: "2026-11-24_06:10:21"
+    error: str | None  # its traceback field: "Signal 6 (SIGABRT) received by PID 1234", or the final exception
+
+
+@dataclass(frozen=True, slots=True)
+class CollectiveTimeout:
+    """One NCCL collective that ProcessGroupNCCL's watchdog timed out (``WorkNCCL(...)`` as torch prints it)."""
+
+    rank: int | None  # the rank that timed out, as numbered in its process group (None: not printed)
+    seq: int  # SeqNum
+    op: str  # OpType: ALLREDUCE, BROADCAST, _ALLGATHER_BASE, …
+    timeout_ms: int | None
+    ran_ms: int | None
+    group: str | None = None  # process group id when printed ("0", "1")
 
 
 @dataclass(frozen=True, slots=True)
 class Incident:
-    """A group of lines that belong together: one traceback block, one retry storm, one crash."""
+    """A group of lines that belong together: one traceback block, one retry storm, one crash, one NCCL timeout
+    (printed several times by torch, one incident)."""
 
-    kind: str  # "traceback" | "retry_storm" | "crash"
+    kind: str  # "traceback" | "retry_storm" | "crash" | "nccl_timeout"
     path: str
     lineno: int
     first: float
     last: float
-    count: int  # lines (traceback) or events (storm) grouped
+    count: int  # lines (traceback, nccl_timeout) or events (storm) grouped
     title: str  # e.g. "AttributeError: 'Namespace' object has no attribute 'model_id'"
     location: str | None  # innermost "file.py:123" of a traceback
     signature: str  # stable id for grouping identical failures (also across hosts)
+    # ``approximate``: some of its lines carry no time of their own (undated lines of a backlog). first and last are
+    # then the earliest they can be (the latest timestamp before them in their file; -inf: none), ``by`` the latest
+    # the last line can be (the file's modification time; None: unbounded), ``position`` where it sits
+    # ("train.log:5123, after step 1869").
+    approximate: bool = False
+    by: float | None = None
+    position: str | None = None
+    first_exact: bool = True  # its first line has a time of its own (later, undated lines made it approximate)
+    rank: int | None = None  # the global rank whose output it is ("[rank3]:" prefix), when known
+    root_cause: ChildFailure | None = None  # torchrun's "Root Cause (first observed failure)"
+    victims: tuple[ChildFailure, ...] = ()  # torchrun's other failures: ranks it stopped after the root cause
+    cause: Incident | None = None  # the error that preceded the root cause on its rank (a timeout, a traceback)
+    collective: CollectiveTimeout | None = None  # what an nccl_timeout incident timed out
 
 
 @dataclass(frozen=True, slots=True)
@@ -224,8 +271,12 @@ class Finding:
 
 @dataclass(frozen=True, slots=True)
 class TimelineEntry:
-    time: float
+    time: (
+        float  # exact; or, ``approximate``, the earliest it can be (-inf: unknown), ``by`` the latest (None: unbounded)
+    )
     text: str
+    approximate: bool = False
+    by: float | None = None
 
 
 @dataclass(frozen=True, slots=True)

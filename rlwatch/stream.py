@@ -38,9 +38,15 @@ def changes(prev: Snapshot | None, cur: Snapshot) -> Iterator[dict[str, Any]]:
         before = prev.events[kind].count if prev and kind in prev.events else 0
         if e.count > before:
             last = e.recent[-1] if e.recent else None
+            exact = not e.approximate or (e.last is not None and e.last_by == e.last)
             yield {
                 "type": "event",
-                "time": iso(e.last),
+                # A line with no time of its own (read from a backlog) has none here either: its bounds instead.
+                "time": iso(e.last) if exact else None,
+                "approximate": not exact,
+                "after": None if exact else iso(e.last),
+                "before": None if exact else iso(e.last_by),
+                "position": None if exact else e.position,
                 "kind": kind,
                 "severity": e.severity.value,
                 "new": e.count - before,

@@ -53,6 +53,11 @@ class Chunk:
     An over-long line comes in pieces: every piece but the first has ``continues_line`` (its bytes up to the first
     terminator belong to the line that ``first_lineno`` numbers), every piece but the last has ``continued`` (the
     bytes after the last terminator are the start of a line that goes on in the next chunk).
+
+    ``backlog_mtime`` tells backlog from live. None: the bytes were appended while the file was followed, so the
+    time they were read is evidence of when they were written. A number: the bytes were already in the file when it
+    was opened (a backlog), and this was its modification time then: none of them was written later, and the time
+    they were read says nothing about when they were.
     """
 
     path: str
@@ -61,6 +66,7 @@ class Chunk:
     nlines: int
     continues_line: bool = False
     continued: bool = False
+    backlog_mtime: float | None = None
 
 
 def count_lines(data: bytes) -> int:
@@ -108,7 +114,7 @@ def _kind_error(mode: int) -> str | None:
 class _Handle:
     """One open file, pinned by its inode, with what has been read and delivered from it."""
 
-    __slots__ = ("dev", "fd", "head", "ino", "lineno", "offset", "pending", "piece", "size")
+    __slots__ = ("backlog_end", "dev", "fd", "head", "ino", "lineno", "mtime", "offset", "pending", "piece", "size")
 
     def __init__(self, fd: int, st: os.stat_result, offset: int = 0, lineno: int = 1) -> None:
         self.fd = fd
@@ -120,6 +126,13 @@ class _Handle:
         self.pending = b""  # the unfinished last line (read, not delivered)
         self.piece = False  # part of the pending line was delivered already
         self.head = b""
+        self.backlog_end = 0  # bytes before this offset were in the file when it was opened (see Chunk)
+        self.mtime = st.st_mtime  # the file's modification time when it was opened
+
+    @property
+    def backlog(self) -> float | None:
+        """The ``backlog_mtime`` of what was read up to ``offset``."""
+        return self.mtime if self.offset <= self.backlog_end else None
 
     @property
     def key(self) -> tuple[int, int]:
@@ -252,6 +265,7 @@ class Tailer:
     def _place(self, handle: _Handle, st: os.stat_result) -> None:
         """Where a newly found file starts: where it was left under another name, at its end, or at 0."""
         handle.head = self._pread(handle, _HEAD_BYTES, 0) or b""
+        handle.backlog_end, handle.mtime = st.st_size, st.st_mtime
         retired = self._retired.pop(handle.key, None)
         if retired is not None and retired.offset <= st.st_size and handle.head.startswith(retired.head):
             handle.offset, handle.lineno = retired.offset, retired.lineno
@@ -320,6 +334,7 @@ class Tailer:
             if st.st_size < cur.offset or not self._head_intact(cur):
                 self._flush(path, cur, chunks)
                 cur.offset, cur.lineno, cur.piece = 0, 1, False
+                cur.backlog_end = 0  # written again while followed: live
                 cur.head = self._pread(cur, _HEAD_BYTES, 0) or b""
             cur.size = st.st_size
         if st.st_size > cur.offset:
@@ -391,6 +406,8 @@ class Tailer:
         budget = self._max_poll
         while budget > 0:
             want = min(self._block, budget)
+            if handle.offset < handle.backlog_end:  # a block is all backlog or all live, never both
+                want = min(want, handle.backlog_end - handle.offset)
             try:
                 block = os.pread(handle.fd, want, handle.offset)
             except OSError as exc:
@@ -413,14 +430,14 @@ class Tailer:
         if end:
             complete = data[:end]
             n = count_lines(complete)
-            chunks.append(Chunk(path, complete, handle.lineno, n, continues_line=handle.piece))
+            chunks.append(Chunk(path, complete, handle.lineno, n, handle.piece, False, handle.backlog))
             handle.lineno += n
             handle.piece = False
         rest = data[end:] if end else data
         # Pieces are cut strictly inside the unfinished line, so a held trailing "\r" is never split off.
         while len(rest) > self._max_line:
             piece, rest = rest[: self._max_line], rest[self._max_line :]
-            chunks.append(Chunk(path, piece, handle.lineno, 0, continues_line=handle.piece, continued=True))
+            chunks.append(Chunk(path, piece, handle.lineno, 0, handle.piece, True, handle.backlog))
             handle.piece = True
         handle.pending = rest
 
@@ -430,7 +447,7 @@ class Tailer:
         if not rest:
             return
         n = count_lines(rest) + (0 if rest.endswith((b"\n", b"\r")) else 1)
-        chunks.append(Chunk(path, rest, handle.lineno, n, continues_line=handle.piece))
+        chunks.append(Chunk(path, rest, handle.lineno, n, handle.piece, False, handle.backlog))
         handle.lineno += n
         handle.pending = b""
         handle.piece = False

@@ -158,9 +158,13 @@ def test_child_failed_title_carries_exit_code_and_signal() -> None:
     feed(c, TRAINER, CHILD_FAILED)
     (tb,) = of_kind(c, "traceback")
     assert tb.title == (
-        "torch.distributed.elastic.multiprocessing.errors.ChildFailedError: areal/train.py FAILED, exitcode -9, "
-        "Signal 9 (SIGKILL) received by PID 40113"
+        "torch.distributed.elastic.multiprocessing.errors.ChildFailedError: areal/train.py FAILED, "
+        "rank 0 exitcode -9 (SIGKILL) on pod-0"
     )
+    assert tb.root_cause is not None
+    assert (tb.root_cause.rank, tb.root_cause.exitcode, tb.root_cause.signal) == (0, -9, "SIGKILL")
+    assert (tb.root_cause.pid, tb.root_cause.host, tb.root_cause.time) == (40113, "pod-0", "2025-11-21_09:22:41")
+    assert tb.victims == ()
     assert tb.location == "api.py:270"
     (crash,) = of_kind(c, "crash")
     assert crash.title == "torchrun worker failed (ChildFailedError)"
@@ -273,10 +277,10 @@ def test_few_errors_are_no_storm_and_a_pause_ends_a_storm() -> None:
 def test_tracker_alone_never_wants_lines_without_a_block() -> None:
     tracker = IncidentTracker()
     assert not tracker.wants_every_line(TRAINER)
-    tracker.line(TRAINER, "", "Traceback (most recent call last):", 1, lambda: 0.0)
+    tracker.line(TRAINER, "", "Traceback (most recent call last):", 1, lambda: (0.0, None))
     assert tracker.wants_every_line(TRAINER)
-    tracker.line(TRAINER, "", "ValueError: x", 2, lambda: 1.0)
+    tracker.line(TRAINER, "", "ValueError: x", 2, lambda: (1.0, None))
     for n in range(3, 60):
-        tracker.line(TRAINER, "", "later", n, lambda: 2.0)
+        tracker.line(TRAINER, "", "later", n, lambda: (2.0, None))
     assert not tracker.wants_every_line(TRAINER)
     assert [i.title for i in tracker.incidents()] == ["ValueError: x"]

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from rich.text import Text
 
+from rlwatch.diagnosis import when_text
 from rlwatch.state import CheckpointState, DiskState, RecoverState, Snapshot, TimelineEntry
 from widgets.format import basename, clean_text, fmt_age, fmt_bytes, fmt_clock, shorten_path
 from widgets.text_block import TextBlock
@@ -61,7 +62,8 @@ def timeline_text(entries: tuple[TimelineEntry, ...]) -> Text | None:
     out = Text("timeline", style="bold", no_wrap=True, end="")
     for e in entries[-TIMELINE_SHOWN:]:
         out.append("\n")
-        out.append(f" {fmt_clock(e.time)} ", style="cyan")
+        when = when_text(e.time, e.by, True) if e.approximate else fmt_clock(e.time)  # undated: bounds, never a guess
+        out.append(f" {when} ", style="cyan")
         out.append(clean_text(e.text, 200))
     return out
 

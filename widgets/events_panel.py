@@ -15,6 +15,7 @@ from textual.app import ComposeResult
 from textual.message import Message
 from textual.widgets import DataTable, Static
 
+from rlwatch.diagnosis import failure_text, first_text, incident_text, last_text
 from rlwatch.state import EventSummary, Incident, Snapshot
 from widgets.format import SEVERITY_STYLE, basename, clean_text, fmt_age, fmt_clock
 from widgets.panel import Panel
@@ -38,11 +39,21 @@ def event_row(e: EventSummary, now: float) -> tuple[Text, Text, Text, Text, Text
         Text(str(e.count), style=num, justify="right"),
         Text(f"{e.rate_per_min:.1f}" if e.count else "–", style=num, justify="right"),
         Text(str(e.streak) if e.streak else "–", style=num, justify="right"),
-        Text(fmt_age(e.last, now) if e.last is not None else "never", style="dim"),
+        Text(last_age(e, now), style="dim"),
     )
 
 
-def detail_text(e: EventSummary | None, incidents: tuple[Incident, ...]) -> Text:
+def last_age(e: EventSummary, now: float) -> str:
+    """How long ago the kind was last seen. Lines without a time of their own (a backlog's) give only a bound:
+    "≥3h ago" (the file was last written then), or "?"; never the time they were read."""
+    if not e.count:
+        return "never"
+    if not e.approximate or (e.last is not None and e.last_by == e.last):
+        return fmt_age(e.last, now)
+    return "≥" + fmt_age(e.last_by, now) if e.last_by is not None else "?"
+
+
+def detail_text(e: EventSummary | None, incidents: tuple[Incident, ...], now: float | None = None) -> Text:
     """Where the highlighted kind came from and its last lines; the latest incidents when nothing is highlighted."""
     out = Text(no_wrap=True, end="")
     if e is not None:
@@ -51,7 +62,9 @@ def detail_text(e: EventSummary | None, incidents: tuple[Incident, ...]) -> Text
         if e.files:
             files = ", ".join(f"{basename(p)} {n}" for p, n in sorted(e.files.items(), key=lambda kv: -kv[1]))
             out.append(f"  ({files})")
-        if e.first is not None:
+        if e.approximate and e.count:
+            out.append(f"  first {first_text(e, now)} last {last_text(e, now)}", style="dim")
+        elif e.first is not None:
             out.append(f"  first {fmt_clock(e.first)} last {fmt_clock(e.last)}", style="dim")
         for line in e.recent[-RECENT_SHOWN:]:
             out.append("\n")
@@ -60,19 +73,43 @@ def detail_text(e: EventSummary | None, incidents: tuple[Incident, ...]) -> Text
         if not e.recent and e.count:
             out.append("\n")
             out.append("no lines kept", style="dim")
+    failed = max((i for i in incidents if i.root_cause is not None), key=_latest, default=None)
     crashes = [i for i in incidents if i.kind in ("traceback", "crash")]
-    if crashes:
-        last = max(crashes, key=lambda i: i.last)
+    if failed is not None and failed.root_cause is not None:
+        # torchrun's own verdict: the rank that failed first and what it printed before, not a victim's SIGTERM.
+        if out:
+            out.append("\n")
+        out.append("root cause ", style="bold")
+        out.append(clean_text(failure_text(failed.root_cause), LINE_LIMIT), style="bold red")
+        cause = failed.cause
+        if cause is not None:
+            out.append(" after ", style="dim")
+            out.append(clean_text(cause.title, LINE_LIMIT), style="bold red")
+            out.append(f" ({basename(cause.path)}:{cause.lineno}, {_when(cause, now)})", style="dim")
+        if failed.victims:
+            names = ", ".join(failure_text(v) for v in failed.victims[:4])
+            out.append(f"; stopped after it: {clean_text(names, LINE_LIMIT)}", style="dim")
+    elif crashes:
+        last = max(crashes, key=_latest)
         same = sum(1 for i in crashes if i.signature == last.signature)
         if out:
             out.append("\n")
         out.append("last exception ", style="bold")
         out.append(clean_text(last.title, LINE_LIMIT), style="bold red")
         where = f" at {clean_text(last.location)}" if last.location else ""
-        out.append(f"{where} ({basename(last.path)}:{last.lineno}, {fmt_clock(last.last)})", style="dim")
+        out.append(f"{where} ({basename(last.path)}:{last.lineno}, {_when(last, now)})", style="dim")
         if same > 1:
             out.append(f" ×{same} same signature", style="bold yellow")
     return out
+
+
+def _latest(i: Incident) -> tuple[float, float, int]:
+    return (i.last, i.by if i.by is not None else i.last, i.lineno)
+
+
+def _when(i: Incident, now: float | None) -> str:
+    """An incident's clock time, or its bounds and position where its lines carry no time of their own."""
+    return incident_text(i, now) if i.approximate else fmt_clock(i.last)
 
 
 class EventTable(DataTable[Text]):
@@ -155,7 +192,7 @@ class EventsPanel(Panel):
 
     def _show_detail(self) -> None:
         e = self._events.get(self._highlighted) if self._highlighted else None
-        text = detail_text(e, self._incidents)
+        text = detail_text(e, self._incidents, self._now)
         if text:
             self.query_one("#events-detail", Static).update(text)
 

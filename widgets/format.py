@@ -7,6 +7,7 @@ snapshot to the same characters every time, and every formatter can be tested on
 
 from __future__ import annotations
 
+import math
 import re
 import shlex
 import time
@@ -87,7 +88,7 @@ def fmt_duration(seconds: float | None) -> str:
 
 def fmt_age(then: float | None, now: float) -> str:
     """How long ago, measured against the snapshot's time (never the wall clock, so renders are repeatable)."""
-    if then is None:
+    if then is None or not math.isfinite(then):  # NaN, ±inf: a time that is not known
         return UNKNOWN
     delta = now - then
     if delta < 0:
@@ -97,7 +98,7 @@ def fmt_age(then: float | None, now: float) -> str:
 
 def fmt_clock(t: float | None, *, seconds: bool = True) -> str:
     """Local time of day, as a person on the pod reads it next to the logs' own timestamps."""
-    if t is None:
+    if t is None or not math.isfinite(t):  # NaN, ±inf: a time that is not known
         return UNKNOWN
     return time.strftime("%H:%M:%S" if seconds else "%H:%M", time.localtime(t))
 
