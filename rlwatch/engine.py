@@ -10,6 +10,7 @@ latest reference, so the UI thread never waits on I/O.
 from __future__ import annotations
 
 import glob
+import math
 import os
 import re
 import socket
@@ -588,6 +589,9 @@ class Engine:
                 and server.up is False
                 and refused is not None
                 and refused.first is not None
+                # only a time the lines carried: an undated backlog line's bound is no "since"
+                and (not refused.approximate or refused.first_by == refused.first)
+                and math.isfinite(refused.first)
                 and (self._server_last_up is None or refused.first > self._server_last_up)
                 and (server.down_since is None or refused.first < server.down_since)
             ):

@@ -18,6 +18,7 @@ exporter refuses to start instead.
 from __future__ import annotations
 
 import errno
+import math
 import os
 import re
 import socket
@@ -246,7 +247,10 @@ class SnapshotCollector(Collector):
             ev = snap.events[kind]
             f.counter("events", "Matching log lines, per event kind.", {"kind": kind}, ev.count)
             f.gauge("event_streak", "Consecutive lines of a kind with no progress between.", {"kind": kind}, ev.streak)
-            f.gauge("event_last_timestamp_seconds", "Last line of a kind (epoch).", {"kind": kind}, ev.last)
+            exact = ev.last if ev.last is not None and (not ev.approximate or ev.last_by == ev.last) else None
+            # A bound is not a time: an undated backlog line exports no timestamp rather than a guess or -Inf.
+            last = exact if exact is not None and math.isfinite(exact) else None
+            f.gauge("event_last_timestamp_seconds", "Last line of a kind (epoch).", {"kind": kind}, last)
 
     @staticmethod
     def _training(f: _Families, snap: Snapshot) -> None:
@@ -346,7 +350,8 @@ class SnapshotCollector(Collector):
         if inc is not None:
             lab = {"signature": inc.signature, "type": _exc_type(inc), "title": inc.title}
             f.gauge("last_exception_info", "The last exception seen in the logs (value 1).", lab, 1)
-            f.gauge("last_exception_timestamp_seconds", "When the last exception was seen (epoch).", None, inc.last)
+            if not inc.approximate and math.isfinite(inc.last):  # an undated traceback has no time to export
+                f.gauge("last_exception_timestamp_seconds", "When the last exception was seen (epoch).", None, inc.last)
             f.gauge(
                 "last_exception_occurrences",
                 "Tracebacks with the same signature as the last one.",
