@@ -11,6 +11,8 @@ import math
 import os
 import time
 from collections.abc import Callable, Iterator, Sequence
+from dataclasses import replace
+from typing import Any
 
 from rlwatch.feed import StaticFeed
 from rlwatch.state import (
@@ -110,6 +112,18 @@ def utc_timezone() -> Iterator[None]:
         else:
             os.environ["TZ"] = saved
         time.tzset()
+
+
+def snapshot(**fields: Any) -> Snapshot:
+    """A fixture snapshot whose live processes carry the evidence rlwatch shows for them: each role's process matches
+    its role rule and works in the run directory, as on the hosts these pictures stand for."""
+    snap = Snapshot(**fields)
+    run = snap.run_dir or "/job"
+    procs = tuple(
+        replace(p, evidence=f"matches the {p.role} role and works in {run}") if p.alive and p.evidence is None else p
+        for p in snap.processes
+    )
+    return replace(snap, processes=procs)
 
 
 def at(h: int, m: int, s: int = 0) -> float:
@@ -214,8 +228,32 @@ def healthy() -> Snapshot:
         ),
     )
     holders = (
-        GpuHolder(4711, at(6, 2), "root", TORCHRUN, ("/dev/nvidia0",), 61_000_000_000, True, None),
-        GpuHolder(4650, at(6, 1), "root", SGLANG, ("/dev/nvidia1",), 68_500_000_000, True, None),
+        GpuHolder(
+            4711,
+            at(6, 2),
+            "root",
+            TORCHRUN,
+            ("/dev/nvidia0",),
+            61_000_000_000,
+            True,
+            None,
+            evidence="matches the trainer role and writes logs/trainer.log",
+            gpus=(0,),
+            attribution="nvml",
+        ),
+        GpuHolder(
+            4650,
+            at(6, 1),
+            "root",
+            SGLANG,
+            ("/dev/nvidia1",),
+            68_500_000_000,
+            True,
+            None,
+            evidence="matches the server role and writes logs/llm_server.log",
+            gpus=(1,),
+            attribution="nvml",
+        ),
     )
     history = History(
         gpu_util={0: series(now, wobble(93, 6)), 1: series(now, wobble(84, 10, 11))},
@@ -262,7 +300,7 @@ def healthy() -> Snapshot:
         "nccl_timeout": zero("nccl_timeout", CRIT),
         "emergency_brake": zero("emergency_brake", WARN),
     }
-    return Snapshot(
+    return snapshot(
         host="gpu-pod-7f3c",
         time=now,
         profile="areal",
@@ -472,7 +510,7 @@ def server_crash() -> Snapshot:
     latest = CheckpointInfo(
         f"{AREAL_CKPT}/default/epoch1epochstep934globalstep1869", 1869, 1, 934, at(5, 4, 11), 3_090_000_000
     )
-    return Snapshot(
+    return snapshot(
         host="gsm8k-pod-0",
         time=now,
         profile="areal",
@@ -520,7 +558,21 @@ def server_crash() -> Snapshot:
             process_alive=False,
         ),
         gpu=GpuStatus("nvml", True, None, gpus),
-        holders=(GpuHolder(4711, at(0, 39), "root", TORCHRUN, ("/dev/nvidia0",), 1_400_000_000, True, None),),
+        holders=(
+            GpuHolder(
+                4711,
+                at(0, 39),
+                "root",
+                TORCHRUN,
+                ("/dev/nvidia0",),
+                1_400_000_000,
+                True,
+                None,
+                evidence="matches the trainer role and writes logs/trainer.log",
+                gpus=(0,),
+                attribution="nvml",
+            ),
+        ),
         memory=MemoryState(64_000_000_000, 49_900_000_000, 0, 0, 0, None),
         processes=(
             ProcessInfo(
@@ -711,7 +763,7 @@ def restart_loop() -> Snapshot:
         "traceback": zero("traceback", WARN),
         "connection_refused": zero("connection_refused", CRIT),
     }
-    return Snapshot(
+    return snapshot(
         host="runpod-a1b2c3",
         time=now,
         profile="areal",
@@ -801,7 +853,7 @@ def memory_leak() -> Snapshot:
         },
     )
     worker = ("python3", "-m", "optim.worker", "--pool", "trials", "--slot")
-    return Snapshot(
+    return snapshot(
         host="optim-box-2",
         time=now,
         profile="workers",
@@ -991,7 +1043,10 @@ def gpu_zombie() -> Snapshot:
             ("/dev/nvidia0", "/dev/nvidiactl", "/dev/nvidia-uvm"),
             18_200_000_000,
             False,
-            "orphaned (parent is pid 1), from before the container restart",
+            "orphaned: the session that started it (leader pid 31300) is gone and it was re-parented to init; "
+            "started 1h49m before the live run",
+            gpus=(0,),
+            attribution="nvml",
         ),
         GpuHolder(
             31402,
@@ -1001,7 +1056,11 @@ def gpu_zombie() -> Snapshot:
             ("/dev/nvidia1", "/dev/nvidiactl"),
             71_300_000_000,
             False,
-            "server child left behind by a previous run",
+            "a leftover of an earlier attempt: works in /job but is not part of the live run; orphaned: the session "
+            "that started it (leader pid 31390) is gone and it was re-parented to init; started 1h48m before the "
+            "live run",
+            gpus=(1,),
+            attribution="nvml",
         ),
         GpuHolder(
             215,
@@ -1028,7 +1087,7 @@ def gpu_zombie() -> Snapshot:
         ram_used=series(now, lambda i: 12.0),
         swap_used=series(now, lambda i: 0.0),
     )
-    return Snapshot(
+    return snapshot(
         host="h100x4-pod-19",
         time=now,
         profile="areal",
@@ -1215,7 +1274,7 @@ def startup_crash() -> Snapshot:
         )
         for k in range(4)
     )
-    return Snapshot(
+    return snapshot(
         host="trl-pod-3",
         time=now,
         profile="trl",
@@ -1246,7 +1305,17 @@ def startup_crash() -> Snapshot:
         gpu=GpuStatus("nvml", True, None, gpus),
         holders=(
             GpuHolder(
-                7001, at(16, 5), "root", vllm, tuple(f"/dev/nvidia{i}" for i in range(4)), 472_000_000_000, True, None
+                7001,
+                at(16, 5),
+                "root",
+                vllm,
+                tuple(f"/dev/nvidia{i}" for i in range(4)),
+                472_000_000_000,
+                True,
+                None,
+                evidence="matches the server role and works in /job",
+                gpus=(0, 1, 2, 3),
+                attribution="nvml",
             ),
         ),
         memory=MemoryState(2_015_000_000_000, 1_650_000_000_000, 0, 0, 0, None),

@@ -99,7 +99,9 @@ def holder_line(h: GpuHolder, now: float) -> Text:
     line.append(f" {fmt_bytes(h.gpu_mem_bytes)}")
     line.append(f" {fmt_age(h.create_time, now).removesuffix(' ago')} ", style="dim")
     line.append(fmt_cmdline(h.cmdline, 80, full_path=False))
-    why = h.protected or h.reason or h.evidence
+    # Why a holder is not the run's (or may not be) is what a person needs before pressing z; the run's own
+    # evidence is in the processes panel and the live-run line, and would only push the GPU charts off the screen.
+    why = h.protected or h.reason or (h.evidence if status != "run" else None)
     if why:
         line.append("\n")
         line.append(f"        ↳ {clean_text(why, 160)}", style=_WHY_STYLE[status])

@@ -113,8 +113,8 @@ def process_row(p: ProcessInfo, now: float) -> tuple[Text, ...]:
         Text(fmt_bytes(p.rss_bytes), justify="right", style=dead),
         Text(fmt_duration(now - p.started_at) if p.alive else "–", justify="right", style=dead),
         Text(str(p.restarts), justify="right", style="bold yellow" if p.restarts else "dim"),
-        evidence_cell(p),
         Text(fmt_cmdline(p.cmdline, COMMAND_WIDTH, full_path=False), style="dim"),
+        evidence_cell(p),
     )
 
 
@@ -148,7 +148,9 @@ class ProcessPanel(Panel):
     def compose(self) -> ComposeResult:
         yield TextBlock(id="server-line", classes="body")
         table: DataTable[Text] = DataTable(id="process-table", cursor_type="row", show_cursor=False)
-        for label in ("name", "pid", "state", "RSS", "up", "restarts", "the run's by", "command"):
+        # The command says which process it is; the evidence (how rlwatch knows it is the run's) follows it, and is
+        # summed up for the run as a whole in the live-run line above the table when the panel is too narrow.
+        for label in ("name", "pid", "state", "RSS", "up", "restarts", "command", "the run's by"):
             table.add_column(label, key=label)
         yield table
 
