@@ -1,9 +1,11 @@
-"""On a machine with an NVIDIA GPU: a real CUDA process left holding GPU memory is found through /proc and NVML,
-marked stray, killed by `rlwatch act kill-zombies --yes`, and its memory is seen freed, while a live run process on
-the same GPU is left alone. Skips wherever NVML or torch with CUDA is missing.
+"""On a machine with an NVIDIA GPU: a real CUDA process holding GPU memory beside a live run process is found
+through /proc and NVML. It is not orphaned (this test, alive, started it), so rlwatch cannot call it a stray: a plain
+`rlwatch act kill-zombies` plans nothing and says why, naming the pid. Named with `--pid`, it is stopped and its
+memory is seen freed, while the run's process on the same GPU is left alone and refused even when named. Skips
+wherever NVML or torch with CUDA is missing. (An orphaned leftover beside a live `python3 train.py`, killed without
+being named, is tests/test_live_run_gpu.py.)
 
-Only processes this test starts are ever signalled: before anything is killed, a dry run must name exactly the
-test's stray; if anything else on the machine would be a target too, the test skips rather than touch it.
+Only processes this test starts are ever signalled: a named kill touches exactly the pid named.
 """
 
 from __future__ import annotations
@@ -140,14 +142,19 @@ def test_kill_zombies_frees_a_real_gpu_and_spares_the_run(tmp_path: Path, nvml: 
     assert before - baseline >= 2 * ALLOC_BYTES * 0.9, "the two allocations do not show in NVML"
 
     dry = act(tmp_path, "--dry-run")
-    assert dry.returncode == 0, dry.stdout + dry.stderr
-    targets = {int(pid) for pid in re.findall(r"^  stop  pid (\d+)", dry.stdout, re.MULTILINE)}
-    assert stray.pid in targets, dry.stdout
-    assert run.pid not in targets, dry.stdout
-    if targets != {stray.pid}:
-        pytest.skip(f"other GPU holders on this machine would be targets too ({sorted(targets - {stray.pid})})")
+    planned = {int(pid) for pid in re.findall(r"^  stop  pid (\d+)", dry.stdout, re.MULTILINE)}
+    assert stray.pid not in planned and run.pid not in planned, dry.stdout
+    # unknown, left alone, and the way to name it is said
+    assert dry.returncode == 1 and f"pid {stray.pid}: " in dry.stdout and "--pid PID" in dry.stdout, dry.stdout
 
-    done = act(tmp_path, "--yes")
+    named_run = act(tmp_path, "--dry-run", "--pid", str(run.pid))
+    assert named_run.returncode == 1 and "refused" in named_run.stdout, named_run.stdout
+
+    named = act(tmp_path, "--dry-run", "--pid", str(stray.pid))
+    targets = {int(pid) for pid in re.findall(r"^  stop  pid (\d+)", named.stdout, re.MULTILINE)}
+    assert named.returncode == 0 and targets == {stray.pid}, named.stdout + named.stderr
+
+    done = act(tmp_path, "--yes", "--pid", str(stray.pid))
     assert done.returncode == 0, done.stdout + done.stderr
     assert stray.wait(timeout=30) is not None
     assert run.poll() is None, "the run's own process was touched"
@@ -158,7 +165,7 @@ def test_kill_zombies_frees_a_real_gpu_and_spares_the_run(tmp_path: Path, nvml: 
         time.sleep(0.05)
         after = used_bytes(nvml, index)
     print(
-        f"\nkill-zombies on GPU {index}: run pid {run.pid} (alive), stray pid {stray.pid} (gone); "
+        f"\nkill-zombies --pid on GPU {index}: run pid {run.pid} (alive), stray pid {stray.pid} (gone); "
         f"NVML listed pids {sorted(listed)}; used {before / GIB:.2f} GiB before, {after / GIB:.2f} GiB after "
         f"(freed {(before - after) / GIB:.2f} GiB)\n{done.stdout}"
     )
