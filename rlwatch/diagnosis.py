@@ -559,9 +559,11 @@ def failures(s: Snapshot, ctx: Context) -> Iterator[Finding]:
         "engine_dead": "inference-engine deaths",
         "oom_kill": "kernel OOM kills in the logs",
     }
+    # torchrun's report read whole (torchrun_failed) says what its ChildFailedError lines say, and more.
+    read_whole = any(i.root_cause is not None for i in s.incidents)
     for kind, text in [*words.items(), ("timeout", "timeout errors")]:
         n = _count(s, kind)
-        if not n:
+        if not n or (kind == "child_failed" and read_whole):
             continue
         ev = s.events[kind]
         if kind == "nccl_timeout":

@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 
 REAL = Path(__file__).parent / "real"
-CAPTURED = datetime.fromisoformat("2026-11-24T06:35:00+00:00").timestamp()  # after every case's last write
+CAPTURED = datetime.fromisoformat("2026-11-24T06:52:30+00:00").timestamp()  # after every case's last write
 
 
 def _copy(case: str, dest: Path) -> Path:
@@ -95,7 +95,44 @@ def test_torchruns_root_cause_is_the_rank_it_names_and_the_victim_is_listed_apar
     assert "rank 1" in worst["message"] and "ValueError" in worst["message"]
 
 
-@pytest.mark.parametrize("case", ["torchrun-nccl-timeout", "torchrun-nccl-timeout-default"])
+NCCL_CASES = [
+    "torchrun-nccl-timeout-2gpu",
+    "torchrun-nccl-timeout-2gpu-async1",
+    "torchrun-nccl-timeout",
+    "torchrun-nccl-timeout-default",
+]
+
+
+@pytest.mark.parametrize("case", ["torchrun-nccl-timeout-2gpu", "torchrun-nccl-timeout-2gpu-async1"])
+def test_after_an_nccl_timeout_between_two_gpus_the_root_cause_is_the_rank_that_timed_out(
+    tmp_path: Path, case: str
+) -> None:
+    """Rank 1 stopped joining; rank 0's watchdog timed out the all-reduce and aborted it (SIGABRT); torchrun stopped
+    rank 1 (SIGTERM). The root cause is rank 0 and the timeout that preceded it, not the victim's signal."""
+    report = _report(_copy(case, tmp_path))
+    failures = [i for i in report["incidents"] if i.get("root_cause")]
+    assert len(failures) == 1
+    root = failures[0]["root_cause"]
+    assert (root["rank"], root["exitcode"], root["signal"]) == (0, -6, "SIGABRT")
+    assert [(v["rank"], v["signal"]) for v in failures[0]["victims"]] == [(1, "SIGTERM")]
+    cause = failures[0]["cause"]
+    assert cause["kind"] == "nccl_timeout"
+    assert cause["collective"] == {
+        "rank": 0,
+        "seq": 4,
+        "op": "ALLREDUCE",
+        "timeout_ms": 10000,
+        "ran_ms": cause["collective"]["ran_ms"],
+        "group": cause["collective"]["group"],
+    }
+    assert cause["collective"]["ran_ms"] >= 10000
+    first = report["findings"][0]
+    assert first["code"] == "torchrun_failed" and first["severity"] == "critical"
+    assert "rank 0 (exit code -6, SIGABRT" in first["message"] and "ALLREDUCE SeqNum=4" in first["message"]
+    assert "child_failed" not in {f["code"] for f in report["findings"]}  # said once, by the report read whole
+
+
+@pytest.mark.parametrize("case", NCCL_CASES)
 def test_one_nccl_timeout_printed_on_several_lines_is_one(tmp_path: Path, case: str) -> None:
     run = _copy(case, tmp_path)
     printed = (run / "torchrun.log").read_text().count("SeqNum=4")
@@ -109,14 +146,11 @@ def test_one_nccl_timeout_printed_on_several_lines_is_one(tmp_path: Path, case: 
     assert nccl and "1 NCCL collective timeout" in nccl[0]["message"]
 
 
-@pytest.mark.parametrize(
-    "case",
-    ["trl-grpo-colocated", "cuda-oom", "torchrun-exception", "torchrun-nccl-timeout", "torchrun-nccl-timeout-default"],
-)
+@pytest.mark.parametrize("case", ["trl-grpo-colocated", "cuda-oom", "torchrun-exception", *NCCL_CASES])
 def test_no_time_is_later_than_the_files_were_written(tmp_path: Path, case: str) -> None:
     report = _report(_copy(case, tmp_path))
     read_at = datetime.fromisoformat(report["time"]).timestamp()
-    assert read_at > CAPTURED + 60  # read after: a line given its read time would show
+    assert read_at > CAPTURED + 30  # read after: a line given its read time would show
     for section in ("events", "incidents", "timeline"):
         late = [t for t in _times(report[section]) if t > CAPTURED + 1]
         assert late == [], f"{section} has times after the files' last write"
