@@ -49,7 +49,10 @@ def _mount_tmpfs(where: Path) -> bool:
     where.mkdir(parents=True, exist_ok=True)
     if os.geteuid() != 0:
         return False
-    done = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(where)], capture_output=True)
+    # mode=0700: a tmpfs root is 1777 by default, and rlwatch rightly trusts no state directory others can write.
+    done = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=64k,mode=0700", "tmpfs", str(where)], capture_output=True
+    )
     return done.returncode == 0
 
 
