@@ -7,7 +7,6 @@ import signal
 import subprocess
 import sys
 import tempfile
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -15,6 +14,7 @@ import psutil
 import pytest
 
 from rlwatch.clock import FakeClock
+from rlwatch.sources import procfs
 from rlwatch.sources.holders import (
     HolderScanner,
     classify_holders,
@@ -105,6 +105,20 @@ def dev(tmp_path: Path) -> Path:
     for name in ("nvidia0", "nvidia1", "nvidiactl", "other"):
         (devdir / name).write_bytes(b"\0" * 4096)
     return devdir
+
+
+def younger_from_now_on(pid: int) -> None:
+    """Wait until a process started from now on has a later start time than ``pid``. Start times count clock ticks
+    since boot (10 ms), as /proc/uptime does; the wall clock is no guide, since a start time is boot time (whole
+    seconds) plus ticks, so it may read up to a second early."""
+    stat = procfs.read_stat(pid)
+    assert stat is not None
+
+    def later() -> bool:
+        up = procfs.parse_uptime(Path("/proc/uptime").read_text())
+        return up is not None and up * procfs.clk_tck() > stat.starttime_ticks + 1.5
+
+    wait_until(later, 5)
 
 
 def glob_of(dev: Path) -> str:
@@ -212,9 +226,9 @@ def test_live_unremarkable_trainer_and_an_orphaned_leftover(spawn: Spawner, dev:
     spawn.start(ORPHAN, str(dev / "nvidia0"), cwd=tmp_path)
     (orphan,) = find_holders(glob_of(dev))
     assert wait_until(lambda: psutil.Process(orphan).ppid() == 1)
-    born = psutil.Process(orphan).create_time()
-    assert wait_until(lambda: time.time() > born + 0.05)  # start times tick in 10 ms: the leftover is older
+    younger_from_now_on(orphan)
     live, _ = spawn.start(WRITER, str(dev / "nvidia0"), cwd=run_dir)
+    assert psutil.Process(live.pid).create_time() > psutil.Process(orphan).create_time()
     raw = find_holders(glob_of(dev))
     out = classify(raw, run_dir, nvml_procs={0: {orphan: 3 * 1024**3}})
     member, zombie = out[live.pid], out[orphan]
