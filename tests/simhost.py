@@ -15,6 +15,7 @@ import psutil
 import yaml
 
 from rlwatch.sim.ledger import read_ledger
+from rlwatch.sources import procfs
 
 
 def wait_until(pred: Callable[[], Any], timeout: float = 10.0, interval: float = 0.02) -> Any:
@@ -27,6 +28,20 @@ def wait_until(pred: Callable[[], Any], timeout: float = 10.0, interval: float =
         if time.monotonic() > deadline:
             raise AssertionError(f"condition not met within {timeout} s")
         time.sleep(interval)
+
+
+def younger_from_now_on(pid: int) -> None:
+    """Wait until a process started from now on has a later start time than ``pid``. Start times count clock ticks
+    since boot (10 ms), as /proc/uptime does; the wall clock is no guide, since a start time is the boot time (whole
+    seconds) plus ticks, so it may read up to a second early."""
+    stat = procfs.read_stat(pid)
+    assert stat is not None, f"pid {pid} is gone"
+
+    def later() -> bool:
+        up = procfs.parse_uptime(Path("/proc/uptime").read_text())
+        return up is not None and up * procfs.clk_tck() > stat.starttime_ticks + 1.5
+
+    wait_until(later, 5)
 
 
 def ledger(run_dir: Path) -> dict[str, Any] | None:

@@ -14,7 +14,6 @@ import psutil
 import pytest
 
 from rlwatch.clock import FakeClock
-from rlwatch.sources import procfs
 from rlwatch.sources.holders import (
     HolderScanner,
     classify_holders,
@@ -24,7 +23,7 @@ from rlwatch.sources.holders import (
 )
 from rlwatch.sources.membership import assess
 from rlwatch.state import GpuHolder
-from tests.simhost import wait_until
+from tests.simhost import wait_until, younger_from_now_on
 
 OPENER = "import sys, time; f = open(sys.argv[1], 'rb'); print('ready', flush=True); time.sleep(120)"
 MAPPER = """
@@ -105,20 +104,6 @@ def dev(tmp_path: Path) -> Path:
     for name in ("nvidia0", "nvidia1", "nvidiactl", "other"):
         (devdir / name).write_bytes(b"\0" * 4096)
     return devdir
-
-
-def younger_from_now_on(pid: int) -> None:
-    """Wait until a process started from now on has a later start time than ``pid``. Start times count clock ticks
-    since boot (10 ms), as /proc/uptime does; the wall clock is no guide, since a start time is boot time (whole
-    seconds) plus ticks, so it may read up to a second early."""
-    stat = procfs.read_stat(pid)
-    assert stat is not None
-
-    def later() -> bool:
-        up = procfs.parse_uptime(Path("/proc/uptime").read_text())
-        return up is not None and up * procfs.clk_tck() > stat.starttime_ticks + 1.5
-
-    wait_until(later, 5)
 
 
 def glob_of(dev: Path) -> str:
