@@ -32,6 +32,7 @@ from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
 
 from rlwatch.config import Config, Provenance
 from rlwatch.discovery import discover
+from rlwatch.textsafe import redact
 
 MAX_CONFIG_BYTES = 1 << 20  # a configuration is a few KiB; anything this big is the wrong file
 MAX_VALUES = 100_000  # values after alias expansion: bounds the work an alias bomb could cause
@@ -330,8 +331,6 @@ def _problem(err: Any) -> str:
     if kind != "missing" and isinstance(err.get("input"), str | int | float | bool | type(None)):
         value = err["input"]
         if loc and loc[0] == "notify" and isinstance(value, str):
-            from rlwatch.notify import redact
-
             value = redact(value)  # notification URLs hold tokens: never quoted back in full
         msg += f" (got {_short(value)})"
     return msg

@@ -41,7 +41,7 @@ from typing import Any
 from rlwatch.clock import Clock, SystemClock
 from rlwatch.config import NotifyConfig
 from rlwatch.state import Finding, Severity, Snapshot
-from rlwatch.textsafe import clean_line
+from rlwatch.textsafe import URL_SCHEME, clean_line, redact
 
 ENV = "RLWATCH_NOTIFY"
 MAX_ITEMS = 10  # findings listed in one message; the rest are counted
@@ -69,7 +69,7 @@ Get = Callable[[str, float], str | None]  # (url, timeout) -> error
 
 
 # ----------------------------------------------------------------------------------------------- secrets & text
-_SCHEME = re.compile(r"^\s*([A-Za-z][A-Za-z0-9+.-]*)://")
+_SCHEME = URL_SCHEME
 _ANY_URL = re.compile(r"\b([A-Za-z][A-Za-z0-9+.-]*)://([^\s'\"<>]+)")
 _KEY_VALUE = re.compile(
     r"(?i)\b((?:api[_-]?)?(?:token|key|secret|password|passwd|pwd|auth|authorization|credentials?)\s*[=:]\s*)"
@@ -80,12 +80,6 @@ _BEARER = re.compile(r"(?i)\b(bearer|basic)\s+[A-Za-z0-9._~+/=-]{6,}")
 _MENTION = re.compile(r"@(?=[A-Za-z0-9_])")
 _SPACE = re.compile(r"\s+")
 _HOSTNAME = re.compile(r"[A-Za-z0-9-]+(?:\.[A-Za-z0-9-]+)+")  # a host name or address names a place, not a secret
-
-
-def redact(url: str) -> str:
-    """How a target URL is shown: its scheme only (``tgram://***``); the rest usually is a token."""
-    m = _SCHEME.match(url)
-    return f"{m.group(1).lower()}://***" if m else "***"
 
 
 def _url_shown(m: re.Match[str]) -> str:

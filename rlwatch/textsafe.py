@@ -40,3 +40,13 @@ def clean_line(text: str) -> str:
     Markup escaping for a particular UI toolkit is not done here.
     """
     return _CONTROL.sub("", text)
+
+
+URL_SCHEME = re.compile(r"^\s*([A-Za-z][A-Za-z0-9+.-]*)://")
+
+
+def redact(url: str) -> str:
+    """How a URL that may hold a token is shown: its scheme only (``tgram://***``). Notification targets are such
+    URLs, and config errors, the dashboard and ``rlwatch notify`` show them."""
+    m = URL_SCHEME.match(url)
+    return f"{m.group(1).lower()}://***" if m else "***"
