@@ -3,6 +3,11 @@
 Each decoy of the issue has its own test: whatever kill-zombies or restart-workers is asked to do, a process with
 the same command line outside the run, a process in another process group, a pid reused between plan and execute,
 a process named like a system daemon, and the run's own processes all survive.
+
+A stray needs positive evidence: the tests make real leftovers (their starter exits, so they are re-parented to
+init with the session that started them gone, and they start before the live run). Any other holder outside the
+run is *unknown*: kill-zombies leaves it alone unless a person names its pid, which is how the tests of the stop
+mechanics (grace period, SIGKILL, pid reuse, unkillable) choose their target.
 """
 
 from __future__ import annotations
@@ -28,11 +33,22 @@ from rlwatch.actions.plan import KILL_ZOMBIES, RESTART_WORKERS, RESUME, Prepared
 from rlwatch.actions.signals import SignalOutcome, SignalStatus
 from rlwatch.config import ActionsConfig, Config, GpuConfig, ProcessRule
 from rlwatch.engine import Engine
-from tests.simhost import wait_until
+from tests.simhost import wait_until, younger_from_now_on
 
 # Holds the device only when asked through the environment, so a decoy can share the stray's exact command line.
+# ORPHAN: a leftover; it forks and its starter exits, so it is re-parented to init with its session leader gone
+# ("group": it then leads a process group of its own). HOLD_WHEN: it opens the device only once the test writes to
+# that FIFO. It prints its pid first.
 HOLDER = """
 import os, signal, sys, time
+if os.environ.get("ORPHAN"):
+    if os.fork():
+        os._exit(0)
+    if os.environ["ORPHAN"] == "group":
+        os.setpgid(0, 0)
+if os.environ.get("HOLD_WHEN"):
+    print(os.getpid(), flush=True)
+    open(os.environ["HOLD_WHEN"]).read(1)
 if os.environ.get("HOLD", "1") == "1":
     f = open(sys.argv[1], "rb")
 if os.environ.get("IGNORE_TERM"):
@@ -40,18 +56,31 @@ if os.environ.get("IGNORE_TERM"):
 if os.environ.get("COMM"):
     import ctypes
     ctypes.CDLL(None).prctl(15, os.environ["COMM"].encode(), 0, 0, 0)  # PR_SET_NAME
-print("ready", flush=True)
+print(os.getpid(), flush=True)
 time.sleep(300)
 """
-# A holder with a child in its own process group; the child holds the device too.
+# A holder with a child in its process group (KID_SESSION: in a session of its own); the child holds the device too.
+# It prints its pid and the child's.
 HOLDER_WITH_CHILD = """
 import os, signal, subprocess, sys, time
+if os.environ.get("ORPHAN"):
+    if os.fork():
+        os._exit(0)
+    if os.environ["ORPHAN"] == "group":
+        os.setpgid(0, 0)
 f = open(sys.argv[1], "rb")
 if os.environ.get("IGNORE_TERM"):
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
-kid = subprocess.Popen([sys.executable, "-c", sys.argv[2], sys.argv[1]], stdout=subprocess.PIPE, text=True)
+env = {k: v for k, v in os.environ.items() if k != "ORPHAN"}
+kid = subprocess.Popen(
+    [sys.executable, "-c", sys.argv[2], sys.argv[1]],
+    stdout=subprocess.PIPE,
+    text=True,
+    env=env,
+    start_new_session=bool(os.environ.get("KID_SESSION")),
+)
 kid.stdout.readline()
-print(kid.pid, flush=True)
+print(os.getpid(), kid.pid, flush=True)
 time.sleep(300)
 """
 # A worker of a pool: leaks 48 MB at start while the marker file exists, so a fresh start is measurably smaller.
@@ -94,6 +123,18 @@ class Procs:
 
     def adopt(self, ident: Ident) -> None:
         self.adopted.append(ident)
+
+    def orphan(self, code: str, *args: str, group: bool = False, **env: str) -> list[int]:
+        """Start a leftover: ``code`` forks under ORPHAN and its starter exits, so the pids it prints (its own
+        first) are re-parented to init with the session that started them gone — what a leftover of an earlier
+        attempt looks like."""
+        starter, line = self.start(code, *args, ORPHAN="group" if group else "1", **env)
+        pids = [int(word) for word in line.split()]
+        wait_until(lambda: starter.poll() is not None, 5)
+        wait_until(lambda: psutil.Process(pids[0]).ppid() != starter.pid, 5)
+        for pid in pids:
+            self.adopt(Ident(pid, psutil.Process(pid).create_time()))
+        return pids
 
     def stop_all(self) -> None:
         for proc, own_group in self.procs:
@@ -179,67 +220,97 @@ def running(pid: int) -> bool:
         return False
 
 
+def start_run(
+    procs: Procs, host: Host, *after: int, code: str = HOLDER, args: tuple[str, ...] = (), **env: str
+) -> tuple[subprocess.Popen[str], str]:
+    """Start the live run's trainer (named by its pidfile), younger than every process in ``after``."""
+    for pid in after:
+        younger_from_now_on(pid)
+    run, line = procs.start(code, *(args or (str(host.dev / "nvidia0"),)), **env)
+    host.mark_run(run.pid)
+    for pid in after:
+        assert psutil.Process(run.pid).create_time() > psutil.Process(pid).create_time()
+    return run, line
+
+
+def holds(pid: int, path: str) -> bool:
+    try:
+        return any(f.path == path for f in psutil.Process(pid).open_files())
+    except psutil.NoSuchProcess:
+        return False
+
+
 # ------------------------------------------------------------------------------------------------- the decoys
 def test_same_command_line_outside_the_run_survives(procs: Procs, host: Host) -> None:
     device = str(host.dev / "nvidia0")
-    run, _ = procs.start(HOLDER, device)
-    host.mark_run(run.pid)
-    stray, _ = procs.start(HOLDER, device)
+    (stray,) = procs.orphan(HOLDER, device)  # a leftover of an earlier attempt
+    run, _ = start_run(procs, host, stray)
     decoy, _ = procs.start(HOLDER, device, HOLD="0")  # same argv as the stray, holds nothing
-    assert psutil.Process(decoy.pid).cmdline() == psutil.Process(stray.pid).cmdline()
+    outsider, _ = procs.start(HOLDER, device)  # same argv, holds the device, its session alive: another job, maybe
+    argv = psutil.Process(stray).cmdline()
+    assert psutil.Process(decoy.pid).cmdline() == argv == psutil.Process(outsider.pid).cmdline()
     actions = host.actions()
     prepared = actions.prepare(KILL_ZOMBIES)
-    assert target_pids(prepared) == {stray.pid}
+    assert target_pids(prepared) == {stray}
     reason = prepared.plan.targets[0].reason
-    assert reason is not None and reason.startswith("stray: ") and device in reason
+    assert reason is not None and reason.startswith("stray: orphaned: the session that started it") and device in reason
+    assert f"before the live run (pid {run.pid}" in reason
+    left = f"pid {outsider.pid}: not sure it is a stray (not part of the live run, but not orphaned"
+    assert any(left in step for step in prepared.plan.steps), prepared.plan.steps
     result = actions.execute(prepared)
     assert result.ok, result
-    assert wait_until(lambda: not alive(stray), 5)
-    assert alive(decoy) and alive(run)
+    assert wait_until(lambda: not running(stray), 5)
+    assert alive(decoy) and alive(run) and alive(outsider)
 
 
 def test_process_in_another_process_group_survives(procs: Procs, host: Host) -> None:
     device = str(host.dev / "nvidia0")
     # The stray leads its own group and its child is in it; both ignore SIGTERM, so the group is still alive
     # when it is signalled as a whole.
-    stray, kid = procs.start(HOLDER_WITH_CHILD, device, HOLDER, IGNORE_TERM="1")
+    stray, kid = procs.orphan(HOLDER_WITH_CHILD, device, HOLDER, group=True, IGNORE_TERM="1")
+    run, _ = start_run(procs, host, stray, kid, HOLD="0")
     other, _ = procs.start(HOLDER, device, HOLD="0", IGNORE_TERM="1")  # another group, same program
-    assert os.getpgid(int(kid)) == stray.pid != os.getpgid(other.pid)
+    assert os.getpgid(kid) == stray != os.getpgid(other.pid)
     actions = host.actions(grace_s=0.3)
     prepared = actions.prepare(KILL_ZOMBIES)
-    assert stray.pid in target_pids(prepared)
+    assert target_pids(prepared) == {stray, kid}  # the child is a leftover too: "pid <stray> above it" is orphaned
     result = actions.execute(prepared)
     assert result.ok, result
-    assert wait_until(lambda: not alive(stray) and not running(int(kid)), 5)
-    assert alive(other)
-    signal_lines = [r for r in host.audit_lines() if r["event"] == "signal" and r["pid"] == stray.pid]
+    assert wait_until(lambda: not running(stray) and not running(kid), 5)
+    assert alive(other) and alive(run)
+    signal_lines = [r for r in host.audit_lines() if r["event"] == "signal" and r["pid"] == stray]
     assert signal_lines and signal_lines[0]["group_signals"][:2] == ["SIGTERM", "SIGCONT"]
 
 
 def test_group_shared_with_outsiders_is_never_signalled_as_a_whole(procs: Procs, host: Host) -> None:
     device = str(host.dev / "nvidia0")
-    stray, _ = procs.start(HOLDER, device, new_session=False)  # in this test's process group
+    holder, _ = procs.start(HOLDER, device, new_session=False)  # in this test's process group
     neighbour, _ = procs.start(HOLDER, device, new_session=False, HOLD="0")
-    assert os.getpgid(stray.pid) == os.getpgid(neighbour.pid) == os.getpgid(0)
+    assert os.getpgid(holder.pid) == os.getpgid(neighbour.pid) == os.getpgid(0)
     actions = host.actions()
-    result = actions.execute(actions.prepare(KILL_ZOMBIES))
+    # With no live run to set it against, nothing is a stray; the holder is stopped only because it is named.
+    unnamed = actions.prepare(KILL_ZOMBIES)
+    assert unnamed.plan.refused is not None and "cannot tell what the live run is" in unnamed.plan.refused
+    result = actions.execute(actions.prepare(KILL_ZOMBIES, pids=[holder.pid]))
     assert result.ok, result
-    assert wait_until(lambda: not alive(stray), 5)
+    assert wait_until(lambda: not alive(holder), 5)
     assert alive(neighbour)
     (line,) = [r for r in host.audit_lines() if r["event"] == "signal"]
     assert line["group_signals"] == [] and line["signals"][:1] == ["SIGTERM"]
 
 
 def test_pid_reused_between_plan_and_execute_is_left_alone(procs: Procs, host: Host) -> None:
-    stray, _ = procs.start(HOLDER, str(host.dev / "nvidia0"))
+    (stray,) = procs.orphan(HOLDER, str(host.dev / "nvidia0"))
+    start_run(procs, host, stray, HOLD="0")
     actions = host.actions()
     prepared = actions.prepare(KILL_ZOMBIES)
     (stop,) = prepared.stops
+    assert stop.pid == stray
     # The planned process "exited" and its pid now names another one: emulated by a planned start time that no
     # longer matches whatever holds the pid.
     moved = replace(prepared, stops=(replace(stop, create_time=stop.create_time - 30.0),))
     result = actions.execute(moved)
-    assert alive(stray)
+    assert running(stray)
     assert not result.ok
     assert any("started at another time: left alone" in d for d in result.details), result.details
     assert "plan again" in result.message
@@ -259,52 +330,104 @@ def test_process_named_like_an_excluded_daemon_is_not_a_target(
     else:
         daemon, _ = procs.start(HOLDER, device, COMM="nv-hostengine")
         assert psutil.Process(daemon.pid).name() == "nv-hostengine"
-    stray, _ = procs.start(HOLDER, device)
+    (stray,) = procs.orphan(HOLDER, device)
+    start_run(procs, host, stray, HOLD="0")
     actions = host.actions()
     prepared = actions.prepare(KILL_ZOMBIES)
-    assert target_pids(prepared) == {stray.pid}
+    assert target_pids(prepared) == {stray}
     result = actions.execute(prepared)
     assert result.ok, result
-    assert wait_until(lambda: not alive(stray), 5)
+    assert wait_until(lambda: not running(stray), 5)
     assert alive(daemon)
     alone = actions.prepare(KILL_ZOMBIES)  # only the daemon holds the device now
     assert alone.plan.refused is not None
     assert f"pid {daemon.pid}: system daemon" in alone.plan.refused
+    named = actions.prepare(KILL_ZOMBIES, pids=[daemon.pid])  # naming it does not make it a target
+    assert (named.plan.refused or "").startswith(f"pid {daemon.pid} must not be stopped: system daemon")
+    assert alive(daemon)
 
 
 def test_run_processes_holding_the_device_are_not_targets(procs: Procs, host: Host) -> None:
     device = str(host.dev / "nvidia0")
-    run, kid = procs.start(HOLDER_WITH_CHILD, device, HOLDER)
-    host.mark_run(run.pid)
-    stray, _ = procs.start(HOLDER, device)
+    (stray,) = procs.orphan(HOLDER, device)
+    run, line = start_run(procs, host, stray, code=HOLDER_WITH_CHILD, args=(device, HOLDER))
+    kid = int(line.split()[1])
     actions = host.actions()
     prepared = actions.prepare(KILL_ZOMBIES)
-    assert target_pids(prepared) == {stray.pid}
+    assert target_pids(prepared) == {stray}
     result = actions.execute(prepared)
     assert result.ok, result
-    assert alive(run) and running(int(kid))
-    assert not alive(stray)
+    assert alive(run) and running(kid)
+    assert not running(stray)
     assert actions.prepare(KILL_ZOMBIES).plan.refused == "no stray GPU holders"
 
 
+def test_a_run_member_named_with_pid_is_refused(procs: Procs, host: Host) -> None:
+    device = str(host.dev / "nvidia0")
+    run, line = start_run(procs, host, code=HOLDER_WITH_CHILD, args=(device, HOLDER))
+    kid = int(line.split()[1])
+    actions = host.actions()
+    trainer = actions.prepare(KILL_ZOMBIES, pids=[run.pid])
+    assert trainer.plan.refused == (
+        f"pid {run.pid} must not be stopped: part of the live run: the trainer (named by its pidfile)"
+    )
+    child = actions.prepare(KILL_ZOMBIES, pids=[kid])
+    assert (child.plan.refused or "").startswith(f"pid {kid} must not be stopped: part of the live run: ")
+    assert f"pid {run.pid}, which is the trainer" in (child.plan.refused or "")
+    result = actions.execute(child)
+    assert not result.ok and "refused" in result.message
+    assert alive(run) and running(kid)
+    assert not any(r["event"] == "signal" for r in host.audit_lines())
+
+
+def test_an_unknown_holder_named_with_pid_is_planned_and_stopped(procs: Procs, host: Host) -> None:
+    """A holder outside the run whose session is alive may be another job: never chosen on its own, stopped when
+    a person names it."""
+    device = str(host.dev / "nvidia0")
+    run, _ = start_run(procs, host)
+    other, _ = procs.start(HOLDER, device)
+    actions = host.actions()
+    unnamed = actions.prepare(KILL_ZOMBIES)
+    assert unnamed.plan.refused is not None and not unnamed.stops
+    assert unnamed.plan.refused.startswith("no stray GPU holders; 1 holder(s) rlwatch cannot classify were left alone")
+    assert f"pid {other.pid}: not part of the live run, but not orphaned" in unnamed.plan.refused
+    assert "rlwatch act kill-zombies --pid PID" in unnamed.plan.refused
+    named = actions.prepare(KILL_ZOMBIES, pids=[other.pid])
+    assert target_pids(named) == {other.pid}
+    (target,) = named.plan.targets
+    assert target.named and target.role == "GPU holder named by you"
+    assert (target.reason or "").startswith("named by you; rlwatch's view: unknown: not part of the live run")
+    result = actions.execute(named)
+    assert result.ok, result
+    assert wait_until(lambda: not alive(other), 5)
+    assert alive(run)
+    (line,) = [r for r in host.audit_lines() if r["event"] == "signal"]
+    assert line["pid"] == other.pid and line["outcome"] == stopper.EXITED
+
+
 def test_ancestor_of_the_run_is_not_a_target(procs: Procs, host: Host) -> None:
-    parent, kid = procs.start(HOLDER_WITH_CHILD, str(host.dev / "nvidia0"), HOLDER)
-    host.mark_run(int(kid))  # the run is the child; the parent holding the device is above it
-    prepared = host.actions().prepare(KILL_ZOMBIES)
-    assert prepared.plan.refused is not None
-    assert f"pid {parent.pid}: an ancestor of the live run" in prepared.plan.refused
+    # The run is the child, in a session of its own; the parent holding the device is above it.
+    parent, line = procs.start(HOLDER_WITH_CHILD, str(host.dev / "nvidia0"), HOLDER, KID_SESSION="1")
+    kid = int(line.split()[1])
+    procs.adopt(Ident(kid, psutil.Process(kid).create_time()))  # not in the parent's group: stopped on its own
+    host.mark_run(kid)
+    actions = host.actions()
+    unnamed = actions.prepare(KILL_ZOMBIES)
+    assert unnamed.plan.refused is not None and f"pid {parent.pid}: not part of the live run" in unnamed.plan.refused
+    named = actions.prepare(KILL_ZOMBIES, pids=[parent.pid])
+    assert named.plan.refused == f"pid {parent.pid} must not be stopped: an ancestor of the live run"
     assert alive(parent)
 
 
 # ---------------------------------------------------------------------------------------- stopping the hard way
 def test_stray_ignoring_sigterm_is_killed_after_the_grace_period(procs: Procs, host: Host) -> None:
-    stray, _ = procs.start(HOLDER, str(host.dev / "nvidia0"), IGNORE_TERM="1")
+    holder, _ = procs.start(HOLDER, str(host.dev / "nvidia0"), IGNORE_TERM="1")
     actions = host.actions(grace_s=0.3)
     started = time.monotonic()
-    result = actions.execute(actions.prepare(KILL_ZOMBIES))
+    result = actions.execute(actions.prepare(KILL_ZOMBIES, pids=[holder.pid]))
     assert result.ok, result
     assert time.monotonic() - started >= 0.3
-    assert not alive(stray) and stray.returncode == -signal.SIGKILL
+    assert not alive(holder) and holder.returncode == -signal.SIGKILL
     (line,) = [r for r in host.audit_lines() if r["event"] == "signal"]
     assert line["signals"][:2] == ["SIGTERM", "SIGCONT"] and "SIGKILL" in [*line["signals"], *line["group_signals"]]
     assert line["outcome"] == stopper.KILLED
@@ -312,7 +435,7 @@ def test_stray_ignoring_sigterm_is_killed_after_the_grace_period(procs: Procs, h
 
 @pytest.mark.slow
 def test_unkillable_stray_is_reported_not_retried(procs: Procs, host: Host, monkeypatch: pytest.MonkeyPatch) -> None:
-    stray, _ = procs.start(HOLDER, str(host.dev / "nvidia0"), new_session=False)  # no group signal either
+    holder, _ = procs.start(HOLDER, str(host.dev / "nvidia0"), new_session=False)  # no group signal either
     sent: list[int] = []
 
     def swallowed(ident: Ident, sig: int) -> SignalOutcome:
@@ -322,12 +445,12 @@ def test_unkillable_stray_is_reported_not_retried(procs: Procs, host: Host, monk
     monkeypatch.setattr(stopper, "send_signal", swallowed)
     actions = host.actions(grace_s=0.2)
     started = time.monotonic()
-    result = actions.execute(actions.prepare(KILL_ZOMBIES))
+    result = actions.execute(actions.prepare(KILL_ZOMBIES, pids=[holder.pid]))
     assert time.monotonic() - started < 15.0 + 0.2 + 5.0 + 3.0
     assert not result.ok
     assert "unkillable" in result.message
     assert sent == [signal.SIGTERM, signal.SIGCONT, signal.SIGKILL]
-    assert alive(stray)
+    assert alive(holder)
 
 
 # ------------------------------------------------------------------------------------------------- the API
@@ -389,36 +512,49 @@ def test_readonly_refuses_everything(host: Host) -> None:
     assert "unknown action" in (host.actions().prepare("reboot").plan.refused or "")
 
 
-def test_a_plan_from_elsewhere_is_planned_again_and_must_match(procs: Procs, host: Host) -> None:
+def test_a_plan_from_elsewhere_is_planned_again_and_must_match(procs: Procs, host: Host, tmp_path: Path) -> None:
     device = str(host.dev / "nvidia0")
-    stray, _ = procs.start(HOLDER, device)
+    # Three leftovers; the second and third open the device only when told, after plans were made.
+    gates = [tmp_path / "second.fifo", tmp_path / "third.fifo"]
+    for gate in gates:
+        os.mkfifo(gate)
+    (stray,) = procs.orphan(HOLDER, device)
+    second, third = (procs.orphan(HOLDER, device, HOLD_WHEN=str(gate))[0] for gate in gates)
+    start_run(procs, host, stray, second, third, HOLD="0")
+
+    def let_hold(pid: int, gate: Path) -> None:
+        gate.write_text("go")
+        wait_until(lambda: holds(pid, device), 5)
+
     plan = host.actions().plan(KILL_ZOMBIES)  # made by another front end
+    assert target_pids(Prepared(plan)) == {stray}
     other = host.actions()
     result = other.execute(plan)
     assert result.ok, result
-    assert not alive(stray)
-    second, _ = procs.start(HOLDER, device)
+    assert not running(stray)
+    let_hold(second, gates[0])
     stale = host.actions().plan(KILL_ZOMBIES)
-    assert target_pids(Prepared(stale)) == {second.pid}
-    third, _ = procs.start(HOLDER, device)  # appeared after that plan was shown
+    assert target_pids(Prepared(stale)) == {second}
+    let_hold(third, gates[1])  # a leftover holding the device now, after that plan was shown
     again = other.execute(stale)
     assert not again.ok
     assert again.message == "kill-zombies: refused: the host changed since this plan was made; plan again"
-    assert alive(second) and alive(third)
+    assert running(second) and running(third)
 
 
 def test_actions_on_a_running_engine(procs: Procs, host: Host) -> None:
-    stray, _ = procs.start(HOLDER, str(host.dev / "nvidia0"))
+    (stray,) = procs.orphan(HOLDER, str(host.dev / "nvidia0"))
+    start_run(procs, host, stray, HOLD="0")
     actions = host.actions()
     engine = actions.engine
     engine.start()
     try:
-        wait_until(lambda: any(h.pid == stray.pid for h in engine.snapshot().zombies), 10)
+        wait_until(lambda: any(h.pid == stray for h in engine.snapshot().zombies), 10)
         result = actions.execute(actions.plan(KILL_ZOMBIES), progress=lambda _m: None)
     finally:
         engine.stop()
     assert result.ok, result
-    assert not alive(stray)
+    assert not running(stray)
     events = [r["event"] for r in host.audit_lines()]
     assert events[0] == "plan" and events[-2:] == ["verify", "result"]
     result_line = host.audit_lines()[-1]
