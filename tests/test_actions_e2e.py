@@ -1,6 +1,7 @@
 """Each action fixes its incident on the simulated host, through the real `rlwatch act ... --yes` in another process,
 and the real `rlwatch report --json` afterwards confirms it: server up, workers fresh, no strays, steps advancing
-from the resume step. Also: a dry run changes nothing, read-only refuses, and no terminal without --yes is exit 2.
+from the resume step. Also: a dry run changes nothing, read-only refuses, no terminal without --yes is exit 2, and
+`--pid` stops a holder rlwatch cannot classify only when named, never the live run's.
 """
 
 from __future__ import annotations
@@ -9,6 +10,7 @@ import json
 import re
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -16,11 +18,28 @@ import psutil
 import pytest
 import yaml
 
-from tests.simhost import Sim, report, settled, start, wait_until, with_id
+from tests.simhost import Sim, report, settled, start, wait_until, with_id, younger_from_now_on
 
 pytestmark = pytest.mark.slow
 
-HOLDER = "import sys, time; f = open(sys.argv[1], 'rb'); print('ready', flush=True); time.sleep(300)"
+# A leftover of an earlier attempt: its starter exits, so it is re-parented to init with its session gone.
+LEFTOVER = """
+import os, sys, time
+if os.fork():
+    os._exit(0)
+f = open(sys.argv[1], 'rb')
+print(os.getpid(), flush=True)
+time.sleep(300)
+"""
+# The live run: writes its log in the run directory (its working directory) and holds the GPU.
+RUN = """
+import sys, time
+log = open('train.log', 'a')
+f = open(sys.argv[1], 'rb')
+print('ready', flush=True)
+time.sleep(300)
+"""
+OTHER_JOB = "import sys, time; f = open(sys.argv[1], 'rb'); print('ready', flush=True); time.sleep(300)"
 
 
 def act(run_dir: Path, action: str, *flags: str) -> subprocess.CompletedProcess[str]:
@@ -172,48 +191,103 @@ def test_kill_zombies_then_restart_server_fixes_the_gpu_zombies(tmp_path: Path, 
 
 
 # ---------------------------------------------------------------------------------------------- refusals
+class StrayDir:
+    """A run directory with a live run (it writes train.log there and holds the stand-in GPU) and a leftover of an
+    earlier attempt holding the GPU: orphaned (its starter exited, it was re-parented to init) and older than the
+    run, so rlwatch has positive reasons to call it a stray."""
+
+    def __init__(self, tmp_path: Path) -> None:
+        self.dir = tmp_path
+        self.device = tmp_path / "dev" / "nvidia0"
+        self.device.parent.mkdir()
+        self.device.write_bytes(b"\0" * 4096)
+        self.started: list[subprocess.Popen[str]] = []
+        starter, line = self.start(LEFTOVER)
+        self.stray = int(line)
+        wait_until(lambda: starter.poll() is not None and psutil.Process(self.stray).ppid() != starter.pid, 5)
+        self.stray_started = psutil.Process(self.stray).create_time()
+        younger_from_now_on(self.stray)
+        self.run, _ = self.start(RUN, cwd=tmp_path)
+
+    def start(self, code: str, cwd: Path | None = None) -> tuple[subprocess.Popen[str], str]:
+        proc = subprocess.Popen(
+            [sys.executable, "-c", code, str(self.device)],
+            stdout=subprocess.PIPE,
+            stdin=subprocess.DEVNULL,
+            text=True,
+            cwd=cwd,
+            start_new_session=True,
+        )
+        self.started.append(proc)
+        assert proc.stdout is not None
+        return proc, proc.stdout.readline().strip()
+
+    def configure(self, **actions: Any) -> Path:
+        cfg = {
+            "gpu": {"backend": "none", "device_glob": f"{self.device.parent}/nvidia*"},
+            "actions": {"grace_s": 1.0, **actions},
+        }
+        (self.dir / "rlwatch.yaml").write_text(yaml.safe_dump(cfg))
+        return self.dir
+
+    def stop(self) -> None:
+        for proc in self.started:
+            proc.kill()
+            proc.wait(timeout=10)
+        if running(self.stray) and abs(psutil.Process(self.stray).create_time() - self.stray_started) < 0.01:
+            psutil.Process(self.stray).kill()
+
+
 @pytest.fixture
-def stray_dir(tmp_path: Path) -> Any:
-    """A run directory whose only GPU holder is a stray this test started (and stops)."""
-    dev = tmp_path / "dev"
-    dev.mkdir()
-    (dev / "nvidia0").write_bytes(b"\0" * 4096)
-    proc = subprocess.Popen(
-        [sys.executable, "-c", HOLDER, str(dev / "nvidia0")],
-        stdout=subprocess.PIPE,
-        stdin=subprocess.DEVNULL,
-        text=True,
-        start_new_session=True,
-    )
-    assert proc.stdout is not None and proc.stdout.readline().strip() == "ready"
-
-    def configure(**actions: Any) -> Path:
-        cfg = {"gpu": {"backend": "none", "device_glob": f"{dev}/nvidia*"}, "actions": {"grace_s": 1.0, **actions}}
-        (tmp_path / "rlwatch.yaml").write_text(yaml.safe_dump(cfg))
-        return tmp_path
-
-    yield configure, proc
-    proc.kill()
-    proc.wait(timeout=10)
+def stray_dir(tmp_path: Path) -> Iterator[StrayDir]:
+    made = StrayDir(tmp_path)
+    yield made
+    made.stop()
 
 
-def test_readonly_config_refuses(stray_dir: Any) -> None:
-    configure, stray = stray_dir
-    run_dir = configure(readonly=True)
+def test_readonly_config_refuses(stray_dir: StrayDir) -> None:
+    run_dir = stray_dir.configure(readonly=True)
     out = act(run_dir, "kill-zombies", "--yes")
     assert out.returncode == 1
     assert "refused: read-only mode: actions are disabled" in out.stdout
-    assert stray.poll() is None and audit(run_dir) == []
+    assert running(stray_dir.stray) and audit(run_dir) == []
 
 
-def test_no_terminal_and_no_yes_is_a_usage_error(stray_dir: Any) -> None:
-    configure, stray = stray_dir
-    run_dir = configure()
+def test_no_terminal_and_no_yes_is_a_usage_error(stray_dir: StrayDir) -> None:
+    run_dir = stray_dir.configure()
+    stray = stray_dir.stray
     out = act(run_dir, "kill-zombies")
     assert out.returncode == 2
-    assert f"stop  pid {stray.pid}" in out.stdout  # the plan is shown first
+    assert f"stop  pid {stray}" in out.stdout  # the plan is shown first
+    assert "why: stray: orphaned" in out.stdout
     assert "confirm with --yes" in out.stderr and "Traceback" not in out.stderr
-    assert stray.poll() is None and audit(run_dir) == []
+    assert running(stray) and audit(run_dir) == []
     done = act(run_dir, "kill-zombies", "--yes")  # the same plan, confirmed, does the job
     assert done.returncode == 0, done.stdout + done.stderr
-    assert stray.wait(timeout=10) is not None
+    assert wait_until(lambda: not running(stray), 10)
+    assert stray_dir.run.poll() is None
+
+
+def test_a_holder_is_stopped_by_pid_only_when_named_and_the_run_never(stray_dir: StrayDir) -> None:
+    run_dir = stray_dir.configure()
+    run = stray_dir.run.pid
+    other, _ = stray_dir.start(OTHER_JOB)  # its session lives: another job, maybe
+    refused = act(run_dir, "kill-zombies", "--yes", "--pid", str(run))
+    assert refused.returncode == 1
+    assert f"pid {run} must not be stopped: part of the live run: writes train.log" in refused.stdout
+    first = act(run_dir, "kill-zombies", "--yes")  # the leftover only
+    assert first.returncode == 0, first.stdout + first.stderr
+    assert "not sure it is a stray (not part of the live run, but not orphaned" in first.stdout
+    assert not running(stray_dir.stray) and other.poll() is None
+    second = act(run_dir, "kill-zombies", "--yes")
+    assert second.returncode == 1
+    assert "1 holder(s) rlwatch cannot classify were left alone" in second.stdout
+    assert f"pid {other.pid}: not part of the live run, but not orphaned" in second.stdout
+    assert "--pid PID" in second.stdout and other.poll() is None
+    named = act(run_dir, "kill-zombies", "--yes", "--pid", str(other.pid))
+    assert named.returncode == 0, named.stdout + named.stderr
+    assert "named by you; rlwatch's view: unknown" in named.stdout
+    assert other.wait(timeout=10) is not None
+    assert stray_dir.run.poll() is None
+    signalled = {r["pid"] for r in audit(run_dir) if r["event"] == "signal"}
+    assert signalled == {stray_dir.stray, other.pid}
