@@ -28,6 +28,7 @@ from rlwatch.sim import formats
 __all__ = ["GENERATOR_VERSION", "REPORTED_KINDS", "Dataset", "LiveStream", "ensure_dataset", "generate"]
 
 GENERATOR_VERSION = 4
+DENSE_VERSION = 1  # of the incident-dense variant; the calm data keeps its key
 START = datetime(2026, 1, 5, 8, 0, 0).timestamp()
 STEP_S = 11.0  # seconds of training per step: rollout, train, weight update
 RANKS = 8
@@ -442,16 +443,185 @@ def _rare(w: _Writer, what: str, g: int) -> None:
         _kernel_oom(w)
 
 
+AIOHTTP = f"{formats.SITE}/aiohttp"
+HAPPY = f"{formats.SITE}/aiohappyeyeballs"
+ASYNCIO = "/usr/lib/python3.12/asyncio"
+CHAINED = "During handling of the above exception, another exception occurred:"
+CAUSE = "The above exception was the direct cause of the following exception:"
+
+
+def _frames(frames: list[tuple[str, int, str, str, int]], prefix: str) -> list[str]:
+    """Traceback frames as Python 3.12 prints them: a ``^^^^`` line under a call that is not the whole line."""
+    out = []
+    for path, lineno, func, source, carets in frames:
+        out.append(f'{prefix}  File "{path}", line {lineno}, in {func}')
+        if source:
+            out.append(f"{prefix}    {source}")
+            if carets:  # the last ``carets`` characters of the source are the failing expression
+                out.append(f"{prefix}    {' ' * (len(source) - carets)}{'^' * carets}")
+    return out
+
+
+def _chained_refused(w: _Writer, endpoint: str, payload: str, *, prefix: str = "") -> None:
+    """A refused request as AReaL's ``arequest_with_retry`` reports it with aiohttp 3.13 (incident 1): the socket's
+    ConnectionRefusedError, aiohttp's ClientConnectorError raised from it, and the RuntimeError raised while
+    handling that, three chained tracebacks, each ended by its exception line."""
+    host, port = ADDR
+    lines = [f"{prefix}{TB}"]
+    lines += _frames(
+        [
+            (
+                f"{AIOHTTP}/connector.py",
+                1268,
+                "_wrap_create_connection",
+                "sock = await aiohappyeyeballs.start_connection(",
+                0,
+            ),
+            (f"{HAPPY}/impl.py", 122, "start_connection", "raise first_exception", 0),
+            (f"{HAPPY}/impl.py", 73, "start_connection", "sock = await _connect_sock(", 0),
+            (f"{HAPPY}/impl.py", 208, "_connect_sock", "await loop.sock_connect(sock, address)", 0),
+            (f"{ASYNCIO}/selector_events.py", 651, "sock_connect", "return await fut", 0),
+            (f"{ASYNCIO}/futures.py", 287, "__await__", "yield self  # This tells Task to wait for completion.", 0),
+            (f"{ASYNCIO}/tasks.py", 385, "__wakeup", "future.result()", 0),
+            (f"{ASYNCIO}/futures.py", 203, "result", "raise self._exception.with_traceback(self._exception_tb)", 0),
+            (
+                f"{ASYNCIO}/selector_events.py",
+                691,
+                "_sock_connect_cb",
+                "raise OSError(err, f'Connect call failed {address}')",
+                0,
+            ),
+        ],
+        prefix,
+    )
+    lines.append(f"{prefix}ConnectionRefusedError: [Errno 111] Connect call failed ('{host}', {port})")
+    lines += [prefix, f"{prefix}{CAUSE}", prefix, f"{prefix}{TB}"]
+    lines += _frames(
+        [
+            (f"{formats.SITE}/areal/utils/http.py", 112, "arequest_with_retry", "async with session.request(", 0),
+            (f"{AIOHTTP}/client.py", 1488, "__aenter__", "self._resp: _RetType = await self._coro", 16),
+            (f"{AIOHTTP}/client.py", 770, "_request", "resp = await handler(req)", 0),
+            (f"{AIOHTTP}/client.py", 725, "_connect_and_send_request", "conn = await self._connector.connect(", 0),
+            (
+                f"{AIOHTTP}/connector.py",
+                642,
+                "connect",
+                "proto = await self._create_connection(req, traces, timeout)",
+                51,
+            ),
+            (
+                f"{AIOHTTP}/connector.py",
+                1355,
+                "_create_connection",
+                "_, proto = await self._create_direct_connection(req, traces, timeout)",
+                0,
+            ),
+            (f"{AIOHTTP}/connector.py", 1330, "_create_direct_connection", "raise last_exc", 0),
+            (
+                f"{AIOHTTP}/connector.py",
+                1299,
+                "_create_direct_connection",
+                "transp, proto = await self._wrap_create_connection(",
+                0,
+            ),
+            (
+                f"{AIOHTTP}/connector.py",
+                1283,
+                "_wrap_create_connection",
+                "raise client_error(req.connection_key, exc) from exc",
+                0,
+            ),
+        ],
+        prefix,
+    )
+    lines.append(
+        f"{prefix}aiohttp.client_exceptions.ClientConnectorError: Cannot connect to host {host}:{port} ssl:default "
+        f"[Connect call failed ('{host}', {port})]"
+    )
+    lines += [prefix, f"{prefix}{CHAINED}", prefix]
+    final = formats.refused_error(host, port, endpoint, payload)
+    if endpoint == "/generate":
+        block = formats.workflow_traceback(final)
+        lines = [_areal(w, ENGINE, "ERROR", f"Workflow execution failed: {final}"), *lines]
+    else:
+        block = formats.update_weights_traceback(final)
+    lines += [f"{prefix}{part}" if not part.startswith(prefix) else part for part in block.split("\n")]
+    w.emit_block(
+        "\n".join(lines),
+        {
+            "Workflow execution failed": ("connection_refused",),
+            TB: ("traceback",),
+            "ConnectionRefusedError: [Errno": ("connection_refused",),
+            "ClientConnectorError: Cannot": ("connection_refused",),
+            "RuntimeError: Failed": ("connection_refused",),
+        },
+    )
+
+
+def _dense_rollouts(w: _Writer, n: int) -> None:
+    """``n`` rollouts against a dead server, each with its three retry warnings and its chained tracebacks."""
+    host, port = ADDR
+    for _ in range(n):
+        for attempt in (1, 2, 3):
+            msg = formats.refused_warning(host, port, "/generate", attempt, 3)
+            w.emit(_areal(w, "HTTPUtils", "WARNING", msg), "connection_refused")
+            w.t += 1.0
+        _chained_refused(w, "/generate", "{'input_ids': [151644, 8948, 198]}")
+
+
+def _dense_crash(w: _Writer, g: int) -> None:
+    """Rank 0 dies in the weight update behind the dead server; torchrun reports it and relaunches."""
+    _chained_refused(w, "/update_weights_from_disk", "{'model_path': '/tmp/w/v1'}", prefix="[rank0]: ")
+    _torchrun_failure(w, 1)
+    _relaunch(w, g, busy=w.rng.random() < 0.3)
+
+
+# What comes after the refused rollouts of each stretch of an incident-dense log, in turn.
+_DENSE_TAIL = ("crash", "oom", "name_resolve_timeout", "nccl_timeout", "crash", "nccl_error", "slow_request", "brake")
+
+
+def _dense(w: _Writer, target_bytes: int, tables: list[list[str]]) -> int:
+    """An incident-dense log: a crashed server that the trainer keeps retrying for hours (incident 1), one healthy
+    step between stretches of ten refused rollouts, and every stretch ended by another failure in turn."""
+    total = _steps_for(target_bytes)
+    _startup(w)
+    g = 0
+    turn = 0
+    while w.written < target_bytes:
+        _step(w, g, total, tables)
+        g += 1
+        _dense_rollouts(w, 10)
+        what = _DENSE_TAIL[turn % len(_DENSE_TAIL)]
+        turn += 1
+        if what == "crash":
+            _dense_crash(w, g)
+        else:
+            _rare(w, what, g)
+        if turn % 7 == 0:
+            _server_abort(w)
+        if turn % 11 == 0:
+            _kernel_oom(w)
+    return g
+
+
 def _steps_for(target: int) -> int:
     # About 13.9 KB per healthy step; the total is announced in every step line, so it is fixed up front.
     return max(10, target // 13_850)
 
 
-def generate(out: Path, target_bytes: int, seed: int = 7) -> Dataset:
-    """Write about ``target_bytes`` of log to ``out`` and return what it holds."""
+def generate(out: Path, target_bytes: int, seed: int = 7, *, dense: bool = False) -> Dataset:
+    """Write about ``target_bytes`` of log to ``out`` and return what it holds: a calm run with rare failures, or
+    (``dense``) a run in an incident, where a large share of the lines are failures and their tracebacks."""
     out.parent.mkdir(parents=True, exist_ok=True)
     w = _Writer(out.open("wb"), seed)
     tables = _tables(w.rng)
+    g = _dense(w, target_bytes, tables) if dense else _calm(w, target_bytes, tables)
+    w.close()
+    expected = {k: w.counts.get(k, 0) for k in REPORTED_KINDS}
+    return Dataset(path=out, size=out.stat().st_size, lines=w.lines, steps=g, expected=expected, any_kind=w.any_kind)
+
+
+def _calm(w: _Writer, target_bytes: int, tables: list[list[str]]) -> int:
     total = _steps_for(target_bytes)
     _startup(w)
     g = 0
@@ -461,23 +631,22 @@ def generate(out: Path, target_bytes: int, seed: int = 7) -> Dataset:
         for every, what in _RARE:
             if g % every == every // 2:
                 _rare(w, what, g)
-    w.close()
-    expected = {k: w.counts.get(k, 0) for k in REPORTED_KINDS}
-    return Dataset(path=out, size=out.stat().st_size, lines=w.lines, steps=g, expected=expected, any_kind=w.any_kind)
+    return g
 
 
 def _meta_path(path: Path) -> Path:
     return path.with_suffix(".expected.json")
 
 
-def _key(target_bytes: int, seed: int) -> str:
-    return hashlib.sha1(f"{GENERATOR_VERSION}:{target_bytes}:{seed}".encode(), usedforsecurity=False).hexdigest()
+def _key(target_bytes: int, seed: int, dense: bool) -> str:
+    text = f"{GENERATOR_VERSION}:{target_bytes}:{seed}" + (f":dense{DENSE_VERSION}" if dense else "")
+    return hashlib.sha1(text.encode(), usedforsecurity=False).hexdigest()
 
 
-def ensure_dataset(path: Path, target_bytes: int, seed: int = 7) -> Dataset:
+def ensure_dataset(path: Path, target_bytes: int, seed: int = 7, *, dense: bool = False) -> Dataset:
     """The dataset at ``path``, generated only when it is missing or was made with other parameters."""
     meta = _meta_path(path)
-    key = _key(target_bytes, seed)
+    key = _key(target_bytes, seed, dense)
     try:
         saved = json.loads(meta.read_text())
         if saved["key"] == key and path.stat().st_size == saved["size"]:
@@ -491,7 +660,7 @@ def ensure_dataset(path: Path, target_bytes: int, seed: int = 7) -> Dataset:
             )
     except (OSError, ValueError, KeyError, TypeError):
         pass
-    ds = generate(path, target_bytes, seed)
+    ds = generate(path, target_bytes, seed, dense=dense)
     meta.write_text(
         json.dumps(
             {
@@ -539,3 +708,23 @@ class LiveStream:
         self._buf.seek(0)
         self._buf.truncate()
         return data
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m bench.datagen OUT MIB [--dense]``: write a log and print what it holds."""
+    import argparse
+
+    p = argparse.ArgumentParser(prog="python -m bench.datagen")
+    p.add_argument("out", type=Path)
+    p.add_argument("mib", type=float, help="size in MiB")
+    p.add_argument("--dense", action="store_true", help="an incident-dense log (chained tracebacks, many kinds)")
+    p.add_argument("--seed", type=int, default=7)
+    args = p.parse_args(argv)
+    ds = generate(args.out, int(args.mib * (1 << 20)), args.seed, dense=args.dense)
+    share = ds.any_kind / max(ds.lines, 1)
+    print(json.dumps({"size": ds.size, "lines": ds.lines, "matching_share": round(share, 4), "expected": ds.expected}))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
