@@ -27,11 +27,25 @@ pytestmark = pytest.mark.faults
 BTIME = 1_763_700_000
 
 
-def fake_proc(root: Path, pid: int, cmdline: bytes, *, ppid: int = 1, start: int = 1000, comm: str = "python") -> Path:
-    """One /proc/<pid> as the kernel lays it out, for the parts rlwatch reads."""
+def fake_proc(
+    root: Path,
+    pid: int,
+    cmdline: bytes,
+    *,
+    ppid: int = 1,
+    start: int = 1000,
+    comm: str = "python",
+    pgid: int = 0,
+    sid: int = 0,
+    cwd: Path | None = None,
+) -> Path:
+    """One /proc/<pid> as the kernel lays it out, for the parts rlwatch reads. Process group and session 0 are what
+    a process shows whose session began outside this PID namespace."""
     d = root / str(pid)
     (d / "fd").mkdir(parents=True, exist_ok=True)
-    rest = ["S", str(ppid), *["0"] * 17, str(start), "0", "0"]
+    rest = ["S", str(ppid), str(pgid), str(sid), *["0"] * 15, str(start), "0", "0"]
+    if cwd is not None:
+        (d / "cwd").symlink_to(cwd)
     (d / "stat").write_text(f"{pid} ({comm}) {' '.join(rest)}\n")
     (d / "cmdline").write_bytes(cmdline)
     (d / "status").write_text("Name:\tpython\nUid:\t0\t0\t0\t0\n")
@@ -114,14 +128,18 @@ def test_pid_replaced_by_another_process(tmp_path: Path, fault_row: Callable[[st
 def test_ten_thousand_processes(tmp_path: Path, fault_row: Callable[[str, str], FaultRow]) -> None:
     row = fault_row(
         "process: ten thousand processes (a fake /proc tree of 10,000 entries)",
-        "one sample in a few seconds at most; the trainer and the GPU holder among them found",
+        "one sample in a few seconds at most; the trainer and the GPU holders among them found, each judged",
     )
     root = fake_root(tmp_path / "proc")
     for pid in range(100, 10_100):
         fake_proc(root, pid, f"python\0worker.py\0--id\0{pid}\0".encode(), start=pid)
-    fake_proc(root, 10_100, b"python\0train.py\0", start=20_000)
+    # The trainer works in the run directory: the live run, from evidence.
+    fake_proc(root, 10_100, b"python\0train.py\0", start=20_000, pgid=10_100, sid=10_100, cwd=tmp_path)
+    # A leftover of an earlier attempt: its session's leader (pid 50) is gone, it was re-parented to init, and it
+    # started before the trainer.
+    fake_proc(root, 5001, b"python\0worker.py\0--id\x005001\0", start=5001, pgid=5001, sid=50)
     # A CUDA context holds the GPU node and /dev/nvidia-uvm (a monitor reading NVML holds no uvm node).
-    for pid, fd in (("10100", 3), ("5000", 7)):
+    for pid, fd in (("10100", 3), ("5000", 7), ("5001", 7)):
         (root / pid / "fd" / str(fd)).symlink_to("/dev/nvidia0")
         (root / pid / "fd" / str(fd + 1)).symlink_to("/dev/nvidia-uvm")
     engine = make_engine(
@@ -133,11 +151,23 @@ def test_ten_thousand_processes(tmp_path: Path, fault_row: Callable[[str, str], 
     took = time.monotonic() - t0
     engine.stop()
     assert [p.pid for p in snap.processes] == [10_100]
-    assert {h.pid for h in snap.holders} == {5000, 10_100}
-    stray = next(h for h in snap.holders if h.pid == 5000)
-    assert stray.reason is not None and not stray.in_run
+    holders = {h.pid: h for h in snap.holders}
+    assert set(holders) == {5000, 5001, 10_100}
+    assert holders[10_100].in_run and holders[10_100].status == "run"
+    stray = holders[5001]
+    assert stray.status == "stray" and stray.reason is not None and not stray.in_run
+    assert stray.reason.startswith("orphaned: the session that started it (leader pid 50) is gone")
+    assert "before the live run (pid 10100: python train.py)" in stray.reason
+    # Session 0: the session began outside this PID namespace, so nothing shows it is gone, and its parent, pid 1,
+    # is alive (a python init: the container's own program, whose children these are). Not a sure stray.
+    other = holders[5000]
+    assert other.status == "unknown" and other.reason is None and not other.in_run
+    assert (other.evidence or "").startswith("not part of the live run, but not orphaned")
     assert took < 20
-    row.saw(f"10,001 entries sampled in {took:.1f}s; trainer found, 2 holders (pid 5000 a stray: {stray.reason})")
+    row.saw(
+        f"10,002 entries sampled in {took:.1f}s; trainer found, 3 holders: the trainer the run's, "
+        f"pid 5001 a stray ({stray.reason}), pid 5000 unknown ({other.evidence})"
+    )
 
 
 def test_zombie(
