@@ -572,6 +572,10 @@ def failures(s: Snapshot, ctx: Context) -> Iterator[Finding]:
             msg = f"{n} {text}{_per_file(s, kind)}, last {last_text(ev, s.time)}"
         if _history(s, kind):
             yield Finding(INFO, kind, msg + "; there has been progress since.", exact_first(ev))
+        elif kind == "engine_dead" and s.training is not None and s.training.finished:
+            # vLLM's offline engine (TRL's colocated generation) prints "Engine core proc … died unexpectedly" when
+            # the interpreter exits at the end of a healthy run: after the last step it is a shutdown, not a crash.
+            yield Finding(INFO, kind, msg + "; the training had finished (an engine stopping at exit).", None)
         else:
             yield Finding(WARN if kind == "timeout" else CRIT, kind, msg + ".", exact_first(ev))
 

@@ -162,3 +162,20 @@ def test_no_kill_is_planned_where_no_process_runs(tmp_path: Path, case: str) -> 
     assert done.returncode == 1, done.stdout + done.stderr
     assert "refused" in done.stdout
     assert "SIGTERM" not in done.stdout and "SIGKILL" not in done.stdout
+
+
+def test_an_offline_vllm_engine_stopping_after_the_last_step_is_no_crash(tmp_path: Path) -> None:
+    """vLLM's offline engine (TRL's colocated generation with use_vllm) prints that its engine core died as the
+    interpreter exits at the end of a healthy run (vllm-project/vllm#32468). Appended after the real run's last step,
+    it is said, not raised as a crash."""
+    run = _copy("trl-grpo-colocated", tmp_path)
+    with (run / "run" / "train.log").open("a") as log:
+        log.write(
+            "ERROR 11-24 06:34:31 [core_client.py:597] Engine core proc EngineCore_DP0 died unexpectedly, "
+            "shutting down client.\n"
+        )
+    os.utime(run / "run" / "train.log", (CAPTURED, CAPTURED))
+    report = _report(run)
+    assert [f for f in report["findings"] if f["severity"] in ("critical", "warning")] == []
+    said = [f for f in report["findings"] if f["code"] == "engine_dead"]
+    assert said and said[0]["severity"] == "info" and "had finished" in said[0]["message"]
