@@ -297,7 +297,8 @@ class EventCounter:
         """Count the complete lines in ``data[pos:limit]``, the first of them numbered ``lineno``.
 
         The needles of the whole span are found in one pass; lines without one are skipped without being looked
-        at, unless a traceback block is open in the file (its frames hold no needle), then every line is fed.
+        at, unless a traceback block is open in the file (its frames hold no needle), then every line is fed but
+        the block's frame lines, which the incident tracker reads in bulk.
         """
         pos, limit, lineno = span
         incidents = self._incidents
@@ -316,6 +317,12 @@ class EventCounter:
         open_paths = incidents.open_paths  # wants_every_line(path), without a call per line
         while pos < limit:
             if path in open_paths:
+                if not cr:  # a traceback's frames, up to the next line with a needle, in bulk
+                    stop = found[i][0] if i < n else limit
+                    after, lineno = incidents.skip_frames(path, data, (pos, stop, lineno))
+                    if after != pos:
+                        pos = after
+                        continue
                 end, nxt = lines.end(pos, limit)
                 j = i
                 while j < n and found[j][0] < end:

@@ -28,6 +28,7 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from rlwatch.patterns import prepare
 from rlwatch.state import ChildFailure, CollectiveTimeout, Incident
 
 __all__ = ["EVENT_KINDS", "HEADER_WORD", "IncidentTracker", "Span", "signature"]
@@ -75,6 +76,14 @@ _WORK_TIMEOUT = re.compile(r"Timeout\(ms\)=(\d+)")
 _PG = re.compile(r"\[PG (?:ID )?(\w+)")
 _NCCL_SAME_BURST = 5000  # lines: a later timeout with the same rank and sequence number is a new run's
 
+# Lines a traceback's frames are made of, read in bulk while a block of the unprefixed writer is in its frames: each
+# starts with a blank or tab and then a printable ASCII character other than a gutter's ``|`` or ``+`` (so neither
+# the gutter nor the prefix rules apply), and is complete. Lines holding an escape or ``Traceback`` are left to the
+# line-by-line rules.
+_FRAME_RUN = re.compile(rb"(?:[ \t]+[\x21-\x2a\x2c-\x7b\x7d\x7e][^\n]*\n)+")
+_FRAME_WORD = b'File "'
+_N_LINES = [re.compile(rb"(?:[^\n]*\n){%d}" % k) for k in range(81)]  # the first k lines of a span, found in C
+
 _TITLE_MSG_CHARS = 200
 _STALL_LINES = 80  # a block that makes no progress for this many lines was cut off (the process died mid-print)
 _AFTER_LINES = 40  # lines after the exception that may still chain another exception or detail a torchrun failure
@@ -90,6 +99,11 @@ def _normalise(message: str) -> str:
     text = re.sub(r"(?:[A-Za-z]:)?(?:[\w.~-]*/)+([\w.-]+)", r"\1", text)
     text = re.sub(r"\d+", "N", text)
     return re.sub(r"\s+", " ", text).strip()[:_TITLE_MSG_CHARS]
+
+
+def _location(frame: re.Match[str]) -> str:
+    """A frame's file (its base name) and line number."""
+    return f"{os.path.basename(frame.group(1)) or frame.group(1)}:{frame.group(2)}"
 
 
 def signature(*parts: str | None) -> str:
@@ -351,13 +365,71 @@ class IncidentTracker:
         else:
             self._after(key, block, body, lineno, when)
 
+    bulk_frames = True  # False: every frame line through ``line`` (the plain path the bulk one must equal)
+
+    def skip_frames(self, path: str, data: bytes, span: tuple[int, int, int]) -> tuple[int, int]:
+        """Read the frame lines at ``data[pos:stop]`` (``span`` is pos, stop, number of the line at pos) in bulk,
+        with the effect ``line`` would have on each: the block's last frame is its location, its line count and
+        idle count move on, and it stalls at the same line. Returns (pos, line number) after the lines read; pos
+        unchanged when these lines are not frames of the one open, unprefixed block in its frames (then ``line``
+        reads them). A traceback is thus read by its header, its exception line and what follows: its frames cost
+        a few searches in C per run, not Python per line."""
+        pos, stop, lineno = span
+        tags = self.open_paths.get(path)
+        if not self.bulk_frames or tags is None or len(tags) != 1 or "" not in tags:
+            return pos, lineno
+        block = self._blocks.get((path, ""))
+        if block is None or block.state != "frames":
+            return pos, lineno
+        m = _FRAME_RUN.match(data, pos, stop)
+        if m is None:
+            return pos, lineno
+        end = m.end()
+        for word in (b"\x1b", b"Traceback"):
+            k = data.find(word, pos, end)
+            if k >= 0:
+                end = data.rfind(b"\n", pos, k) + 1 or pos
+        while pos < end:
+            room = _STALL_LINES - block.idle
+            if room <= 0:
+                break  # the next line stalls the block: ``line`` closes it
+            piece = _N_LINES[min(room, 80)].match(data, pos, end)
+            q = end if piece is None else piece.end()
+            n = data.count(b"\n", pos, q)
+            last = self._last_frame(data, pos, q)
+            if last is None:
+                block.idle += n
+            else:
+                frame, after = last
+                block.location = _location(frame)
+                block.idle = data.count(b"\n", after, q)
+            block.lines += n
+            lineno += n
+            block.seen = lineno - 1
+            pos = q
+        return pos, lineno
+
+    @staticmethod
+    def _last_frame(data: bytes, pos: int, q: int) -> tuple[re.Match[str], int] | None:
+        """The last line of ``data[pos:q]`` that is a frame (its match, and where the next line starts)."""
+        hi = q
+        while (i := data.rfind(_FRAME_WORD, pos, hi)) >= 0:
+            start = data.rfind(b"\n", pos, i) + 1 or pos
+            if not data[start:i].strip(b" \t"):
+                nl = data.find(b"\n", i, q)
+                frame = _FRAME.match(prepare(data[start:nl])[2])
+                if frame is not None:
+                    return frame, nl + 1
+            hi = start
+        return None
+
     def _in_frames(
         self, key: tuple[str, str], block: _Block, body: str, lineno: int, when: Callable[[], Span | float]
     ) -> None:
         block.lines += 1
         frame = _FRAME.match(body)
         if frame:
-            block.location = f"{os.path.basename(frame.group(1)) or frame.group(1)}:{frame.group(2)}"
+            block.location = _location(frame)
             block.idle = 0
             return
         if _HEADER.search(body):  # a fresh traceback from the same writer: the old one was cut off

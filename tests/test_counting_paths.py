@@ -8,6 +8,7 @@
 from __future__ import annotations
 
 import random
+from pathlib import Path
 
 import pytest
 from hypothesis import given, settings
@@ -167,3 +168,99 @@ def test_counting_stops_walking_after_a_silent_writers_traceback() -> None:
     counter.feed(Chunk(TRAINER, data, 1, count_lines(data)))
     assert not counter._incidents.wants_every_line(TRAINER)
     assert [g.lineno for g in got] == [len(lines)]
+
+
+# ------------------------------------------------------------------ a traceback's frames read in bulk
+_FRAME_PIECES = [
+    "Traceback (most recent call last):",
+    '  File "/srv/app/a.py", line 12, in f',
+    "    return g(x)",
+    "           ^^^^",
+    '\tFile "/srv/app/tab.py", line 3, in t',
+    '    File "/srv/app/deep.py", line 7, in d',
+    "    x = a + b  # a plus in the source",
+    "  | nested = 1",
+    "  + Exception Group Traceback (most recent call last):",
+    '  |   File "/srv/app/g.py", line 4, in h',
+    "  | ValueError: inside a group",
+    "    print('File \"/not/a/frame.py\", line 1')",
+    '  File "/srv/app/bad\xe9\udcff.py", line 9, in u',
+    '  File "no line number"',
+    "  \x1b[31mcoloured\x1b[0m source",
+    "  Traceback (most recent call last):",
+    "    raise ConnectionRefusedError(111, 'Connect call failed')",
+    "  \x0bvertical tab",
+    "",
+    "   ",
+    "RuntimeError: Failed after 3 retries",
+    "ConnectionRefusedError: [Errno 111] Connect call failed ('127.0.0.1', 1)",
+    "During handling of the above exception, another exception occurred:",
+    "The above exception was the direct cause of the following exception:",
+    "[rank1]: Traceback (most recent call last):",
+    '[rank1]:   File "/srv/app/r.py", line 5, in r',
+    "[rank1]: ValueError: rank one",
+    "ERROR: Workflow execution failed: RuntimeError: boom",
+    "plain noise",
+]
+
+
+def _frames_text(rng: random.Random, n: int) -> bytes:
+    out: list[bytes] = []
+    for _ in range(n):
+        r = rng.random()
+        if r < 0.05:  # a long run of indented lines without a frame: the block stalls inside it
+            out += [b"    more source"] * rng.randint(70, 95)
+        elif r < 0.1:  # a deep stack: many frames in one run
+            for d in range(rng.randint(30, 120)):
+                out += [f'  File "/srv/app/m{d}.py", line {d}, in f{d}'.encode(), b"    call()"]
+        else:
+            out.append(rng.choice(_FRAME_PIECES).encode("utf-8", "surrogateescape"))
+    return b"\n".join(out) + b"\n"
+
+
+def _counted(data: bytes, bulk: bool, block: int, monkeypatch: pytest.MonkeyPatch) -> object:
+    monkeypatch.setattr(IncidentTracker, "bulk_frames", bulk)
+    return _run(data, EventsConfig(), "re", monkeypatch, block)
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_frames_read_in_bulk_count_what_line_by_line_counts(seed: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    rng = random.Random(seed)
+    data = _frames_text(rng, 600)
+    block = rng.choice([97, 1000, 1 << 20])
+    assert _counted(data, True, block, monkeypatch) == _counted(data, False, block, monkeypatch)
+
+
+def test_frames_read_in_bulk_on_the_dense_benchmark_log(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    from bench.datagen import generate
+
+    ds = generate(tmp_path / "dense.log", 1 << 20, dense=True)
+    data = ds.path.read_bytes()
+    bulk = _counted(data, True, 1 << 16, monkeypatch)
+    plain = _counted(data, False, 1 << 16, monkeypatch)
+    assert bulk == plain
+    summaries = bulk[0]  # type: ignore[index]
+    assert {k: summaries[k][0] for k in ds.expected if k in summaries} == {  # type: ignore[index]
+        k: v
+        for k, v in ds.expected.items()
+        if k in summaries  # type: ignore[operator]
+    }
+
+
+def test_the_bulk_path_is_taken_and_its_incident_names_the_last_frame(monkeypatch: pytest.MonkeyPatch) -> None:
+    calls: list[int] = []
+    real = IncidentTracker.line
+
+    def spy(self: IncidentTracker, path: str, tag: str, body: str, lineno: int, when: object) -> None:
+        calls.append(lineno)
+        real(self, path, tag, body, lineno, when)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(IncidentTracker, "line", spy)
+    frames = "".join(f'  File "/srv/app/m{d}.py", line {d}, in f{d}\n    call()\n' for d in range(50))
+    text = "Traceback (most recent call last):\n" + frames + "ValueError: deep\n"
+    counter = EventCounter(build_kinds(EventsConfig()), FakeClock())
+    counter.feed(Chunk(TRAINER, text.encode(), 1, 102))
+    assert calls == [1, 102]  # the header and the exception line; the hundred frame lines went in bulk
+    (incident,) = counter.incidents()
+    assert incident.title == "ValueError: deep"
+    assert incident.location == "m49.py:49"
