@@ -318,6 +318,24 @@ def test_pid_reused_between_plan_and_execute_is_left_alone(procs: Procs, host: H
     assert line["outcome"] == stopper.REUSED and line["signals"] == []
 
 
+def test_a_named_pid_reused_before_execute_is_left_alone_and_said(procs: Procs, host: Host) -> None:
+    """A named holder whose pid names another process by the time the plan runs: nothing is signalled, and the
+    result says so instead of "0 gone" passing for success."""
+    start_run(procs, host)
+    other, _ = procs.start(HOLDER, str(host.dev / "nvidia0"))
+    actions = host.actions()
+    named = actions.prepare(KILL_ZOMBIES, pids=[other.pid])
+    (stop,) = named.stops
+    moved = replace(named, stops=(replace(stop, create_time=stop.create_time - 30.0),))
+    result = actions.execute(moved)
+    assert alive(other)
+    assert not result.ok
+    assert f"pid {other.pid} ended and its number now belongs to another process" in result.message, result
+    assert "plan again" in result.message
+    (line,) = [r for r in host.audit_lines() if r["event"] == "signal"]
+    assert line["outcome"] == stopper.REUSED and line["signals"] == []
+
+
 @pytest.mark.parametrize("how", ["executable", "comm"])
 def test_process_named_like_an_excluded_daemon_is_not_a_target(
     procs: Procs, host: Host, tmp_path: Path, how: str

@@ -363,6 +363,12 @@ class _Execution:
             for s, report in self.stopped
             if report.ok and report.processes[0].outcome != REUSED
         ]
+        replaced = [s.pid for s, report in self.stopped if report.processes and report.processes[0].outcome == REUSED]
+        if replaced:  # the target went away and its pid now names another process: nothing was stopped for it
+            self.problems.append(
+                f"pid {', '.join(map(str, replaced))} ended and its number now belongs to another process, which was "
+                "left alone; plan again"
+            )
         t0 = self.clock.time()
 
         def none_left(snap: Snapshot) -> str | None:
