@@ -247,3 +247,278 @@ def torchrun_failure(pid: int, script: str, host: str, exitcode: int, t: float |
         ]
     )
     return first + "\n" + traceback_block(frames, report)
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# tqdm and transformers 5 as a colocated TRL GRPO run prints them (tests/real/trl-grpo-colocated/run/train.log)
+
+TQDM_PARTS = " ▏▎▍▌▋▊▉"
+
+
+def _clock(seconds: float) -> str:
+    s = int(seconds)
+    return f"{s // 3600:d}:{s // 60 % 60:02d}:{s % 60:02d}" if s >= 3600 else f"{s // 60:02d}:{s % 60:02d}"
+
+
+def tqdm_bar(n: int, total: int, elapsed: float, desc: str = "") -> str:
+    """tqdm's default bar: ``{desc}: {pct:3.0f}%|{bar:10}| {n}/{total} [{elapsed}<{remaining}, {rate}]``.
+
+    The bar is ten cells filled in eighths, the rate in ``it/s`` or, below one a second, ``s/it``; before the first
+    item the remaining time and the rate are ``?``.
+    """
+    frac = n / total if total else 0.0
+    full, part = divmod(int(frac * 10 * 8), 8)
+    bar = ("█" * full + (TQDM_PARTS[part] if part and full < 10 else "")).ljust(10)
+    if n and elapsed > 0:
+        rate = n / elapsed
+        remaining = _clock((total - n) / rate)
+        rate_text = f"{rate:5.2f}it/s" if rate >= 1 else f"{1 / rate:5.2f}s/it"
+    else:
+        remaining, rate_text = "?", "?it/s"
+    head = f"{desc}: " if desc else ""
+    return f"{head}{frac * 100:3.0f}%|{bar}| {n}/{total} [{_clock(elapsed)}<{remaining}, {rate_text}]"
+
+
+def hf_logs(logs: dict[str, float]) -> str:
+    """transformers 5's ``Trainer.log`` on the console: ``str()`` of the dict with every value as ``f"{v:.4g}"``."""
+    return str({k: f"{v:.4g}" for k, v in logs.items()})
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# torchrun (torch 2.11) and ProcessGroupNCCL (tests/real/torchrun-nccl-timeout-2gpu/torchrun.log)
+
+TORCHRUN_BANNER = (
+    "",
+    "*****************************************",
+    "Setting OMP_NUM_THREADS environment variable for each process to be 1 in default, to avoid your system being "
+    "overloaded, please further tune the variable for optimal performance in your application as needed. ",
+    "*****************************************",
+)
+
+
+def torch_pylog(level: str, pid: int, where: str, message: str, t: float | None = None) -> str:
+    """torch.distributed's Python log records: ``W1124 06:49:27.842000 605 torch/distributed/run.py:851] ...``."""
+    t = _now(t)
+    stamp = time.strftime("%m%d %H:%M:%S", time.localtime(t)) + f".{int(t * 1000) % 1000:03d}000"
+    return f"{level[0]}{stamp} {pid} {where}] {message}"
+
+
+def c10_log(rank: int, level: str, where: str, message: str, t: float | None = None) -> str:
+    """A c10 log record with torch's rank prefix: ``[rank0]:[E1124 06:49:42.344864820 ProcessGroupNCCL.cpp:689] ``."""
+    t = _now(t)
+    stamp = time.strftime("%m%d %H:%M:%S", time.localtime(t)) + f".{int(t * 1e9) % 1_000_000_000:09d}"
+    return f"[rank{rank}]:[{level[0]}{stamp} {where}] {message}"
+
+
+def work_nccl(seq: int, numel: int, timeout_ms: int, ran_ms: int) -> str:
+    return (
+        f"Watchdog caught collective operation timeout: WorkNCCL(SeqNum={seq}, OpType=ALLREDUCE, NumelIn={numel}, "
+        f"NumelOut={numel}, Timeout(ms)={timeout_ms}) ran for {ran_ms} milliseconds before timing out."
+    )
+
+
+def _pg(rank: int) -> str:
+    return f"[PG ID 0 PG GUID 0(default_pg) Rank {rank}]"
+
+
+DUMP_REASON = (
+    "This is most likely caused by incorrect usages of collectives, e.g., wrong sizes used across ranks, the order of "
+    "collectives is not same for all ranks or the scheduled collective, for some reason, didn't run. Additionally, "
+    "this can be caused by GIL deadlock or other reasons such as network errors or bugs in the communications library "
+    "(e.g. NCCL), etc. "
+)
+
+TORCH_LIB = f"{SITE}/torch/lib"
+CHECK_TIMEOUT_FRAMES = (
+    "Exception raised from checkTimeout at /pytorch/torch/csrc/distributed/c10d/ProcessGroupNCCL.cpp:692 (most recent "
+    "call first):\n"
+    "frame #0: c10::Error::Error(c10::SourceLocation, std::__cxx11::basic_string<char, std::char_traits<char>, "
+    f"std::allocator<char> >) + 0x9d (0x7f907d37305d in {TORCH_LIB}/libc10.so)\n"
+    "frame #1: c10d::ProcessGroupNCCL::WorkNCCL::checkTimeout(std::optional<std::chrono::duration<long, "
+    f"std::ratio<1l, 1000l> > >) + 0x2a7 (0x7f8fc8d02ba7 in {TORCH_LIB}/libtorch_cuda.so)\n"
+    f"frame #2: c10d::ProcessGroupNCCL::Watchdog::runLoop() + 0x17b1 (0x7f8fc8d07fc1 in {TORCH_LIB}/libtorch_cuda.so)\n"
+    f"frame #3: c10d::ProcessGroupNCCL::Watchdog::run() + 0x157 (0x7f8fc8d093b7 in {TORCH_LIB}/libtorch_cuda.so)\n"
+    "frame #4: <unknown function> + 0xecdb4 (0x7f904d8ecdb4 in /lib/x86_64-linux-gnu/libstdc++.so.6)\n"
+    "frame #5: <unknown function> + 0x9cb84 (0x7f907e69cb84 in /lib/x86_64-linux-gnu/libc.so.6)\n"
+    "frame #6: <unknown function> + 0x129ecc (0x7f907e729ecc in /lib/x86_64-linux-gnu/libc.so.6)\n"
+)
+RUN_FRAMES = (
+    "Exception raised from run at /pytorch/torch/csrc/distributed/c10d/ProcessGroupNCCL.cpp:2125 (most recent call "
+    "first):\n"
+    "frame #0: c10::Error::Error(c10::SourceLocation, std::__cxx11::basic_string<char, std::char_traits<char>, "
+    f"std::allocator<char> >) + 0x9d (0x7f907d37305d in {TORCH_LIB}/libc10.so)\n"
+    f"frame #1: <unknown function> + 0x68ef03 (0x7f8fc848ef03 in {TORCH_LIB}/libtorch_cuda.so)\n"
+    "frame #2: <unknown function> + 0xecdb4 (0x7f904d8ecdb4 in /lib/x86_64-linux-gnu/libstdc++.so.6)\n"
+    "frame #3: <unknown function> + 0x9cb84 (0x7f907e69cb84 in /lib/x86_64-linux-gnu/libc.so.6)\n"
+    "frame #4: <unknown function> + 0x129ecc (0x7f907e729ecc in /lib/x86_64-linux-gnu/libc.so.6)\n"
+)
+
+
+def nccl_watchdog_timeout(rank: int, seq: int, timeout_ms: int, ran_ms: int, stack: Sequence[str]) -> str:
+    """The timing-out rank's first records: the timeout, the failure, the failed collective's Python stack."""
+    lines = [
+        c10_log(rank, "E", "ProcessGroupNCCL.cpp:689", f"[Rank {rank}] {work_nccl(seq, 1048576, timeout_ms, ran_ms)}"),
+        c10_log(
+            rank,
+            "E",
+            "ProcessGroupNCCL.cpp:2303",
+            f"{_pg(rank)}  failure detected by watchdog at work sequence id: {seq} PG status: last enqueued work: "
+            f"{seq}, last completed work: {seq - 1}",
+        ),
+        c10_log(rank, "E", "ProcessGroupNCCL.cpp:733", "Stack trace of the failed collective: "),
+        *(f"#{i} {frame}" for i, frame in enumerate(stack)),
+        "",
+        c10_log(rank, "E", "ProcessGroupNCCL.cpp:2636", f"{_pg(rank)} First PG on this rank to signal dumping."),
+    ]
+    return "\n".join(lines)
+
+
+def nccl_dump_signal(rank: int, seq: int, *, timed_out_rank: int) -> str:
+    """Flight-recorder records: on the rank that timed out, and on the others that learn of it through the store."""
+    lines = []
+    if rank == timed_out_rank:
+        source, enqueued = "this local rank", seq
+    else:
+        lines.append(
+            c10_log(
+                rank,
+                "E",
+                "ProcessGroupNCCL.cpp:1849",
+                f"{_pg(rank)} Observed flight recorder dump signal from another rank via TCPStore.",
+            )
+        )
+        source, enqueued = f" rank {timed_out_rank}", seq - 1
+    lines.append(
+        c10_log(
+            rank,
+            "E",
+            "ProcessGroupNCCL.cpp:1914",
+            f"{_pg(rank)} Received a dump signal due to a collective timeout from {source} and we will try our best to "
+            f"dump the debug info. Last enqueued NCCL work: {enqueued}, last completed NCCL work: {seq - 1}."
+            + DUMP_REASON,
+        )
+    )
+    lines.append(
+        c10_log(
+            rank,
+            "E",
+            "ProcessGroupNCCL.cpp:1628",
+            f"{_pg(rank)} ProcessGroupNCCL preparing to dump debug info. Include stack trace: 1, only active "
+            "collectives: 0",
+        )
+    )
+    return "\n".join(lines)
+
+
+def nccl_abort(rank: int, seq: int, timeout_ms: int, ran_ms: int) -> str:
+    """The watchdog taking the process down: the second and third printings of the timeout, then ``terminate``."""
+    failure = f"{_pg(rank)} Process group watchdog thread terminated with exception: [Rank {rank}] " + work_nccl(
+        seq, 1048576, timeout_ms, ran_ms
+    )
+    lines = [
+        c10_log(
+            rank,
+            "E",
+            "ProcessGroupNCCL.cpp:750",
+            f"[Rank {rank}] Some NCCL operations have failed or timed out. Due to the asynchronous nature of CUDA "
+            "kernels, subsequent GPU operations might run on corrupted/incomplete data.",
+        ),
+        c10_log(
+            rank,
+            "E",
+            "ProcessGroupNCCL.cpp:764",
+            f"[Rank {rank}] To avoid data inconsistency, we are taking the entire process down.",
+        ),
+        c10_log(rank, "E", "ProcessGroupNCCL.cpp:2119", failure),
+    ]
+    return (
+        "\n".join(lines)
+        + "\n"
+        + CHECK_TIMEOUT_FRAMES
+        + "\nterminate called after throwing an instance of 'c10::DistBackendError'\n"
+        + f"  what():  {failure}\n"
+        + CHECK_TIMEOUT_FRAMES
+        + "\n"
+        + RUN_FRAMES
+        + "\n"
+    )
+
+
+def signal_name(code: int) -> str:
+    return {6: "SIGABRT", 9: "SIGKILL", 15: "SIGTERM", 2: "SIGINT"}.get(-code, f"signal {-code}")
+
+
+def _failure_entry(index: int, when: str, host: str, rank: int, exitcode: int, pid: int) -> list[str]:
+    trace = (
+        f"Signal {-exitcode} ({signal_name(exitcode)}) received by PID {pid}"
+        if exitcode < 0
+        else "To enable traceback see: https://pytorch.org/docs/stable/elastic/errors.html"
+    )
+    return [
+        f"[{index}]:",
+        f"  time      : {when}",
+        f"  host      : {host}",
+        f"  rank      : {rank} (local_rank: {rank})",
+        f"  exitcode  : {exitcode} (pid: {pid})",
+        "  error_file: <N/A>",
+        f"  traceback : {trace}",
+    ]
+
+
+def torchrun_child_failed(
+    agent_pid: int,
+    script: str,
+    host: str,
+    binary: str,
+    root: tuple[int, int, int],
+    victims: Sequence[tuple[int, int, int]],
+    t: float | None = None,
+) -> str:
+    """torch 2.11's elastic agent after a worker failed: which worker, the traceback of ``torchrun`` itself, and the
+    ``ChildFailedError`` report with the other failures (the workers it stopped) and the root cause. ``root`` and each
+    victim are (rank, exitcode, pid)."""
+    t = _now(t)
+    rank, exitcode, pid = root
+    site = SITE
+    first = torch_pylog(
+        "E",
+        agent_pid,
+        "torch/distributed/elastic/multiprocessing/api.py:986",
+        f"failed (exitcode: {exitcode}) local_rank: {rank} (pid: {pid}) of binary: {binary}",
+        t,
+    )
+    when = time.strftime("%Y-%m-%d_%H:%M:%S", time.localtime(t))
+    failures: list[str] = []
+    for v_rank, v_code, v_pid in victims:
+        failures += _failure_entry(v_rank, when, host, v_rank, v_code, v_pid)
+    rule = "=" * 53
+    lines = [
+        first,
+        "Traceback (most recent call last):",
+        '  File "/usr/local/bin/torchrun", line 10, in <module>',
+        "    sys.exit(main())",
+        "             ^^^^^^",
+        f'  File "{site}/torch/distributed/elastic/multiprocessing/errors/__init__.py", line 362, in wrapper',
+        "    return f(*args, **kwargs)",
+        "           ^^^^^^^^^^^^^^^^^^",
+        f'  File "{site}/torch/distributed/run.py", line 990, in main',
+        "    run(args)",
+        f'  File "{site}/torch/distributed/run.py", line 981, in run',
+        "    elastic_launch(",
+        f'  File "{site}/torch/distributed/launcher/api.py", line 170, in __call__',
+        "    return launch_agent(self._config, self._entrypoint, list(args))",
+        "           ^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^",
+        f'  File "{site}/torch/distributed/launcher/api.py", line 317, in launch_agent',
+        "    raise ChildFailedError(",
+        "torch.distributed.elastic.multiprocessing.errors.ChildFailedError: ",
+        rule,
+        f"{script} FAILED",
+        "-" * 53,
+        "Failures:",
+        *(failures or ["  <NO_OTHER_FAILURES>"]),
+        "-" * 53,
+        "Root Cause (first observed failure):",
+        *_failure_entry(rank, when, host, rank, exitcode, pid),
+        rule,
+    ]
+    return "\n".join(lines)
