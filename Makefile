@@ -30,7 +30,7 @@ pytest: $(STAMP)
 
 test: lint typecheck contracts pytest
 
-SCENARIOS := healthy server-crash restart-loop memory-leak gpu-zombie startup-crash
+SCENARIOS := healthy server-crash restart-loop memory-leak gpu-zombie startup-crash trl-colocated nccl-timeout
 
 # One SVG per simulated incident, rendered headlessly by the real command; PNGs too where rsvg-convert exists.
 screenshots: $(STAMP)

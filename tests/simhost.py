@@ -14,6 +14,7 @@ from typing import Any
 import psutil
 import yaml
 
+from rlwatch.sim.common import tagged
 from rlwatch.sim.ledger import read_ledger
 from rlwatch.sources import procfs
 
@@ -61,9 +62,16 @@ def settled(data: dict[str, Any]) -> bool:
 
 
 def with_id(sim_id: str) -> list[psutil.Process]:
+    """Live processes of one simulation: its id in their argv, or in their environment (``python3 train.py``)."""
     found = []
     for proc in psutil.process_iter(["cmdline", "status"]):
-        if sim_id in (proc.info["cmdline"] or []) and proc.info["status"] != psutil.STATUS_ZOMBIE:
+        if proc.info["status"] == psutil.STATUS_ZOMBIE:
+            continue
+        try:
+            environ = proc.environ()
+        except psutil.Error:
+            environ = None
+        if tagged(environ, proc.info["cmdline"], sim_id):
             found.append(proc)
     return found
 

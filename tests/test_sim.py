@@ -23,7 +23,7 @@ from rlwatch.sim import SCENARIOS, run_sim
 from rlwatch.sim import commands as sim_commands
 from rlwatch.sim.client import CallError, call
 from rlwatch.sim.common import Layout
-from rlwatch.sim.formats import fancy_grid
+from rlwatch.sim.formats import fancy_grid, tqdm_bar
 from rlwatch.sim.ledger import classify
 from rlwatch.sim.lifeline import Heartbeat
 from rlwatch.sim.runconfig import rlwatch_config
@@ -97,11 +97,20 @@ def rule_matches(rules: list[dict[str, Any]], sim_id: str) -> dict[str, list[int
 
 # --------------------------------------------------------------------------------------------------------- units
 def test_scenarios_are_listed_with_descriptions() -> None:
-    assert set(SCENARIOS) == {"healthy", "server-crash", "restart-loop", "memory-leak", "gpu-zombie", "startup-crash"}
+    assert set(SCENARIOS) == {
+        "healthy",
+        "server-crash",
+        "restart-loop",
+        "memory-leak",
+        "gpu-zombie",
+        "startup-crash",
+        "trl-colocated",
+        "nccl-timeout",
+    }
     assert all(len(text) > 20 for text in SCENARIOS.values())
 
 
-@pytest.mark.parametrize("name", sorted(ALL))
+@pytest.mark.parametrize("name", sorted(n for n, scenario in ALL.items() if scenario.rlwatch_yaml))
 def test_rlwatch_yaml_is_valid_and_its_regexes_select_only_their_piece(tmp_path: Path, name: str) -> None:
     layout = Layout.of(tmp_path)
     sim_id, other = "11111111-2222-3333-4444-555555555555", "99999999-2222-3333-4444-555555555555"
@@ -131,6 +140,14 @@ def test_rlwatch_yaml_is_valid_and_its_regexes_select_only_their_piece(tmp_path:
         if rule.role != "container":  # the platform starts the container, not rlwatch
             assert rule.command is not None and rx.search(" ".join(rule.command))
         assert not rx.search(" ".join(argvs[hits[0]]).replace(sim_id, other))
+
+
+def test_tqdm_bar_reads_like_the_real_capture() -> None:
+    # tests/real/trl-grpo-colocated/run/train.log
+    assert tqdm_bar(0, 30, 0.0) == "  0%|          | 0/30 [00:00<?, ?it/s]"
+    assert tqdm_bar(1, 30, 7.54) == "  3%|▎         | 1/30 [00:07<03:38,  7.54s/it]"
+    assert tqdm_bar(4, 30, 7.6).startswith(" 13%|█▎        | 4/30 [00:07<")
+    assert tqdm_bar(30, 30, 3.48) == "100%|██████████| 30/30 [00:03<00:00,  8.62it/s]"
 
 
 def test_classify_counts_each_kind_once_per_line() -> None:
@@ -391,3 +408,64 @@ def test_server_hang_after_accepts_but_never_answers_and_follows_its_lifeline(tm
         if proc.poll() is None:
             proc.kill()
         proc.wait(timeout=10)
+
+
+@pytest.mark.slow
+def test_trl_colocated_is_python3_train_py_in_its_directory(tmp_path: Path, sims: list[Sim]) -> None:
+    """The process is `python3 train.py` (nothing names TRL or the simulator), works in the run directory with its
+    output in train.log there, writes TRL's shapes, saves every 5 steps and exits 0; no rlwatch.yaml, no server."""
+    sim = start(sims, tmp_path, "trl-colocated", 8)
+    layout = Layout.of(sim.dir)
+    data = sim.wait(lambda d: (d["facts"]["trainer_last_step"] or 0) >= 1)
+    proc = psutil.Process(piece(data, "trainer")["pid"])
+    assert proc.cmdline() == ["python3", "train.py"]
+    assert proc.cwd() == str(sim.dir)
+    assert os.readlink(f"/proc/{proc.pid}/fd/1") == str(layout.user_log)
+    assert not (sim.dir / "rlwatch.yaml").exists() and not (sim.dir / "config.yaml").exists()
+    assert "use_vllm=False" in layout.user_script.read_text()
+    data = sim.wait(lambda d: settled(d) and not piece(d, "trainer")["alive"], timeout=60)  # it exits when done
+    check_ledger_against_files(sim.dir, data)
+    assert data["totals"]["step"] == 30
+    raw = layout.user_log.read_bytes().decode("utf-8")  # with its \r, which read_text would turn into \n
+    assert "\r  3%|▎         | 1/30 [" in raw and "\r100%|██████████| 30/30 [" in raw
+    assert raw.count("\rWriting model shards: 100%") == 6
+    assert re.search(r"\r {47}\r\{'train_runtime': '[\d.]+', ", raw)  # tqdm clears its bar for the summary
+    ckpts = sorted(int(p.name.split("-")[1]) for p in (sim.dir / "output").glob("checkpoint-*"))
+    assert ckpts == [5, 10, 15, 20, 25, 30]
+    state = json.loads((sim.dir / "output" / "checkpoint-30" / "trainer_state.json").read_text())
+    assert state["global_step"] == 30 and len(state["log_history"]) == 30
+    assert "- TRL: 1.16.0" in (sim.dir / "output" / "README.md").read_text()
+    assert data["facts"]["server_url"] is None
+    sim.stop()
+
+
+@pytest.mark.slow
+def test_nccl_timeout_torchrun_tree_and_its_report(tmp_path: Path, sims: list[Sim]) -> None:
+    """torchrun with two `python -u train.py` ranks writing torchrun.log; rank 0 times out, aborts with SIGABRT,
+    torchrun stops rank 1 with SIGTERM and reports rank 0 as the root cause, exiting 1."""
+    sim = start(sims, tmp_path, "nccl-timeout", 8)
+    layout = Layout.of(sim.dir)
+    data = sim.wait(lambda d: any(p["name"] == "rank-1" and p["alive"] for p in d["facts"]["pieces"]))
+    agent = psutil.Process(piece(data, "torchrun")["pid"])
+    argv = agent.cmdline()
+    assert argv[1].endswith("/torchrun") and argv[2:] == ["--nproc-per-node", "2", "train.py"]
+    ranks = {int(p.environ()["RANK"]): p for p in agent.children()}
+    assert sorted(ranks) == [0, 1] and all(p.cmdline()[1:] == ["-u", "train.py"] for p in ranks.values())
+    assert all(p.cwd() == str(sim.dir) for p in [agent, *ranks.values()])
+    data = sim.wait(settled, timeout=60)
+    check_ledger_against_files(sim.dir, data)
+    text = lines(layout.torchrun_log)
+    assert (
+        sum("Watchdog caught collective operation timeout: WorkNCCL(SeqNum=13, OpType=ALLREDUCE" in t for t in text)
+        == 3
+    )
+    assert text.count("terminate called after throwing an instance of 'c10::DistBackendError'") == 1
+    assert any(t.endswith("closing signal SIGTERM") and str(ranks[1].pid) in t for t in text)
+    at = text.index("Root Cause (first observed failure):")
+    assert text[at + 4] == "  rank      : 0 (local_rank: 0)"
+    assert text[at + 5] == f"  exitcode  : -6 (pid: {ranks[0].pid})"
+    assert f"  exitcode  : -15 (pid: {ranks[1].pid})" in text[:at]
+    assert piece(data, "rank-0")["state"] == "aborted"
+    assert not any(p["alive"] for p in data["facts"]["pieces"])
+    assert not list(sim.dir.glob("core*"))
+    sim.stop()

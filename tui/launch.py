@@ -63,7 +63,7 @@ def simulated_host(scenario: str, speed: float, *, settle_s: float = 0.0) -> Ite
         )
     try:
         deadline = time.monotonic() + 20
-        while not (run_dir / "rlwatch.yaml").exists():
+        while not (run_dir / ".sim" / "ledger.json").exists():  # written last; some scenarios have no rlwatch.yaml
             if proc.poll() is not None:
                 err = errors.read_text(errors="replace").strip().splitlines()
                 raise UsageError(f"the simulator exited early: {err[-1] if err else proc.returncode}")

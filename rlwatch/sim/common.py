@@ -152,6 +152,24 @@ class Layout:
     def train_script(self) -> Path:
         return self.run_dir / "train_grpo.py"
 
+    # A run started by hand in its directory (scenarios trl-colocated, nccl-timeout): `python3 train.py > train.log`
+    # or `torchrun ... train.py > torchrun.log`, with no rlwatch.yaml.
+    @property
+    def user_script(self) -> Path:
+        return self.run_dir / "train.py"
+
+    @property
+    def user_log(self) -> Path:
+        return self.run_dir / "train.log"
+
+    @property
+    def torchrun_log(self) -> Path:
+        return self.run_dir / "torchrun.log"
+
+    @property
+    def torchrun_bin(self) -> Path:
+        return self.sim_dir / "bin" / "torchrun"
+
     def rel(self, path: Path) -> str:
         """A path as the ledger names it: relative to the run directory when inside it."""
         try:
@@ -163,6 +181,16 @@ class Layout:
 def scaled(seconds: float, speed: float, floor: float = 0.01) -> float:
     """A demo-speed interval shortened by ``speed``; never zero, so loops still yield the CPU."""
     return max(floor, seconds / speed)
+
+
+SIM_ENV = "RLWATCH_SIM_ID"
+"""The environment variable that tags the processes of a run with an unremarkable command line (``python3 train.py``)
+with their simulation's id, since their argv cannot carry it. Children inherit it; stopping finds them by it."""
+
+
+def tagged(environ: dict[str, str] | None, cmdline: list[str] | None, sim_id: str) -> bool:
+    """Whether a process (its environment and argv, as psutil gives them) belongs to simulation ``sim_id``."""
+    return sim_id in (cmdline or []) or (environ or {}).get(SIM_ENV) == sim_id
 
 
 def piece_argv(piece: str, sim_id: str, run_dir: Path, *extra: str) -> list[str]:
@@ -271,20 +299,47 @@ def holding_device(layout: Layout) -> Iterator[None]:
         os.close(fd)
 
 
-def spawn_piece(argv: list[str], log: Path | None, cwd: Path) -> subprocess.Popen[bytes]:
+def spawn_piece(
+    argv: list[str],
+    log: Path | None,
+    cwd: Path,
+    *,
+    executable: str | None = None,
+    env: dict[str, str] | None = None,
+) -> subprocess.Popen[bytes]:
     """Start a child in its own session (rlwatch signals process groups) with its output appended to ``log``, as
-    AReaL's ``cmd 2>&1 | tee -a <log>`` does; with no log its output is dropped."""
+    AReaL's ``cmd 2>&1 | tee -a <log>`` does; with no log its output is dropped. ``executable`` runs a program under
+    another ``argv[0]`` (``python3 train.py``); ``env`` replaces the environment."""
     if log is None:
         return subprocess.Popen(
             argv,
+            executable=executable,
             stdin=subprocess.DEVNULL,
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
             cwd=cwd,
+            env=env,
             start_new_session=True,
         )
     log.parent.mkdir(parents=True, exist_ok=True)
     with open(log, "ab") as out:
         return subprocess.Popen(
-            argv, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT, cwd=cwd, start_new_session=True
+            argv,
+            executable=executable,
+            stdin=subprocess.DEVNULL,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            cwd=cwd,
+            env=env,
+            start_new_session=True,
         )
+
+
+def python3_argv(*args: str) -> tuple[list[str], str, dict[str, str]]:
+    """``python3 ARGS`` as a person types it in an activated virtual environment: argv, the interpreter that really
+    runs, and an environment whose PATH finds that interpreter first as ``python3``, so that it starts with its own
+    site-packages (Python finds its prefix from ``argv[0]`` through PATH)."""
+    bindir = os.path.dirname(sys.executable)
+    name = "python3" if os.path.exists(os.path.join(bindir, "python3")) else os.path.basename(sys.executable)
+    env = {**os.environ, "PATH": bindir + os.pathsep + os.environ.get("PATH", "")}
+    return [name, *args], sys.executable, env

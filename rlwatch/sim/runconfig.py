@@ -18,7 +18,8 @@ from rlwatch.config import Config
 from rlwatch.sim import commands
 from rlwatch.sim.common import EXPERIMENT, TRIAL, Layout, atomic_write_text
 from rlwatch.sim.scenarios import Scenario
-from rlwatch.sim.userscript import TRAIN_SCRIPT
+from rlwatch.sim.torchrun import SCRIPT as TORCHRUN_SCRIPT
+from rlwatch.sim.userscript import DDP_SCRIPT, TRAIN_SCRIPT, colocated_script
 
 MIB = 1024 * 1024
 
@@ -240,8 +241,23 @@ def watchdog_section(speed: float) -> dict[str, Any]:
     }
 
 
+def write_user_files(layout: Layout, scenario: Scenario) -> None:
+    """A run started by hand: only the user's ``train.py`` (and, for torchrun, the ``torchrun`` this host runs)."""
+    spec = scenario.spec
+    if scenario.start == "script":
+        atomic_write_text(layout.user_script, colocated_script(int(spec["max_steps"]), int(spec["save_steps"])))
+    elif scenario.start == "torchrun":
+        atomic_write_text(layout.user_script, DDP_SCRIPT)
+        atomic_write_text(layout.torchrun_bin, TORCHRUN_SCRIPT.format(python=sys.executable))
+        layout.torchrun_bin.chmod(0o755)
+
+
 def write_run_files(layout: Layout, scenario: Scenario, sim_id: str, *, port: int, speed: float, seed: int) -> None:
-    """Write ``config.yaml``, ``train_grpo.py`` (TRL) and a validated ``rlwatch.yaml`` into the run directory."""
+    """Write ``config.yaml``, ``train_grpo.py`` (TRL) and a validated ``rlwatch.yaml`` into the run directory; for a
+    scenario without ``rlwatch.yaml``, only the user's own files."""
+    if not scenario.rlwatch_yaml:
+        write_user_files(layout, scenario)
+        return
     atomic_write_text(layout.config_yaml, training_yaml(layout, scenario, port))
     if scenario.profile == "trl":
         atomic_write_text(layout.train_script, TRAIN_SCRIPT)

@@ -1,8 +1,10 @@
-"""The scenarios: one per incident of incidents.md, plus a healthy run to compare against.
+"""The scenarios: one per incident of incidents.md, a healthy run to compare against, and runs in the shapes real
+frameworks print (tests/real/): a colocated TRL run started as ``python3 train.py``, an NCCL timeout under torchrun.
 
 A scenario is data: which profile rlwatch should use, the run's parameters (``.sim/spec.json``, read by the
 pieces), which one-shot faults to arm, what the supervisor starts, and when the incident has fully played out
-("settled": no more counted lines will be written unless someone acts).
+("settled": no more counted lines will be written unless someone acts). A scenario with ``rlwatch_yaml`` False
+writes no ``rlwatch.yaml``: rlwatch has to find the run as it would on a real host, from evidence alone.
 """
 
 from __future__ import annotations
@@ -64,17 +66,22 @@ def _startup_crash(parts: Parts) -> bool:
     return _state(parts, "launcher") == "gave_up" and _state(parts, "server") == "hung"
 
 
+def _torchrun_exited(parts: Parts) -> bool:
+    return _state(parts, "torchrun") == "exited"
+
+
 @dataclass(frozen=True)
 class Scenario:
     name: str
     description: str
-    profile: str  # areal | trl | workers
-    start: str  # what the supervisor starts: launcher | entrypoint | workers
+    profile: str  # areal | trl | workers | generic: what rlwatch should find
+    start: str  # what the supervisor starts: launcher | entrypoint | workers | script (python3 train.py) | torchrun
     settled: Callable[[Parts], bool]
     spec: dict[str, Any] = field(default_factory=dict)
     faults: tuple[str, ...] = ()
     strays: int = 0
     restart_every_s: float | None = None  # the platform restarting the container (restart-loop)
+    rlwatch_yaml: bool = True  # False: no rlwatch.yaml, rlwatch finds the run from evidence as on a real host
 
     @property
     def flavour(self) -> str | None:
@@ -155,6 +162,24 @@ ALL: dict[str, Scenario] = {
                 "server_hang_on_shutdown": True,
             },
             faults=("server-hang-on-shutdown",),
+        ),
+        Scenario(
+            "trl-colocated",
+            "a TRL GRPO run with colocated generation (no inference server) started as `python3 train.py`; finishes",
+            "trl",
+            "script",
+            _trainer_done,
+            {"flavour": None, "max_steps": 30, "save_steps": 5, "step_time": 2.0},
+            rlwatch_yaml=False,
+        ),
+        Scenario(
+            "nccl-timeout",
+            "torchrun with 2 ranks: rank 1 stops joining, rank 0's NCCL watchdog times out and aborts (SIGABRT)",
+            "generic",
+            "torchrun",
+            _torchrun_exited,
+            {"flavour": None, "ddp_steps": 12, "step_time": 2.0, "nccl_timeout_ms": 10000, "hung_rank": 1},
+            rlwatch_yaml=False,
         ),
     )
 }

@@ -1,8 +1,10 @@
 """The supervisor: lays out the run directory, starts a scenario's processes, keeps the simulated GPU and the ledger
 up to date, plays the platform where a scenario needs one, and stops everything it started.
 
-Everything it starts carries ``--sim-id <uuid>`` in its argv; stopping finds processes by that exact id (never by
-a name), so processes started later by rlwatch from ``rlwatch.yaml`` are stopped too, and nothing else is touched.
+Everything it starts carries ``--sim-id <uuid>`` in its argv, or, where the argv must look like a person's
+(``python3 train.py``, ``torchrun ... train.py``), ``RLWATCH_SIM_ID=<uuid>`` in its environment, which its children
+inherit; stopping finds processes by that exact id (never by a name), so processes started later by rlwatch from
+``rlwatch.yaml`` are stopped too, and nothing else is touched.
 """
 
 from __future__ import annotations
@@ -23,7 +25,16 @@ from typing import Any
 import psutil
 
 from rlwatch.sim import commands
-from rlwatch.sim.common import Layout, atomic_write_json, read_json, scaled, spawn_piece
+from rlwatch.sim.common import (
+    SIM_ENV,
+    Layout,
+    atomic_write_json,
+    python3_argv,
+    read_json,
+    scaled,
+    spawn_piece,
+    tagged,
+)
 from rlwatch.sim.gpu import GpuModel
 from rlwatch.sim.ledger import PartsReader, latest, merge_counts
 from rlwatch.sim.lifeline import Heartbeat, supervisor_alive
@@ -45,6 +56,9 @@ OWNED = (
     "config.yaml",
     "rlwatch.yaml",
     "train_grpo.py",
+    "train.py",
+    "train.log",
+    "torchrun.log",
 )
 
 
@@ -111,15 +125,13 @@ class Simulation:
                     shutil.rmtree(path)
                 elif path.exists() or path.is_symlink():
                     path.unlink()
-        for d in (
-            self.layout.sim_dir,
-            self.layout.parts_dir,
-            self.layout.faults_dir,
-            self.layout.log_dir,
-            self.layout.device.parent,
-        ):
+        dirs = [self.layout.sim_dir, self.layout.parts_dir, self.layout.faults_dir]
+        if self.scenario.rlwatch_yaml:  # a run found from evidence alone gets no AReaL tree and no stand-in device
+            dirs += [self.layout.log_dir, self.layout.device.parent]
+        for d in dirs:
             d.mkdir(parents=True, exist_ok=True)
-        self.layout.device.touch()
+        if self.scenario.rlwatch_yaml:
+            self.layout.device.touch()
         self.port = free_port()
         spec = {
             **self.scenario.spec,
@@ -151,10 +163,22 @@ class Simulation:
             self.spawn(commands.launcher(sid, run_dir, speed, seed, flavour), self.layout.launcher_log)
         elif self.scenario.start == "entrypoint":
             self._boot()
+        elif self.scenario.start == "script":
+            argv, python, env = python3_argv("train.py")
+            self._spawn_user(argv, self.layout.user_log, python, env)
+        elif self.scenario.start == "torchrun":
+            argv = [sys.executable, str(self.layout.torchrun_bin), "--nproc-per-node", "2", "train.py"]
+            self._spawn_user(argv, self.layout.torchrun_log, None, dict(os.environ))
         else:
             for i in range(int(self.scenario.spec["workers"])):
                 self.spawn(commands.worker(sid, run_dir, speed, seed, i), self.layout.worker_log(i))
         self._thread.start()
+
+    def _spawn_user(self, argv: list[str], log: Path, python: str | None, env: dict[str, str]) -> None:
+        """A run as a person starts it by hand: in the run directory, output redirected to a log there, tagged with
+        the simulation's id in its environment only."""
+        proc = spawn_piece(argv, log, self.layout.run_dir, executable=python, env={**env, SIM_ENV: self.sim_id})
+        self.children.append(proc)
 
     def _start_strays(self, n: int) -> None:
         """Leftovers of a "previous run": detached before the run starts, holding the device when it does."""
@@ -268,12 +292,19 @@ class Simulation:
 
     # ------------------------------------------------------------------------------------------------ stopping
     def processes(self) -> list[psutil.Process]:
-        """Every live process carrying this simulation's id, wherever it came from (not this process)."""
+        """Every live process carrying this simulation's id in its argv or environment, wherever it came from (not
+        this process). Another user's environment cannot be read; nothing of this simulation runs as another user."""
         found = []
         me = os.getpid()
         for proc in psutil.process_iter(["pid", "cmdline"]):
+            if proc.pid == me:
+                continue
             cmdline = proc.info.get("cmdline") or []
-            if proc.pid != me and self.sim_id in cmdline:
+            try:
+                environ = None if self.sim_id in cmdline else proc.environ()
+            except psutil.Error:
+                environ = None
+            if tagged(environ, cmdline, self.sim_id):
                 found.append(proc)
         return found
 

@@ -1,0 +1,97 @@
+"""One rank of a data-parallel job under torchrun (scenario ``nccl-timeout``), run as ``python -u train.py``.
+
+Both ranks all-reduce once a step for ``ddp_steps`` steps; then rank 1 stops joining collectives (a hung rank) and
+sleeps. Rank 0's next all-reduce times out: after ``nccl_timeout_ms`` (scaled by the speed) it prints what
+ProcessGroupNCCL's watchdog prints in torch 2.11 (tests/real/torchrun-nccl-timeout-2gpu/torchrun.log): the timeout,
+the failure, the failed collective's stack and the flight-recorder dump signal, which rank 1 sees through the store
+(here a token file) and answers with its own dump lines. After the dump wait the watchdog takes rank 0 down: the
+timeout printed a second and a third time, ``terminate called after throwing an instance of 'c10::DistBackendError'``,
+and a real SIGABRT (exit code -6). The rest (SIGTERM to rank 1, the ``ChildFailedError`` report) is torchrun's.
+"""
+
+from __future__ import annotations
+
+import os
+import resource
+import sys
+import time
+from pathlib import Path
+
+from rlwatch.sim import formats, lifeline
+from rlwatch.sim.common import Layout, load_spec, scaled, sleep_until
+from rlwatch.sim.ledger import LogSink, PieceLedger
+
+DUMP_KEY = "nccl-dump-signal"  # the store key the timed-out rank sets and the others watch
+COLLECTIVE_LINE = "all_reduce(step)" + "  # the collective"  # joined here so that only the call's line holds it
+
+
+def _line_of(path: Path, needle: str) -> int:
+    try:
+        for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+            if needle in line:
+                return n
+    except OSError:
+        pass
+    return 1
+
+
+def failed_collective_stack(script: Path) -> list[str]:
+    """The Python stack of the collective that timed out, as the watchdog prints it (innermost first)."""
+    here = Path(__file__)
+    return [
+        f"all_reduce from {formats.SITE}/torch/distributed/distributed_c10d.py:3068",
+        f"wrapper from {formats.SITE}/torch/distributed/c10d_logger.py:83",
+        f"main from {here}:{_line_of(here, COLLECTIVE_LINE)}",
+        f"<module> from {script}:{_line_of(script, 'sys.exit(main())')}",
+    ]
+
+
+def main() -> int:
+    rank = int(os.environ.get("RANK", "0"))
+    layout = Layout.of(os.getcwd())
+    spec = load_spec(layout)
+    if "sim_id" in spec:
+        lifeline.watch(layout.alive, str(spec["sim_id"]))
+    speed = float(spec.get("speed", 1.0))
+    steps = int(spec.get("ddp_steps", 3))
+    step_time = float(spec.get("step_time", 2.0))
+    timeout_ms = int(spec.get("nccl_timeout_ms", 10000))
+    hung_rank = int(spec.get("hung_rank", 1))
+    ledger = PieceLedger(layout, "rank", f"rank-{rank}")
+    out = LogSink(ledger)
+    token = layout.faults_dir / DUMP_KEY
+    ledger.update("running", rank=rank)
+
+    def all_reduce(step: int) -> None:
+        sleep_until(time.monotonic() + scaled(step_time, speed))
+        out.write(f"[rank{rank}] step {step} all_reduce ok")
+        ledger.update(last_step=step, last_step_at=time.time())
+
+    for step in range(steps):
+        all_reduce(step)  # the collective
+    seq = steps + 1
+    if rank == hung_rank:
+        ledger.update("hung")
+        while not token.exists():
+            time.sleep(0.05)
+        out.write(formats.nccl_dump_signal(rank, seq, timed_out_rank=0))
+        while True:  # stuck for good: only torchrun's SIGTERM ends it
+            time.sleep(3600)
+    waited = time.monotonic()
+    sleep_until(waited + timeout_ms / 1000.0 / speed)
+    ran_ms = timeout_ms + 32
+    out.write(formats.nccl_watchdog_timeout(rank, seq, timeout_ms, ran_ms, failed_collective_stack(layout.user_script)))
+    out.write(formats.nccl_dump_signal(rank, seq, timed_out_rank=rank))
+    token.parent.mkdir(parents=True, exist_ok=True)
+    token.touch()
+    ledger.update("timed_out", seq=seq)
+    sleep_until(time.monotonic() + scaled(60.0, speed, floor=0.5))  # the dump wait before the watchdog aborts
+    out.write(formats.nccl_abort(rank, seq, timeout_ms, ran_ms))
+    ledger.update("aborted", seq=seq)
+    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))  # a real abort, but no core file in the run directory
+    sys.stdout.flush()
+    os.abort()
+
+
+if __name__ == "__main__":
+    sys.exit(main())
