@@ -11,7 +11,8 @@ from typing import Any
 
 import pytest
 
-from tests.simhost import Sim, settled, start
+from rlwatch.sim.scenarios import ALL
+from tests.simhost import Sim, piece, settled, start
 from tests.simhost import run_report as report
 
 pytestmark = pytest.mark.slow
@@ -127,4 +128,62 @@ def test_startup_crash_puts_the_exception_first(tmp_path: Path, sims: list[Sim])
     assert "train_grpo.py:" in crash["message"] and "3 times" in crash["message"]
     sigs = {i["signature"] for i in rep["incidents"] if i["title"].startswith("AttributeError")}
     assert len(sigs) == 1
+    sim.stop()
+
+
+def test_colocated_trl_run_started_by_hand_is_found_by_evidence_and_healthy(tmp_path: Path, sims: list[Sim]) -> None:
+    """`python3 train.py > train.log` in its directory, no rlwatch.yaml, no server: TRL from what it writes, the
+    live run from the log it holds open, no server expected, and healthy when it has finished."""
+    sim = start(sims, tmp_path, "trl-colocated", 4)
+    assert not (sim.dir / "rlwatch.yaml").exists()
+    running = sim.wait(lambda d: (d["facts"]["trainer_last_step"] or 0) >= 2, timeout=60)
+    trainer = piece(running, "trainer")["pid"]
+    _, rep = report(sim.dir)
+    assert rep["profile"] == "trl" and rep["profile_evidence"]
+    assert not any("rlwatch.yaml" in why for why in rep["profile_evidence"])
+    live = rep["live_run"]
+    assert live["identified"] is True, live
+    evidence = {m["pid"]: m["evidence"] for m in live["members"]}
+    assert evidence.get(trainer, "").startswith("writes train.log"), evidence
+    assert not rep["zombies"]
+
+    ledger = sim.wait(settled, timeout=90)
+    rc, rep = report(sim.dir)
+    assert rc == 0, rep["findings"]
+    assert_counts_match_ledger(sim.dir, ledger, rep)
+    assert not codes(rep, "critical", "warning")
+    assert rep["profile"] == "trl"
+    assert rep["server"]["expected"] is False and rep["server"]["url"] is None
+    assert rep["training"]["last_step"] == rep["training"]["total_steps"] == ledger["facts"]["total_steps"] == 30
+    assert rep["checkpoint"]["latest"]["global_step"] == ledger["facts"]["last_checkpoint_global_step"] == 30
+    sim.stop()
+
+
+def test_nccl_timeout_under_torchrun_names_rank_0_as_root_cause(tmp_path: Path, sims: list[Sim]) -> None:
+    """torchrun, rank 1 hung, rank 0's watchdog aborts: torchrun's report read whole comes first (rank 0, SIGABRT,
+    after the ALLREDUCE timeout), the timeout torch printed three times is one incident, and the ChildFailedError
+    line is not a finding of its own."""
+    sim = start(sims, tmp_path, "nccl-timeout", 4)
+    assert not (sim.dir / "rlwatch.yaml").exists()
+    running = sim.wait(lambda d: any(p["name"] == "rank-1" and p["alive"] for p in d["facts"]["pieces"]), timeout=30)
+    pids = {piece(running, name)["pid"] for name in ("torchrun", "rank-0", "rank-1")}
+    _, rep = report(sim.dir)
+    members = {m["pid"] for m in rep["live_run"]["members"]}
+    assert rep["live_run"]["identified"] is True and pids <= members, rep["live_run"]
+
+    ledger = sim.wait(settled, timeout=90)
+    rc, rep = report(sim.dir)
+    assert rc == 1
+    assert_counts_match_ledger(sim.dir, ledger, rep)
+    assert ledger["totals"]["nccl_timeout"] == 3
+    first = rep["findings"][0]
+    assert first["code"] == "torchrun_failed" and first["severity"] == "critical", rep["findings"]
+    seq = ALL["nccl-timeout"].spec["ddp_steps"] + 1
+    for words in ("rank 0 (exit code -6, SIGABRT", f"ALLREDUCE SeqNum={seq}", "rank 1 (exit code -15, SIGTERM"):
+        assert words in first["message"], first["message"]
+    assert first["message"].index("rank 0") < first["message"].index("Stopped after it: rank 1")
+    timeouts = [i for i in rep["incidents"] if i["kind"] == "nccl_timeout"]
+    assert len(timeouts) == 1 and timeouts[0]["count"] == 3
+    assert "child_failed" not in codes(rep)
+    assert rep["server"]["expected"] is False
     sim.stop()
