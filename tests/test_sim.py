@@ -368,6 +368,19 @@ def test_children_end_when_the_supervisor_dies(tmp_path: Path, sims: list[Sim]) 
 
 
 @pytest.mark.slow
+def test_processes_tagged_only_by_environment_end_when_the_supervisor_dies(tmp_path: Path, sims: list[Sim]) -> None:
+    """torchrun and its ranks carry the sim id in their environment only; their lifelines still end them."""
+    sim = start(sims, tmp_path, "nccl-timeout", 1)
+    data = sim.wait(lambda d: any(p["name"] == "rank-1" and p["alive"] for p in d["facts"]["pieces"]))
+    pids = {piece(data, name)["pid"] for name in ("torchrun", "rank-0", "rank-1")}
+    assert pids <= {p.pid for p in with_id(sim.sim_id)}
+    assert not any(sim.sim_id in psutil.Process(pid).cmdline() for pid in pids)
+    sim.proc.kill()  # no cleanup at all: the lifelines must do it
+    sim.proc.wait(timeout=10)
+    wait_until(lambda: not with_id(sim.sim_id), 15)
+
+
+@pytest.mark.slow
 def test_server_hang_after_accepts_but_never_answers_and_follows_its_lifeline(tmp_path: Path) -> None:
     layout = Layout.of(tmp_path)
     layout.device.parent.mkdir(parents=True)
