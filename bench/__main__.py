@@ -12,12 +12,12 @@ import sys
 import time
 from pathlib import Path
 
-from bench import backlog, latency, overhead, soak, startup
+from bench import backlog, incidents, latency, overhead, soak, startup
 from bench.common import DATA, ROOT, machine
 from bench.datagen import ensure_dataset
 from bench.results import GPU_RESULTS, Results, render
 
-SECTIONS = ("backlog", "latency", "overhead", "soak", "startup")
+SECTIONS = ("backlog", "latency", "overhead", "soak", "startup", "incidents")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -69,7 +69,7 @@ def main(argv: list[str] | None = None) -> int:
         with saved.open("rb") as fh:
             res.merge_from(pickle.load(fh), only)  # noqa: S301 - as above
     t0 = time.monotonic()
-    if {"backlog", "startup"} & set(only):
+    if {"backlog", "startup", "incidents"} & set(only):
         log(f"dataset: {size >> 20} MiB AReaL trainer.log under {DATA} (generated once, then reused)")
         ds = ensure_dataset(DATA / f"trainer-{size >> 20}MiB.log", size)
         res.dataset = ds
@@ -88,6 +88,11 @@ def main(argv: list[str] | None = None) -> int:
     if "startup" in only:
         log("startup: first frame, report and watch over the backlog")
         res.startup = startup.run(DATA, ds, frames=3 if quick else 5, reports=1 if quick else 2, big=True)
+    if "incidents" in only:
+        log(f"incidents: a {size >> 20} MiB incident-dense log beside the calm one (generated once, then reused)")
+        dense = ensure_dataset(DATA / f"trainer-dense-{size >> 20}MiB.log", size, dense=True)
+        log("incidents: grep, ripgrep, lnav, toolong and rlwatch report over both")
+        res.incidents = incidents.run([("calm", ds), ("dense", dense)], DATA, runs=1 if quick else 2, log=log)
     res.elapsed_s = time.monotonic() - t0
     with saved.open("wb") as out:
         pickle.dump(res, out)

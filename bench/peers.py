@@ -14,6 +14,8 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+import sys
+import tempfile
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -157,3 +159,105 @@ def glances_argv(interval_s: float) -> list[str] | None:
 def nvitop_argv(interval_s: float) -> list[str] | None:
     exe = shutil.which("nvitop")
     return None if exe is None else [exe, "--interval", f"{interval_s:g}"]
+
+
+# ------------------------------------------------------------------------------------------------ log viewers
+@dataclass(frozen=True, slots=True)
+class Indexed:
+    """A log viewer's pass over a whole file: how long until it had indexed it, its peak RSS, the lines it saw."""
+
+    seconds: float
+    max_rss_mb: float
+    lines: int
+
+
+def timed_rss(argv: Sequence[str], cwd: Path | None = None) -> tuple[float, float, int, str]:
+    """(wall seconds, peak RSS in MB, exit status, stdout) of one command. The RSS is the kernel's own account of
+    the process, through GNU time: ``wait4`` straight from this process would report this interpreter's size, which
+    a child inherits as its peak when it is forked."""
+    gnu_time = "/usr/bin/time"
+    if not os.path.exists(gnu_time):
+        from bench.common import run_timed
+
+        t = run_timed(argv, cwd=cwd)
+        return t.seconds, t.max_rss_mb, t.returncode, t.output.decode(errors="replace")
+    with tempfile.TemporaryFile() as out, tempfile.NamedTemporaryFile("r") as rss:
+        t0 = time.perf_counter()
+        proc = subprocess.run(
+            [gnu_time, "-f", "%M", "-o", rss.name, *argv], stdout=out, stderr=subprocess.DEVNULL, cwd=cwd, check=False
+        )
+        elapsed = time.perf_counter() - t0
+        out.seek(0)
+        text = out.read().decode(errors="replace")
+        kib = [int(w) for w in rss.read().split() if w.isdigit()]
+    return elapsed, (kib[-1] / 1024 if kib else float("nan")), proc.returncode, text
+
+
+def lnav_peer() -> Peer:
+    exe = shutil.which("lnav")
+    if exe is None:
+        return Peer("lnav", False, None)
+    out = subprocess.run([exe, "-V"], capture_output=True, text=True, check=False)
+    return Peer("lnav", True, out.stdout.strip() or None)
+
+
+def lnav_index(path: Path) -> Indexed:
+    """lnav, headless (``-n``), asked for the line count of the file it opened: its SQL answers only once the
+    file is indexed to its end, so the time is the time to a full index."""
+    with tempfile.TemporaryDirectory() as home:  # its own configuration and history, not the user's
+        argv = ["lnav", "-n", "-c", ";SELECT lines FROM lnav_file", str(path)]
+        elapsed, rss, code, text = timed_rss(["env", f"HOME={home}", *argv])
+    if code != 0:
+        raise RuntimeError(f"lnav failed ({code}): {text.strip()[-300:]}")
+    numbers = [int(w) for w in text.split() if w.isdigit()]
+    return Indexed(elapsed, rss, numbers[-1] if numbers else -1)
+
+
+# toolong is a Textual app pinned to an older Textual than rlwatch's, so it lives in a virtual environment of its
+# own under the benchmark's data folder, made (pip install toolong) on first use.
+_TOOLONG_SCRIPT = """
+import resource, sys, threading, time
+t0 = time.perf_counter()
+from toolong.log_file import LogFile
+lf = LogFile(sys.argv[1])
+lf.open(threading.Event())
+n = sum(len(breaks) for _, breaks in lf.scan_line_breaks())
+print(time.perf_counter() - t0, n)
+"""
+
+
+def toolong_python(data_dir: Path) -> str | None:
+    """The interpreter of the virtual environment holding toolong, made when missing; None when it cannot be."""
+    venv = data_dir / "toolong-venv"
+    python = venv / "bin" / "python"
+    probe = [str(python), "-c", "import toolong.log_file"]
+    if python.exists() and subprocess.run(probe, capture_output=True, check=False).returncode == 0:
+        return str(python)
+    made = subprocess.run([sys.executable, "-m", "venv", str(venv)], capture_output=True, check=False)
+    if made.returncode != 0:
+        return None
+    pip = [str(python), "-m", "pip", "install", "-q", "toolong"]
+    if subprocess.run(pip, capture_output=True, check=False).returncode != 0:
+        return None
+    return str(python) if subprocess.run(probe, capture_output=True, check=False).returncode == 0 else None
+
+
+def toolong_version(python: str) -> str | None:
+    out = subprocess.run(
+        [python, "-c", "import importlib.metadata as m; print(m.version('toolong'))"],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    return out.stdout.strip() or None
+
+
+def toolong_index(python: str, path: Path) -> Indexed:
+    """toolong's own index of a file, run headlessly: ``LogFile.scan_line_breaks``, what its ``LogLines`` widget
+    runs in a worker when a file is opened (toolong has no headless mode; the screen is left out). The time is that
+    of the scan and its imports, not of the interpreter's start."""
+    _, rss, code, text = timed_rss([python, "-c", _TOOLONG_SCRIPT, str(path)])
+    if code != 0:
+        raise RuntimeError(f"toolong failed ({code}): {text.strip()[-300:]}")
+    seconds, lines = text.split()
+    return Indexed(float(seconds), rss, int(lines))

@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from bench import backlog, latency, overhead, soak, startup
+from bench import backlog, incidents, latency, overhead, soak, startup
 from bench.common import fmt, median
 from bench.datagen import Dataset
 
@@ -29,6 +29,7 @@ class Results:
     overhead: overhead.OverheadResult | None = None
     soak: soak.SoakResult | None = None
     startup: startup.StartupResult | None = None
+    incidents: list[incidents.LogResult] | None = None
     elapsed_s: float = 0.0
     rows: list[tuple[str, str, str]] = field(default_factory=list)
     # section -> "date, rlwatch" of the run that measured it; sections of an earlier run are kept when a later run
@@ -37,7 +38,7 @@ class Results:
 
     def merge_from(self, old: Results, sections: list[str]) -> None:
         """Keep ``old``'s figures for every section this run did not measure."""
-        for name in ("backlog", "latency", "overhead", "soak", "startup"):
+        for name in ("backlog", "latency", "overhead", "soak", "startup", "incidents"):
             if name in sections or getattr(old, name, None) is None:
                 continue
             setattr(self, name, getattr(old, name))
@@ -167,6 +168,12 @@ def render(r: Results, *, embed_gpu: bool = True) -> str:
         out += ["", "## 4. Soak", "", *soak.markdown(r.soak)]
     if r.startup and r.dataset:
         out += ["", "## 5. Start-up", "", *startup.markdown(r.startup, r.dataset)]
+    if getattr(r, "incidents", None):  # runs saved before this section existed have no such field
+        assert r.incidents is not None
+        out += ["", "## 6. Where incidents happen: a calm and an incident-dense log, side by side", ""]
+        out += ["| target (issue 13) | measured | |", "| --- | --- | --- |"]
+        out += [f"| {a} | {b} | {_verdict(c)} |" for a, b, c in incidents.targets(r.incidents)]
+        out += ["", *incidents.markdown(r.incidents)]
     if FINDINGS.exists() and embed_gpu:
         out += ["", FINDINGS.read_text().strip()]
     return "\n".join(out) + "\n"

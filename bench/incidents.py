@@ -1,0 +1,191 @@
+"""Issue 13: speed where incidents happen. Over the calm log and the incident-dense one (``datagen --dense``), side
+by side in one run: ``grep -cE`` and ripgrep over the same patterns, the time lnav and toolong take to index the
+file, and ``rlwatch report --json`` over a trial holding it (wall time, peak RSS, the count of every kind, which
+must equal the generator's, grep's and ripgrep's)."""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from bench import peers
+from bench.common import fmt, median, rlwatch_argv, run_timed
+from bench.datagen import REPORTED_KINDS, Dataset
+from bench.rundirs import backlog_run
+
+# Issue 13's targets: `rlwatch report` within these multiples of grep's time.
+TARGET_RATIO = {"calm": 3.0, "dense": 5.0}
+TARGET_RSS_MB = 100.0
+
+
+@dataclass(slots=True)
+class Row:
+    name: str
+    times: list[float] = field(default_factory=list)
+    rss_mb: float | None = None
+    lines: int | None = None  # lines it matched (grep, ripgrep) or indexed (lnav, toolong)
+    note: str = ""
+
+    @property
+    def median_s(self) -> float:
+        return median(self.times)
+
+
+@dataclass(slots=True)
+class LogResult:
+    label: str  # calm | dense
+    dataset: Dataset
+    rows: list[Row]
+    counts: dict[str, dict[str, int]]  # source -> kind -> lines
+    notes: list[str]
+
+    def row(self, name: str) -> Row | None:
+        return next((r for r in self.rows if r.name == name and r.times), None)
+
+    def ratio(self, name: str) -> float:
+        a, b = self.row(name), self.row("grep -cE")
+        return float("nan") if a is None or b is None else a.median_s / b.median_s
+
+    @property
+    def agree(self) -> bool:
+        return all(c == self.counts["expected"] for c in self.counts.values())
+
+
+REPORT = "rlwatch report --json"
+
+
+def _report_counts(output: bytes) -> dict[str, int]:
+    events = json.loads(output)["events"]
+    return {k: int(events.get(k, {}).get("count", -1)) for k in REPORTED_KINDS}
+
+
+def run_one(label: str, ds: Dataset, data_dir: Path, runs: int, log: Callable[[str], None]) -> LogResult:
+    path = ds.path
+    with path.open("rb") as fh:  # into the page cache, for every contender alike
+        while fh.read(8 << 20):
+            pass
+    rows: dict[str, Row] = {}
+    notes: list[str] = []
+    grep, rg, lnav = peers.grep_peer(), peers.rg_peer(), peers.lnav_peer()
+    tl_python = peers.toolong_python(data_dir)
+    notes += [f"{p.name}: not installed" for p in (grep, rg, lnav) if not p.available]
+    if tl_python is None:
+        notes.append("toolong: could not be installed (pip install toolong, in a virtual environment of its own)")
+    trial = backlog_run(data_dir / f"incidents-{label}-run", ds)
+    counts: dict[str, dict[str, int]] = {"expected": dict(ds.expected)}
+    for i in range(runs):
+        if grep.available:
+            t, n = peers.grep_union(path)
+            rows.setdefault("grep -cE", Row("grep -cE", note="LC_ALL=C, every kind in one pass")).times.append(t)
+            rows["grep -cE"].lines = n
+        if rg.available:
+            t, n = peers.rg_union(path)
+            rows.setdefault("ripgrep -c", Row("ripgrep -c", note="--no-unicode, one pass")).times.append(t)
+            rows["ripgrep -c"].lines = n
+        if lnav.available:
+            ix = peers.lnav_index(path)
+            r = rows.setdefault("lnav (index)", Row("lnav (index)", note="`-n`, until `lnav_file.lines` answers"))
+            r.times.append(ix.seconds)
+            r.rss_mb, r.lines = ix.max_rss_mb, ix.lines
+        if tl_python is not None:
+            ix = peers.toolong_index(tl_python, path)
+            r = rows.setdefault(
+                "toolong (index)", Row("toolong (index)", note="`LogFile.scan_line_breaks`, its scan, no screen")
+            )
+            r.times.append(ix.seconds)
+            r.rss_mb, r.lines = ix.max_rss_mb, ix.lines
+        t = run_timed(rlwatch_argv("report", "--json", str(trial.parents[3])))
+        r = rows.setdefault(
+            REPORT, Row(REPORT, note="a trial holding the log: the backlog, a sampling round, diagnosis")
+        )
+        r.times.append(t.seconds)
+        r.rss_mb = max(r.rss_mb or 0.0, t.max_rss_mb)
+        if t.returncode in (0, 1):
+            counts["rlwatch report"] = _report_counts(t.output)
+        else:
+            notes.append(f"rlwatch report failed ({t.returncode}): {t.output[-300:]!r}")
+        log(f"  {label} run {i + 1}/{runs}: " + ", ".join(f"{r.name} {r.times[-1]:.2f}s" for r in rows.values()))
+    if grep.available:
+        counts["grep"] = peers.per_kind_counts("grep", path, REPORTED_KINDS)
+    if rg.available:
+        counts["ripgrep"] = peers.per_kind_counts("rg", path, REPORTED_KINDS)
+    return LogResult(label, ds, list(rows.values()), counts, notes)
+
+
+def run(
+    datasets: list[tuple[str, Dataset]], data_dir: Path, runs: int, log: Callable[[str], None] = print
+) -> list[LogResult]:
+    return [run_one(label, ds, data_dir, runs, log) for label, ds in datasets]
+
+
+def targets(results: list[LogResult]) -> list[tuple[str, str, bool | None]]:
+    """(target, measured, met) rows of issue 13."""
+    rows: list[tuple[str, str, bool | None]] = []
+    for r in results:
+        ratio = r.ratio(REPORT)
+        limit = TARGET_RATIO.get(r.label, 3.0)
+        gib = r.dataset.size / 2**30
+        rows.append(
+            (
+                f"{r.label} {gib:.2f} GiB: `rlwatch report` within {limit:g}× of `grep -cE`",
+                f"{fmt(ratio, 1, '×')}",
+                None if math.isnan(ratio) else ratio <= limit,
+            )
+        )
+        rep = r.row(REPORT)
+        if rep is not None and rep.rss_mb is not None:
+            rows.append(
+                (
+                    f"{r.label}: peak RSS ≤ {TARGET_RSS_MB:.0f} MB",
+                    fmt(rep.rss_mb, 0, " MB"),
+                    rep.rss_mb <= TARGET_RSS_MB,
+                )
+            )
+        rows.append(
+            (f"{r.label}: counts agree (generator, rlwatch, grep, ripgrep)", "yes" if r.agree else "no", r.agree)
+        )
+    return rows
+
+
+def markdown(results: list[LogResult]) -> list[str]:
+    out: list[str] = []
+    for r in results:
+        ds = r.dataset
+        share = ds.any_kind / max(ds.lines, 1)
+        runs = max((len(x.times) for x in r.rows), default=0)
+        out += [
+            f"### {r.label.capitalize()} log",
+            "",
+            f"`{ds.path.name}`: {ds.size / 2**30:.2f} GiB, {ds.lines:,} lines, {share:.1%} of them a reported kind "
+            f"({sum(ds.expected.values()):,} events). Medians of {runs} run(s), file in the page cache.",
+            "",
+            "| contender | median time | throughput | time ÷ grep's | peak RSS | lines | how |",
+            "| --- | ---: | ---: | ---: | ---: | ---: | --- |",
+        ]
+        for row in r.rows:
+            rate = ds.size / row.median_s / 1e6 if row.times else float("nan")
+            lines = "—" if row.lines is None else f"{row.lines:,}"
+            out.append(
+                f"| {row.name} | {row.median_s:.2f} s | {fmt(rate, 0, ' MB/s')} | {fmt(r.ratio(row.name), 1, '×')} "
+                f"| {fmt(row.rss_mb, 0, ' MB')} | {lines} | {row.note} |"
+            )
+        out += ["", "Lines counted per kind (they must agree):", ""]
+        sources = list(r.counts)
+        out.append("| kind | " + " | ".join(sources) + " |")
+        out.append("| --- | " + " | ".join("---:" for _ in sources) + " |")
+        for kind in REPORTED_KINDS:
+            vals = [r.counts[s].get(kind, -1) for s in sources]
+            mark = "" if len(set(vals)) == 1 else " **≠**"
+            out.append(f"| {kind}{mark} | " + " | ".join(f"{v:,}" for v in vals) + " |")
+        out += ["", "All sources agree." if r.agree else "**The counts do not agree.**"]
+        out += [f"- {n}" for n in r.notes]
+        out.append("")
+    out.append(
+        "lnav and toolong index a file for viewing; they do not count event kinds, so their row is the time to a "
+        "full index and the lines they indexed (toolong counts one more: it compares the last byte with a str, so "
+        "it always adds an end-of-file break)."
+    )
+    return out
