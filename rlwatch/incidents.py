@@ -374,13 +374,13 @@ class IncidentTracker:
     def skip_frames(self, path: str, data: bytes, span: tuple[int, int, int]) -> tuple[int, int]:
         """Read the frame lines at ``data[pos:stop]`` (``span`` is pos, stop, number of the line at pos) in bulk,
         with the effect ``line`` would have on each: the block's last frame is its location, its line count and
-        idle count move on, and it stalls at the same line. Returns (pos, line number) after the lines read; pos
-        unchanged when these lines are not frames of the one open, unprefixed block in its frames (then ``line``
-        reads them). A traceback is thus read by its header, its exception line and what follows: its frames cost
-        a few searches in C per run, not Python per line."""
+        idle count move on, it stalls at the same line, and other writers' blocks expire as they would. Returns
+        (pos, line number) after the lines read; pos unchanged when these lines are not frames of the unprefixed
+        writer's open block in its frames (then ``line`` reads them). A traceback is thus read by its header, its
+        exception line and what follows: its frames cost a few searches in C per run, not Python per line."""
         pos, stop, lineno = span
         tags = self.open_paths.get(path)
-        if not self.bulk_frames or tags is None or len(tags) != 1 or "" not in tags:
+        if not self.bulk_frames or tags is None or "" not in tags:
             return pos, lineno
         block = self._blocks.get((path, ""))
         if block is None or block.state != "frames":
@@ -388,6 +388,7 @@ class IncidentTracker:
         m = _FRAME_RUN.match(data, pos, stop)
         if m is None:
             return pos, lineno
+        first = lineno
         end = m.end()
         for word in (b"\x1b", b"Traceback"):
             k = data.find(word, pos, end)
@@ -411,7 +412,17 @@ class IncidentTracker:
             lineno += n
             block.seen = lineno - 1
             pos = q
+        if lineno > first and len(tags) > 1:
+            self._expire_over(path, first, lineno - 1)
         return pos, lineno
+
+    def _expire_over(self, path: str, first: int, last: int) -> None:
+        """What ``_expire`` does for each of the unprefixed writer's lines ``first`` to ``last``, at once: another
+        writer's block closes if one of those lines is numbered before its latest, or too far after it."""
+        for other in [t for t in self.open_paths.get(path, ()) if t != ""]:
+            block = self._blocks.get((path, other))
+            if block is not None and (first < block.seen or last - block.seen > _SILENT_LINES):
+                self._close((path, other))
 
     @staticmethod
     def _last_frame(data: bytes, pos: int, q: int) -> tuple[re.Match[str], int] | None:
