@@ -195,6 +195,7 @@ class Watchdog:
         self._pinged_at: float | None = None
         self._ready = False
         self._dirty = True
+        self._state_error: str | None = None  # the last failure to write the state file, said once
         self.acting = False
         self.why_not_acting: str | None = None
         self.started_at = self.clock.time()
@@ -614,8 +615,12 @@ class Watchdog:
             return
         error = write_json(self.dir / STATE_FILE, self.state(stopped=stopped))
         self._dirty = False
-        if error:
-            self.emit({"type": "watchdog", "time": _iso(self.clock.time()), "message": error})
+        # Said when it starts, changes or ends, not on every heartbeat: a full disk would otherwise fill the stream.
+        if error != self._state_error:
+            message = error or f"{STATE_FILE}: written again"
+            if error or self._state_error:
+                self.emit({"type": "watchdog", "time": _iso(self.clock.time()), "message": message})
+            self._state_error = error
 
     # ---------------------------------------------------------------------------------------------- exporter
     def extras(self) -> ExporterExtras:

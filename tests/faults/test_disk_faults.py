@@ -168,6 +168,9 @@ def test_watchdog_state_on_a_full_disk(
     state = run / ".rlwatch" / "watchdog.json"
     wait_until(state.exists, 10)
     assert json.loads(state.read_text())["pid"] == proc.pid
+    wait_until(lambda: any("written again" in str(r.get("message")) for r in recs()), 10)
+    full = [r for r in recs() if "No space left" in str(r.get("message"))]
+    assert len(full) == 1, full  # said once, not on every heartbeat
     proc.send_signal(signal.SIGTERM)
     assert proc.wait(timeout=15) == 0
     assert proc.stderr is not None and b"Traceback" not in proc.stderr.read()
