@@ -83,6 +83,11 @@ _NCCL_SAME_BURST = 5000  # lines: a later timeout with the same rank and sequenc
 # line-by-line rules.
 _FRAME_RUN = re.compile(rb"(?:[ \t]+[\x21-\x2a\x2c-\x7b\x7d\x7e][^\n]*\n)+")
 _FRAME_WORD = b'File "'
+# Blank lines and the messages between the links of a chained traceback, as whole lines.
+_BETWEEN_RUN = re.compile(
+    rb"(?:[ \t]*(?:During handling of the above exception, another exception occurred:"
+    rb"|The above exception was the direct cause of the following exception:)?[ \t]*\n)+"
+)
 _N_LINES = [re.compile(rb"(?:[^\n]*\n){%d}" % k) for k in range(81)]  # the first k lines of a span, found in C
 
 _TITLE_MSG_CHARS = 200
@@ -383,8 +388,10 @@ class IncidentTracker:
         if not self.bulk_frames or tags is None or "" not in tags:
             return pos, lineno
         block = self._blocks.get((path, ""))
-        if block is None or block.state != "frames":
+        if block is None:
             return pos, lineno
+        if block.state != "frames":
+            return self._skip_between(path, block, data, span)
         m = _FRAME_RUN.match(data, pos, stop)
         if m is None:
             return pos, lineno
@@ -415,6 +422,29 @@ class IncidentTracker:
         if lineno > first and len(tags) > 1:
             self._expire_over(path, first, lineno - 1)
         return pos, lineno
+
+    def _skip_between(self, path: str, block: _Block, data: bytes, span: tuple[int, int, int]) -> tuple[int, int]:
+        """Between the links of a chained traceback: blank lines and the chain's message ("During handling of the
+        above exception, ...") after an exception line, read in bulk as ``_after`` reads each (idle and gap move
+        on, a chain message makes the block wait for the next link's header), while no line of them can close it."""
+        pos, stop, lineno = span
+        if block.report is not None:
+            return pos, lineno
+        m = _BETWEEN_RUN.match(data, pos, stop)
+        if m is None:
+            return pos, lineno
+        end = m.end()
+        n = data.count(b"\n", pos, end)
+        if block.idle + n > _AFTER_LINES:
+            return pos, lineno  # one of them closes the block: line by line
+        block.idle += n
+        block.gap += n
+        if data.find(b"exception", pos, end) >= 0:
+            block.state = "chain"
+        block.seen = lineno + n - 1
+        if len(self.open_paths.get(path, ())) > 1:
+            self._expire_over(path, lineno, lineno + n - 1)
+        return end, lineno + n
 
     def _expire_over(self, path: str, first: int, last: int) -> None:
         """What ``_expire`` does for each of the unprefixed writer's lines ``first`` to ``last``, at once: another
