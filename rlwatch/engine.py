@@ -620,6 +620,7 @@ class Engine:
                 history=self._history,
                 sources=tuple(self._status.values()),
                 logs=self.tailer.files,
+                backlog=_reading(self.tailer.backlog_progress()),
                 watchdog=self._watchdog,
                 live_run=_live_run(self._view),
             )
@@ -752,6 +753,12 @@ class Engine:
             self._guard("server", self.probe_server)
             self._guard("build", self.build)
             self._stop.wait(self.cfg.server.interval_s)
+
+
+def _reading(progress: tuple[int, int]) -> tuple[int, int] | None:
+    """The backlog's progress while it is being read; None once read."""
+    done, total = progress
+    return progress if done < total else None
 
 
 def _live_run(view: RunView | None, limit: int = 64) -> LiveRun | None:

@@ -379,6 +379,9 @@ class Snapshot:
     history: History = field(default_factory=History)
     sources: tuple[SourceStatus, ...] = ()
     logs: tuple[str, ...] = ()  # files being tailed
+    # (bytes read, bytes) of the logs' backlog while it is still being read: totals, rates and the timeline are then
+    # those of the part read so far. None once it is read.
+    backlog: tuple[int, int] | None = None
     watchdog: WatchdogStatus | None = None  # None: no watchdog ever ran for this run
     live_run: LiveRun | None = None  # None: not looked for yet
     profile_evidence: tuple[str, ...] = ()  # why this profile: what discovery saw, or the file that names it

@@ -195,6 +195,17 @@ class Tailer:
         """Paths being followed now."""
         return tuple(sorted(p for p, w in self._watches.items() if w.cur is not None or w.old is not None))
 
+    def backlog_progress(self) -> tuple[int, int]:
+        """(bytes read, bytes) of what the followed files held when they were opened: how far their backlog has
+        been read, for a person waiting on a big one. Bytes written since are not part of it."""
+        done = total = 0
+        for watch in list(self._watches.values()):  # a copy: another thread may ask while the log loop polls
+            for handle in (watch.cur, watch.old):
+                if handle is not None and handle.backlog_end:
+                    total += handle.backlog_end
+                    done += min(handle.offset, handle.backlog_end)
+        return done, total
+
     def close(self) -> None:
         for watch in self._watches.values():
             for handle in (watch.cur, watch.old):

@@ -11,7 +11,15 @@ from rich.text import Text
 from textual.widget import Widget
 
 from rlwatch.state import Snapshot
-from widgets.format import SEVERITY_LABEL, clean_text, fmt_clock, fmt_duration, severity_style, shorten_path
+from widgets.format import (
+    SEVERITY_LABEL,
+    clean_text,
+    fmt_bytes,
+    fmt_clock,
+    fmt_duration,
+    severity_style,
+    shorten_path,
+)
 
 STATUS_BADGE = {"bold red": "bold white on red", "bold yellow": "bold black on yellow", "cyan": "bold black on cyan"}
 
@@ -23,6 +31,12 @@ def header_text(snap: Snapshot, width: int, stale_s: float | None = None) -> Tex
         right.append(" ")
     if stale_s is not None:
         right.append(f" STALE {fmt_duration(stale_s)} ", style="bold white on red")
+        right.append(" ")
+    if snap.backlog is not None:  # what is shown so far is the part read so far: say so, and how far it is
+        done, total = snap.backlog
+        right.append(
+            f" reading backlog: {100 * done // max(total, 1)} % of {fmt_bytes(total)} ", style="bold black on cyan"
+        )
         right.append(" ")
     right.append(fmt_clock(snap.time), style="bold")
     right.append(" ")
