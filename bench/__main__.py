@@ -1,7 +1,7 @@
 """``python -m bench`` (``make bench``): every benchmark of issue 7, then ``bench/RESULTS.md``.
 
 ``--quick`` runs the same sections small (a 256 MiB backlog, a one-minute soak) in about four minutes; the full run
-takes about a quarter of an hour, ten minutes of it the soak. ``--only backlog,latency`` picks sections.
+takes about twenty minutes, ten of it the soak. ``--only backlog,latency`` picks sections.
 """
 
 from __future__ import annotations
