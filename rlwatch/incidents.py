@@ -81,13 +81,14 @@ _NCCL_SAME_BURST = 5000  # lines: a later timeout with the same rank and sequenc
 # starts with a blank or tab and then a printable ASCII character other than a gutter's ``|`` or ``+`` (so neither
 # the gutter nor the prefix rules apply), and is complete. Lines holding an escape or ``Traceback`` are left to the
 # line-by-line rules.
-_FRAME_RUN = re.compile(rb"(?:[ \t]+[\x21-\x2a\x2c-\x7b\x7d\x7e][^\n]*\n)+")
+_FRAME_RUN = re.compile(rb"(?:[ \t]+[\x21-\x2a\x2c-\x7b\x7d\x7e][^\n\x1b]*\n)+")
 _FRAME_WORD = b'File "'
 # Blank lines and the messages between the links of a chained traceback, as whole lines.
 _BETWEEN_RUN = re.compile(
     rb"(?:[ \t]*(?:During handling of the above exception, another exception occurred:"
     rb"|The above exception was the direct cause of the following exception:)?[ \t]*\n)+"
 )
+_WINDOW = 16 << 10  # bytes of frame lines read in bulk per call at most
 _N_LINES = [re.compile(rb"(?:[^\n]*\n){%d}" % k) for k in range(81)]  # the first k lines of a span, found in C
 
 _TITLE_MSG_CHARS = 200
@@ -392,15 +393,18 @@ class IncidentTracker:
             return pos, lineno
         if block.state != "frames":
             return self._skip_between(path, block, data, span)
-        m = _FRAME_RUN.match(data, pos, stop)
+        # A window at most, cut before the first line holding ``Traceback`` (a header, when the configuration has no
+        # needle for it); the run stops at the first line with an escape. A line left to ``line`` sends the scan back
+        # here: each costs a window's search at most, never the rest of a long run.
+        window = min(stop, pos + _WINDOW)
+        k = data.find(b"Traceback", pos, window)
+        if k >= 0:
+            window = data.rfind(b"\n", pos, k) + 1 or pos
+        m = _FRAME_RUN.match(data, pos, window)
         if m is None:
             return pos, lineno
         first = lineno
         end = m.end()
-        for word in (b"\x1b", b"Traceback"):
-            k = data.find(word, pos, end)
-            if k >= 0:
-                end = data.rfind(b"\n", pos, k) + 1 or pos
         while pos < end:
             room = _STALL_LINES - block.idle
             if room <= 0:
