@@ -99,7 +99,11 @@ def _rlwatch_halves(path: str, scanner: str) -> tuple[float, float, dict[str, in
 
 def _has_hyperscan() -> bool:
     out = subprocess.run(
-        [PYTHON, "-c", "from rlwatch.patterns import Matcher, builtin_kinds; print(Matcher(builtin_kinds()).scanner)"],
+        [
+            PYTHON,
+            "-c",
+            "from rlwatch.logs.patterns import Matcher, builtin_kinds; print(Matcher(builtin_kinds()).scanner)",
+        ],
         capture_output=True,
         text=True,
         cwd=ROOT,

@@ -19,12 +19,12 @@ import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
-from rlwatch.clock import SystemClock
-from rlwatch.config import Config, EventsConfig
-from rlwatch.engine import Engine
-from rlwatch.events import EventCounter, build_kinds
-from rlwatch.patterns import Matcher
-from rlwatch.tailer import Chunk, Tailer, count_lines
+from rlwatch.common.clock import SystemClock
+from rlwatch.config.models import Config, EventsConfig
+from rlwatch.engine.engine import Engine
+from rlwatch.logs.events import EventCounter, build_kinds
+from rlwatch.logs.patterns import Matcher
+from rlwatch.logs.tailer import Chunk, Tailer, count_lines
 
 BLOCK = 1 << 20
 

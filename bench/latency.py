@@ -20,10 +20,10 @@ from pathlib import Path
 
 from bench.common import PtyProcess, fmt, percentile, rlwatch_argv, wait_until
 from bench.rundirs import live_run
-from rlwatch.config_load import resolve_config
-from rlwatch.engine import Engine
+from rlwatch.common.state import LogLine
+from rlwatch.discover.load import resolve_config
+from rlwatch.engine.engine import Engine
 from rlwatch.sim import formats
-from rlwatch.state import LogLine
 
 _MARK = re.compile(r"Train step (\d+)/(\d+) done")
 

@@ -1,7 +1,8 @@
-"""`python -m rlwatch`: the headless commands."""
+"""`python -m rlwatch`: everything the `rlwatch` command does, the dashboard included (Textual is imported only
+when a dashboard command runs)."""
 
 import sys
 
-from rlwatch.cli import main
+from rlwatch.tui.launch import main
 
 sys.exit(main())

@@ -16,14 +16,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING, TextIO
 
 from rlwatch import __version__
-from rlwatch.config import Config
-from rlwatch.config_load import ConfigError, resolve_config
-from rlwatch.diagnosis import human_bytes, human_duration
-from rlwatch.state import ActionPlan, Snapshot
-from rlwatch.textsafe import clean_line
+from rlwatch.common.state import ActionPlan, Snapshot
+from rlwatch.common.textsafe import clean_line
+from rlwatch.config.models import Config
+from rlwatch.discover.load import ConfigError, resolve_config
+from rlwatch.engine.diagnosis import human_bytes, human_duration
 
 if TYPE_CHECKING:
-    from rlwatch.notify import Notifications
+    from rlwatch.export.notify import Notifications
 
 HEADLESS = ("report", "watch", "sim", "init", "service", "notify")
 DASHBOARD = ("demo", "snapshot", "fleet")
@@ -208,8 +208,8 @@ def safe_print(text: str, *, file: TextIO | None = None) -> None:
 
 
 def cmd_report(args: argparse.Namespace) -> int:
-    from rlwatch.engine import Engine
-    from rlwatch.report import exit_code, to_json, to_text
+    from rlwatch.engine.engine import Engine
+    from rlwatch.export.report import exit_code, to_json, to_text
 
     cfg, run_dir, _ = load(args)
     engine = Engine(cfg, run_dir)
@@ -225,11 +225,11 @@ def cmd_watch(args: argparse.Namespace) -> int:
     """The headless engine and the watchdog: prints changes, applies the policies, keeps its state file fresh."""
     import os
 
-    from rlwatch.engine import Engine
-    from rlwatch.exporter import Exporter, ExporterError, parse_listen, start_exporter
-    from rlwatch.stream import changes, plain
-    from rlwatch.watchdog import Watchdog, WatchdogError
-    from rlwatch.watchdog import plain as plain_watchdog
+    from rlwatch.engine.engine import Engine
+    from rlwatch.export.exporter import Exporter, ExporterError, parse_listen, start_exporter
+    from rlwatch.export.stream import changes, plain
+    from rlwatch.remedy.watchdog import Watchdog, WatchdogError
+    from rlwatch.remedy.watchdog import plain as plain_watchdog
 
     cfg, run_dir, _ = load(args)
     try:
@@ -293,7 +293,7 @@ def _notifications(cfg: Config, run_dir: Path, host: str, cli: list[str], heartb
     import os
     import re
 
-    from rlwatch.notify import ENV, Notifications, check_target, redact, targets_from
+    from rlwatch.export.notify import ENV, Notifications, check_target, redact, targets_from
 
     targets = targets_from(cfg.notify, cli, os.environ.get(ENV))
     for t in targets:
@@ -311,8 +311,8 @@ def cmd_notify(args: argparse.Namespace) -> int:
     import socket
     import time
 
-    from rlwatch.notify import ENV, send_test, targets_from
-    from rlwatch.watchdog_state import read_status
+    from rlwatch.export.notify import ENV, send_test, targets_from
+    from rlwatch.sources.watchdog_state import read_status
 
     run_dir = Path(args.run_dir).expanduser()
     host = os.environ.get("RLWATCH_HOST") or socket.gethostname()
@@ -342,7 +342,7 @@ def cmd_notify(args: argparse.Namespace) -> int:
     status, _ = read_status(run_dir, time.time())
     ns = status.notify if status is not None else None
     if ns is not None:
-        from rlwatch.report import notify_lines
+        from rlwatch.export.report import notify_lines
 
         for line in notify_lines(ns, time.time()):
             safe_print(line)
@@ -354,7 +354,7 @@ class NotifyFailed(Exception):
 
 
 def cmd_service(args: argparse.Namespace) -> int:
-    from rlwatch.service import install
+    from rlwatch.remedy.service import install
 
     run_dir = Path(args.run_dir).expanduser()
     if not run_dir.is_dir():
@@ -376,7 +376,7 @@ def cmd_rearm(args: argparse.Namespace) -> int:
     """`rlwatch act rearm`: the running watchdog picks up a request; a stopped one's state file is edited."""
     import time
 
-    from rlwatch.watchdog_state import clear_gave_up, read_status, request_rearm
+    from rlwatch.sources.watchdog_state import clear_gave_up, read_status, request_rearm
 
     run_dir = Path(args.run_dir).expanduser()
     if not run_dir.is_dir():
@@ -427,7 +427,7 @@ def cmd_sim(args: argparse.Namespace) -> int:
 
 
 def cmd_init(args: argparse.Namespace) -> int:
-    from rlwatch.discovery import describe, discover, dump_config
+    from rlwatch.discover.discovery import describe, discover, dump_config
 
     run_dir = Path(args.run_dir)
     if not run_dir.is_dir():
@@ -479,8 +479,8 @@ def cmd_act(args: argparse.Namespace) -> int:
     2 for a usage error (including no terminal to confirm on and no --yes)."""
     if args.action == "rearm":
         return cmd_rearm(args)
-    from rlwatch.actions.api import Actions
-    from rlwatch.engine import Engine
+    from rlwatch.engine.engine import Engine
+    from rlwatch.remedy.actions.api import Actions
 
     if args.pid and args.action != "kill-zombies":
         raise UsageError("--pid names GPU holders for kill-zombies only")

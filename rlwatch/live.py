@@ -1,12 +1,12 @@
-"""The live :class:`~rlwatch.feed.Feed`: a running engine plus the actions API, as the dashboard sees them."""
+"""The live :class:`~rlwatch.engine.feed.Feed`: a running engine plus the actions API, as the dashboard sees them."""
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
-from rlwatch.actions.api import Actions
-from rlwatch.engine import Engine
-from rlwatch.state import ActionPlan, ActionResult, Snapshot, TaggedLine
+from rlwatch.common.state import ActionPlan, ActionResult, Snapshot, TaggedLine
+from rlwatch.engine.engine import Engine
+from rlwatch.remedy.actions.api import Actions
 
 
 class LiveFeed:

@@ -6,8 +6,8 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
-from rlwatch.fleet import FleetException, FleetFinding, FleetGpu, FleetHost, FleetProcess, FleetSnapshot
-from rlwatch.state import Severity
+from rlwatch.common.state import Severity
+from rlwatch.export.fleet import FleetException, FleetFinding, FleetGpu, FleetHost, FleetProcess, FleetSnapshot
 
 NOW = 1_763_716_800.0  # 2025-11-21 09:20:00 UTC
 GB = 1_000_000_000

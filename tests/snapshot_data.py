@@ -14,8 +14,7 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import replace
 from typing import Any
 
-from rlwatch.feed import StaticFeed
-from rlwatch.state import (
+from rlwatch.common.state import (
     ActionPlan,
     ActionTarget,
     CheckpointInfo,
@@ -41,6 +40,7 @@ from rlwatch.state import (
     TimelineEntry,
     TrainingState,
 )
+from rlwatch.engine.feed import StaticFeed
 
 DAY = 1_763_683_200.0  # 2025-11-21 00:00:00 UTC
 GB = 1_000_000_000

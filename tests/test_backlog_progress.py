@@ -8,11 +8,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from rlwatch.config_load import resolve_config
-from rlwatch.engine import Engine
-from rlwatch.state import Snapshot
-from rlwatch.tailer import Tailer
-from widgets.header import header_text
+from rlwatch.common.state import Snapshot
+from rlwatch.discover.load import resolve_config
+from rlwatch.engine.engine import Engine
+from rlwatch.logs.tailer import Tailer
+from rlwatch.widgets.header import header_text
 
 LINE = "2026-11-21 10:00:00 INFO Train step {i}/100000 done.\n"
 

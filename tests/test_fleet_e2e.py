@@ -14,13 +14,13 @@ from pathlib import Path
 
 import pytest
 
-from rlwatch.config_load import resolve_config
-from rlwatch.engine import Engine
-from rlwatch.exporter import Exporter, start_exporter
-from rlwatch.fleet import FleetHost, FleetSnapshot, HostStatus, PrometheusFleet
+from rlwatch.discover.load import resolve_config
+from rlwatch.engine.engine import Engine
+from rlwatch.export.exporter import Exporter, start_exporter
+from rlwatch.export.fleet import FleetHost, FleetSnapshot, HostStatus, PrometheusFleet
+from rlwatch.tui.fleet import FleetApp
 from tests.promserver import PromServer, free_port, need_prometheus
 from tests.simhost import Sim, settled, start, wait_until
-from tui.fleet import FleetApp
 
 pytestmark = pytest.mark.slow
 

@@ -5,26 +5,28 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import tomllib
+from pathlib import Path
 
 import pytest
 
 CORE_MODULES = [
     "rlwatch",
     "rlwatch.cli",
-    "rlwatch.engine",
-    "rlwatch.report",
-    "rlwatch.diagnosis",
-    "rlwatch.events",
-    "rlwatch.tailer",
-    "rlwatch.config_load",
-    "rlwatch.discovery",
+    "rlwatch.engine.engine",
+    "rlwatch.export.report",
+    "rlwatch.engine.diagnosis",
+    "rlwatch.logs.events",
+    "rlwatch.logs.tailer",
+    "rlwatch.discover.load",
+    "rlwatch.discover.discovery",
     "rlwatch.sim",
 ]
 
 
 @pytest.mark.parametrize("module", CORE_MODULES)
 def test_core_module_does_not_load_textual(module: str) -> None:
-    code = f"import json, sys, {module}; print(json.dumps(sorted(m for m in sys.modules if m.split('.')[0] in ('textual', 'tui', 'widgets'))))"
+    code = f"import json, sys, {module}; print(json.dumps(sorted(m for m in sys.modules if m.split('.')[0] == 'textual' or m.startswith(('rlwatch.tui', 'rlwatch.widgets')))))"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert json.loads(out.stdout) == []
 
@@ -35,10 +37,34 @@ def test_report_path_does_not_load_textual(tmp_path: object) -> None:
         "import json, sys\n"
         "from rlwatch.cli import main\n"
         f"rc = main(['report', {str(tmp_path)!r}, '--json'])\n"
-        "loaded = sorted(m for m in sys.modules if m.split('.')[0] in ('textual', 'tui', 'widgets'))\n"
+        "loaded = sorted(m for m in sys.modules if m.split('.')[0] == 'textual' or m.startswith(('rlwatch.tui', 'rlwatch.widgets')))\n"
         "print('LOADED=' + json.dumps(loaded))\n"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False)
     assert out.returncode in (0, 1), out.stderr
     marker = [line for line in out.stdout.splitlines() if line.startswith("LOADED=")]
     assert marker and json.loads(marker[0][len("LOADED=") :]) == []
+
+
+def test_python_m_rlwatch_does_what_the_command_does(tmp_path: Path) -> None:
+    """`python -m rlwatch` reaches the dashboard commands too (here a headless snapshot of a simulated incident)."""
+    out = tmp_path / "shot.svg"
+    done = subprocess.run(
+        [sys.executable, "-m", "rlwatch", "snapshot", "--demo", "--scenario", "healthy", "--out", str(out)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    assert out.read_text().startswith("<svg")
+
+
+def test_nothing_is_installed_outside_the_rlwatch_package() -> None:
+    """The dashboard's folders are installed as rlwatch.tui and rlwatch.widgets: no top-level `tui` or `widgets`
+    lands in site-packages, where another project's would collide with them."""
+    config = tomllib.loads((Path(__file__).resolve().parent.parent / "pyproject.toml").read_text())
+    packages = config["tool"]["setuptools"]["packages"]
+    assert {p.split(".")[0] for p in packages} == {"rlwatch"}
+    assert {"rlwatch.tui", "rlwatch.widgets"} <= set(packages)
+    assert config["project"]["scripts"]["rlwatch"] == "rlwatch.tui.launch:main"

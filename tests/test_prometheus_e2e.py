@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from rlwatch.exporter import BudgetState, Exporter, ExporterExtras, start_exporter
-from rlwatch.state import Snapshot
+from rlwatch.common.state import Snapshot
+from rlwatch.export.exporter import BudgetState, Exporter, ExporterExtras, start_exporter
 from tests import snapshot_data as data
 from tests.promserver import PromServer, need_prometheus
 from tests.simhost import wait_until

@@ -18,7 +18,7 @@ from typing import Any
 import psutil
 import pytest
 
-from rlwatch.config import Config
+from rlwatch.config.models import Config
 from rlwatch.sim import SCENARIOS, run_sim
 from rlwatch.sim import commands as sim_commands
 from rlwatch.sim.client import CallError, call

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from textual.screen import Screen
 
-from rlwatch.clock import Clock
-from rlwatch.feed import Feed
-from tui.base import MonitorApp
-from tui.screens.main import MainScreen
+from rlwatch.common.clock import Clock
+from rlwatch.engine.feed import Feed
+from rlwatch.tui.base import MonitorApp
+from rlwatch.tui.screens.main import MainScreen
 
 
 class RlwatchApp(MonitorApp):

@@ -7,7 +7,7 @@ from typing import Any, TypeVar
 from textual.app import App
 from textual.screen import Screen
 
-from rlwatch.clock import Clock, SystemClock
+from rlwatch.common.clock import Clock, SystemClock
 
 ScreenT = TypeVar("ScreenT", bound=Screen[Any])
 

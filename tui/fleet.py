@@ -17,11 +17,11 @@ from textual.containers import VerticalScroll
 from textual.screen import Screen
 from textual.widgets import DataTable, Footer, Static
 
-from rlwatch.clock import Clock
-from rlwatch.fleet import FleetSnapshot
-from tui.base import MonitorApp
-from widgets.fleet_table import FleetTable, group_detail, host_detail, summary
-from widgets.format import clean_text, fmt_duration
+from rlwatch.common.clock import Clock
+from rlwatch.export.fleet import FleetSnapshot
+from rlwatch.tui.base import MonitorApp
+from rlwatch.widgets.fleet_table import FleetTable, group_detail, host_detail, summary
+from rlwatch.widgets.format import clean_text, fmt_duration
 
 ReadFleet = Callable[[], FleetSnapshot]
 HINT = Text("enter: detail · escape: close it · r: refresh now · q: quit", style="dim")
@@ -185,7 +185,7 @@ class FleetScreen(Screen[None]):
 
 
 class FleetApp(MonitorApp):
-    """The fleet over one read function (a :class:`~rlwatch.fleet.FleetSource`'s ``read``, or fixed data)."""
+    """The fleet over one read function (a :class:`~rlwatch.export.fleet.FleetSource`'s ``read``, or fixed data)."""
 
     TITLE = "rlwatch fleet"
 

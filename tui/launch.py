@@ -22,9 +22,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from rlwatch.cli import HANDLERS, UsageError, load, parse, run
-from rlwatch.config_load import resolve_config
-from rlwatch.engine import Engine
-from rlwatch.feed import StaticFeed
+from rlwatch.discover.load import resolve_config
+from rlwatch.engine.engine import Engine
+from rlwatch.engine.feed import StaticFeed
 from rlwatch.live import LiveFeed
 
 if TYPE_CHECKING:
@@ -135,7 +135,7 @@ def run_app(app: App[Any]) -> None:
 
 
 def run_dashboard(engine: Engine) -> int:
-    from tui.app import RlwatchApp
+    from rlwatch.tui.app import RlwatchApp
 
     # The first frame must not wait for a backlog of gigabytes: the engine's log loop reads it while the
     # dashboard is already up, and the counts fill in as it goes.
@@ -165,7 +165,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
 
 
 def _render(run_dir: Path, config: Path | None, profile: str, size: tuple[int, int], warmup_s: float) -> str:
-    from tui.snapshot import render_svg
+    from rlwatch.tui.snapshot import render_svg
 
     cfg, _ = resolve_config(run_dir, config, profile)
     cfg = cfg.model_copy(update={"interval_s": min(cfg.interval_s, 0.25)})
@@ -204,10 +204,10 @@ def cmd_snapshot(args: argparse.Namespace) -> int:
 
 
 def cmd_fleet(args: argparse.Namespace) -> int:
-    from rlwatch.config import FleetConfig
-    from rlwatch.config_load import load_config
-    from rlwatch.fleet import FleetError, make_fleet_source
-    from tui.fleet import FleetApp
+    from rlwatch.config.models import FleetConfig
+    from rlwatch.discover.load import load_config
+    from rlwatch.export.fleet import FleetError, make_fleet_source
+    from rlwatch.tui.fleet import FleetApp
 
     cfg = FleetConfig()
     if args.config is not None:

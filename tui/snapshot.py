@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import asyncio
 
-from rlwatch.clock import Clock, FakeClock
-from rlwatch.feed import Feed
-from tui.app import RlwatchApp
+from rlwatch.common.clock import Clock, FakeClock
+from rlwatch.engine.feed import Feed
+from rlwatch.tui.app import RlwatchApp
 
 
 async def render_svg_async(feed: Feed, *, size: tuple[int, int] = (120, 40), clock: Clock | None = None) -> str:

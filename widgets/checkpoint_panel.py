@@ -9,10 +9,10 @@ from __future__ import annotations
 
 from rich.text import Text
 
-from rlwatch.diagnosis import when_text
-from rlwatch.state import CheckpointState, DiskState, RecoverState, Snapshot, TimelineEntry
-from widgets.format import basename, clean_text, fmt_age, fmt_bytes, fmt_clock, shorten_path
-from widgets.text_block import TextBlock
+from rlwatch.common.state import CheckpointState, DiskState, RecoverState, Snapshot, TimelineEntry
+from rlwatch.engine.diagnosis import when_text
+from rlwatch.widgets.format import basename, clean_text, fmt_age, fmt_bytes, fmt_clock, shorten_path
+from rlwatch.widgets.text_block import TextBlock
 
 TIMELINE_SHOWN = 4
 

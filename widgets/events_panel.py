@@ -15,11 +15,11 @@ from textual.app import ComposeResult
 from textual.message import Message
 from textual.widgets import DataTable, Static
 
-from rlwatch.diagnosis import failure_text, first_text, incident_text, last_text
-from rlwatch.state import EventSummary, Incident, Snapshot
-from widgets.format import SEVERITY_STYLE, basename, clean_text, fmt_age, fmt_clock
-from widgets.panel import Panel
-from widgets.text_block import TextBlock
+from rlwatch.common.state import EventSummary, Incident, Snapshot
+from rlwatch.engine.diagnosis import failure_text, first_text, incident_text, last_text
+from rlwatch.widgets.format import SEVERITY_STYLE, basename, clean_text, fmt_age, fmt_clock
+from rlwatch.widgets.panel import Panel
+from rlwatch.widgets.text_block import TextBlock
 
 RECENT_SHOWN = 3
 LINE_LIMIT = 400

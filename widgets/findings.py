@@ -8,9 +8,9 @@ from __future__ import annotations
 
 from rich.text import Text
 
-from rlwatch.state import Finding, Snapshot, SourceStatus
-from widgets.format import SEVERITY_LABEL, SEVERITY_STYLE, clean_text, fmt_clock
-from widgets.text_block import TextBlock
+from rlwatch.common.state import Finding, Snapshot, SourceStatus
+from rlwatch.widgets.format import SEVERITY_LABEL, SEVERITY_STYLE, clean_text, fmt_clock
+from rlwatch.widgets.text_block import TextBlock
 
 MESSAGE_LIMIT = 600
 OWN_LINE = frozenset({"gpu", "server"})

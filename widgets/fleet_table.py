@@ -1,10 +1,10 @@
 """The fleet table: one row per host, hosts that fail the same way under one group row, and a host's detail.
 
-Rows are built from a :class:`~rlwatch.fleet.FleetSnapshot` only, with ages measured from the snapshot's own time,
-so the same fleet renders to the same characters every time. A group row appears only where two or more hosts
-share an exception signature (a group of one says nothing its host row does not); hosts with no exception follow
-without a group row. Stale hosts keep their last known values, dimmed, with the age of their newest data where
-the status would be.
+Rows are built from a :class:`~rlwatch.export.fleet.FleetSnapshot` only, with ages measured from the snapshot's own
+time, so the same fleet renders to the same characters every time. A group row appears only where two or more hosts
+share an exception signature (a group of one says nothing its host row does not); hosts with no exception follow without
+a group row. Stale hosts keep their last known values, dimmed, with the age of their newest data where the status would
+be.
 """
 
 from __future__ import annotations
@@ -14,9 +14,9 @@ from rich.table import Table
 from rich.text import Text
 from textual.widgets import DataTable
 
-from rlwatch.fleet import FleetGroup, FleetHost, FleetSnapshot, HostStatus
-from rlwatch.state import Severity
-from widgets.format import (
+from rlwatch.common.state import Severity
+from rlwatch.export.fleet import FleetGroup, FleetHost, FleetSnapshot, HostStatus
+from rlwatch.widgets.format import (
     SEVERITY_STYLE,
     UNKNOWN,
     clean_text,

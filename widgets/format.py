@@ -13,7 +13,7 @@ import shlex
 import time
 from collections.abc import Sequence
 
-from rlwatch.state import Severity
+from rlwatch.common.state import Severity
 
 # Complete escape sequences first (CSI, OSC, DCS/SOS/PM/APC strings, two-byte ESC sequences), so colour codes and
 # terminal-title tricks disappear whole instead of leaving their parameters behind as noise.

@@ -14,12 +14,12 @@ from textual.app import ComposeResult
 from textual.containers import Horizontal
 from textual.widgets import Static
 
-from rlwatch.diagnosis import OUTSIDE_MIN_BYTES
-from rlwatch.state import GpuHolder, GpuState, GpuStatus, History, Series, Snapshot
-from widgets.format import clean_text, fmt_age, fmt_bytes, fmt_cmdline, fmt_percent
-from widgets.graph import TimeGraph, bucket, spark
-from widgets.panel import Panel
-from widgets.text_block import TextBlock
+from rlwatch.common.state import GpuHolder, GpuState, GpuStatus, History, Series, Snapshot
+from rlwatch.engine.diagnosis import OUTSIDE_MIN_BYTES
+from rlwatch.widgets.format import clean_text, fmt_age, fmt_bytes, fmt_cmdline, fmt_percent
+from rlwatch.widgets.graph import TimeGraph, bucket, spark
+from rlwatch.widgets.panel import Panel
+from rlwatch.widgets.text_block import TextBlock
 
 INLINE_COLUMNS = 12
 INLINE_SPAN_S = 600.0

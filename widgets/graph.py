@@ -13,7 +13,7 @@ from collections.abc import Callable, Sequence
 from rich.text import Text
 from textual.widget import Widget
 
-from rlwatch.state import Series
+from rlwatch.common.state import Series
 
 BLOCKS = " ▁▂▃▄▅▆▇█"
 ZERO = "_"  # a sample that rounds to nothing: distinct from "no sample at all"

@@ -10,8 +10,8 @@ from __future__ import annotations
 from rich.text import Text
 from textual.widget import Widget
 
-from rlwatch.state import Snapshot
-from widgets.format import (
+from rlwatch.common.state import Snapshot
+from rlwatch.widgets.format import (
     SEVERITY_LABEL,
     clean_text,
     fmt_bytes,

@@ -24,10 +24,10 @@ from textual.scroll_view import ScrollView
 from textual.strip import Strip
 from textual.widgets import Input, Static
 
-from rlwatch.state import Severity, Snapshot, TaggedLine
-from widgets.format import SEVERITY_STYLE, basename, clean_text, shorten_middle
-from widgets.panel import Panel
-from widgets.text_block import TextBlock
+from rlwatch.common.state import Severity, Snapshot, TaggedLine
+from rlwatch.widgets.format import SEVERITY_STYLE, basename, clean_text, shorten_middle
+from rlwatch.widgets.panel import Panel
+from rlwatch.widgets.text_block import TextBlock
 
 MAX_LINES = 5000
 PATH_WIDTH = 12

@@ -12,11 +12,11 @@ from textual.app import ComposeResult
 from textual.containers import Horizontal
 from textual.widgets import Static
 
-from rlwatch.state import MemoryState, ProcessInfo, Series, Snapshot
-from widgets.format import clean_text, fmt_bytes, fmt_clock, fmt_duration, shorten_middle
-from widgets.graph import TimeGraph, bucket, spark
-from widgets.panel import Panel
-from widgets.text_block import TextBlock
+from rlwatch.common.state import MemoryState, ProcessInfo, Series, Snapshot
+from rlwatch.widgets.format import clean_text, fmt_bytes, fmt_clock, fmt_duration, shorten_middle
+from rlwatch.widgets.graph import TimeGraph, bucket, spark
+from rlwatch.widgets.panel import Panel
+from rlwatch.widgets.text_block import TextBlock
 
 MAX_PROCESSES = 8
 SPAN_S = 600.0

@@ -11,7 +11,7 @@ from typing import Any
 
 from textual.containers import ScrollableContainer
 
-from rlwatch.state import Snapshot
+from rlwatch.common.state import Snapshot
 
 _NOTHING = object()  # "never drawn": unequal to every key, including None
 

@@ -11,10 +11,10 @@ from rich.text import Text
 from textual.app import ComposeResult
 from textual.widgets import DataTable, Static
 
-from rlwatch.state import LiveRun, ProcessInfo, ServerState, Snapshot, WatchdogStatus
-from widgets.format import clean_text, fmt_age, fmt_bytes, fmt_clock, fmt_cmdline, fmt_duration
-from widgets.panel import Panel
-from widgets.text_block import TextBlock
+from rlwatch.common.state import LiveRun, ProcessInfo, ServerState, Snapshot, WatchdogStatus
+from rlwatch.widgets.format import clean_text, fmt_age, fmt_bytes, fmt_clock, fmt_cmdline, fmt_duration
+from rlwatch.widgets.panel import Panel
+from rlwatch.widgets.text_block import TextBlock
 
 COMMAND_WIDTH = 60
 EVIDENCE_WIDTH = 28

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from textual.app import ComposeResult
 
-from rlwatch.state import Snapshot
-from widgets.checkpoint_panel import CheckpointSection
-from widgets.panel import Panel
-from widgets.training_panel import TrainingSection
+from rlwatch.common.state import Snapshot
+from rlwatch.widgets.checkpoint_panel import CheckpointSection
+from rlwatch.widgets.panel import Panel
+from rlwatch.widgets.training_panel import TrainingSection
 
 
 class RunPanel(Panel):

@@ -8,10 +8,10 @@ from __future__ import annotations
 
 from rich.text import Text
 
-from rlwatch.state import Snapshot, TrainingState
-from widgets.format import clean_text, fmt_age, fmt_duration, fmt_number
-from widgets.graph import spark
-from widgets.text_block import TextBlock
+from rlwatch.common.state import Snapshot, TrainingState
+from rlwatch.widgets.format import clean_text, fmt_age, fmt_duration, fmt_number
+from rlwatch.widgets.graph import spark
+from rlwatch.widgets.text_block import TextBlock
 
 BAR_WIDTH = 16
 TREND_SHOWN = 24

@@ -14,7 +14,7 @@ from typing import Any
 
 import yaml
 
-from rlwatch.config import Config
+from rlwatch.config.models import Config
 from rlwatch.sim import commands
 from rlwatch.sim.common import EXPERIMENT, TRIAL, Layout, atomic_write_text
 from rlwatch.sim.scenarios import Scenario

@@ -1,7 +1,7 @@
 """Host sources: memory and OOM kills, GPUs, processes, GPU device holders, inference-server health, disk.
 
 Each source is a plain class or function that reads the host once per call and returns the immutable records of
-:mod:`rlwatch.state`. A host in a bad way (files missing, permission denied, a process gone between listing and
+:mod:`rlwatch.common.state`. A host in a bad way (files missing, permission denied, a process gone between listing and
 reading, a GPU fallen off the bus) is exactly when rlwatch is needed, so no source lets such an error escape: the
 affected fields become ``None`` and the source keeps a one-line reason in words.
 """

@@ -23,9 +23,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TypedDict
 
-from rlwatch.clock import Clock
-from rlwatch.numbers import finite_float
-from rlwatch.state import CheckpointInfo, CheckpointState
+from rlwatch.common.clock import Clock
+from rlwatch.common.numbers import finite_float
+from rlwatch.common.state import CheckpointInfo, CheckpointState
 
 _AREAL_RE = re.compile(r"epoch([0-9]{1,12})epochstep([0-9]{1,12})globalstep([0-9]{1,12})")
 _HF_RE = re.compile(r"checkpoint-([0-9]{1,12})")

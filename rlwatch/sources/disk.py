@@ -10,8 +10,8 @@ import os
 import shutil
 from pathlib import Path
 
+from rlwatch.common.state import DiskState
 from rlwatch.sources import one_line
-from rlwatch.state import DiskState
 
 
 def _existing(path: Path) -> Path:

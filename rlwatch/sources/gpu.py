@@ -11,12 +11,12 @@ import json
 from pathlib import Path
 from typing import Any, Protocol
 
-from rlwatch.clock import Clock, SystemClock
-from rlwatch.config import GpuConfig
-from rlwatch.numbers import finite_float, finite_int
+from rlwatch.common.clock import Clock, SystemClock
+from rlwatch.common.numbers import finite_float, finite_int
+from rlwatch.common.state import GpuState, GpuStatus
+from rlwatch.config.models import GpuConfig
 from rlwatch.sources import one_line
 from rlwatch.sources.nvml import NvmlBackend, ProcessMap
-from rlwatch.state import GpuState, GpuStatus
 
 DEFAULT_SIMULATED_STATE = ".sim/gpu_state.json"
 

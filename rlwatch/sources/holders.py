@@ -15,10 +15,10 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from rlwatch.clock import Clock
+from rlwatch.common.clock import Clock
+from rlwatch.common.state import GpuHolder, GpuState
 from rlwatch.sources import procfs
 from rlwatch.sources.membership import RUN, STRAY, RunView
-from rlwatch.state import GpuHolder, GpuState
 
 _WILDCARDS = re.compile(r"[*?\[]")
 _GPU_INDEX = re.compile(r"nvidia(\d+)$")

@@ -35,9 +35,9 @@ import os
 from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass, field
 
+from rlwatch.common.textsafe import strip_ansi
+from rlwatch.logs.timestamps import parse_time
 from rlwatch.sources import procfs
-from rlwatch.textsafe import strip_ansi
-from rlwatch.timestamps import parse_time
 
 RUN = "run"
 STRAY = "stray"

@@ -15,10 +15,10 @@ from pathlib import Path
 
 import psutil
 
-from rlwatch import forecast
-from rlwatch.clock import Clock
+from rlwatch.common import forecast
+from rlwatch.common.clock import Clock
+from rlwatch.common.state import MemoryState, Series
 from rlwatch.sources import one_line
-from rlwatch.state import MemoryState, Series
 
 FORECAST_WINDOW_S = 600.0
 # A fall smaller than this over the window is page-cache churn, not a trend worth a forecast.

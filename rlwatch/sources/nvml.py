@@ -18,10 +18,10 @@ from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import replace
 from typing import Any, TypeVar
 
-from rlwatch.clock import Clock, SystemClock
-from rlwatch.numbers import finite_float, finite_int
+from rlwatch.common.clock import Clock, SystemClock
+from rlwatch.common.numbers import finite_float, finite_int
+from rlwatch.common.state import GpuState, GpuStatus
 from rlwatch.sources import one_line
-from rlwatch.state import GpuState, GpuStatus
 
 T = TypeVar("T")
 

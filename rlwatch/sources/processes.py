@@ -22,11 +22,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from rlwatch import forecast
-from rlwatch.clock import Clock
-from rlwatch.config import ProcessRule
+from rlwatch.common import forecast
+from rlwatch.common.clock import Clock
+from rlwatch.common.state import ProcessInfo, Series
+from rlwatch.config.models import ProcessRule
 from rlwatch.sources import procfs
-from rlwatch.state import ProcessInfo, Series
 
 GROWTH_WINDOW_S = 600.0
 GROWTH_MIN_SPAN_S = 60.0

@@ -11,8 +11,8 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
+from rlwatch.common.state import CheckpointInfo, RecoverState
 from rlwatch.sources.checkpoints import as_count, json_object, parse_areal_name, parse_hf_name
-from rlwatch.state import CheckpointInfo, RecoverState
 
 STEP_INFO = "step_info.json"
 RECOVER_DIR = "recover_info"

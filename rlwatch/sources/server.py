@@ -15,10 +15,10 @@ import threading
 import urllib.error
 import urllib.request
 
-from rlwatch.clock import Clock
-from rlwatch.config import ServerConfig
+from rlwatch.common.clock import Clock
+from rlwatch.common.state import ServerState
+from rlwatch.config.models import ServerConfig
 from rlwatch.sources import one_line
-from rlwatch.state import ServerState
 
 DEFAULT_HEALTH_PATHS = {"sglang": "/health", "vllm": "/health", "trl": "/health/"}
 

@@ -19,9 +19,9 @@ from typing import Any
 
 import pytest
 
-from rlwatch.config import Config
-from rlwatch.engine import Engine
-from rlwatch.state import Snapshot, SourceStatus
+from rlwatch.common.state import Snapshot, SourceStatus
+from rlwatch.config.models import Config
+from rlwatch.engine.engine import Engine
 
 ROW_KEY = "fault_row"
 PYTHON = sys.executable

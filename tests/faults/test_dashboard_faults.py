@@ -11,14 +11,14 @@ from pathlib import Path
 import pytest
 from textual.widgets import Static
 
-from rlwatch.clock import FakeClock
-from rlwatch.engine import Engine
+from rlwatch.common.clock import FakeClock
+from rlwatch.engine.engine import Engine
 from rlwatch.live import LiveFeed
 from rlwatch.sources.nvml import NvmlBackend
+from rlwatch.tui.app import RlwatchApp
+from rlwatch.widgets.findings import FindingsBanner
 from tests.faults.conftest import FaultRow, make_engine
-from tests.test_gpu_source import FakeNvml, board
-from tui.app import RlwatchApp
-from widgets.findings import FindingsBanner
+from tests.sources.test_gpu_source import FakeNvml, board
 
 pytestmark = pytest.mark.faults
 

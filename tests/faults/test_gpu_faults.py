@@ -16,13 +16,13 @@ from pathlib import Path
 import pynvml
 import pytest
 
-from rlwatch.clock import FakeClock
-from rlwatch.engine import Engine
-from rlwatch.report import to_json_dict
+from rlwatch.common.clock import FakeClock
+from rlwatch.engine.engine import Engine
+from rlwatch.export.report import to_json_dict
+from rlwatch.export.stream import changes, plain
 from rlwatch.sources.nvml import NvmlBackend
-from rlwatch.stream import changes, plain
 from tests.faults.conftest import FaultRow, make_engine, source_error
-from tests.test_gpu_source import FakeNvml, board
+from tests.sources.test_gpu_source import FakeNvml, board
 
 pytestmark = pytest.mark.faults
 

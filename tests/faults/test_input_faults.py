@@ -19,8 +19,8 @@ import pytest
 import yaml
 from pydantic import BaseModel
 
-from rlwatch.config import Config
-from rlwatch.config_load import ConfigError, parse_config
+from rlwatch.config.models import Config
+from rlwatch.discover.load import ConfigError, parse_config
 from tests.faults.conftest import CAN_DROP_PRIVILEGES, FaultRow, as_nobody, rlwatch_cmd, run_cli
 
 pytestmark = pytest.mark.faults

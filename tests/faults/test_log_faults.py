@@ -11,8 +11,8 @@ from pathlib import Path
 import psutil
 import pytest
 
-from rlwatch.engine import Engine
-from rlwatch.report import to_json_dict, to_text
+from rlwatch.engine.engine import Engine
+from rlwatch.export.report import to_json_dict, to_text
 from tests.faults.conftest import FaultRow, make_engine, source_error
 from tests.simhost import wait_until
 

@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from rlwatch.clock import FakeClock
-from rlwatch.config import ProcessRule
-from rlwatch.report import to_json_dict
+from rlwatch.common.clock import FakeClock
+from rlwatch.config.models import ProcessRule
+from rlwatch.export.report import to_json_dict
 from rlwatch.sources import procfs
 from rlwatch.sources.holders import HolderScanner
 from rlwatch.sources.processes import ProcessTable

@@ -18,8 +18,8 @@ from typing import Any
 import psutil
 import pytest
 
-from rlwatch.clock import FakeClock
-from rlwatch.report import to_json_dict
+from rlwatch.common.clock import FakeClock
+from rlwatch.export.report import to_json_dict
 from tests.faults.conftest import PYTHON, FaultRow, make_engine, rlwatch_cmd, run_cli
 from tests.simhost import wait_until
 

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from rlwatch.engine import Engine
-from rlwatch.report import to_json_dict
+from rlwatch.engine.engine import Engine
+from rlwatch.export.report import to_json_dict
 from tests.faults.conftest import FaultRow, make_engine, run_cli
 from tests.simhost import wait_until
 

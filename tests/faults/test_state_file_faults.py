@@ -17,14 +17,14 @@ from pathlib import Path
 
 import pytest
 
-from rlwatch.actions.audit import AuditLog
-from rlwatch.actions.spawn import SpawnError, spawn
-from rlwatch.clock import SystemClock
-from rlwatch.launches import LaunchBook
-from rlwatch.report import to_json_dict, to_text
-from rlwatch.service import hook_text, install
+from rlwatch.common.clock import SystemClock
+from rlwatch.export.report import to_json_dict, to_text
+from rlwatch.remedy.actions.audit import AuditLog
+from rlwatch.remedy.actions.spawn import SpawnError, spawn
+from rlwatch.remedy.service import hook_text, install
+from rlwatch.sources.launches import LaunchBook
 from rlwatch.sources.processes import LaunchRecord
-from rlwatch.watchdog_state import PidLock, read_status, request_rearm, write_json
+from rlwatch.sources.watchdog_state import PidLock, read_status, request_rearm, write_json
 from tests.faults.conftest import NOBODY, FaultRow, make_engine, run_cli, source_error
 
 pytestmark = pytest.mark.faults
@@ -371,7 +371,7 @@ def _book(run: Path) -> Path:
 
 
 def _resume_refusal(run: Path) -> str:
-    from rlwatch.actions.api import Actions
+    from rlwatch.remedy.actions.api import Actions
 
     engine = make_engine(run)
     try:

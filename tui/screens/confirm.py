@@ -15,9 +15,9 @@ from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.screen import ModalScreen
 from textual.widgets import Button, Static
 
-from rlwatch.state import ActionPlan, ActionTarget
-from tui.keys import ACTION_TITLES
-from widgets.format import clean_text, fmt_bytes, fmt_cmdline, fmt_duration
+from rlwatch.common.state import ActionPlan, ActionTarget
+from rlwatch.tui.keys import ACTION_TITLES
+from rlwatch.widgets.format import clean_text, fmt_bytes, fmt_cmdline, fmt_duration
 
 COMMAND_WIDTH = 72
 

@@ -9,7 +9,7 @@ from textual.containers import Vertical
 from textual.screen import ModalScreen
 from textual.widgets import Static
 
-from tui.keys import help_rows
+from rlwatch.tui.keys import help_rows
 
 
 class HelpScreen(ModalScreen[None]):

@@ -1,4 +1,4 @@
-"""The dashboard: every panel on one screen, fed from one :class:`~rlwatch.feed.Feed`.
+"""The dashboard: every panel on one screen, fed from one :class:`~rlwatch.engine.feed.Feed`.
 
 The feed pokes the screen when it has something new (a line counted, a sampling round), and a tick every
 ``refresh_s`` keeps the staleness mark moving: either way the screen asks the feed for the latest snapshot (a
@@ -22,23 +22,23 @@ from textual.message import Message
 from textual.screen import Screen
 from textual.widgets import Footer, Input, Static
 
-from rlwatch.clock import Clock
-from rlwatch.feed import Feed
-from rlwatch.state import ActionPlan, ActionResult, Snapshot
-from tui.keys import ACTION_KEYS, ACTION_TITLES, bindings
-from tui.screens.confirm import ConfirmScreen
-from tui.screens.help import HelpScreen
-from widgets.events_panel import EventsPanel
-from widgets.findings import FindingsBanner
-from widgets.format import clean_text
-from widgets.gpu_panel import GpuPanel
-from widgets.header import HeaderBar
-from widgets.log_view import LogPanel, LogView
-from widgets.memory_panel import MemoryPanel
-from widgets.panel import Panel
-from widgets.process_panel import ProcessPanel
-from widgets.run_panel import RunPanel
-from widgets.text_block import TextBlock
+from rlwatch.common.clock import Clock
+from rlwatch.common.state import ActionPlan, ActionResult, Snapshot
+from rlwatch.engine.feed import Feed
+from rlwatch.tui.keys import ACTION_KEYS, ACTION_TITLES, bindings
+from rlwatch.tui.screens.confirm import ConfirmScreen
+from rlwatch.tui.screens.help import HelpScreen
+from rlwatch.widgets.events_panel import EventsPanel
+from rlwatch.widgets.findings import FindingsBanner
+from rlwatch.widgets.format import clean_text
+from rlwatch.widgets.gpu_panel import GpuPanel
+from rlwatch.widgets.header import HeaderBar
+from rlwatch.widgets.log_view import LogPanel, LogView
+from rlwatch.widgets.memory_panel import MemoryPanel
+from rlwatch.widgets.panel import Panel
+from rlwatch.widgets.process_panel import ProcessPanel
+from rlwatch.widgets.run_panel import RunPanel
+from rlwatch.widgets.text_block import TextBlock
 
 MIN_REDRAW_S = 0.1  # the feed's pokes redraw at most this often
 STALE_AFTER_S = 15.0  # a live snapshot older than this is flagged: the engine has stopped moving

@@ -1,0 +1,1 @@
+"""What rlwatch is told: the configuration models and the shipped profiles."""

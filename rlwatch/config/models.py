@@ -1,0 +1,332 @@
+"""Typed configuration: what the YAML file may say, validated strictly (unknown keys are errors).
+
+The models are the single documented reference of every key; ``configs/reference.yaml`` mirrors them with
+comments. Loading and line-numbered error messages live in :mod:`rlwatch.discover.load`.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Annotated, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, field_validator, model_validator
+
+Profile = Literal["auto", "areal", "trl", "workers", "generic"]
+SeverityName = Literal["critical", "warning", "info"]
+PositiveFloat = Annotated[float, Field(gt=0)]
+NonNegInt = Annotated[int, Field(ge=0)]
+_URL = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://\S")
+
+
+class Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+def _check_regex(value: str) -> str:
+    try:
+        re.compile(value)
+    except re.error as exc:
+        raise ValueError(f"not a valid regular expression: {exc}") from None
+    return value
+
+
+class CustomEvent(Strict):
+    """A user-defined event kind: lines matching ``pattern`` are counted under ``name``."""
+
+    name: Annotated[str, Field(pattern=r"^[a-z][a-z0-9_]*$")]
+    pattern: str
+    severity: SeverityName = "warning"
+    ignore_case: bool = False
+    progress: bool = False  # a sign of progress: resets the streaks of failure kinds in the same file
+
+    _v = field_validator("pattern")(_check_regex)
+
+
+class EventsConfig(Strict):
+    brake_pattern: str = r"emergency[ _-]?brake"  # case-insensitive
+    custom: list[CustomEvent] = []
+    recent_lines: Annotated[int, Field(ge=1, le=1000)] = 20
+    rate_window_s: PositiveFloat = 300.0
+
+    _v = field_validator("brake_pattern")(_check_regex)
+
+
+class ProcessRule(Strict):
+    """How to recognise one process role, and how to start it again.
+
+    A process is selected only by an explicit rule (a regex over the whole command line, a pidfile, or both),
+    never by a broad name.
+    """
+
+    role: Annotated[str, Field(pattern=r"^[a-z][a-z0-9_-]*$")]
+    cmdline_regex: str | None = None
+    pidfile: str | None = None
+    command: list[str] | None = None  # argv to start one again; recorded from the live process when absent
+    cwd: str | None = None
+    log: str | None = None  # where a started process's output is appended (and tailed)
+    memory_limit_bytes: Annotated[int, Field(gt=0)] | None = None
+    expected: bool = False  # a finding is raised when none is running (e.g. the watchdog)
+
+    _v = field_validator("cmdline_regex")(lambda v: v if v is None else _check_regex(v))
+
+
+class ServerConfig(Strict):
+    kind: Literal["sglang", "vllm", "trl"] | None = None
+    url: str | None = None  # e.g. http://127.0.0.1:30000
+    # null: a server is expected exactly when url is set; false: the run has none (TRL's colocated generation),
+    # never probed, no server finding or policy; true: expected even where its address is not known yet.
+    expected: bool | None = None
+    health_path: str | None = None  # default by kind: /health, /health, /health/
+    timeout_s: PositiveFloat = 2.0
+    interval_s: PositiveFloat = 5.0
+    command: list[str] | None = None
+    cwd: str | None = None
+    log: str | None = None
+    start_timeout_s: PositiveFloat = 600.0
+
+
+class GpuConfig(Strict):
+    backend: Literal["auto", "nvml", "simulated", "none"] = "auto"
+    simulated_state: str | None = None  # JSON file a simulator writes (backend "simulated")
+    device_glob: str = "/dev/nvidia*"
+    query_timeout_s: PositiveFloat = 2.0
+
+
+class TrainingConfig(Strict):
+    """Where the run keeps its state. Paths are relative to the run directory unless absolute."""
+
+    logs: list[str] = []  # globs
+    checkpoint_dirs: list[str] = []
+    recover_info: str | None = None  # path of step_info.json
+    config_file: str | None = None  # the training YAML, to show its key knobs
+    output_volume: str | None = None  # for free-disk checks; default: the run directory
+    total_steps: Annotated[int, Field(gt=0)] | None = None
+
+
+class Thresholds(Strict):
+    stall_s: PositiveFloat = 600.0
+    restart_loop_uptime_s: PositiveFloat = 60.0
+    restart_loop_count: Annotated[int, Field(ge=2)] = 3
+    brake_streak: Annotated[int, Field(ge=1)] = 10
+    brake_free_bytes: NonNegInt = 2 * 1024**3
+    memory_warn_fraction: Annotated[float, Field(gt=0, le=1)] = 0.90
+    leak_bytes_per_hour: NonNegInt = 512 * 1024**2
+    disk_free_bytes: NonNegInt = 10 * 1024**3
+    weight_update_timeout_s: PositiveFloat = 120.0
+    weight_update_warn_fraction: Annotated[float, Field(gt=0, le=1)] = 0.75
+    connection_storm: Annotated[int, Field(ge=1)] = 5
+
+
+class ActionsConfig(Strict):
+    readonly: bool = False
+    grace_s: PositiveFloat = 10.0
+    allow_other_users: bool = False  # only honoured when running as root
+    audit_log: str | None = None  # default: <run_dir>/.rlwatch/audit.jsonl
+    resume_command: list[str] | None = None
+    resume_cwd: str | None = None
+    resume_log: str | None = None
+    verify_timeout_s: PositiveFloat = 120.0
+    protected_names: list[str] = [
+        "nvidia-persistenced",
+        "nv-hostengine",
+        "dcgm-exporter",
+        "dcgmi",
+        "nvidia-smi",
+        "node_exporter",
+        "nvitop-exporter",
+        "nvitop",
+        "nvtop",
+        "gpustat",
+        "glances",
+    ]
+
+
+ActionName = Literal["restart-workers", "kill-zombies", "resume", "restart-server"]
+
+
+class BudgetConfig(Strict):
+    """How often the watchdog may act on one target before it gives up and waits for a person
+    (rlwatch.remedy.budget)."""
+
+    burst: Annotated[int, Field(ge=1)] = 3  # at most this many restarts of one target ...
+    window_s: PositiveFloat = 1800.0  # ... within this many seconds; one more failure = gave up
+    delay_s: PositiveFloat = 10.0  # the wait before a restart after a start-up failure, doubling each time ...
+    max_delay_s: PositiveFloat = 300.0  # ... up to this
+    reset_after_s: PositiveFloat = 600.0  # this long healthy after a restart forgets the doubling
+    startup_s: PositiveFloat = 60.0  # failing again sooner than this after a restart = the restart did not take
+    startup_retries: Annotated[int, Field(ge=1)] = 2  # that many start-up failures in a row = gave up at once
+
+
+class PolicyWhen(Strict):
+    """The condition of a policy: every key given must hold (and keep holding for ``for_s``)."""
+
+    event: Annotated[str, Field(pattern=r"^_?[a-z][a-z0-9_]*$")] | None = None  # an event kind, per log file
+    streak: Annotated[int, Field(ge=1)] | None = None  # that kind this many times in a row in one file
+    count: Annotated[int, Field(ge=1)] | None = None  # that kind this many times in one file within window_s
+    window_s: PositiveFloat | None = None
+    role: Annotated[str, Field(pattern=r"^[a-z][a-z0-9_-]*$")] | None = None  # only processes of this role
+    over_memory_limit: bool = False  # a process above its rule's memory_limit_bytes
+    rss_above_bytes: Annotated[int, Field(gt=0)] | None = None  # a process's resident memory above this
+    growth_above_bytes_per_hour: Annotated[int, Field(gt=0)] | None = None  # a process growing faster than this
+    available_below_bytes: Annotated[int, Field(gt=0)] | None = None  # the host's available RAM below this
+    server_down: bool = False  # the inference server's health check fails
+    dead: Annotated[str, Field(pattern=r"^[a-z][a-z0-9_-]*$")] | None = None  # a role seen running, none alive now
+    stalled: bool = False  # training stalled (no step for thresholds.stall_s)
+    for_s: Annotated[float, Field(ge=0)] = 0.0  # the condition must hold this long before the policy acts
+
+    @model_validator(mode="after")
+    def _coherent(self) -> PolicyWhen:
+        if self.event is not None and self.streak is None and self.count is None:
+            raise ValueError("event: give streak or count")
+        if (self.streak is not None or self.count is not None) and self.event is None:
+            raise ValueError("streak and count need an event")
+        if (self.count is None) != (self.window_s is None):
+            raise ValueError("count and window_s go together")
+        conditions = (
+            self.event,
+            self.over_memory_limit or None,
+            self.rss_above_bytes,
+            self.growth_above_bytes_per_hour,
+            self.available_below_bytes,
+            self.server_down or None,
+            self.dead,
+            self.stalled or None,
+        )
+        if all(c is None for c in conditions):
+            raise ValueError("a policy needs at least one condition")
+        return self
+
+
+class Policy(Strict):
+    """Headless remediation: when the condition holds, run these actions, bounded by a restart budget."""
+
+    name: Annotated[str, Field(pattern=r"^[a-z][a-z0-9_-]*$")]
+    when: PolicyWhen
+    actions: Annotated[list[ActionName], Field(min_length=1)]  # run in order; a refused later one is skipped
+    budget: BudgetConfig | None = None  # this policy's own budget; null = watchdog.budget
+    enabled: bool = True
+
+
+class WatchdogConfig(Strict):
+    """The headless watchdog (`rlwatch watch`): its budgets and how it shows it is alive."""
+
+    budget: BudgetConfig = BudgetConfig()
+    heartbeat_s: PositiveFloat = 5.0  # how often the state file is rewritten (and systemd pinged, at most)
+    stale_after_s: PositiveFloat = 60.0  # a heartbeat older than this means the watchdog is not responding
+
+
+class FleetConfig(Strict):
+    """Where `rlwatch fleet` reads many hosts: one Prometheus scraping every pod's exporter, or the exporters."""
+
+    prometheus: str | None = None  # base URL of a Prometheus server, e.g. http://127.0.0.1:9090
+    job: str | None = None  # only targets of this scrape job; null = every job with rlwatch series
+    exporters: list[str] = []  # exporter URLs read directly when there is no Prometheus
+    refresh_s: PositiveFloat = 5.0
+    stale_after_s: PositiveFloat = 60.0  # a host whose newest data is older than this is stale
+    timeout_s: PositiveFloat = 5.0
+    lookback_s: PositiveFloat = 3600.0  # how far back Prometheus is asked about hosts that stopped reporting
+
+
+class NotifyTarget(Strict):
+    """One place a person hears from the watchdog: an Apprise URL (Slack, Discord, Telegram, ntfy, mailto, json …).
+
+    The URL usually holds a token: rlwatch shows it only redacted (``tgram://***``), and never in a message.
+    """
+
+    url: Annotated[str, Field(min_length=1)]
+    min_severity: SeverityName = "warning"  # findings below this are not sent here; recovery follows what was sent
+    name: str | None = None  # shown instead of the redacted URL in the report and the dashboard
+
+    @field_validator("url")
+    @classmethod
+    def _scheme(cls, value: str) -> str:
+        if not _URL.match(value.strip()):
+            raise ValueError("an Apprise URL is SCHEME://… (json://host/path, ntfy://topic, mailto://…, tgram://…)")
+        return value.strip()
+
+
+class NotifyConfig(Strict):
+    """Notifications from `rlwatch watch` and its dead man's switch (rlwatch.export.notify)."""
+
+    targets: list[NotifyTarget] = []  # also --notify URL (repeatable) and RLWATCH_NOTIFY (whitespace or commas)
+    update_every_s: PositiveFloat = 900.0  # a finding that persists and changes is told again at most this often
+    clear_after_s: Annotated[float, Field(ge=0)] = 60.0  # a finding gone this long is recovered (one message)
+    include_lines: bool = False  # send the last log lines of a finding (log text may hold anything: off by default)
+    timeout_s: PositiveFloat = 10.0  # one delivery attempt to one target
+    retries: Annotated[int, Field(ge=0, le=10)] = 3  # further attempts after a failure ...
+    backoff_s: PositiveFloat = 5.0  # ... waiting this long before the first, doubling each time
+    queue_size: Annotated[int, Field(ge=1, le=10_000)] = 50  # per target; when full the oldest message is dropped
+    heartbeat: str | None = None  # a URL the watchdog GETs every heartbeat_every_s (healthchecks-style); --heartbeat
+    heartbeat_every_s: PositiveFloat = 60.0
+    heartbeat_timeout_s: PositiveFloat = 10.0
+
+    @field_validator("heartbeat")
+    @classmethod
+    def _http(cls, value: str | None) -> str | None:
+        if value is not None and not re.match(r"^https?://[^/\s]", value.strip()):
+            raise ValueError("the heartbeat is an http:// or https:// URL (a GET is sent to it)")
+        return None if value is None else value.strip()
+
+
+@dataclass(frozen=True)
+class Provenance:
+    """Why a configuration says what it does: the evidence discovery saw, or the file it was read from.
+
+    It is not a key of the file (a person's file needs no evidence for itself): discovery attaches it, ``rlwatch
+    init`` writes it as comments, the report and the dashboard show it. ``run_found`` False means discovery saw
+    nothing of a training run, and ``looked_for`` says where it looked, so a view can say so instead of "healthy".
+    """
+
+    source: str = "defaults"  # "discovered", "rlwatch.yaml", "--config FILE", "defaults"
+    profile: tuple[str, ...] = ()  # why this profile
+    server: tuple[str, ...] = ()  # why a server is expected, or why none is
+    run_found: bool = True
+    looked_for: str | None = None
+
+
+class Config(Strict):
+    """The whole file. Every key has a default, so an empty file is valid."""
+
+    _provenance: Provenance = PrivateAttr(default_factory=Provenance)
+
+    profile: Profile = "auto"
+    run_dir: str | None = None
+    interval_s: PositiveFloat = 2.0
+    simulated: bool = False  # set by the simulator so every view says SIMULATED
+    training: TrainingConfig = TrainingConfig()
+    server: ServerConfig = ServerConfig()
+    gpu: GpuConfig = GpuConfig()
+    processes: list[ProcessRule] = []
+    events: EventsConfig = EventsConfig()
+    thresholds: Thresholds = Thresholds()
+    actions: ActionsConfig = ActionsConfig()
+    policies: list[Policy] = []
+    watchdog: WatchdogConfig = WatchdogConfig()
+    fleet: FleetConfig = FleetConfig()
+    notify: NotifyConfig = NotifyConfig()
+
+    @property
+    def provenance(self) -> Provenance:
+        return self._provenance
+
+    @property
+    def server_expected(self) -> bool:
+        """Whether this run has an inference server to watch: only where the configuration or evidence says so."""
+        if self.server.expected is not None:
+            return self.server.expected
+        return self.server.url is not None
+
+    def __eq__(self, other: object) -> bool:
+        """Equal when they say the same: where a configuration came from is not part of what it says."""
+        if not isinstance(other, Config):
+            return NotImplemented
+        return self.__dict__ == other.__dict__
+
+    __hash__ = None  # type: ignore[assignment]  # mutable lists inside: never a dict key
+
+    def with_provenance(self, provenance: Provenance) -> Config:
+        """A copy that carries ``provenance`` (copies made from it keep it)."""
+        out = self.model_copy()
+        out._provenance = provenance
+        return out

@@ -1,0 +1,822 @@
+"""Finding out what runs in a run directory when nobody wrote a configuration.
+
+A person who SSHes into a pod and types ``rlwatch`` should see their run without writing YAML first. So the run
+directory is walked (bounded: a checkpoint tree can hold millions of files) for the layouts AReaL and TRL leave
+behind, and ``/proc`` is read for the processes they start, with the server ports in their command lines. The
+result is a profile's defaults (:mod:`rlwatch.config.profiles`) narrowed to what was found: the newest AReaL trial's
+logs, its checkpoints and recover info, the live server's URL, the training YAML the launcher was given.
+
+Everything found is written relative to the run directory, so ``rlwatch init`` writes a file that still works
+after the directory is moved.
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+import re
+from collections import deque
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import BinaryIO
+
+import yaml
+
+from rlwatch.common.clock import Clock, SystemClock
+from rlwatch.config.models import Config, Provenance, ServerConfig
+from rlwatch.config.profiles import (
+    AREAL_LAUNCHER,
+    LAUNCHER,
+    PROFILE_NAMES,
+    SGLANG_SERVER,
+    TORCHRUN,
+    TRL_SERVER,
+    TRL_TRAINER,
+    VLLM_SERVER,
+    ProfileName,
+    profile_defaults,
+)
+from rlwatch.discover.server_evidence import (
+    DEFAULT_PORT,
+    HEALTH_PATH,
+    Clue,
+    from_log,
+    from_trl_settings,
+    settings_from_argv,
+    settings_from_mapping,
+    settings_from_script,
+    trl_version,
+    url_host,
+)
+from rlwatch.sources import procfs
+
+MAX_DEPTH = 8
+MAX_ENTRIES = 20_000
+RECENT_S = 24 * 3600.0
+MAX_LOGS = 32
+TAIL_BYTES = 256 * 1024
+MAX_YAML_BYTES = 256 * 1024
+
+SKIP_DIRS = frozenset(
+    {".git", ".venv", "venv", "node_modules", "__pycache__", ".mypy_cache", ".ruff_cache", ".rlwatch"}
+)
+# Never descend into these: model shards, optimizer state, weight staging.
+OPAQUE_DIRS = frozenset({"recover_checkpoint", "weight_update"})
+AREAL_LOG_NAMES = frozenset({"trainer.log", "llm_server.log", "merged.log", "main.log"})
+AREAL_CKPT = re.compile(r"^epoch\d+epochstep\d+globalstep\d+$")
+HF_CKPT = re.compile(r"^checkpoint-\d+$")
+ANSI = re.compile(r"\x1b\[[0-9;]*m")
+BRAKE = re.compile(r"emergency[ _-]?brake", re.IGNORECASE)
+AREAL_LINE = re.compile(r"^\(AReaL\) ", re.MULTILINE)  # AReaL's log header (areal/utils/logging.py)
+# A metric dict a TRL GRPO trainer prints (transformers' ProgressCallback writes str(logs)); keys only TRL logs.
+TRL_METRICS = re.compile(r"\{'[^\n]*'(reward|reward_std|frac_reward_zero_std|completions/mean_length|rewards/[^']+)': ")
+HF_METRICS = re.compile(r"\{'(loss|train_runtime)': [^\n]*'(learning_rate|train_samples_per_second|epoch)': ")
+TRL_PATHS = re.compile(r"/(site|dist)-packages/trl/")
+LOG_HEAD_BYTES = 64 * 1024
+MAX_READ_LOGS = 16
+
+AREAL_KEYS = frozenset(
+    {"experiment_name", "trial_name", "cluster", "rollout", "actor", "sglang", "saver", "recover", "gconfig"}
+)
+TRL_KEYS = frozenset(
+    {"use_vllm", "vllm_mode", "num_generations", "max_completion_length", "vllm_server_host", "vllm_server_port"}
+)
+LOOKED_FOR = (
+    "*.log files written in the last 24 h, AReaL's logs/ checkpoints/ recover_info/ layout, HF/TRL "
+    "checkpoint-N/trainer_state.json, and training processes (torchrun, accelerate, DeepSpeed, python, AReaL, TRL, "
+    "SGLang, vLLM) working in or naming this directory"
+)
+
+# What a process is, from its command line. Servers first: a server command line never counts as a trainer.
+PROC_KINDS: tuple[tuple[str, re.Pattern[str]], ...] = (
+    ("areal_launcher", re.compile(AREAL_LAUNCHER)),
+    ("sglang", re.compile(SGLANG_SERVER)),
+    ("trl", re.compile(TRL_SERVER)),
+    ("vllm", re.compile(VLLM_SERVER)),
+    ("torchrun", re.compile(TORCHRUN)),
+    ("trl_trainer", re.compile(TRL_TRAINER)),
+    ("launcher", re.compile(LAUNCHER)),
+    ("python", re.compile(r"(^|/)python[0-9.]*( |$)")),
+)
+# rlwatch's own command line is never evidence of a run (its simulator's pieces are: they stand in for one).
+RLWATCH_CLI = re.compile(r"(^|/)rlwatch( |$)|-m rlwatch(\.cli)?( |$)")
+TRAINER_KINDS = frozenset({"areal_launcher", "torchrun", "trl_trainer", "launcher", "python"})
+# TRL itself on a command line: `trl grpo …`, `python -m trl.scripts.grpo`, one of TRL's example scripts.
+TRL_COMMAND = re.compile(r"(^|[ /])trl [a-z][a-z_-]*( |$)|-m trl(\.\S+)?( |$)|/trl/(scripts|examples)/\S+\.py( |$)")
+TRL_SOURCE = re.compile(r"^\s*(from trl\b|import trl\b)|\bGRPOTrainer\b|\bGRPOConfig\b", re.MULTILINE)
+MAX_SCRIPT_BYTES = 512 * 1024
+SERVER_KINDS = ("sglang", "trl", "vllm")
+
+
+@dataclass
+class Found:
+    """What the walk of the run directory saw (absolute paths)."""
+
+    areal_log_dirs: dict[Path, float] = field(default_factory=dict)  # dir -> newest log mtime
+    areal_trials: dict[Path, float] = field(default_factory=dict)  # checkpoints/<u>/<e>/<t> -> newest ckpt mtime
+    step_infos: dict[Path, float] = field(default_factory=dict)
+    hf_output_dirs: set[Path] = field(default_factory=set)
+    recent_logs: dict[Path, float] = field(default_factory=dict)
+    yamls: list[Path] = field(default_factory=list)
+    entries: int = 0
+    truncated: bool = False
+
+
+@dataclass(frozen=True)
+class Proc:
+    pid: int
+    argv: tuple[str, ...]
+    cwd: str | None
+    kinds: frozenset[str]
+
+    @property
+    def cmdline(self) -> str:
+        return " ".join(self.argv)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# The run directory
+
+
+def _mtime(path: str) -> float | None:
+    try:
+        return os.stat(path).st_mtime
+    except OSError:
+        return None
+
+
+def _is_areal_log_dir(directory: Path, names: set[str]) -> bool:
+    if not names & AREAL_LOG_NAMES:
+        return False
+    if "llm_server.log" in names or {"merged.log", "main.log"} <= names:
+        return True
+    parts = directory.parts
+    return len(parts) >= 4 and parts[-4] == "logs"
+
+
+def walk_run_dir(run_dir: Path, now: float) -> Found:
+    """Breadth-first, depth ≤ MAX_DEPTH, at most MAX_ENTRIES entries, symlinked dirs not followed, never raises."""
+    found = Found()
+    queue: deque[tuple[Path, int]] = deque([(run_dir, 0)])
+    while queue:
+        directory, depth = queue.popleft()
+        try:
+            with os.scandir(directory) as it:
+                entries = list(it)
+        except OSError:
+            continue
+        names = {e.name for e in entries}
+        for entry in entries:
+            found.entries += 1
+            if found.entries > MAX_ENTRIES:
+                found.truncated = True
+                return found
+            path = Path(entry.path)
+            try:
+                is_dir = entry.is_dir(follow_symlinks=False)
+                is_file = entry.is_file()
+            except OSError:
+                continue
+            if is_dir:
+                _see_dir(found, path, entry.name)
+                descend = entry.name not in SKIP_DIRS and entry.name not in OPAQUE_DIRS
+                descend = descend and not AREAL_CKPT.match(entry.name) and not HF_CKPT.match(entry.name)
+                if descend and depth + 1 < MAX_DEPTH:
+                    queue.append((path, depth + 1))
+            elif is_file:
+                _see_file(found, path, entry.name, depth, now)
+        if _is_areal_log_dir(directory, names):
+            times = [t for n in names & AREAL_LOG_NAMES if (t := _mtime(str(directory / n))) is not None]
+            found.areal_log_dirs[directory] = max(times, default=0.0)
+    return found
+
+
+def _see_dir(found: Found, path: Path, name: str) -> None:
+    if AREAL_CKPT.match(name):
+        trial = path.parent.parent
+        found.areal_trials[trial] = max(found.areal_trials.get(trial, 0.0), _mtime(str(path)) or 0.0)
+    elif HF_CKPT.match(name) and (path / "trainer_state.json").is_file():
+        found.hf_output_dirs.add(path.parent)
+
+
+def _see_file(found: Found, path: Path, name: str, depth: int, now: float) -> None:
+    if name == "step_info.json" and path.parent.name == "recover_info":
+        found.step_infos[path] = _mtime(str(path)) or 0.0
+        found.areal_trials.setdefault(path.parent.parent, 0.0)
+    elif name.endswith(".log") and not (name.startswith("debug") and "wandb" in path.parts):
+        # wandb's own debug logs are about wandb; its run output (files/output.log) is kept.
+        mtime = _mtime(str(path))
+        if mtime is not None and now - mtime <= RECENT_S:
+            found.recent_logs[path] = mtime
+    elif name.endswith((".yaml", ".yml")) and name not in ("rlwatch.yaml", "rlwatch.yml") and depth <= 1:
+        found.yamls.append(path)
+
+
+def _read_tail(path: Path, size: int = TAIL_BYTES) -> str:
+    try:
+        with path.open("rb") as fh:
+            fh.seek(0, os.SEEK_END)
+            end = fh.tell()
+            fh.seek(max(0, end - size))
+            data = fh.read(size)
+    except OSError:
+        return ""
+    return ANSI.sub("", data.decode("utf-8", "replace"))
+
+
+def _yaml_keys(path: Path) -> set[str]:
+    try:
+        with path.open("rb") as fh:
+            data = fh.read(MAX_YAML_BYTES + 1)
+        if len(data) > MAX_YAML_BYTES:
+            return set()
+        doc = yaml.safe_load(data.decode("utf-8"))
+    except Exception:  # any unreadable or odd file is simply not a training config
+        return set()
+    return {k for k in doc if isinstance(k, str)} if isinstance(doc, dict) else set()
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Processes
+
+
+def _classify(cmdline: str) -> frozenset[str]:
+    return frozenset(kind for kind, pattern in PROC_KINDS if pattern.search(cmdline))
+
+
+def scan_processes(proc_root: str = "/proc") -> list[Proc]:
+    """Processes whose command lines look like parts of a training run; vanished or unreadable ones are skipped."""
+    own = os.getpid() if proc_root == "/proc" else -1
+    out = []
+    for pid in procfs.list_pids(proc_root):
+        if pid == own:
+            continue
+        argv = procfs.read_cmdline(pid, proc_root)
+        cmdline = " ".join(argv)
+        kinds = _classify(cmdline) if argv and not RLWATCH_CLI.search(cmdline) else frozenset()
+        if kinds:
+            out.append(Proc(pid, argv, procfs.read_cwd(pid, proc_root), kinds))
+    return out
+
+
+def _option(argv: Sequence[str], name: str) -> str | None:
+    """The value of ``--name V`` or ``--name=V`` (the last one wins, as argparse does)."""
+    value = None
+    for i, arg in enumerate(argv):
+        if arg == name and i + 1 < len(argv):
+            value = argv[i + 1]
+        elif arg.startswith(name + "="):
+            value = arg[len(name) + 1 :]
+    return value
+
+
+def server_of(proc: Proc) -> ServerConfig | None:
+    """The server a process serves, when its command line says enough (the AReaL wrapper has no ``--port``)."""
+    kind = next((k for k in SERVER_KINDS if k in proc.kinds), None)
+    if kind is None:
+        return None
+    port_text = _option(proc.argv, "--port")
+    if port_text is None and kind == "sglang" and "-m sglang.launch_server" not in proc.cmdline:
+        return None
+    try:
+        port = int(port_text) if port_text is not None else DEFAULT_PORT[kind]
+    except ValueError:
+        return None
+    if not 0 < port < 65536:
+        return None
+    host = url_host(_option(proc.argv, "--host"))
+    return ServerConfig(kind=kind, url=f"http://{host}:{port}", health_path=HEALTH_PATH[kind])  # type: ignore[arg-type]
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Putting it together
+
+
+def _rel(path: Path, run_dir: Path) -> str:
+    try:
+        rel = path.relative_to(run_dir)
+    except ValueError:
+        return str(path)
+    return str(rel) if str(rel) != "." else "."
+
+
+def _glob_rel(path: Path, run_dir: Path) -> str:
+    """A path as a glob pattern that matches exactly it (``[`` and ``*`` in names are escaped)."""
+    return glob.escape(_rel(path, run_dir))
+
+
+def _tail3(path: Path) -> tuple[str, ...]:
+    return path.parts[-3:]
+
+
+def _config_arg(proc: Proc, run_dir: Path) -> Path | None:
+    """The training YAML a launcher or trainer was given (``--config``), made absolute against its cwd."""
+    value = _option(proc.argv, "--config")
+    if not value or not proc.kinds & TRAINER_KINDS:
+        return None
+    p = Path(value).expanduser()
+    if not p.is_absolute():
+        p = Path(proc.cwd or run_dir) / p
+    return Path(os.path.normpath(p))
+
+
+def _mentions(path: Path, text: str) -> bool:
+    try:
+        with path.open("rb") as fh:
+            return text.encode() in fh.read(MAX_YAML_BYTES)
+    except OSError:
+        return False
+
+
+def _related(proc: Proc, run_dir: Path) -> bool:
+    """Whether a process belongs to this run: it runs in it, names it, or its training YAML does.
+
+    AReaL is launched from its source tree, so only the YAML (``cluster.fileroot``) ties it to the run directory.
+    """
+    text = str(run_dir)
+    if proc.cwd is not None and (proc.cwd == text or proc.cwd.startswith(text + os.sep)):
+        return True
+    if re.search(rf"(^|[ =]){re.escape(text)}(/| |$)", proc.cmdline) is not None:
+        return True
+    config = _config_arg(proc, run_dir)
+    return config is not None and _mentions(config, text)
+
+
+def _config_file(related: Sequence[Proc], found: Found, profile: str, run_dir: Path) -> str | None:
+    """The training YAML: the one a process of this run was given, else one in the run directory that looks like one."""
+    for kind in ("areal_launcher", "torchrun", "trl_trainer", "launcher", "python"):
+        for proc in related:
+            config = _config_arg(proc, run_dir) if kind in proc.kinds else None
+            if config is not None:
+                return _rel(config, run_dir)
+    keys = AREAL_KEYS if profile == "areal" else TRL_KEYS if profile == "trl" else frozenset()
+    scored = sorted(((len(_yaml_keys(p) & keys), str(p)) for p in found.yamls), key=lambda s: (-s[0], s[1]))
+    if scored and scored[0][0] >= 2:
+        return _rel(Path(scored[0][1]), run_dir)
+    return None
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Evidence: what was seen, in words a person can check
+
+
+@dataclass
+class Seen:
+    """What discovery read once, for every decision below: the walk, the run's processes, log and script texts."""
+
+    run_dir: Path
+    found: Found
+    related: list[Proc]
+    host: list[Proc]
+    logs: dict[Path, str]  # the newest logs (head and tail), newest first
+    scripts: dict[Path, tuple[Proc, str]]  # the .py files the run's processes run, with one process running each
+
+    def rel(self, path: Path) -> str:
+        return _rel(path, self.run_dir)
+
+
+def _head_tail(path: Path) -> str:
+    """The start and the end of a file: servers and clients say where they connect when they start, and fail late."""
+    try:
+        size = path.stat().st_size
+        with path.open("rb") as fh:
+            if size <= LOG_HEAD_BYTES + TAIL_BYTES:
+                data = fh.read(LOG_HEAD_BYTES + TAIL_BYTES)
+            else:
+                data = fh.read(LOG_HEAD_BYTES) + b"\n" + _tail_bytes(fh, size)
+    except OSError:
+        return ""
+    return ANSI.sub("", data.decode("utf-8", "replace"))
+
+
+def _tail_bytes(fh: BinaryIO, size: int) -> bytes:
+    fh.seek(max(0, size - TAIL_BYTES))
+    return fh.read(TAIL_BYTES)
+
+
+def _logs_to_read(found: Found) -> list[Path]:
+    areal = [
+        d / name
+        for d in sorted(found.areal_log_dirs, key=lambda d: -found.areal_log_dirs[d])[:2]
+        for name in ("trainer.log", "llm_server.log", "main.log")
+        if (d / name).is_file()
+    ]
+    recent = sorted(found.recent_logs, key=lambda p: (-found.recent_logs[p], str(p)))
+    return list(dict.fromkeys([*areal, *recent]))[:MAX_READ_LOGS]
+
+
+def _scripts(related: Sequence[Proc], run_dir: Path) -> dict[Path, tuple[Proc, str]]:
+    """The Python files the run's trainers run (``accelerate launch train.py``, ``torchrun x.py``, ``python x.py``)."""
+    out: dict[Path, tuple[Proc, str]] = {}
+    for proc in related:
+        if not proc.kinds & TRAINER_KINDS:
+            continue
+        for arg in [a for a in proc.argv[1:] if a.endswith(".py") and not a.startswith("-")][:3]:
+            path = Path(arg).expanduser()
+            if not path.is_absolute():
+                path = Path(proc.cwd or run_dir) / path
+            path = Path(os.path.normpath(path))
+            if path in out or not path.is_file():
+                continue
+            try:
+                with path.open("rb") as fh:
+                    out[path] = (proc, fh.read(MAX_SCRIPT_BYTES).decode("utf-8", "replace"))
+            except OSError:
+                continue
+    return out
+
+
+def _short_cmd(proc: Proc, limit: int = 120) -> str:
+    text = proc.cmdline
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def _areal_evidence(seen: Seen) -> list[str]:
+    found, out = seen.found, []
+    for d in sorted(found.areal_log_dirs, key=lambda d: -found.areal_log_dirs[d])[:2]:
+        names = ", ".join(n for n in sorted(AREAL_LOG_NAMES) if (d / n).is_file())
+        out.append(f"{seen.rel(d)}/: AReaL's log layout ({names})")
+    for t in sorted(found.areal_trials, key=lambda t: -found.areal_trials[t])[:2]:
+        ckpts = t / "default"
+        if ckpts.is_dir() and any(AREAL_CKPT.match(n) for n in _names(ckpts)):
+            out.append(f"{seen.rel(ckpts)}/: AReaL checkpoints (epoch{{E}}epochstep{{S}}globalstep{{G}})")
+    for p in sorted(found.step_infos, key=lambda p: -found.step_infos[p])[:1]:
+        out.append(f"{seen.rel(p)}: AReaL's recover info")
+    for proc in seen.related:
+        if "areal_launcher" in proc.kinds or ("sglang" in proc.kinds and "areal" in proc.cmdline):
+            out.append(f"pid {proc.pid} runs AReaL: {_short_cmd(proc)}")
+    for path, text in seen.logs.items():
+        if AREAL_LINE.search(text):
+            out.append(f"{seen.rel(path)}: AReaL log lines ('(AReaL) …')")
+    return out
+
+
+def _names(directory: Path) -> list[str]:
+    try:
+        return os.listdir(directory)
+    except OSError:
+        return []
+
+
+def _trl_version(seen: Seen) -> tuple[tuple[int, int], Path] | None:
+    """The TRL version in TRL's model card (README.md in the output dir or its newest checkpoint), where one is."""
+    for out_dir in sorted(seen.found.hf_output_dirs):
+        ckpts = sorted((n for n in _names(out_dir) if HF_CKPT.match(n)), key=lambda n: -int(n.split("-")[1]))
+        for card in [out_dir / "README.md", *(out_dir / n / "README.md" for n in ckpts[:1])]:
+            version = trl_version(_read_tail(card, LOG_HEAD_BYTES)) if card.is_file() else None
+            if version is not None:
+                return version, card
+    return None
+
+
+def _trl_evidence(seen: Seen) -> list[str]:
+    out = []
+    for d in sorted(seen.found.hf_output_dirs)[:2]:
+        where = "" if d == seen.run_dir else f"{seen.rel(d)}/"
+        out.append(f"{where}checkpoint-N/trainer_state.json: HF Trainer checkpoints, as TRL writes them")
+    version = _trl_version(seen)
+    if version is not None:
+        out.append(f"{seen.rel(version[1])}: TRL's model card (TRL {version[0][0]}.{version[0][1]})")
+    for proc in seen.related:
+        if "trl" in proc.kinds or TRL_COMMAND.search(proc.cmdline):
+            out.append(f"pid {proc.pid} runs TRL: {_short_cmd(proc)}")
+    for path, (proc, text) in seen.scripts.items():
+        m = TRL_SOURCE.search(text)
+        if m is not None:
+            out.append(f"{seen.rel(path)} (run by pid {proc.pid}) uses TRL: {m.group(0).strip()}")
+    for path, text in seen.logs.items():
+        if TRL_METRICS.search(text):
+            out.append(f"{seen.rel(path)}: TRL GRPO metric dicts ('reward', 'completions/…')")
+        elif HF_METRICS.search(text):
+            out.append(f"{seen.rel(path)}: HF Trainer metric dicts ('loss', 'learning_rate', …)")
+        if TRL_PATHS.search(text):
+            out.append(f"{seen.rel(path)}: TRL's source in a traceback")
+    for path in seen.found.yamls:
+        keys = sorted(_yaml_keys(path) & TRL_KEYS)
+        if len(keys) >= 2:
+            out.append(f"{seen.rel(path)}: TRL settings ({', '.join(keys)})")
+    return out
+
+
+def _workers_evidence(seen: Seen) -> list[str]:
+    return [f"{seen.rel(p)}: emergency-brake lines" for p, text in seen.logs.items() if BRAKE.search(text)]
+
+
+def _run_evidence(seen: Seen, now: float) -> list[str]:
+    """Signs of some training run, whatever made it: recent logs, processes working here."""
+    out = []
+    for path in list(seen.logs)[:3]:
+        age = now - seen.found.recent_logs.get(path, now)
+        out.append(f"{seen.rel(path)}: a log written {_age(age)} ago")
+    for proc in seen.related:
+        what = "an inference server" if proc.kinds & set(SERVER_KINDS) else "a trainer"
+        out.append(f"pid {proc.pid}, {what}, works in or names this directory: {_short_cmd(proc)}")
+    return out
+
+
+def _age(seconds: float) -> str:
+    seconds = max(0.0, seconds)
+    if seconds < 120:
+        return f"{seconds:.0f} s"
+    if seconds < 7200:
+        return f"{seconds / 60:.0f} min"
+    return f"{seconds / 3600:.0f} h"
+
+
+def _choose_profile(seen: Seen, now: float) -> tuple[ProfileName, list[str], bool]:
+    """The profile the evidence points to, that evidence, and whether any run was seen at all.
+
+    AReaL and TRL need their own layouts, log lines or processes; a pool of workers its brake lines; anything else
+    that is a run (a log, a trainer working here) is generic, which invents nothing.
+    """
+    run = _run_evidence(seen, now)
+    for name, evidence in (
+        ("areal", _areal_evidence(seen)),
+        ("trl", _trl_evidence(seen)),
+        ("workers", _workers_evidence(seen)),
+    ):
+        if evidence:
+            return name, evidence, True  # type: ignore[return-value]
+    return "generic", run, bool(run)
+
+
+def _looked_for(seen: Seen) -> str:
+    """Where discovery looked, and where on this host a run seems to be instead."""
+    text = f"looked for {LOOKED_FOR}"
+    elsewhere = [
+        p for p in seen.host if p.pid not in {q.pid for q in seen.related} and p.kinds & (TRAINER_KINDS - {"python"})
+    ]
+    if elsewhere:
+        where = "; ".join(f"pid {p.pid} in {p.cwd or '?'}: {_short_cmd(p, 80)}" for p in elsewhere[:3])
+        text += f". Training processes on this host work elsewhere: {where}"
+    return text
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# The server, from evidence only (rlwatch.discover.server_evidence)
+
+
+def _training_settings(seen: Seen, config_file: str | None) -> tuple[dict[str, object], list[str]]:
+    """TRL's settings from the trainer's script, its training YAML and its command line (later ones win)."""
+    settings: dict[str, object] = {}
+    where: list[str] = []
+    for path, (_proc, text) in seen.scripts.items():
+        found = settings_from_script(text)
+        if found:
+            settings.update(found)
+            where.append(seen.rel(path))
+    if config_file:
+        doc = _yaml_doc(Path(config_file) if os.path.isabs(config_file) else seen.run_dir / config_file)
+        found = settings_from_mapping(doc) if isinstance(doc, dict) else {}
+        if found:
+            settings.update(found)
+            where.append(config_file)
+    for proc in seen.related:
+        found = settings_from_argv(proc.argv) if proc.kinds & TRAINER_KINDS else {}
+        if found:
+            settings.update(found)
+            where.append(f"pid {proc.pid}'s command line")
+    return settings, where
+
+
+def _server_clue(seen: Seen, config_file: str | None, run_found: bool) -> Clue | None:
+    """The first evidence, in order of strength: the run's server process, TRL's settings, the logs, AReaL's
+    server log, then the only server process on the host. None when nothing says there is a server or is none."""
+    for proc in seen.related:
+        server = server_of(proc)
+        if server is not None:
+            return Clue(True, f"pid {proc.pid} serves it: {_short_cmd(proc)}", server.kind, server.url)
+    if not run_found:
+        return None
+    settings, where = _training_settings(seen, config_file)
+    version = _trl_version(seen)
+    clue = from_trl_settings(settings, " and ".join(where), version[0] if version else None)
+    if clue is not None:
+        return clue
+    for path, text in seen.logs.items():
+        clue = from_log(text, seen.rel(path))
+        if clue is not None:
+            return clue
+    for d in sorted(seen.found.areal_log_dirs, key=lambda d: -seen.found.areal_log_dirs[d])[:1]:
+        if (d / "llm_server.log").is_file():
+            log = seen.rel(d / "llm_server.log")
+            return Clue(True, f"{log}: AReaL's server log; its address is not in it yet", "sglang")
+    servers = {s.url: (p, s) for p in seen.host if (s := server_of(p)) is not None}
+    if len(servers) == 1:
+        proc, server = next(iter(servers.values()))
+        why = f"pid {proc.pid} is the only inference server on this host: {_short_cmd(proc)}"
+        return Clue(True, why, server.kind, server.url)
+    return None
+
+
+def _yaml_doc(path: Path) -> object:
+    try:
+        with path.open("rb") as fh:
+            data = fh.read(MAX_YAML_BYTES + 1)
+        if len(data) > MAX_YAML_BYTES:
+            return None
+        return yaml.safe_load(data.decode("utf-8"))
+    except Exception:  # an unreadable or odd file says nothing
+        return None
+
+
+NO_SERVER = (
+    "no server evidence: no server process, server log, or server address in the trainer's command line, "
+    "training config or logs"
+)
+
+
+def _as_profile(profile: str) -> ProfileName | None:
+    for name in PROFILE_NAMES:
+        if profile == name:
+            return name  # type: ignore[return-value]
+    return None
+
+
+def discover(run_dir: Path, profile: str = "auto", *, proc_root: str = "/proc", clock: Clock | None = None) -> Config:
+    """A configuration for ``run_dir`` from its files and the running processes (see the module docstring).
+
+    ``profile`` "auto" follows the evidence (:func:`_choose_profile`); every choice carries its evidence in
+    ``cfg.provenance``. Never raises on odd files or processes.
+    """
+    run_dir = Path(os.path.abspath(run_dir.expanduser()))
+    now = (clock or SystemClock()).time()
+    found = walk_run_dir(run_dir, now)
+    # Processes of this run speak for it. Others (a pod usually runs one job) can only name the server, and only
+    # when nothing of this run says otherwise; a profile or a training YAML is never taken from them.
+    host = scan_processes(proc_root)
+    direct = {p.pid for p in host if _related(p, run_dir)}
+    tree = procfs.descendants(direct, procfs.children_map(proc_root)) if direct else set()
+    related = [p for p in host if p.pid in tree]
+    texts = {p: _head_tail(p) for p in _logs_to_read(found)}
+    seen = Seen(run_dir, found, related, host, texts, _scripts(related, run_dir))
+    chosen, evidence, run_found = _choose_profile(seen, now)
+    forced = _as_profile(profile)
+    name = forced or chosen
+    if forced is not None:
+        evidence = [f"--profile {forced}", *(evidence if forced == chosen else [])]
+    base = profile_defaults(name, run_dir)
+    training = base.training
+
+    # Logs: the newest AReaL trial as a glob (files it creates later are seen), then other recent logs.
+    logs: list[str] = []
+    trial_dir = max(found.areal_log_dirs, key=lambda d: (found.areal_log_dirs[d], str(d)), default=None)
+    if trial_dir is not None:
+        logs.append(f"{_glob_rel(trial_dir, run_dir)}/*.log" if trial_dir != run_dir else "*.log")
+    others = [p for p in found.recent_logs if trial_dir is None or p.parent != trial_dir]
+    others = sorted(others, key=lambda p: (-found.recent_logs[p], str(p)))[: MAX_LOGS - len(logs)]
+    logs += sorted(_glob_rel(p, run_dir) for p in others)
+
+    # Checkpoints: the AReaL trial that matches the logs (or the newest), and HF output dirs.
+    ckpt_dirs: list[str] = []
+    trial = None
+    if found.areal_trials:
+        same = [t for t in found.areal_trials if trial_dir is not None and _tail3(t) == _tail3(trial_dir)]
+        trial = same[0] if same else max(found.areal_trials, key=lambda t: (found.areal_trials[t], str(t)))
+        ckpt_dirs.append(_rel(trial, run_dir))
+    ckpt_dirs += sorted(_rel(d, run_dir) for d in found.hf_output_dirs)[:8]
+
+    recover = None
+    if trial is not None and (trial / "recover_info" / "step_info.json") in found.step_infos:
+        recover = _glob_rel(trial / "recover_info" / "step_info.json", run_dir)
+    elif found.step_infos:
+        recover = _glob_rel(max(found.step_infos, key=lambda p: (found.step_infos[p], str(p))), run_dir)
+
+    # A profile's checkpoint directory is kept only where its layout is seen: AReaL's logs/ tree means checkpoints/
+    # will follow; without it, a directory that does not exist would be reported missing on every view.
+    layout_seen = bool(found.areal_log_dirs or found.areal_trials or found.step_infos)
+    keep_defaults = name != "areal" or layout_seen
+    config_file = _config_file(related, found, name, run_dir) or training.config_file
+    training = training.model_copy(
+        update={
+            "logs": logs or training.logs,
+            "checkpoint_dirs": ckpt_dirs or (training.checkpoint_dirs if keep_defaults else []),
+            "recover_info": recover or (training.recover_info if keep_defaults else None),
+            "config_file": config_file,
+        }
+    )
+    clue = _server_clue(seen, config_file, run_found)
+    if clue is None:
+        server = base.server.model_copy(update={"url": None, "expected": None})
+        server_why: tuple[str, ...] = (NO_SERVER if run_found else "no training run here",)
+    elif clue.expected:
+        kind = clue.kind or base.server.kind
+        update: dict[str, object] = {"kind": kind, "url": clue.url, "health_path": HEALTH_PATH.get(kind or "")}
+        update["expected"] = None if clue.url else True
+        server = base.server.model_copy(update=update)
+        server_why = (clue.why,)
+    else:
+        server = base.server.model_copy(update={"url": None, "expected": False})
+        server_why = (clue.why,)
+    provenance = Provenance(
+        source="discovered",
+        profile=tuple(evidence),
+        server=server_why,
+        run_found=run_found,
+        looked_for=None if run_found else _looked_for(seen),
+    )
+    cfg = base.model_copy(update={"training": training, "server": server})
+    return cfg.with_provenance(provenance)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Telling a person, and writing it down
+
+
+def _abs(cfg: Config, path: str) -> str:
+    p = Path(path).expanduser()
+    return str(p) if p.is_absolute() else os.path.join(cfg.run_dir or os.getcwd(), path)
+
+
+def _count(pattern: str, limit: int = 1000) -> int:
+    n = 0
+    try:
+        for _ in glob.iglob(pattern, recursive=True):
+            n += 1
+            if n >= limit:
+                break
+    except OSError:
+        return n
+    return n
+
+
+def describe(cfg: Config) -> list[str]:
+    """Human lines saying what this configuration watches and whether it is there now."""
+    prov = cfg.provenance
+    lines = [f"profile: {cfg.profile}", f"run directory: {cfg.run_dir or os.getcwd()}"]
+    if not prov.run_found:
+        lines.append(f"no training run found here: {prov.looked_for}")
+    lines += [f"  because {why}" for why in prov.profile]
+    for pattern in cfg.training.logs:
+        n = _count(_abs(cfg, pattern))
+        lines.append(f"logs: {pattern} ({n}{'+' if n >= 1000 else ''} file{'s' if n != 1 else ''} now)")
+    if not cfg.training.logs:
+        lines.append("logs: none configured")
+    for directory in cfg.training.checkpoint_dirs:
+        there = os.path.isdir(_abs(cfg, directory))
+        lines.append(f"checkpoints: {directory}{'' if there else ' (not there yet)'}")
+    if cfg.training.recover_info:
+        there = _count(_abs(cfg, cfg.training.recover_info), 1) > 0
+        lines.append(f"recover info: {cfg.training.recover_info}{'' if there else ' (not there yet)'}")
+    if cfg.training.config_file:
+        lines.append(f"training config: {cfg.training.config_file}")
+    if cfg.server.url and cfg.server_expected:
+        lines.append(
+            f"server: {cfg.server.kind or 'unknown kind'} at {cfg.server.url} (health {cfg.server.health_path})"
+        )
+    elif cfg.server_expected:
+        lines.append(f"server: {cfg.server.kind or 'unknown kind'} expected, address not known")
+    else:
+        lines.append("server: none expected")
+    lines += [f"  because {why}" for why in prov.server]
+    for rule in cfg.processes:
+        how = f"cmdline /{rule.cmdline_regex}/" if rule.cmdline_regex else f"pidfile {rule.pidfile}"
+        lines.append(f"process {rule.role}: {how}{' (expected to run)' if rule.expected else ''}")
+    if cfg.gpu.backend != "auto":
+        lines.append(f"gpu: {cfg.gpu.backend}")
+    return lines
+
+
+HEADER = """\
+# rlwatch configuration for this run directory.
+# Only values that differ from the built-in defaults are written here; every key, its default and what it
+# means are in configs/reference.yaml. Paths are relative to this directory. Edit freely: rlwatch reads this
+# file instead of discovering the run again.
+"""
+
+
+def _comment(text: str) -> str:
+    """One comment line's text: a file name may hold a newline, which must not end the comment."""
+    return "".join(ch if ch.isprintable() else repr(ch)[1:-1] for ch in text)
+
+
+def _evidence_comments(cfg: Config) -> str:
+    """Why discovery chose what it wrote, as comments: a person checks it, and edits the file where it is wrong."""
+    prov = cfg.provenance
+    if prov.source != "discovered":
+        return ""
+    lines = []
+    if not prov.run_found:
+        lines.append(f"# No training run was found here when this was written: {prov.looked_for}.")
+    if prov.profile:
+        lines.append(f"# profile {cfg.profile}, because:")
+        lines += [f"#   - {why}" for why in prov.profile]
+    server = "expected" if cfg.server_expected else "none expected"
+    lines.append(f"# server: {server}, because:")
+    lines += [f"#   - {why}" for why in prov.server]
+    return "".join(_comment(line) + "\n" for line in lines)
+
+
+def dump_config(cfg: Config) -> str:
+    """YAML of the values that differ from the defaults, under a header; loads back to ``cfg`` (less run_dir).
+
+    ``run_dir`` is left out: the file lives in the run directory, and a copied directory should keep working. The
+    evidence for each choice discovery made is written as comments under the header.
+    """
+    head = HEADER + _evidence_comments(cfg)
+    data = cfg.model_dump(mode="json", exclude_defaults=True, exclude={"run_dir"})
+    if not data:
+        return head
+    body = yaml.safe_dump(data, sort_keys=False, default_flow_style=False, allow_unicode=True, width=100)
+    return f"{head}\n{body}"

@@ -1,0 +1,785 @@
+"""The engine: runs every source, feeds the event counter, diagnoses, and publishes immutable snapshots.
+
+Two loops, so slow probes never delay counting: the *log loop* wakes on file changes (watchfiles, or polling) and
+feeds new lines to the counter within tens of milliseconds; the *sample loop* reads memory, GPUs, processes, GPU
+holders, checkpoints and recover info every ``interval_s``. The inference-server probe, which can block for its
+whole timeout, has a thread of its own. Each loop publishes a fresh :class:`Snapshot`; readers only ever take the
+latest reference, so the UI thread never waits on I/O.
+"""
+
+from __future__ import annotations
+
+import glob
+import math
+import os
+import re
+import socket
+import threading
+from collections import deque
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import replace
+from pathlib import Path
+
+from rlwatch.common.clock import Clock, SystemClock
+from rlwatch.common.heap import release_free_heap
+from rlwatch.common.state import (
+    CheckpointState,
+    DiskState,
+    GpuHolder,
+    GpuStatus,
+    History,
+    LiveRun,
+    LogLine,
+    MemoryState,
+    ProcessInfo,
+    RecoverState,
+    Series,
+    ServerState,
+    Snapshot,
+    SourceStatus,
+    TaggedLine,
+    WatchdogStatus,
+)
+from rlwatch.common.textsafe import clean_line
+from rlwatch.config.models import Config
+from rlwatch.discover.knobs import read_knobs
+from rlwatch.discover.load import missing_paths, resolve
+from rlwatch.engine.diagnosis import Context, diagnose, timeline
+from rlwatch.logs.events import EventCounter, build_kinds
+from rlwatch.logs.tailer import Chunk, Tailer
+from rlwatch.logs.training import TrainingTracker
+from rlwatch.logs.waker import Waker
+from rlwatch.sources.checkpoints import CheckpointScanner
+from rlwatch.sources.disk import disk_state
+from rlwatch.sources.gpu import GpuBackend, make_gpu_backend
+from rlwatch.sources.holders import HolderScanner, attribute, classify_holders
+from rlwatch.sources.launches import LaunchBook
+from rlwatch.sources.membership import STRAY, RunView, assess, first_stamp, open_files
+from rlwatch.sources.memory import MemorySource
+from rlwatch.sources.processes import LaunchRecord, ProcessTable
+from rlwatch.sources.procfs import container_uptime_s
+from rlwatch.sources.recover import find_step_info, read_recover
+from rlwatch.sources.server import ServerProbe
+from rlwatch.sources.watchdog_state import read_status
+
+_NEWLINES = re.compile(rb"\r\n|\r|\n")
+_LOG_HEAD_BYTES = 64 * 1024
+RECENT_LINES = 5000
+# Bytes counted since the last heap release after which catching up returns free heap to the system
+# (rlwatch.common.heap).
+RELEASE_AFTER_BYTES = 64 << 20
+RELEASE_EVERY_S = 60.0  # and once a minute, for what a long run's churn leaves free (rlwatch.common.heap)
+HOLDER_SCAN_S = 5.0
+HISTORY = 600
+
+
+def _newest(paths: Iterable[Path]) -> Path | None:
+    """The most recently modified of ``paths``; files that vanish while we look are skipped."""
+    best: tuple[float, Path] | None = None
+    for p in paths:
+        try:
+            m = p.stat().st_mtime
+        except OSError:
+            continue
+        if best is None or m > best[0]:
+            best = (m, p)
+    return best[1] if best else None
+
+
+class Ring:
+    """A fixed-length time series (oldest dropped), for the graphs."""
+
+    def __init__(self, size: int = HISTORY) -> None:
+        self.times: deque[float] = deque(maxlen=size)
+        self.values: deque[float | None] = deque(maxlen=size)
+
+    def add(self, t: float, v: float | None) -> None:
+        self.times.append(t)
+        self.values.append(v)
+
+    def series(self) -> Series:
+        return Series(tuple(self.times), tuple(self.values))
+
+
+def _pct(part: int | None, whole: int | None) -> float | None:
+    if part is None or not whole:
+        return None
+    return 100.0 * part / whole
+
+
+class Engine:
+    """One monitored host. Construct, then either ``collect_once()`` (report) or ``start()`` (dashboard, watch)."""
+
+    def __init__(
+        self,
+        cfg: Config,
+        run_dir: Path,
+        *,
+        clock: Clock | None = None,
+        gpu_backend: GpuBackend | None = None,
+        proc_root: str = "/proc",
+        force_polling: bool = False,
+        host: str | None = None,
+    ) -> None:
+        self.cfg = cfg
+        self.run_dir = run_dir.resolve()
+        self.clock: Clock = clock or SystemClock()
+        self.host = host or socket.gethostname()
+        self.readonly = cfg.actions.readonly
+        self._proc_root = proc_root
+        self._lock = threading.RLock()
+        self._stop = threading.Event()
+        self._threads: list[threading.Thread] = []
+        self._listeners: list[Callable[[Snapshot], None]] = []
+
+        # Logs.
+        self.log_patterns = self._log_patterns()
+        self.tailer = Tailer(self.log_patterns)
+        self.waker = Waker(self.log_patterns, force_polling=force_polling)
+        self.counter = EventCounter(
+            build_kinds(cfg.events),
+            self.clock,
+            recent_lines=cfg.events.recent_lines,
+            rate_window_s=cfg.events.rate_window_s,
+            storm_threshold=cfg.thresholds.connection_storm,
+        )
+        th = cfg.thresholds
+        self.training = TrainingTracker(
+            self.clock,
+            stall_s=th.stall_s,
+            weight_update_timeout_s=th.weight_update_timeout_s,
+            total_steps=cfg.training.total_steps,
+        )
+        self.counter.subscribe("step", self.training.on_step)
+        self.counter.subscribe("_reward", self.training.on_reward)
+        self.counter.subscribe("weight_update", self.training.on_weight_update)
+        self.counter.subscribe("_finished", self.training.on_step)
+        self._starts: dict[str, deque[float]] = {}
+        self.counter.subscribe("_banner", lambda line: self._log_start("container", line))
+        self._tags: list[tuple[str, int, str]] = []
+        for kind in self.counter.kinds:
+            self.counter.subscribe(kind.name, self._tagger(kind.name))
+        self._recent: deque[TaggedLine] = deque(maxlen=RECENT_LINES)
+        self._pending: deque[tuple[Chunk, dict[int, set[str]]]] = deque()  # raw chunks not yet in _recent
+        self._pending_lines = 0
+        self._seq = 0
+        self._unreleased = 0  # log bytes counted since free heap was last returned
+
+        # Host sources.
+        self.memory_source = MemorySource(self.clock)
+        self.gpu_backend = gpu_backend or make_gpu_backend(cfg.gpu, self.run_dir)
+        self.processes = ProcessTable(cfg.processes, self.clock, proc_root=proc_root, base_dir=self.run_dir)
+        self.launches = LaunchBook(self.run_dir / ".rlwatch" / "launches.json")
+        self.holder_scanner = HolderScanner(cfg.gpu.device_glob, self.clock, proc_root=proc_root)
+        self.checkpoints = CheckpointScanner(
+            [resolve(self.run_dir, d) for d in cfg.training.checkpoint_dirs], self.clock
+        )
+        # Probed only where a server is expected: a default port probed for a run that never had a server (TRL's
+        # colocated generation) would report it "down".
+        expected = cfg.server_expected
+        self.server_probe = ServerProbe(cfg.server, self.clock) if cfg.server.url and expected else None
+        knobs_path = cfg.training.config_file
+        self.knobs = read_knobs(resolve(self.run_dir, knobs_path)) if knobs_path else {}
+        # Configured paths that do not exist (yet): each a degraded "config <key>" source until it appears.
+        self._missing = missing_paths(cfg.model_copy(update={"run_dir": str(self.run_dir)}), self.run_dir)
+
+        # Latest parts, replaced whole by the loops.
+        self._memory: MemoryState | None = None
+        self._gpu: GpuStatus | None = None
+        self._procs: tuple[ProcessInfo, ...] = ()
+        self._holders: tuple[GpuHolder, ...] = ()
+        self._holders_at: float | None = None  # monotonic time of the last /proc scan for GPU holders
+        self._view: RunView | None = None  # the live run as last found, made with the holder scan
+        # path → ((dev, ino), (line, time) of its first timestamp or None, size when read): a log's head is read once
+        self._log_heads: dict[str, tuple[tuple[int, int], tuple[int, float] | None, int]] = {}
+        self._launched: set[tuple[int, float]] = set()  # (pid, start time) of processes rlwatch started
+        self._checkpoint: CheckpointState | None = None
+        self._recover: RecoverState | None = None
+        self._server: ServerState | None = None
+        if self.server_probe is None:  # none to probe: say whether one is expected (its address unknown) or not
+            self._server = ServerState(
+                kind=cfg.server.kind if expected else None,
+                url=None,
+                up=None,
+                down_since=None,
+                pid=None,
+                expected=expected,
+                evidence=cfg.provenance.server,
+            )
+        self._server_last_up: float | None = None  # wall time the probe last saw it healthy
+        self._disk: DiskState | None = None
+        self._watchdog: WatchdogStatus | None = None
+        self._status: dict[str, SourceStatus] = {}
+        self._hist_gpu_util: dict[int, Ring] = {}
+        self._hist_gpu_mem: dict[int, Ring] = {}
+        # Both change only when the sources are sampled, so they are made there, not on every (frequent) build.
+        self._history = History()
+        self._container_started: float | None = None  # wall time; the uptime is derived from it at build
+        self._snapshot = Snapshot(
+            host=self.host,
+            time=self.clock.time(),
+            profile=cfg.profile,
+            run_dir=str(self.run_dir),
+            simulated=cfg.simulated,
+        )
+
+    # ----------------------------------------------------------------------------------------------------- logs
+    def _log_patterns(self) -> list[str]:
+        pats = [str(resolve(self.run_dir, g)) for g in self.cfg.training.logs]
+        for rule in self.cfg.processes:
+            if rule.log:
+                pats.append(str(resolve(self.run_dir, rule.log)))
+        if self.cfg.server.log:
+            pats.append(str(resolve(self.run_dir, self.cfg.server.log)))
+        return list(dict.fromkeys(pats))
+
+    def _tagger(self, kind: str) -> Callable[[LogLine], None]:
+        def tag(line: LogLine) -> None:
+            self._tags.append((line.path, line.lineno, kind))
+
+        return tag
+
+    def _log_start(self, role: str, line: LogLine) -> None:
+        self._starts.setdefault(role, deque(maxlen=50)).append(line.time)
+
+    def _defer_tail(self, chunk: Chunk) -> None:
+        """Keep a chunk, raw, for the log view; decode it only when a view asks (``_flush_tails``).
+
+        Only the newest RECENT_LINES lines can ever be shown, so while a backlog streams in, older pending chunks
+        are dropped undecoded: cleaning every line of a 1 GiB log just to throw it away was half of `report`'s time.
+        """
+        first_kept = chunk.first_lineno + max(0, chunk.nlines - RECENT_LINES)
+        tags: dict[int, set[str]] = {}
+        for path, lineno, kind in self._tags:
+            if path == chunk.path and lineno >= first_kept:
+                tags.setdefault(lineno, set()).add(kind)
+        self._pending.append((chunk, tags))
+        self._pending_lines += chunk.nlines
+        while len(self._pending) > 1 and self._pending_lines - self._pending[0][0].nlines >= RECENT_LINES:
+            self._pending_lines -= self._pending.popleft()[0].nlines
+
+    def _flush_tails(self) -> None:
+        while self._pending:
+            chunk, tags = self._pending.popleft()
+            self._remember_tail(chunk, tags)
+        self._pending_lines = 0
+
+    def _remember_tail(self, chunk: Chunk, tags: dict[int, set[str]]) -> None:
+        """Keep the last lines of a chunk for the log view, tagged with the kinds they matched."""
+        data = chunk.data
+        if chunk.nlines > RECENT_LINES:
+            # Find the start of the kept tail without splitting the whole chunk. The last "\n" and "\r" before the
+            # cut are remembered and searched for again only once passed: a chunk without any "\r" would otherwise
+            # be scanned to its start once per kept line (a 100 MB/s log then fell minutes behind).
+            cut = len(data)
+            last_nl = data.rfind(b"\n", 0, cut - 1)
+            last_cr = data.rfind(b"\r", 0, cut - 1)
+            for _ in range(RECENT_LINES + 1):
+                nl = max(last_nl, last_cr)
+                if nl < 0:
+                    break
+                cut = nl
+                if last_nl >= cut - 1:
+                    last_nl = data.rfind(b"\n", 0, cut - 1)
+                if last_cr >= cut - 1:
+                    last_cr = data.rfind(b"\r", 0, cut - 1)
+            data = data[cut + 1 :] if cut < len(data) else data
+        pieces = _NEWLINES.split(data)
+        if pieces and pieces[-1] == b"":
+            pieces.pop()
+        lineno = chunk.first_lineno + chunk.nlines - len(pieces)
+        for raw in pieces:
+            self._seq += 1
+            kinds = frozenset(tags.get(lineno, ()))
+            text = clean_line(raw[:4000].decode("utf-8", "replace"))
+            self._recent.append(TaggedLine(self._seq, chunk.path, lineno, text, kinds))
+            lineno += 1
+
+    def _note_log_errors(self) -> None:
+        """The tailer's troubles (a log turned into a directory or a FIFO, permission denied) as the "logs" source.
+
+        Runs on the thread that polls the tailer, and records only changes, so an idle poll costs a dict lookup.
+        """
+        errors = sorted(self.tailer.errors.items())
+        text = "; ".join(f"{path}: {why}" for path, why in errors[:3]) or None
+        if len(errors) > 3:
+            text = f"{text} (and {len(errors) - 3} more)"
+        if self.waker.error:
+            text = f"{text}; {self.waker.error}" if text else self.waker.error
+        current = self._status.get("logs")
+        if current is None or current.error != text:
+            with self._lock:
+                self._ok("logs", text)
+
+    def poll_logs(self) -> int:
+        """Read and count everything new in the logs; returns the number of chunks handled."""
+        chunks = self.tailer.poll()
+        self._note_log_errors()
+        if not chunks:
+            return 0
+        for chunk in chunks:
+            self.feed_chunk(chunk)
+        return len(chunks)
+
+    def feed_chunk(self, chunk: Chunk) -> None:
+        """Count one chunk and keep it for the log view: what the log loop does with each chunk it reads."""
+        with self._lock:
+            self._unreleased += len(chunk.data)
+            self._tags.clear()
+            self.counter.feed(chunk)
+            if chunk.nlines:
+                self.training.on_any_line(self.clock.time())
+                self._defer_tail(chunk)
+            self._tags.clear()
+
+    def drain_logs(self) -> None:
+        while self.poll_logs():
+            pass
+
+    # --------------------------------------------------------------------------------------------------- sources
+    def _ok(self, name: str, error: str | None = None) -> None:
+        self._status[name] = SourceStatus(name, error is None, self.clock.time(), error)
+
+    def sample(self, *, fresh_holders: bool = False) -> None:
+        """Read every host source once (not the server probe)."""
+        now = self.clock.time()
+        mem = self.memory_source.sample()
+        gpu = self.gpu_backend.sample()
+        procs = self.processes.sample()
+        self._ok("memory", None if mem.total_bytes is not None else "memory not readable")
+        # Degraded also when one GPU is lost or the driver stopped answering while the others still report; a host
+        # configured without GPUs (backend "none") is not degraded at all.
+        self._ok("gpu", gpu.error if gpu.backend != "none" else None)
+        self._ok("processes", self.processes.error)
+        for p in procs:
+            record = self.processes.launch_record(p.name) if p.alive else None
+            if record is not None:
+                self.launches.remember(p.name, record)
+        # The launch book refused (not this user's, writable by others, a link) or not writable: shown, never hidden.
+        book = "; ".join(x for x in (self.launches.distrust, self.launches.error) if x) or None
+        if book is not None or "state files" in self._status:
+            self._ok("state files", book)
+        if fresh_holders:
+            self._holders_at = None
+        holders = self._holders_now(procs, gpu)
+        ckpt = self.checkpoints.scan()
+        recover, rec_err = self._read_recover()
+        self._ok("recover", rec_err)
+        trainer_state = self.checkpoints.trainer_state()
+        self._ok("checkpoints", self.checkpoints.error)
+        if self._missing:  # checked until every configured path has appeared, then never again
+            before = self._missing
+            self._missing = missing_paths(self.cfg.model_copy(update={"run_dir": str(self.run_dir)}), self.run_dir)
+            for line in dict.fromkeys(before + self._missing):
+                key, _, why = line.partition(": ")
+                self._ok(f"config {key}", why if line in self._missing else None)
+        volume = self.cfg.training.output_volume
+        disk = disk_state(str(resolve(self.run_dir, volume) if volume else self.run_dir))
+        watchdog, wd_err = read_status(self.run_dir, now)  # the headless watchdog's state file, if one ever ran
+        if watchdog is not None or wd_err is not None:
+            self._ok("watchdog", wd_err)
+        with self._lock:
+            if trainer_state:
+                self.training.set_checkpoint_hint(
+                    trainer_state.get("global_step"), trainer_state.get("max_steps"), trainer_state.get("logging_steps")
+                )
+            if gpu.gpus:
+                gpu = replace(
+                    gpu, gpus=attribute(gpu.gpus, self.gpu_backend.last_processes or {}, holders, self._exists)
+                )
+            view = self._view
+            if view is not None:
+                procs = tuple(replace(p, evidence=view.members.get(p.pid)) if p.alive else p for p in procs)
+            if self.cfg.profile == "workers" or any(r.role == "worker" for r in self.cfg.processes):
+                mem = replace(mem, brake_free_bytes=self.cfg.thresholds.brake_free_bytes)
+            self._memory, self._gpu, self._procs, self._holders = mem, gpu, procs, holders
+            self._checkpoint, self._recover, self._disk = ckpt, recover, disk
+            self._watchdog = watchdog
+            for g in gpu.gpus:
+                self._hist_gpu_util.setdefault(g.index, Ring()).add(now, g.util)
+                self._hist_gpu_mem.setdefault(g.index, Ring()).add(now, _pct(g.mem_used_bytes, g.mem_total_bytes))
+            self._history = History(
+                gpu_util={i: r.series() for i, r in self._hist_gpu_util.items()},
+                gpu_mem={i: r.series() for i, r in self._hist_gpu_mem.items()},
+                ram_used=self.memory_source.ram_history(),
+                swap_used=self.memory_source.swap_history(),
+                rss=self.processes.history(),
+            )
+            uptime = container_uptime_s(self._proc_root)
+            self._container_started = None if uptime is None else now - uptime
+
+    def _start_times(self) -> dict[str, tuple[float, ...]]:
+        """When the run's processes (and, from its logs, the container) started: the restart-loop evidence."""
+        starts = {k: tuple(v) for k, v in self._starts.items()}
+        for role in ("trainer", "launcher"):
+            seen = self.processes.start_times(role)
+            if seen:
+                starts[role] = tuple(seen)
+        return starts
+
+    def launch_record(self, name: str) -> LaunchRecord | None:
+        """How ``name`` was started: as seen by this engine, else as remembered by an earlier rlwatch."""
+        return self.processes.launch_record(name) or self.launches.get(name)
+
+    def _holders_now(self, procs: Sequence[ProcessInfo], gpu: GpuStatus) -> tuple[GpuHolder, ...]:
+        """GPU holders, scanned at most every HOLDER_SCAN_S: reading every /proc/<pid>/fd is the costliest part of a
+        sample, and holders change rarely. Actions never trust this list: they re-check each target's identity."""
+        now = self.clock.monotonic()
+        if self._holders_at is not None and now - self._holders_at < HOLDER_SCAN_S:
+            return self._holders
+        self._holders_at = now
+        return self._sample_holders(procs, gpu)
+
+    def _exists(self, pid: int) -> bool:
+        return os.path.lexists(f"{self._proc_root}/{pid}")
+
+    def note_launched(self, pid: int, create_time: float) -> None:
+        """A process rlwatch started: evidence that it is the run's, whatever its command line."""
+        with self._lock:
+            self._launched.add((pid, create_time))
+
+    def live_run(self, *, fresh: bool = False) -> RunView:
+        """The live run as found from evidence (:mod:`rlwatch.sources.membership`); ``fresh`` looks again now, as
+        an action does right before it signals anything."""
+        if fresh or self._view is None:
+            with self._lock:
+                procs = self._procs
+            self._view = self._assess(procs, None)
+        return self._view
+
+    def _assess(self, procs: Sequence[ProcessInfo], opened: dict[int, list[tuple[int, str]]] | None) -> RunView:
+        roles = {p.pid: p.name for p in procs if p.alive}
+        exclude = [str(self.run_dir / ".rlwatch"), os.path.dirname(self.cfg.gpu.device_glob) + "/"]
+        files = (
+            None
+            if opened is None
+            else open_files(opened, str(self.run_dir), proc_root=self._proc_root, exclude=exclude)
+        )
+        with self._lock:
+            launched = set(self._launched)
+        return assess(
+            str(self.run_dir),
+            attempt=self._latest_attempt(),
+            roles=roles,
+            pidfile_pids=self.processes.pidfile_pids,
+            launched=launched,
+            exclude=exclude,
+            proc_root=self._proc_root,
+            files=files,
+        )
+
+    def _latest_attempt(self) -> tuple[str, float] | None:
+        """(what shows it, when) the run's latest attempt began, alive or gone: a leftover older than it is from an
+        earlier attempt. Each candidate is no later than that start, so the newest of them is a safe reference."""
+        seen = [
+            (start, f"its {role} started then; rlwatch saw it")
+            for role in ("trainer", "launcher")
+            for start in self.processes.start_times(role)
+        ]
+        for role in ("trainer", "launcher"):
+            record = self.launches.get(role)
+            if record is not None:
+                seen.append((record.create_time, f"its {role} started then; rlwatch launched it"))
+        logged = self._earliest_log_line()
+        if logged is not None:
+            seen.append(logged)
+        if not seen:
+            return None
+        start, shown_by = max(seen)
+        return shown_by, start
+
+    def _earliest_log_line(self) -> tuple[float, str] | None:
+        """For a run with a launcher: the earliest timestamped line of its logs. The launcher writes first and starts
+        everything else, so no process of any attempt in these logs is older. Without a launcher role (a trainer
+        that logs elsewhere while a server it waits for starts later) the logs date nothing, and none is used."""
+        if not any(rule.role == "launcher" for rule in self.cfg.processes):
+            return None
+        best: tuple[float, str] | None = None
+        for path in self.tailer.files:
+            key = self._log_heads.get(path)
+            try:
+                st = os.stat(path)
+            except OSError:
+                continue
+            if key is None or key[0] != (st.st_dev, st.st_ino) or (key[1] is None and st.st_size != key[2]):
+                try:
+                    with open(path, "rb") as fh:
+                        head = fh.read(_LOG_HEAD_BYTES)
+                except OSError:
+                    continue
+                key = ((st.st_dev, st.st_ino), first_stamp(head, self.clock.time()), st.st_size)
+                self._log_heads[path] = key
+            found = key[1]
+            if found is not None and (best is None or found[1] < best[0]):
+                rel = os.path.relpath(path, self.run_dir)
+                best = (found[1], f"the earliest line of its logs, {rel}:{found[0]}, was written then")
+        return best
+
+    def _sample_holders(self, procs: Sequence[ProcessInfo], gpu: GpuStatus) -> tuple[GpuHolder, ...]:
+        try:
+            scan = self.holder_scanner.scan(under=os.path.realpath(self.run_dir))
+        except Exception as exc:  # a source must never take the engine down
+            self._ok("holders", f"cannot scan for GPU holders: {exc}")
+            return ()
+        raw = dict(scan.holders)
+        raw.pop(os.getpid(), None)  # rlwatch's own NVML handle opens /dev/nvidia*: the observer is not a holder
+        view = self._view = self._assess(procs, scan.opened)
+        holders = classify_holders(
+            raw,
+            view=view,
+            nvml_procs=self.gpu_backend.last_processes or {},
+            protected_names=self.cfg.actions.protected_names,
+            self_pid=os.getpid(),
+            allow_other_users=self.cfg.actions.allow_other_users,
+            proc_root=self._proc_root,
+        )
+        skipped = self.holder_scanner.skipped
+        # Unreadable processes (another user's, without root) may hold a GPU too: say the list is partial.
+        self._ok(
+            "holders",
+            f"{skipped} processes not readable (other users'): GPU holders among them not shown" if skipped else None,
+        )
+        return holders
+
+    def _read_recover(self) -> tuple[RecoverState | None, str | None]:
+        path_s = self.cfg.training.recover_info
+        if path_s:
+            path: Path | None = resolve(self.run_dir, path_s)
+            if any(ch in path_s for ch in "*?["):
+                path = _newest(Path(p) for p in glob.glob(str(path), recursive=True))
+        else:
+            roots = [resolve(self.run_dir, d) for d in self.cfg.training.checkpoint_dirs]
+            path = next((p for p in (find_step_info(r) for r in roots) if p), None)
+        if path is None or not path.exists():
+            return None, None  # no recover info yet is normal before the first save, not a source failure
+        return read_recover(path)
+
+    def probe_server(self) -> None:
+        if self.server_probe is None:
+            return
+        server_procs = [p for p in self._procs if p.role == "server" and p.alive]
+        pid = server_procs[0].pid if server_procs else None
+        alive: bool | None = bool(server_procs) if any(r.role == "server" for r in self.cfg.processes) else None
+        state = replace(self.server_probe.probe(process_alive=alive, pid=pid), evidence=self.cfg.provenance.server)
+        with self._lock:
+            if state.up:
+                self._server_last_up = self.clock.time()
+            self._server = state
+            self._ok("server", None)
+
+    # ------------------------------------------------------------------------------------------------- snapshot
+    def build(self) -> Snapshot:
+        """Assemble a snapshot from the latest parts and diagnose it. Cheap: no I/O."""
+        with self._lock:
+            now = self.clock.time()
+            tr = self.training.state(now)
+            tr = replace(tr, knobs=self.knobs)
+            gpu_idle = None
+            if self._gpu and self._gpu.gpus:
+                utils = [g.util for g in self._gpu.gpus if g.util is not None]
+                gpu_idle = bool(utils) and max(utils) < 5
+            trainer = [p for p in self._procs if p.role == "trainer"]
+            trainer_alive = any(p.alive for p in trainer) if trainer else None
+            uptime = None if self._container_started is None else now - self._container_started
+            run_up = [now - p.started_at for p in self._procs if p.alive and p.role in ("launcher", "trainer")]
+            events = self.counter.summaries()
+            server = self._server
+            refused = events.get("connection_refused")
+            if (
+                server is not None
+                and server.up is False
+                and refused is not None
+                and refused.first is not None
+                # only a time the lines carried: an undated backlog line's bound is no "since"
+                and (not refused.approximate or refused.first_by == refused.first)
+                and math.isfinite(refused.first)
+                and (self._server_last_up is None or refused.first > self._server_last_up)
+                and (server.down_since is None or refused.first < server.down_since)
+            ):
+                # The refused connections in the logs tell when it really went away, better than the next probe.
+                server = replace(server, down_since=refused.first)
+            snap = Snapshot(
+                host=self.host,
+                time=now,
+                profile=self.cfg.profile,
+                profile_evidence=self.cfg.provenance.profile,
+                run_dir=str(self.run_dir),
+                simulated=self.cfg.simulated,
+                uptime_s=uptime,
+                run_uptime_s=max(run_up) if run_up else None,
+                events=events,
+                incidents=self.counter.incidents(),
+                training=tr,
+                checkpoint=self._checkpoint,
+                recover=self._recover,
+                server=server,
+                gpu=self._gpu,
+                holders=self._holders,
+                memory=self._memory,
+                processes=self._procs,
+                disk=self._disk,
+                history=self._history,
+                sources=tuple(self._status.values()),
+                logs=self.tailer.files,
+                backlog=_reading(self.tailer.backlog_progress()),
+                watchdog=self._watchdog,
+                live_run=_live_run(self._view),
+            )
+            ctx = Context(
+                thresholds=self.cfg.thresholds,
+                missing_expected=tuple(self.processes.missing_expected()),
+                starts=self._start_times(),
+                trainer_alive=trainer_alive,
+                gpu_idle=gpu_idle,
+                no_run=self._no_run(),
+                memory_limits=self._memory_limits(),
+                server_start_timeout_s=self.cfg.server.start_timeout_s,
+                server_grace_s=2 * self.cfg.server.interval_s,
+            )
+            snap = replace(snap, findings=diagnose(snap, ctx), timeline=timeline(snap))
+            self._snapshot = snap
+        for listener in list(self._listeners):
+            listener(snap)
+        return snap
+
+    def _no_run(self) -> str | None:
+        """Where discovery looked, while nothing of a training run has shown up since (no log, process, checkpoint)."""
+        prov = self.cfg.provenance
+        if prov.run_found:
+            return None
+        latest = self._checkpoint.latest if self._checkpoint else None
+        if self.tailer.files or any(p.alive for p in self._procs) or latest is not None:
+            return None
+        return prov.looked_for or "looked for logs, checkpoints and training processes"
+
+    def _memory_limits(self) -> dict[str, int]:
+        limits: dict[str, int] = {}
+        for rule in self.cfg.processes:
+            if rule.memory_limit_bytes:
+                for p in self._procs:
+                    if p.role == rule.role:
+                        limits[p.name] = rule.memory_limit_bytes
+        return limits
+
+    # ------------------------------------------------------------------------------------------------ Feed API
+    def snapshot(self) -> Snapshot:
+        return self._snapshot
+
+    def lines_after(self, seq: int, limit: int = 2000) -> Sequence[TaggedLine]:
+        with self._lock:
+            self._flush_tails()
+            out: list[TaggedLine] = []
+            for line in reversed(self._recent):  # seqs only grow: walk back from the newest, stop at the old
+                if line.seq <= seq or len(out) == limit:
+                    break
+                out.append(line)
+        out.reverse()
+        return out
+
+    def on_snapshot(self, listener: Callable[[Snapshot], None]) -> None:
+        self._listeners.append(listener)
+
+    def event_streaks(self, kind: str) -> dict[str, int]:
+        """Per-file current streak of ``kind`` (for per-worker policies), read under the counter's lock."""
+        with self._lock:
+            return self.counter.streaks(kind)
+
+    # ------------------------------------------------------------------------------------------------- running
+    def collect_once(self) -> Snapshot:
+        """Everything once, synchronously: the backlog, every source, the server probe. For `rlwatch report`."""
+        self.drain_logs()
+        self.sample()
+        self.probe_server()
+        return self.build()
+
+    @property
+    def running(self) -> bool:
+        """True while the background loops run (then callers read snapshots instead of sampling themselves)."""
+        return bool(self._threads) and not self._stop.is_set()
+
+    def start(self) -> None:
+        """Run the loops in daemon threads until :meth:`stop`."""
+        self.waker.start()
+        for name, target in (("logs", self._log_loop), ("sample", self._sample_loop), ("server", self._server_loop)):
+            t = threading.Thread(target=target, name=f"rlwatch-{name}", daemon=True)
+            t.start()
+            self._threads.append(t)
+
+    def stop(self) -> None:
+        self._stop.set()
+        self.waker.stop()
+        for t in self._threads:
+            t.join(timeout=5)
+        self.tailer.close()
+        self.gpu_backend.close()
+
+    def _guard(self, name: str, fn: Callable[[], object]) -> None:
+        """Run one loop step; a failure degrades that source, it never kills the loop."""
+        try:
+            fn()
+        except Exception as exc:
+            with self._lock:
+                self._ok(name, f"{type(exc).__name__}: {exc}")
+
+    def _log_loop(self) -> None:
+        while not self._stop.is_set():
+            handled = 0
+            try:
+                handled = self.poll_logs()
+            except Exception as exc:
+                with self._lock:
+                    self._ok("logs", f"{type(exc).__name__}: {exc}")
+            if handled:
+                self._guard("build", self.build)
+                continue  # more may be waiting (back-pressure: the tailer reads a bounded amount per poll)
+            if self._unreleased >= RELEASE_AFTER_BYTES:  # caught up after a big backlog
+                self._unreleased = 0
+                release_free_heap()
+            self.waker.wait(0.25)
+
+    def _sample_loop(self) -> None:
+        released_at = self.clock.monotonic()
+        while not self._stop.is_set():
+            self._guard("sample", self.sample)
+            self._guard("build", self.build)
+            if self.clock.monotonic() - released_at >= RELEASE_EVERY_S:
+                released_at = self.clock.monotonic()
+                release_free_heap()
+            self._stop.wait(self.cfg.interval_s)
+
+    def _server_loop(self) -> None:
+        if self.server_probe is None:
+            return
+        while not self._stop.is_set():
+            self._guard("server", self.probe_server)
+            self._guard("build", self.build)
+            self._stop.wait(self.cfg.server.interval_s)
+
+
+def _reading(progress: tuple[int, int]) -> tuple[int, int] | None:
+    """The backlog's progress while it is being read; None once read."""
+    done, total = progress
+    return progress if done < total else None
+
+
+def _live_run(view: RunView | None, limit: int = 64) -> LiveRun | None:
+    """The view's conclusion as a snapshot record: core evidence first, at most ``limit`` members."""
+    if view is None:
+        return None
+    core = [(pid, view.members[pid]) for pid in sorted(view.core) if pid in view.members]
+    # A member only by working in the directory may be judged a leftover of an earlier attempt: not the live run.
+    rest = [
+        (pid, why)
+        for pid, why in sorted(view.members.items())
+        if pid not in view.core and view.verdict(pid).status != STRAY
+    ]
+    if view.identified and not core and not rest:
+        left = ", ".join(str(pid) for pid in sorted(view.members)[:8])
+        return LiveRun(
+            False,
+            f"no process of the live run is alive: the processes in its directory ({left}) are "
+            "leftovers of an earlier attempt",
+            None,
+            (),
+        )
+    return LiveRun(view.identified, view.unknown_reason, view.started_at, tuple((core + rest)[:limit]))

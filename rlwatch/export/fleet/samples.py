@@ -1,0 +1,166 @@
+"""One host's row from its rlwatch series, whichever way they were read."""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from collections.abc import Iterable
+
+from rlwatch.common.state import Severity
+from rlwatch.common.textsafe import clean_line
+from rlwatch.export.fleet.model import (
+    PREFIX,
+    FleetException,
+    FleetFinding,
+    FleetGpu,
+    FleetHost,
+    FleetProcess,
+    Labels,
+    Sample,
+)
+
+
+class _Series:
+    """The samples of one host, by metric name."""
+
+    def __init__(self, samples: Iterable[Sample]) -> None:
+        self._by_name: dict[str, list[tuple[Labels, float]]] = defaultdict(list)
+        for name, labels, value in samples:
+            if name.startswith(PREFIX):
+                self._by_name[name[len(PREFIX) :]].append((labels, value))
+
+    def __contains__(self, name: str) -> bool:
+        return name in self._by_name
+
+    def all(self, name: str) -> list[tuple[Labels, float]]:
+        return [(labels, value) for labels, value in self._by_name.get(name, []) if math.isfinite(value)]
+
+    def one(self, name: str) -> float | None:
+        found = self.all(name)
+        return found[0][1] if found else None
+
+    def by(self, name: str, label: str) -> dict[str, float]:
+        return {labels.get(label, ""): value for labels, value in self.all(name)}
+
+
+def _int(value: float | None) -> int | None:
+    return None if value is None else round(value)
+
+
+def _bool(value: float | None) -> bool | None:
+    return None if value is None else value != 0
+
+
+def _severity(text: str) -> Severity | None:
+    try:
+        return Severity(text)
+    except ValueError:
+        return None
+
+
+def _findings(series: _Series) -> tuple[FleetFinding, ...]:
+    found = []
+    for labels, value in series.all("findings"):
+        sev = _severity(labels.get("severity", ""))
+        if sev is not None and value > 0:
+            found.append(FleetFinding(sev, clean_line(labels.get("code", "?")), max(1, round(value))))
+    found.sort(key=lambda f: (f.severity.rank, f.code))
+    return tuple(found)
+
+
+def _exception(series: _Series) -> FleetException | None:
+    info = series.all("last_exception_info")
+    if not info:
+        return None
+    labels = info[0][0]
+    sig = labels.get("signature")
+    if not sig:
+        return None
+    return FleetException(
+        signature=clean_line(sig),
+        type=clean_line(labels.get("type", "")),
+        title=clean_line(labels.get("title", "")) or clean_line(labels.get("type", "")),
+        at=series.one("last_exception_timestamp_seconds"),
+        occurrences=_int(series.one("last_exception_occurrences")),
+    )
+
+
+def _gpus(series: _Series) -> tuple[FleetGpu, ...]:
+    util = series.by("gpu_utilization_ratio", "gpu")
+    used = series.by("gpu_memory_used_bytes", "gpu")
+    total = series.by("gpu_memory_total_bytes", "gpu")
+    indexes = sorted(set(util) | set(used) | set(total), key=lambda i: (len(i), i))
+    return tuple(FleetGpu(i, util.get(i), used.get(i), total.get(i)) for i in indexes)
+
+
+def _processes(series: _Series) -> tuple[FleetProcess, ...]:
+    def key(labels: Labels) -> tuple[str, str]:
+        return (labels.get("role", ""), labels.get("name", ""))
+
+    up = {key(lab): v for lab, v in series.all("process_up")}
+    rss = {key(lab): v for lab, v in series.all("process_rss_bytes")}
+    restarts = {key(lab): v for lab, v in series.all("process_restarts_total")}
+    keys = sorted(set(up) | set(rss) | set(restarts))
+    return tuple(
+        FleetProcess(clean_line(r), clean_line(n), _bool(up.get((r, n))), rss.get((r, n)), restarts.get((r, n)))
+        for r, n in keys
+    )
+
+
+def host_from_samples(
+    key: str,
+    samples: Iterable[Sample],
+    *,
+    data_age_s: float | None,
+    stale_after_s: float,
+    stale: bool = False,
+    error: str | None = None,
+    job: str | None = None,
+) -> FleetHost:
+    """One fleet row from the ``rlwatch_`` samples of one host.
+
+    ``data_age_s`` is how long ago the samples were read; the exporter's own snapshot age is added to it, so a host
+    whose exporter answers while its engine stands still turns stale too.
+    """
+    s = _Series(samples)
+    info = s.all("info")
+    if not info:
+        return FleetHost(key=key, job=job, stale=True, age_s=data_age_s, error=error or "no rlwatch metrics")
+    labels = info[0][0]
+    snap_age = s.one("snapshot_age_seconds")
+    age = None if data_age_s is None else data_age_s + (snap_age or 0.0)
+    if age is not None and age > stale_after_s:
+        stale = True
+        error = error or f"no new data for {age:.0f}s"
+    rate = s.one("training_steps_per_second")
+    events = {clean_line(k): round(v) for k, v in s.by("events_total", "kind").items()}
+    gave_up = tuple(sorted(clean_line(k) for k, v in s.by("budget_gave_up", "target").items() if v))
+    return FleetHost(
+        key=key,
+        host=clean_line(labels.get("host", "")) or key,
+        job=job,
+        profile=clean_line(labels.get("profile", "")) or None,
+        run_dir=clean_line(labels.get("run_dir", "")) or None,
+        simulated=labels.get("simulated") == "true",
+        stale=stale,
+        age_s=age,
+        error=error if stale else None,
+        step=_int(s.one("training_step")),
+        total_steps=_int(s.one("training_total_steps")),
+        steps_per_hour=None if rate is None else rate * 3600.0,
+        stalled=_bool(s.one("training_stalled")),
+        finished=_bool(s.one("training_finished")),
+        reward=s.one("training_reward"),
+        server_up=_bool(s.one("server_up")),
+        gpus=_gpus(s),
+        mem_total_bytes=s.one("memory_total_bytes"),
+        mem_available_bytes=s.one("memory_available_bytes"),
+        events=events,
+        findings=_findings(s),
+        exception=_exception(s),
+        checkpoint_step=_int(s.one("checkpoint_global_step")),
+        checkpoint_age_s=s.one("checkpoint_age_seconds"),
+        resume_step=_int(s.one("resume_global_step")),
+        processes=_processes(s),
+        budgets_gave_up=gave_up,
+    )

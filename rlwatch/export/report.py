@@ -1,0 +1,450 @@
+"""The health report: the stable JSON of design.md, and the summary a person would write after a health check.
+
+The JSON keys are a contract (scripts and the fleet view read them): add keys, never rename or drop them. Absent data
+is ``null``, never a made-up zero.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import math
+from typing import Any
+
+from rlwatch.common.state import ChildFailure, Incident, NotifyStatus, Severity, Snapshot
+from rlwatch.engine.diagnosis import first_text, hhmm, human_bytes, human_duration, last_text, when_text
+
+
+def iso(t: float | None) -> str | None:
+    """ISO 8601 with offset; None for an absent or unknown time (NaN, ±inf: a bound that does not exist)."""
+    if t is None or not math.isfinite(t):
+        return None
+    return dt.datetime.fromtimestamp(t).astimezone().isoformat(timespec="seconds")
+
+
+def to_json_dict(s: Snapshot) -> dict[str, Any]:
+    events = {
+        kind: {
+            "count": e.count,
+            "first": iso(e.first),
+            "last": iso(e.last),
+            "rate_per_min": round(e.rate_per_min, 3),
+            "streak": e.streak,
+            "files": dict(e.files),
+            "severity": e.severity.value,
+            # Some lines had no time of their own: first/last are then the earliest they can be, first_by/last_by
+            # the latest (null: unbounded), position where the last line sits.
+            "approximate": e.approximate,
+            "first_by": iso(e.first_by) if e.approximate else None,
+            "last_by": iso(e.last_by) if e.approximate else None,
+            "position": e.position,
+        }
+        for kind, e in sorted(s.events.items())
+    }
+    tr = s.training
+    training = {
+        "last_step": tr.last_step if tr else None,
+        "total_steps": tr.total_steps if tr else None,
+        "reward": tr.reward if tr else None,
+        "steps_per_hour": tr.steps_per_hour if tr else None,
+        "stalled": tr.stalled if tr else False,
+        "finished": tr.finished if tr else False,
+        "weight_update_s": list(tr.weight_update_s[-10:]) if tr else [],
+        "knobs": dict(tr.knobs) if tr else {},
+    }
+    latest = s.checkpoint.latest if s.checkpoint else None
+    checkpoint = {
+        "latest": None
+        if latest is None
+        else {
+            "path": latest.path,
+            "global_step": latest.global_step,
+            "epoch": latest.epoch,
+            "epoch_step": latest.epoch_step,
+            "saved_at": iso(latest.saved_at),
+            "size_bytes": latest.size_bytes,
+        },
+        "count": s.checkpoint.count if s.checkpoint else 0,
+    }
+    r = s.recover
+    recover = None
+    if r is not None:
+        recover = {
+            "epoch": r.epoch,
+            "epoch_step": r.epoch_step,
+            "global_step": r.global_step,
+            "steps_per_epoch": r.steps_per_epoch,
+            "resume_epoch": r.resume_epoch,
+            "resume_epoch_step": r.resume_epoch_step,
+            "resume_global_step": r.resume_global_step,
+        }
+    srv = s.server
+    server = {
+        "kind": srv.kind if srv else None,
+        "url": srv.url if srv else None,
+        "up": srv.up if srv else None,
+        "down_since": iso(srv.down_since) if srv else None,
+        "pid": srv.pid if srv else None,
+        "error": srv.error if srv else None,
+        "expected": srv.expected if srv else False,  # False: no evidence of a server for this run, not "down"
+        "evidence": list(srv.evidence) if srv else [],
+    }
+    gpus = [
+        {
+            "index": g.index,
+            "name": g.name,
+            "util": g.util,
+            "mem_used_bytes": g.mem_used_bytes,
+            "mem_total_bytes": g.mem_total_bytes,
+            "temp_c": g.temp_c,
+            "power_w": g.power_w,
+            "compute_mode": g.compute_mode,
+            "holders": list(g.holders),
+            "outside_bytes": g.outside_bytes,
+            "outside_pids": list(g.outside_pids),
+        }
+        for g in s.gpus
+    ]
+    mem = s.memory
+    memory = {
+        "total_bytes": mem.total_bytes if mem else None,
+        "available_bytes": mem.available_bytes if mem else None,
+        "swap_used_bytes": mem.swap_used_bytes if mem else None,
+        "oom_kills": mem.oom_kills if mem else None,
+        "forecast_exhausted_at": iso(mem.forecast_exhausted_at) if mem else None,
+    }
+    processes = [
+        {
+            "pid": p.pid,
+            "role": p.role,
+            "name": p.name,
+            "alive": p.alive,
+            "rss_bytes": p.rss_bytes,
+            "rss_growth_bytes_per_hour": p.rss_growth_bytes_per_hour,
+            "started_at": iso(p.started_at),
+            "restarts": p.restarts,
+            "cmdline": " ".join(p.cmdline),
+            "evidence": p.evidence,
+        }
+        for p in s.processes
+    ]
+    zombies = [
+        {"pid": h.pid, "user": h.user, "cmdline": " ".join(h.cmdline), "devices": list(h.devices), "reason": h.reason}
+        for h in s.zombies
+    ]
+    holders = [
+        {
+            "pid": h.pid,
+            "user": h.user,
+            "cmdline": " ".join(h.cmdline),
+            "status": h.status,
+            "why": h.reason or h.protected or h.evidence,
+            "gpus": list(h.gpus),
+            "attribution": h.attribution,
+            "gpu_mem_bytes": h.gpu_mem_bytes,
+            "devices": list(h.devices),
+            "started_at": iso(h.create_time),
+        }
+        for h in s.holders
+    ]
+    lr = s.live_run
+    live_run = (
+        None
+        if lr is None
+        else {
+            "identified": lr.identified,
+            "why_unknown": lr.why_unknown,
+            "started_at": iso(lr.started_at),
+            "members": [{"pid": pid, "evidence": why} for pid, why in lr.members],
+        }
+    )
+    findings = [
+        {"severity": f.severity.value, "code": f.code, "message": f.message, "since": iso(f.since)} for f in s.findings
+    ]
+    return {
+        "host": s.host,
+        "time": iso(s.time),
+        "profile": s.profile,
+        "profile_evidence": list(s.profile_evidence),
+        "run_dir": s.run_dir,
+        "simulated": s.simulated,
+        "events": events,
+        "incidents": [_incident_json(i) for i in s.incidents],
+        "training": training,
+        "checkpoint": checkpoint,
+        "recover": recover,
+        "server": server,
+        "gpus": gpus,
+        "gpu_error": s.gpu.error if s.gpu else None,
+        "memory": memory,
+        "disk": None
+        if s.disk is None
+        else {"path": s.disk.path, "free_bytes": s.disk.free_bytes, "total_bytes": s.disk.total_bytes},
+        "processes": processes,
+        "live_run": live_run,
+        "holders": holders,
+        "zombies": zombies,
+        "findings": findings,
+        "timeline": [
+            {"time": iso(e.time), "text": e.text, "approximate": e.approximate, "by": iso(e.by)} for e in s.timeline
+        ],
+        "watchdog": _watchdog_json(s),
+        "sources": [
+            {"name": src.name, "ok": src.ok, "error": src.error, "last_sample": iso(src.last_sample)}
+            for src in sorted(s.sources, key=lambda src: src.name)
+        ],
+    }
+
+
+def _watchdog_json(s: Snapshot) -> dict[str, Any] | None:
+    wd = s.watchdog
+    if wd is None:
+        return None
+    return {
+        "running": wd.running,
+        "pid": wd.pid,
+        "since": iso(wd.since),
+        "heartbeat_age_s": None if wd.heartbeat_age_s is None else round(wd.heartbeat_age_s, 1),
+        "stale": wd.stale,
+        "stopped_at": iso(wd.stopped),
+        "gave_up": [{"target": g.target, "reason": g.reason, "since": iso(g.since)} for g in wd.gave_up],
+        "last_action": wd.last_action,
+        "last_action_at": iso(wd.last_action_at),
+        "notify": _notify_json(wd.notify),
+    }
+
+
+def _notify_json(n: NotifyStatus | None) -> dict[str, Any] | None:
+    """Whom the watchdog tells and when it last did (targets redacted by the watchdog before it wrote them)."""
+    if n is None:
+        return None
+    return {
+        "targets": list(n.targets),
+        "last_sent_at": iso(n.last_sent_at),
+        "last_message": n.last_message,
+        "error": n.error,
+        "heartbeat": n.heartbeat,
+        "heartbeat_at": iso(n.heartbeat_at),
+        "heartbeat_error": n.heartbeat_error,
+    }
+
+
+def notify_lines(n: NotifyStatus, now: float) -> list[str]:
+    """The report's lines on notifications and the dead man's switch: when each last went out."""
+    out = []
+    if n.targets:
+        if n.last_sent_at is None:
+            last = "nothing sent yet"
+        else:
+            last = f"last sent {hhmm(n.last_sent_at, now)} ({human_duration(now - n.last_sent_at)} ago)"
+            last += f": {n.last_message}" if n.last_message else ""
+        out.append(f"Notifications: {', '.join(n.targets)}; {last}")
+        if n.error:
+            out.append(f"  FAILING: {n.error}")
+    if n.heartbeat:
+        beat = "never answered" if n.heartbeat_at is None else f"last ping {hhmm(n.heartbeat_at, now)}"
+        if n.heartbeat_at is not None:
+            beat += f" ({human_duration(now - n.heartbeat_at)} ago)"
+        out.append(
+            f"Heartbeat: {n.heartbeat} {beat}" + (f"; FAILING: {n.heartbeat_error}" if n.heartbeat_error else "")
+        )
+    return out
+
+
+def to_json(s: Snapshot) -> str:
+    return json.dumps(to_json_dict(s), indent=2)
+
+
+def status_word(s: Snapshot) -> str:
+    if any(f.code == "no_run" for f in s.findings):
+        return "NO RUN"
+    worst = s.worst
+    if worst is Severity.CRITICAL:
+        return "CRITICAL"
+    if worst is Severity.WARNING:
+        return "WARNING"
+    return "OK"
+
+
+def exit_code(s: Snapshot) -> int:
+    """0 healthy (or info only), 1 problems found."""
+    return 1 if any(f.severity in (Severity.CRITICAL, Severity.WARNING) for f in s.findings) else 0
+
+
+NEXT_STEPS = {
+    "server_down": "Restart the inference server (rlwatch act restart-server), then resume (rlwatch act resume).",
+    "server_unhealthy": "The server process lives but does not answer: restart it (rlwatch act restart-server).",
+    "connection_refused": "Check the inference server; restart it and resume training (rlwatch act resume).",
+    "restart_loop": "Read the first lines after each start in the container log; fix the start command.",
+    "brake_no_relief": "Restart the leaking workers (rlwatch act restart-workers).",
+    "memory_leak": "Restart the leaking workers (rlwatch act restart-workers) and keep the watchdog running.",
+    "over_memory_limit": "Restart that worker (rlwatch act restart-workers).",
+    "expected_missing": "Start the watchdog as a service (rlwatch watch).",
+    "watchdog_gave_up": "Fix what keeps failing, then re-arm the watchdog (rlwatch act rearm).",
+    "watchdog_not_responding": "The watchdog is stuck: restart it (its service or start-up hook starts it again).",
+    "watchdog_died": "Start the watchdog again, kept alive as a service (rlwatch service install).",
+    "gpu_strays": "Kill the stray GPU holders (rlwatch act kill-zombies), then restart the server.",
+    "gpu_outside": "Restart the pod: processes outside this container hold the GPU; no kill from here reaches them.",
+    "device_busy": "Find what holds the GPU (the GPU holders above); stop only what you are sure of.",
+    "gpu_unknown_holders": "Check the GPU holders rlwatch cannot classify (listed above); stop one only if you are "
+    "sure it is a leftover: rlwatch act kill-zombies --pid PID.",
+    "crash_repeating": "Fix the exception above; restarting will hit it again.",
+    "stalled": "Look at the trainer's last lines; resume if it is gone (rlwatch act resume).",
+    "disk_low": "Free space on the output volume before the next checkpoint.",
+    "no_run": "Point rlwatch at the run directory (rlwatch report RUN_DIR), or describe the run in "
+    "RUN_DIR/rlwatch.yaml (rlwatch init writes one).",
+}
+
+
+def to_text(s: Snapshot) -> str:
+    lines: list[str] = []
+    sim = "  [SIMULATED]" if s.simulated else ""
+    lines.append(f"rlwatch report — {s.host} — {hhmm(s.time)}{sim}")
+    lines.append(f"run: {s.run_dir}  profile: {s.profile}")
+    if s.profile_evidence:
+        lines.append("  because: " + "; ".join(s.profile_evidence[:4]) + (" …" if len(s.profile_evidence) > 4 else ""))
+    lines.append(f"status: {status_word(s)}")
+    lines.append("")
+    if s.findings:
+        lines.append("Findings:")
+        for f in s.findings:
+            lines.append(f"  [{f.severity.value.upper():8}] {f.message}")
+    else:
+        lines.append("Findings: none — training looks healthy.")
+    if s.timeline:
+        lines.append("")
+        lines.append("Timeline:")
+        for entry in s.timeline:
+            lines.append(f"  {when_text(entry.time, entry.by, entry.approximate, s.time)}  {entry.text}")
+    lines.append("")
+    tr = s.training
+    if tr and tr.last_step is not None:
+        total = f"/{tr.total_steps}" if tr.total_steps else ""
+        rate = f", {tr.steps_per_hour:.0f} steps/h" if tr.steps_per_hour else ""
+        reward = f", reward {tr.reward:.4g}" if tr.reward is not None else ""
+        lines.append(f"Training: step {tr.last_step}{total}{rate}{reward}{'  STALLED' if tr.stalled else ''}")
+    latest = s.checkpoint.latest if s.checkpoint else None
+    if latest:
+        age = human_duration(s.time - latest.saved_at) if latest.saved_at else "?"
+        lines.append(
+            f"Checkpoint: {latest.path.rsplit('/', 1)[-1]} (global step {latest.global_step}), "
+            f"saved {hhmm(latest.saved_at, s.time)} ({age} ago), {human_bytes(latest.size_bytes)}"
+        )
+    if s.recover:
+        r = s.recover
+        lines.append(
+            f"Recover info: last completed step {r.global_step} (epoch {r.epoch}, step {r.epoch_step} of "
+            f"{r.steps_per_epoch}); a resume starts at global step {r.resume_global_step} "
+            f"(epoch {r.resume_epoch}, step {r.resume_epoch_step}; counters are 0-based, the log will print "
+            f"'Train step {r.resume_global_step + 1}/…')"
+        )
+    if s.server and s.server.url:
+        state = {True: "up", False: "DOWN", None: "unknown"}[s.server.up]
+        lines.append(f"Inference server: {s.server.url} {state}")
+    elif s.server and s.server.expected:
+        lines.append(f"Inference server: expected, address not known ({'; '.join(s.server.evidence) or '?'})")
+    elif s.server:
+        lines.append(f"Inference server: none expected ({'; '.join(s.server.evidence) or 'none configured'})")
+    if tr and tr.knobs:
+        lines.append("Config: " + ", ".join(f"{k}={v}" for k, v in tr.knobs.items()))
+    lines.extend(_holder_lines(s))
+    if s.watchdog is not None and s.watchdog.notify is not None:
+        lines.extend(notify_lines(s.watchdog.notify, s.time))
+    broken = sorted((src for src in s.sources if not src.ok), key=lambda src: src.name)
+    if broken:
+        lines.append("")
+        lines.append("Not available (what is shown may be missing or stale):")
+        lines.extend(f"  {src.name}: {src.error or 'failed'}" for src in broken)
+    counted = [(k, e) for k, e in s.events.items() if e.count]
+    if counted:
+        lines.append("")
+        lines.append("Events:")
+        for kind, e in sorted(counted, key=lambda kv: (kv[1].severity.rank, -kv[1].count)):
+            files = ", ".join(f"{p.rsplit('/', 1)[-1]} {n}" for p, n in e.files.items())
+            lines.append(
+                f"  {kind:20} {e.count:7}  first {first_text(e, s.time)}  last {last_text(e, s.time)}  ({files})"
+            )
+    steps = [NEXT_STEPS[f.code] for f in s.findings if f.code in NEXT_STEPS]
+    if steps:
+        lines.append("")
+        lines.append("Next steps:")
+        for step in dict.fromkeys(steps):
+            lines.append(f"  - {step}")
+    return "\n".join(lines) + "\n"
+
+
+def _failure_json(f: ChildFailure) -> dict[str, Any]:
+    return {
+        "rank": f.rank,
+        "local_rank": f.local_rank,
+        "exitcode": f.exitcode,
+        "signal": f.signal,
+        "pid": f.pid,
+        "host": f.host,
+        "time": f.time,
+        "error": f.error,
+    }
+
+
+def _incident_json(i: Incident, *, nested: bool = False) -> dict[str, Any]:
+    """One incident. ``approximate``: its lines had no time of their own; first/last are then the earliest they can
+    be (null: unknown), ``by`` the latest (null: unbounded), ``position`` where it sits."""
+    c = i.collective
+    out: dict[str, Any] = {
+        "kind": i.kind,
+        "title": i.title,
+        "location": i.location,
+        "signature": i.signature,
+        "count": i.count,
+        "file": i.path,
+        "line": i.lineno,
+        "first": iso(i.first),
+        "last": iso(i.last),
+        "approximate": i.approximate,
+        "by": iso(i.by),
+        "position": i.position,
+        "first_exact": i.first_exact,
+        "rank": i.rank,
+        "collective": None
+        if c is None
+        else {
+            "rank": c.rank,
+            "seq": c.seq,
+            "op": c.op,
+            "timeout_ms": c.timeout_ms,
+            "ran_ms": c.ran_ms,
+            "group": c.group,
+        },
+    }
+    if not nested:
+        out["root_cause"] = None if i.root_cause is None else _failure_json(i.root_cause)
+        out["victims"] = [_failure_json(v) for v in i.victims]
+        out["cause"] = None if i.cause is None else _incident_json(i.cause, nested=True)
+    return out
+
+
+def _holder_lines(s: Snapshot) -> list[str]:
+    """The live run's evidence and every GPU holder with what rlwatch concluded about it, and why."""
+    lines: list[str] = []
+    lr = s.live_run
+    if lr is not None and (s.holders or not lr.identified):
+        if lr.identified and lr.members:
+            pid, why = lr.members[0]
+            more = f" (+{len(lr.members) - 1} more)" if len(lr.members) > 1 else ""
+            lines.append(f"Live run: pid {pid} {why}{more}")
+        elif not lr.identified:
+            lines.append(f"Live run: unknown — {lr.why_unknown}")
+    if s.holders:
+        lines.append("GPU holders:")
+        for h in s.holders:
+            gpus = ",".join(map(str, h.gpus)) or "?"
+            how = "" if h.attribution == "nvml" else " (by device nodes)"
+            mem = f" {human_bytes(h.gpu_mem_bytes)}" if h.gpu_mem_bytes else ""
+            why = h.reason or h.protected or h.evidence or ""
+            lines.append(f"  pid {h.pid:<7} {h.status.upper():9} gpu {gpus}{how}{mem}  {' '.join(h.cmdline)[:60]}")
+            if why:
+                lines.append(f"      {why}")
+    for g in s.gpus:
+        if g.outside_bytes:
+            lines.append(f"GPU {g.index}: {human_bytes(g.outside_bytes)} held outside this container")
+    return lines

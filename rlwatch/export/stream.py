@@ -1,0 +1,112 @@
+"""Changes between two snapshots, as records: what `rlwatch watch` prints (JSON lines or plain lines).
+
+Only changes are emitted, so a quiet healthy run prints nothing after its first state record.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from typing import Any
+
+from rlwatch.common.state import Snapshot, SourceStatus
+from rlwatch.export.report import iso
+
+_NUMBERS = re.compile(r"[0-9]+(?:\.[0-9]+)?")
+
+
+def _trouble(src: SourceStatus | None) -> str | None:
+    """What a source's trouble is, with its numbers blurred: "values from 12s ago" must not print every tick."""
+    if src is None or src.ok:
+        return None
+    return _NUMBERS.sub("#", src.error or "failed")
+
+
+def changes(prev: Snapshot | None, cur: Snapshot) -> Iterator[dict[str, Any]]:
+    t = iso(cur.time)
+    if prev is None:
+        yield {
+            "type": "state",
+            "time": t,
+            "host": cur.host,
+            "run_dir": cur.run_dir,
+            "profile": cur.profile,
+            "findings": [f.code for f in cur.findings],
+            "events": {k: e.count for k, e in cur.events.items() if e.count},
+        }
+    for kind, e in cur.events.items():
+        before = prev.events[kind].count if prev and kind in prev.events else 0
+        if e.count > before:
+            last = e.recent[-1] if e.recent else None
+            exact = not e.approximate or (e.last is not None and e.last_by == e.last)
+            yield {
+                "type": "event",
+                # A line with no time of its own (read from a backlog) has none here either: its bounds instead.
+                "time": iso(e.last) if exact else None,
+                "approximate": not exact,
+                "after": None if exact else iso(e.last),
+                "before": None if exact else iso(e.last_by),
+                "position": None if exact else e.position,
+                "kind": kind,
+                "severity": e.severity.value,
+                "new": e.count - before,
+                "count": e.count,
+                "streak": e.streak,
+                "file": last.path if last else None,
+                "line": last.lineno if last else None,
+                "text": last.text[:500] if last else None,
+            }
+    old = {f.code: f for f in prev.findings} if prev else {}
+    new = {f.code: f for f in cur.findings}
+    for code, f in new.items():
+        if code not in old:
+            yield {"type": "finding", "time": t, "code": code, "severity": f.severity.value, "message": f.message}
+    for code in old.keys() - new.keys():
+        yield {"type": "finding_cleared", "time": t, "code": code}
+    sources = {src.name: src for src in prev.sources} if prev else {}
+    for src in cur.sources:
+        if _trouble(sources.get(src.name)) != _trouble(src):
+            yield {"type": "source", "time": t, "name": src.name, "ok": src.ok, "error": src.error}
+    if prev is not None:
+        if prev.server and cur.server and prev.server.up != cur.server.up and cur.server.up is not None:
+            yield {"type": "server", "time": t, "up": cur.server.up, "url": cur.server.url, "error": cur.server.error}
+        p_step = prev.training.last_step if prev.training else None
+        c_step = cur.training.last_step if cur.training else None
+        if c_step is not None and c_step != p_step:
+            yield {
+                "type": "step",
+                "time": t,
+                "step": c_step,
+                "total": cur.training.total_steps if cur.training else None,
+            }
+        before_ids = {(p.pid, p.create_time) for p in prev.processes if p.alive}
+        for p in cur.processes:
+            if p.alive and (p.pid, p.create_time) not in before_ids:
+                yield {"type": "process_started", "time": t, "name": p.name, "role": p.role, "pid": p.pid}
+        after_ids = {(p.pid, p.create_time) for p in cur.processes if p.alive}
+        for p in prev.processes:
+            if p.alive and (p.pid, p.create_time) not in after_ids:
+                yield {"type": "process_gone", "time": t, "name": p.name, "role": p.role, "pid": p.pid}
+
+
+def plain(record: dict[str, Any]) -> str | None:
+    """One line for a person, or None for what only a machine wants (progress events: steps, trials, …)."""
+    kind = record["type"]
+    if kind == "event" and record.get("severity") == "info":
+        return None
+    t = (record.get("time") or "")[11:19]
+    if kind == "event":
+        return f"{t} {record['kind']} +{record['new']} (total {record['count']}): {record.get('text') or ''}"
+    if kind == "finding":
+        return f"{t} [{record['severity'].upper()}] {record['message']}"
+    if kind == "finding_cleared":
+        return f"{t} cleared: {record['code']}"
+    if kind == "server":
+        return f"{t} inference server {'up' if record['up'] else 'DOWN'} ({record['url']})"
+    if kind == "step":
+        return f"{t} step {record['step']}" + (f"/{record['total']}" if record.get("total") else "")
+    if kind == "source":
+        return f"{t} {record['name']}: " + ("available again" if record["ok"] else f"NOT AVAILABLE: {record['error']}")
+    if kind in ("process_started", "process_gone"):
+        return f"{t} {record['name']} (pid {record['pid']}) {'started' if kind == 'process_started' else 'gone'}"
+    return f"{t} watching {record.get('run_dir')} ({record.get('profile')}): {len(record.get('findings', []))} findings"

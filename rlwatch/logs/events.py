@@ -1,0 +1,562 @@
+"""Counting events in log chunks: totals, per-file counts, times, rates, streaks, evidence lines, incidents.
+
+The counter never splits a chunk into lines. It asks the matcher for the next literal hit, works out that one
+line's bounds and number from the bytes around it, and jumps past it; only while a traceback block is open in a
+file does it walk that file line by line (its frames match no literal). A line counts at most once per kind.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import re
+from collections import deque
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+from rlwatch.common.clock import Clock
+from rlwatch.common.state import EventSummary, Incident, LogLine
+from rlwatch.common.textsafe import clean_line, strip_ansi
+from rlwatch.logs.incidents import EVENT_KINDS, HEADER_WORD, IncidentTracker, Span
+from rlwatch.logs.patterns import EventKind, Matcher, build_kinds, prepare
+from rlwatch.logs.tailer import Chunk
+from rlwatch.logs.timestamps import HMS_BYTES, parse_time
+
+__all__ = ["DISPLAY_CHARS", "EventCounter", "EventKind", "build_kinds"]
+
+DISPLAY_CHARS = 2000  # evidence lines are capped: a multi-megabyte line is shown by its start
+_TERMINATOR = re.compile(rb"\r\n?|\n")
+# An over-long line arrives in pieces; this much of the previous piece is searched again with the next one, so a
+# match that straddles two pieces is still found.
+_OVERLAP = 4096
+_HEAD = 8192
+# How far back a line without a timestamp looks for one in the same chunk before it settles for the latest one
+# already known (a traceback's header sits right under the logged error; a stats row a few lines under its step).
+_LOOK_BACK_LINES = 3
+_LOOK_BACK_BYTES = 8 * 1024
+_TIME_SEARCH_BYTES = 400  # a timestamp sits near the start of a line, behind colour codes and a prefix
+_NAN = float("nan")
+_INF = float("inf")
+# "Train step 1869/2000", "step 1869", "'step': 1869", "global_step=1869": the step a progress line reports.
+_STEP_NUMBER = re.compile(r"step\W{0,3}(\d+)", re.IGNORECASE)
+
+
+def _finite(t: float) -> float | None:
+    return t if math.isfinite(t) else None
+
+
+@dataclass(slots=True)
+class _Stats:
+    """What is kept of one kind. An internal kind keeps only its count and streaks (``summaries`` skips it)."""
+
+    count: int = 0
+    # Bounds of the first occurrence: the earliest each line can be and the earliest each line must be by, over all
+    # lines. A line with a time of its own has one value for both; an undated line of a backlog is bounded by the
+    # latest timestamp before it in its file (-inf: none) and the file's modification time (inf: none sound).
+    first_lo: float = _INF
+    first_hi: float = _INF
+    # Per file, bounds of its latest occurrence [lo, hi] and where it sits when undated ("train.log:5123, after
+    # step 1869"). Per file because lines of one file come in order: an undated line is no later than a dated one
+    # after it, which a maximum over all lines would forget.
+    last: dict[str, tuple[float, float, str | None]] = field(default_factory=dict)
+    approximate: bool = False  # some line had no time of its own
+    files: dict[str, int] = field(default_factory=dict)
+    streaks: dict[str, int] = field(default_factory=dict)
+    buckets: dict[int, int] = field(default_factory=dict)  # whole seconds -> events, for the rate window
+    recent: deque[LogLine] = field(default_factory=deque)
+
+
+@dataclass(slots=True)
+class _LongLine:
+    """An over-long line whose pieces are still arriving."""
+
+    lineno: int
+    head: bytes = b""  # the start of the line (up to _HEAD bytes): its evidence text, time and prefix
+    tail: bytes = b""
+    seen: set[str] = field(default_factory=set)
+    span: Span | None = None
+
+
+@dataclass(slots=True)
+class _File:
+    banners: int = 0
+    long: _LongLine | None = None
+    stamp: float | None = None  # the latest timestamp read in this file: undated lines after it are no earlier
+
+
+def _shown(text: str) -> str:
+    """The evidence text of a line: capped, with every control sequence removed."""
+    text = text[: DISPLAY_CHARS * 2]
+    return (text if text.isprintable() else clean_line(text))[:DISPLAY_CHARS]
+
+
+class _Lines:
+    """Line arithmetic over one chunk, honouring universal newlines without splitting it; and the time of a line."""
+
+    __slots__ = ("approximate", "before", "by", "cr", "data", "stamp")
+
+    def __init__(self, data: bytes, by: float | None = None, before: float | None = None) -> None:
+        self.data = data
+        self.cr = b"\r" in data
+        self.stamp: tuple[int, float] | None = None  # (line start, time) of the latest line known to have a time
+        # A backlog chunk: its file's modification time when opened (no line of it was written later), and the
+        # latest timestamp read in the file before this chunk. None for both in a live chunk.
+        self.by = by
+        self.before = before
+        self.approximate = False  # the latest answer of time_of is a lower bound, not the line's time
+
+    def time_of(self, start: int, text: str, now: float) -> float:
+        """The time of the line at ``start``: its own timestamp, else that of one of the few lines just above it
+        (a traceback's header sits right under the logged error; a stats row a few lines under its step).
+
+        Failing those, a live line (appended while followed) takes the time of the nearest earlier line of this
+        chunk that has one, else ``now``: it arrived within one poll. A backlog line gets no time of its own: the
+        answer is the latest timestamp before it in its file, a lower bound (``-inf``: none), with
+        ``approximate`` set; ``by`` bounds it from above.
+        """
+        ref = now if self.by is None else self.by  # what a year-less timestamp is read against
+        own = parse_time(text, ref) if ":" in text else None  # every timestamp format holds a colon
+        if own is not None:
+            self.stamp = (start, own)
+            self.approximate = False
+            return own
+        floor = max(0, start - _LOOK_BACK_BYTES)
+        known = self.stamp
+        if known is not None and known[0] < start:
+            floor = max(floor, known[0] + 1)
+        data = self.data
+        cr = self.cr
+        if not cr:
+            # A timestamp holds a colon. Where the lines looked at hold none (a stats row among rules and rows),
+            # settle at once: finding where they begin takes three memrchr calls, checking them one more.
+            top = start
+            for _ in range(_LOOK_BACK_LINES):
+                if top <= floor:
+                    break
+                top = data.rfind(b"\n", floor, top - 1) + 1 or floor
+            if data.find(b":", top, start) < 0:
+                return self._fallback(start, now)
+        pos = start
+        for _ in range(_LOOK_BACK_LINES):
+            if pos <= floor:
+                break
+            end = pos - 1  # the previous line's terminator, one byte or "\r\n"
+            if cr and end > floor and data[end - 1 : end + 1] == b"\r\n":
+                end -= 1
+            begin = self.start(end, floor) if cr else data.rfind(b"\n", floor, end) + 1 or floor
+            head_end = min(end, begin + _TIME_SEARCH_BYTES)
+            # Every timestamp holds a colon: most lines without a time (table rows, frames) are passed by memchr.
+            if data.find(b":", begin, head_end) >= 0 and HMS_BYTES.search(data, begin, head_end):
+                found = parse_time(strip_ansi(data[begin:end].decode("utf-8", "replace")), ref)
+                if found is not None:
+                    self.stamp = (begin, found)
+                    self.approximate = False
+                    return found
+            pos = begin
+        return self._fallback(start, now)
+
+    def _fallback(self, start: int, now: float) -> float:
+        """The time of a line with no timestamp on it or just above it (see :meth:`time_of`)."""
+        known = self.stamp
+        earlier = known[1] if known is not None and known[0] < start else None
+        if self.by is None:
+            self.approximate = False
+            return now if earlier is None else earlier
+        self.approximate = True
+        if earlier is not None:
+            return earlier
+        return -_INF if self.before is None else self.before
+
+    def span(self, start: int, text: str, now: float) -> Span:
+        """(time, by) of the line at ``start``: by None when the time is the line's own (or, live, read within one
+        poll); else time is a lower bound and by an upper bound, ``inf`` where the file's modification time is not
+        sound (a timestamp in the file later than it)."""
+        t = self.time_of(start, text, now)
+        if not self.approximate:
+            return t, None
+        by = self.by
+        return t, by if by is not None and by >= t else _INF
+
+    def latest(self, before: float | None) -> float | None:
+        """The latest timestamp read in the file after this chunk (``before``: the one before it)."""
+        return before if self.stamp is None else self.stamp[1]
+
+    def end(self, pos: int, limit: int) -> tuple[int, int]:
+        """(end of the line starting at or containing ``pos``, start of the next line)."""
+        if self.cr:
+            m = _TERMINATOR.search(self.data, pos, limit)
+            return (m.start(), m.end()) if m else (limit, limit)
+        i = self.data.find(b"\n", pos, limit)
+        return (i, i + 1) if i >= 0 else (limit, limit)
+
+    def start(self, hit: int, floor: int) -> int:
+        """Start of the line containing ``hit``, no earlier than ``floor`` (a known line start)."""
+        i = self.data.rfind(b"\n", floor, hit)
+        if self.cr:
+            i = max(i, self.data.rfind(b"\r", floor, hit))
+        return i + 1 if i >= 0 else floor
+
+    def count(self, a: int, b: int) -> int:
+        """Line terminators in ``data[a:b]`` (both ends at line starts)."""
+        n = self.data.count(b"\n", a, b)
+        if self.cr:
+            n += self.data.count(b"\r", a, b) - self.data.count(b"\r\n", a, b)
+        return n
+
+    def last_start(self) -> int:
+        """Where the unterminated tail of the chunk begins (``len`` when it ends with a terminator)."""
+        i = self.data.rfind(b"\n")
+        if self.cr:
+            i = max(i, self.data.rfind(b"\r"))
+        return i + 1
+
+
+class EventCounter:
+    """Counts event kinds in chunks from the tailer and groups incidents.
+
+    Times are the lines' own timestamps when they carry one (or that of a line just above). A line without one
+    appended while followed takes the timestamp of the nearest earlier line of the same chunk, else the clock's
+    wall time at feed: it was written within one poll. A line without one read from a backlog gets no time: it is
+    bounded by the latest timestamp before it in its file and by the file's modification time, and placed by
+    position (file, line, the step reported last before it); its :class:`LogLine` time is NaN. Rates use the wall
+    clock too, since they compare with line times.
+    """
+
+    def __init__(
+        self,
+        kinds: Sequence[EventKind],
+        clock: Clock,
+        *,
+        recent_lines: int = 20,
+        rate_window_s: float = 300.0,
+        storm_threshold: int = 5,
+        storm_window_s: float = 60.0,
+    ) -> None:
+        self._kinds = {k.name: k for k in kinds}
+        self._matcher = Matcher(list(self._kinds.values()))
+        self._clock = clock
+        self._recent_lines = max(1, recent_lines)
+        self._window = max(1.0, float(rate_window_s))
+        self._stats = {name: _Stats(recent=deque(maxlen=self._recent_lines)) for name in self._kinds}
+        self._subs: dict[str, list[Callable[[LogLine], None]]] = {}
+        self._files: dict[str, _File] = {}
+        self._incidents = IncidentTracker(storm_threshold=storm_threshold, storm_window_s=storm_window_s)
+        self._progress = frozenset(k.name for k in self._kinds.values() if k.progress)
+        # Internal kinds are never reported: their times, files, rate and evidence are not kept (streaks are, since
+        # a policy may name one); subscribers still get every line.
+        self._internal = frozenset(k.name for k in self._kinds.values() if k.internal)
+        self._streaking: dict[str, set[str]] = {}  # path -> kinds with a streak going in it
+        self._progress_lines: dict[str, int] = {}  # path -> progress lines counted in it
+        self.errors: deque[str] = deque(maxlen=20)
+
+    @property
+    def kinds(self) -> tuple[EventKind, ...]:
+        return tuple(self._kinds.values())
+
+    def subscribe(self, kind: str, callback: Callable[[LogLine], None]) -> None:
+        """Call ``callback`` with every future occurrence of ``kind`` (internal kinds included)."""
+        if kind not in self._kinds:
+            raise KeyError(f"unknown event kind {kind!r}")
+        self._subs.setdefault(kind, []).append(callback)
+
+    # ------------------------------------------------------------------------------------------------ feeding
+    def feed(self, chunk: Chunk) -> None:
+        """Count everything in one chunk. Arbitrary bytes are fine: nothing here raises on content."""
+        data = chunk.data
+        path = chunk.path
+        state = self._files.setdefault(path, _File())
+        now = self._clock.time()
+        by = chunk.backlog_mtime
+        lines = _Lines(data, by, state.stamp if by is not None else None)
+        size = len(data)
+        pos = 0
+        lineno = chunk.first_lineno
+        if chunk.continues_line:
+            end, nxt = lines.end(0, size)
+            final = end < size or not chunk.continued
+            first = state.long is None or state.long.lineno != lineno
+            if first:  # its start was never seen (counting began mid-line): count from here
+                state.long = _LongLine(lineno=lineno)
+            self._piece(path, state, data[:end], first=first, final=final, now=now, by=by)
+            if not final:
+                return
+            pos = nxt
+            lineno += 1
+        else:
+            state.long = None  # an unfinished line whose rest never came
+        limit = lines.last_start() if chunk.continued else size
+        if pos < limit:
+            self._scan(path, state, lines, (pos, limit, lineno), now)
+        state.stamp = lines.latest(state.stamp)
+        if chunk.continued and max(pos, limit) < size:
+            start = max(pos, limit)
+            state.long = _LongLine(lineno=chunk.first_lineno + chunk.nlines)
+            self._piece(path, state, data[start:], first=True, final=False, now=now, by=by)
+
+    def _scan(self, path: str, state: _File, lines: _Lines, span: tuple[int, int, int], now: float) -> None:
+        """Count the complete lines in ``data[pos:limit]``, the first of them numbered ``lineno``.
+
+        The needles of the whole span are found in one pass; lines without one are skipped without being looked
+        at, unless a traceback block is open in the file (its frames hold no needle), then every line is fed but
+        the block's frame lines, which the incident tracker reads in bulk.
+        """
+        pos, limit, lineno = span
+        incidents = self._incidents
+        if self._matcher.every_line:  # a kind without literals: every line must be tried
+            while pos < limit:
+                end, nxt = lines.end(pos, limit)
+                self._line(path, state, lines, (pos, end, lineno), now, None)
+                lineno += 1
+                pos = nxt
+            return
+        data = lines.data
+        cr = lines.cr
+        found = self._matcher.hits(data, pos, limit)
+        n = len(found)
+        i = 0
+        open_paths = incidents.open_paths  # wants_every_line(path), without a call per line
+        while pos < limit:
+            if path in open_paths:
+                if not cr:  # a traceback's frames, up to the next line with a needle, in bulk
+                    stop = found[i][0] if i < n else limit
+                    after, lineno = incidents.skip_frames(path, data, (pos, stop, lineno))
+                    if after != pos:
+                        pos = after
+                        continue
+                end, nxt = lines.end(pos, limit)
+                j = i
+                while j < n and found[j][0] < end:
+                    j += 1
+                self._line(path, state, lines, (pos, end, lineno), now, found[i:j])
+                i = j
+                lineno += 1
+                pos = nxt
+                continue
+            if i >= n:
+                return
+            hit = found[i][0]
+            if cr:
+                start = lines.start(hit, pos)
+                lineno += lines.count(pos, start)
+                end, nxt = lines.end(hit, limit)
+            else:  # the common case, spelt out: this loop runs once per candidate line
+                start = data.rfind(b"\n", pos, hit) + 1 or pos
+                lineno += data.count(b"\n", pos, start)
+                end = data.find(b"\n", hit, limit)
+                if end < 0:
+                    end = nxt = limit
+                else:
+                    nxt = end + 1
+            j = i + 1
+            while j < n and found[j][0] < end:
+                j += 1
+            self._line(path, state, lines, (start, end, lineno), now, found[i:j])
+            i = j
+            lineno += 1
+            pos = nxt
+
+    def _line(
+        self,
+        path: str,
+        state: _File,
+        lines: _Lines,
+        span: tuple[int, int, int],
+        now: float,
+        hits: list[tuple[int, bytes]] | None,
+    ) -> None:
+        """One line ``data[start:end]`` numbered ``lineno``: incidents see it, then each kind it matches counts.
+
+        ``hits`` are the needles found in the line (None: try every kind)."""
+        start, end, lineno = span
+        raw = lines.data[start:end]
+        text, tag, body = prepare(raw)
+        kinds = self._matcher.match_raw(raw, body) if hits is None else self._matcher.match_hits(body, hits)
+        t: Span | None = None  # the line's time, read at most once, and only if someone needs it
+        incidents = self._incidents
+        if path in incidents.open_paths or HEADER_WORD in body:  # else incidents.line would change nothing
+            stamp: list[Span] = []
+
+            def when() -> Span:
+                if not stamp:
+                    stamp.append(lines.span(start, text, now))
+                return stamp[0]
+
+            incidents.line(path, tag, body, lineno, when)
+            if stamp:
+                t = stamp[0]
+        if not kinds:
+            return
+        names = [kinds[0].name] if len(kinds) == 1 else [k.name for k in kinds]  # mostly one
+        if "_banner" in names:
+            state.banners += 1
+            # A second start banner in the same file is the process starting again.
+            if state.banners > 1 and "restart" in self._kinds and "restart" not in names:
+                names.append("restart")
+        shown = _shown(text)
+        if t is None:
+            t = lines.span(start, text, now)
+        for name in names:
+            self._count(name, path, lineno, t, shown, now)
+
+    def _piece(
+        self, path: str, state: _File, piece: bytes, *, first: bool, final: bool, now: float, by: float | None
+    ) -> None:
+        """One piece of an over-long line: matched with the end of the previous piece, counted once per kind."""
+        long = state.long
+        if long is None:
+            return
+        if len(long.head) < _HEAD:
+            long.head += piece[: _HEAD - len(long.head)]
+        window = long.tail + piece
+        text, tag, body = prepare(window)
+        if first:  # prefixes exist only at the start of a line; incidents see the line once, by its head
+            self._incidents.line(path, tag, body[:_HEAD], long.lineno, lambda: self._long_time(long, state, now, by))
+        else:
+            body = text
+        found = [k.name for k in self._matcher.match(body) if k.name not in long.seen]
+        if found:
+            when, shown = self._long_time(long, state, now, by), self._long_shown(long)
+            for name in found:
+                long.seen.add(name)
+                self._count(name, path, long.lineno, when, shown, now)
+        long.tail = window[-_OVERLAP:]
+        if final:
+            state.long = None
+
+    @staticmethod
+    def _long_time(long: _LongLine, state: _File, now: float, by: float | None) -> Span:
+        """The time of an over-long line, by its head: its own timestamp, else (live) now, else (a backlog) bounded
+        by the latest timestamp before it in its file and the file's modification time."""
+        if long.span is None:
+            text = prepare(long.head)[0]
+            parsed = parse_time(text, now if by is None else by)
+            if parsed is not None:
+                long.span = (parsed, None)
+                state.stamp = parsed
+            elif by is None:
+                long.span = (now, None)
+            else:
+                lo = -_INF if state.stamp is None else state.stamp
+                long.span = (lo, by if by >= lo else _INF)
+        return long.span
+
+    @staticmethod
+    def _long_shown(long: _LongLine) -> str:
+        return _shown(prepare(long.head)[0])
+
+    def _count(self, name: str, path: str, lineno: int, span: Span, shown: str, now: float) -> None:
+        """``now`` is the clock read once per feed: a backlog counts millions of events, each needing it."""
+        st = self._stats[name]
+        st.count += 1
+        when, by = span
+        if name in self._progress:
+            # Where training was, for placing undated lines after it: the step it reports, else how many progress
+            # lines the file has had (a TRL metric dict holds no step number).
+            m = _STEP_NUMBER.search(shown)
+            n = self._progress_lines[path] = self._progress_lines.get(path, 0) + 1
+            self._incidents.steps[path] = f"step {m.group(1)}" if m is not None else f"progress line {n}"
+            streaking = self._streaking.pop(path, None)
+            if streaking:
+                stats = self._stats
+                for other in streaking:
+                    stats[other].streaks[path] = 0
+        else:
+            streaks = st.streaks
+            streaks[path] = streaks.get(path, 0) + 1
+            self._streaking.setdefault(path, set()).add(name)
+        subs = self._subs.get(name)
+        own = when if by is None else _NAN  # a LogLine's time is the line's own or NaN, never a bound
+        if name in self._internal:
+            line = LogLine(path, lineno, shown, own) if subs else None
+        else:
+            files = st.files
+            files[path] = files.get(path, 0) + 1
+            hi = when if by is None else by
+            st.first_lo = min(st.first_lo, when)
+            st.first_hi = min(st.first_hi, hi)
+            last = st.last.get(path)
+            if by is None:
+                if last is None or when >= last[0]:
+                    st.last[path] = (when, when, None)
+                second = int(when)
+                if second >= now - self._window:
+                    st.buckets[second] = st.buckets.get(second, 0) + 1
+                    if len(st.buckets) > 2 * self._window + 16:
+                        self._prune(st, now)
+            else:
+                st.approximate = True
+                lo = when if last is None or when > last[0] else last[0]
+                step = self._incidents.steps.get(path)
+                where = f"{os.path.basename(path)}:{lineno}" + (f", after {step}" if step else "")
+                st.last[path] = (lo, hi if hi > lo else lo, where)
+            line = LogLine(path, lineno, shown, own)
+            st.recent.append(line)
+        if name in EVENT_KINDS:
+            self._incidents.event(name, path, lineno, span, shown)
+        if subs:
+            assert line is not None
+            for callback in subs:
+                try:
+                    callback(line)
+                except Exception as exc:  # a subscriber's bug must not stop the counting
+                    self.errors.append(f"subscriber of {name} failed: {type(exc).__name__}: {exc}")
+
+    def _prune(self, st: _Stats, now: float) -> None:
+        floor = int(now - self._window)
+        for second in [s for s in st.buckets if s < floor]:
+            del st.buckets[second]
+
+    # ------------------------------------------------------------------------------------------------ reading
+    def summaries(self) -> dict[str, EventSummary]:
+        """Every reported kind, zero counts included, keyed by name."""
+        now = self._clock.time()
+        out: dict[str, EventSummary] = {}
+        for name, kind in self._kinds.items():
+            if kind.internal:
+                continue
+            st = self._stats[name]
+            self._prune(st, now)
+            in_window = sum(n for s, n in st.buckets.items() if s >= now - self._window)
+            first, first_by, last, last_by, position = self._bounds(st)
+            out[name] = EventSummary(
+                kind=name,
+                severity=kind.severity,
+                count=st.count,
+                first=first,
+                last=last,
+                rate_per_min=in_window * 60.0 / self._window,
+                streak=0 if kind.progress else max(st.streaks.values(), default=0),
+                files=dict(st.files),
+                recent=tuple(st.recent),
+                approximate=st.approximate,
+                first_by=first_by,
+                last_by=last_by,
+                position=position,
+            )
+        return out
+
+    @staticmethod
+    def _bounds(st: _Stats) -> tuple[float | None, float | None, float | None, float | None, str | None]:
+        """(first, first_by, last, last_by, position) of a kind, as :class:`EventSummary` holds them."""
+        if not st.count or not st.last:
+            return None, None, None, None, None
+        if not st.approximate:
+            return _finite(st.first_lo), None, _finite(max(v[0] for v in st.last.values())), None, None
+        last_lo = max(v[0] for v in st.last.values())
+        latest = max(st.last.values(), key=lambda v: (v[1], v[0]))
+        last_hi = max(latest[1], last_lo)
+        return (
+            _finite(st.first_lo),
+            _finite(st.first_hi),
+            _finite(last_lo),
+            _finite(last_hi),
+            None if last_hi == last_lo else latest[2],
+        )
+
+    def streaks(self, kind: str) -> dict[str, int]:
+        """Per-file current streak of ``kind``: occurrences since the last progress event in that file."""
+        st = self._stats.get(kind)
+        return {p: n for p, n in st.streaks.items() if n} if st else {}
+
+    def incidents(self) -> tuple[Incident, ...]:
+        return self._incidents.incidents()

@@ -1,0 +1,755 @@
+"""Incidents: lines that belong together, so a person reads one failure instead of hundreds of lines.
+
+Four shapes: a *traceback* block (header, frames, final exception; chained exceptions are one block named after
+the last one), a *retry storm* (many connection-refused or timeout lines in a short time in one file, one incident
+that grows while it lasts), a *crash* (a torchrun child, an inference engine or the SGLang server died) and an
+*nccl_timeout* (one collective that ProcessGroupNCCL's watchdog timed out: torch prints it three times or more,
+each printing one more line of the same incident).
+
+torchrun's ChildFailedError report is read whole: the rank it names as the root cause (first observed failure),
+with its exit code, signal and host, and the other failures apart as victims; the error that preceded the failure on
+the root-cause rank (an NCCL timeout, a traceback such as a CUDA OOM) becomes the incident's ``cause``.
+
+Times: every line comes with ``(time, by)``. ``by`` None: ``time`` is the line's own. Otherwise the line has no time
+of its own (an undated line of a backlog): ``time`` is a lower bound (``-inf``: none) and ``by`` an upper bound
+(``inf``: none); the incident is then ``approximate`` and placed by position.
+Each carries a signature that stays the same for the same failure in another file or on another host, so a fleet
+view can say "the same crash everywhere".
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import math
+import os
+import re
+import signal
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from rlwatch.common.state import ChildFailure, CollectiveTimeout, Incident
+from rlwatch.logs.patterns import prepare
+
+__all__ = ["EVENT_KINDS", "HEADER_WORD", "IncidentTracker", "Span", "signature"]
+
+# (time, by) of one line: see the module docstring.
+Span = tuple[float, float | None]
+_INF = float("inf")
+
+_HEADER = re.compile(r"Traceback \(most recent call last\):\s*$")
+# In every header. A line without it, in a file without an open block, is nothing to the tracker: the counter
+# checks this (and ``open_paths``) before handing it a line, most lines being such.
+HEADER_WORD = "Traceback"
+_FRAME = re.compile(r'^\s*File "([^"]*)", line (\d+)')
+_CHAIN = re.compile(
+    r"^\s*(?:During handling of the above exception, another exception occurred:"
+    r"|The above exception was the direct cause of the following exception:)\s*$"
+)
+# `RuntimeError: msg`, `torch.distributed.elastic.multiprocessing.errors.ChildFailedError: `, `KeyboardInterrupt`.
+_EXC = re.compile(r"^([A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*)(?::\s?(.*))?$")
+_SEPARATOR = re.compile(r"^[\s=\-*_]*$")
+# Python 3.11 prints exception groups with a gutter ("  | ", "  + ") in front of every line of the group.
+_GUTTER = re.compile(r"^\s*[|+](?:[ -]?[|+])*[ -]?")
+_RANK_TAG = re.compile(r"\[rank(\d+)\]")
+
+# torchrun's report, torch/distributed/elastic/multiprocessing/errors/__init__.py (_MSG_FORMAT_TEMPLATE and
+# _FAILURE_FORMAT_TEMPLATE): "<name> FAILED", "Failures:", "Root Cause (first observed failure):", then per failure
+# "[idx]:" and the fields "  time      : …", "  host      : …", "  rank      : R (local_rank: L)",
+# "  exitcode  : C (pid: P)", "  error_file: …", "  traceback : …" (a recorded Python traceback goes on, indented).
+_REPORT_TITLE = re.compile(r"^(\S.*) FAILED\s*$")
+_REPORT_ENTRY = re.compile(r"^\[(\d+)\]:\s*$")
+_REPORT_FIELD = re.compile(r"^\s{1,4}(time|host|rank|exitcode|error_file|traceback)\s*:\s?(.*)$")
+_REPORT_RANK = re.compile(r"^(-?\d+)(?: \(local_rank: (-?\d+)\))?")
+_REPORT_CODE = re.compile(r"^(-?\d+)(?: \(pid: (\d+)\))?")
+_REPORT_SIGNAL = re.compile(r"^Signal (\d+) \((\w+)\)")
+_REPORT_LINES = 400  # a report is over by then even for many failures: the block stops reading lines
+
+# ProcessGroupNCCL's watchdog (torch/csrc/distributed/c10d/ProcessGroupNCCL.cpp): "[Rank 0] Watchdog caught
+# collective operation timeout: WorkNCCL(SeqNum=5, OpType=ALLREDUCE, NumelIn=…, NumelOut=…, Timeout(ms)=10000) ran
+# for 10035 milliseconds before timing out." Newer versions put "[PG ID 0 PG GUID 0(default_pg) Rank 0]" in front;
+# the same text comes again in "Process group watchdog thread terminated with exception: …" and in the
+# "what():" line of the C++ terminate that follows.
+_WORK = re.compile(r"WorkNCCL\(SeqNum=(\d+), OpType=(\w+)((?:[^()]|\([a-z]+\))*)\)(?: ran for (\d+) milliseconds)?")
+_WORK_RANK = re.compile(r"Rank (\d+)\]\s*Watchdog caught")
+_WORK_TIMEOUT = re.compile(r"Timeout\(ms\)=(\d+)")
+_PG = re.compile(r"\[PG (?:ID )?(\w+)")
+_NCCL_SAME_BURST = 5000  # lines: a later timeout with the same rank and sequence number is a new run's
+
+# Lines a traceback's frames are made of, read in bulk while a block of the unprefixed writer is in its frames: each
+# starts with a blank or tab and then a printable ASCII character other than a gutter's ``|`` or ``+`` (so neither
+# the gutter nor the prefix rules apply), and is complete. Lines holding an escape or ``Traceback`` are left to the
+# line-by-line rules.
+_FRAME_RUN = re.compile(rb"(?:[ \t]+[\x21-\x2a\x2c-\x7b\x7d\x7e][^\n\x1b]*\n)+")
+_FRAME_WORD = b'File "'
+# Blank lines and the messages between the links of a chained traceback, as whole lines.
+_BETWEEN_RUN = re.compile(
+    rb"(?:[ \t]*(?:During handling of the above exception, another exception occurred:"
+    rb"|The above exception was the direct cause of the following exception:)?[ \t]*\n)+"
+)
+_WINDOW = 16 << 10  # bytes of frame lines read in bulk per call at most
+_N_LINES = [re.compile(rb"(?:[^\n]*\n){%d}" % k) for k in range(81)]  # the first k lines of a span, found in C
+
+_TITLE_MSG_CHARS = 200
+_STALL_LINES = 80  # a block that makes no progress for this many lines was cut off (the process died mid-print)
+_AFTER_LINES = 40  # lines after the exception that may still chain another exception or detail a torchrun failure
+# A block whose writer has been silent for this many lines of its file is over: that writer (a rank that printed
+# its traceback and died) will never write the lines that would close it, and an open block makes the counter walk
+# every line of the file.
+_SILENT_LINES = 200
+
+
+@functools.lru_cache(maxsize=1024)
+def _normalise(message: str) -> str:
+    """The message with what differs between occurrences (addresses, paths, numbers) blanked out. Remembered: in an
+    incident the same few messages come back tens of thousands of times, and four substitutions each cost more than
+    the rest of their line's reading."""
+    text = re.sub(r"0x[0-9a-fA-F]+", "0x?", message)
+    text = re.sub(r"(?:[A-Za-z]:)?(?:[\w.~-]*/)+([\w.-]+)", r"\1", text)
+    text = re.sub(r"\d+", "N", text)
+    return re.sub(r"\s+", " ", text).strip()[:_TITLE_MSG_CHARS]
+
+
+def _location(frame: re.Match[str]) -> str:
+    """A frame's file (its base name) and line number."""
+    return f"{os.path.basename(frame.group(1)) or frame.group(1)}:{frame.group(2)}"
+
+
+def signature(*parts: str | None) -> str:
+    """A short stable id over normalised parts."""
+    joined = "\x1f".join(_normalise(p) if p else "" for p in parts)
+    return hashlib.sha1(joined.encode("utf-8", "surrogatepass"), usedforsecurity=False).hexdigest()[:12]
+
+
+def _exception(line: str) -> tuple[str, str] | None:
+    """(type, message) when ``line`` is the final line of a traceback."""
+    m = _EXC.match(line)
+    if m is None:
+        return None
+    name = m.group(1)
+    last = name.rsplit(".", 1)[-1]
+    # Logger levels ("WARNING: ...") share the shape; Python exception names are never all capitals.
+    if last.upper() == last:
+        return None
+    if not (last[0].isupper() or last.endswith(("error", "exception", "timeout", "exit"))):
+        return None
+    return name, (m.group(2) or "").strip()
+
+
+def _rank_of(tag: str) -> int | None:
+    """The global rank a "[rank3]:" prefix names (torch prefixes each worker's lines with it)."""
+    m = _RANK_TAG.search(tag) if "rank" in tag else None
+    return int(m.group(1)) if m else None
+
+
+def _as_span(value: Span | float) -> Span:
+    """A line's (time, by); a bare number is a time of the line's own (callers that know only exact times)."""
+    return value if isinstance(value, tuple) else (value, None)
+
+
+def _gap(a: float, b: float) -> float:
+    """``b - a`` where both are times; 0 where either is unknown (undated lines are taken to belong together)."""
+    return b - a if math.isfinite(a) and math.isfinite(b) else 0.0
+
+
+@dataclass(slots=True)
+class _Record:
+    kind: str
+    path: str
+    lineno: int
+    first: float
+    last: float
+    count: int
+    title: str
+    location: str | None
+    signature: str
+    hi: float = -_INF  # the latest the last line can be (``last`` when every line has its own time)
+    approximate: bool = False
+    position: str | None = None
+    first_exact: bool = True
+    rank: int | None = None
+    last_line: int = 0
+    root_cause: ChildFailure | None = None
+    victims: tuple[ChildFailure, ...] = ()
+    cause: _Record | None = None
+    collective: CollectiveTimeout | None = None
+
+    def stretch(self, span: Span, lineno: int = 0) -> None:
+        """One more line of this incident, later in its file than the ones before (so no earlier than them)."""
+        t, by = span
+        if by is not None:
+            self.approximate = True
+        self.last = max(self.last, t)
+        self.hi = max(t if by is None else by, self.last)
+        self.last_line = max(self.last_line, lineno)
+
+    def freeze(self) -> Incident:
+        by = self.hi if self.approximate and self.hi != self.last and math.isfinite(self.hi) else None
+        return Incident(
+            kind=self.kind,
+            path=self.path,
+            lineno=self.lineno,
+            first=self.first,
+            last=self.last,
+            count=self.count,
+            title=self.title,
+            location=self.location,
+            signature=self.signature,
+            approximate=self.approximate,
+            by=by,
+            position=self.position if self.approximate else None,
+            first_exact=self.first_exact,
+            rank=self.rank,
+            root_cause=self.root_cause,
+            victims=self.victims,
+            cause=None if self.cause is None else self.cause.freeze(),
+            collective=self.collective,
+        )
+
+
+@dataclass(slots=True)
+class _Failure:
+    """One "[idx]:" entry of a torchrun report while its fields are read."""
+
+    root: bool
+    fields: dict[str, str] = field(default_factory=dict)
+    error: str | None = None  # the final exception of a recorded traceback, read from the lines under it
+
+    def freeze(self) -> ChildFailure:
+        f = self.fields
+        rank = _REPORT_RANK.match(f.get("rank", ""))
+        code = _REPORT_CODE.match(f.get("exitcode", ""))
+        exitcode = int(code.group(1)) if code else None
+        text = f.get("traceback", "").strip() or None
+        sig = _REPORT_SIGNAL.match(text or "")
+        name = sig.group(2) if sig else None
+        if name is None and exitcode is not None and exitcode < 0:
+            try:
+                name = signal.Signals(-exitcode).name
+            except ValueError:
+                name = None
+        if text is not None and _HEADER.search(text):
+            text = self.error or "a traceback"
+        host = f.get("host", "").strip() or None
+        return ChildFailure(
+            rank=int(rank.group(1)) if rank else None,
+            local_rank=int(rank.group(2)) if rank and rank.group(2) is not None else None,
+            exitcode=exitcode,
+            signal=name,
+            pid=int(code.group(2)) if code and code.group(2) else None,
+            host=host,
+            time=f.get("time", "").strip() or None,
+            error=text,
+        )
+
+
+@dataclass(slots=True)
+class _Report:
+    """torchrun's ChildFailedError report under the exception line."""
+
+    name: str | None = None
+    section: str = ""  # "" | "failures" | "root"
+    current: _Failure | None = None
+    failures: list[_Failure] = field(default_factory=list)
+    in_traceback: bool = False  # reading the indented lines of a recorded traceback
+    done: bool = False
+
+
+@dataclass(slots=True)
+class _Block:
+    """A traceback being read: from its header, possibly across several chained links."""
+
+    lineno: int
+    first: Span
+    seen: int = 0  # number of the writer's latest line in the file
+    lines: int = 1
+    location: str | None = None
+    state: str = "frames"  # frames | after | chain
+    idle: int = 0
+    gap: int = 0  # lines since the last exception line (blank lines, chain messages)
+    record: _Record | None = None
+    exc_type: str = ""
+    exc_msg: str = ""
+    rank: int | None = None
+    report: _Report | None = None
+
+
+@dataclass(slots=True)
+class _Storm:
+    times: deque[tuple[float, int]] = field(default_factory=deque)
+    record: _Record | None = None
+
+
+_STORM_KINDS = {"connection_refused": "connection-refused", "timeout": "timeout"}
+_CRASH_KINDS = ("child_failed", "engine_dead", "_server_exit")
+# The only kinds :meth:`IncidentTracker.event` does anything with: the counter passes no others.
+EVENT_KINDS = frozenset(_STORM_KINDS) | frozenset(_CRASH_KINDS) | {"nccl_timeout"}
+
+
+class IncidentTracker:
+    """Groups lines into incidents. Fed by the event counter; keeps its state per file (and per writer prefix)."""
+
+    def __init__(
+        self,
+        *,
+        storm_threshold: int = 5,
+        storm_window_s: float = 60.0,
+        crash_window_s: float = 60.0,
+        max_incidents: int = 500,
+    ) -> None:
+        self._storm_threshold = max(1, storm_threshold)
+        self._storm_window = storm_window_s
+        self._crash_window = crash_window_s
+        self._records: deque[_Record] = deque(maxlen=max_incidents)
+        self._blocks: dict[tuple[str, str], _Block] = {}
+        self.open_paths: dict[str, set[str]] = {}  # path -> writer tags with an open block (read-only outside)
+        self._storms: dict[tuple[str, str], _Storm] = {}
+        self._crashes: dict[str, _Record] = {}
+        self._timeouts: dict[tuple[str, int | None, int, str], _Record] = {}
+        # path -> where training was in it: "step 1869" (set by the counter on each progress line), so that an
+        # incident without a time of its own can be placed ("train.log:5123, after step 1869").
+        self.steps: dict[str, str] = {}
+
+    def _new(self, kind: str, path: str, lineno: int, span: Span, count: int, title: str, sig: str) -> _Record:
+        t, by = span
+        rec = _Record(kind, path, lineno, t, t, count, title, None, sig, hi=t if by is None else max(by, t))
+        rec.approximate = by is not None
+        rec.first_exact = by is None
+        rec.last_line = lineno
+        if by is not None:
+            step = self.steps.get(path)
+            rec.position = f"{os.path.basename(path)}:{lineno}" + (f", after {step}" if step else "")
+        self._records.append(rec)
+        return rec
+
+    # ------------------------------------------------------------------------------------------- tracebacks
+    def wants_every_line(self, path: str) -> bool:
+        """True while a traceback block is open in ``path``: its frames match no event literal."""
+        return path in self.open_paths
+
+    def _open(self, key: tuple[str, str], block: _Block) -> None:
+        self.open_paths.setdefault(key[0], set()).add(key[1])
+        block.rank = _rank_of(key[1])
+        self._blocks[key] = block
+
+    def _close(self, key: tuple[str, str]) -> None:
+        if self._blocks.pop(key, None) is not None:
+            tags = self.open_paths.get(key[0])
+            if tags is not None:
+                tags.discard(key[1])
+                if not tags:
+                    del self.open_paths[key[0]]
+
+    def _expire(self, path: str, tag: str, lineno: int) -> None:
+        """Close the blocks of other writers in ``path`` that have been silent for too long."""
+        tags = self.open_paths.get(path)
+        if tags is None or (len(tags) == 1 and tag in tags):
+            return
+        for other in [t for t in tags if t != tag]:
+            block = self._blocks.get((path, other))
+            # Numbering that went back means the file was truncated or replaced: that block is over too.
+            if block is not None and not 0 <= lineno - block.seen <= _SILENT_LINES:
+                self._close((path, other))
+
+    def line(self, path: str, tag: str, body: str, lineno: int, when: Callable[[], Span | float]) -> None:
+        """One line of ``path`` (prefix ``tag`` split off). ``when`` gives its (time, by), or a time of its own,
+        parsed only if needed."""
+        if path not in self.open_paths:
+            # Nothing open in this file (the usual case): only a header matters. A gutter is never part of one.
+            if HEADER_WORD in body and _HEADER.search(body):
+                self._open((path, tag), _Block(lineno=lineno, first=_as_span(when()), seen=lineno))
+            return
+        self._expire(path, tag, lineno)
+        key = (path, tag)
+        block = self._blocks.get(key)
+        if "|" in body[:12] or "+" in body[:12]:
+            body = _GUTTER.sub("", body, count=1)
+        if block is None:
+            if "Traceback" in body and _HEADER.search(body):
+                self._open(key, _Block(lineno=lineno, first=_as_span(when()), seen=lineno))
+            return
+        block.seen = lineno
+        if block.state == "frames":
+            self._in_frames(key, block, body, lineno, when)
+        else:
+            self._after(key, block, body, lineno, when)
+
+    bulk_frames = True  # False: every frame line through ``line`` (the plain path the bulk one must equal)
+
+    def skip_frames(self, path: str, data: bytes, span: tuple[int, int, int]) -> tuple[int, int]:
+        """Read the frame lines at ``data[pos:stop]`` (``span`` is pos, stop, number of the line at pos) in bulk,
+        with the effect ``line`` would have on each: the block's last frame is its location, its line count and
+        idle count move on, it stalls at the same line, and other writers' blocks expire as they would. Returns
+        (pos, line number) after the lines read; pos unchanged when these lines are not frames of the unprefixed
+        writer's open block in its frames (then ``line`` reads them). A traceback is thus read by its header, its
+        exception line and what follows: its frames cost a few searches in C per run, not Python per line."""
+        pos, stop, lineno = span
+        tags = self.open_paths.get(path)
+        if not self.bulk_frames or tags is None or "" not in tags:
+            return pos, lineno
+        block = self._blocks.get((path, ""))
+        if block is None:
+            return pos, lineno
+        if block.state != "frames":
+            return self._skip_between(path, block, data, span)
+        # A window at most, cut before the first line holding ``Traceback`` (a header, when the configuration has no
+        # needle for it); the run stops at the first line with an escape. A line left to ``line`` sends the scan back
+        # here: each costs a window's search at most, never the rest of a long run.
+        window = min(stop, pos + _WINDOW)
+        k = data.find(b"Traceback", pos, window)
+        if k >= 0:
+            window = data.rfind(b"\n", pos, k) + 1 or pos
+        m = _FRAME_RUN.match(data, pos, window)
+        if m is None:
+            return pos, lineno
+        first = lineno
+        end = m.end()
+        while pos < end:
+            room = _STALL_LINES - block.idle
+            if room <= 0:
+                break  # the next line stalls the block: ``line`` closes it
+            piece = _N_LINES[min(room, 80)].match(data, pos, end)
+            q = end if piece is None else piece.end()
+            n = data.count(b"\n", pos, q)
+            last = self._last_frame(data, pos, q)
+            if last is None:
+                block.idle += n
+            else:
+                frame, after = last
+                block.location = _location(frame)
+                block.idle = data.count(b"\n", after, q)
+            block.lines += n
+            lineno += n
+            block.seen = lineno - 1
+            pos = q
+        if lineno > first and len(tags) > 1:
+            self._expire_over(path, first, lineno - 1)
+        return pos, lineno
+
+    def _skip_between(self, path: str, block: _Block, data: bytes, span: tuple[int, int, int]) -> tuple[int, int]:
+        """Between the links of a chained traceback: blank lines and the chain's message ("During handling of the
+        above exception, ...") after an exception line, read in bulk as ``_after`` reads each (idle and gap move
+        on, a chain message makes the block wait for the next link's header), while no line of them can close it."""
+        pos, stop, lineno = span
+        if block.report is not None:
+            return pos, lineno
+        m = _BETWEEN_RUN.match(data, pos, stop)
+        if m is None:
+            return pos, lineno
+        end = m.end()
+        n = data.count(b"\n", pos, end)
+        if block.idle + n > _AFTER_LINES:
+            return pos, lineno  # one of them closes the block: line by line
+        block.idle += n
+        block.gap += n
+        if data.find(b"exception", pos, end) >= 0:
+            block.state = "chain"
+        block.seen = lineno + n - 1
+        if len(self.open_paths.get(path, ())) > 1:
+            self._expire_over(path, lineno, lineno + n - 1)
+        return end, lineno + n
+
+    def _expire_over(self, path: str, first: int, last: int) -> None:
+        """What ``_expire`` does for each of the unprefixed writer's lines ``first`` to ``last``, at once: another
+        writer's block closes if one of those lines is numbered before its latest, or too far after it."""
+        for other in [t for t in self.open_paths.get(path, ()) if t != ""]:
+            block = self._blocks.get((path, other))
+            if block is not None and (first < block.seen or last - block.seen > _SILENT_LINES):
+                self._close((path, other))
+
+    @staticmethod
+    def _last_frame(data: bytes, pos: int, q: int) -> tuple[re.Match[str], int] | None:
+        """The last line of ``data[pos:q]`` that is a frame (its match, and where the next line starts)."""
+        hi = q
+        while (i := data.rfind(_FRAME_WORD, pos, hi)) >= 0:
+            start = data.rfind(b"\n", pos, i) + 1 or pos
+            if not data[start:i].strip(b" \t"):
+                nl = data.find(b"\n", i, q)
+                frame = _FRAME.match(prepare(data[start:nl])[2])
+                if frame is not None:
+                    return frame, nl + 1
+            hi = start
+        return None
+
+    def _in_frames(
+        self, key: tuple[str, str], block: _Block, body: str, lineno: int, when: Callable[[], Span | float]
+    ) -> None:
+        block.lines += 1
+        frame = _FRAME.match(body)
+        if frame:
+            block.location = _location(frame)
+            block.idle = 0
+            return
+        if _HEADER.search(body):  # a fresh traceback from the same writer: the old one was cut off
+            self._open(key, _Block(lineno=lineno, first=_as_span(when()), seen=lineno))
+            return
+        if body[:1].isspace() or not body.strip():
+            block.idle += 1
+        else:
+            exc = _exception(body.rstrip())
+            if exc is not None:
+                block.exc_type, block.exc_msg = exc
+                block.state = "after"
+                block.idle = 0
+                if block.exc_type.endswith("ChildFailedError"):
+                    block.report = _Report()
+                self._publish(key[0], block, _as_span(when()), lineno)
+                return
+            block.idle += 1
+        if block.idle > _STALL_LINES:
+            self._close(key)
+
+    def _after(
+        self, key: tuple[str, str], block: _Block, body: str, lineno: int, when: Callable[[], Span | float]
+    ) -> None:
+        block.idle += 1
+        block.gap += 1
+        report = block.report
+        if report is not None and not report.done and block.state == "after" and self._report_line(report, body):
+            block.idle = 0
+            self._publish(key[0], block, _as_span(when()), lineno)
+            if _finished(report):
+                self._close(key)
+            return
+        if _CHAIN.match(body):
+            block.state = "chain"
+            return
+        if _HEADER.search(body):
+            if block.state == "chain":  # the next link of the same chained failure
+                block.state = "frames"
+                block.location = None
+                block.idle = 0
+                block.lines += block.gap
+                block.gap = 0
+                return
+            self._close(key)
+            self._open(key, _Block(lineno=lineno, first=_as_span(when()), seen=lineno))
+            return
+        if block.idle > _AFTER_LINES:
+            self._close(key)
+
+    @staticmethod
+    def _report_line(report: _Report, body: str) -> bool:
+        """Read one line of torchrun's report; False when it is not one (the report is then over or absent)."""
+        text = body.rstrip()
+        if report.in_traceback and report.current is not None:
+            if text.startswith("    ") or (text.startswith("  ") and not _REPORT_FIELD.match(text)):
+                exc = _exception(text.strip()) if not text.startswith("    ") else None
+                if exc is not None:
+                    report.current.error = f"{exc[0]}: {exc[1]}" if exc[1] else exc[0]
+                return True
+            report.in_traceback = False
+        stripped = text.strip()
+        if not stripped:
+            return report.section != ""  # blank lines inside a report belong to it
+        if _SEPARATOR.match(stripped):
+            if report.section == "root" and report.current is not None and stripped.startswith("="):
+                report.done = True
+                report.current = None
+            return True
+        if report.name is None and report.section == "":
+            m = _REPORT_TITLE.match(stripped)
+            if m:
+                report.name = m.group(1)
+                return True
+        if stripped == "Failures:":
+            report.section, report.current = "failures", None
+            return True
+        if stripped.startswith("Root Cause (first observed failure)"):
+            report.section, report.current = "root", None
+            return True
+        if stripped == "<NO_OTHER_FAILURES>":
+            return True
+        if _REPORT_ENTRY.match(stripped) and report.section:
+            report.current = _Failure(root=report.section == "root")
+            report.failures.append(report.current)
+            return True
+        m = _REPORT_FIELD.match(text)
+        if m and report.current is not None:
+            report.current.fields[m.group(1)] = m.group(2)
+            report.in_traceback = m.group(1) == "traceback" and bool(_HEADER.search(m.group(2)))
+            return True
+        return False
+
+    def _publish(self, path: str, block: _Block, span: Span, lineno: int) -> None:
+        message = block.exc_msg
+        report = block.report
+        root: ChildFailure | None = None
+        victims: tuple[ChildFailure, ...] = ()
+        if report is not None and report.failures:
+            frozen = [(f.root, f.freeze()) for f in report.failures]
+            roots = [c for is_root, c in frozen if is_root]
+            root = roots[0] if roots else None
+            victims = tuple(c for is_root, c in frozen if not is_root)
+        if report is not None and (report.name or root):
+            parts = [f"{report.name} FAILED" if report.name else ""]
+            if root is not None:
+                parts.append(_failure_text(root))
+            message = ", ".join(p for p in parts if p)
+        title = block.exc_type + (f": {message[:_TITLE_MSG_CHARS]}" if message else "")
+        sig = signature("traceback", block.exc_type, message, block.location)
+        rec = block.record
+        if rec is None:
+            rec = self._new("traceback", path, block.lineno, block.first, block.lines, title, sig)
+            rec.rank = block.rank
+            rec.stretch(span, lineno)
+            block.record = rec
+        else:
+            rec.stretch(span, lineno)
+            rec.count = block.lines
+        rec.title = title
+        rec.location = block.location
+        rec.signature = sig
+        rec.root_cause = root
+        rec.victims = victims
+
+    # ------------------------------------------------------------------------------------ storms and crashes
+    def event(self, kind: str, path: str, lineno: int, span: Span, text: str) -> None:
+        """A counted event; retry storms, crashes and NCCL timeouts are built from these."""
+        if kind in _STORM_KINDS:
+            self._storm(kind, path, lineno, span)
+        elif kind == "nccl_timeout":
+            self._timeout(path, lineno, span, text)
+        elif kind in _CRASH_KINDS:
+            self._crash(kind, path, lineno, span, text)
+
+    def _storm(self, kind: str, path: str, lineno: int, span: Span) -> None:
+        time = span[0]
+        storm = self._storms.setdefault((path, kind), _Storm())
+        storm.times.append((time, lineno))
+        while storm.times and storm.times[0][0] < time - self._storm_window:
+            storm.times.popleft()
+        rec = storm.record
+        if rec is not None and _gap(rec.last, time) <= self._storm_window:
+            rec.count += 1
+            rec.stretch(span, lineno)
+        elif len(storm.times) >= self._storm_threshold:
+            first, first_line = storm.times[0]
+            sig = signature("retry_storm", kind, os.path.basename(path))
+            rec = self._new("retry_storm", path, first_line, (first, span[1]), len(storm.times), "", sig)
+            rec.stretch(span, lineno)
+            storm.record = rec
+        else:
+            return
+        rec.title = f"{rec.count} {_STORM_KINDS[kind]} errors ({os.path.basename(path)})"
+
+    def _crash(self, kind: str, path: str, lineno: int, span: Span, text: str) -> None:
+        rec = self._crashes.get(path)
+        if rec is not None and _gap(rec.last, span[0]) <= self._crash_window:
+            rec.count += 1
+            rec.stretch(span, lineno)
+            return
+        title = _crash_title(kind, text)
+        self._crashes[path] = self._new("crash", path, lineno, span, 1, title, signature("crash", title))
+
+    def _timeout(self, path: str, lineno: int, span: Span, text: str) -> None:
+        """A line that prints a timed-out collective: the first of it makes the incident, the rest count in it."""
+        work = _WORK.search(text)
+        if work is None:
+            return
+        m = _WORK_RANK.search(text)
+        rank = int(m.group(1)) if m else _rank_of(text[: max(0, work.start())])
+        seq, op = int(work.group(1)), work.group(2)
+        key = (path, rank, seq, op)
+        rec = self._timeouts.get(key)
+        if rec is not None and 0 <= lineno - rec.last_line <= _NCCL_SAME_BURST:
+            rec.count += 1
+            rec.stretch(span, lineno)
+            rec.title = _timeout_title(rec)
+            return
+        timeout = _WORK_TIMEOUT.search(work.group(3))
+        pg = _PG.search(text)
+        coll = CollectiveTimeout(
+            rank=rank,
+            seq=seq,
+            op=op,
+            timeout_ms=int(timeout.group(1)) if timeout else None,
+            ran_ms=int(work.group(4)) if work.group(4) else None,
+            group=pg.group(1) if pg else None,
+        )
+        sig = signature("nccl_timeout", op, "" if timeout is None else timeout.group(1))
+        rec = self._new("nccl_timeout", path, lineno, span, 1, "", sig)
+        rec.rank = rank
+        rec.collective = coll
+        rec.title = _timeout_title(rec)
+        self._timeouts[key] = rec
+
+    # ---------------------------------------------------------------------------------------------- reading
+    def incidents(self) -> tuple[Incident, ...]:
+        for rec in self._records:
+            if rec.root_cause is not None and rec.cause is None:
+                rec.cause = self._cause_of(rec)
+        return tuple(r.freeze() for r in self._records)
+
+    def _cause_of(self, failure: _Record) -> _Record | None:
+        """The error the root-cause rank printed before torchrun reported it: its latest incident before the
+        report (same file first), an NCCL timeout or a traceback that is not torchrun's own."""
+        root = failure.root_cause
+        if root is None or root.rank is None:
+            return None
+        best: _Record | None = None
+        for rec in self._records:
+            if rec is failure or rec.rank != root.rank or rec.kind not in ("traceback", "nccl_timeout"):
+                continue
+            if rec.root_cause is not None or rec.title.startswith(_CHILD_TITLES):
+                continue
+            same = rec.path == failure.path
+            if same and rec.lineno > failure.lineno:
+                continue  # printed after torchrun's report: not what led to it
+            if best is None or (same, rec.last, rec.lineno) > (best.path == failure.path, best.last, best.lineno):
+                best = rec
+        return best
+
+
+def _finished(report: _Report) -> bool:
+    return report.done
+
+
+_CHILD_TITLES = ("torch.distributed.elastic.multiprocessing.errors.ChildFailedError", "ChildFailedError")
+
+
+def _failure_text(f: ChildFailure) -> str:
+    """ "rank 0 exitcode -6 (SIGABRT) on host-a": how one failed worker ended, as torchrun reported it."""
+    out = f"rank {f.rank if f.rank is not None else '?'}"
+    if f.exitcode is not None:
+        out += f" exitcode {f.exitcode}"
+    if f.signal:
+        out += f" ({f.signal})"
+    if f.host:
+        out += f" on {f.host}"
+    if f.error and not f.error.startswith("Signal ") and not f.error.startswith("To enable traceback"):
+        out += f": {f.error}"
+    return out
+
+
+def _timeout_title(rec: _Record) -> str:
+    c = rec.collective
+    if c is None:
+        return "NCCL collective timeout"
+    rank = f"rank {c.rank}" if c.rank is not None else "a rank"
+    limit = f", timeout {c.timeout_ms} ms" if c.timeout_ms is not None else ""
+    ran = f", ran {c.ran_ms} ms" if c.ran_ms is not None else ""
+    printed = f" (printed {rec.count} times)" if rec.count > 1 else ""
+    return f"NCCL collective timeout on {rank}: {c.op} SeqNum={c.seq}{limit}{ran}{printed}"
+
+
+_RETURNCODE = re.compile(r"exits, returncode=(-?\d+)")
+
+
+def _crash_title(kind: str, text: str) -> str:
+    if kind == "child_failed":
+        return "torchrun worker failed (ChildFailedError)"
+    if kind == "_server_exit":
+        m = _RETURNCODE.search(text)
+        return f"inference server exited (returncode={m.group(1)})" if m else "inference server exited"
+    for needle, title in (
+        ("EngineDeadError", "vLLM engine died (EngineDeadError)"),
+        ("EngineCore encountered a fatal error", "vLLM engine core hit a fatal error"),
+        ("EngineCore failed to start", "vLLM engine core failed to start"),
+        ("Scheduler hit an exception", "SGLang scheduler hit an exception"),
+        ("Received sigquit", "SGLang child process failed (SIGQUIT)"),
+    ):
+        if needle in text:
+            return title
+    return "inference engine died"

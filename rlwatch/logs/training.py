@@ -1,0 +1,440 @@
+"""Training progress from the trainer's own log lines: step, total, reward, speed, weight updates, stalls.
+
+The log engine calls the ``on_*`` methods for lines of the ``step``, ``reward`` and ``weight_update`` kinds and
+``on_any_line`` for every line. Every handler runs the same parsers over the line, so it does not matter which
+subscription delivers a line, or whether one line is delivered to several of them.
+
+The same output is often tailed twice (AReaL v1 writes ``<role>.log`` and ``merged.log``; wandb copies stdout to
+``output.log``), so content that identifies itself is deduplicated: an AReaL step by its number, a TRL metric dict
+by its text, a disk weight-update line by its (timestamped) text. A step number that does not advance in the *same*
+file is a restarted run appending to its log, and starts the speed estimate afresh.
+"""
+
+from __future__ import annotations
+
+import ast
+import io
+import math
+import re
+import threading
+import tokenize
+from collections import OrderedDict, deque
+from dataclasses import dataclass
+
+from rlwatch.common.clock import Clock
+from rlwatch.common.state import LogLine, TrainingState
+
+_AREAL_STEP = re.compile(r"Train step ([0-9]{1,12})/([0-9]{1,12}) done")
+_AREAL_DONE = "Training completes!"
+_DISK_UPDATE_TEXT = "Loading weights from disk done in "  # the fixed start of _DISK_UPDATE: tested first
+_DISK_UPDATE = re.compile(_DISK_UPDATE_TEXT + r"([0-9]{1,9}(?:\.[0-9]{0,9})?)s")
+_PREFIX = re.compile(r"^(?:\s*\[[^\]]{0,40}\]:?)+\s*")  # merged.log's "[actor]   ", torch's "[rank0]: "
+_BARE_FLOAT = re.compile(r"\b(?:nan|inf)\b")
+_TABLE_BARS = ("│", "┃", "|")  # fancy_grid, heavy grids, plain pipes
+_UPDATE_WEIGHTS_KEY = "timeperf/update_weights"
+MAX_DICT_CHARS = 64_000
+MAX_NESTING = 64
+_RECENT = 512
+_BATCH = 1024  # lines queued at most before they are parsed unasked
+
+
+def parse_areal_step(text: str) -> tuple[int, int] | None:
+    """``Epoch 2/5 Step 935/935 Train step 1870/4675 done.`` → ``(1870, 4675)``, 1-based as printed."""
+    m = _AREAL_STEP.search(text)
+    if m is None:
+        return None
+    return int(m.group(1)), int(m.group(2))
+
+
+def _to_float(value: object) -> float | None:
+    if isinstance(value, bool) or not isinstance(value, int | float | str):
+        return None
+    try:
+        return float(value)
+    except (ValueError, OverflowError):
+        return None
+
+
+def _literal(body: str) -> object:
+    try:
+        return ast.literal_eval(body)
+    except Exception:  # literal_eval raises many types (ValueError, SyntaxError, MemoryError, RecursionError, …)
+        return None
+
+
+def _quote_bare_floats(body: str) -> str:
+    """``str()`` of a dict prints a diverged loss as a bare ``nan`` / ``inf``, which is no literal: quote those names.
+
+    Done with the tokenizer so a ``nan`` inside a string value is left alone.
+    """
+    try:
+        tokens: list[tuple[int, str]] = []
+        for tok in tokenize.generate_tokens(io.StringIO(body).readline):
+            if tok.type == tokenize.NAME and tok.string in ("nan", "inf"):
+                sign = ""
+                if tokens and tokens[-1] == (tokenize.OP, "-"):
+                    tokens.pop()
+                    sign = "-"
+                tokens.append((tokenize.STRING, repr(sign + tok.string)))
+            else:
+                tokens.append((tok.type, tok.string))
+        return tokenize.untokenize(tokens)
+    except Exception:  # the tokenizer rejects garbage with several error types
+        return body
+
+
+def parse_metrics(text: str) -> dict[str, float] | None:
+    """A transformers ``str(logs)`` dict on a line → its numeric entries; ``None`` when there is no such dict.
+
+    Values may be numbers or strings (``'0.0123'`` in some transformers builds); entries that are not numbers are
+    dropped. Non-finite values are kept: the caller decides what a ``nan`` loss means.
+    """
+    start = text.find("{")
+    end = text.rfind("}")
+    if start < 0 or end <= start or end - start > MAX_DICT_CHARS:
+        return None
+    body = text[start : end + 1]
+    if sum(body.count(c) for c in "([{") > MAX_NESTING:
+        return None
+    data = _literal(body)
+    if data is None and _BARE_FLOAT.search(body):
+        data = _literal(_quote_bare_floats(body))
+    if not isinstance(data, dict):
+        return None
+    out: dict[str, float] = {}
+    for key, value in data.items():
+        if isinstance(key, str):
+            number = _to_float(value)
+            if number is not None:
+                out[key] = number
+    return out
+
+
+def parse_stats_row(text: str) -> dict[str, float]:
+    """One row of AReaL's stats table (``│ key │ value │ key │ value │ …``) → the numeric pairs in it."""
+    bar = next((b for b in _TABLE_BARS if text.count(b) >= 3), None)
+    if bar is None:
+        return {}
+    cells = [c.strip() for c in text.split(bar)[1:-1]]
+    out: dict[str, float] = {}
+    for key, value in zip(cells[0::2], cells[1::2], strict=False):
+        if key:
+            number = _to_float(value)
+            if number is not None:
+                out[key] = number
+    return out
+
+
+def _tracked_stats(text: str, bar: str) -> dict[str, float]:
+    """:func:`parse_stats_row` of a row split by ``bar``, restricted to the keys the tracker uses: reward keys
+    (every key that :func:`reward_rank` ranks holds "reward") and the update-weights timing. Other cells are never
+    stripped or read as numbers: a row holds a dozen values and the tracker wants one or two of them."""
+    cells = text.split(bar)[1:-1]
+    timing = _UPDATE_WEIGHTS_KEY in text  # one search of the row instead of one per key
+    out: dict[str, float] = {}
+    for i in range(0, len(cells) - 1, 2):
+        key = cells[i]
+        if "reward" in key or (timing and _UPDATE_WEIGHTS_KEY in key):
+            try:
+                out[key.strip()] = float(cells[i + 1].strip())  # _to_float of a string
+            except ValueError:
+                pass
+    return out
+
+
+def reward_rank(key: str) -> int:
+    """How good a stats key is as *the* reward: 2 for the actor's task reward, 1 for the rollout reward, else 0."""
+    if key.endswith("task_reward/avg"):
+        return 2
+    if key == "rollout/reward" or key.endswith(("/rollout/reward", "rollout/reward/avg")):
+        return 1
+    return 0
+
+
+def parse_weight_update(text: str) -> float | None:
+    """``Loading weights from disk done in 10.48s.`` → ``10.48``."""
+    m = _DISK_UPDATE.search(text)
+    return float(m.group(1)) if m else None
+
+
+class _Recent:
+    """A bounded set of recently seen keys, for deduplication that cannot grow without limit."""
+
+    def __init__(self, size: int = _RECENT) -> None:
+        self._keys: OrderedDict[object, None] = OrderedDict()
+        self._size = size
+
+    def add(self, key: object) -> bool:
+        """True when the key is new."""
+        if key in self._keys:
+            self._keys.move_to_end(key)
+            return False
+        self._keys[key] = None
+        if len(self._keys) > self._size:
+            self._keys.popitem(last=False)
+        return True
+
+
+@dataclass(frozen=True, slots=True)
+class _Hint:
+    global_step: int
+    dicts_at_hint: int  # metric dicts logged before the checkpoint was noticed
+
+
+class TrainingTracker:
+    """Accumulates training progress from matched log lines; ``state()`` turns it into a :class:`TrainingState`.
+
+    Step numbers: AReaL lines give the 1-based step and the total directly. TRL's stdout has no step number, so
+    each metric dict (one per ``logging_steps``) advances a counter; with a checkpoint hint
+    (:meth:`set_checkpoint_hint`, from ``trainer_state.json``) the step is the hint's ``global_step`` plus
+    ``logging_steps`` per dict logged since, otherwise the number of dicts logged.
+    Thread-safe: the tailer feeds it while the engine reads it. Delivered lines are parsed in batches, before any
+    read (:meth:`_apply_pending`); ``errors`` keeps the last few that a parser failed on.
+    """
+
+    def __init__(
+        self,
+        clock: Clock,
+        *,
+        stall_s: float,
+        weight_update_timeout_s: float,
+        total_steps: int | None = None,
+        history: int = 50,
+    ) -> None:
+        self._clock = clock
+        self._stall_s = stall_s
+        self._timeout_s = weight_update_timeout_s
+        self._configured_total = total_steps
+        self._lock = threading.Lock()
+        self._pending: list[LogLine] = []  # delivered, not parsed yet (see _apply_pending)
+        self.errors: deque[str] = deque(maxlen=20)  # lines a parser raised on (a bug): the rest are still parsed
+        self._delivered = _Recent()
+        self._contents = _Recent()
+        self._last_line_at: float | None = None
+        self._last_step_at: float | None = None
+        # The same two times on the monotonic scale (wall time minus the wall-monotonic offset when they were seen),
+        # so that a wall clock stepped by NTP or by hand can neither fake a stall nor hide one.
+        self._last_line_m: float | None = None
+        self._last_step_m: float | None = None
+        self._areal_step: int | None = None
+        self._areal_total: int | None = None
+        self._areal_path: str | None = None
+        self._dicts = 0
+        self._hint: _Hint | None = None
+        self._hint_total: int | None = None
+        self._logging_steps: int | None = None
+        self._rate_points: deque[tuple[float, int]] = deque(maxlen=max(2, history))
+        self._rewards: deque[float] = deque(maxlen=history)
+        self._reward_slot: int | None = None
+        self._reward_slot_rank = -1
+        self._updates: deque[float] = deque(maxlen=history)
+        self._disk_updates = False
+        self._finished = False
+
+    # -- feeding ---------------------------------------------------------------------------------------------
+
+    def on_line(self, line: LogLine) -> None:
+        """A line of the ``step``, ``_reward``, ``weight_update`` or ``_finished`` kind: any of them, since all run
+        the same parsers. It is queued, and parsed with the rest of its batch before anything reads or changes the
+        tracker (:meth:`_apply_pending`)."""
+        with self._lock:
+            pending = self._pending
+            pending.append(line)
+            if len(pending) >= _BATCH:
+                self._apply_pending()
+
+    # One method under four names: the counter calls it for every matched line, without an extra call in between.
+    on_step = on_reward = on_weight_update = on_line
+
+    def on_any_line(self, time: float) -> None:
+        with self._lock:
+            self._apply_pending()
+            self._touch(time)
+
+    def set_checkpoint_hint(
+        self, global_step: int | None, max_steps: int | None, logging_steps: int | None = None
+    ) -> None:
+        """The step, total and logging interval from the latest ``trainer_state.json`` (any may be unknown).
+
+        Steps logged after a new ``global_step`` count on from it; calling again with the same one changes nothing,
+        so the engine may pass the hint on every scan.
+        """
+        with self._lock:
+            self._apply_pending()  # the hint counts the metric dicts logged before it
+            self._hint_total = max_steps if max_steps is not None and max_steps > 0 else None
+            if logging_steps is not None and logging_steps > 0:
+                self._logging_steps = logging_steps
+            if global_step is None or global_step < 0:
+                return
+            if self._hint is None or self._hint.global_step != global_step:
+                self._hint = _Hint(global_step, self._dicts)
+
+    # -- parsing ---------------------------------------------------------------------------------------------
+
+    def _offset(self) -> float:
+        return self._clock.time() - self._clock.monotonic()
+
+    def _touch(self, time: float, offset: float | None = None) -> None:
+        """Note a line seen at ``time`` (``offset``: the wall-monotonic offset, read now if not given)."""
+        if not math.isfinite(time):
+            return
+        m = time - (self._offset() if offset is None else offset)
+        if self._last_line_m is None or m > self._last_line_m:
+            self._last_line_at, self._last_line_m = time, m
+
+    def _apply_pending(self) -> None:
+        """Parse the queued lines in order (the lock held). A backlog delivers a line every few microseconds, and
+        parsing a batch in one go is measurably quicker than parsing each line between two of the counter's; the
+        clock offset is read once per batch. Every method that reads or changes the tracker calls this first, so
+        nothing can tell a queued line from a parsed one."""
+        pending = self._pending
+        if not pending:
+            return
+        self._pending = []
+        offset = self._offset()
+        for line in pending:
+            try:
+                self._parse(line, offset)
+            except Exception as exc:  # a parser's bug must not stop the tracking (nor lose the rest of the batch)
+                self.errors.append(f"line {line.lineno} of {line.path}: {type(exc).__name__}: {exc}")
+
+    def _parse(self, line: LogLine, offset: float) -> None:
+        """Every parser over one line. Each regex is tried only on lines holding its fixed text (a stats row holds
+        none of them), and of a stats row only the keys the tracker uses are read."""
+        text = line.text
+        if not self._delivered.add((line.path, line.lineno, text)):
+            return
+        self._touch(line.time, offset)
+        if _AREAL_DONE in text:
+            self._finished = True
+        step = parse_areal_step(text) if "Train step " in text else None
+        if step is not None:
+            self._on_areal_step(line, *step, offset)
+        elif "{" in text:
+            metrics = parse_metrics(text)
+            if metrics is not None:
+                self._on_metrics(line, metrics, offset)
+        light = text.count("│")
+        if light >= 3 or text.count("|") >= 3:  # the first of _TABLE_BARS found three times splits it
+            bar = "│" if light >= 3 else "┃" if text.count("┃") >= 3 else "|"
+            self._on_stats_row(_tracked_stats(text, bar))
+        if _DISK_UPDATE_TEXT in text:
+            duration = parse_weight_update(text)
+            if duration is not None and self._contents.add(("update", _PREFIX.sub("", text).strip())):
+                self._disk_updates = True
+                self._updates.append(duration)
+
+    def _on_areal_step(self, line: LogLine, step: int, total: int, offset: float) -> None:
+        last = self._areal_step
+        if last is not None and step <= last:
+            if line.path != self._areal_path:
+                return  # a copy of the same output in another file, lagging behind
+            self._rate_points.clear()  # the run restarted and appends to the same log
+        self._areal_step = step
+        self._areal_total = total if total > 0 else None
+        self._areal_path = line.path
+        self._finished = False
+        self._mark_step(line.time, step, offset)
+
+    def _on_metrics(self, line: LogLine, metrics: dict[str, float], offset: float) -> None:
+        if "train_runtime" in metrics:
+            self._finished = True
+        if "loss" not in metrics and "reward" not in metrics:
+            return
+        if not self._contents.add(("metrics", line.text[line.text.find("{") :])):
+            return
+        self._dicts += 1
+        self._finished = False
+        if self._areal_step is None:
+            self._mark_step(line.time, self._dicts, offset)
+        reward = metrics.get("reward")
+        if reward is not None:
+            self._record_reward(self._dicts, 3, reward)
+
+    def _on_stats_row(self, row: dict[str, float]) -> None:
+        slot = self._areal_step if self._areal_step is not None else self._dicts
+        for key, value in row.items():
+            rank = reward_rank(key)
+            if rank:
+                self._record_reward(slot, rank, value)
+            elif (
+                key == _UPDATE_WEIGHTS_KEY
+                and not self._disk_updates
+                and math.isfinite(value)
+                and value >= 0
+                and self._contents.add(("timeperf", slot))
+            ):
+                # xccl mode logs no per-update line; the step's timing stat is the only duration there is.
+                self._updates.append(value)
+
+    def _mark_step(self, time: float, counter: int, offset: float) -> None:
+        if math.isfinite(time):
+            m = time - offset
+            if self._last_step_m is None or m >= self._last_step_m:
+                self._last_step_at, self._last_step_m = time, m
+            self._rate_points.append((time, counter))
+
+    def _record_reward(self, slot: int, rank: int, value: float) -> None:
+        """Keep one reward per step: the best-ranked key of that step's table wins; non-finite values are skipped."""
+        if not math.isfinite(value):
+            return
+        if slot == self._reward_slot:
+            if rank <= self._reward_slot_rank:
+                return
+            if self._rewards:
+                self._rewards.pop()
+        self._rewards.append(value)
+        self._reward_slot = slot
+        self._reward_slot_rank = rank
+
+    # -- reading ---------------------------------------------------------------------------------------------
+
+    def _step_now(self) -> int | None:
+        if self._areal_step is not None:
+            return self._areal_step
+        hint = self._hint
+        if hint is not None:
+            return hint.global_step + (self._dicts - hint.dicts_at_hint) * (self._logging_steps or 1)
+        return self._dicts or None
+
+    def _total_now(self) -> int | None:
+        if self._configured_total is not None:
+            return self._configured_total
+        if self._areal_total is not None:
+            return self._areal_total
+        return self._hint_total
+
+    def _steps_per_hour(self) -> float | None:
+        if len(self._rate_points) < 2:
+            return None
+        (t0, c0), (t1, c1) = self._rate_points[0], self._rate_points[-1]
+        if t1 <= t0 or c1 <= c0:
+            return None
+        scale = 1
+        if self._areal_step is None and self._hint is not None:
+            scale = self._logging_steps or 1
+        return (c1 - c0) * scale * 3600.0 / (t1 - t0)
+
+    def state(self, now: float | None = None) -> TrainingState:
+        now = self._clock.time() if now is None else now
+        with self._lock:
+            self._apply_pending()
+            seen = [m for m in (self._last_step_m, self._last_line_m) if m is not None]
+            stalled = bool(seen) and not self._finished and now - self._offset() - max(seen) >= self._stall_s
+            step = self._step_now()
+            total = self._total_now()
+            if step is not None and total is not None and self._areal_step is None:
+                step = min(step, total)
+            return TrainingState(
+                last_step=step,
+                total_steps=total,
+                reward=self._rewards[-1] if self._rewards else None,
+                steps_per_hour=self._steps_per_hour(),
+                stalled=stalled,
+                last_step_at=self._last_step_at,
+                last_line_at=self._last_line_at,
+                rewards=tuple(self._rewards),
+                weight_update_s=tuple(self._updates),
+                weight_update_timeout_s=self._timeout_s,
+                finished=self._finished,
+            )

@@ -1,0 +1,454 @@
+"""Planning: what each action would do, built from a fresh look at the host. Planning never signals anything.
+
+A plan lists every target with what a person needs to judge it (pid, user, age, command line, GPU memory, why it
+is a target) and the processes that will be started. It is refused, with the reason, when it must not run: a
+refusal that names what is in the way is worth more than an action that half-works on a production pod.
+
+The :class:`Prepared` record carries the machine-readable half of a plan (identities to stop, argv lists to start,
+the step a resume starts from) that the executor needs but a confirmation dialog does not show.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from rlwatch.common.state import ActionPlan, ActionTarget, GpuHolder, GpuState, ProcessInfo, Snapshot
+from rlwatch.discover.load import resolve
+from rlwatch.engine.engine import Engine
+from rlwatch.sources import procfs
+from rlwatch.sources.recover import agree
+
+RESTART_WORKERS = "restart-workers"
+KILL_ZOMBIES = "kill-zombies"
+RESUME = "resume"
+RESTART_SERVER = "restart-server"
+ACTION_NAMES = (RESTART_WORKERS, KILL_ZOMBIES, RESUME, RESTART_SERVER)
+CONFIGURED = "configured"
+RECORDED = "recorded when first seen"
+DEFAULT_LOG_DIR = ".rlwatch/logs"
+
+Protected = Callable[[int], str | None]
+
+
+@dataclass(frozen=True)
+class Launch:
+    """How to start one process: an argv list (never a shell string), where, with what environment, logging where."""
+
+    name: str
+    role: str
+    argv: tuple[str, ...]
+    cwd: str | None
+    env: dict[str, str] | None = None
+    log: str | None = None
+    source: str = CONFIGURED  # CONFIGURED | RECORDED
+
+
+@dataclass(frozen=True)
+class Stop:
+    """One process to stop, named by (pid, start time), with what verification compares against afterwards."""
+
+    pid: int
+    create_time: float
+    name: str
+    role: str | None = None
+    reason: str | None = None
+    rss_bytes: int | None = None  # before the restart: a restarted worker's memory must be below this
+    gpu_mem_bytes: int | None = None  # what NVML said it held: that much should come back
+
+
+@dataclass(frozen=True)
+class Prepared:
+    """A plan plus the machine-readable parts the executor needs (kept out of the display record)."""
+
+    plan: ActionPlan
+    stops: tuple[Stop, ...] = ()
+    launches: tuple[Launch, ...] = ()
+    resume_step: int | None = None
+    rolling: bool = False  # stop and start one process at a time, stops matched to launches by name
+    gpu_used_before: int | None = None  # GPU memory in use over all GPUs when planned (NVML only)
+    only: tuple[str, ...] | None = None
+    force: bool = False
+    named: tuple[int, ...] | None = None  # the GPU holders a person named for kill-zombies (--pid)
+
+
+def refused(action: str, why: str) -> Prepared:
+    return Prepared(ActionPlan(action=action, targets=(), steps=(), refused=why))
+
+
+def target_of_process(p: ProcessInfo, now: float, reason: str | None = None) -> ActionTarget:
+    return ActionTarget(
+        pid=p.pid,
+        create_time=p.create_time,
+        user=p.user,
+        age_s=max(0.0, now - p.started_at),
+        cmdline=p.cmdline,
+        role=p.name,
+        reason=reason,
+    )
+
+
+def holder_gpus(h: GpuHolder) -> str:
+    """Which GPUs a holder uses, and how that is known."""
+    if not h.gpus:
+        return f"holds {', '.join(h.devices)}"
+    where = ", ".join(f"GPU {i}" for i in h.gpus)
+    return f"uses {where}" + (
+        " (per NVML)" if h.attribution == "nvml" else f" (by the device nodes it holds: {', '.join(h.devices)})"
+    )
+
+
+def target_of_holder(h: GpuHolder, now: float, *, named: bool = False) -> ActionTarget:
+    why = f"named by you; rlwatch's view: {h.status}: {h.reason or h.evidence}" if named else f"stray: {h.reason}"
+    return ActionTarget(
+        pid=h.pid,
+        create_time=h.create_time,
+        user=h.user,
+        age_s=max(0.0, now - h.create_time),
+        cmdline=h.cmdline,
+        gpu_mem_bytes=h.gpu_mem_bytes,
+        role="GPU holder named by you" if named else "stray GPU holder",
+        reason=f"{why}; {holder_gpus(h)}",
+        named=named,
+    )
+
+
+def target_of_launch(launch: Launch) -> ActionTarget:
+    where = f"start ({launch.source}) in {launch.cwd or '.'}"
+    return ActionTarget(
+        pid=None,
+        create_time=None,
+        user=None,
+        age_s=None,
+        cmdline=launch.argv,
+        role=launch.name,
+        reason=where + (f", output appended to {launch.log}" if launch.log else ""),
+    )
+
+
+def stop_words(grace_s: float) -> str:
+    return (
+        f"SIGTERM (and SIGCONT) to each target and its process group, wait up to {grace_s:g}s, SIGKILL what is left, "
+        "then check it is gone — every signal through a pidfd after re-checking (pid, start time)"
+    )
+
+
+def outside_words(gpus: Sequence[GpuState]) -> str:
+    """GPU memory held outside this container, in words, with what can free it."""
+    parts = []
+    for g in gpus:
+        pids = (
+            f" (pid {', '.join(map(str, g.outside_pids[:4]))} as NVML reports it, not visible here)"
+            if g.outside_pids
+            else ""
+        )
+        parts.append(f"GPU {g.index}: {_gib(g.outside_bytes)} held outside this container{pids}")
+    return "; ".join(parts) + ": no kill from here can reach it; restarting the pod frees it"
+
+
+def _gib(n: int | None) -> str:
+    return "? GiB" if n is None else f"{n / 1024**3:.1f} GiB"
+
+
+def gpu_used_total(s: Snapshot) -> int | None:
+    """GPU memory in use over every GPU, when the backend is real NVML and says so for each GPU."""
+    if s.gpu is None or s.gpu.backend != "nvml" or not s.gpus:
+        return None
+    used = [g.mem_used_bytes for g in s.gpus]
+    return None if any(u is None for u in used) else sum(u for u in used if u is not None)
+
+
+def stdout_file(pid: int, proc_root: str = procfs.PROC) -> str | None:
+    """The regular file a live process writes its output to (``cmd >> train.log``), or None.
+
+    A process started again from what rlwatch recorded keeps appending there, so the log a person (and the engine)
+    already follows goes on, instead of the output vanishing or landing in a file nobody looks at.
+    """
+    try:
+        target = os.readlink(f"{proc_root}/{pid}/fd/1")
+    except OSError:
+        return None
+    if not target.startswith("/") or target.endswith(" (deleted)"):
+        return None
+    return target if Path(target).is_file() else None
+
+
+def _ancestors_of_run(run_pids: set[int]) -> set[int]:
+    """Processes above the run: stopping one of them (with its tree) would stop the run itself."""
+    parents = procfs.parents_map()
+    found: set[int] = set()
+    for pid in run_pids:
+        found.update(procfs.ancestors(pid, parents=parents))
+    return found - run_pids
+
+
+class Planner:
+    """Builds each action's plan from one snapshot plus what the engine remembers about the run's processes."""
+
+    def __init__(self, engine: Engine, protected: Protected) -> None:
+        self.engine = engine
+        self.cfg = engine.cfg
+        self.protected = protected
+
+    def build(
+        self,
+        action: str,
+        s: Snapshot,
+        *,
+        force: bool,
+        only: tuple[str, ...] | None,
+        pids: tuple[int, ...] | None = None,
+    ) -> Prepared:
+        if action == KILL_ZOMBIES:
+            return self.kill_zombies(s, pids)
+        if action == RESTART_WORKERS:
+            return self.restart_workers(s, only)
+        if action == RESTART_SERVER:
+            return self.restart_server(s)
+        return self.resume(s, force=force)
+
+    # ------------------------------------------------------------------------------------------------ starting
+    def _log_for(self, name: str, configured: str | None, pid: int | None) -> str:
+        if configured:
+            return str(resolve(self.engine.run_dir, configured))
+        if pid is not None and (current := stdout_file(pid)):
+            return current
+        return str(self.engine.run_dir / DEFAULT_LOG_DIR / f"{name}.log")
+
+    def _launch_for(self, p: ProcessInfo) -> Launch | None:
+        rule = self.engine.processes.rule_for(p.name)
+        record = self.engine.launch_record(p.name)
+        env = dict(record.env) if record and record.env else None
+        log = self._log_for(p.name, rule.log if rule else None, p.pid if p.alive else None)
+        if rule and rule.command:
+            cwd = str(resolve(self.engine.run_dir, rule.cwd)) if rule.cwd else (record.cwd if record else None)
+            return Launch(p.name, p.role, tuple(rule.command), cwd, env, log, CONFIGURED)
+        if record and record.argv:
+            return Launch(p.name, p.role, tuple(record.argv), record.cwd, env, log, RECORDED)
+        return None
+
+    def _server_launch(self, live: Sequence[ProcessInfo]) -> Launch | None:
+        srv = self.cfg.server
+        pid = live[0].pid if live else None
+        if srv.command:
+            cwd = str(resolve(self.engine.run_dir, srv.cwd)) if srv.cwd else str(self.engine.run_dir)
+            return Launch("server", "server", tuple(srv.command), cwd, None, self._log_for("server", srv.log, pid))
+        record = self.engine.launch_record(live[0].name if live else "server")
+        if record and record.argv:
+            env = dict(record.env) if record.env else None
+            log = self._log_for("server", srv.log, pid)
+            return Launch("server", "server", tuple(record.argv), record.cwd, env, log, RECORDED)
+        return None
+
+    def _resume_launch(self, s: Snapshot) -> Launch | None:
+        a = self.cfg.actions
+        if a.resume_command:
+            cwd = str(resolve(self.engine.run_dir, a.resume_cwd)) if a.resume_cwd else str(self.engine.run_dir)
+            log = self._log_for("launcher", a.resume_log, None)
+            return Launch("launcher", "launcher", tuple(a.resume_command), cwd, None, log, CONFIGURED)
+        for name in ("launcher", "trainer"):  # no launcher seen: a trainer run directly is its own launch command
+            record = self.engine.launch_record(name)
+            if record and record.argv:
+                live = next((p for p in s.processes if p.name == name and p.alive), None)
+                rule = self.engine.processes.rule_for(name)
+                log = self._log_for(name, rule.log if rule else None, live.pid if live else None)
+                env = dict(record.env) if record.env else None
+                return Launch(name, name, tuple(record.argv), record.cwd, env, log, RECORDED)
+        return None
+
+    def _unknown(self, what: str) -> str:
+        """A refusal for want of a start command, saying why the launch book was not used when it was refused."""
+        why = self.engine.launches.distrust
+        return f"{what}; {why}" if why else what
+
+    def _blocked(self, procs: Sequence[ProcessInfo]) -> str | None:
+        for p in procs:
+            if why := self.protected(p.pid):
+                return f"{p.name} (pid {p.pid}) is protected: {why}"
+        return None
+
+    # ------------------------------------------------------------------------------------------------ actions
+    def kill_zombies(self, s: Snapshot, named: tuple[int, ...] | None = None) -> Prepared:
+        """Stop the GPU holders rlwatch has positive reasons to call strays — or exactly the ones a person names.
+
+        A holder rlwatch cannot classify is never chosen on its own; a person may name it (``--pid``). A holder of
+        the live run, a protected one, or an ancestor of the run is refused even when named.
+        """
+        run = self.engine.processes.run_pids()
+        run_parents = _ancestors_of_run(run) if run else set()
+        by_pid = {h.pid: h for h in s.holders}
+        chosen: list[GpuHolder] = []
+        spared: list[str] = []
+        if named:
+            for pid in named:
+                h = by_pid.get(pid)
+                if h is None:
+                    return refused(KILL_ZOMBIES, f"pid {pid} holds no GPU device ({self.cfg.gpu.device_glob})")
+                why = self.protected(pid) or h.protected
+                if why is None and h.in_run:
+                    why = f"part of the live run: {h.evidence}"
+                if why is None and pid in run_parents:
+                    why = "an ancestor of the live run"
+                if why:
+                    return refused(KILL_ZOMBIES, f"pid {pid} must not be stopped: {why}")
+                chosen.append(h)
+        else:
+            for h in s.zombies:
+                why = self.protected(h.pid) or ("an ancestor of the live run" if h.pid in run_parents else None)
+                if why:
+                    spared.append(f"pid {h.pid}: {why}")
+                else:
+                    chosen.append(h)
+            unknown = [f"pid {h.pid}: {h.evidence}" for h in s.unknown_holders]
+            if not chosen:
+                spared += [f"pid {h.pid}: {h.protected}" for h in s.holders if h.protected and not h.in_run]
+                live = s.live_run
+                if unknown and live is not None and not live.identified:
+                    return refused(KILL_ZOMBIES, f"{live.why_unknown}; no GPU holder can be called a stray")
+                why = "no stray GPU holders"
+                if unknown:
+                    why += (
+                        f"; {len(unknown)} holder(s) rlwatch cannot classify were left alone ("
+                        + "; ".join(unknown[:3])
+                        + "); to stop one, name it: rlwatch act kill-zombies --pid PID"
+                    )
+                if spared:
+                    why += " (left alone: " + "; ".join(spared[:4]) + ")"
+                outside = [g for g in s.gpus if g.outside_bytes]
+                if outside:
+                    why += "; " + outside_words(outside)
+                return refused(KILL_ZOMBIES, why)
+            spared += [f"pid {h.pid}: not sure it is a stray ({h.evidence})" for h in s.unknown_holders]
+        used_before = gpu_used_total(s)
+        steps = [
+            stop_words(self.cfg.actions.grace_s),
+            f"then check that none of them holds {self.cfg.gpu.device_glob} any more"
+            + (" and that the GPU memory came back" if used_before is not None else ""),
+            "never touched: the live run, PID 1, rlwatch and its parents, NVIDIA/DCGM daemons, other users"
+            + ("" if named else ", GPU holders rlwatch cannot classify"),
+        ]
+        if spared:
+            steps.append("left alone: " + "; ".join(spared))
+        targets = tuple(target_of_holder(h, s.time, named=bool(named)) for h in chosen)
+        plan = ActionPlan(KILL_ZOMBIES, targets, tuple(steps))
+        stops = tuple(
+            Stop(h.pid, h.create_time, "stray", "stray", h.reason or h.evidence, gpu_mem_bytes=h.gpu_mem_bytes)
+            for h in chosen
+        )
+        return Prepared(plan, stops=stops, gpu_used_before=used_before, named=named)
+
+    def restart_workers(self, s: Snapshot, only: tuple[str, ...] | None) -> Prepared:
+        workers = [p for p in s.processes if p.role == "worker"]
+        if only is not None:
+            known = {p.name for p in workers}
+            unknown = [n for n in only if n not in known]
+            if unknown:
+                have = ", ".join(sorted(known)) or "none"
+                return refused(RESTART_WORKERS, f"no worker named {', '.join(unknown)} (workers: {have})")
+            workers = [p for p in workers if p.name in only]
+        if not workers:
+            return refused(RESTART_WORKERS, "no worker processes found (a process rule with role: worker)")
+        launches = []
+        for p in workers:
+            launch = self._launch_for(p)
+            if launch is None:
+                return refused(RESTART_WORKERS, self._unknown(f"no start command known for {p.name} (pid {p.pid})"))
+            launches.append(launch)
+        live = [p for p in workers if p.alive]
+        if blocked := self._blocked(live):
+            return refused(RESTART_WORKERS, blocked)
+        steps = (
+            "one worker at a time: " + stop_words(self.cfg.actions.grace_s),
+            "start it again with its command line, working directory and environment, in a new session, "
+            "output appended to its log",
+            "check each is running again with fresh memory",
+        )
+        targets = tuple(target_of_process(p, s.time, "worker") for p in live)
+        plan = ActionPlan(RESTART_WORKERS, targets, steps, start=tuple(target_of_launch(x) for x in launches))
+        stops = tuple(Stop(p.pid, p.create_time, p.name, p.role, rss_bytes=p.rss_bytes) for p in live)
+        return Prepared(plan, stops=stops, launches=tuple(launches), rolling=True, only=only)
+
+    def restart_server(self, s: Snapshot) -> Prepared:
+        url = self.cfg.server.url
+        if not url:
+            return refused(RESTART_SERVER, "no inference server configured (server.url)")
+        live = [p for p in s.processes if p.role == "server" and p.alive]
+        launch = self._server_launch(live)
+        if launch is None:
+            return refused(
+                RESTART_SERVER, self._unknown("no start command known for the inference server (server.command)")
+            )
+        if not live and s.server is not None and s.server.up:
+            return refused(
+                RESTART_SERVER,
+                f"{url} answers but no server process is known (add a process rule with role: server); "
+                "starting another server now would clash with it",
+            )
+        if blocked := self._blocked(live):
+            return refused(RESTART_SERVER, blocked)
+        steps = []
+        if live:
+            steps.append(stop_words(self.cfg.actions.grace_s))
+        steps.append("start the server in a new session, output appended to its log")
+        steps.append(f"wait up to {self.cfg.server.start_timeout_s:g}s for {url} to answer healthy")
+        plan = ActionPlan(
+            RESTART_SERVER,
+            tuple(target_of_process(p, s.time, "inference server") for p in live),
+            tuple(steps),
+            start=(target_of_launch(launch),),
+        )
+        stops = tuple(Stop(p.pid, p.create_time, p.name, p.role) for p in live)
+        return Prepared(plan, stops=stops, launches=(launch,))
+
+    def resume(self, s: Snapshot, *, force: bool) -> Prepared:
+        trainers = [p for p in s.processes if p.role == "trainer" and p.alive]
+        if trainers and not force:
+            t = trainers[0]
+            return refused(RESUME, f"the trainer is alive (pid {t.pid}); resuming would start a second run (--force)")
+        tr = s.training
+        if tr is not None and tr.finished and not trainers and not force:
+            return refused(RESUME, f"training finished (step {tr.last_step}); nothing to resume (--force)")
+        launch = self._resume_launch(s)
+        if launch is None:
+            return refused(
+                RESUME, self._unknown("no launch command known (actions.resume_command, or a launcher seen running)")
+            )
+        steps: list[str] = []
+        resume_step = None
+        latest = s.checkpoint.latest if s.checkpoint else None
+        if s.recover:
+            r = s.recover
+            resume_step = r.resume_global_step
+            problem = agree(r, latest)
+            if problem and not force:
+                return refused(RESUME, f"recover info and the latest checkpoint disagree: {problem} (--force)")
+            steps.append(
+                f"training resumes at global step {r.resume_global_step} (epoch {r.resume_epoch}, "
+                f"step {r.resume_epoch_step}) from {r.path}"
+                + (f"; latest checkpoint {latest.path}" if latest else "")
+                + (f" (they disagree: {problem})" if problem else "")
+            )
+        elif latest is not None:
+            steps.append(f"no recover info: the launcher decides where training starts (latest: {latest.path})")
+        else:
+            steps.append("no recover info and no checkpoint: the launcher decides where training starts")
+        stale = [p for p in s.processes if p.alive and p.role in ("launcher", "trainer")]
+        if blocked := self._blocked(stale):
+            return refused(RESUME, blocked)
+        if stale:
+            steps.append("stop what is left of the old run first: " + stop_words(self.cfg.actions.grace_s))
+        steps.append("run the launch command in a new session")
+        steps.append(
+            f"check within {self.cfg.actions.verify_timeout_s:g}s that the trainer runs and "
+            + (f"steps pass {resume_step}" if resume_step is not None else "logs a new step")
+        )
+        plan = ActionPlan(
+            RESUME,
+            tuple(target_of_process(p, s.time, "left over from the stopped run") for p in stale),
+            tuple(steps),
+            start=(target_of_launch(launch),),
+        )
+        stops = tuple(Stop(p.pid, p.create_time, p.name, p.role) for p in stale)
+        return Prepared(plan, stops=stops, launches=(launch,), resume_step=resume_step, force=force)

@@ -1,0 +1,264 @@
+"""`rlwatch service install`: keep the watchdog alive across crashes and reboots (incident 3's watchdog was not).
+
+With systemd (it is PID 1 and ``/run/systemd/system`` exists), a unit: ``Type=notify`` so systemd knows when the
+watchdog really watches, ``WatchdogSec=`` so a hung decision loop is killed and restarted, ``Restart=on-failure``
+with a start limit so a broken configuration does not loop for ever. ``KillMode=process``: stopping or restarting
+the watchdog must never take down the workers, servers and trainers it started — they live in the unit's cgroup.
+
+Most GPU containers have no systemd. There the equivalent is a start-up hook, ``<run dir>/.rlwatch/
+start-watchdog.sh``: a small respawn loop (restart on failure, 1 s doubling to 60 s, reset after a minute of
+running; a clean exit — someone stopped it — ends the loop) guarded by a lock so starting it twice runs it once.
+Something must start the hook: the container's start command, a login shell, or supervisord; the text printed
+says which line to add where, and plainly that nothing else will bring the watchdog back.
+
+Nothing is enabled or started here: the files are written (or printed with ``--print``) and the commands to
+enable them are shown, because enabling a service is a decision about the machine that the person makes.
+"""
+
+from __future__ import annotations
+
+import getpass
+import hashlib
+import os
+import re
+import shlex
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Literal
+
+from rlwatch.common.statefiles import StateDir, StateFileError
+from rlwatch.sources.watchdog_state import state_dir
+
+Mode = Literal["auto", "systemd", "hook"]
+HOOK_NAME = "start-watchdog.sh"
+HOOK_LOG = "watchdog.log"
+WATCHDOG_SEC = 30
+START_LIMIT_INTERVAL_S = 600
+START_LIMIT_BURST = 5
+
+
+@dataclass(frozen=True)
+class Installed:
+    """What ``install`` did: files written (path → content) and what the person reads."""
+
+    kind: Literal["systemd", "hook"]
+    files: dict[str, str] = field(default_factory=dict)
+    lines: tuple[str, ...] = ()
+
+
+def systemd_is_init() -> bool:
+    """sd_booted(3): the system was booted with systemd (so a unit will actually be run)."""
+    return Path("/run/systemd/system").is_dir()
+
+
+def rlwatch_argv() -> list[str]:
+    """The absolute command that runs this same rlwatch: the console script if we were started as one, else
+    the interpreter running this module (``python -m rlwatch``), so the service uses this installation."""
+    script = Path(sys.argv[0]) if sys.argv and sys.argv[0] else None
+    if script is not None and script.name == "rlwatch" and script.is_file():
+        return [str(script.resolve())]
+    beside = Path(sys.executable).parent / "rlwatch"
+    if beside.is_file() and os.access(beside, os.X_OK):
+        return [str(beside)]
+    return [sys.executable, "-m", "rlwatch"]
+
+
+def unit_name(run_dir: Path) -> str:
+    """A stable unit name per run directory (two runs on one host get two watchdogs)."""
+    slug = re.sub(r"[^A-Za-z0-9_.-]+", "-", run_dir.name).strip("-.") or "run"
+    digest = hashlib.sha1(str(run_dir).encode(), usedforsecurity=False).hexdigest()[:8]
+    return f"rlwatch-watch-{slug[:40]}-{digest}.service"
+
+
+def watch_argv(rlwatch: list[str], run_dir: Path, config: Path | None) -> list[str]:
+    argv = [*rlwatch, "watch", str(run_dir)]
+    if config is not None:
+        argv += ["--config", str(config)]
+    return argv
+
+
+def _systemd_quote(argv: list[str]) -> str:
+    """ExecStart= words: double-quoted where needed; ``%`` and ``$`` escaped so systemd substitutes nothing."""
+    out = []
+    for raw in argv:
+        word = raw.replace("%", "%%").replace("$", "$$")
+        if re.fullmatch(r"[A-Za-z0-9_./:=@+-]+", word):
+            out.append(word)
+        else:
+            out.append('"' + word.replace("\\", "\\\\").replace('"', '\\"') + '"')
+    return " ".join(out)
+
+
+def unit_text(argv: list[str], run_dir: Path, *, user: bool) -> str:
+    """The systemd unit that runs ``argv`` (``rlwatch watch RUN_DIR``) as a notify service with a watchdog."""
+    lines = [
+        "# Written by `rlwatch service install`: the rlwatch watchdog of one training run.",
+        "[Unit]",
+        f"Description=rlwatch watchdog for {run_dir}",
+        f"StartLimitIntervalSec={START_LIMIT_INTERVAL_S}",
+        f"StartLimitBurst={START_LIMIT_BURST}",
+    ]
+    if not user:
+        lines += ["Wants=network-online.target", "After=network-online.target"]
+    lines += [
+        "",
+        "[Service]",
+        "Type=notify",
+        "NotifyAccess=main",
+        f"ExecStart={_systemd_quote(argv)}",
+        f"WorkingDirectory={str(run_dir).replace('%', '%%')}",
+        "Environment=PYTHONUNBUFFERED=1",
+        # The decision loop pings every half of this; a hung loop is killed (SIGABRT) and restarted.
+        f"WatchdogSec={WATCHDOG_SEC}",
+        "Restart=on-failure",
+        "RestartSec=5",
+        "TimeoutStopSec=60",
+        # Processes the watchdog restarted (workers, the server, the trainer) live in this unit's cgroup:
+        # stopping or restarting the watchdog must leave them running.
+        "KillMode=process",
+    ]
+    if not user and os.geteuid() != 0:
+        lines.append(f"User={getpass.getuser()}")
+    lines += ["", "[Install]", f"WantedBy={'default.target' if user else 'multi-user.target'}", ""]
+    return "\n".join(lines)
+
+
+def hook_text(argv: list[str], run_dir: Path, *, first_delay_s: float = 1.0, max_delay_s: float = 60.0) -> str:
+    """A POSIX sh respawn loop for hosts without systemd: restarts ``argv`` when it fails, with a backoff."""
+    rundir = state_dir(run_dir)
+    return f"""#!/bin/sh
+# Written by `rlwatch service install`: keeps the rlwatch watchdog of {run_dir} running on a host without systemd.
+# It restarts `rlwatch watch` whenever it fails (exit status not 0, or killed), waiting {first_delay_s:g} s, doubling
+# to {max_delay_s:g} s, back to {first_delay_s:g} s after a minute of running. A clean exit (someone stopped the
+# watchdog) ends the loop. One copy per run: a second start of this hook exits at once.
+# This loop is only alive if something starts it: the container's start command, a login shell, or supervisord.
+set -u
+umask 077
+STATE={shlex.quote(str(rundir))}
+mkdir -p "$STATE" || exit 1
+# As rlwatch itself does: only a private directory of this user, never through a link planted in it.
+if [ -L "$STATE" ] || [ ! -O "$STATE" ] || [ -n "$(find "$STATE" -maxdepth 0 -perm /022)" ]; then
+    echo "$STATE is not a directory of this user that only it can write; not starting" >&2
+    exit 1
+fi
+for name in start-watchdog.lock {HOOK_LOG}; do
+    if [ -L "$STATE/$name" ]; then
+        echo "$STATE/$name is a symbolic link; not starting" >&2
+        exit 1
+    fi
+done
+if command -v flock >/dev/null 2>&1; then
+    exec 9>>"$STATE/start-watchdog.lock"
+    flock -n 9 || exit 0
+fi
+delay={first_delay_s:g}
+while :; do
+    started=$(date +%s)
+    {" ".join(shlex.quote(a) for a in argv)} >>"$STATE/{HOOK_LOG}" 2>&1 </dev/null
+    status=$?
+    if [ "$status" -eq 0 ]; then
+        echo "$(date '+%F %T') rlwatch watch stopped cleanly; not restarting" >>"$STATE/{HOOK_LOG}"
+        exit 0
+    fi
+    if [ $(( $(date +%s) - started )) -ge 60 ]; then delay={first_delay_s:g}; fi
+    echo "$(date '+%F %T') rlwatch watch exited with status $status; restarting in ${{delay}}s" >>"$STATE/{HOOK_LOG}"
+    sleep "$delay"
+    delay=$(awk -v d="$delay" -v m={max_delay_s:g} 'BEGIN {{ d = d * 2; if (d > m) d = m; print d }}')
+done
+"""
+
+
+def supervisor_snippet(argv: list[str], run_dir: Path) -> str:
+    name = unit_name(run_dir).removesuffix(".service")
+    return "\n".join(
+        [
+            f"[program:{name}]",
+            f"command={' '.join(shlex.quote(a) for a in argv)}",
+            f"directory={run_dir}",
+            "autorestart=unexpected",
+            "exitcodes=0",
+            "startsecs=10",
+            "startretries=10",
+            "stopsignal=TERM",
+            "stopwaitsecs=30",
+            "redirect_stderr=true",
+            f"stdout_logfile={state_dir(run_dir) / HOOK_LOG}",
+        ]
+    )
+
+
+def unit_path(name: str, *, user: bool) -> Path:
+    if user:
+        base = Path(os.environ.get("XDG_CONFIG_HOME") or Path.home() / ".config")
+        return base / "systemd" / "user" / name
+    return Path("/etc/systemd/system") / name
+
+
+def install(
+    run_dir: Path,
+    *,
+    config: Path | None = None,
+    user: bool = False,
+    mode: Mode = "auto",
+    dry: bool = False,
+    rlwatch: list[str] | None = None,
+) -> Installed:
+    """Write the unit (systemd) or the start-up hook (no systemd), or only show them with ``dry``.
+
+    Raises OSError when a file cannot be written; the caller turns that into one line.
+    """
+    run_dir = run_dir.resolve()
+    argv = watch_argv(rlwatch or rlwatch_argv(), run_dir, config.resolve() if config else None)
+    use_systemd = systemd_is_init() if mode == "auto" else mode == "systemd"
+    if use_systemd:
+        return _install_unit(run_dir, argv, user=user, dry=dry)
+    return _install_hook(run_dir, argv, dry=dry)
+
+
+def _install_unit(run_dir: Path, argv: list[str], *, user: bool, dry: bool) -> Installed:
+    name = unit_name(run_dir)
+    path = unit_path(name, user=user)
+    text = unit_text(argv, run_dir, user=user)
+    ctl = "systemctl --user" if user else "systemctl"
+    if dry:
+        return Installed("systemd", {}, (f"# {path}", text))
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)
+    lines = [
+        f"wrote {path}",
+        "systemd keeps the watchdog alive: it restarts it when it fails or stops answering "
+        f"(WatchdogSec={WATCHDOG_SEC}), and starts it at boot once enabled. Enable and start it with:",
+        f"  {ctl} daemon-reload && {ctl} enable --now {name}",
+        f"Status: {ctl} status {name}   Logs: journalctl {'--user ' if user else ''}-u {name}",
+    ]
+    if user:
+        lines.append(
+            "A user service starts at boot without a login only with lingering: "
+            f"loginctl enable-linger {getpass.getuser()}"
+        )
+    return Installed("systemd", {str(path): text}, tuple(lines))
+
+
+def _install_hook(run_dir: Path, argv: list[str], *, dry: bool) -> Installed:
+    hook = state_dir(run_dir) / HOOK_NAME
+    text = hook_text(argv, run_dir)
+    start = f"setsid sh {shlex.quote(str(hook))} >/dev/null 2>&1 </dev/null &"
+    lines = [
+        "No systemd here (as in most containers), so nothing restarts the watchdog by itself.",
+        f"{'would write' if dry else 'wrote'} {hook}: a loop that restarts `rlwatch watch` when it fails "
+        "(1 s doubling to 60 s) and runs once per run directory however often it is started.",
+        "The loop itself must be started at every container start. Do one of:",
+        f"  - container start command / entrypoint, before the training command:  {start}",
+        f"  - ~/.bashrc (starts with the first shell after a restart; later shells find it running):  {start}",
+        "  - supervisord, if the container runs it: add this program section:",
+        *("      " + line for line in supervisor_snippet(argv, run_dir).splitlines()),
+        f"Its output goes to {state_dir(run_dir) / HOOK_LOG}; `rlwatch report` says whether the watchdog runs.",
+    ]
+    if dry:
+        return Installed("hook", {}, (*lines, "", f"# {hook}", text))
+    try:  # never through a link planted at the hook's name, only into a checked .rlwatch/
+        StateDir(run_dir).write(HOOK_NAME, text.encode(), mode=0o700)
+    except StateFileError as exc:
+        raise OSError(str(exc)) from None
+    return Installed("hook", {str(hook): text}, tuple(lines))

@@ -1,0 +1,177 @@
+"""Line timestamps: every framework format, the stamps container runtimes put in front of lines, year inference for
+year-less formats, and no crash on any text."""
+
+from __future__ import annotations
+
+import calendar
+from datetime import datetime, timedelta, timezone
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from rlwatch.common.textsafe import strip_ansi
+from rlwatch.logs.timestamps import parse_time
+
+NOW = datetime(2025, 11, 21, 12, 0, 0).timestamp()  # local time, like the formats
+
+
+def utc(year: int, month: int, day: int, hour: int, minute: int, second: int) -> float:
+    return float(calendar.timegm((year, month, day, hour, minute, second, 0, 0, 0)))
+
+
+def local(year: int, month: int, day: int, hour: int, minute: int, second: int, micro: int = 0) -> float:
+    return datetime(year, month, day, hour, minute, second, micro).timestamp()
+
+
+@pytest.mark.parametrize(
+    ("line", "expected"),
+    [
+        # AReaL, with its colour codes removed first as the counter does.
+        (
+            "\x1b[92m\x1b[1;38;2;180;140;80m(AReaL)\x1b[0m \x1b[92m20251121-09:15:30.652 StatsLogger INFO: x\x1b[0m",
+            local(2025, 11, 21, 9, 15, 30, micro=652000),
+        ),
+        ("20251121-09:15:30.652 Recover INFO: Saved recover checkpoint to /x", local(2025, 11, 21, 9, 15, 30) + 0.652),
+        # SGLang, with and without a TP prefix.
+        ("[2025-03-14 02:15:58] The server is fired up and ready to roll!", local(2025, 3, 14, 2, 15, 58)),
+        ("[2025-03-14 02:15:58 TP0] Scheduler hit an exception: Traceback", local(2025, 3, 14, 2, 15, 58)),
+        # Python logging's default asctime.
+        ("2025-03-14 02:15:58,250 - trainer - INFO - hello", local(2025, 3, 14, 2, 15, 58) + 0.25),
+        # vLLM (no year: the clock's year).
+        (
+            "INFO 05-06 20:59:57 [default_loader.py:384] Loading weights took 24.84 seconds",
+            local(2025, 5, 6, 20, 59, 57),
+        ),
+        ("(EngineCore_0 pid=12) ERROR 11-21 08:00:01 [core.py:588] EngineCore failed", local(2025, 11, 21, 8, 0, 1)),
+        # torch C++ (glog) lines, behind a rank prefix, and torchrun's.
+        (
+            "[rank0]:[E1121 06:24:44.903881913 ProcessGroupNCCL.cpp:616] [Rank 0] Watchdog caught",
+            local(2025, 11, 21, 6, 24, 44) + 0.903881913,
+        ),
+        (
+            "W1121 09:22:41.944000 40112 torch/distributed/elastic/multiprocessing/api.py:908] Sending",
+            local(2025, 11, 21, 9, 22, 41) + 0.944,
+        ),
+    ],
+)
+def test_formats(line: str, expected: float) -> None:
+    got = parse_time(strip_ansi(line), NOW)
+    assert got == pytest.approx(expected, abs=1e-6)
+
+
+@pytest.mark.parametrize(
+    ("line", "expected"),
+    [
+        # docker logs --timestamps / kubectl logs --timestamps: RFC3339Nano in UTC, nanoseconds kept to the micro
+        (
+            "2026-11-24T05:09:01.123456789Z Traceback (most recent call last):",
+            utc(2026, 11, 24, 5, 9, 1) + 0.123456789,
+        ),
+        # RFC3339Nano drops trailing zeros, and whole seconds lose the fraction
+        ("2026-11-24T05:09:01.5Z x", utc(2026, 11, 24, 5, 9, 1) + 0.5),
+        ("2026-11-24T05:09:01Z x", utc(2026, 11, 24, 5, 9, 1)),
+        # CRI log files (containerd writes its host's offset), full and partial records
+        (
+            "2026-11-24T05:09:01.123456789Z stdout F INFO:     Application startup complete.",
+            utc(2026, 11, 24, 5, 9, 1) + 0.123456789,
+        ),
+        ("2026-11-24T06:09:01.25+01:00 stderr P [rank3]: Traceback", utc(2026, 11, 24, 5, 9, 1) + 0.25),
+        # docker compose logs --timestamps: after the service prefix, with the local offset
+        ("sglang-1  | 2026-11-24T00:09:01.000000000-05:00 [2026-11-24 00:09:01] x", utc(2026, 11, 24, 5, 9, 1)),
+        ("web  | 2026-11-24T10:39:01.1+0530 x", utc(2026, 11, 24, 5, 9, 1) + 0.1),
+        # the runtime's stamp wins over the framework's own (zone, year, and when it was really written)
+        (
+            "2026-11-24T05:09:01.5Z (APIServer pid=1) ERROR 11-24 07:00:00 [core_client.py:564] Engine core proc",
+            utc(2026, 11, 24, 5, 9, 1) + 0.5,
+        ),
+        # a CI viewer's bracketed stamp: sgl-project/sglang#12827
+        ("[2025-11-06T02:10:00.703Z] [2025-11-06 02:10:00] Received sigquit", utc(2025, 11, 6, 2, 10, 0) + 0.703),
+        # compose without timestamps: the framework's own (local) time behind the prefix
+        ("sglang-1  | [2025-10-29 11:26:03] SIGQUIT received.", local(2025, 10, 29, 11, 26, 3)),
+        # vLLM's newer record prefix with a path behind a process prefix
+        (
+            "(EngineCore_DP0 pid=456) ERROR 11-21 05:09:01 [v1/engine/core.py:700] EngineCore encountered a fatal error.",
+            local(2025, 11, 21, 5, 9, 1),
+        ),
+    ],
+)
+def test_container_stamps(line: str, expected: float) -> None:
+    assert parse_time(strip_ansi(line), NOW) == pytest.approx(expected, abs=1e-6)
+
+
+@pytest.mark.parametrize(
+    "line",
+    ["2026-02-30T05:09:01Z February 30th", "2026-11-24T25:09:01Z hour 25", "2026-13-24T05:09:01.1+01:00 month 13"],
+)
+def test_impossible_container_stamps(line: str) -> None:
+    assert parse_time(line, NOW) is None
+
+
+@given(
+    st.datetimes(min_value=datetime(1971, 1, 2), max_value=datetime(9998, 12, 30)),
+    st.integers(min_value=-14 * 60, max_value=14 * 60),
+    st.integers(min_value=0, max_value=999_999_999),
+)
+def test_rfc3339_round_trip(when: datetime, offset_min: int, nanos: int) -> None:
+    zone = timezone(timedelta(minutes=offset_min))
+    stamp = when.replace(microsecond=0, tzinfo=zone)
+    sign = "-" if offset_min < 0 else "+"
+    suffix = "Z" if offset_min == 0 else f"{sign}{abs(offset_min) // 60:02d}:{abs(offset_min) % 60:02d}"
+    line = stamp.strftime("%Y-%m-%dT%H:%M:%S") + f".{nanos:09d}{suffix} stdout F msg"
+    assert parse_time(line, NOW) == pytest.approx(stamp.timestamp() + nanos / 1e9, abs=1e-6)
+
+
+def test_a_yearless_date_in_the_future_belongs_to_last_year() -> None:
+    january = datetime(2026, 1, 2, 10, 0, 0).timestamp()
+    got = parse_time("INFO 12-31 23:59:59 [x.py:1] last line of the year", january)
+    assert got == pytest.approx(datetime(2025, 12, 31, 23, 59, 59).timestamp())
+    # Within a day ahead (clock skew, time zones) the current year stands.
+    got = parse_time("INFO 11-21 20:00:00 [x.py:1] later today", NOW)
+    assert got == pytest.approx(datetime(2025, 11, 21, 20, 0, 0).timestamp())
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        "no timestamp here",
+        "Epoch 1/5 Step 2/935 Train step 2/4675 done.",
+        "20251341-09:15:30.652 month 13",
+        "[2025-02-30 02:15:58] February 30th",
+        "INFO 13-01 10:00:00 [x.py:1] month 13",
+        "[E0230 06:24:44.9 x] February 30th",
+        "elapsed 12:34:56 but no date",
+    ],
+)
+def test_no_or_impossible_timestamp(line: str) -> None:
+    assert parse_time(line, NOW) is None
+
+
+def test_only_the_start_of_a_line_is_searched() -> None:
+    line = "x" * 300 + " 2025-03-14 02:15:58"
+    assert parse_time(line, NOW) is None
+
+
+@given(st.text(), st.floats(min_value=-1e12, max_value=1e12, allow_nan=False))
+def test_never_raises(text: str, now: float) -> None:
+    got = parse_time(text, now)
+    assert got is None or isinstance(got, float)
+
+
+@given(
+    st.integers(min_value=1, max_value=9999),
+    st.integers(1, 12),
+    st.integers(1, 28),
+    st.integers(0, 23),
+    st.integers(0, 59),
+    st.integers(0, 59),
+)
+def test_areal_round_trip(year: int, month: int, day: int, hour: int, minute: int, second: int) -> None:
+    line = f"{year:04d}{month:02d}{day:02d}-{hour:02d}:{minute:02d}:{second:02d}.250 StatsLogger INFO: x"
+    got = parse_time(line, NOW)
+    try:
+        expected = datetime(year, month, day, hour, minute, second).timestamp() + 0.25
+    except (OverflowError, OSError, ValueError):
+        assert got is None
+        return
+    assert got == pytest.approx(expected)
