@@ -34,8 +34,11 @@ def header_text(snap: Snapshot, width: int, stale_s: float | None = None) -> Tex
         right.append(" ")
     if snap.backlog is not None:  # what is shown so far is the part read so far: say so, and how far it is
         done, total = snap.backlog
+        # With a preview, what is *now* was read first from the logs' ends; only the totals are still partial.
+        now = "; diagnosis from the end first" if snap.preview else ""
         right.append(
-            f" reading backlog: {100 * done // max(total, 1)} % of {fmt_bytes(total)} ", style="bold black on cyan"
+            f" reading backlog: {100 * done // max(total, 1)} % of {fmt_bytes(total)}{now} ",
+            style="bold black on cyan",
         )
         right.append(" ")
     right.append(fmt_clock(snap.time), style="bold")

@@ -382,6 +382,9 @@ class Snapshot:
     # (bytes read, bytes) of the logs' backlog while it is still being read: totals, rates and the timeline are then
     # those of the part read so far. None once it is read.
     backlog: tuple[int, int] | None = None
+    # While a big backlog is read, what is *now* (last times, evidence, streaks, incidents, step) comes from its
+    # newest part, counted first (engine/preview); this says so, for the header. None otherwise.
+    preview: str | None = None
     watchdog: WatchdogStatus | None = None  # None: no watchdog ever ran for this run
     live_run: LiveRun | None = None  # None: not looked for yet
     profile_evidence: tuple[str, ...] = ()  # why this profile: what discovery saw, or the file that names it

@@ -45,6 +45,7 @@ from rlwatch.config.models import Config
 from rlwatch.discover.knobs import read_knobs
 from rlwatch.discover.load import missing_paths, resolve
 from rlwatch.engine.diagnosis import Context, diagnose, timeline
+from rlwatch.engine.preview import MIN_BACKLOG, TAIL_BYTES, Counting, TailPreview
 from rlwatch.logs.events import EventCounter, build_kinds
 from rlwatch.logs.tailer import Chunk, Tailer
 from rlwatch.logs.training import TrainingTracker
@@ -70,6 +71,7 @@ RECENT_LINES = 5000
 RELEASE_AFTER_BYTES = 64 << 20
 RELEASE_EVERY_S = 60.0  # and once a minute, for what a long run's churn leaves free (rlwatch.common.heap)
 HOLDER_SCAN_S = 5.0
+PREVIEW_WAIT_S = 3.0  # at most this long the log loop waits, once, for a preview's line numbers before reading on
 HISTORY = 600
 
 
@@ -136,26 +138,12 @@ class Engine:
         self.log_patterns = self._log_patterns()
         self.tailer = Tailer(self.log_patterns)
         self.waker = Waker(self.log_patterns, force_polling=force_polling)
-        self.counter = EventCounter(
-            build_kinds(cfg.events),
-            self.clock,
-            recent_lines=cfg.events.recent_lines,
-            rate_window_s=cfg.events.rate_window_s,
-            storm_threshold=cfg.thresholds.connection_storm,
-        )
-        th = cfg.thresholds
-        self.training = TrainingTracker(
-            self.clock,
-            stall_s=th.stall_s,
-            weight_update_timeout_s=th.weight_update_timeout_s,
-            total_steps=cfg.training.total_steps,
-        )
-        self.counter.subscribe("step", self.training.on_step)
-        self.counter.subscribe("_reward", self.training.on_reward)
-        self.counter.subscribe("weight_update", self.training.on_weight_update)
-        self.counter.subscribe("_finished", self.training.on_step)
-        self._starts: dict[str, deque[float]] = {}
-        self.counter.subscribe("_banner", lambda line: self._log_start("container", line))
+        main = self._counting()
+        self.counter, self.training, self._starts = main.counter, main.training, main.starts
+        # Diagnosis first: the newest part of a big backlog counted ahead of the rest (engine/preview).
+        self.preview: TailPreview | None = None
+        self.preview_sizes = (MIN_BACKLOG, TAIL_BYTES)  # (backlog that earns a preview, bytes it counts first)
+        self._preview_planned = False
         self._tags: list[tuple[str, int, str]] = []
         for kind in self.counter.kinds:
             self.counter.subscribe(kind.name, self._tagger(kind.name))
@@ -233,14 +221,36 @@ class Engine:
             pats.append(str(resolve(self.run_dir, self.cfg.server.log)))
         return list(dict.fromkeys(pats))
 
+    def _counting(self) -> Counting:
+        """An event counter with the training tracker and the start banners listening: the engine's, or a
+        preview's (the log view's tags are the engine's own, added by the caller)."""
+        cfg, th = self.cfg, self.cfg.thresholds
+        counter = EventCounter(
+            build_kinds(cfg.events),
+            self.clock,
+            recent_lines=cfg.events.recent_lines,
+            rate_window_s=cfg.events.rate_window_s,
+            storm_threshold=th.connection_storm,
+        )
+        training = TrainingTracker(
+            self.clock,
+            stall_s=th.stall_s,
+            weight_update_timeout_s=th.weight_update_timeout_s,
+            total_steps=cfg.training.total_steps,
+        )
+        counting = Counting(counter, training)
+        counter.subscribe("step", training.on_step)
+        counter.subscribe("_reward", training.on_reward)
+        counter.subscribe("weight_update", training.on_weight_update)
+        counter.subscribe("_finished", training.on_step)
+        counter.subscribe("_banner", lambda line: _log_start(counting.starts, "container", line))
+        return counting
+
     def _tagger(self, kind: str) -> Callable[[LogLine], None]:
         def tag(line: LogLine) -> None:
             self._tags.append((line.path, line.lineno, kind))
 
         return tag
-
-    def _log_start(self, role: str, line: LogLine) -> None:
-        self._starts.setdefault(role, deque(maxlen=50)).append(line.time)
 
     def _defer_tail(self, chunk: Chunk) -> None:
         """Keep a chunk, raw, for the log view; decode it only when a view asks (``_flush_tails``).
@@ -326,6 +336,8 @@ class Engine:
         with self._lock:
             self._unreleased += len(chunk.data)
             self._tags.clear()
+            if self.preview is not None:
+                self.preview.before_main_chunk(chunk, self.counter)
             self.counter.feed(chunk)
             if chunk.nlines:
                 self.training.on_any_line(self.clock.time())
@@ -335,6 +347,33 @@ class Engine:
     def drain_logs(self) -> None:
         while self.poll_logs():
             pass
+
+    def advance_preview(self) -> bool:
+        """Plan the preview once the logs are open, count it once its line numbers are known, drop it once the
+        main count has caught up with it. True when what a snapshot shows changed."""
+        if not self._preview_planned:
+            self._preview_planned = True
+            self.tailer.discover()
+            min_backlog, tail_bytes = self.preview_sizes
+            preview = TailPreview.plan(
+                self.tailer.backlogs(), self._counting, self.clock.time, min_backlog=min_backlog, tail_bytes=tail_bytes
+            )
+            if preview is None:
+                return False
+            with self._lock:
+                self.preview = preview
+            # Not under the lock: a snapshot reads the preview only once it is ready, and the wait may be seconds.
+            return preview.wait(PREVIEW_WAIT_S)
+        preview = self.preview
+        if preview is None:
+            return False
+        if preview.ready and preview.done(self.tailer.read_offset):
+            with self._lock:
+                self.preview = None
+            preview.close()
+            return True
+        with self._lock:
+            return preview.step()
 
     # --------------------------------------------------------------------------------------------------- sources
     def _ok(self, name: str, error: str | None = None) -> None:
@@ -408,9 +447,10 @@ class Engine:
             uptime = container_uptime_s(self._proc_root)
             self._container_started = None if uptime is None else now - uptime
 
-    def _start_times(self) -> dict[str, tuple[float, ...]]:
+    def _start_times(self, preview: TailPreview | None = None) -> dict[str, tuple[float, ...]]:
         """When the run's processes (and, from its logs, the container) started: the restart-loop evidence."""
-        starts = {k: tuple(v) for k, v in self._starts.items()}
+        logged = self._starts if preview is None else preview.starts(self._starts)
+        starts = {k: tuple(v) for k, v in logged.items()}
         for role in ("trainer", "launcher"):
             seen = self.processes.start_times(role)
             if seen:
@@ -572,7 +612,10 @@ class Engine:
         """Assemble a snapshot from the latest parts and diagnose it. Cheap: no I/O."""
         with self._lock:
             now = self.clock.time()
+            preview = self.preview if self.preview is not None and self.preview.ready else None
             tr = self.training.state(now)
+            if preview is not None:
+                tr = preview.training(tr, now)
             tr = replace(tr, knobs=self.knobs)
             gpu_idle = None
             if self._gpu and self._gpu.gpus:
@@ -582,7 +625,10 @@ class Engine:
             trainer_alive = any(p.alive for p in trainer) if trainer else None
             uptime = None if self._container_started is None else now - self._container_started
             run_up = [now - p.started_at for p in self._procs if p.alive and p.role in ("launcher", "trainer")]
-            events = self.counter.summaries()
+            events = self.counter.summaries() if preview is None else preview.events(self.counter)
+            incidents = self.counter.incidents()
+            if preview is not None:
+                incidents = preview.incidents(incidents)
             server = self._server
             refused = events.get("connection_refused")
             if (
@@ -608,7 +654,7 @@ class Engine:
                 uptime_s=uptime,
                 run_uptime_s=max(run_up) if run_up else None,
                 events=events,
-                incidents=self.counter.incidents(),
+                incidents=incidents,
                 training=tr,
                 checkpoint=self._checkpoint,
                 recover=self._recover,
@@ -622,13 +668,14 @@ class Engine:
                 sources=tuple(self._status.values()),
                 logs=self.tailer.files,
                 backlog=_reading(self.tailer.backlog_progress()),
+                preview=preview.described if preview is not None else None,
                 watchdog=self._watchdog,
                 live_run=_live_run(self._view),
             )
             ctx = Context(
                 thresholds=self.cfg.thresholds,
                 missing_expected=tuple(self.processes.missing_expected()),
-                starts=self._start_times(),
+                starts=self._start_times(preview),
                 trainer_alive=trainer_alive,
                 gpu_idle=gpu_idle,
                 no_run=self._no_run(),
@@ -710,6 +757,8 @@ class Engine:
         self.waker.stop()
         for t in self._threads:
             t.join(timeout=5)
+        if self.preview is not None:
+            self.preview.close()
         self.tailer.close()
         self.gpu_backend.close()
 
@@ -725,7 +774,7 @@ class Engine:
         while not self._stop.is_set():
             handled = 0
             try:
-                handled = self.poll_logs()
+                handled = int(self.advance_preview()) + self.poll_logs()
             except Exception as exc:
                 with self._lock:
                     self._ok("logs", f"{type(exc).__name__}: {exc}")
@@ -754,6 +803,10 @@ class Engine:
             self._guard("server", self.probe_server)
             self._guard("build", self.build)
             self._stop.wait(self.cfg.server.interval_s)
+
+
+def _log_start(starts: dict[str, deque[float]], role: str, line: LogLine) -> None:
+    starts.setdefault(role, deque(maxlen=50)).append(line.time)
 
 
 def _reading(progress: tuple[int, int]) -> tuple[int, int] | None:

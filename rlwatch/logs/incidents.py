@@ -75,6 +75,7 @@ _WORK = re.compile(r"WorkNCCL\(SeqNum=(\d+), OpType=(\w+)((?:[^()]|\([a-z]+\))*)
 _WORK_RANK = re.compile(r"Rank (\d+)\]\s*Watchdog caught")
 _WORK_TIMEOUT = re.compile(r"Timeout\(ms\)=(\d+)")
 _PG = re.compile(r"\[PG (?:ID )?(\w+)")
+MAX_INCIDENTS = 500  # kept, newest last: a night of retries would otherwise keep every one
 _NCCL_SAME_BURST = 5000  # lines: a later timeout with the same rank and sequence number is a new run's
 
 # Lines a traceback's frames are made of, read in bulk while a block of the unprefixed writer is in its frames: each
@@ -296,7 +297,7 @@ class IncidentTracker:
         storm_threshold: int = 5,
         storm_window_s: float = 60.0,
         crash_window_s: float = 60.0,
-        max_incidents: int = 500,
+        max_incidents: int = MAX_INCIDENTS,
     ) -> None:
         self._storm_threshold = max(1, storm_threshold)
         self._storm_window = storm_window_s

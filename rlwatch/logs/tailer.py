@@ -37,7 +37,7 @@ from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-__all__ = ["Chunk", "Tailer", "count_lines"]
+__all__ = ["Backlog", "Chunk", "Tailer", "count_lines"]
 
 _MAGIC = re.compile(r"[*?\[]")
 _HEAD_BYTES = 128  # first bytes kept per file: a changed head means the file was replaced in place
@@ -67,6 +67,17 @@ class Chunk:
     continues_line: bool = False
     continued: bool = False
     backlog_mtime: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Backlog:
+    """A followed file's backlog still to read: ``[offset, end)`` of the file ``identity`` (device, inode)."""
+
+    path: str
+    identity: tuple[int, int]
+    offset: int
+    end: int
+    mtime: float
 
 
 def count_lines(data: bytes) -> int:
@@ -205,6 +216,27 @@ class Tailer:
                     total += handle.backlog_end
                     done += min(handle.offset, handle.backlog_end)
         return done, total
+
+    def discover(self) -> None:
+        """Open the files the patterns match now, reading nothing yet (``poll`` reads them): so that what a
+        backlog holds is known before the first bytes of it are counted."""
+        self._next_rescan = self._monotonic() + self._rescan_s
+        self._rescan()
+        self._first_scan = False
+
+    def backlogs(self) -> list[Backlog]:
+        """The followed files whose backlog is still being read, each with what is left of it."""
+        out: list[Backlog] = []
+        for watch in list(self._watches.values()):
+            handle = watch.cur
+            if watch.old is None and handle is not None and handle.offset < handle.backlog_end:
+                out.append(Backlog(watch.path, handle.key, handle.offset, handle.backlog_end, handle.mtime))
+        return out
+
+    def read_offset(self, path: str) -> int | None:
+        """How far the current file at ``path`` has been read (None: not followed now)."""
+        watch = self._watches.get(path)
+        return None if watch is None or watch.cur is None else watch.cur.offset
 
     def close(self) -> None:
         for watch in self._watches.values():
