@@ -17,7 +17,7 @@ from bench.common import DATA, ROOT, machine
 from bench.datagen import ensure_dataset
 from bench.results import GPU_RESULTS, Results, render
 
-SECTIONS = ("backlog", "latency", "overhead", "soak", "startup", "incidents")
+SECTIONS = ("backlog", "latency", "overhead", "soak", "startup", "incidents", "first_diagnosis")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -93,6 +93,10 @@ def main(argv: list[str] | None = None) -> int:
         dense = ensure_dataset(DATA / f"trainer-dense-{size >> 20}MiB.log", size, dense=True)
         log("incidents: grep, ripgrep, lnav, toolong and rlwatch report over both")
         res.incidents = incidents.run([("calm", ds), ("dense", dense)], DATA, runs=1 if quick else 2, log=log)
+    if "first_diagnosis" in only:
+        log("first_diagnosis: the dashboard over a 2 GiB incident-dense backlog (generated once, then reused)")
+        big = ensure_dataset(DATA / "trainer-dense-2048MiB.log", 2048 << 20, dense=True)
+        res.first_diagnosis = incidents.first_diagnosis(big, DATA, runs=3 if quick else 5)
     res.elapsed_s = time.monotonic() - t0
     with saved.open("wb") as out:
         pickle.dump(res, out)

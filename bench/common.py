@@ -313,7 +313,7 @@ def started(argv: Sequence[str], **kw: object) -> Iterator[subprocess.Popen[byte
 
 def rlwatch_argv(*args: str) -> list[str]:
     """The installed console script (the dashboard included), run by this interpreter."""
-    return [PYTHON, "-c", "import sys; from tui.launch import main; sys.exit(main())", *args]
+    return [PYTHON, "-c", "import sys; from rlwatch.tui.launch import main; sys.exit(main())", *args]
 
 
 def fmt(value: float | None, digits: int = 1, unit: str = "") -> str:

@@ -1,7 +1,8 @@
 """Issue 13: speed where incidents happen. Over the calm log and the incident-dense one (``datagen --dense``), side
 by side in one run: ``grep -cE`` and ripgrep over the same patterns, the time lnav and toolong take to index the
 file, and ``rlwatch report --json`` over a trial holding it (wall time, peak RSS, the count of every kind, which
-must equal the generator's, grep's and ripgrep's)."""
+must equal the generator's, grep's and ripgrep's). And the dashboard over a 2 GiB incident-dense backlog: how soon
+it shows a diagnosis of now."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from bench import peers
-from bench.common import fmt, median, rlwatch_argv, run_timed
+from bench.common import PtyProcess, fmt, median, rlwatch_argv, run_timed, wait_until
 from bench.datagen import REPORTED_KINDS, Dataset
 from bench.rundirs import backlog_run
 
@@ -189,3 +190,75 @@ def markdown(results: list[LogResult]) -> list[str]:
         "it always adds an end-of-file break)."
     )
     return out
+
+
+@dataclass(slots=True)
+class FirstDiagnosis:
+    """The dashboard over a big incident-dense backlog: its first frame, and its first diagnosis of *now*."""
+
+    size: int  # bytes of backlog
+    frame_s: list[float]
+    diagnosis_s: list[float]
+    notes: list[str] = field(default_factory=list)
+
+
+DIAGNOSIS_MARK = b"diagnosis from the end first"  # the header, once the newest part of the logs is diagnosed
+
+
+def first_diagnosis(ds: Dataset, data_dir: Path, runs: int) -> FirstDiagnosis:
+    """From starting ``rlwatch RUN_DIR`` in a pseudo-terminal until the header says the diagnosis of the logs'
+    newest part is on screen (the preview: last exception, root cause, streaks, step), over ``ds`` as backlog."""
+    trial = backlog_run(data_dir / "first-diagnosis-run", ds)
+    with ds.path.open("rb") as fh:  # the page cache, as for every contender
+        while fh.read(8 << 20):
+            pass
+    result = FirstDiagnosis(ds.size, [], [])
+    for _ in range(runs):
+        p = PtyProcess(rlwatch_argv(str(trial.parents[3]), "--readonly"))
+        p.watch_for(b"trainer.log")
+        p.watch_for(DIAGNOSIS_MARK)
+        try:
+            wait_until(lambda p=p: p.seen(DIAGNOSIS_MARK) is not None or p.proc.poll() is not None, 60, step=0.005)
+            frame, diag = p.seen(b"trainer.log"), p.seen(DIAGNOSIS_MARK)
+        finally:
+            p.stop()
+        if frame is not None:
+            result.frame_s.append(frame)
+        if diag is None:
+            result.notes.append("the dashboard showed no diagnosis of the newest part within 60 s")
+        else:
+            result.diagnosis_s.append(diag)
+    return result
+
+
+def first_diagnosis_targets(r: FirstDiagnosis) -> list[tuple[str, str, bool | None]]:
+    d = median(r.diagnosis_s) if r.diagnosis_s else float("nan")
+    return [
+        (
+            f"first diagnosis on the dashboard ≤ 1 s over a {r.size / 2**30:.2f} GiB incident-dense backlog",
+            fmt(d, 2, " s"),
+            None if math.isnan(d) else d <= 1.0,
+        )
+    ]
+
+
+def first_diagnosis_markdown(r: FirstDiagnosis) -> list[str]:
+    out = [
+        f"### First diagnosis over a {r.size / 2**30:.2f} GiB incident-dense backlog",
+        "",
+        "From starting the dashboard in a pseudo-terminal (160×48) until its header says the diagnosis of the logs' "
+        "newest part is on screen (`engine/preview`: the newest 2 MiB counted first, its line numbers from a prefix "
+        "count in child processes), and until its first frame. Medians of "
+        f"{len(r.diagnosis_s)} run(s).",
+        "",
+        "| until | median | runs |",
+        "| --- | ---: | --- |",
+        f"| first frame | {fmt(median(r.frame_s) if r.frame_s else None, 2, ' s')} | "
+        + ", ".join(f"{x:.2f}" for x in r.frame_s)
+        + " |",
+        f"| diagnosis of now on screen | {fmt(median(r.diagnosis_s) if r.diagnosis_s else None, 2, ' s')} | "
+        + ", ".join(f"{x:.2f}" for x in r.diagnosis_s)
+        + " |",
+    ]
+    out += [f"- {n}" for n in r.notes]
+    return [*out, ""]

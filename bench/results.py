@@ -30,6 +30,7 @@ class Results:
     soak: soak.SoakResult | None = None
     startup: startup.StartupResult | None = None
     incidents: list[incidents.LogResult] | None = None
+    first_diagnosis: incidents.FirstDiagnosis | None = None
     elapsed_s: float = 0.0
     rows: list[tuple[str, str, str]] = field(default_factory=list)
     # section -> "date, rlwatch" of the run that measured it; sections of an earlier run are kept when a later run
@@ -38,7 +39,7 @@ class Results:
 
     def merge_from(self, old: Results, sections: list[str]) -> None:
         """Keep ``old``'s figures for every section this run did not measure."""
-        for name in ("backlog", "latency", "overhead", "soak", "startup", "incidents"):
+        for name in ("backlog", "latency", "overhead", "soak", "startup", "incidents", "first_diagnosis"):
             if name in sections or getattr(old, name, None) is None:
                 continue
             setattr(self, name, getattr(old, name))
@@ -174,6 +175,13 @@ def render(r: Results, *, embed_gpu: bool = True) -> str:
         out += ["| target (issue 13) | measured | |", "| --- | --- | --- |"]
         out += [f"| {a} | {b} | {_verdict(c)} |" for a, b, c in incidents.targets(r.incidents)]
         out += ["", *incidents.markdown(r.incidents)]
+    if getattr(r, "first_diagnosis", None):
+        assert r.first_diagnosis is not None
+        fd = r.first_diagnosis
+        out += ["", "## 7. First diagnosis over a big incident-dense backlog", ""]
+        out += ["| target | measured | |", "| --- | --- | --- |"]
+        out += [f"| {a} | {b} | {_verdict(c)} |" for a, b, c in incidents.first_diagnosis_targets(fd)]
+        out += ["", *incidents.first_diagnosis_markdown(fd)]
     if FINDINGS.exists() and embed_gpu:
         out += ["", FINDINGS.read_text().strip()]
     return "\n".join(out) + "\n"

@@ -129,6 +129,14 @@ def _progressed_since(s: Snapshot, t: float | None) -> bool:
     return t is not None and tr is not None and tr.last_step_at is not None and tr.last_step_at > t
 
 
+def _stepped_after(s: Snapshot, i: Incident) -> bool:
+    """A training step was logged below the incident's lines in its own file: progress after it, by position (an
+    undated block is bounded only by the file's modification time, but the order of its lines is certain)."""
+    step = s.events.get("step")
+    last = step.recent[-1] if step is not None and step.recent else None
+    return last is not None and last.path == i.path and last.lineno >= i.lineno + i.count
+
+
 def _history(s: Snapshot, kind: str) -> bool:
     """Every file that had ``kind`` has shown progress since (a step, the server ready…): it is no longer happening."""
     ev = s.events.get(kind)
@@ -538,10 +546,13 @@ def _torchrun_finding(s: Snapshot, failed: Incident) -> Finding:
         names = ", ".join(failure_text(v) for v in failed.victims[:8])
         more = f" and {len(failed.victims) - 8} more" if len(failed.victims) > 8 else ""
         victims = f" Stopped after it: {names}{more}."
+    # A relaunch that got past it makes it history: told, but not what is wrong now.
+    after = _progressed_since(s, failed.by if failed.approximate else failed.last) or _stepped_after(s, failed)
     return Finding(
-        CRIT,
+        INFO if after else CRIT,
         "torchrun_failed",
-        f"torchrun's root cause (first observed failure): {failure_text(root)}{why}.{victims} ({_file(failed)})",
+        f"torchrun's root cause (first observed failure): {failure_text(root)}{why}.{victims} ({_file(failed)})"
+        + ("; the run has progressed since." if after else ""),
         exact_time(cause) if cause is not None else exact_time(failed),
     )
 

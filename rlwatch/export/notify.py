@@ -57,6 +57,8 @@ FAMILY = {
     "crashed": "crash_repeating",
     "server_unhealthy": "server_down",
     "server_starting": "server_down",
+    # Before the first probe answers, a dead server shows only as refused connections; then as server_down.
+    "connection_refused": "server_down",
 }
 # Told by their own message (the gave_up record), not a second time as a finding.
 SKIP = frozenset({"watchdog_gave_up"})
@@ -296,6 +298,13 @@ class Notice:
         body.append(f"done: {self.done}")
         body.append(f"look: rlwatch report {shlex.quote(self.run_dir)}")
         return title, "\n".join(body)
+
+
+def settled(snap: Snapshot) -> bool:
+    """The backlog is read and an expected server has been probed: the findings are a whole picture."""
+    srv = snap.server
+    unprobed = srv is not None and srv.expected and srv.url is not None and srv.up is None
+    return snap.backlog is None and not unprobed
 
 
 # ------------------------------------------------------------------------------------------------------ tracker
@@ -644,8 +653,12 @@ class Notifications:
         return one_line(scrub(text, self.secrets), limit)
 
     def observe(self, snap: Snapshot, done: str) -> Notice | None:
-        """One round of findings: whatever changed enough goes out as one message. Returns it (tests read it)."""
-        if not self.channels:
+        """One round of findings: whatever changed enough goes out as one message. Returns it (tests read it).
+
+        Nothing is told before the first settled snapshot (:func:`settled`): half a backlog, or a server not yet
+        probed, would make a first message that the next round contradicts.
+        """
+        if not self.channels or not settled(snap):
             return None
         changes = self.tracker.observe(snap.findings)
         if not changes:

@@ -8,12 +8,13 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
 from rlwatch.common.clock import FakeClock
-from rlwatch.common.state import EventSummary, Finding, LogLine, Severity, Snapshot
+from rlwatch.common.state import EventSummary, Finding, LogLine, ServerState, Severity, Snapshot
 from rlwatch.config.models import NotifyConfig
 from rlwatch.discover.load import ConfigError, load_config, parse_config
 from rlwatch.export.notify import (
@@ -379,3 +380,33 @@ def test_the_dashboard_shows_the_targets_the_last_message_and_the_heartbeat() ->
     )
     assert failing is not None and "FAILING: tgram://***: HTTP 500" in failing.plain
     assert "heartbeat https://***  FAILING: timed out" in failing.plain
+
+
+def test_refused_connections_then_the_probe_saying_down_are_one_story_never_a_false_recovery() -> None:
+    clock = FakeClock()
+    t = FindingTracker(update_every_s=600, clear_after_s=60, clock=clock)
+    refused = Finding(CRIT, "connection_refused", "88 connection-refused errors: the server is probably gone.", 1.0)
+    down = Finding(CRIT, "server_down", "Inference server http://127.0.0.1:30000 is down since 05:09.", 1.0)
+    assert [c for c, _ in t.observe([refused])] == ["new"]
+    clock.advance(5)
+    assert t.observe([down]) == []  # the same story at the same severity: nothing new
+    clock.advance(120)
+    assert t.observe([down]) == []  # and never "recovered" while the server stays down
+
+
+def test_nothing_is_told_before_the_backlog_is_read_and_the_server_probed(sent: Sent) -> None:
+    clock = FakeClock()
+    n = notifications(sent, clock)
+    assert isinstance(n, Notifications)
+    try:
+        crash = Finding(CRIT, "torchrun_failed", "torchrun's root cause: rank 0 (exit code 1).", 1.0)
+        reading = replace(snap(crash), backlog=(100, 1000))
+        assert n.observe(reading, "nothing") is None  # half a backlog is not a picture of now
+        unprobed = ServerState(kind="sglang", url="http://127.0.0.1:30000", up=None, down_since=None, pid=None)
+        assert n.observe(replace(snap(crash), server=unprobed), "nothing") is None
+        probed = replace(unprobed, up=True)
+        told = n.observe(replace(snap(crash), server=probed), "nothing")
+        assert told is not None and [i.code for i in told.items] == ["torchrun_failed"]
+        wait_until(lambda: len(sent.calls) == 1, 10)
+    finally:
+        n.close()

@@ -93,7 +93,7 @@ def procs() -> Iterator[list[subprocess.Popen[bytes]]]:
 
 def rlwatch_cmd(*args: str) -> list[str]:
     """The real command line, run by this interpreter (the dashboard ones through the console script's module)."""
-    return [PYTHON, "-c", "import sys; from tui.launch import main; sys.exit(main())", *args]
+    return [PYTHON, "-c", "import sys; from rlwatch.tui.launch import main; sys.exit(main())", *args]
 
 
 def run_cli(*args: str, timeout: float = 60, **kwargs: Any) -> subprocess.CompletedProcess[str]:

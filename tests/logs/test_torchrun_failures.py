@@ -18,6 +18,7 @@ import os
 from pathlib import Path
 
 from rlwatch.common.clock import FakeClock
+from rlwatch.common.state import Snapshot
 from rlwatch.config.models import EventsConfig
 from rlwatch.discover.load import resolve_config
 from rlwatch.engine.engine import Engine
@@ -157,18 +158,22 @@ def test_root_cause_is_the_rank_torchrun_names_with_its_preceding_error() -> Non
     assert victims and victims[0].title.startswith("torch.distributed.elastic.multiprocessing.api.SignalException")
 
 
-def test_report_and_diagnosis_name_the_root_cause_not_the_victim(tmp_path: Path) -> None:
+def reported(tmp_path: Path, text: str) -> Snapshot:
+    """`rlwatch report` of a run directory holding ``text`` as train.log, ten minutes after it was written."""
     run = tmp_path / "run"
     run.mkdir()
     log = run / "train.log"
-    log.write_text(TORCHRUN_LOG)
-    now = os.stat(log).st_mtime + 600
+    log.write_text(text)
     cfg, _ = resolve_config(run, None)
-    engine = Engine(cfg, run, clock=FakeClock(now), gpu_backend=NoGpuBackend())
+    engine = Engine(cfg, run, clock=FakeClock(os.stat(log).st_mtime + 600), gpu_backend=NoGpuBackend())
     try:
-        snap = engine.collect_once()
+        return engine.collect_once()
     finally:
         engine.stop()
+
+
+def test_report_and_diagnosis_name_the_root_cause_not_the_victim(tmp_path: Path) -> None:
+    snap = reported(tmp_path, TORCHRUN_LOG)
     text = to_text(snap)
     assert "1 NCCL collective timeout (printed 3 times): rank 0 ALLREDUCE SeqNum=4, timeout 10000 ms" in text
     assert "torchrun's root cause (first observed failure): rank 0 (exit code -6, SIGABRT, host gpu-host-1)" in text
@@ -193,3 +198,13 @@ def test_report_and_diagnosis_name_the_root_cause_not_the_victim(tmp_path: Path)
     }
     assert [i["count"] for i in data["incidents"] if i["kind"] == "nccl_timeout"] == [3]
     assert data["events"]["nccl_timeout"]["count"] == 3
+
+
+def test_a_root_cause_the_relaunch_got_past_is_history_not_critical(tmp_path: Path) -> None:
+    relaunched = "".join(
+        f"2026-11-24 06:{20 + i // 60:02d}:{i % 60:02d} INFO Train step {i}/500 done.\n" for i in range(90)
+    )
+    snap = reported(tmp_path, TORCHRUN_LOG + relaunched)
+    (finding,) = [f for f in snap.findings if f.code == "torchrun_failed"]
+    assert finding.severity.value == "info" and finding.message.endswith("the run has progressed since.")
+    assert "rank 0 (exit code -6, SIGABRT, host gpu-host-1)" in finding.message  # still told, with its evidence
