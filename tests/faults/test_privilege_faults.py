@@ -284,6 +284,32 @@ def test_unprivileged_report(runtime: Runtime, run_dir: Path, fault_row: Callabl
     row.saw(f"exit {out.returncode}, JSON complete; holders: {holders['error']!r}")
 
 
+def test_unprivileged_unreadable_configuration(
+    runtime: Runtime, run_dir: Path, fault_row: Callable[[str, str], FaultRow]
+) -> None:
+    row = fault_row(
+        "input: a configuration file the user cannot read (root's, mode 0600)",
+        "the real command exits 2 with one line naming the file: permission denied",
+    )
+    secret = run_dir.parent / "secret.yaml"
+    secret.write_text("interval_s: 1\n")
+    secret.chmod(0o600)  # root's: unreadable for nobody
+    out = subprocess.run(
+        runtime.rlwatch("report", str(run_dir), "--config", str(secret)),
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+        stdin=subprocess.DEVNULL,
+        cwd="/",
+        env=runtime.env,
+    )
+    lines = out.stderr.strip().splitlines()
+    assert out.returncode == 2 and len(lines) == 1 and str(secret) in lines[0], out.stderr
+    assert "ermission denied" in out.stderr and out.stdout == ""
+    row.saw(lines[0].replace(str(run_dir.parent) + "/", ""))
+
+
 @pytest.mark.skipif(INSIDE_CLONE in os.environ, reason="already running inside the private clone")
 def test_privilege_tests_pass_from_a_clone_only_root_can_enter(fault_row: Callable[[str, str], FaultRow]) -> None:
     row = fault_row(
