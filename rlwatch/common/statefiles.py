@@ -252,15 +252,7 @@ class StateDir:
 
     def append(self, name: str, data: bytes, *, sync: bool = False) -> None:
         """Append ``data`` to ``name`` in one ``write`` (lines of several writers never interleave)."""
-        fd = self.open_append(name)
-        try:
-            _write_all(fd, data)
-            if sync:
-                os.fsync(fd)
-        except OSError as exc:
-            raise StateFileError(f"{self.path / name}: {_why(exc)}") from None
-        finally:
-            os.close(fd)
+        _append(self.open_append(name), data, sync, self.path / name)
 
     def open_lock(self, name: str) -> int:
         """A read-write descriptor of ``name`` (created private if missing) for a lock: this user's regular file."""
@@ -326,7 +318,11 @@ def read_all(fd: int, limit: int, path: Path) -> bytes:
 def append_file(path: Path, data: bytes, *, sync: bool = False, mode: int = PRIVATE) -> None:
     """Append to ``path``: through its checked state directory when it lies in one, else still never through a
     symbolic link and only into this user's regular file (an audit log configured elsewhere)."""
-    fd = open_append(path, mode=mode)
+    _append(open_append(path, mode=mode), data, sync, path)
+
+
+def _append(fd: int, data: bytes, sync: bool, path: Path) -> None:
+    """Write ``data`` to an append descriptor in one ``write``, then close it; errors name ``path``."""
     try:
         _write_all(fd, data)
         if sync:

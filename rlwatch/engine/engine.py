@@ -367,7 +367,7 @@ class Engine:
         preview = self.preview
         if preview is None:
             return False
-        if preview.ready and preview.done(self.tailer.read_offset):
+        if preview.empty or (preview.ready and preview.done(self.tailer.read_offset)):
             with self._lock:
                 self.preview = None
             preview.close()

@@ -34,7 +34,7 @@ from rlwatch.common.state import EventSummary, Incident, TrainingState
 from rlwatch.logs.events import EventCounter
 from rlwatch.logs.incidents import MAX_INCIDENTS
 from rlwatch.logs.linecount import PrefixCount
-from rlwatch.logs.tailer import Backlog, Chunk, count_lines
+from rlwatch.logs.tailer import Backlog, Chunk, complete_end, count_lines
 from rlwatch.logs.training import TrainingTracker
 
 __all__ = ["MIN_BACKLOG", "TAIL_BYTES", "Counting", "TailPreview"]
@@ -120,6 +120,11 @@ class TailPreview:
             self.ready = bool(self._tails)
             return self.ready
         return False
+
+    @property
+    def empty(self) -> bool:
+        """Every tail was left out (its line numbers could not be known): nothing to show, ever."""
+        return not self._tails
 
     def wait(self, timeout: float) -> bool:
         """Wait up to ``timeout`` seconds for the line counts, counting each tail as its own arrives; True when
@@ -233,9 +238,7 @@ def _read_tail(backlog: Backlog, tail_bytes: int) -> _Tail | None:
     finally:
         os.close(fd)
     first = data.find(b"\n") + 1  # the first whole line: after a "\n", so "\r\n" is never cut in two
-    last = max(data.rfind(b"\n"), data.rfind(b"\r")) + 1
-    if data[last - 1 : last] == b"\r" and last == len(data):
-        last = max(data.rfind(b"\n", 0, last - 1), data.rfind(b"\r", 0, last - 1)) + 1  # "\n" may follow
+    last = complete_end(data)  # a final "\r" waits: a "\n" may follow
     if first <= 0 or last <= first:
         return None  # no whole line in it (one line longer than the part): nothing to preview
     begin = start + first

@@ -37,7 +37,7 @@ from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-__all__ = ["Backlog", "Chunk", "Tailer", "count_lines"]
+__all__ = ["Backlog", "Chunk", "Tailer", "complete_end", "count_lines"]
 
 _MAGIC = re.compile(r"[*?\[]")
 _HEAD_BYTES = 128  # first bytes kept per file: a changed head means the file was replaced in place
@@ -88,7 +88,7 @@ def count_lines(data: bytes) -> int:
     return n
 
 
-def _complete_end(data: bytes) -> int:
+def complete_end(data: bytes) -> int:
     """Length of the prefix of ``data`` made of complete lines.
 
     A bare ``\\r`` as the very last byte does not end a line yet: a ``\\n`` may follow in the next read.
@@ -329,7 +329,7 @@ class Tailer:
             carry_cr = block[-1:] == b"\r"
             tail = (tail + block)[-self._max_line :]
             offset += len(block)
-        end = _complete_end(tail)
+        end = complete_end(tail)
         unfinished = tail[end:]
         lines -= count_lines(tail[end:])  # a held trailing "\r" is not a finished line yet
         handle.offset = offset - len(unfinished)
@@ -469,7 +469,7 @@ class Tailer:
 
     def _split(self, path: str, handle: _Handle, block: bytes, chunks: list[Chunk]) -> None:
         data = handle.pending + block if handle.pending else block
-        end = _complete_end(data)
+        end = complete_end(data)
         if end:
             complete = data[:end]
             n = count_lines(complete)

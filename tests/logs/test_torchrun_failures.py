@@ -60,9 +60,9 @@ timeout: {WORK}
 W1124 06:10:22.000000 4242 torch/distributed/elastic/multiprocessing/api.py:900] Sending process 4244 closing signal \
 SIGTERM
 [rank1]: Traceback (most recent call last):
-[rank1]:   File "/work/run/train.py", line 31, in <module>
+[rank1]:   File "/srv/run/train.py", line 31, in <module>
 [rank1]:     main()
-[rank1]:   File "/work/run/train.py", line 24, in main
+[rank1]:   File "/srv/run/train.py", line 24, in main
 [rank1]:     dist.barrier()
 [rank1]:   File "/usr/lib/python3/torch/distributed/elastic/multiprocessing/api.py", line 84, in _terminate_process_handler
 [rank1]:     raise SignalException(f"Process {{os.getpid()}} got signal: {{sigval}}", sigval=sigval)
@@ -108,7 +108,7 @@ Root Cause (first observed failure):
 def counted(text: str) -> EventCounter:
     c = EventCounter(build_kinds(EventsConfig()), FakeClock())
     data = text.encode()
-    c.feed(Chunk("/work/run/train.log", data, 1, count_lines(data)))
+    c.feed(Chunk("/srv/run/train.log", data, 1, count_lines(data)))
     return c
 
 
