@@ -23,7 +23,7 @@ from rlwatch.discover.load import ConfigError, resolve_config
 from rlwatch.engine.diagnosis import human_bytes, human_duration
 
 if TYPE_CHECKING:
-    from rlwatch.export.notify import Notifications
+    from rlwatch.export.notify.notifications import Notifications
 
 HEADLESS = ("report", "watch", "sim", "init", "service", "notify")
 DASHBOARD = ("demo", "snapshot", "fleet")
@@ -293,7 +293,10 @@ def _notifications(cfg: Config, run_dir: Path, host: str, cli: list[str], heartb
     import os
     import re
 
-    from rlwatch.export.notify import ENV, Notifications, check_target, redact, targets_from
+    from rlwatch.common.textsafe import redact
+    from rlwatch.export.notify.delivery import check_target
+    from rlwatch.export.notify.notifications import Notifications
+    from rlwatch.export.notify.targets import ENV, targets_from
 
     targets = targets_from(cfg.notify, cli, os.environ.get(ENV))
     for t in targets:
@@ -311,7 +314,8 @@ def cmd_notify(args: argparse.Namespace) -> int:
     import socket
     import time
 
-    from rlwatch.export.notify import ENV, send_test, targets_from
+    from rlwatch.export.notify.notifications import send_test
+    from rlwatch.export.notify.targets import ENV, targets_from
     from rlwatch.sources.watchdog_state import read_status
 
     run_dir = Path(args.run_dir).expanduser()
@@ -427,7 +431,8 @@ def cmd_sim(args: argparse.Namespace) -> int:
 
 
 def cmd_init(args: argparse.Namespace) -> int:
-    from rlwatch.discover.discovery import describe, discover, dump_config
+    from rlwatch.discover.describe import describe, dump_config
+    from rlwatch.discover.discovery import discover
 
     run_dir = Path(args.run_dir)
     if not run_dir.is_dir():

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import tomllib
@@ -68,3 +69,17 @@ def test_nothing_is_installed_outside_the_rlwatch_package() -> None:
     assert {p.split(".")[0] for p in packages} == {"rlwatch"}
     assert {"rlwatch.tui", "rlwatch.widgets"} <= set(packages)
     assert config["project"]["scripts"]["rlwatch"] == "rlwatch.tui.launch:main"
+
+
+def test_every_package_is_installed() -> None:
+    """The package list is written out (the dashboard's folders are links, which discovery would not follow the
+    same way everywhere): a package added to the tree and not to the list would be missing from the wheel."""
+    root = Path(__file__).resolve().parent.parent
+    config = tomllib.loads((root / "pyproject.toml").read_text())
+    listed = set(config["tool"]["setuptools"]["packages"])
+    found = {
+        ".".join(Path(folder).relative_to(root).parts)
+        for folder, _, files in os.walk(root / "rlwatch", followlinks=True)  # rlwatch/tui, rlwatch/widgets
+        if "__init__.py" in files
+    }
+    assert found == listed

@@ -135,13 +135,14 @@ def run_app(app: App[Any]) -> None:
 
 
 def run_dashboard(engine: Engine) -> int:
-    from rlwatch.tui.app import RlwatchApp
-
     # The first frame must not wait for a backlog of gigabytes: the engine's log loop reads it while the
-    # dashboard is already up, and the counts fill in as it goes.
+    # dashboard is already up, and the counts fill in as it goes. It starts before the dashboard is imported, so
+    # that the line counts of diagnosis first run on the other cores while Textual loads.
     engine.sample()
     engine.build()
     engine.start()
+    from rlwatch.tui.app import RlwatchApp
+
     try:
         run_app(RlwatchApp(LiveFeed(engine)))
     finally:

@@ -1,2 +1,2 @@
-"""Finding the run: zero-config discovery, loading ``rlwatch.yaml``, whether a server is expected, and the
-training knobs worth showing."""
+"""Finding the run: zero-config discovery, loading ``rlwatch.yaml`` (and describing and writing one), whether a
+server is expected, and the training knobs worth showing."""

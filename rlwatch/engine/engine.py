@@ -12,7 +12,6 @@ from __future__ import annotations
 import glob
 import math
 import os
-import re
 import socket
 import threading
 from collections import deque
@@ -40,12 +39,12 @@ from rlwatch.common.state import (
     TaggedLine,
     WatchdogStatus,
 )
-from rlwatch.common.textsafe import clean_line
 from rlwatch.config.models import Config
 from rlwatch.discover.knobs import read_knobs
 from rlwatch.discover.load import missing_paths, resolve
 from rlwatch.engine.diagnosis import Context, diagnose, timeline
 from rlwatch.engine.preview import MIN_BACKLOG, TAIL_BYTES, Counting, TailPreview
+from rlwatch.engine.recent_lines import RecentLines
 from rlwatch.logs.events import EventCounter, build_kinds
 from rlwatch.logs.tailer import Chunk, Tailer
 from rlwatch.logs.training import TrainingTracker
@@ -63,9 +62,7 @@ from rlwatch.sources.recover import find_step_info, read_recover
 from rlwatch.sources.server import ServerProbe
 from rlwatch.sources.watchdog_state import read_status
 
-_NEWLINES = re.compile(rb"\r\n|\r|\n")
 _LOG_HEAD_BYTES = 64 * 1024
-RECENT_LINES = 5000
 # Bytes counted since the last heap release after which catching up returns free heap to the system
 # (rlwatch.common.heap).
 RELEASE_AFTER_BYTES = 64 << 20
@@ -147,10 +144,7 @@ class Engine:
         self._tags: list[tuple[str, int, str]] = []
         for kind in self.counter.kinds:
             self.counter.subscribe(kind.name, self._tagger(kind.name))
-        self._recent: deque[TaggedLine] = deque(maxlen=RECENT_LINES)
-        self._pending: deque[tuple[Chunk, dict[int, set[str]]]] = deque()  # raw chunks not yet in _recent
-        self._pending_lines = 0
-        self._seq = 0
+        self._recent_lines = RecentLines()  # the log view's newest lines (engine/recent_lines)
         self._unreleased = 0  # log bytes counted since free heap was last returned
 
         # Host sources.
@@ -252,59 +246,6 @@ class Engine:
 
         return tag
 
-    def _defer_tail(self, chunk: Chunk) -> None:
-        """Keep a chunk, raw, for the log view; decode it only when a view asks (``_flush_tails``).
-
-        Only the newest RECENT_LINES lines can ever be shown, so while a backlog streams in, older pending chunks
-        are dropped undecoded: cleaning every line of a 1 GiB log just to throw it away was half of `report`'s time.
-        """
-        first_kept = chunk.first_lineno + max(0, chunk.nlines - RECENT_LINES)
-        tags: dict[int, set[str]] = {}
-        for path, lineno, kind in self._tags:
-            if path == chunk.path and lineno >= first_kept:
-                tags.setdefault(lineno, set()).add(kind)
-        self._pending.append((chunk, tags))
-        self._pending_lines += chunk.nlines
-        while len(self._pending) > 1 and self._pending_lines - self._pending[0][0].nlines >= RECENT_LINES:
-            self._pending_lines -= self._pending.popleft()[0].nlines
-
-    def _flush_tails(self) -> None:
-        while self._pending:
-            chunk, tags = self._pending.popleft()
-            self._remember_tail(chunk, tags)
-        self._pending_lines = 0
-
-    def _remember_tail(self, chunk: Chunk, tags: dict[int, set[str]]) -> None:
-        """Keep the last lines of a chunk for the log view, tagged with the kinds they matched."""
-        data = chunk.data
-        if chunk.nlines > RECENT_LINES:
-            # Find the start of the kept tail without splitting the whole chunk. The last "\n" and "\r" before the
-            # cut are remembered and searched for again only once passed: a chunk without any "\r" would otherwise
-            # be scanned to its start once per kept line (a 100 MB/s log then fell minutes behind).
-            cut = len(data)
-            last_nl = data.rfind(b"\n", 0, cut - 1)
-            last_cr = data.rfind(b"\r", 0, cut - 1)
-            for _ in range(RECENT_LINES + 1):
-                nl = max(last_nl, last_cr)
-                if nl < 0:
-                    break
-                cut = nl
-                if last_nl >= cut - 1:
-                    last_nl = data.rfind(b"\n", 0, cut - 1)
-                if last_cr >= cut - 1:
-                    last_cr = data.rfind(b"\r", 0, cut - 1)
-            data = data[cut + 1 :] if cut < len(data) else data
-        pieces = _NEWLINES.split(data)
-        if pieces and pieces[-1] == b"":
-            pieces.pop()
-        lineno = chunk.first_lineno + chunk.nlines - len(pieces)
-        for raw in pieces:
-            self._seq += 1
-            kinds = frozenset(tags.get(lineno, ()))
-            text = clean_line(raw[:4000].decode("utf-8", "replace"))
-            self._recent.append(TaggedLine(self._seq, chunk.path, lineno, text, kinds))
-            lineno += 1
-
     def _note_log_errors(self) -> None:
         """The tailer's troubles (a log turned into a directory or a FIFO, permission denied) as the "logs" source.
 
@@ -341,7 +282,7 @@ class Engine:
             self.counter.feed(chunk)
             if chunk.nlines:
                 self.training.on_any_line(self.clock.time())
-                self._defer_tail(chunk)
+                self._recent_lines.add(chunk, self._tags)
             self._tags.clear()
 
     def drain_logs(self) -> None:
@@ -714,14 +655,7 @@ class Engine:
 
     def lines_after(self, seq: int, limit: int = 2000) -> Sequence[TaggedLine]:
         with self._lock:
-            self._flush_tails()
-            out: list[TaggedLine] = []
-            for line in reversed(self._recent):  # seqs only grow: walk back from the newest, stop at the old
-                if line.seq <= seq or len(out) == limit:
-                    break
-                out.append(line)
-        out.reverse()
-        return out
+            return self._recent_lines.after(seq, limit)
 
     def on_snapshot(self, listener: Callable[[Snapshot], None]) -> None:
         self._listeners.append(listener)
@@ -774,7 +708,9 @@ class Engine:
         while not self._stop.is_set():
             handled = 0
             try:
-                handled = int(self.advance_preview()) + self.poll_logs()
+                if self.advance_preview():  # the diagnosis of now goes out before another chunk of the backlog
+                    self._guard("build", self.build)
+                handled = self.poll_logs()
             except Exception as exc:
                 with self._lock:
                     self._ok("logs", f"{type(exc).__name__}: {exc}")

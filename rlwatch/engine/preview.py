@@ -34,7 +34,8 @@ from rlwatch.common.state import EventSummary, Incident, TrainingState
 from rlwatch.logs.events import EventCounter
 from rlwatch.logs.incidents import MAX_INCIDENTS
 from rlwatch.logs.linecount import PrefixCount
-from rlwatch.logs.tailer import Backlog, Chunk, complete_end, count_lines
+from rlwatch.logs.newlines import complete_end, count_lines
+from rlwatch.logs.tailer import Backlog, Chunk
 from rlwatch.logs.training import TrainingTracker
 
 __all__ = ["MIN_BACKLOG", "TAIL_BYTES", "Counting", "TailPreview"]

@@ -37,7 +37,9 @@ from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-__all__ = ["Backlog", "Chunk", "Tailer", "complete_end", "count_lines"]
+from rlwatch.logs.newlines import complete_end, count_lines
+
+__all__ = ["Backlog", "Chunk", "Tailer"]
 
 _MAGIC = re.compile(r"[*?\[]")
 _HEAD_BYTES = 128  # first bytes kept per file: a changed head means the file was replaced in place
@@ -78,28 +80,6 @@ class Backlog:
     offset: int
     end: int
     mtime: float
-
-
-def count_lines(data: bytes) -> int:
-    """Universal-newline terminators in ``data`` (``\\r\\n`` counts once)."""
-    n = data.count(b"\n")
-    if b"\r" in data:
-        n += data.count(b"\r") - data.count(b"\r\n")
-    return n
-
-
-def complete_end(data: bytes) -> int:
-    """Length of the prefix of ``data`` made of complete lines.
-
-    A bare ``\\r`` as the very last byte does not end a line yet: a ``\\n`` may follow in the next read.
-    """
-    nl = data.rfind(b"\n")
-    cr = data.rfind(b"\r")
-    if cr <= nl:
-        return nl + 1
-    if cr < len(data) - 1:
-        return cr + 1
-    return max(data.rfind(b"\n", 0, cr), data.rfind(b"\r", 0, cr)) + 1
 
 
 def _describe(exc: OSError | ValueError) -> str:

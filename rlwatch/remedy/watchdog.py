@@ -46,7 +46,7 @@ from rlwatch.sources.watchdog_state import PID_FILE, STATE_FILE, VERSION, PidLoc
 if TYPE_CHECKING:
     from rlwatch.engine.engine import Engine
     from rlwatch.export.exporter import ExporterExtras
-    from rlwatch.export.notify import Notifications
+    from rlwatch.export.notify.notifications import Notifications
     from rlwatch.remedy.actions.api import Actions
     from rlwatch.remedy.actions.plan import Prepared
 

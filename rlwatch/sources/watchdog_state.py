@@ -122,8 +122,8 @@ def _text(value: object) -> str | None:
 
 
 def _notify_from(raw: object) -> NotifyStatus | None:
-    """The ``notify`` section the watchdog writes (:meth:`rlwatch.export.notify.Notifications.state`); None when
-    absent."""
+    """The ``notify`` section the watchdog writes (:meth:`rlwatch.export.notify.notifications.Notifications.state`);
+    None when absent."""
     if not isinstance(raw, dict):
         return None
     targets = raw.get("targets")

@@ -17,7 +17,8 @@ import pytest
 from rlwatch.config.models import Config
 from rlwatch.config.profiles import profile_defaults
 from rlwatch.discover import discovery
-from rlwatch.discover.discovery import Proc, describe, discover, dump_config, server_of, walk_run_dir
+from rlwatch.discover.describe import describe, dump_config
+from rlwatch.discover.discovery import Proc, discover, server_of, walk_run_dir
 from rlwatch.discover.load import parse_config, resolve_config
 from tests.simhost import wait_until
 

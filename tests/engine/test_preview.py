@@ -18,9 +18,10 @@ from rlwatch.common.clock import FakeClock
 from rlwatch.common.state import Snapshot
 from rlwatch.discover.load import resolve_config
 from rlwatch.engine.engine import Engine
-from rlwatch.logs import linecount
-from rlwatch.logs.linecount import PrefixCount, count_range
-from rlwatch.logs.tailer import Tailer, count_lines
+from rlwatch.logs import linecount, newlines
+from rlwatch.logs.linecount import PrefixCount
+from rlwatch.logs.newlines import count_file_range, count_lines
+from rlwatch.logs.tailer import Tailer
 from rlwatch.widgets.header import header_text
 
 STEP = "2026-11-21 10:{m:02d}:{s:02d},000 INFO Train step {i}/100000 done.\n"
@@ -37,7 +38,7 @@ LAST = [
 
 
 def test_a_range_count_numbers_lines_as_the_tailer_does(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    monkeypatch.setattr(linecount, "_BLOCK", 7)  # many block boundaries, some through a "\r\n"
+    monkeypatch.setattr(newlines, "_BLOCK", 7)  # many block boundaries, some through a "\r\n"
     rng = random.Random(5)
     path = tmp_path / "mixed.log"
     for trial in range(40):
@@ -45,7 +46,13 @@ def test_a_range_count_numbers_lines_as_the_tailer_does(monkeypatch: pytest.Monk
         path.write_bytes(data)
         with path.open("rb") as fh:
             for cut in range(0, len(data) + 1, 13):
-                assert count_range(fh.fileno(), 0, cut).lines == count_lines(data[:cut]), (trial, cut)
+                want = count_lines(data[:cut])
+                assert newlines.py_count_file_range(fh.fileno(), 0, cut).lines == want, (trial, cut)
+                assert count_file_range(fh.fileno(), 0, cut).lines == want, (trial, cut)
+                if newlines.NATIVE:  # what the child processes run: a memory map of the range
+                    part = linecount.count_mapped(fh.fileno(), cut // 2, cut)
+                    assert part.lines == count_lines(data[cut // 2 : cut]), (trial, cut)
+                    assert (part.first, part.last) == ((data[cut // 2], data[cut - 1]) if cut else (-1, -1))
 
 
 def test_prefix_counts_in_child_processes_join_at_their_boundaries(tmp_path: Path) -> None:

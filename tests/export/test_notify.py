@@ -15,20 +15,14 @@ import pytest
 
 from rlwatch.common.clock import FakeClock
 from rlwatch.common.state import EventSummary, Finding, LogLine, ServerState, Severity, Snapshot
+from rlwatch.common.textsafe import redact
 from rlwatch.config.models import NotifyConfig
 from rlwatch.discover.load import ConfigError, load_config, parse_config
-from rlwatch.export.notify import (
-    Channel,
-    FindingTracker,
-    Notifications,
-    Target,
-    one_line,
-    redact,
-    scrub,
-    secrets_of,
-    split_urls,
-    targets_from,
-)
+from rlwatch.export.notify.delivery import Channel
+from rlwatch.export.notify.notifications import Notifications
+from rlwatch.export.notify.targets import Target, split_urls, targets_from
+from rlwatch.export.notify.text import one_line, scrub, secrets_of
+from rlwatch.export.notify.tracker import FindingTracker
 from tests.simhost import wait_until
 
 CRIT, WARN, INFO = Severity.CRITICAL, Severity.WARNING, Severity.INFO

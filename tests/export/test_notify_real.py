@@ -24,7 +24,9 @@ import pytest
 from rlwatch.common.clock import FakeClock
 from rlwatch.common.state import Finding, Severity, Snapshot
 from rlwatch.config.models import NotifyConfig
-from rlwatch.export.notify import Heartbeat, Notifications, Target
+from rlwatch.export.notify.heartbeat import Heartbeat
+from rlwatch.export.notify.notifications import Notifications
+from rlwatch.export.notify.targets import Target
 from tests.simhost import wait_until
 
 TOKEN = "T0KENabcdef123456"

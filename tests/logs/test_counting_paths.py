@@ -20,8 +20,9 @@ from rlwatch.config.models import CustomEvent, EventsConfig
 from rlwatch.logs import patterns
 from rlwatch.logs.events import EventCounter, build_kinds
 from rlwatch.logs.incidents import IncidentTracker
+from rlwatch.logs.newlines import count_lines
 from rlwatch.logs.patterns import Matcher, builtin_kinds
-from rlwatch.logs.tailer import Chunk, count_lines
+from rlwatch.logs.tailer import Chunk
 
 TRAINER = "/run/logs/trainer.log"
 AREAL = "\x1b[92m\x1b[1;38;2;180;140;80m(AReaL)\x1b[0m \x1b[92m20251121-09:15:{s:02d}.652 {logger} INFO: {msg}\x1b[0m"

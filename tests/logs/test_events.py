@@ -14,7 +14,8 @@ from rlwatch.common.state import LogLine, Severity
 from rlwatch.common.textsafe import clean_line, strip_ansi
 from rlwatch.config.models import CustomEvent, EventsConfig
 from rlwatch.logs.events import DISPLAY_CHARS, EventCounter, build_kinds
-from rlwatch.logs.tailer import Chunk, Tailer, count_lines
+from rlwatch.logs.newlines import count_lines
+from rlwatch.logs.tailer import Chunk, Tailer
 
 TRAINER = "/run/logs/trainer.log"
 SERVER = "/run/logs/llm_server.log"

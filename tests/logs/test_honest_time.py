@@ -22,7 +22,8 @@ from rlwatch.engine.diagnosis import when_text
 from rlwatch.engine.engine import Engine
 from rlwatch.export.report import to_json, to_text
 from rlwatch.logs.events import EventCounter, build_kinds
-from rlwatch.logs.tailer import Chunk, Tailer, count_lines
+from rlwatch.logs.newlines import count_lines
+from rlwatch.logs.tailer import Chunk, Tailer
 from rlwatch.sources.gpu import NoGpuBackend
 from rlwatch.widgets.events_panel import detail_text, last_age
 

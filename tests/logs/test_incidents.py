@@ -7,7 +7,8 @@ from rlwatch.common.state import Incident
 from rlwatch.config.models import EventsConfig
 from rlwatch.logs.events import EventCounter, build_kinds
 from rlwatch.logs.incidents import IncidentTracker, signature
-from rlwatch.logs.tailer import Chunk, count_lines
+from rlwatch.logs.newlines import count_lines
+from rlwatch.logs.tailer import Chunk
 
 TRAINER = "/run/a/logs/trainer.log"
 

@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from rlwatch.logs.tailer import Chunk, Tailer, count_lines
+from rlwatch.logs.newlines import count_lines
+from rlwatch.logs.tailer import Chunk, Tailer
 from rlwatch.logs.waker import Waker, watch_roots
 from tests.simhost import wait_until
 

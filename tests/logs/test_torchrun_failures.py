@@ -24,7 +24,8 @@ from rlwatch.discover.load import resolve_config
 from rlwatch.engine.engine import Engine
 from rlwatch.export.report import to_json, to_text
 from rlwatch.logs.events import EventCounter, build_kinds
-from rlwatch.logs.tailer import Chunk, count_lines
+from rlwatch.logs.newlines import count_lines
+from rlwatch.logs.tailer import Chunk
 from rlwatch.sources.gpu import NoGpuBackend
 
 WORK = (

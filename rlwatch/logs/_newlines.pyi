@@ -1,0 +1,6 @@
+"""Universal-newline counting, compiled (``_newlines.c``); the same rules in Python are in ``newlines.py``."""
+
+from _typeshed import ReadableBuffer as Buffer
+
+def count_lines(data: Buffer, start: int | None = 0, end: int | None = None, /) -> int: ...
+def count_file_range(fd: int, start: int, end: int, /) -> tuple[int, int, int]: ...
