@@ -102,7 +102,8 @@ def _has_hyperscan() -> bool:
         [
             PYTHON,
             "-c",
-            "from rlwatch.logs.patterns import Matcher, builtin_kinds; print(Matcher(builtin_kinds()).scanner)",
+            "from rlwatch.logs.kinds import builtin_kinds; from rlwatch.logs.matcher import Matcher; "
+            "print(Matcher(builtin_kinds()).scanner)",
         ],
         capture_output=True,
         text=True,

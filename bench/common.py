@@ -27,6 +27,8 @@ from pathlib import Path
 
 import psutil
 
+from rlwatch.logs import newlines
+
 ROOT = Path(__file__).resolve().parent.parent
 DATA = ROOT / "bench" / "data"
 PYTHON = sys.executable
@@ -135,6 +137,7 @@ def machine() -> dict[str, str]:
         "gpu": _run_text(["nvidia-smi", "--query-gpu=name,driver_version", "--format=csv,noheader"]) or "none",
         "textual": python_package_version("textual") or "not installed",
         "hyperscan (optional fast path)": python_package_version("hyperscan") or "not installed",
+        "compiled line counter (rlwatch.logs._newlines)": "built" if newlines.NATIVE else "not built: Python rules",
     }
 
 

@@ -23,8 +23,8 @@ from rlwatch.common.clock import SystemClock
 from rlwatch.config.models import Config, EventsConfig
 from rlwatch.engine.engine import Engine
 from rlwatch.logs.events import EventCounter, build_kinds
+from rlwatch.logs.matcher import Matcher
 from rlwatch.logs.newlines import count_lines
-from rlwatch.logs.patterns import Matcher
 from rlwatch.logs.tailer import Chunk, Tailer
 
 BLOCK = 1 << 20

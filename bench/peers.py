@@ -1,7 +1,7 @@
 """The peers rlwatch is measured against, and the patterns that make grep and ripgrep count what rlwatch counts.
 
 Each built-in kind is written out by hand in POSIX extended syntax (GNU grep's ``\\b`` included), the same
-alternatives as in ``rlwatch.logs.patterns``; ripgrep takes the same text. A kind whose lines are not counted when they
+alternatives as in ``rlwatch.logs.kinds``; ripgrep takes the same text. A kind whose lines are not counted when they
 are quoted source code (a traceback frame's ``raise TimeoutError(...)``) is checked through a second grep that
 drops such lines, which is what rlwatch does. The timed peer run is one ``grep -cE`` over the alternation of every
 kind rlwatch counts, internal ones included: the same matching work in one pass. Both tools run byte-wise

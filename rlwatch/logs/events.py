@@ -18,7 +18,9 @@ from rlwatch.common.clock import Clock
 from rlwatch.common.state import EventSummary, Incident, LogLine
 from rlwatch.common.textsafe import clean_line, strip_ansi
 from rlwatch.logs.incidents import EVENT_KINDS, HEADER_WORD, IncidentTracker, Span
-from rlwatch.logs.patterns import EventKind, Matcher, build_kinds, prepare
+from rlwatch.logs.kinds import EventKind, build_kinds
+from rlwatch.logs.matcher import Matcher
+from rlwatch.logs.prefixes import prepare
 from rlwatch.logs.tailer import Chunk
 from rlwatch.logs.timestamps import HMS_BYTES, parse_time
 

@@ -30,7 +30,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from rlwatch.common.state import ChildFailure, CollectiveTimeout, Incident
-from rlwatch.logs.patterns import prepare
+from rlwatch.logs.prefixes import prepare
 
 __all__ = ["EVENT_KINDS", "HEADER_WORD", "IncidentTracker", "Span", "signature"]
 

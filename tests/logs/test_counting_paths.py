@@ -17,11 +17,12 @@ from hypothesis import strategies as st
 from rlwatch.common.clock import FakeClock
 from rlwatch.common.state import LogLine
 from rlwatch.config.models import CustomEvent, EventsConfig
-from rlwatch.logs import patterns
+from rlwatch.logs import matcher as matcher_module
 from rlwatch.logs.events import EventCounter, build_kinds
 from rlwatch.logs.incidents import IncidentTracker
+from rlwatch.logs.kinds import builtin_kinds
+from rlwatch.logs.matcher import Matcher
 from rlwatch.logs.newlines import count_lines
-from rlwatch.logs.patterns import Matcher, builtin_kinds
 from rlwatch.logs.tailer import Chunk
 
 TRAINER = "/run/logs/trainer.log"
@@ -105,7 +106,7 @@ def test_chunk_hits_hold_every_needle_each_line_has(lines: list[str], terms: lis
 
 def test_native_scanner_counts_what_re_counts(monkeypatch: pytest.MonkeyPatch) -> None:
     pytest.importorskip("hyperscan")
-    monkeypatch.setattr(patterns, "_NATIVE_MIN_BYTES", 0)  # every span, however small, goes through Hyperscan
+    monkeypatch.setattr(matcher_module, "_NATIVE_MIN_BYTES", 0)  # every span, however small, goes through Hyperscan
     monkeypatch.setenv("RLWATCH_SCANNER", "auto")
     assert Matcher(builtin_kinds()).scanner == "hyperscan"
     cfg = EventsConfig(custom=[CustomEvent(name="fatal", pattern=r"(?i)fatal|panic")])

@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from rlwatch.common.clock import FakeClock
 from rlwatch.common.state import LogLine
 from rlwatch.discover.knobs import load_knobs
-from rlwatch.logs.patterns import split_prefix
+from rlwatch.logs.prefixes import split_prefix
 from rlwatch.logs.training import (
     TrainingTracker,
     parse_areal_step,

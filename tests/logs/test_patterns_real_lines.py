@@ -14,7 +14,9 @@ from rlwatch.common.clock import FakeClock
 from rlwatch.common.state import LogLine
 from rlwatch.config.models import CustomEvent, EventsConfig
 from rlwatch.logs.events import EventCounter, build_kinds
-from rlwatch.logs.patterns import Matcher, builtin_kinds, required_literals, split_prefix
+from rlwatch.logs.kinds import builtin_kinds
+from rlwatch.logs.matcher import Matcher, required_literals
+from rlwatch.logs.prefixes import split_prefix
 from rlwatch.logs.tailer import Chunk
 
 

@@ -1,0 +1,275 @@
+"""Event kinds: the things worth counting in logs, built in and configured.
+
+Every kind is a regular expression over one log line plus *literals*: fixed strings of which at least one occurs in
+every line the expression can match (the matcher looks for the literals first, see ``rlwatch.logs.matcher``).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from rlwatch.common.state import Severity
+from rlwatch.config.models import EventsConfig
+from rlwatch.logs.matcher import required_literals
+
+__all__ = ["PROGRESS_KINDS", "EventKind", "build_kinds", "builtin_kinds"]
+
+
+@dataclass(frozen=True, slots=True)
+class EventKind:
+    """One thing worth counting in logs.
+
+    ``literals``: at least one of them occurs in every line ``regex`` matches (empty: no prefilter, every line is
+    tried, which is slow). ``progress``: a sign the run moves on, which ends the streaks of failure kinds in the
+    same file. ``internal`` kinds (names starting with ``_``) feed subscribers but are never reported.
+    ``exclude``: lines that match ``regex`` but are not an occurrence, such as the source lines a traceback quotes.
+    """
+
+    name: str
+    severity: Severity
+    regex: re.Pattern[str]
+    literals: tuple[str, ...]
+    progress: bool = False
+    internal: bool = False
+    ignore_case: bool = False
+    exclude: re.Pattern[str] | None = None
+
+
+# A traceback quotes the source line of each frame (`    raise ChildFailedError(`, `    except TimeoutError:`).
+# Such a line names the error without being one; without this, every chained traceback would count its own code.
+_CODE_LINE = re.compile(r"^\s*(?:#|(?:raise|except|if|elif|assert|return|def|class|await|yield|lambda)\b)")
+
+
+def _kind(
+    name: str,
+    severity: Severity,
+    regex: str,
+    literals: tuple[str, ...],
+    *,
+    progress: bool = False,
+    internal: bool = False,
+    code_lines_excluded: bool = False,
+) -> EventKind:
+    return EventKind(
+        name=name,
+        severity=severity,
+        regex=re.compile(regex),
+        literals=literals,
+        progress=progress,
+        internal=internal,
+        exclude=_CODE_LINE if code_lines_excluded else None,
+    )
+
+
+_C, _W, _I = Severity.CRITICAL, Severity.WARNING, Severity.INFO
+
+# The strings are those the frameworks print (see the formats fact sheet). Literals are chosen to be shared where
+# one covers several forms ("Error" for every `...Error`), because each literal costs the bulk scan time.
+_BUILTIN: tuple[EventKind, ...] = (
+    _kind(
+        "connection_refused",
+        _W,
+        # `Connection refused`: errno 111 as urllib3/requests, aiohttp and httpx print it; `Connect call failed`:
+        # asyncio's ConnectionRefusedError (AReaL's aiohttp client, areal/utils/http.py, v0.4+);
+        # `Cannot connect to host H:P ssl:default [...]`: aiohttp ClientConnectorError (aiohttp 3.x
+        # client_exceptions.py, what AReaL and SGLang's router print whatever the cause); `All connection attempts
+        # failed`: httpx/httpcore ConnectError over anyio (openai >= 1.0 clients, vLLM/SGLang benchmark clients);
+        # `server can't be reached at`: TRL's VLLMClient.check_server_health (trl/generation/vllm_client.py,
+        # trl/extras/vllm_client.py before, TRL >= 0.16).
+        r"Connection refused|ConnectionRefusedError|Connect call failed|server can't be reached at"
+        r"|Cannot connect to host|All connection attempts failed",
+        ("Connect", "can't be reached at", "Cannot connect to host", "All connection attempts failed"),
+        code_lines_excluded=True,
+    ),
+    _kind("traceback", _W, r"Traceback \(most recent call last\):\s*$", ("Traceback (most recent call last)",)),
+    _kind("cuda_oom", _C, r"CUDA out of memory|CUDA error: out of memory", ("CUDA",), code_lines_excluded=True),
+    _kind("cuda_busy", _C, r"CUDA[^\n]{0,200}?busy or unavailable", ("CUDA",), code_lines_excluded=True),
+    _kind(
+        "nccl_timeout",
+        _C,
+        # torch ProcessGroupNCCL.cpp: the collective timeout (torch >= 1.x, behind `[PG ID 0 PG GUID 0(default_pg)
+        # Rank 0] ` since 2.3), and the heartbeat monitor's "watchdog got stuck for 480 seconds" (torch >= 2.2),
+        # which aborts a process whose collectives hang without timing out.
+        r"Watchdog caught collective operation timeout|ProcessGroupNCCL's watchdog got stuck for \d+ seconds",
+        ("Watchdog caught", "watchdog got stuck for"),
+    ),
+    _kind(
+        "nccl_error",
+        _C,
+        r"\bNCCL error\b|\bnccl(?:UnhandledCuda|System|Internal|InvalidArgument|InvalidUsage|Remote)Error\b",
+        ("NCCL error", "Error"),
+        code_lines_excluded=True,
+    ),
+    _kind(
+        "timeout",
+        _W,
+        r"Timeout waiting for|[Tt]imed out after|TimeoutError|Read timed out",
+        ("Timeout", "imed out"),
+        code_lines_excluded=True,
+    ),
+    _kind("child_failed", _C, r"ChildFailedError", ("ChildFailedError",), code_lines_excluded=True),
+    _kind(
+        "engine_dead",
+        _C,
+        # vLLM V1 (vllm/v1/engine/core.py, core_client.py, exceptions.py, v1/executor/multiproc_executor.py;
+        # v0.8 to now): `EngineCore failed to start.`, `EngineCore encountered a fatal error.`,
+        # `vllm.v1.engine.exceptions.EngineDeadError: EngineCore encountered an issue. …`,
+        # `Engine core proc EngineCore_DP0 died unexpectedly, shutting down client.` (also printed when an offline
+        # `LLM` is torn down at interpreter exit, vllm-project/vllm#32468), `Worker proc VllmWorker-0 died
+        # unexpectedly, shutting down executor.`.
+        # vLLM V0 (vllm/engine/async_llm_engine.py, multiprocessing/client.py, entrypoints/launcher.py;
+        # v0.2 to v0.10): `AsyncEngineDeadError: Background loop has errored already.`,
+        # `RuntimeError('Engine loop has died')` (v0.6 to v0.10), `AsyncLLMEngine has failed, terminating server
+        # process` (CRITICAL, launcher.py, v0.4 to v0.10).
+        r"EngineDeadError|EngineCore encountered a fatal error|EngineCore failed to start"
+        r"|Engine core proc \S+ died unexpectedly|Worker proc \S+ died unexpectedly"
+        r"|Engine loop has died|AsyncLLMEngine has failed, terminating server process"
+        # SGLang: every subprocess logs `<Name> hit an exception: <traceback>` and sends SIGQUIT to its parent
+        # (managers/scheduler.py `Scheduler`, detokenizer_manager.py `DetokenizerManager`,
+        # data_parallel_controller.py `DataParallelController`, tp_worker_overlap_thread.py
+        # `TpModelWorkerClient`, multi_tokenizer_mixin.py `MultiDetokenizerRouter`, scheduler subclasses such as
+        # `PipelinedDecoupledSMCScheduler`; v0.3.1 to now). The parent logs `Received sigquit from a child
+        # process. It usually means the child failed.` (srt/server.py then entrypoints/engine.py; spelt
+        # `child proces.` up to v0.4.3, sgl-project/sglang#3685), since v0.5 the TokenizerManager's
+        # running-phase handler `SIGQUIT received. signum=None, frame=None. It usually means one child failed.`
+        # (managers/tokenizer_manager.py, sgl-project/sglang#12076), and the subprocess watchdog
+        # `Subprocess scheduler_0 (pid=N) crashed with exit code -3. Triggering SIGQUIT for cleanup...`.
+        # SGLang v0.1 to v0.3.0: `Exception in ModelTpServer:` (managers/controller/tp_worker.py) and
+        # `Exception in ControllerSingle:` / `Exception in ControllerMulti:` (managers/controller_*.py).
+        r"|\b\w*(?:Scheduler|Manager|Controller|WorkerClient|Router) hit an exception"
+        r"|Received sigquit from a child proces|SIGQUIT received\.[^\n]*It usually means one child failed"
+        r"|Subprocess \S+ \(pid=\d+\) crashed with exit code"
+        r"|Exception in (?:ModelTpServer|ControllerSingle|ControllerMulti)\b",
+        (
+            "EngineDeadError",
+            "EngineCore",
+            "Engine core proc ",
+            "Worker proc ",
+            "Engine loop has died",
+            "AsyncLLMEngine has failed",
+            "hit an exception",
+            "Received sigquit",
+            "It usually means one child failed",
+            "Subprocess ",
+            "Exception in ModelTpServer",
+            "Exception in Controller",
+        ),
+        code_lines_excluded=True,
+    ),
+    # emergency_brake comes from the configuration: see build_kinds.
+    _kind("oom_kill", _C, r"Killed process \d+", ("Killed process",)),
+    _kind(
+        "weight_update",
+        _I,
+        r"Loading weights from disk done in|Update weights end\.|\"POST /reset_prefix_cache/ HTTP/[\d.]+\" 2\d\d",
+        ("Loading weights from disk done", "Update weights end", "POST /reset_prefix_cache/"),
+        progress=True,
+    ),
+    _kind(
+        "checkpoint_saved",
+        _I,
+        r"Saved recover checkpoint to|Saving model checkpoint to",
+        ("Saved recover checkpoint to", "Saving model checkpoint to"),
+        progress=True,
+    ),
+    _kind(
+        "step",
+        _I,
+        # AReaL's per-step line; a TRL/transformers metric dict with a loss or reward (not the final summary).
+        r"Train step \d+/\d+ done\.|^\s*\{'(?:[^\n]*?, ')?(?:loss|reward)': [^\n]*\}\s*$",
+        ("Train step", "{'"),
+        progress=True,
+    ),
+    _kind(
+        "server_ready",
+        _I,
+        # SGLang: `The server is fired up and ready to roll!` (srt/server.py, then entrypoints/http_server.py;
+        # v0.1 to now, INFO). AReaL: `Servers are all ready!` (RemoteInfEngine) and `SGLang server launched at:`
+        # (SGLangWrapper). vLLM: `Starting vLLM API server on http://…` (v0.4 to v0.9), `Starting vLLM API server
+        # 0 on http://…` (v0.10+), `Starting vLLM server on …` (api_server.py). uvicorn: `Application startup
+        # complete.` (vLLM's OpenAI server, `trl vllm-serve`, SGLang's HTTP server).
+        r"The server is fired up and ready to roll|Servers are all ready!|SGLang server launched at"
+        r"|Starting vLLM (?:API )?server|Application startup complete\.",
+        (
+            "The server is fired up",
+            "Servers are all ready",
+            "SGLang server launched at",
+            "Starting vLLM",
+            "Application startup complete",
+        ),
+        progress=True,
+    ),
+    _kind(
+        "restart",
+        _I,
+        # One line per restart: AReaL logs "Loading recover info from" just before "Recovering from StepInfo(",
+        # and transformers three "Continuing training from ..." lines per resume, so only one of each counts.
+        r"Recovering from StepInfo\(|LocalLauncher: [^\n]*\brun_id=0*[1-9]\d*|Continuing training from checkpoint",
+        ("Recovering from StepInfo", "LocalLauncher: ", "Continuing training from checkpoint"),
+    ),
+    _kind(
+        "_reward",
+        _I,
+        r"task_reward/avg|rollout/reward|timeperf/update_weights",
+        ("task_reward/avg", "rollout/reward", "timeperf/update_weights"),
+        internal=True,
+    ),
+    # The end of a run: AReaL's last line, and the summary dict transformers prints after the last step.
+    _kind(
+        "_finished",
+        _I,
+        r"Training completes! Total time elapsed|\{'train_runtime':",
+        ("Training completes!", "{'train_runtime'"),
+        internal=True,
+    ),
+    _kind(
+        "_banner",
+        _I,
+        r"rlwatch-sim start|\*{5} Running training \*{5}|LocalLauncher: [^\n]*\brun_id=\d+",
+        ("rlwatch-sim start", "***** Running training *****", "LocalLauncher: "),
+        internal=True,
+    ),
+    _kind("_server_exit", _C, r"\bexits, returncode=-?\d+", ("exits, returncode=",), internal=True),
+)
+
+PROGRESS_KINDS = frozenset(k.name for k in _BUILTIN if k.progress)
+
+
+def builtin_kinds(brake_pattern: str = EventsConfig().brake_pattern) -> list[EventKind]:
+    """The built-in kinds, with the emergency-brake kind made from ``brake_pattern`` (case-insensitive)."""
+    literals, _ = required_literals(brake_pattern, re.IGNORECASE)
+    brake = EventKind(
+        name="emergency_brake",
+        severity=_W,
+        regex=re.compile(brake_pattern, re.IGNORECASE),
+        literals=literals,
+        ignore_case=True,
+        exclude=_CODE_LINE,
+    )
+    kinds = list(_BUILTIN)
+    kinds.insert(next(i for i, k in enumerate(kinds) if k.name == "oom_kill"), brake)
+    return kinds
+
+
+def build_kinds(cfg: EventsConfig) -> list[EventKind]:
+    """Built-in kinds followed by the configured custom ones (a custom kind may not reuse a built-in name)."""
+    kinds = builtin_kinds(cfg.brake_pattern)
+    taken = {k.name for k in kinds}
+    for custom in cfg.custom:
+        if custom.name in taken:
+            continue
+        taken.add(custom.name)
+        flags = re.IGNORECASE if custom.ignore_case else 0
+        literals, ignore_case = required_literals(custom.pattern, flags)
+        kinds.append(
+            EventKind(
+                name=custom.name,
+                severity=Severity(custom.severity),
+                regex=re.compile(custom.pattern, flags),
+                literals=literals,
+                progress=custom.progress,
+                ignore_case=ignore_case,
+            )
+        )
+    return kinds
