@@ -261,4 +261,9 @@ def first_diagnosis_markdown(r: FirstDiagnosis) -> list[str]:
         + " |",
     ]
     out += [f"- {n}" for n in r.notes]
+    out += [
+        "",
+        "Without the preview the same diagnosis comes once the whole backlog is read: section 6's time per GiB of "
+        "the dense log, times the backlog's size.",
+    ]
     return [*out, ""]

@@ -7,7 +7,6 @@ command actually runs, so `rlwatch report` starts fast and works where Textual w
 from __future__ import annotations
 
 import argparse
-import asyncio
 import os
 import shutil
 import signal
@@ -110,6 +109,8 @@ def run_app(app: App[Any]) -> None:
     delivered again, and the second time it raises SystemExit: that unwinds through the callers' cleanup, which
     stops the engine and any simulator, instead of leaving them running with nobody watching.
     """
+    import asyncio  # here, not at the top: the engine starts (and its line counts) before this costs 50 ms
+
     loop = asyncio.new_event_loop()
     main = threading.get_ident()
     timers: list[threading.Timer] = []

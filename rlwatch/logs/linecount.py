@@ -4,7 +4,7 @@ Diagnosis first (``rlwatch.engine.preview``) counts the newest part of a big bac
 numbers it shows must be exact, so it needs the number of lines before that part. Reading a 2 GiB prefix takes
 a core a quarter of a second with the compiled counter (``rlwatch.logs.newlines``; about a second without it),
 which the log loop and the dashboard's start must not wait for; so the prefix is cut into one range per core and
-each is counted by a child process (this module, run with ``python -m``). ``wc -l`` counts only ``\\n``, and
+each is counted by a child process (this module's ``main``, in ``python -I``). ``wc -l`` counts only ``\\n``, and
 rlwatch numbers lines as universal newlines do (a bare ``\\r`` ends a line: tqdm's progress bars).
 
 Only the standard library and ``newlines`` are imported: the child starts in tens of milliseconds.
@@ -23,6 +23,15 @@ from collections.abc import Sequence
 from rlwatch.logs.newlines import NATIVE, RangeCount, count_file_range
 
 __all__ = ["PrefixCount", "RangeCount", "count_mapped"]
+
+
+# The child imports this module from the folder the parent imported rlwatch from: installed or a checkout on
+# PYTHONPATH alike. ``-I`` keeps the environment, the user's site and the working directory (which others may be
+# able to write) out of its import path.
+_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+_CHILD = (
+    "import sys; sys.path.insert(0, sys.argv[1]); from rlwatch.logs.linecount import main; sys.exit(main(sys.argv[2:]))"
+)
 
 
 class PrefixCount:
@@ -44,7 +53,7 @@ class PrefixCount:
             for a, b in itertools.pairwise(cuts):
                 self._children.append(
                     subprocess.Popen(
-                        [sys.executable, "-I", "-m", __name__, path, *map(str, (*identity, a, b))],
+                        [sys.executable, "-I", "-c", _CHILD, _ROOT, path, *map(str, (*identity, a, b))],
                         stdin=subprocess.DEVNULL,
                         stdout=subprocess.PIPE,
                         stderr=subprocess.DEVNULL,

@@ -10,6 +10,8 @@
 from __future__ import annotations
 
 import random
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -165,3 +167,21 @@ def test_a_small_backlog_gets_no_preview(tmp_path: Path) -> None:
         assert engine.build().events["step"].count == 500
     finally:
         engine.stop()
+
+
+def test_the_count_child_finds_rlwatch_where_the_parent_did(tmp_path: Path) -> None:
+    """The child runs isolated (``-I``); it must still import rlwatch from a checkout on PYTHONPATH, not only from
+    an install. ``-S`` leaves even the install out: only the folder the parent imported rlwatch from remains."""
+    path = tmp_path / "log"
+    path.write_bytes(b"one\r\ntwo\rthree\n")
+    st = path.stat()
+    argv = [str(path), str(st.st_dev), str(st.st_ino), "0", str(st.st_size)]
+    done = subprocess.run(
+        [sys.executable, "-I", "-S", "-c", linecount._CHILD, linecount._ROOT, *argv],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        check=False,
+        timeout=60,
+    )
+    assert (done.returncode, done.stdout.split()) == (0, ["3", str(ord("o")), str(ord("\n"))]), done.stderr
