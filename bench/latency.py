@@ -34,7 +34,7 @@ class LatencyResult:
     samples: list[float]  # seconds
     lost: int
     note: str = ""
-    target_ms: float = 100.0  # design.md: counted within 100 ms, on screen within 250 ms
+    target_ms: float = 100.0  # the target: counted within 100 ms, on screen within 250 ms
     until: str = "counted"
 
     def p(self, q: float) -> float:

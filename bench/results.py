@@ -1,4 +1,4 @@
-"""``bench/RESULTS.md``: the machine, the targets of design.md against what was measured, then each section.
+"""``bench/RESULTS.md``: the machine, the targets against what was measured, then each section.
 
 The prose of ``bench/findings.md`` (what was tried, what stands in the way) is appended as it is.
 """
@@ -153,7 +153,7 @@ def render(r: Results, *, embed_gpu: bool = True) -> str:
     out += [f"| run took | {r.elapsed_s / 60:.1f} min |"]
     earlier = {name: when for name, when in r.measured.items() if when != _when(r.machine)}
     out += [f"| section {name} measured in an earlier run | {when} |" for name, when in sorted(earlier.items())]
-    out += ["", "## Targets (design.md)", ""]
+    out += ["", "## Targets", ""]
     out += ["| target | measured | |", "| --- | --- | --- |"]
     out += [f"| {a} | {b} | {c} |" for a, b, c in _targets(r)]
     if r.backlog:

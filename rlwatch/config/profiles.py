@@ -32,13 +32,13 @@ PROFILE_NAMES: tuple[str, ...] = get_args(ProfileName)
 
 GIB = 1024**3
 
-# AReaL (formats.md §1): `python3 -m areal.launcher.local` (v0.3-v0.5) or `-m areal.infra.launcher.local` (v1).
+# AReaL: `python3 -m areal.launcher.local` (v0.3-v0.5) or `-m areal.infra.launcher.local` (v1).
 AREAL_LAUNCHER = r"-m areal(\.infra)?\.launcher\.local\b"
 # The AReaL server job wraps `python3 -m sglang.launch_server`; both match, the process table keeps the top-most.
 SGLANG_SERVER = r"-m (sglang\.launch_server|areal(\.infra)?\.launcher\.sglang_server)\b"
 # torchrun as an executable (`/usr/bin/torchrun ...`, `python /x/bin/torchrun ...`) or as `-m torch.distributed.run`.
 TORCHRUN = r"(^|/)torchrun( |$)|-m torch\.distributed\.(run|launch)\b"
-# TRL (formats.md §3): `trl vllm-serve` (routes end in a slash) and vLLM's own OpenAI server.
+# TRL: `trl vllm-serve` (routes end in a slash) and vLLM's own OpenAI server.
 TRL_SERVER = r"(^|[ /])trl vllm-serve( |$)|-m trl\.scripts\.vllm_serve\b"
 VLLM_SERVER = r"(^|[ /])vllm serve( |$)|-m vllm\.entrypoints\.openai\.api_server\b"
 TRL_TRAINER = r"(^|[ /])accelerate launch( |$)|(^|[ /])trl grpo( |$)|(^|/)python[0-9.]*( .*)? \S*grpo\S*\.py( |$)"

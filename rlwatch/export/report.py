@@ -1,4 +1,5 @@
-"""The health report: the stable JSON of design.md, and the summary a person would write after a health check.
+"""The health report: a stable JSON document (``report --json``), and the summary a person would write after a
+health check.
 
 The JSON keys are a contract (scripts and the fleet view read them): add keys, never rename or drop them. Absent data
 is ``null``, never a made-up zero.

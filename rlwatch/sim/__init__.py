@@ -1,4 +1,4 @@
-"""The simulated training host: real processes and files that reproduce each incident of incidents.md.
+"""The simulated training host: real processes and files that reproduce each incident in the README's scenario table.
 
 ``run_sim(scenario, dir, speed, seed)`` is what ``rlwatch sim`` and ``python -m rlwatch.sim`` run; ``SCENARIOS``
 maps each scenario name to a one-line description. Every piece runs as ``python -m rlwatch.sim.<piece>``, which

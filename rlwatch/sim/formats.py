@@ -1,4 +1,4 @@
-"""Log lines exactly as the real tools print them (formats.md), built from the current local time.
+"""Log lines exactly as the real tools print them, built from the current local time.
 
 Only text is produced here; which file a line goes to, and how it is counted, is the writer's business.
 """

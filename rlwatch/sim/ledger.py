@@ -5,11 +5,11 @@ line it writes falls under an event kind, or its state or facts change. The supe
 ``.sim/ledger.json``. Parts are per process so that no two processes ever write the same file, and a restarted
 piece simply adds a new part.
 
-Counting follows design.md: after ANSI colour codes are stripped, text is split as universal newlines do, and each
+Counting follows rlwatch's rules: after ANSI colour codes are stripped, text is split as universal newlines do, and each
 line counts at most once per kind. A traceback's quoted source line (``    raise TimeoutError(...)``) names an error
 without being one, so it does not count for the error kinds. A process start-up banner that is not the first in its
-file is a restart. The kind table here is the simulator's own, deliberately written from formats.md rather than
-imported from the event engine, so that the two can check each other.
+file is a restart. The kind table here is the simulator's own, deliberately written from the frameworks' formats
+rather than imported from the event engine, so that the two can check each other.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Checkpoints and recover info on disk, laid out as AReaL and Hugging Face write them (formats.md §1, §3).
+"""Checkpoints and recover info on disk, laid out as AReaL and Hugging Face write them.
 
 The model files are small but well-formed: a real safetensors header followed by zeros (a sparse file where the
 filesystem allows), so a tool that sizes or opens a checkpoint sees something genuine.

@@ -1,5 +1,6 @@
-"""The scenarios: one per incident of incidents.md, a healthy run to compare against, and runs in the shapes real
-frameworks print (tests/real/): a colocated TRL run started as ``python3 train.py``, an NCCL timeout under torchrun.
+"""The scenarios: one per incident in the README's scenario table, a healthy run to compare against, and runs in
+the shapes real frameworks print (tests/real/): a colocated TRL run started as ``python3 train.py``, an NCCL
+timeout under torchrun.
 
 A scenario is data: which profile rlwatch should use, the run's parameters (``.sim/spec.json``, read by the
 pieces), which one-shot faults to arm, what the supervisor starts, and when the incident has fully played out

@@ -1,7 +1,7 @@
 """Remembered launches: how each named process of the run was started, kept on disk beside the run.
 
 A dashboard opened after the trainer died, or `rlwatch act resume` run from a fresh shell, never saw the launcher
-alive; without this book it could not start it again "without configuration" (design.md). The book is written when
+alive; without this book it could not start it again "without configuration". The book is written when
 a name is first seen and is only ever added to.
 
 It holds command lines rlwatch will execute and environments that may carry tokens, so it is read and written only
