@@ -402,6 +402,14 @@ class Engine:
         """How ``name`` was started: as seen by this engine, else as remembered by an earlier rlwatch."""
         return self.processes.launch_record(name) or self.launches.get(name)
 
+    def started_by(self, name: str) -> str | None:
+        """The named process ``name`` was first seen started under, by this engine or an earlier rlwatch (a server
+        rlwatch restarted has rlwatch for a parent; the book still knows the launcher started the first one)."""
+        for record in (self.processes.launch_record(name), self.launches.get(name)):
+            if record is not None and record.started_by is not None:
+                return record.started_by
+        return None
+
     def _holders_now(self, procs: Sequence[ProcessInfo], gpu: GpuStatus) -> tuple[GpuHolder, ...]:
         """GPU holders, scanned at most every HOLDER_SCAN_S: reading every /proc/<pid>/fd is the costliest part of a
         sample, and holders change rarely. Actions never trust this list: they re-check each target's identity."""

@@ -400,10 +400,19 @@ class Watchdog:
             refused_at = self._refused_at.get(firing.key)
             if refused_at is not None and self.clock.monotonic() - refused_at < budget.cfg.delay_s:
                 continue
-            first = self._prepare(firing.actions[0], firing)
-            if not first.plan.runnable:
+            # The policy acts from its first action that may run: the ones before it are skipped, each with its
+            # reason (restart-server, when resume brings the server back with the run); refused when none may.
+            skipped: list[tuple[str, Prepared]] = []
+            first: Prepared | None = None
+            for action in firing.actions:
+                prepared = self._prepare(action, firing)
+                if prepared.plan.runnable:
+                    first = prepared
+                    break
+                skipped.append((action, prepared))
+            if first is None:
                 self._refused_at[firing.key] = self.clock.monotonic()
-                self._say(firing, "refused", f"{firing.actions[0]}: {first.plan.refused}")
+                self._say(firing, "refused", f"{firing.actions[0]}: {skipped[0][1].plan.refused}")
                 continue
             self._refused_at.pop(firing.key, None)
             self._say(firing, "act", " then ".join(firing.actions), force=True)
@@ -412,7 +421,7 @@ class Watchdog:
             self._running_key = firing.key
             self._dirty = True
             self._action = threading.Thread(
-                target=self._run, args=(firing, first), name="rlwatch-watchdog-action", daemon=True
+                target=self._run, args=(firing, skipped, first), name="rlwatch-watchdog-action", daemon=True
             )
             self._action.start()
             return  # one action at a time
@@ -457,11 +466,14 @@ class Watchdog:
         )
         self._write_state()
 
-    def _run(self, firing: Firing, first: Prepared) -> None:
-        """The action thread: each action of the policy in order; a refused later one is skipped, a failure stops."""
+    def _run(self, firing: Firing, skipped: list[tuple[str, Prepared]], first: Prepared) -> None:
+        """The action thread: each action of the policy in order from ``first`` (those before it were refused);
+        a refused later one is skipped, a failure stops."""
         ok = True
         try:
-            for i, name in enumerate(firing.actions):
+            for name, refusal in skipped:
+                self._action_record(firing, name, None, f"{name}: skipped: {refusal.plan.refused}")
+            for i, name in enumerate(firing.actions[len(skipped) :]):
                 prepared = first if i == 0 else self._prepare(name, firing)
                 if not prepared.plan.runnable:
                     self._action_record(firing, name, None, f"{name}: skipped: {prepared.plan.refused}")

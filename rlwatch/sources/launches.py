@@ -99,6 +99,7 @@ def _record(raw: Any) -> LaunchRecord | None:
             first_seen=float(raw["first_seen"]),
             pid=int(raw["pid"]),
             create_time=float(raw["create_time"]),
+            started_by=None if raw.get("started_by") is None else str(raw["started_by"]),
         )
     except (AttributeError, KeyError, TypeError, ValueError):
         return None

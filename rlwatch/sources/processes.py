@@ -19,7 +19,7 @@ import re
 import threading
 from collections import deque
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from rlwatch.common import forecast
@@ -42,6 +42,10 @@ class LaunchRecord:
     first_seen: float  # wall time
     pid: int
     create_time: float
+    # The named process of the run it was started under (the nearest such ancestor when first seen): AReaL's
+    # launcher starts the inference server, so a resume that runs the launcher again brings a server of its own.
+    # None when it had no such ancestor, or when that was not seen.
+    started_by: str | None = None
 
 
 @dataclass(slots=True)
@@ -251,9 +255,29 @@ class ProcessTable:
                         slot.gone_at = now_mono
                         slot.rss = None
                         self._note_end(slot.role, slot.create_time, now_wall)
+            self._note_parents(parents, live_ids, now_wall)
             children = procfs.children_map(parents=parents)
             self._run_pids = procfs.descendants([pid for pid, _ in live_ids], children)
             return tuple(self._info(slot) for slot in self._visible(now_mono))
+
+    def _note_parents(self, parents: dict[int, int], live_ids: set[tuple[int, float]], now_wall: float) -> None:
+        """For each process first seen in this pass, which named process of the run it was started under."""
+        live = {
+            slot.pid: slot
+            for slots in self._slots.values()
+            for slot in slots
+            if (slot.pid, slot.create_time) in live_ids
+        }
+        for slot in live.values():
+            launch = slot.launch
+            if launch.first_seen != now_wall or launch.pid != slot.pid or launch.started_by is not None:
+                continue
+            for pid in procfs.ancestors(slot.pid, self._proc_root, parents):
+                parent = live.get(pid)
+                # Older than its child, or a recycled pid that only looks like the parent.
+                if parent is not None and parent is not slot and parent.create_time <= slot.create_time:
+                    slot.launch = replace(launch, started_by=self._name(parent))
+                    break
 
     def _assign(self, rule_index: int, procs: list[_Seen], now_wall: float, live_ids: set[tuple[int, float]]) -> None:
         role = self._rules[rule_index].role

@@ -26,12 +26,12 @@ from typing import Any
 import psutil
 import pytest
 
-from rlwatch.config.models import ActionsConfig, Config, GpuConfig, ProcessRule
+from rlwatch.config.models import ActionsConfig, Config, GpuConfig, ProcessRule, ServerConfig
 from rlwatch.engine.engine import Engine
 from rlwatch.remedy.actions import stopper
 from rlwatch.remedy.actions.api import Actions
 from rlwatch.remedy.actions.identity import Ident, same_process
-from rlwatch.remedy.actions.plan import KILL_ZOMBIES, RESTART_WORKERS, RESUME, Prepared, stdout_file
+from rlwatch.remedy.actions.plan import KILL_ZOMBIES, RESTART_SERVER, RESTART_WORKERS, RESUME, Prepared, stdout_file
 from rlwatch.remedy.actions.signals import SignalOutcome, SignalStatus
 from tests.simhost import wait_until, younger_from_now_on
 
@@ -521,6 +521,46 @@ def test_resume_is_refused_while_the_trainer_lives(procs: Procs, host: Host, tmp
     assert forced.plan.runnable and target_pids(forced) == {trainer.pid}
     assert forced.plan.start[0].cmdline == (sys.executable, "-c", "pass")
     assert alive(trainer)
+
+
+LAUNCHER = """
+import subprocess, sys, time
+server = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(120)', sys.argv[1] + '-server'])
+print(server.pid, flush=True)
+time.sleep(120)
+"""
+
+
+def test_a_server_the_launcher_started_comes_back_with_the_resume_not_before(
+    procs: Procs, host: Host, tmp_path: Path
+) -> None:
+    """AReaL's launcher starts the inference server. With the trainer gone, restarting the server alone would be
+    followed by a resume whose launcher starts a second one on the same GPU: restart-server is refused with that
+    reason, and resume stops the launcher's old server with the launcher. With the trainer alive, the server is
+    restarted as usual."""
+    token = f"rlwatch-test-launcher-{os.getpid()}-{time.monotonic_ns()}"
+    launcher, server_pid = procs.start(LAUNCHER, token)
+    procs.adopted.append(Ident(int(server_pid), psutil.Process(int(server_pid)).create_time()))
+    rules = [
+        ProcessRule(role="launcher", cmdline_regex=f"{token}$"),
+        ProcessRule(role="server", cmdline_regex=f"{token}-server$"),
+    ]
+    cfg = host.config(rules=rules).model_copy(update={"server": ServerConfig(url="http://127.0.0.1:9", kind="sglang")})
+    actions = Actions(Engine(cfg, tmp_path))
+    refused = actions.prepare(RESTART_SERVER)
+    assert refused.plan.refused is not None and "the launcher started this server" in refused.plan.refused
+    resume = actions.prepare(RESUME)
+    assert resume.plan.runnable, resume.plan.refused
+    assert target_pids(resume) == {launcher.pid, int(server_pid)}
+    (server_target,) = [t for t in resume.plan.targets if t.pid == int(server_pid)]
+    assert "starts its own" in (server_target.reason or "")
+
+    trainer, _ = procs.start(HOLDER, str(host.dev / "nvidia0"))
+    host.mark_run(trainer.pid)
+    restart = Actions(Engine(cfg, tmp_path)).prepare(RESTART_SERVER)
+    assert restart.plan.runnable, restart.plan.refused
+    assert target_pids(restart) == {int(server_pid)}
+    assert alive(launcher) and running(int(server_pid))  # planning touches nothing
 
 
 def test_readonly_refuses_everything(host: Host) -> None:

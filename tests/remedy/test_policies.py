@@ -511,6 +511,36 @@ def test_a_later_action_refused_is_skipped_and_a_failed_one_stops_the_sequence(
         loop.close()
 
 
+def test_a_policy_acts_from_its_first_action_that_may_run(
+    tmp_path: Path, workers: tuple[str, list[subprocess.Popen[bytes]]]
+) -> None:
+    """restart-server refused (resume brings the server back with the run) must not keep the resume from running:
+    the refused one is recorded as skipped with its reason, the next one runs (when none may run, the policy is
+    refused: test_a_refused_plan_is_not_charged_and_is_said_once)."""
+    both = ("kill-zombies", "restart-workers")
+    budget = BudgetConfig(burst=2, window_s=600, delay_s=5, startup_s=1, reset_after_s=100)
+    cfg = loop_config(tmp_path, workers[0], [policy("brake", both, event="emergency_brake", streak=3)], budget)
+    loop = Loop(tmp_path, cfg)
+    try:
+        assert loop.wd.claim()
+        loop.actions.refuse["kill-zombies"] = "nothing to stop"
+        loop.brake(0, 3)
+        loop.tick()
+        loop.settle()
+        assert loop.actions.executed == [("restart-workers", ("worker-0",))]
+        skipped, ran = loop.of("action")
+        assert (skipped["action"], skipped["skipped"], skipped["message"]) == (
+            "kill-zombies",
+            True,
+            "kill-zombies: skipped: nothing to stop",
+        )
+        assert (ran["action"], ran["ok"]) == ("restart-workers", True)
+        assert [r["decision"] for r in loop.of("policy")] == ["act"]
+
+    finally:
+        loop.close()
+
+
 def test_a_second_watchdog_of_the_same_run_only_watches(brake_loop: Loop, tmp_path: Path) -> None:
     other = Watchdog(brake_loop.engine, actions=brake_loop.actions, emit=lambda r: None, notifier=Notifier(env={}))  # type: ignore[arg-type]
     assert other.claim() is False

@@ -11,6 +11,7 @@ import sys
 import threading
 import urllib.request
 import uuid
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -37,6 +38,9 @@ def test_book_round_trips_and_is_private(tmp_path: Path) -> None:
     assert again.get("trainer") == record()
     assert not again.remember("trainer", record(("other",)))  # the first launch is the one kept
     assert LaunchBook(path).get("trainer") == record()
+    under = replace(record(("python3", "-m", "sglang.launch_server")), started_by="launcher")
+    assert LaunchBook(path).remember("server", under)
+    assert LaunchBook(path).get("server") == under  # who started it survives a restart of rlwatch
 
 
 def test_corrupt_book_is_ignored_with_a_reason(tmp_path: Path) -> None:

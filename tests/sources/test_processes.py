@@ -334,3 +334,32 @@ def test_no_rules_no_processes() -> None:
     assert table.run_pids() == set()
     assert table.history() == {}
     assert table.missing_expected() == []
+
+
+LAUNCHER = """
+import subprocess, sys, time
+server = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(120)', sys.argv[1] + '-server'])
+print('ready', flush=True)
+time.sleep(120)
+"""
+
+
+def test_a_launch_record_names_the_process_it_was_started_under(spawn: Spawner, tag: str) -> None:
+    """AReaL's launcher starts the inference server: the server's record says so (resume, which runs the launcher
+    again, then knows a server comes with it); a server started on its own names nobody."""
+    launcher = spawn.start(LAUNCHER, f"{tag}-launcher")
+    rules = [rule("launcher", f"{tag}-launcher$"), rule("server", f"{tag}-launcher-server$|{tag}-alone$")]
+    table = ProcessTable(rules, FakeClock())
+    seen = {p.name: p.pid for p in table.sample()}  # Popen returns once the server's program runs: no wait
+    assert seen["launcher"] == launcher.pid and seen.keys() == {"launcher", "server"}
+    server, top = table.launch_record("server"), table.launch_record("launcher")
+    assert server is not None and server.started_by == "launcher"
+    assert top is not None and top.started_by is None
+
+    alone = spawn.start(SLEEPER, f"{tag}-alone")
+    rules = [rule("launcher", f"{tag}-launcher-nothing$"), rule("server", f"{tag}-alone$")]
+    table = ProcessTable(rules, FakeClock())
+    (info,) = table.sample()
+    assert info.pid == alone.pid
+    record = table.launch_record("server")
+    assert record is not None and record.started_by is None

@@ -386,6 +386,12 @@ class Planner:
                 f"{url} answers but no server process is known (add a process rule with role: server); "
                 "starting another server now would clash with it",
             )
+        if owner := self._server_comes_with_resume(s, live):
+            return refused(
+                RESTART_SERVER,
+                f"the trainer is gone and the {owner} started this server (its parent when first seen): resume runs "
+                f"the {owner} again, which starts a server of its own; one started now would be a second one",
+            )
         if blocked := self._blocked(live):
             return refused(RESTART_SERVER, blocked)
         steps = []
@@ -401,6 +407,27 @@ class Planner:
         )
         stops = tuple(Stop(p.pid, p.create_time, p.name, p.role) for p in live)
         return Prepared(plan, stops=stops, launches=(launch,))
+
+    def _server_comes_with_resume(self, s: Snapshot, live: Sequence[ProcessInfo]) -> str | None:
+        """The name of the launcher a resume would run again, when that launcher started the run's server; None
+        when the trainer lives (a server restart is what it needs) or when that is not known."""
+        if any(p.role == "trainer" and p.alive for p in s.processes):
+            return None
+        owner = self.engine.started_by(live[0].name if live else "server")
+        launch = self._resume_launch(s)
+        if owner is None or launch is None or not self._relaunches(launch, owner):
+            return None
+        return owner
+
+    def _relaunches(self, launch: Launch, name: str) -> bool:
+        """Whether ``launch`` starts the process ``name`` again: its recorded command, or a configured one that is
+        the same command line."""
+        if launch.name != name:
+            return False
+        if launch.source == RECORDED:
+            return True
+        record = self.engine.launch_record(name)
+        return record is not None and record.argv == launch.argv
 
     def resume(self, s: Snapshot, *, force: bool) -> Prepared:
         trainers = [p for p in s.processes if p.role == "trainer" and p.alive]
@@ -435,9 +462,16 @@ class Planner:
         else:
             steps.append("no recover info and no checkpoint: the launcher decides where training starts")
         stale = [p for p in s.processes if p.alive and p.role in ("launcher", "trainer")]
-        if blocked := self._blocked(stale):
+        # A server the relaunched launcher started the first time: the launcher starts its own again, and two
+        # servers on one GPU leave the second "device busy".
+        servers = [
+            p
+            for p in s.processes
+            if p.alive and p.role == "server" and self._relaunches(launch, self.engine.started_by(p.name) or "")
+        ]
+        if blocked := self._blocked([*stale, *servers]):
             return refused(RESUME, blocked)
-        if stale:
+        if stale or servers:
             steps.append("stop what is left of the old run first: " + stop_words(self.cfg.actions.grace_s))
         steps.append("run the launch command in a new session")
         steps.append(
@@ -446,9 +480,13 @@ class Planner:
         )
         plan = ActionPlan(
             RESUME,
-            tuple(target_of_process(p, s.time, "left over from the stopped run") for p in stale),
+            tuple(target_of_process(p, s.time, "left over from the stopped run") for p in stale)
+            + tuple(
+                target_of_process(p, s.time, f"the {launch.name}'s server: the {launch.name} starts its own")
+                for p in servers
+            ),
             tuple(steps),
             start=(target_of_launch(launch),),
         )
-        stops = tuple(Stop(p.pid, p.create_time, p.name, p.role) for p in stale)
+        stops = tuple(Stop(p.pid, p.create_time, p.name, p.role) for p in [*stale, *servers])
         return Prepared(plan, stops=stops, launches=(launch,), resume_step=resume_step, force=force)
