@@ -6,65 +6,47 @@ that grows while it lasts), a *crash* (a torchrun child, an inference engine or 
 *nccl_timeout* (one collective that ProcessGroupNCCL's watchdog timed out: torch prints it three times or more,
 each printing one more line of the same incident).
 
-torchrun's ChildFailedError report is read whole: the rank it names as the root cause (first observed failure),
-with its exit code, signal and host, and the other failures apart as victims; the error that preceded the failure on
-the root-cause rank (an NCCL timeout, a traceback such as a CUDA OOM) becomes the incident's ``cause``.
+A ChildFailedError traceback carries torchrun's report (read by :mod:`rlwatch.logs.torchrun_report`); the error that
+preceded the failure on the root-cause rank (an NCCL timeout, a traceback such as a CUDA OOM) becomes the incident's
+``cause``.
 
 Times: every line comes with ``(time, by)``. ``by`` None: ``time`` is the line's own. Otherwise the line has no time
 of its own (an undated line of a backlog): ``time`` is a lower bound (``-inf``: none) and ``by`` an upper bound
 (``inf``: none); the incident is then ``approximate`` and placed by position.
-Each carries a signature that stays the same for the same failure in another file or on another host, so a fleet
-view can say "the same crash everywhere".
+Each carries a signature (:mod:`rlwatch.logs.signatures`).
 """
 
 from __future__ import annotations
 
-import functools
-import hashlib
 import math
 import os
 import re
-import signal
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from rlwatch.common.state import ChildFailure, CollectiveTimeout, Incident
 from rlwatch.logs.prefixes import prepare
+from rlwatch.logs.signatures import HEADER, TITLE_MSG_CHARS, exception, location, signature
+from rlwatch.logs.torchrun_report import CHILD_TITLES, Report, failure_text, finished, report_line
 
-__all__ = ["EVENT_KINDS", "HEADER_WORD", "IncidentTracker", "Span", "signature"]
+__all__ = ["EVENT_KINDS", "HEADER_WORD", "IncidentTracker", "Span"]
 
 # (time, by) of one line: see the module docstring.
 Span = tuple[float, float | None]
 _INF = float("inf")
 
-_HEADER = re.compile(r"Traceback \(most recent call last\):\s*$")
-# In every header. A line without it, in a file without an open block, is nothing to the tracker: the counter
-# checks this (and ``open_paths``) before handing it a line, most lines being such.
+# In every traceback header (``HEADER``). A line without it, in a file without an open block, is nothing to the
+# tracker: the counter checks this (and ``open_paths``) before handing it a line, most lines being such.
 HEADER_WORD = "Traceback"
 _FRAME = re.compile(r'^\s*File "([^"]*)", line (\d+)')
 _CHAIN = re.compile(
     r"^\s*(?:During handling of the above exception, another exception occurred:"
     r"|The above exception was the direct cause of the following exception:)\s*$"
 )
-# `RuntimeError: msg`, `torch.distributed.elastic.multiprocessing.errors.ChildFailedError: `, `KeyboardInterrupt`.
-_EXC = re.compile(r"^([A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*)(?::\s?(.*))?$")
-_SEPARATOR = re.compile(r"^[\s=\-*_]*$")
 # Python 3.11 prints exception groups with a gutter ("  | ", "  + ") in front of every line of the group.
 _GUTTER = re.compile(r"^\s*[|+](?:[ -]?[|+])*[ -]?")
 _RANK_TAG = re.compile(r"\[rank(\d+)\]")
-
-# torchrun's report, torch/distributed/elastic/multiprocessing/errors/__init__.py (_MSG_FORMAT_TEMPLATE and
-# _FAILURE_FORMAT_TEMPLATE): "<name> FAILED", "Failures:", "Root Cause (first observed failure):", then per failure
-# "[idx]:" and the fields "  time      : …", "  host      : …", "  rank      : R (local_rank: L)",
-# "  exitcode  : C (pid: P)", "  error_file: …", "  traceback : …" (a recorded Python traceback goes on, indented).
-_REPORT_TITLE = re.compile(r"^(\S.*) FAILED\s*$")
-_REPORT_ENTRY = re.compile(r"^\[(\d+)\]:\s*$")
-_REPORT_FIELD = re.compile(r"^\s{1,4}(time|host|rank|exitcode|error_file|traceback)\s*:\s?(.*)$")
-_REPORT_RANK = re.compile(r"^(-?\d+)(?: \(local_rank: (-?\d+)\))?")
-_REPORT_CODE = re.compile(r"^(-?\d+)(?: \(pid: (\d+)\))?")
-_REPORT_SIGNAL = re.compile(r"^Signal (\d+) \((\w+)\)")
-_REPORT_LINES = 400  # a report is over by then even for many failures: the block stops reading lines
 
 # ProcessGroupNCCL's watchdog (torch/csrc/distributed/c10d/ProcessGroupNCCL.cpp): "[Rank 0] Watchdog caught
 # collective operation timeout: WorkNCCL(SeqNum=5, OpType=ALLREDUCE, NumelIn=…, NumelOut=…, Timeout(ms)=10000) ran
@@ -92,50 +74,12 @@ _BETWEEN_RUN = re.compile(
 _WINDOW = 16 << 10  # bytes of frame lines read in bulk per call at most
 _N_LINES = [re.compile(rb"(?:[^\n]*\n){%d}" % k) for k in range(81)]  # the first k lines of a span, found in C
 
-_TITLE_MSG_CHARS = 200
 _STALL_LINES = 80  # a block that makes no progress for this many lines was cut off (the process died mid-print)
 _AFTER_LINES = 40  # lines after the exception that may still chain another exception or detail a torchrun failure
 # A block whose writer has been silent for this many lines of its file is over: that writer (a rank that printed
 # its traceback and died) will never write the lines that would close it, and an open block makes the counter walk
 # every line of the file.
 _SILENT_LINES = 200
-
-
-@functools.lru_cache(maxsize=1024)
-def _normalise(message: str) -> str:
-    """The message with what differs between occurrences (addresses, paths, numbers) blanked out. Remembered: in an
-    incident the same few messages come back tens of thousands of times, and four substitutions each cost more than
-    the rest of their line's reading."""
-    text = re.sub(r"0x[0-9a-fA-F]+", "0x?", message)
-    text = re.sub(r"(?:[A-Za-z]:)?(?:[\w.~-]*/)+([\w.-]+)", r"\1", text)
-    text = re.sub(r"\d+", "N", text)
-    return re.sub(r"\s+", " ", text).strip()[:_TITLE_MSG_CHARS]
-
-
-def _location(frame: re.Match[str]) -> str:
-    """A frame's file (its base name) and line number."""
-    return f"{os.path.basename(frame.group(1)) or frame.group(1)}:{frame.group(2)}"
-
-
-def signature(*parts: str | None) -> str:
-    """A short stable id over normalised parts."""
-    joined = "\x1f".join(_normalise(p) if p else "" for p in parts)
-    return hashlib.sha1(joined.encode("utf-8", "surrogatepass"), usedforsecurity=False).hexdigest()[:12]
-
-
-def _exception(line: str) -> tuple[str, str] | None:
-    """(type, message) when ``line`` is the final line of a traceback."""
-    m = _EXC.match(line)
-    if m is None:
-        return None
-    name = m.group(1)
-    last = name.rsplit(".", 1)[-1]
-    # Logger levels ("WARNING: ...") share the shape; Python exception names are never all capitals.
-    if last.upper() == last:
-        return None
-    if not (last[0].isupper() or last.endswith(("error", "exception", "timeout", "exit"))):
-        return None
-    return name, (m.group(2) or "").strip()
 
 
 def _rank_of(tag: str) -> int | None:
@@ -210,54 +154,6 @@ class _Record:
 
 
 @dataclass(slots=True)
-class _Failure:
-    """One "[idx]:" entry of a torchrun report while its fields are read."""
-
-    root: bool
-    fields: dict[str, str] = field(default_factory=dict)
-    error: str | None = None  # the final exception of a recorded traceback, read from the lines under it
-
-    def freeze(self) -> ChildFailure:
-        f = self.fields
-        rank = _REPORT_RANK.match(f.get("rank", ""))
-        code = _REPORT_CODE.match(f.get("exitcode", ""))
-        exitcode = int(code.group(1)) if code else None
-        text = f.get("traceback", "").strip() or None
-        sig = _REPORT_SIGNAL.match(text or "")
-        name = sig.group(2) if sig else None
-        if name is None and exitcode is not None and exitcode < 0:
-            try:
-                name = signal.Signals(-exitcode).name
-            except ValueError:
-                name = None
-        if text is not None and _HEADER.search(text):
-            text = self.error or "a traceback"
-        host = f.get("host", "").strip() or None
-        return ChildFailure(
-            rank=int(rank.group(1)) if rank else None,
-            local_rank=int(rank.group(2)) if rank and rank.group(2) is not None else None,
-            exitcode=exitcode,
-            signal=name,
-            pid=int(code.group(2)) if code and code.group(2) else None,
-            host=host,
-            time=f.get("time", "").strip() or None,
-            error=text,
-        )
-
-
-@dataclass(slots=True)
-class _Report:
-    """torchrun's ChildFailedError report under the exception line."""
-
-    name: str | None = None
-    section: str = ""  # "" | "failures" | "root"
-    current: _Failure | None = None
-    failures: list[_Failure] = field(default_factory=list)
-    in_traceback: bool = False  # reading the indented lines of a recorded traceback
-    done: bool = False
-
-
-@dataclass(slots=True)
 class _Block:
     """A traceback being read: from its header, possibly across several chained links."""
 
@@ -273,7 +169,7 @@ class _Block:
     exc_type: str = ""
     exc_msg: str = ""
     rank: int | None = None
-    report: _Report | None = None
+    report: Report | None = None
 
 
 @dataclass(slots=True)
@@ -358,7 +254,7 @@ class IncidentTracker:
         parsed only if needed."""
         if path not in self.open_paths:
             # Nothing open in this file (the usual case): only a header matters. A gutter is never part of one.
-            if HEADER_WORD in body and _HEADER.search(body):
+            if HEADER_WORD in body and HEADER.search(body):
                 self._open((path, tag), _Block(lineno=lineno, first=_as_span(when()), seen=lineno))
             return
         self._expire(path, tag, lineno)
@@ -367,7 +263,7 @@ class IncidentTracker:
         if "|" in body[:12] or "+" in body[:12]:
             body = _GUTTER.sub("", body, count=1)
         if block is None:
-            if "Traceback" in body and _HEADER.search(body):
+            if "Traceback" in body and HEADER.search(body):
                 self._open(key, _Block(lineno=lineno, first=_as_span(when()), seen=lineno))
             return
         block.seen = lineno
@@ -418,7 +314,7 @@ class IncidentTracker:
                 block.idle += n
             else:
                 frame, after = last
-                block.location = _location(frame)
+                block.location = location(frame)
                 block.idle = data.count(b"\n", after, q)
             block.lines += n
             lineno += n
@@ -479,22 +375,22 @@ class IncidentTracker:
         block.lines += 1
         frame = _FRAME.match(body)
         if frame:
-            block.location = _location(frame)
+            block.location = location(frame)
             block.idle = 0
             return
-        if _HEADER.search(body):  # a fresh traceback from the same writer: the old one was cut off
+        if HEADER.search(body):  # a fresh traceback from the same writer: the old one was cut off
             self._open(key, _Block(lineno=lineno, first=_as_span(when()), seen=lineno))
             return
         if body[:1].isspace() or not body.strip():
             block.idle += 1
         else:
-            exc = _exception(body.rstrip())
+            exc = exception(body.rstrip())
             if exc is not None:
                 block.exc_type, block.exc_msg = exc
                 block.state = "after"
                 block.idle = 0
                 if block.exc_type.endswith("ChildFailedError"):
-                    block.report = _Report()
+                    block.report = Report()
                 self._publish(key[0], block, _as_span(when()), lineno)
                 return
             block.idle += 1
@@ -507,16 +403,16 @@ class IncidentTracker:
         block.idle += 1
         block.gap += 1
         report = block.report
-        if report is not None and not report.done and block.state == "after" and self._report_line(report, body):
+        if report is not None and not report.done and block.state == "after" and report_line(report, body):
             block.idle = 0
             self._publish(key[0], block, _as_span(when()), lineno)
-            if _finished(report):
+            if finished(report):
                 self._close(key)
             return
         if _CHAIN.match(body):
             block.state = "chain"
             return
-        if _HEADER.search(body):
+        if HEADER.search(body):
             if block.state == "chain":  # the next link of the same chained failure
                 block.state = "frames"
                 block.location = None
@@ -529,49 +425,6 @@ class IncidentTracker:
             return
         if block.idle > _AFTER_LINES:
             self._close(key)
-
-    @staticmethod
-    def _report_line(report: _Report, body: str) -> bool:
-        """Read one line of torchrun's report; False when it is not one (the report is then over or absent)."""
-        text = body.rstrip()
-        if report.in_traceback and report.current is not None:
-            if text.startswith("    ") or (text.startswith("  ") and not _REPORT_FIELD.match(text)):
-                exc = _exception(text.strip()) if not text.startswith("    ") else None
-                if exc is not None:
-                    report.current.error = f"{exc[0]}: {exc[1]}" if exc[1] else exc[0]
-                return True
-            report.in_traceback = False
-        stripped = text.strip()
-        if not stripped:
-            return report.section != ""  # blank lines inside a report belong to it
-        if _SEPARATOR.match(stripped):
-            if report.section == "root" and report.current is not None and stripped.startswith("="):
-                report.done = True
-                report.current = None
-            return True
-        if report.name is None and report.section == "":
-            m = _REPORT_TITLE.match(stripped)
-            if m:
-                report.name = m.group(1)
-                return True
-        if stripped == "Failures:":
-            report.section, report.current = "failures", None
-            return True
-        if stripped.startswith("Root Cause (first observed failure)"):
-            report.section, report.current = "root", None
-            return True
-        if stripped == "<NO_OTHER_FAILURES>":
-            return True
-        if _REPORT_ENTRY.match(stripped) and report.section:
-            report.current = _Failure(root=report.section == "root")
-            report.failures.append(report.current)
-            return True
-        m = _REPORT_FIELD.match(text)
-        if m and report.current is not None:
-            report.current.fields[m.group(1)] = m.group(2)
-            report.in_traceback = m.group(1) == "traceback" and bool(_HEADER.search(m.group(2)))
-            return True
-        return False
 
     def _publish(self, path: str, block: _Block, span: Span, lineno: int) -> None:
         message = block.exc_msg
@@ -586,9 +439,9 @@ class IncidentTracker:
         if report is not None and (report.name or root):
             parts = [f"{report.name} FAILED" if report.name else ""]
             if root is not None:
-                parts.append(_failure_text(root))
+                parts.append(failure_text(root))
             message = ", ".join(p for p in parts if p)
-        title = block.exc_type + (f": {message[:_TITLE_MSG_CHARS]}" if message else "")
+        title = block.exc_type + (f": {message[:TITLE_MSG_CHARS]}" if message else "")
         sig = signature("traceback", block.exc_type, message, block.location)
         rec = block.record
         if rec is None:
@@ -693,7 +546,7 @@ class IncidentTracker:
         for rec in self._records:
             if rec is failure or rec.rank != root.rank or rec.kind not in ("traceback", "nccl_timeout"):
                 continue
-            if rec.root_cause is not None or rec.title.startswith(_CHILD_TITLES):
+            if rec.root_cause is not None or rec.title.startswith(CHILD_TITLES):
                 continue
             same = rec.path == failure.path
             if same and rec.lineno > failure.lineno:
@@ -701,27 +554,6 @@ class IncidentTracker:
             if best is None or (same, rec.last, rec.lineno) > (best.path == failure.path, best.last, best.lineno):
                 best = rec
         return best
-
-
-def _finished(report: _Report) -> bool:
-    return report.done
-
-
-_CHILD_TITLES = ("torch.distributed.elastic.multiprocessing.errors.ChildFailedError", "ChildFailedError")
-
-
-def _failure_text(f: ChildFailure) -> str:
-    """ "rank 0 exitcode -6 (SIGABRT) on host-a": how one failed worker ended, as torchrun reported it."""
-    out = f"rank {f.rank if f.rank is not None else '?'}"
-    if f.exitcode is not None:
-        out += f" exitcode {f.exitcode}"
-    if f.signal:
-        out += f" ({f.signal})"
-    if f.host:
-        out += f" on {f.host}"
-    if f.error and not f.error.startswith("Signal ") and not f.error.startswith("To enable traceback"):
-        out += f": {f.error}"
-    return out
 
 
 def _timeout_title(rec: _Record) -> str:

@@ -6,8 +6,9 @@ from rlwatch.common.clock import FakeClock
 from rlwatch.common.state import Incident
 from rlwatch.config.models import EventsConfig
 from rlwatch.logs.events import EventCounter, build_kinds
-from rlwatch.logs.incidents import IncidentTracker, signature
+from rlwatch.logs.incidents import IncidentTracker
 from rlwatch.logs.newlines import count_lines
+from rlwatch.logs.signatures import signature
 from rlwatch.logs.tailer import Chunk
 
 TRAINER = "/run/a/logs/trainer.log"

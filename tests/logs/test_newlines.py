@@ -12,6 +12,7 @@ import os
 import shutil
 import subprocess
 import sys
+import sysconfig
 from pathlib import Path
 from typing import Any
 
@@ -33,7 +34,11 @@ def _compiled() -> Any:
     if native is None:
         if not shutil.which(os.environ.get("CC", "cc")):
             pytest.skip("the compiled line counter is not built here (no C compiler)")
-        pytest.fail("a C compiler is here but rlwatch.logs._newlines was not built (pip install -e .)")
+        if not (Path(sysconfig.get_paths()["include"]) / "Python.h").exists():
+            pytest.skip("the compiled line counter is not built here (no Python headers)")
+        pytest.fail(
+            "a C compiler and Python's headers are here but rlwatch.logs._newlines was not built (pip install -e .)"
+        )
     return native
 
 

@@ -2,7 +2,7 @@
 
 Both ways end in the same place: for each host, the rlwatch series of its newest sample, turned into one
 :class:`FleetHost` row. Hosts that fail the same way are grouped by the signature of their last exception (the
-signature is stable across hosts, see :mod:`rlwatch.logs.incidents`), so "the same crash on twelve pods" reads as one
+signature is stable across hosts, see :mod:`rlwatch.logs.signatures`), so "the same crash on twelve pods" reads as one
 line with twelve hosts under it, not twelve unrelated alarms.
 
 Stale data never looks healthy. A host is stale when its data stopped arriving (Prometheus' scrape fails, so its

@@ -1,0 +1,145 @@
+"""torchrun's ChildFailedError report, read apart from the traceback it ends: the lines after a ChildFailedError
+are torchrun's own format (one entry per failed worker), not Python's.
+
+torchrun's ChildFailedError report is read whole: the rank it names as the root cause (first observed failure),
+with its exit code, signal and host, and the other failures apart as victims. The incident tracker
+(:mod:`rlwatch.logs.incidents`) hands it those lines, one at a time, and makes the error that preceded the failure on
+the root-cause rank the incident's ``cause``.
+"""
+
+from __future__ import annotations
+
+import re
+import signal
+from dataclasses import dataclass, field
+
+from rlwatch.common.state import ChildFailure
+from rlwatch.logs.signatures import HEADER, exception
+
+__all__ = ["CHILD_TITLES", "Report", "failure_text", "finished", "report_line"]
+
+_SEPARATOR = re.compile(r"^[\s=\-*_]*$")
+
+# torchrun's report, torch/distributed/elastic/multiprocessing/errors/__init__.py (_MSG_FORMAT_TEMPLATE and
+# _FAILURE_FORMAT_TEMPLATE): "<name> FAILED", "Failures:", "Root Cause (first observed failure):", then per failure
+# "[idx]:" and the fields "  time      : …", "  host      : …", "  rank      : R (local_rank: L)",
+# "  exitcode  : C (pid: P)", "  error_file: …", "  traceback : …" (a recorded Python traceback goes on, indented).
+_REPORT_TITLE = re.compile(r"^(\S.*) FAILED\s*$")
+_REPORT_ENTRY = re.compile(r"^\[(\d+)\]:\s*$")
+_REPORT_FIELD = re.compile(r"^\s{1,4}(time|host|rank|exitcode|error_file|traceback)\s*:\s?(.*)$")
+_REPORT_RANK = re.compile(r"^(-?\d+)(?: \(local_rank: (-?\d+)\))?")
+_REPORT_CODE = re.compile(r"^(-?\d+)(?: \(pid: (\d+)\))?")
+_REPORT_SIGNAL = re.compile(r"^Signal (\d+) \((\w+)\)")
+_REPORT_LINES = 400  # a report is over by then even for many failures: the block stops reading lines
+
+
+@dataclass(slots=True)
+class _Failure:
+    """One "[idx]:" entry of a torchrun report while its fields are read."""
+
+    root: bool
+    fields: dict[str, str] = field(default_factory=dict)
+    error: str | None = None  # the final exception of a recorded traceback, read from the lines under it
+
+    def freeze(self) -> ChildFailure:
+        f = self.fields
+        rank = _REPORT_RANK.match(f.get("rank", ""))
+        code = _REPORT_CODE.match(f.get("exitcode", ""))
+        exitcode = int(code.group(1)) if code else None
+        text = f.get("traceback", "").strip() or None
+        sig = _REPORT_SIGNAL.match(text or "")
+        name = sig.group(2) if sig else None
+        if name is None and exitcode is not None and exitcode < 0:
+            try:
+                name = signal.Signals(-exitcode).name
+            except ValueError:
+                name = None
+        if text is not None and HEADER.search(text):
+            text = self.error or "a traceback"
+        host = f.get("host", "").strip() or None
+        return ChildFailure(
+            rank=int(rank.group(1)) if rank else None,
+            local_rank=int(rank.group(2)) if rank and rank.group(2) is not None else None,
+            exitcode=exitcode,
+            signal=name,
+            pid=int(code.group(2)) if code and code.group(2) else None,
+            host=host,
+            time=f.get("time", "").strip() or None,
+            error=text,
+        )
+
+
+@dataclass(slots=True)
+class Report:
+    """torchrun's ChildFailedError report under the exception line."""
+
+    name: str | None = None
+    section: str = ""  # "" | "failures" | "root"
+    current: _Failure | None = None
+    failures: list[_Failure] = field(default_factory=list)
+    in_traceback: bool = False  # reading the indented lines of a recorded traceback
+    done: bool = False
+
+
+def report_line(report: Report, body: str) -> bool:
+    """Read one line of torchrun's report; False when it is not one (the report is then over or absent)."""
+    text = body.rstrip()
+    if report.in_traceback and report.current is not None:
+        if text.startswith("    ") or (text.startswith("  ") and not _REPORT_FIELD.match(text)):
+            exc = exception(text.strip()) if not text.startswith("    ") else None
+            if exc is not None:
+                report.current.error = f"{exc[0]}: {exc[1]}" if exc[1] else exc[0]
+            return True
+        report.in_traceback = False
+    stripped = text.strip()
+    if not stripped:
+        return report.section != ""  # blank lines inside a report belong to it
+    if _SEPARATOR.match(stripped):
+        if report.section == "root" and report.current is not None and stripped.startswith("="):
+            report.done = True
+            report.current = None
+        return True
+    if report.name is None and report.section == "":
+        m = _REPORT_TITLE.match(stripped)
+        if m:
+            report.name = m.group(1)
+            return True
+    if stripped == "Failures:":
+        report.section, report.current = "failures", None
+        return True
+    if stripped.startswith("Root Cause (first observed failure)"):
+        report.section, report.current = "root", None
+        return True
+    if stripped == "<NO_OTHER_FAILURES>":
+        return True
+    if _REPORT_ENTRY.match(stripped) and report.section:
+        report.current = _Failure(root=report.section == "root")
+        report.failures.append(report.current)
+        return True
+    m = _REPORT_FIELD.match(text)
+    if m and report.current is not None:
+        report.current.fields[m.group(1)] = m.group(2)
+        report.in_traceback = m.group(1) == "traceback" and bool(HEADER.search(m.group(2)))
+        return True
+    return False
+
+
+def finished(report: Report) -> bool:
+    return report.done
+
+
+CHILD_TITLES = ("torch.distributed.elastic.multiprocessing.errors.ChildFailedError", "ChildFailedError")
+
+
+def failure_text(f: ChildFailure) -> str:
+    """ "rank 0 exitcode -6 (SIGABRT) on host-a": how one failed worker ended, as torchrun reported it."""
+    out = f"rank {f.rank if f.rank is not None else '?'}"
+    if f.exitcode is not None:
+        out += f" exitcode {f.exitcode}"
+    if f.signal:
+        out += f" ({f.signal})"
+    if f.host:
+        out += f" on {f.host}"
+    if f.error and not f.error.startswith("Signal ") and not f.error.startswith("To enable traceback"):
+        out += f": {f.error}"
+    return out
