@@ -162,7 +162,6 @@ class Tailer:
         patterns: Sequence[str],
         *,
         max_line_bytes: int = 1 << 20,
-        start_at_end: bool = False,
         block_bytes: int = 1 << 20,
         max_poll_bytes: int = 8 << 20,
         rescan_s: float = 1.0,
@@ -170,13 +169,11 @@ class Tailer:
     ) -> None:
         self._patterns = tuple(dict.fromkeys(patterns))
         self._max_line = max(1, max_line_bytes)
-        self._start_at_end = start_at_end
         self._block = max(1, block_bytes)
         self._max_poll = max(1, max_poll_bytes)
         self._rescan_s = rescan_s
         self._monotonic = monotonic
         self._next_rescan = float("-inf")
-        self._first_scan = True
         self._watches: dict[str, _Watch] = {}
         self._retired: OrderedDict[tuple[int, int], _Retired] = OrderedDict()
         self.errors: dict[str, str] = {}
@@ -202,7 +199,6 @@ class Tailer:
         backlog holds is known before the first bytes of it are counted."""
         self._next_rescan = self._monotonic() + self._rescan_s
         self._rescan()
-        self._first_scan = False
 
     def backlogs(self) -> list[Backlog]:
         """The followed files whose backlog is still being read, each with what is left of it."""
@@ -236,7 +232,6 @@ class Tailer:
             self._next_rescan = now + self._rescan_s
             for watch in self._rescan():
                 self._poll_watch(watch, chunks)
-            self._first_scan = False
         return chunks
 
     def _rescan(self) -> list[_Watch]:
@@ -286,34 +281,12 @@ class Tailer:
         return found
 
     def _place(self, handle: _Handle, st: os.stat_result) -> None:
-        """Where a newly found file starts: where it was left under another name, at its end, or at 0."""
+        """Where a newly found file starts: where it was left under another name, else at 0 (its backlog)."""
         handle.head = self._pread(handle, _HEAD_BYTES, 0) or b""
         handle.backlog_end, handle.mtime = st.st_size, st.st_mtime
         retired = self._retired.pop(handle.key, None)
         if retired is not None and retired.offset <= st.st_size and handle.head.startswith(retired.head):
             handle.offset, handle.lineno = retired.offset, retired.lineno
-        elif self._start_at_end and self._first_scan:
-            self._skip_to_end(handle, st.st_size)
-
-    def _skip_to_end(self, handle: _Handle, size: int) -> None:
-        """Start at the last complete line of the existing content, numbering lines as if they had been read."""
-        offset = 0
-        lines = 0
-        carry_cr = False
-        tail = b""
-        while offset < size:
-            block = self._pread(handle, min(self._block, size - offset), offset)
-            if not block:
-                break
-            lines += count_lines(block) - (1 if carry_cr and block[:1] == b"\n" else 0)
-            carry_cr = block[-1:] == b"\r"
-            tail = (tail + block)[-self._max_line :]
-            offset += len(block)
-        end = complete_end(tail)
-        unfinished = tail[end:]
-        lines -= count_lines(tail[end:])  # a held trailing "\r" is not a finished line yet
-        handle.offset = offset - len(unfinished)
-        handle.lineno = lines + 1
 
     def _poll_watch(self, watch: _Watch, chunks: list[Chunk]) -> None:
         path = watch.path

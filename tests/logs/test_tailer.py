@@ -209,15 +209,6 @@ def test_backlog_is_read_in_bounded_polls(log: Path) -> None:
     assert sum(polls) == 20_000
 
 
-def test_start_at_end_skips_the_backlog_but_numbers_lines(log: Path) -> None:
-    log.parent.mkdir(parents=True)
-    log.write_bytes(b"1\r\n2\r3\npartial")
-    tailer = Tailer([str(log)], start_at_end=True, rescan_s=0.0, block_bytes=3)
-    assert tailer.poll() == []
-    append(log, b" line\nnew\n")
-    assert lines_of(tailer.poll()) == [(str(log), 4, b"partial line\n"), (str(log), 5, b"new\n")]
-
-
 def test_errors_do_not_stop_the_others(tmp_path: Path) -> None:
     good = tmp_path / "good.log"
     good.write_bytes(b"ok\n")
