@@ -6,6 +6,8 @@ same, and must name the incident in its findings. This is the end-to-end contrac
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -113,6 +115,14 @@ def test_gpu_zombies_are_listed_as_strays_with_device_busy(tmp_path: Path, sims:
     assert {z["pid"] for z in rep["zombies"]} == set(ledger["facts"]["stray_pids"])
     assert all(z["reason"] for z in rep["zombies"])
     assert rep["gpus"] and rep["gpus"][0]["compute_mode"] == "EXCLUSIVE_PROCESS"
+    # The server's crashes on the busy device are the strays' doing, said with them: not a crash to fix in code.
+    assert "crash_repeating" not in {f["code"] for f in rep["findings"]}
+    text = subprocess.run(
+        [sys.executable, "-m", "rlwatch", "report", str(sim.dir)], capture_output=True, text=True, check=False
+    ).stdout
+    steps = text.split("Next steps:", 1)[1]
+    assert "rlwatch act kill-zombies" in steps
+    assert "Fix the exception" not in steps and "Find what holds the GPU" not in steps
     sim.stop()
 
 

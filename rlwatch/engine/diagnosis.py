@@ -451,6 +451,7 @@ def training(s: Snapshot, ctx: Context) -> Iterator[Finding]:
             )
 
 
+_BUSY_WORDS = re.compile(r"busy or unavailable", re.IGNORECASE)  # the cuda_busy kind's words, in a crash's title
 _CONNECTION_WORDS = re.compile(
     r"ConnectionRefused|Connect call failed|Connection refused|ClientConnectorError|can.t be reached"
     r"|Failed after \d+ retries",
@@ -464,12 +465,16 @@ def _short(title: str, limit: int = 160) -> str:
 
 
 def crashes(s: Snapshot, ctx: Context) -> Iterator[Finding]:
-    # Failed requests to a dead server are its consequence, reported with it, not crashes of their own.
+    # Failed requests to a dead server are its consequence, reported with it, not crashes of their own; so is a
+    # process that could not take a device that strays hold (reported with the strays, whose killing is the fix).
     server_gone = _count(s, "connection_refused") > 0
+    strays_busy = bool(s.zombies) and _count(s, "cuda_busy") > 0
     blocks = [
         i
         for i in s.incidents
-        if i.kind in ("traceback", "crash") and not (server_gone and _CONNECTION_WORDS.search(i.title))
+        if i.kind in ("traceback", "crash")
+        and not (server_gone and _CONNECTION_WORDS.search(i.title))
+        and not (strays_busy and _BUSY_WORDS.search(i.title))
     ]
     if not blocks:
         return

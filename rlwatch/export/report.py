@@ -273,7 +273,8 @@ def exit_code(s: Snapshot) -> int:
 
 
 NEXT_STEPS = {
-    "server_down": "Restart the inference server (rlwatch act restart-server), then resume (rlwatch act resume).",
+    "server_down": "If the trainer still runs, restart the inference server (rlwatch act restart-server); if it is "
+    "gone, resume the run (rlwatch act resume), whose launcher brings its server back.",
     "server_unhealthy": "The server process lives but does not answer: restart it (rlwatch act restart-server).",
     "connection_refused": "Check the inference server; restart it and resume training (rlwatch act resume).",
     "restart_loop": "Read the first lines after each start in the container log; fix the start command.",
@@ -284,7 +285,8 @@ NEXT_STEPS = {
     "watchdog_gave_up": "Fix what keeps failing, then re-arm the watchdog (rlwatch act rearm).",
     "watchdog_not_responding": "The watchdog is stuck: restart it (its service or start-up hook starts it again).",
     "watchdog_died": "Start the watchdog again, kept alive as a service (rlwatch service install).",
-    "gpu_strays": "Kill the stray GPU holders (rlwatch act kill-zombies), then restart the server.",
+    "gpu_strays": "Kill the stray GPU holders (rlwatch act kill-zombies), then start again what failed on the busy "
+    "device (rlwatch act resume brings back a run whose launcher is gone).",
     "gpu_outside": "Restart the pod: processes outside this container hold the GPU; no kill from here reaches them.",
     "device_busy": "Find what holds the GPU (the GPU holders above); stop only what you are sure of.",
     "gpu_unknown_holders": "Check the GPU holders rlwatch cannot classify (listed above); stop one only if you are "
@@ -365,7 +367,10 @@ def to_text(s: Snapshot) -> str:
             lines.append(
                 f"  {kind:20} {e.count:7}  first {first_text(e, s.time)}  last {last_text(e, s.time)}  ({files})"
             )
-    steps = [NEXT_STEPS[f.code] for f in s.findings if f.code in NEXT_STEPS]
+    codes = {f.code for f in s.findings}
+    # Known strays are what holds the GPU: the generic advice to go and find it would send the reader in a circle.
+    skip = {"device_busy"} if "gpu_strays" in codes else set()
+    steps = [NEXT_STEPS[f.code] for f in s.findings if f.code in NEXT_STEPS and f.code not in skip]
     if steps:
         lines.append("")
         lines.append("Next steps:")

@@ -81,6 +81,8 @@ class OpenFile:
 
 def _minutes(seconds: float) -> str:
     seconds = abs(seconds)
+    if seconds < 10:  # a leftover restarted seconds before the attempt: "0s before" would read as "not before"
+        return f"{seconds:.1f}s"
     if seconds < 90:
         return f"{round(seconds)}s"
     if seconds < 2 * 3600:

@@ -297,3 +297,17 @@ def test_the_earliest_timestamp_of_a_log_dates_an_attempt() -> None:
     verdict = view.verdict(310)
     assert verdict.status == STRAY
     assert "10m before the latest attempt (the earliest line of its logs, logs/launcher.log:3" in verdict.why
+
+
+def test_how_much_earlier_a_leftover_started_is_said_to_a_tenth_under_ten_seconds() -> None:
+    """A leftover restarted just before the attempt is "0.4s before" it, never "0s before", which reads as "not"."""
+    from rlwatch.sources.membership import _minutes
+
+    assert [_minutes(x) for x in (0.4, -0.4, 9.94, 42.4, 600, 3 * 3600)] == [
+        "0.4s",
+        "0.4s",
+        "9.9s",
+        "42s",
+        "10m",
+        "3.0h",
+    ]
