@@ -27,7 +27,7 @@ import errno
 import os
 import secrets
 import stat
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -222,18 +222,7 @@ class StateDir:
             return None
         except OSError as exc:
             raise _open_error(exc, path) from None
-        try:
-            st = os.fstat(fd)
-            if not stat.S_ISREG(st.st_mode):
-                raise StateFileError(f"{path} is not a regular file: refused")
-            if not trusted_owner(st.st_uid):
-                raise StateFileError(f"{path} is owned by uid {st.st_uid}: not trusted")
-        except BaseException as exc:
-            os.close(fd)
-            if isinstance(exc, OSError):
-                raise StateFileError(f"{path}: {_why(exc)}") from None
-            raise
-        return fd
+        return _checked(fd, path, trusted_owner, ": not trusted")
 
     def open_append(self, name: str, *, mode: int = PRIVATE) -> int:
         """An ``O_APPEND`` descriptor of ``name`` (created if missing), checked to be this user's regular file.
@@ -279,13 +268,24 @@ class StateDir:
 
 def _checked_own(fd: int, path: Path) -> int:
     """``fd`` when it is a regular file of this user (then blocking again); closed and refused otherwise."""
+    fd = _checked(fd, path, lambda uid: uid == os.geteuid(), ", not by this user: refused")
+    try:
+        os.set_blocking(fd, True)
+    except OSError as exc:
+        os.close(fd)
+        raise StateFileError(f"{path}: {_why(exc)}") from None
+    return fd
+
+
+def _checked(fd: int, path: Path, owner_ok: Callable[[int], bool], refusal: str) -> int:
+    """``fd`` when it is a regular file whose owner ``owner_ok`` accepts; closed and refused otherwise, in one line
+    ending with ``refusal``."""
     try:
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode):
             raise StateFileError(f"{path} is not a regular file: refused")
-        if st.st_uid != os.geteuid():
-            raise StateFileError(f"{path} is owned by uid {st.st_uid}, not by this user: refused")
-        os.set_blocking(fd, True)
+        if not owner_ok(st.st_uid):
+            raise StateFileError(f"{path} is owned by uid {st.st_uid}{refusal}")
     except BaseException as exc:
         os.close(fd)
         if isinstance(exc, OSError):

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 
 from rlwatch.common.state import ChildFailure, EventSummary, Finding, Incident, Severity, Snapshot, TimelineEntry
 from rlwatch.config.models import Thresholds
+from rlwatch.logs.kinds import builtin_kinds
 
 CRIT, WARN, INFO = Severity.CRITICAL, Severity.WARNING, Severity.INFO
 
@@ -451,7 +452,7 @@ def training(s: Snapshot, ctx: Context) -> Iterator[Finding]:
             )
 
 
-_BUSY_WORDS = re.compile(r"busy or unavailable", re.IGNORECASE)  # the cuda_busy kind's words, in a crash's title
+_CUDA_BUSY = next(k.regex for k in builtin_kinds() if k.name == "cuda_busy")  # the kind's own words, in a title
 _CONNECTION_WORDS = re.compile(
     r"ConnectionRefused|Connect call failed|Connection refused|ClientConnectorError|can.t be reached"
     r"|Failed after \d+ retries",
@@ -474,7 +475,7 @@ def crashes(s: Snapshot, ctx: Context) -> Iterator[Finding]:
         for i in s.incidents
         if i.kind in ("traceback", "crash")
         and not (server_gone and _CONNECTION_WORDS.search(i.title))
-        and not (strays_busy and _BUSY_WORDS.search(i.title))
+        and not (strays_busy and _CUDA_BUSY.search(i.title))
     ]
     if not blocks:
         return

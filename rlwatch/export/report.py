@@ -298,6 +298,10 @@ NEXT_STEPS = {
     "RUN_DIR/rlwatch.yaml (rlwatch init writes one).",
 }
 
+# A finding whose next step is left out when a more specific one is there: known strays are what holds the GPU, and
+# the generic advice to go and find it would send the reader in a circle.
+SUPERSEDED: dict[str, set[str]] = {"device_busy": {"gpu_strays"}}
+
 
 def to_text(s: Snapshot) -> str:
     lines: list[str] = []
@@ -368,9 +372,9 @@ def to_text(s: Snapshot) -> str:
                 f"  {kind:20} {e.count:7}  first {first_text(e, s.time)}  last {last_text(e, s.time)}  ({files})"
             )
     codes = {f.code for f in s.findings}
-    # Known strays are what holds the GPU: the generic advice to go and find it would send the reader in a circle.
-    skip = {"device_busy"} if "gpu_strays" in codes else set()
-    steps = [NEXT_STEPS[f.code] for f in s.findings if f.code in NEXT_STEPS and f.code not in skip]
+    steps = [
+        NEXT_STEPS[f.code] for f in s.findings if f.code in NEXT_STEPS and not (SUPERSEDED.get(f.code, set()) & codes)
+    ]
     if steps:
         lines.append("")
         lines.append("Next steps:")

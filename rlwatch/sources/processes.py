@@ -270,8 +270,8 @@ class ProcessTable:
         }
         for slot in live.values():
             launch = slot.launch
-            if launch.first_seen != now_wall or launch.pid != slot.pid or launch.started_by is not None:
-                continue
+            if launch.first_seen != now_wall or launch.pid != slot.pid:
+                continue  # not first seen in this pass: its record was settled then
             for pid in procfs.ancestors(slot.pid, self._proc_root, parents):
                 parent = live.get(pid)
                 # Older than its child, or a recycled pid that only looks like the parent.

@@ -467,7 +467,10 @@ class Planner:
         servers = [
             p
             for p in s.processes
-            if p.alive and p.role == "server" and self._relaunches(launch, self.engine.started_by(p.name) or "")
+            if p.alive
+            and p.role == "server"
+            and (owner := self.engine.started_by(p.name)) is not None
+            and self._relaunches(launch, owner)
         ]
         if blocked := self._blocked([*stale, *servers]):
             return refused(RESUME, blocked)
