@@ -22,15 +22,16 @@ import pytest
 
 REAL = Path(__file__).parent / "real"
 CAPTURED = datetime.fromisoformat("2026-11-24T06:52:30+00:00").timestamp()  # after every case's last write
+RELAUNCHED = datetime.fromisoformat("2026-11-24T22:01:38+00:00").timestamp()  # torchrun-relaunched, captured later
 
 
-def _copy(case: str, dest: Path) -> Path:
+def _copy(case: str, dest: Path, captured: float = CAPTURED) -> Path:
     run = dest / case
     shutil.copytree(REAL / case, run)
     for root, dirs, files in os.walk(run):
         for name in files + dirs:
-            os.utime(os.path.join(root, name), (CAPTURED, CAPTURED))
-    os.utime(run, (CAPTURED, CAPTURED))
+            os.utime(os.path.join(root, name), (captured, captured))
+    os.utime(run, (captured, captured))
     return run
 
 
@@ -95,6 +96,31 @@ def test_torchruns_root_cause_is_the_rank_it_names_and_the_victim_is_listed_apar
     assert "rank 1" in worst["message"] and "ValueError" in worst["message"]
 
 
+def test_a_torchrun_failure_the_relaunch_got_past_is_history_and_before_it_the_root_cause(tmp_path: Path) -> None:
+    """A transformers Trainer under torchrun failed at step 3; the same command, run again into the same log, trained
+    to the end. The report's root cause is then told as history; the log cut where the relaunch began shows it as
+    what is wrong now."""
+
+    def torchrun_finding(report: dict[str, Any]) -> dict[str, Any]:
+        return next(f for f in report["findings"] if f["message"].startswith("torchrun's root cause"))
+
+    run = _copy("torchrun-relaunched", tmp_path, RELAUNCHED)
+    after = _report(run)
+    told = torchrun_finding(after)
+    assert told["severity"] == "info" and told["message"].endswith("the run has progressed since.")
+    assert "RuntimeError: reward model returned NaN for batch 3" in told["message"]
+    assert after["training"]["last_step"] == 8
+
+    log = run / "train.log"
+    lines = log.read_bytes().splitlines(keepends=True)
+    report_at = next(i for i, line in enumerate(lines) if b"ChildFailedError: " in line)
+    relaunch = next(i for i in range(report_at, len(lines)) if lines[i].startswith(b"{'loss'"))
+    log.write_bytes(b"".join(lines[:relaunch]))
+    os.utime(log, (RELAUNCHED, RELAUNCHED))
+    now = torchrun_finding(_report(run))
+    assert now["severity"] == "critical" and "progressed since" not in now["message"]
+
+
 NCCL_CASES = [
     "torchrun-nccl-timeout-2gpu",
     "torchrun-nccl-timeout-2gpu-async1",
@@ -156,7 +182,7 @@ def test_no_time_is_later_than_the_files_were_written(tmp_path: Path, case: str)
         assert late == [], f"{section} has times after the files' last write"
 
 
-@pytest.mark.parametrize("case", ["trl-grpo-colocated", "torchrun-exception", "cuda-oom"])
+@pytest.mark.parametrize("case", ["trl-grpo-colocated", "torchrun-exception", "cuda-oom", "torchrun-relaunched"])
 def test_no_kill_is_planned_where_no_process_runs(tmp_path: Path, case: str) -> None:
     done = _rlwatch("act", "kill-zombies", "--dry-run", str(_copy(case, tmp_path)))
     assert done.returncode == 1, done.stdout + done.stderr

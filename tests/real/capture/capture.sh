@@ -54,6 +54,17 @@ echo "torchrun --nproc-per-node 2 rank_raises.py > torchrun.log 2>&1" > "$ROOT/t
 timeout 200 torchrun --nproc-per-node 2 "$HERE/rank_raises.py" > "$ROOT/torchrun-exception/torchrun.log" 2>&1
 echo "exit $?" > "$ROOT/torchrun-exception/EXIT"
 
+# 4b. A Trainer under torchrun that fails once, then the same command again into the same log: it trains to the end
+case_dir torchrun-relaunched
+D=$ROOT/torchrun-relaunched
+[ -d /tmp/tiny ] || python3 "$HERE/tiny_model.py" /tmp/tiny > /dev/null 2>&1
+echo "torchrun --nproc-per-node 1 trainer_relaunched.py /tmp/tiny out >> train.log 2>&1; then the same command again" > "$D/COMMAND"
+(cd "$D" && timeout 300 torchrun --nproc-per-node 1 "$HERE/trainer_relaunched.py" /tmp/tiny out >> train.log 2>&1
+  echo "first exit $?" > EXIT
+  timeout 300 torchrun --nproc-per-node 1 "$HERE/trainer_relaunched.py" /tmp/tiny out >> train.log 2>&1
+  echo "second exit $?" >> EXIT
+  rm -rf out)
+
 # 5. GPU facts
 case_dir gpu-facts
 nvidia-smi > "$ROOT/gpu-facts/nvidia-smi.txt" 2>&1
