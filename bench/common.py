@@ -257,6 +257,18 @@ class PtyProcess:
         with self._lock:
             return self._marks.get(mark)
 
+    def press(self, keys: bytes, *marks: bytes) -> float:
+        """Type ``keys``, and record when each of ``marks`` appears in what is written *after* (earlier output no
+        longer counts); returns when the keys were typed, in seconds from start, as :meth:`seen` counts."""
+        with self._lock:
+            del self._tail[:]
+            for mark in marks:
+                self._marks.pop(mark, None)
+            self._watch.extend(marks)
+        typed = time.monotonic() - self.started
+        os.write(self._master, keys)
+        return typed
+
     def tail(self) -> str:
         with self._lock:
             return bytes(self._tail[-4000:]).decode("utf-8", "replace")

@@ -6,6 +6,7 @@ that they are partial, and how long the rest will take.
 
 from __future__ import annotations
 
+import threading
 from pathlib import Path
 
 from rlwatch.common.state import Snapshot
@@ -67,3 +68,33 @@ def test_the_header_shows_the_backlogs_progress_only_while_it_is_read() -> None:
     assert "reading backlog: 41 % of 2.1 GB" in header_text(reading, 160).plain
     done = Snapshot(host="h", time=1000.0, profile="areal", run_dir="/r")
     assert "reading backlog" not in header_text(done, 160).plain
+
+
+def test_the_log_view_gets_its_lines_while_a_chunk_is_being_counted(tmp_path: Path) -> None:
+    """The dashboard asks for lines on its event loop: it must not wait for the backlog's counting (the screen would
+    freeze for a whole poll of a dense log)."""
+    _log(tmp_path / "trainer.log", 2_000)
+    cfg, _ = resolve_config(tmp_path, None)
+    engine = Engine(cfg, tmp_path)
+    inside, release = threading.Event(), threading.Event()
+
+    def slow_subscriber(_line: object) -> None:  # holds the count mid-chunk, under the engine's lock
+        inside.set()
+        release.wait(30)
+
+    engine.counter.subscribe("step", slow_subscriber)
+    counting = threading.Thread(target=engine.poll_logs)
+    asked: list[int] = []
+    asking = threading.Thread(target=lambda: asked.append(len(engine.lines_after(0))))
+    try:
+        counting.start()
+        assert inside.wait(30)
+        asking.start()
+        asking.join(10)
+        assert asked == [0], "lines_after waited for the chunk being counted"  # nothing kept yet: that chunk is not done
+    finally:
+        release.set()
+        counting.join(30)
+        asking.join(30)
+        engine.tailer.close()
+    assert len(engine.lines_after(0)) == 2_000  # and once counted, the chunk's lines are there

@@ -662,8 +662,9 @@ class Engine:
         return self._snapshot
 
     def lines_after(self, seq: int, limit: int = 2000) -> Sequence[TaggedLine]:
-        with self._lock:
-            return self._recent_lines.after(seq, limit)
+        """Not under the engine's lock (the lines have their own): the dashboard's event loop calls this, and must
+        not wait for a chunk of backlog being counted."""
+        return self._recent_lines.after(seq, limit)
 
     def on_snapshot(self, listener: Callable[[Snapshot], None]) -> None:
         self._listeners.append(listener)

@@ -2,13 +2,17 @@
 
 The engine counts every chunk it reads, but a log view can only ever show the newest :data:`RECENT_LINES` lines:
 :class:`RecentLines` keeps those, raw until a view asks for them (:meth:`RecentLines.after`), numbered so a view
-asks only for what it has not shown. The engine hands it each counted chunk with the tags its lines got; this is
-not thread-safe, and the engine calls it under its own lock.
+asks only for what it has not shown. The engine hands it each counted chunk with the tags its lines got.
+
+It has a lock of its own, held only to keep or hand out lines, never while a chunk is counted: the dashboard asks
+for lines on its event loop, and behind the engine's lock it waited for a whole poll of backlog (0.6 s of a dense
+log), a frozen screen, because a thread that releases a lock and takes it again at once keeps it from waiters.
 """
 
 from __future__ import annotations
 
 import re
+import threading
 from collections import deque
 from collections.abc import Iterable
 
@@ -28,6 +32,7 @@ class RecentLines:
         self._pending: deque[tuple[Chunk, dict[int, set[str]]]] = deque()  # raw chunks not yet in _recent
         self._pending_lines = 0
         self._seq = 0
+        self._lock = threading.Lock()
 
     def add(self, chunk: Chunk, tags_seen: Iterable[tuple[str, int, str]]) -> None:
         """Keep a chunk, raw, with the ``(path, line number, kind)`` tags its lines got when they were counted;
@@ -41,19 +46,21 @@ class RecentLines:
         for path, lineno, kind in tags_seen:
             if path == chunk.path and lineno >= first_kept:
                 tags.setdefault(lineno, set()).add(kind)
-        self._pending.append((chunk, tags))
-        self._pending_lines += chunk.nlines
-        while len(self._pending) > 1 and self._pending_lines - self._pending[0][0].nlines >= RECENT_LINES:
-            self._pending_lines -= self._pending.popleft()[0].nlines
+        with self._lock:
+            self._pending.append((chunk, tags))
+            self._pending_lines += chunk.nlines
+            while len(self._pending) > 1 and self._pending_lines - self._pending[0][0].nlines >= RECENT_LINES:
+                self._pending_lines -= self._pending.popleft()[0].nlines
 
     def after(self, seq: int, limit: int = 2000) -> list[TaggedLine]:
         """Lines with a sequence number greater than ``seq``, oldest first, at most ``limit`` of the newest."""
-        self._flush()
         out: list[TaggedLine] = []
-        for line in reversed(self._recent):  # seqs only grow: walk back from the newest, stop at the old
-            if line.seq <= seq or len(out) == limit:
-                break
-            out.append(line)
+        with self._lock:
+            self._flush()
+            for line in reversed(self._recent):  # seqs only grow: walk back from the newest, stop at the old
+                if line.seq <= seq or len(out) == limit:
+                    break
+                out.append(line)
         out.reverse()
         return out
 
