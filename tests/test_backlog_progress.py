@@ -91,7 +91,9 @@ def test_the_log_view_gets_its_lines_while_a_chunk_is_being_counted(tmp_path: Pa
         assert inside.wait(30)
         asking.start()
         asking.join(10)
-        assert asked == [0], "lines_after waited for the chunk being counted"  # nothing kept yet: that chunk is not done
+        assert asked == [0], (
+            "lines_after waited for the chunk being counted"
+        )  # nothing kept yet: that chunk is not done
     finally:
         release.set()
         counting.join(30)

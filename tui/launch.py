@@ -24,12 +24,12 @@ from rlwatch.cli import HANDLERS, UsageError, load, parse, run
 from rlwatch.discover.load import resolve_config
 from rlwatch.engine.engine import Engine
 from rlwatch.engine.feed import StaticFeed
-from rlwatch.live import LiveFeed
 
 if TYPE_CHECKING:
     from textual.app import App
 
 EXIT_GRACE_S = 3.0  # how long a dashboard asked to exit by a signal may take before it is made to
+FIRST_LOOK_HOLD_S = 0.5  # at most this long the first frame waits, once Textual is loaded, for the diagnosis of now
 
 
 def _parse_size(text: str) -> tuple[int, int]:
@@ -142,8 +142,12 @@ def run_dashboard(engine: Engine) -> int:
     engine.sample()
     engine.build()
     engine.start()
+    from rlwatch.live import LiveFeed  # the actions API and Textual: not needed before the engine runs
     from rlwatch.tui.app import RlwatchApp
 
+    # The diagnosis of a big backlog's newest part is counted while Textual loads; when it is not out yet, the
+    # first frame waits for it a little (never long: from a cold page cache its line numbers take seconds).
+    engine.wait_first_look(FIRST_LOOK_HOLD_S)
     try:
         run_app(RlwatchApp(LiveFeed(engine)))
     finally:

@@ -185,3 +185,35 @@ def test_the_count_child_finds_rlwatch_where_the_parent_did(tmp_path: Path) -> N
         timeout=60,
     )
     assert (done.returncode, done.stdout.split()) == (0, ["3", str(ord("o")), str(ord("\n"))]), done.stderr
+
+
+def test_the_first_look_is_published_with_the_preview_in_it(tmp_path: Path) -> None:
+    """The dashboard holds its first frame for the engine's first look: once that is out, the snapshot already
+    holds the diagnosis of the newest part, not only a backlog being read."""
+    root = tmp_path / "run"
+    root.mkdir()
+    last_line = _backlog(root / "trainer.log", 40_000)
+    engine = _engine(root, preview=True)
+    try:
+        assert not engine.wait_first_look(0)  # nothing runs yet
+        engine.start()
+        assert engine.wait_first_look(60)
+        snap = engine.snapshot()
+        assert snap.preview is not None and "trainer.log" in snap.preview
+        assert snap.incidents[-1].lineno == last_line - len(LAST) + 1
+    finally:
+        engine.stop()
+
+
+def test_without_a_preview_the_first_look_does_not_wait(tmp_path: Path) -> None:
+    root = tmp_path / "run"
+    root.mkdir()
+    _backlog(root / "trainer.log", 500)
+    engine = _engine(root, preview=False)
+    try:
+        engine.start()
+        assert engine.wait_first_look(60)
+        assert engine.preview is None
+    finally:
+        engine.stop()
+    assert engine.wait_first_look(0)  # a stopped engine never keeps a caller waiting
