@@ -137,10 +137,9 @@ def run_app(app: App[Any]) -> None:
 
 def run_dashboard(engine: Engine) -> int:
     # The first frame must not wait for a backlog of gigabytes: the engine's log loop reads it while the
-    # dashboard is already up, and the counts fill in as it goes. It starts before the dashboard is imported, so
-    # that the line counts of diagnosis first run on the other cores while Textual loads.
-    engine.sample()
-    engine.build()
+    # dashboard is already up, and the counts fill in as it goes. The engine starts before the dashboard is
+    # imported, so that its first round of the sources, and the line counts of diagnosis first on the other cores,
+    # run while Textual loads.
     engine.start()
     from rlwatch.live import LiveFeed  # the actions API and Textual: not needed before the engine runs
     from rlwatch.tui.app import RlwatchApp

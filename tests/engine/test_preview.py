@@ -200,6 +200,7 @@ def test_the_first_look_is_published_with_the_preview_in_it(tmp_path: Path) -> N
         assert engine.wait_first_look(60)
         snap = engine.snapshot()
         assert snap.preview is not None and "trainer.log" in snap.preview
+        assert {s.name for s in snap.sources if s.last_sample is not None} >= {"memory", "processes"}  # sampled
         assert snap.incidents[-1].lineno == last_line - len(LAST) + 1
     finally:
         engine.stop()
