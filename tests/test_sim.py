@@ -465,7 +465,8 @@ def test_nccl_timeout_torchrun_tree_and_its_report(tmp_path: Path, sims: list[Si
     ranks = {int(p.environ()["RANK"]): p for p in agent.children()}
     assert sorted(ranks) == [0, 1] and all(p.cmdline()[1:] == ["-u", "train.py"] for p in ranks.values())
     assert all(p.cwd() == str(sim.dir) for p in [agent, *ranks.values()])
-    data = sim.wait(settled, timeout=60)
+    # torchrun says it exited just before it does: wait (with a deadline) until its processes are gone too.
+    data = sim.wait(lambda d: settled(d) and not any(p["alive"] for p in d["facts"]["pieces"]), timeout=60)
     check_ledger_against_files(sim.dir, data)
     text = lines(layout.torchrun_log)
     assert (

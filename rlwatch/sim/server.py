@@ -2,9 +2,10 @@
 
 It takes an exclusive lock on the stand-in GPU device file, as a process on a GPU in EXCLUSIVE_PROCESS compute mode
 does, and fails with PyTorch's real "busy or unavailable" error when a stray already holds it (incident 4). Faults:
-``--die-after`` makes the process vanish without a word (incident 1), ``--hang-after`` keeps it accepting
-connections without ever answering, and ``--hang-on-shutdown`` makes SIGTERM start a shutdown that never finishes
-(incident 5's servers). All durations are demo seconds, divided by ``--speed``.
+``--die-after`` makes the process vanish without a word (incident 1), counted from its first weight update, so
+that on a busy machine a slow trainer start cannot move the death before the run's first checkpoint;
+``--hang-after`` keeps it accepting connections without ever answering, and ``--hang-on-shutdown`` makes SIGTERM
+start a shutdown that never finishes (incident 5's servers). All durations are demo seconds, divided by ``--speed``.
 """
 
 from __future__ import annotations
@@ -38,6 +39,7 @@ class Server:
         self.ledger = PieceLedger(layout, "server")
         self.out = LogSink(self.ledger)
         self.hang = threading.Event()
+        self._die_after: float | None = None  # seconds after the first weight update (``--die-after``)
         self.device_fd: int | None = None
         self.httpd: ThreadingHTTPServer | None = None
         self.requests = 0
@@ -145,7 +147,15 @@ class Server:
         self.ledger.update("ready", port=self.port, flavour=self.flavour)
 
     # ------------------------------------------------------------------------------------------------ faults
-    def die_later(self, seconds: float) -> None:
+    def die_after_training_starts(self, seconds: float) -> None:
+        """Vanish ``seconds`` after the first weight update: the trainer has stepped, whatever its start took."""
+        self._die_after = seconds
+
+    def _weights_updated(self) -> None:
+        seconds, self._die_after = self._die_after, None
+        if seconds is None:
+            return
+
         def die() -> None:
             time.sleep(seconds)
             with self.out.lock:
@@ -212,6 +222,7 @@ class Server:
                 "meta_info": {"prompt_tokens": 112, "completion_tokens": n, "finish_reason": {"type": "stop"}},
             }
         if method == "POST" and path == "/update_weights_from_disk":
+            self._weights_updated()
             self.log("Update engine weights online from disk begin. avail mem=30.05 GB")
             self.log("Update weights end.")
             self.log("Cache flushed successfully!")
@@ -231,9 +242,11 @@ class Server:
                 f"output: {self.rng.uniform(1200, 1800):.2f} toks/s]"
             )
             return 200, {"completion_ids": [[self.rng.randint(0, 151_000) for _ in range(8)] for _ in range(n)]}
+        if method == "POST" and path == "/update_named_param/":
+            self._weights_updated()
+            return 200, {}
         if method == "POST" and path in (
             "/init_communicator/",
-            "/update_named_param/",
             "/reset_prefix_cache/",
             "/close_communicator/",
         ):
@@ -298,7 +311,7 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     sim.ready()
     if args.die_after is not None:
-        sim.die_later(scaled(args.die_after, args.speed))
+        sim.die_after_training_starts(scaled(args.die_after, args.speed))
     if args.hang_after is not None:
         sim.hang_later(scaled(args.hang_after, args.speed))
     httpd.serve_forever(poll_interval=0.2)
