@@ -11,6 +11,7 @@ import json
 import signal
 import sys
 import threading
+import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, TextIO
@@ -207,15 +208,56 @@ def safe_print(text: str, *, file: TextIO | None = None) -> None:
         pass
 
 
+class _Waiting:
+    """`report` at a terminal, over a big backlog: the diagnosis of its newest part first, then how far the rest is
+    read, on stderr (stdout keeps only the report). Nothing of it when stderr is not a terminal."""
+
+    EVERY_S = 0.25  # the progress line is rewritten at most this often
+
+    def __init__(self, out: TextIO) -> None:
+        self.out = out
+        self._shown_at: float | None = None
+
+    def first_look(self, snap: Snapshot) -> None:
+        from rlwatch.export.report import first_look_text
+
+        safe_print(first_look_text(snap), file=self.out)
+
+    def progress(self, done: int, total: int) -> None:
+        now = time.monotonic()
+        if self._shown_at is not None and now - self._shown_at < self.EVERY_S:
+            return
+        self._shown_at = now
+        pct = 100 * done // total if total else 100
+        self._write(f"\rreading backlog: {pct} % of {human_bytes(total)}\x1b[K")
+
+    def close(self) -> None:
+        if self._shown_at is not None:
+            self._write("\r\x1b[K")
+
+    def _write(self, text: str) -> None:
+        try:
+            self.out.write(text)
+            self.out.flush()
+        except (BrokenPipeError, OSError):
+            pass
+
+
 def cmd_report(args: argparse.Namespace) -> int:
     from rlwatch.engine.engine import Engine
     from rlwatch.export.report import exit_code, to_json, to_text
 
     cfg, run_dir, _ = load(args)
     engine = Engine(cfg, run_dir)
+    waiting = _Waiting(sys.stderr) if sys.stderr.isatty() else None
     try:
-        snap = engine.collect_once()
+        if waiting is None:
+            snap = engine.collect_once()
+        else:
+            snap = engine.collect_once(first_look=waiting.first_look, progress=waiting.progress)
     finally:
+        if waiting is not None:
+            waiting.close()
         engine.stop()
     safe_print(to_json(snap) if args.json else to_text(snap))
     return exit_code(snap)

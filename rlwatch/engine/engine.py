@@ -678,9 +678,33 @@ class Engine:
             return self.counter.streaks(kind)
 
     # ------------------------------------------------------------------------------------------------- running
-    def collect_once(self) -> Snapshot:
-        """Everything once, synchronously: the backlog, every source, the server probe. For `rlwatch report`."""
-        self.drain_logs()
+    def collect_once(
+        self,
+        *,
+        first_look: Callable[[Snapshot], None] | None = None,
+        progress: Callable[[int, int], None] | None = None,
+    ) -> Snapshot:
+        """Everything once, synchronously: the backlog, every source, the server probe. For `rlwatch report`.
+
+        For a person waiting at a terminal: with ``first_look``, a big backlog's newest part is diagnosed first (the
+        preview, as the dashboard does) and handed to it, sources and server included, before the rest is read;
+        ``progress`` gets (bytes read, bytes) after each poll while a preview was planned. The answer is the same
+        either way: once everything is read the preview is dropped, and the snapshot is the main count's alone."""
+        if first_look is None:
+            self.drain_logs()
+        else:
+            if self.advance_preview():
+                self.sample()
+                self.probe_server()
+                first_look(self.build())
+            planned = self.preview is not None
+            while self.poll_logs():
+                if planned and progress is not None:
+                    progress(*self.tailer.backlog_progress())
+            if self.preview is not None:
+                with self._lock:
+                    preview, self.preview = self.preview, None
+                preview.close()
         self.sample()
         self.probe_server()
         return self.build()

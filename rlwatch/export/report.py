@@ -312,12 +312,7 @@ def to_text(s: Snapshot) -> str:
         lines.append("  because: " + "; ".join(s.profile_evidence[:4]) + (" …" if len(s.profile_evidence) > 4 else ""))
     lines.append(f"status: {status_word(s)}")
     lines.append("")
-    if s.findings:
-        lines.append("Findings:")
-        for f in s.findings:
-            lines.append(f"  [{f.severity.value.upper():8}] {f.message}")
-    else:
-        lines.append("Findings: none — training looks healthy.")
+    lines.extend(_findings_lines(s))
     if s.timeline:
         lines.append("")
         lines.append("Timeline:")
@@ -380,6 +375,25 @@ def to_text(s: Snapshot) -> str:
         lines.append("Next steps:")
         for step in dict.fromkeys(steps):
             lines.append(f"  - {step}")
+    return "\n".join(lines) + "\n"
+
+
+def _findings_lines(s: Snapshot) -> list[str]:
+    if not s.findings:
+        return ["Findings: none — training looks healthy."]
+    return ["Findings:", *(f"  [{f.severity.value.upper():8}] {f.message}" for f in s.findings)]
+
+
+def first_look_text(s: Snapshot) -> str:
+    """What `report` says at a terminal before it has read a big backlog: the diagnosis of the logs' newest part
+    (the preview), said to be that, with counts that are of what has been read so far."""
+    size = f" of {human_bytes(s.backlog[1])}" if s.backlog else ""
+    lines = [
+        f"rlwatch report: a big backlog{size}; its newest part first (counts are of what is read so far, the full "
+        "report follows once everything is read)",
+        f"status now: {status_word(s)}",
+        *_findings_lines(s),
+    ]
     return "\n".join(lines) + "\n"
 
 

@@ -9,6 +9,7 @@
 
 from __future__ import annotations
 
+import itertools
 import random
 import subprocess
 import sys
@@ -218,3 +219,36 @@ def test_without_a_preview_the_first_look_does_not_wait(tmp_path: Path) -> None:
     finally:
         engine.stop()
     assert engine.wait_first_look(0)  # a stopped engine never keeps a caller waiting
+
+
+def test_report_s_first_look_changes_nothing_in_its_answer(tmp_path: Path) -> None:
+    """`report` at a terminal shows the newest part's diagnosis first; what it then answers is the same as without."""
+    root = tmp_path / "run"
+    root.mkdir()
+    last_line = _backlog(root / "trainer.log", 40_000)
+    looks: list[Snapshot] = []
+    progress: list[tuple[int, int]] = []
+    engine, plain = _engine(root, preview=True), _engine(root, preview=False)
+    try:
+        answer = engine.collect_once(
+            first_look=looks.append, progress=lambda done, total: progress.append((done, total))
+        )
+        expected = plain.collect_once()
+    finally:
+        for e in (engine, plain):
+            e.stop()
+    assert len(looks) == 1
+    look = looks[0]
+    assert look.preview is not None and look.backlog is not None and look.backlog[0] < look.backlog[1]
+    assert look.incidents[-1].lineno == last_line - len(LAST) + 1  # the crash at the end, on its true line
+    assert look.events["step"].count < expected.events["step"].count  # only part of it read
+    assert progress and progress[-1][0] == progress[-1][1]  # read to the end
+    assert all(a[0] <= b[0] for a, b in itertools.pairwise(progress))
+    assert engine.preview is None and answer.preview is None and answer.backlog is None
+    assert {k: (e.count, e.first, e.last, e.streak, e.files) for k, e in answer.events.items()} == {
+        k: (e.count, e.first, e.last, e.streak, e.files) for k, e in expected.events.items()
+    }
+    assert [(i.title, i.lineno, i.count) for i in answer.incidents] == [
+        (i.title, i.lineno, i.count) for i in expected.incidents
+    ]
+    assert [(f.code, f.message) for f in answer.findings] == [(f.code, f.message) for f in expected.findings]

@@ -1,0 +1,87 @@
+"""`rlwatch report` at a terminal, over a big backlog: the diagnosis of its newest part first, on stderr, then how far
+the rest is read; stdout holds the report alone, the same as when nobody watches."""
+
+from __future__ import annotations
+
+import json
+import os
+import pty
+import subprocess
+import threading
+from pathlib import Path
+from typing import Any
+
+from tests.faults.conftest import rlwatch_cmd
+
+STEP = "2026-11-21 10:{m:02d}:{s:02d},000 INFO Train step {i}/900000 done.\n"
+QUIET = "2026-11-21 10:{m:02d}:{s:02d},100 INFO DataLoader prefetched batch {i} of 64 prompts into pinned memory\n"
+LAST = (
+    "Traceback (most recent call last):\n"
+    '  File "/opt/areal/trainer.py", line 812, in update_weights\n'
+    "    raise RuntimeError(msg)\n"
+    "RuntimeError: weight update to the server failed for the last time\n"
+)
+
+
+def _run_dir(tmp_path: Path) -> Path:
+    """A log over the size that earns a preview (16 MiB) ending with a crash; mostly lines no kind looks at, so that
+    it is read fast."""
+    run = tmp_path / "run"
+    run.mkdir()
+    with (run / "trainer.log").open("w") as fh:
+        for i in range(2_000):
+            m, s = divmod(i % 3600, 60)
+            fh.write(STEP.format(m=m, s=s, i=i) + "".join(QUIET.format(m=m, s=s, i=i * 100 + j) for j in range(100)))
+        fh.write(LAST)
+    assert (run / "trainer.log").stat().st_size > 16 << 20
+    (run / "rlwatch.yaml").write_text("training:\n  logs: ['*.log']\ngpu:\n  backend: none\n")
+    return run
+
+
+def _report(run: Path, *, terminal: bool) -> tuple[int, dict[str, Any], str]:
+    """`report --json` with stdout a pipe and stderr a pseudo-terminal (or a pipe): (exit code, JSON, stderr)."""
+    if not terminal:
+        done = subprocess.run(rlwatch_cmd("report", "--json", str(run)), capture_output=True, text=True, timeout=120)
+        return done.returncode, json.loads(done.stdout), done.stderr
+    master, slave = pty.openpty()
+    seen = bytearray()
+
+    def drain() -> None:  # a terminal reads what is written, or the writer blocks
+        while True:
+            try:
+                block = os.read(master, 1 << 16)
+            except OSError:
+                return
+            if not block:
+                return
+            seen.extend(block)
+
+    reader = threading.Thread(target=drain, daemon=True)
+    reader.start()
+    try:
+        proc = subprocess.run(
+            rlwatch_cmd("report", "--json", str(run)), stdout=subprocess.PIPE, stderr=slave, timeout=120, check=False
+        )
+    finally:
+        os.close(slave)
+        reader.join(10)
+        os.close(master)
+    return proc.returncode, json.loads(proc.stdout), seen.decode("utf-8", "replace")
+
+
+def test_report_at_a_terminal_says_what_is_wrong_now_first(tmp_path: Path) -> None:
+    run = _run_dir(tmp_path)
+    rc, answer, stderr = _report(run, terminal=True)
+    assert rc == 1  # the crash is a finding
+    first, _, rest = stderr.partition("status now:")
+    assert "a big backlog of" in first and "its newest part first" in first
+    assert "RuntimeError: weight update to the server failed for the last time" in rest  # the crash at the end
+    assert "reading backlog:" in rest  # then how far the rest is
+    assert stderr.endswith("\r\x1b[K")  # and the progress line is cleared before the report
+    steps = answer["events"]["step"]["count"]
+    assert steps == 2_000  # stdout: the full report, parsed as JSON (nothing else on it)
+
+    rc_plain, plain, quiet = _report(run, terminal=False)
+    assert rc_plain == rc and quiet == ""  # nobody watching: nothing on stderr
+    assert {k: v["count"] for k, v in plain["events"].items()} == {k: v["count"] for k, v in answer["events"].items()}
+    assert [f["code"] for f in plain["findings"]] == [f["code"] for f in answer["findings"]]
