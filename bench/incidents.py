@@ -204,6 +204,7 @@ class FirstDiagnosis:
     notes: list[str] = field(default_factory=list)
     cold_s: float | None = None  # one start after the page cache was dropped (None: not allowed here)
     key_s: list[float] = field(default_factory=list)  # a key typed while the backlog is read, until it shows
+    report_s: list[float] = field(default_factory=list)  # `rlwatch report` at a terminal, until its first look
 
 
 KEY_PRESSES = 30  # the dashboard's pause key, typed this many times while the rest of the backlog is read
@@ -237,7 +238,26 @@ def first_diagnosis(ds: Dataset, data_dir: Path, runs: int) -> FirstDiagnosis:
         else:
             result.diagnosis_s.append(diag)
     result.key_s = _key_response(trial, KEY_PRESSES)
+    for _ in range(3):
+        seen = _report_first_look_once(trial)
+        if seen is not None:
+            result.report_s.append(seen)
     return result
+
+
+REPORT_MARK = b"status now:"  # `report` at a terminal, once it has diagnosed the newest part (stderr)
+
+
+def _report_first_look_once(trial: Path) -> float | None:
+    """Seconds from starting `rlwatch report` on a terminal until it says what the newest part shows; then it is
+    stopped (reading the whole backlog is section 6's measure)."""
+    p = PtyProcess(rlwatch_argv("report", str(trial.parents[3])))
+    p.watch_for(REPORT_MARK)
+    try:
+        wait_until(lambda: p.seen(REPORT_MARK) is not None or p.proc.poll() is not None, 60, step=0.005)
+        return p.seen(REPORT_MARK)
+    finally:
+        p.stop()
 
 
 def _key_response(trial: Path, presses: int) -> list[float]:
@@ -320,6 +340,12 @@ def first_diagnosis_markdown(r: FirstDiagnosis) -> list[str]:
         out.append(
             f"| diagnosis of now, from a cold page cache (`drop_caches`, once, before the others) | "
             f"{fmt(r.cold_s, 2, ' s')} | {r.cold_s:.2f} |"
+        )
+    reports = getattr(r, "report_s", [])
+    if reports:
+        out.append(
+            f"| `rlwatch report` at a terminal, until it says on stderr what the newest part shows | "
+            f"{fmt(median(reports), 2, ' s')} | " + ", ".join(f"{x:.2f}" for x in reports) + " |"
         )
     keys = getattr(r, "key_s", [])
     if keys:

@@ -693,12 +693,19 @@ class Engine:
         if first_look is None:
             self.drain_logs()
         else:
-            if self.advance_preview():
-                self.sample()
-                self.probe_server()
-                first_look(self.build())
-            planned = self.preview is not None
-            while self.poll_logs():
+            self.advance_preview()  # plans it, and waits a little for its line numbers
+            planned, shown = self.preview is not None, False
+            while True:
+                preview = self.preview
+                if not shown and preview is not None and not preview.ready:
+                    self.advance_preview()  # from a cold page cache its line numbers come seconds later
+                if not shown and preview is not None and self.preview is preview and preview.ready:
+                    shown = True
+                    self.sample()
+                    self.probe_server()
+                    first_look(self.build())
+                if not self.poll_logs():
+                    break
                 if planned and progress is not None:
                     progress(*self.tailer.backlog_progress())
             if self.preview is not None:

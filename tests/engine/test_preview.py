@@ -20,6 +20,7 @@ import pytest
 from rlwatch.common.clock import FakeClock
 from rlwatch.common.state import Snapshot
 from rlwatch.discover.load import resolve_config
+from rlwatch.engine import engine as engine_module
 from rlwatch.engine.engine import Engine
 from rlwatch.logs import linecount, newlines
 from rlwatch.logs.linecount import PrefixCount
@@ -252,3 +253,23 @@ def test_report_s_first_look_changes_nothing_in_its_answer(tmp_path: Path) -> No
         (i.title, i.lineno, i.count) for i in expected.incidents
     ]
     assert [(f.code, f.message) for f in answer.findings] == [(f.code, f.message) for f in expected.findings]
+
+
+def test_report_s_first_look_comes_when_the_line_count_answers_late(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """From a cold page cache the line count before the newest part takes seconds: `report` reads on meanwhile and
+    shows the first look once the count has answered, not never."""
+    monkeypatch.setattr(engine_module, "PREVIEW_WAIT_S", 0.0)  # no waiting for it at the start
+    root = tmp_path / "run"
+    root.mkdir()
+    last_line = _backlog(root / "trainer.log", 40_000)
+    looks: list[Snapshot] = []
+    engine = _engine(root, preview=True)
+    try:
+        answer = engine.collect_once(first_look=looks.append)
+    finally:
+        engine.stop()
+    assert len(looks) == 1 and looks[0].preview is not None
+    assert looks[0].incidents[-1].lineno == last_line - len(LAST) + 1
+    assert answer.preview is None and answer.events["step"].count == 40_000
