@@ -164,7 +164,8 @@ def render(r: Results, *, embed_gpu: bool = True) -> str:
     if r.overhead:
         out += ["", "## 3. Overhead beside the peers", "", *overhead.markdown(r.overhead)]
     if embed_gpu and GPU_RESULTS.exists():
-        out += ["", "## 3b. Overhead on a GPU host, beside nvitop (a separate run)", "", *_embedded(GPU_RESULTS)]
+        title = "## 3b. On a GPU host (separate runs): overhead beside nvitop, first diagnosis"
+        out += ["", title, "", *_embedded(GPU_RESULTS)]
     if r.soak:
         out += ["", "## 4. Soak", "", *soak.markdown(r.soak)]
     if r.startup and r.dataset:
