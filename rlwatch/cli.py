@@ -208,6 +208,15 @@ def safe_print(text: str, *, file: TextIO | None = None) -> None:
         pass
 
 
+def _is_terminal(stream: TextIO | None) -> bool:
+    """Whether a person may be reading ``stream``: False for a pipe, a file, and a stream that was closed at start
+    (``2>&-`` leaves ``sys.stderr`` None)."""
+    try:
+        return stream is not None and stream.isatty()
+    except (ValueError, OSError):  # closed
+        return False
+
+
 class _Waiting:
     """`report` at a terminal, over a big backlog: the diagnosis of its newest part first, then how far the rest is
     read, on stderr (stdout keeps only the report). Nothing of it when stderr is not a terminal."""
@@ -249,7 +258,7 @@ def cmd_report(args: argparse.Namespace) -> int:
 
     cfg, run_dir, _ = load(args)
     engine = Engine(cfg, run_dir)
-    waiting = _Waiting(sys.stderr) if sys.stderr.isatty() else None
+    waiting = _Waiting(sys.stderr) if _is_terminal(sys.stderr) else None
     try:
         if waiting is None:
             snap = engine.collect_once()

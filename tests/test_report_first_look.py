@@ -85,3 +85,18 @@ def test_report_at_a_terminal_says_what_is_wrong_now_first(tmp_path: Path) -> No
     assert rc_plain == rc and quiet == ""  # nobody watching: nothing on stderr
     assert {k: v["count"] for k, v in plain["events"].items()} == {k: v["count"] for k, v in answer["events"].items()}
     assert [f["code"] for f in plain["findings"]] == [f["code"] for f in answer["findings"]]
+
+
+def test_report_with_stderr_closed_still_answers(tmp_path: Path) -> None:
+    """`2>&-` leaves Python no stderr at all: whether a person is watching is then "no", not a crash."""
+    run = _run_dir(tmp_path)
+    done = subprocess.run(
+        rlwatch_cmd("report", "--json", str(run)),
+        stdout=subprocess.PIPE,
+        stdin=subprocess.DEVNULL,
+        preexec_fn=lambda: os.close(2),
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 1
+    assert json.loads(done.stdout)["events"]["step"]["count"] == 2_000
