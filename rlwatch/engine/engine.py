@@ -693,28 +693,37 @@ class Engine:
         if first_look is None:
             self.drain_logs()
         else:
-            self.advance_preview()  # plans it, and waits a little for its line numbers
-            planned, shown = self.preview is not None, False
-            while True:
-                preview = self.preview
-                if not shown and preview is not None and not preview.ready:
+            self._drain_newest_first(first_look, progress)
+        self.sample()
+        self.probe_server()
+        return self.build()
+
+    def _drain_newest_first(
+        self, first_look: Callable[[Snapshot], None], progress: Callable[[int, int], None] | None
+    ) -> None:
+        """The backlog read as the log loop reads it, the preview's diagnosis handed out as soon as it is there."""
+        self.advance_preview()  # plans the preview (when the backlog is big) and waits a little for its line numbers
+        preview = self.preview
+        shown = preview is None
+        while True:
+            if not shown and preview is not None:
+                if not preview.ready:
                     self.advance_preview()  # from a cold page cache its line numbers come seconds later
-                if not shown and preview is not None and self.preview is preview and preview.ready:
+                if self.preview is not preview:
+                    shown = True  # dropped: its line count failed, or the main count passed it first
+                elif preview.ready:
                     shown = True
                     self.sample()
                     self.probe_server()
                     first_look(self.build())
-                if not self.poll_logs():
-                    break
-                if planned and progress is not None:
-                    progress(*self.tailer.backlog_progress())
-            if self.preview is not None:
-                with self._lock:
-                    preview, self.preview = self.preview, None
-                preview.close()
-        self.sample()
-        self.probe_server()
-        return self.build()
+            if not self.poll_logs():
+                break
+            if preview is not None and progress is not None:
+                progress(*self.tailer.backlog_progress())
+        if self.preview is not None:  # everything is read: the answer is the main count's alone
+            with self._lock:
+                dropped, self.preview = self.preview, None
+            dropped.close()
 
     @property
     def running(self) -> bool:
