@@ -76,6 +76,17 @@ def with_id(sim_id: str) -> list[psutil.Process]:
     return found
 
 
+def alive(*names: str) -> Callable[[dict[str, Any]], bool]:
+    """A ledger predicate: every named piece has registered and is alive. Each piece writes its own record, so one
+    being there says nothing of its siblings (rank 1 may register before rank 0)."""
+
+    def check(data: dict[str, Any]) -> bool:
+        pieces = data["facts"]["pieces"]
+        return all(any(p["name"] == name and p["alive"] for p in pieces) for name in names)
+
+    return check
+
+
 def piece(data: dict[str, Any], name: str) -> dict[str, Any]:
     found: list[dict[str, Any]] = [p for p in data["facts"]["pieces"] if p["name"] == name]
     return found[-1]

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from rlwatch.sim.scenarios import ALL
-from tests.simhost import Sim, piece, settled, start
+from tests.simhost import Sim, alive, piece, settled, start
 from tests.simhost import run_report as report
 
 pytestmark = pytest.mark.slow
@@ -175,7 +175,7 @@ def test_nccl_timeout_under_torchrun_names_rank_0_as_root_cause(tmp_path: Path, 
     line is not a finding of its own."""
     sim = start(sims, tmp_path, "nccl-timeout", 4)
     assert not (sim.dir / "rlwatch.yaml").exists()
-    running = sim.wait(lambda d: any(p["name"] == "rank-1" and p["alive"] for p in d["facts"]["pieces"]), timeout=30)
+    running = sim.wait(alive("torchrun", "rank-0", "rank-1"), timeout=30)
     pids = {piece(running, name)["pid"] for name in ("torchrun", "rank-0", "rank-1")}
     _, rep = report(sim.dir)
     members = {m["pid"] for m in rep["live_run"]["members"]}

@@ -31,7 +31,7 @@ from rlwatch.sim.saver import next_step
 from rlwatch.sim.scenarios import ALL
 from rlwatch.sim.supervisor import free_port
 from rlwatch.sim.trainer import Trainer
-from tests.simhost import Sim, piece, settled, start, wait_until, with_id
+from tests.simhost import Sim, alive, piece, settled, start, wait_until, with_id
 
 ANSI = re.compile(r"\x1b\[[0-9;]*m")
 
@@ -371,7 +371,7 @@ def test_children_end_when_the_supervisor_dies(tmp_path: Path, sims: list[Sim]) 
 def test_processes_tagged_only_by_environment_end_when_the_supervisor_dies(tmp_path: Path, sims: list[Sim]) -> None:
     """torchrun and its ranks carry the sim id in their environment only; their lifelines still end them."""
     sim = start(sims, tmp_path, "nccl-timeout", 1)
-    data = sim.wait(lambda d: any(p["name"] == "rank-1" and p["alive"] for p in d["facts"]["pieces"]))
+    data = sim.wait(alive("torchrun", "rank-0", "rank-1"))
     pids = {piece(data, name)["pid"] for name in ("torchrun", "rank-0", "rank-1")}
     assert pids <= {p.pid for p in with_id(sim.sim_id)}
     assert not any(sim.sim_id in psutil.Process(pid).cmdline() for pid in pids)
@@ -458,7 +458,7 @@ def test_nccl_timeout_torchrun_tree_and_its_report(tmp_path: Path, sims: list[Si
     torchrun stops rank 1 with SIGTERM and reports rank 0 as the root cause, exiting 1."""
     sim = start(sims, tmp_path, "nccl-timeout", 8)
     layout = Layout.of(sim.dir)
-    data = sim.wait(lambda d: any(p["name"] == "rank-1" and p["alive"] for p in d["facts"]["pieces"]))
+    data = sim.wait(alive("torchrun", "rank-0", "rank-1"))
     agent = psutil.Process(piece(data, "torchrun")["pid"])
     argv = agent.cmdline()
     assert argv[1].endswith("/torchrun") and argv[2:] == ["--nproc-per-node", "2", "train.py"]
