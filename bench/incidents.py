@@ -251,13 +251,7 @@ REPORT_MARK = b"status now:"  # `report` at a terminal, once it has diagnosed th
 def _report_first_look_once(trial: Path) -> float | None:
     """Seconds from starting `rlwatch report` on a terminal until it says what the newest part shows; then it is
     stopped (reading the whole backlog is section 6's measure)."""
-    p = PtyProcess(rlwatch_argv("report", str(trial.parents[3])))
-    p.watch_for(REPORT_MARK)
-    try:
-        wait_until(lambda: p.seen(REPORT_MARK) is not None or p.proc.poll() is not None, 60, step=0.005)
-        return p.seen(REPORT_MARK)
-    finally:
-        p.stop()
+    return _first_seen(rlwatch_argv("report", str(trial.parents[3])), REPORT_MARK)[0]
 
 
 def _key_response(trial: Path, presses: int) -> list[float]:
@@ -285,12 +279,18 @@ def _key_response(trial: Path, presses: int) -> list[float]:
 
 def _diagnosis_once(trial: Path) -> tuple[float | None, float | None]:
     """One start of the dashboard: seconds until its first frame and until its diagnosis of now (None: not seen)."""
-    p = PtyProcess(rlwatch_argv(str(trial.parents[3]), "--readonly"))
-    p.watch_for(b"trainer.log")
-    p.watch_for(DIAGNOSIS_MARK)
+    frame, diagnosis = _first_seen(rlwatch_argv(str(trial.parents[3]), "--readonly"), b"trainer.log", DIAGNOSIS_MARK)
+    return frame, diagnosis
+
+
+def _first_seen(argv: list[str], *marks: bytes) -> list[float | None]:
+    """Start ``argv`` in a pseudo-terminal and stop it once the last of ``marks`` shows (60 s at most) or it exits:
+    the seconds until each mark showed, None for one that did not."""
+    p = PtyProcess(argv)
+    p.watch_for(*marks)
     try:
-        wait_until(lambda: p.seen(DIAGNOSIS_MARK) is not None or p.proc.poll() is not None, 60, step=0.005)
-        return p.seen(b"trainer.log"), p.seen(DIAGNOSIS_MARK)
+        wait_until(lambda: p.seen(marks[-1]) is not None or p.proc.poll() is not None, 60, step=0.005)
+        return [p.seen(mark) for mark in marks]
     finally:
         p.stop()
 

@@ -21,7 +21,7 @@ from rlwatch.common.state import ActionPlan, Snapshot
 from rlwatch.common.textsafe import clean_line
 from rlwatch.config.models import Config
 from rlwatch.discover.load import ConfigError, resolve_config
-from rlwatch.engine.diagnosis import human_bytes, human_duration
+from rlwatch.engine.diagnosis import backlog_text, human_bytes, human_duration
 
 if TYPE_CHECKING:
     from rlwatch.export.notify.notifications import Notifications
@@ -208,7 +208,7 @@ def safe_print(text: str, *, file: TextIO | None = None) -> None:
         pass
 
 
-def _is_terminal(stream: TextIO | None) -> bool:
+def is_terminal(stream: TextIO | None) -> bool:
     """Whether a person may be reading ``stream``: False for a pipe, a file, and a stream that was closed at start
     (``2>&-`` leaves ``sys.stderr`` None)."""
     try:
@@ -237,8 +237,7 @@ class _Waiting:
         if self._shown_at is not None and now - self._shown_at < self.EVERY_S:
             return
         self._shown_at = now
-        pct = 100 * done // total if total else 100
-        self._write(f"\rreading backlog: {pct} % of {human_bytes(total)}\x1b[K")
+        self._write(f"\r{backlog_text(done, total)}\x1b[K")
 
     def close(self) -> None:
         if self._shown_at is not None:
@@ -258,7 +257,7 @@ def cmd_report(args: argparse.Namespace) -> int:
 
     cfg, run_dir, _ = load(args)
     engine = Engine(cfg, run_dir)
-    waiting = _Waiting(sys.stderr) if _is_terminal(sys.stderr) else None
+    waiting = _Waiting(sys.stderr) if is_terminal(sys.stderr) else None
     try:
         if waiting is None:
             snap = engine.collect_once()

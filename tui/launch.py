@@ -20,7 +20,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from rlwatch.cli import HANDLERS, UsageError, load, parse, run
+from rlwatch.cli import HANDLERS, UsageError, is_terminal, load, parse, run
 from rlwatch.discover.load import resolve_config
 from rlwatch.engine.engine import Engine
 from rlwatch.engine.feed import StaticFeed
@@ -96,8 +96,7 @@ def _wait_settled(run_dir: Path, timeout: float) -> None:
 
 def need_terminal() -> None:
     """A dashboard without a terminal would paint escape codes into a file for ever: say so and stop instead."""
-    err = sys.__stderr__
-    if not sys.stdin.isatty() or err is None or not err.isatty():
+    if not is_terminal(sys.stdin) or not is_terminal(sys.__stderr__):
         raise UsageError("the dashboard needs a terminal; without one use 'rlwatch report' or 'rlwatch watch'")
 
 

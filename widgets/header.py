@@ -11,10 +11,10 @@ from rich.text import Text
 from textual.widget import Widget
 
 from rlwatch.common.state import Snapshot
+from rlwatch.engine.diagnosis import backlog_text
 from rlwatch.widgets.format import (
     SEVERITY_LABEL,
     clean_text,
-    fmt_bytes,
     fmt_clock,
     fmt_duration,
     severity_style,
@@ -37,7 +37,7 @@ def header_text(snap: Snapshot, width: int, stale_s: float | None = None) -> Tex
         # With a preview, what is *now* was read first from the logs' ends; only the totals are still partial.
         now = "; diagnosis from the end first" if snap.preview else ""
         right.append(
-            f" reading backlog: {100 * done // max(total, 1)} % of {fmt_bytes(total)}{now} ",
+            f" {backlog_text(done, total)}{now} ",
             style="bold black on cyan",
         )
         right.append(" ")

@@ -108,6 +108,11 @@ def human_bytes(n: float | None) -> str:
     return f"{n:.1f} TB"
 
 
+def backlog_text(done: int, total: int) -> str:
+    """How far a backlog has been read, as the dashboard's header and `report` at a terminal say it."""
+    return f"reading backlog: {100 * done // max(total, 1)} % of {human_bytes(total)}"
+
+
 def human_duration(s: float | None) -> str:
     if s is None:
         return "?"

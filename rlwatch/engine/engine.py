@@ -312,12 +312,17 @@ class Engine:
         if preview is None:
             return False
         if preview.empty or (preview.ready and preview.done(self.tailer.read_offset)):
-            with self._lock:
-                self.preview = None
-            preview.close()
+            self._drop_preview()
             return True
         with self._lock:
             return preview.step()
+
+    def _drop_preview(self) -> None:
+        """From now on every snapshot is the main count's alone; the preview's line counts are stopped."""
+        with self._lock:
+            preview, self.preview = self.preview, None
+        if preview is not None:
+            preview.close()
 
     # --------------------------------------------------------------------------------------------------- sources
     def _ok(self, name: str, error: str | None = None) -> None:
@@ -720,10 +725,7 @@ class Engine:
                 break
             if preview is not None and progress is not None:
                 progress(*self.tailer.backlog_progress())
-        if self.preview is not None:  # everything is read: the answer is the main count's alone
-            with self._lock:
-                dropped, self.preview = self.preview, None
-            dropped.close()
+        self._drop_preview()  # everything is read: the answer is the main count's alone
 
     @property
     def running(self) -> bool:
