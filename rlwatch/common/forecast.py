@@ -58,7 +58,10 @@ def growth_per_hour(
     if max(times) - min(times) < min_span_s:
         return None
     per_second = slope(recent)
-    return None if per_second is None else per_second * 3600.0
+    if per_second is None:
+        return None
+    per_hour = per_second * 3600.0
+    return per_hour if math.isfinite(per_hour) else None  # a finite slope can still overflow an hour's worth
 
 
 def exhausted_at(

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import psutil
 import pytest
-from hypothesis import given
+from hypothesis import example, given
 from hypothesis import strategies as st
 
 from rlwatch.common import forecast
@@ -245,6 +245,7 @@ finite = st.floats(allow_nan=True, allow_infinity=True)
 
 
 @given(st.lists(st.tuples(finite, finite), max_size=40))
+@example([(0.0, 0.0), (0.5, 2.4967960206421054e304)])  # a finite slope whose hour overflows (found by the search)
 def test_growth_per_hour_never_raises(samples: list[tuple[float, float]]) -> None:
     result = forecast.growth_per_hour(samples, min_span_s=0, min_samples=2)
     assert result is None or math.isfinite(result)
