@@ -2,8 +2,9 @@
 
 It takes an exclusive lock on the stand-in GPU device file, as a process on a GPU in EXCLUSIVE_PROCESS compute mode
 does, and fails with PyTorch's real "busy or unavailable" error when a stray already holds it (incident 4). Faults:
-``--die-after`` makes the process vanish without a word (incident 1), counted from its first weight update, so
-that on a busy machine a slow trainer start cannot move the death before the run's first checkpoint;
+``--die-after`` makes the process vanish without a word (incident 1), counted from its first weight update and
+right after answering one, so that on a busy machine neither a slow trainer start nor the step's timing can move
+the death before the run's first checkpoint or into a weight update;
 ``--hang-after`` keeps it accepting connections without ever answering, and ``--hang-on-shutdown`` makes SIGTERM
 start a shutdown that never finishes (incident 5's servers). All durations are demo seconds, divided by ``--speed``.
 """
@@ -40,6 +41,8 @@ class Server:
         self.out = LogSink(self.ledger)
         self.hang = threading.Event()
         self._die_after: float | None = None  # seconds after the first weight update (``--die-after``)
+        self._die_at: float | None = None  # monotonic, once the first weight update came
+        self.dying = False
         self.device_fd: int | None = None
         self.httpd: ThreadingHTTPServer | None = None
         self.requests = 0
@@ -148,21 +151,22 @@ class Server:
 
     # ------------------------------------------------------------------------------------------------ faults
     def die_after_training_starts(self, seconds: float) -> None:
-        """Vanish ``seconds`` after the first weight update: the trainer has stepped, whatever its start took."""
+        """Vanish once ``seconds`` have passed since the first weight update: right after answering the first weight
+        update past that time, so that the death falls between two steps (the next rollouts are refused) however
+        slowly the trainer started or the machine runs."""
         self._die_after = seconds
 
     def _weights_updated(self) -> None:
-        seconds, self._die_after = self._die_after, None
-        if seconds is None:
-            return
+        now = time.monotonic()
+        if self._die_after is not None:
+            self._die_at, self._die_after = now + self._die_after, None
+        elif self._die_at is not None and now >= self._die_at:
+            self.dying = True  # the handler vanishes once this update is answered
 
-        def die() -> None:
-            time.sleep(seconds)
-            with self.out.lock:
-                self.ledger.update("died", died_at=time.time())
-                os._exit(1)  # vanishes: no log line, exactly like incident 1
-
-        threading.Thread(target=die, name="die-after", daemon=True).start()
+    def die(self) -> None:
+        with self.out.lock:
+            self.ledger.update("died", died_at=time.time())
+            os._exit(1)  # vanishes: no log line, exactly like incident 1
 
     def hang_later(self, seconds: float) -> None:
         def hang() -> None:
@@ -275,6 +279,9 @@ class _Handler(BaseHTTPRequestHandler):
         self.end_headers()
         self.wfile.write(data)
         self.sim.access(self.client_address[1], method, path, status)
+        if self.sim.dying:
+            self.wfile.flush()
+            self.sim.die()
 
     def do_GET(self) -> None:
         self._handle("GET")
