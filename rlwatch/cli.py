@@ -27,7 +27,7 @@ if TYPE_CHECKING:
     from rlwatch.export.notify.notifications import Notifications
 
 HEADLESS = ("report", "watch", "sim", "init", "service", "notify")
-DASHBOARD = ("demo", "snapshot", "fleet")
+DASHBOARD = ("dashboard", "demo", "snapshot", "fleet")
 COMMANDS = HEADLESS + DASHBOARD + ("act",)
 
 
