@@ -8,14 +8,13 @@ file does it walk that file line by line (its frames match no literal). A line c
 from __future__ import annotations
 
 import math
-import os
 import re
 from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from rlwatch.common.clock import Clock
-from rlwatch.common.state import EventSummary, Incident, LogLine
+from rlwatch.common.state import EventSummary, Incident, LogLine, line_ref
 from rlwatch.common.textsafe import clean_line, strip_ansi
 from rlwatch.logs.incidents import EVENT_KINDS, HEADER_WORD, IncidentTracker, Span
 from rlwatch.logs.kinds import EventKind, build_kinds
@@ -39,8 +38,10 @@ _LOOK_BACK_BYTES = 8 * 1024
 _TIME_SEARCH_BYTES = 400  # a timestamp sits near the start of a line, behind colour codes and a prefix
 _NAN = float("nan")
 _INF = float("inf")
-# "Train step 1869/2000", "step 1869", "'step': 1869", "global_step=1869": the step a progress line reports.
-_STEP_NUMBER = re.compile(r"step\W{0,3}(\d+)", re.IGNORECASE)
+# "Train step 1869/2000", "step 1869", "'step': 1869", "global_step=1869": the step a progress line reports. The
+# last one in the line: AReaL's "Epoch 32/166 Step 918/935 Train step 29903/155052 done." counts the run's steps last,
+# and that is the step the training panel shows.
+_STEP_NUMBER = re.compile(r".*step\W{0,3}(\d+)", re.IGNORECASE | re.DOTALL)
 
 
 def _finite(t: float) -> float | None:
@@ -454,7 +455,7 @@ class EventCounter:
         if name in self._progress:
             # Where training was, for placing undated lines after it: the step it reports, else how many progress
             # lines the file has had (a TRL metric dict holds no step number).
-            m = _STEP_NUMBER.search(shown)
+            m = _STEP_NUMBER.match(shown)
             n = self._progress_lines[path] = self._progress_lines.get(path, 0) + 1
             self._incidents.steps[path] = f"step {m.group(1)}" if m is not None else f"progress line {n}"
             streaking = self._streaking.pop(path, None)
@@ -489,7 +490,7 @@ class EventCounter:
                 st.approximate = True
                 lo = when if last is None or when > last[0] else last[0]
                 step = self._incidents.steps.get(path)
-                where = f"{os.path.basename(path)}:{lineno}" + (f", after {step}" if step else "")
+                where = line_ref(path, lineno) + (f", after {step}" if step else "")
                 st.last[path] = (lo, hi if hi > lo else lo, where)
             line = LogLine(path, lineno, shown, own)
             st.recent.append(line)

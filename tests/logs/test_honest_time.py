@@ -86,6 +86,15 @@ def test_a_timestamp_before_the_lines_is_their_lower_bound() -> None:
     assert text == "between 2026-01-10 08:30:00 and 2026-01-10 09:00:00 (train.log:17, after step 7)"
 
 
+def test_the_position_names_the_run_s_step_not_the_epoch_s() -> None:
+    """AReaL says both; the training panel shows the run's step, and a position must agree with it."""
+    c = counter(FakeClock(NOW))
+    stamped = "20260110-08:30:00.000 StatsLogger INFO: Epoch 32/166 Step 918/935 Train step 29903/155052 done.\n"
+    backlog(c, "/run/train.log", stamped + "noise\n" * 5 + REFUSED_TRACEBACK, MTIME)
+    ev = c.summaries()["connection_refused"]
+    assert ev.position is not None and ev.position.endswith(", after step 29903")
+
+
 def test_a_timestamp_after_undated_lines_ends_them_and_an_mtime_before_a_timestamp_is_not_trusted() -> None:
     c = counter(FakeClock(NOW))
     later = "2026-01-10 08:45:00 ERROR [Errno 111] Connection refused by 10.0.0.1\n"
