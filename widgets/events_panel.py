@@ -15,7 +15,7 @@ from textual.app import ComposeResult
 from textual.message import Message
 from textual.widgets import DataTable, Static
 
-from rlwatch.common.state import EventSummary, Incident, Snapshot
+from rlwatch.common.state import EventSummary, Incident, Snapshot, line_ref
 from rlwatch.engine.diagnosis import failure_text, first_text, incident_text, last_text
 from rlwatch.widgets.format import SEVERITY_STYLE, basename, clean_text, fmt_age, fmt_clock
 from rlwatch.widgets.panel import Panel
@@ -68,7 +68,7 @@ def detail_text(e: EventSummary | None, incidents: tuple[Incident, ...], now: fl
             out.append(f"  first {fmt_clock(e.first)} last {fmt_clock(e.last)}", style="dim")
         for line in e.recent[-RECENT_SHOWN:]:
             out.append("\n")
-            out.append(f"{basename(line.path)}:{line.lineno} ", style="dim")
+            out.append(f"{clean_text(line_ref(line.path, line.lineno))} ", style="dim")
             out.append(clean_text(line.text, LINE_LIMIT))
         if not e.recent and e.count:
             out.append("\n")
@@ -85,7 +85,7 @@ def detail_text(e: EventSummary | None, incidents: tuple[Incident, ...], now: fl
         if cause is not None:
             out.append(" after ", style="dim")
             out.append(clean_text(cause.title, LINE_LIMIT), style="bold red")
-            out.append(f" ({basename(cause.path)}:{cause.lineno}, {_when(cause, now)})", style="dim")
+            out.append(f" ({clean_text(line_ref(cause.path, cause.lineno))}, {_when(cause, now)})", style="dim")
         if failed.victims:
             names = ", ".join(failure_text(v) for v in failed.victims[:4])
             out.append(f"; stopped after it: {clean_text(names, LINE_LIMIT)}", style="dim")
@@ -97,7 +97,7 @@ def detail_text(e: EventSummary | None, incidents: tuple[Incident, ...], now: fl
         out.append("last exception ", style="bold")
         out.append(clean_text(last.title, LINE_LIMIT), style="bold red")
         where = f" at {clean_text(last.location)}" if last.location else ""
-        out.append(f"{where} ({basename(last.path)}:{last.lineno}, {_when(last, now)})", style="dim")
+        out.append(f"{where} ({clean_text(line_ref(last.path, last.lineno))}, {_when(last, now)})", style="dim")
         if same > 1:
             out.append(f" ×{same} same signature", style="bold yellow")
     return out

@@ -11,6 +11,23 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from enum import StrEnum
 
+# Line numbers from here up stand for lines whose number is not known yet: the newest part of a big backlog is
+# diagnosed before the lines above it are counted (``rlwatch.engine.preview``), numbered from this base until the
+# count answers. Shown as "?" (:func:`line_ref`), "null" in JSON, never as a number. A real file would need more
+# lines than a petabyte holds to reach it.
+UNCOUNTED = 10**15
+
+
+def line_number(lineno: int) -> int | None:
+    """The line number as it may be shown: None while it is not known yet (see :data:`UNCOUNTED`)."""
+    return None if lineno >= UNCOUNTED else lineno
+
+
+def line_ref(path: str, lineno: int) -> str:
+    """``trainer.log:5123``, or ``trainer.log:?`` while the line's number is not known yet."""
+    n = line_number(lineno)
+    return f"{path.rsplit('/', 1)[-1]}:{'?' if n is None else n}"
+
 
 class Severity(StrEnum):
     CRITICAL = "critical"

@@ -14,7 +14,16 @@ from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
-from rlwatch.common.state import ChildFailure, EventSummary, Finding, Incident, Severity, Snapshot, TimelineEntry
+from rlwatch.common.state import (
+    ChildFailure,
+    EventSummary,
+    Finding,
+    Incident,
+    Severity,
+    Snapshot,
+    TimelineEntry,
+    line_ref,
+)
 from rlwatch.config.models import Thresholds
 from rlwatch.logs.kinds import builtin_kinds
 
@@ -569,7 +578,7 @@ def _torchrun_finding(s: Snapshot, failed: Incident) -> Finding:
 
 
 def _file(i: Incident) -> str:
-    return f"{i.path.rsplit('/', 1)[-1]}:{i.lineno}"
+    return line_ref(i.path, i.lineno)
 
 
 def failures(s: Snapshot, ctx: Context) -> Iterator[Finding]:

@@ -144,6 +144,7 @@ class Engine:
         self.preview: TailPreview | None = None
         self.preview_sizes = (MIN_BACKLOG, TAIL_BYTES)  # (backlog that earns a preview, bytes it counts first)
         self._preview_planned = False
+        self._preview_waited = False
         self._tags: list[tuple[str, int, str]] = []
         for kind in self.counter.kinds:
             self.counter.subscribe(kind.name, self._tagger(kind.name))
@@ -293,8 +294,15 @@ class Engine:
             pass
 
     def advance_preview(self) -> bool:
-        """Plan the preview once the logs are open, count it once its line numbers are known, drop it once the
-        main count has caught up with it. True when what a snapshot shows changed."""
+        """One step of diagnosis first, in the order the log loop takes them. True when what a snapshot shows
+        changed: then publish it before reading on.
+
+        1. Once the logs are open: plan the preview, counting the newest part of each big backlog (its line
+           numbers not known yet).
+        2. Next: wait once, a little, for the lines before those parts to be counted, and count the parts again
+           with their true numbers.
+        3. Then, at every call: take line counts that answered later; drop the preview once the main count has read
+           past it."""
         if not self._preview_planned:
             self._preview_planned = True
             self.tailer.discover()
@@ -306,14 +314,16 @@ class Engine:
                 return False
             with self._lock:
                 self.preview = preview
-            # Not under the lock: a snapshot reads the preview only once it is ready, and the wait may be seconds.
-            return preview.wait(PREVIEW_WAIT_S)
+            return True
         preview = self.preview
         if preview is None:
             return False
-        if preview.empty or (preview.ready and preview.done(self.tailer.read_offset)):
+        if preview.empty or preview.done(self.tailer.read_offset):
             self._drop_preview()
             return True
+        if not self._preview_waited:
+            self._preview_waited = True
+            preview.wait(PREVIEW_WAIT_S)  # not under the lock: snapshots go on, and the wait may be seconds
         with self._lock:
             return preview.step()
 
@@ -707,23 +717,17 @@ class Engine:
         self, first_look: Callable[[Snapshot], None], progress: Callable[[int, int], None] | None
     ) -> None:
         """The backlog read as the log loop reads it, the preview's diagnosis handed out as soon as it is there."""
-        self.advance_preview()  # plans the preview (when the backlog is big) and waits a little for its line numbers
-        preview = self.preview
-        shown = preview is None
+        self.advance_preview()  # plans the preview when the backlog is big: its newest part is counted at once
+        planned = self.preview is not None
+        if planned:
+            self.sample()
+            self.probe_server()
+            first_look(self.build())
         while True:
-            if not shown and preview is not None:
-                if not preview.ready:
-                    self.advance_preview()  # from a cold page cache its line numbers come seconds later
-                if self.preview is not preview:
-                    shown = True  # dropped: its line count failed, or the main count passed it first
-                elif preview.ready:
-                    shown = True
-                    self.sample()
-                    self.probe_server()
-                    first_look(self.build())
+            self.advance_preview()  # line numbers as they come; the preview dropped once the main count passed it
             if not self.poll_logs():
                 break
-            if preview is not None and progress is not None:
+            if planned and progress is not None:
                 progress(*self.tailer.backlog_progress())
         self._drop_preview()  # everything is read: the answer is the main count's alone
 
@@ -778,6 +782,8 @@ class Engine:
             try:
                 if self.advance_preview():  # the diagnosis of now goes out before another chunk of the backlog
                     self._guard("build", self.build)
+                    self._first_look.set()
+                    continue
                 self._first_look.set()
                 handled = self.poll_logs()
             except Exception as exc:

@@ -18,8 +18,13 @@ The header says the backlog is being read and how far, so totals are not taken f
 when the main count has read past the end of every previewed part; from then on everything is the main count's,
 exactly as without a preview. ``report`` reads everything before it answers and never uses one.
 
-Every line number the preview shows is exact: it is published only once the lines before it are counted
-(:class:`rlwatch.logs.linecount.PrefixCount`, in child processes on other cores, so the log loop goes on).
+The preview is counted at once, before the lines above it are: a 2 GiB prefix takes a fraction of a second to
+count from the page cache but seconds from disk, and a training pod short of memory has little page cache. Until
+that count answers (:class:`rlwatch.logs.linecount.PrefixCount`, in child processes on other cores) the preview's
+lines are numbered from :data:`rlwatch.common.state.UNCOUNTED`, which every view shows as "?" and never as a
+number. Once every count has answered, or the main count has reached a tail and so numbered it itself, the tails
+are counted again with their true numbers and that count replaces the first: the same lines through the same
+code, so everything but the line numbers is as it was. Every line number the preview shows is exact or "?".
 """
 
 from __future__ import annotations
@@ -30,7 +35,7 @@ from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 
-from rlwatch.common.state import EventSummary, Incident, TrainingState
+from rlwatch.common.state import UNCOUNTED, EventSummary, Incident, TrainingState
 from rlwatch.logs.events import EventCounter
 from rlwatch.logs.incidents import MAX_INCIDENTS
 from rlwatch.logs.linecount import PrefixCount
@@ -61,22 +66,30 @@ class _Tail:
     data: bytes
     mtime: float
     lines_before: PrefixCount
+    nlines: int
     first_lineno: int | None = None  # known once the lines before it are counted
     frozen: dict[str, int] | None = None  # per kind, the merged count when the main count reached it
+    frozen_incidents: tuple[Incident, ...] = ()  # the main count's incidents in its file when it reached it
 
 
 class TailPreview:
     """The newest part of each big backlog, counted ahead of the rest (see the module's doc)."""
 
     def __init__(
-        self, counting: Counting, tails: Sequence[_Tail], clock_time: Callable[[], float], tail_bytes: int
+        self, make: Callable[[], Counting], tails: Sequence[_Tail], clock_time: Callable[[], float], tail_bytes: int
     ) -> None:
-        self.counting = counting
         self.tail_bytes = tail_bytes
+        self._make = make
         self._tails = {t.path: t for t in tails}
         self._time = clock_time
-        self.ready = False  # every tail counted (or given up): the preview may be shown
         self.error: str | None = None
+        self.numbered = False  # every tail counted with its true line numbers
+        self.counting = self._count()
+
+    @property
+    def ready(self) -> bool:
+        """There is something to show (a tail was counted, with its line numbers or without)."""
+        return bool(self._tails)
 
     @classmethod
     def plan(
@@ -90,36 +103,49 @@ class TailPreview:
     ) -> TailPreview | None:
         """A preview of the big backlogs among ``backlogs``, their line counts started; None when none is big."""
         tails = [t for b in backlogs if b.end - b.offset > min_backlog and (t := _read_tail(b, tail_bytes))]
-        return cls(make(), tails, clock_time, tail_bytes) if tails else None
+        return cls(make, tails, clock_time, tail_bytes) if tails else None
 
     @property
     def described(self) -> str:
         """What the preview is, for the header and the stream: "now from the newest 2.0 MiB of trainer.log"."""
         names = ", ".join(os.path.basename(p) for p in self._tails)
-        return f"now from the newest {self.tail_bytes / 2**20:.1f} MiB of {names}"
+        counting = "" if self.numbered else " (its line numbers still being counted)"
+        return f"now from the newest {self.tail_bytes / 2**20:.1f} MiB of {names}{counting}"
+
+    def _count(self) -> Counting:
+        """Every tail counted by a fresh counter and tracker, numbered truly where known, else from UNCOUNTED."""
+        counting = self._make()
+        for tail in self._tails.values():
+            first = UNCOUNTED + 1 if tail.first_lineno is None else tail.first_lineno
+            counting.counter.feed(Chunk(tail.path, tail.data, first, tail.nlines, backlog_mtime=tail.mtime))
+        counting.training.on_any_line(self._time())
+        self.numbered = all(t.first_lineno is not None for t in self._tails.values())
+        if self.numbered:
+            for tail in self._tails.values():
+                tail.data = b""  # counted for good
+        return counting
 
     # ------------------------------------------------------------------------------------------- the log loop
     def step(self) -> bool:
-        """Count every tail whose first line number is now known; True when the preview just became ready."""
-        if self.ready:
+        """Take the line counts that have answered; True when what the preview shows changed: every tail's line
+        numbers are known and it was counted again with them, or a tail was left out (its line numbers cannot be
+        known: the file was replaced) and the rest was counted again without it."""
+        if self.numbered:
             return False
+        dropped = False
         for tail in list(self._tails.values()):
             if tail.first_lineno is not None:
                 continue
             before = tail.lines_before.result()
-            if before is None:
-                if tail.lines_before.error is not None:  # its line numbers cannot be known: leave it out
-                    self.error = tail.lines_before.error
-                    del self._tails[tail.path]
-                continue
-            tail.first_lineno = before + 1
-            chunk = Chunk(tail.path, tail.data, tail.first_lineno, count_lines(tail.data), backlog_mtime=tail.mtime)
-            tail.data = b""
-            self.counting.counter.feed(chunk)
-            self.counting.training.on_any_line(self._time())
-        if all(t.first_lineno is not None for t in self._tails.values()):
-            self.ready = bool(self._tails)
-            return self.ready
+            if before is not None:
+                tail.first_lineno = before + 1
+            elif tail.lines_before.error is not None:
+                self.error = tail.lines_before.error
+                del self._tails[tail.path]
+                dropped = True
+        if dropped or all(t.first_lineno is not None for t in self._tails.values()):
+            self.counting = self._count()
+            return True
         return False
 
     @property
@@ -127,26 +153,36 @@ class TailPreview:
         """Every tail was left out (its line numbers could not be known): nothing to show, ever."""
         return not self._tails
 
-    def wait(self, timeout: float) -> bool:
-        """Wait up to ``timeout`` seconds for the line counts, counting each tail as its own arrives; True when
-        ready. The log loop waits here once, at its start: the counts run on the other cores meanwhile, and a
-        diagnosis of now is worth more than the first megabytes of last night."""
+    def wait(self, timeout: float) -> None:
+        """Wait up to ``timeout`` seconds for the line counts (then :meth:`step` takes them). The log loop waits
+        here once, after the first look is out: the counts have the cores meanwhile, and exact line numbers for the
+        diagnosis of now are worth more than the first megabytes of last night."""
         deadline = time.monotonic() + timeout
         for tail in list(self._tails.values()):
-            tail.lines_before.wait(max(0.0, deadline - time.monotonic()))
-            self.step()
-        return self.step() or self.ready
+            if tail.first_lineno is None:
+                tail.lines_before.wait(max(0.0, deadline - time.monotonic()))
 
     def before_main_chunk(self, chunk: Chunk, main: EventCounter) -> None:
         """Called before the main count takes ``chunk``: when it reaches a tail's first line, freeze that file's
         merged counts, so that they stay a lower bound and never go down while the main count reads the tail."""
         tail = self._tails.get(chunk.path)
-        if tail is None or tail.frozen is not None or tail.first_lineno is None:
+        if tail is None or tail.frozen is not None:
             return
+        if tail.first_lineno is None:
+            # The main count got here before the line count answered (from a cold cache, a small prefix): the
+            # chunk that holds the tail's first byte numbers it. The same file: the backlog's modification time.
+            at = tail.start - chunk.offset
+            if chunk.offset < 0 or chunk.backlog_mtime != tail.mtime or not 0 <= at < len(chunk.data):
+                return
+            tail.first_lineno = chunk.first_lineno + count_lines(chunk.data[:at])
+            tail.lines_before.close()
         if chunk.first_lineno + chunk.nlines <= tail.first_lineno:
             return
         mine = self.counting.counter.summaries()
         theirs = main.summaries()
+        # A storm that began above the tail grows as the main count reads the tail's lines, which the preview's
+        # own storm holds too: the file's incidents stay as they were here until the preview is dropped.
+        tail.frozen_incidents = tuple(i for i in main.incidents() if i.path == tail.path)
         tail.frozen = {
             kind: theirs[kind].files.get(tail.path, 0) + s.files.get(tail.path, 0)
             for kind, s in mine.items()
@@ -204,12 +240,16 @@ class TailPreview:
         )
 
     def incidents(self, main: Sequence[Incident]) -> tuple[Incident, ...]:
-        """The main count's incidents from before each previewed part, then the preview's."""
+        """The main count's incidents from before each previewed part (as they were when it reached the part),
+        then the preview's."""
         kept = [
             i
             for i in main
-            if (t := self._tails.get(i.path)) is None or t.first_lineno is None or i.lineno < t.first_lineno
+            if (t := self._tails.get(i.path)) is None
+            or (t.frozen is None and (t.first_lineno is None or i.lineno < t.first_lineno))
         ]
+        for t in self._tails.values():
+            kept += t.frozen_incidents
         merged = (*kept, *self.counting.counter.incidents())
         return merged[-MAX_INCIDENTS:]  # as many as one count keeps, the newest
 
@@ -243,11 +283,13 @@ def _read_tail(backlog: Backlog, tail_bytes: int) -> _Tail | None:
     if first <= 0 or last <= first:
         return None  # no whole line in it (one line longer than the part): nothing to preview
     begin = start + first
+    body = data[first:last]
     return _Tail(
         backlog.path,
         begin,
         start + last,
-        data[first:last],
+        body,
         backlog.mtime,
         PrefixCount(backlog.path, backlog.identity, begin),
+        count_lines(body),
     )

@@ -12,7 +12,7 @@ import json
 import math
 from typing import Any
 
-from rlwatch.common.state import ChildFailure, Incident, NotifyStatus, Severity, Snapshot
+from rlwatch.common.state import ChildFailure, Incident, NotifyStatus, Severity, Snapshot, line_number
 from rlwatch.engine.diagnosis import first_text, hhmm, human_bytes, human_duration, last_text, when_text
 
 
@@ -421,7 +421,7 @@ def _incident_json(i: Incident, *, nested: bool = False) -> dict[str, Any]:
         "signature": i.signature,
         "count": i.count,
         "file": i.path,
-        "line": i.lineno,
+        "line": line_number(i.lineno),
         "first": iso(i.first),
         "last": iso(i.last),
         "approximate": i.approximate,

@@ -9,7 +9,7 @@ import re
 from collections.abc import Iterator
 from typing import Any
 
-from rlwatch.common.state import Snapshot, SourceStatus
+from rlwatch.common.state import Snapshot, SourceStatus, line_number
 from rlwatch.export.report import iso
 
 _NUMBERS = re.compile(r"[0-9]+(?:\.[0-9]+)?")
@@ -53,7 +53,7 @@ def changes(prev: Snapshot | None, cur: Snapshot) -> Iterator[dict[str, Any]]:
                 "count": e.count,
                 "streak": e.streak,
                 "file": last.path if last else None,
-                "line": last.lineno if last else None,
+                "line": line_number(last.lineno) if last else None,
                 "text": last.text[:500] if last else None,
             }
     old = {f.code: f for f in prev.findings} if prev else {}

@@ -25,7 +25,7 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from rlwatch.common.state import ChildFailure, CollectiveTimeout, Incident
+from rlwatch.common.state import ChildFailure, CollectiveTimeout, Incident, line_ref
 from rlwatch.logs.prefixes import prepare
 from rlwatch.logs.signatures import HEADER, TITLE_MSG_CHARS, exception, location, signature
 from rlwatch.logs.torchrun_report import CHILD_TITLES, Report, failure_text, finished, report_line
@@ -216,7 +216,7 @@ class IncidentTracker:
         rec.last_line = lineno
         if by is not None:
             step = self.steps.get(path)
-            rec.position = f"{os.path.basename(path)}:{lineno}" + (f", after {step}" if step else "")
+            rec.position = line_ref(path, lineno) + (f", after {step}" if step else "")
         self._records.append(rec)
         return rec
 

@@ -69,6 +69,7 @@ class Chunk:
     continues_line: bool = False
     continued: bool = False
     backlog_mtime: float | None = None
+    offset: int = -1  # where ``data`` starts in the file (-1: not known, a chunk made elsewhere than a tailer)
 
 
 @dataclass(frozen=True, slots=True)
@@ -422,19 +423,22 @@ class Tailer:
 
     def _split(self, path: str, handle: _Handle, block: bytes, chunks: list[Chunk]) -> None:
         data = handle.pending + block if handle.pending else block
+        at = handle.offset - len(data)  # where data starts in the file
         end = complete_end(data)
         if end:
             complete = data[:end]
             n = count_lines(complete)
-            chunks.append(Chunk(path, complete, handle.lineno, n, handle.piece, False, handle.backlog))
+            chunks.append(Chunk(path, complete, handle.lineno, n, handle.piece, False, handle.backlog, at))
             handle.lineno += n
             handle.piece = False
+            at += end
         rest = data[end:] if end else data
         # Pieces are cut strictly inside the unfinished line, so a held trailing "\r" is never split off.
         while len(rest) > self._max_line:
             piece, rest = rest[: self._max_line], rest[self._max_line :]
-            chunks.append(Chunk(path, piece, handle.lineno, 0, handle.piece, True, handle.backlog))
+            chunks.append(Chunk(path, piece, handle.lineno, 0, handle.piece, True, handle.backlog, at))
             handle.piece = True
+            at += len(piece)
         handle.pending = rest
 
     def _flush(self, path: str, handle: _Handle, chunks: list[Chunk]) -> None:
@@ -443,7 +447,8 @@ class Tailer:
         if not rest:
             return
         n = count_lines(rest) + (0 if rest.endswith((b"\n", b"\r")) else 1)
-        chunks.append(Chunk(path, rest, handle.lineno, n, handle.piece, False, handle.backlog))
+        at = handle.offset - len(rest)
+        chunks.append(Chunk(path, rest, handle.lineno, n, handle.piece, False, handle.backlog, at))
         handle.lineno += n
         handle.pending = b""
         handle.piece = False

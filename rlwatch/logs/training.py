@@ -22,7 +22,7 @@ from collections import OrderedDict, deque
 from dataclasses import dataclass
 
 from rlwatch.common.clock import Clock
-from rlwatch.common.state import LogLine, TrainingState
+from rlwatch.common.state import LogLine, TrainingState, line_ref
 
 _AREAL_STEP = re.compile(r"Train step ([0-9]{1,12})/([0-9]{1,12}) done")
 _AREAL_DONE = "Training completes!"
@@ -296,7 +296,7 @@ class TrainingTracker:
             try:
                 self._parse(line, offset)
             except Exception as exc:  # a parser's bug must not stop the tracking (nor lose the rest of the batch)
-                self.errors.append(f"line {line.lineno} of {line.path}: {type(exc).__name__}: {exc}")
+                self.errors.append(f"{line_ref(line.path, line.lineno)}: {type(exc).__name__}: {exc}")
 
     def _parse(self, line: LogLine, offset: float) -> None:
         """Every parser over one line. Each regex is tried only on lines holding its fixed text (a stats row holds

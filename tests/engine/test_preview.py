@@ -18,15 +18,17 @@ from pathlib import Path
 import pytest
 
 from rlwatch.common.clock import FakeClock
-from rlwatch.common.state import Snapshot
+from rlwatch.common.state import UNCOUNTED, Snapshot, line_number, line_ref
 from rlwatch.discover.load import resolve_config
 from rlwatch.engine import engine as engine_module
+from rlwatch.engine import preview as preview_module
 from rlwatch.engine.engine import Engine
 from rlwatch.logs import linecount, newlines
 from rlwatch.logs.linecount import PrefixCount
 from rlwatch.logs.newlines import count_file_range, count_lines
 from rlwatch.logs.tailer import Tailer
 from rlwatch.widgets.header import header_text
+from tests.simhost import wait_until
 
 STEP = "2026-11-21 10:{m:02d}:{s:02d},000 INFO Train step {i}/100000 done.\n"
 REFUSED = (
@@ -118,17 +120,34 @@ def test_the_preview_names_the_last_exception_first_and_changes_nothing_once_rea
     engine = _engine(root, preview=True)
     plain = _engine(root, preview=False)
     try:
-        engine.advance_preview()  # opens the logs, plans the preview: its line count starts
+        assert engine.advance_preview()  # opens the logs, plans the preview: counted at once, its line count starts
         assert engine.preview is not None
-        assert engine.preview.wait(60)  # the line numbers are known and the newest part counted
+        first = engine.build()  # the first look: what is now, before a line of the backlog was read
+        assert first.backlog is not None and first.backlog[0] == 0
+        assert first.preview is not None and "line numbers still being counted" in first.preview
+        last = first.incidents[-1]
+        assert last.title.startswith("RuntimeError: weight update to the server failed")
+        assert last.lineno > UNCOUNTED and line_number(last.lineno) is None  # not known yet, and never shown
+        assert line_ref(last.path, last.lineno) == "trainer.log:?"
+        assert first.training.last_step == 39_999
+        assert engine.advance_preview()  # waits for the line count, then counts the newest part again with it
+        numbered = engine.build()
+        # Counted again, nothing but the line numbers changed.
+        assert {k: (e.count, e.last, e.streak, e.rate_per_min) for k, e in numbered.events.items()} == {
+            k: (e.count, e.last, e.streak, e.rate_per_min) for k, e in first.events.items()
+        }
+        assert [(i.title, i.count, i.last, i.signature) for i in numbered.incidents] == [
+            (i.title, i.count, i.last, i.signature) for i in first.incidents
+        ]
+        assert [f.code for f in numbered.findings] == [f.code for f in first.findings]
         engine.poll_logs()  # the main count has read only the first bytes
         snap = engine.build()
         assert snap.backlog is not None and snap.backlog[0] < snap.backlog[1] // 2
-        assert snap.preview is not None and "trainer.log" in snap.preview
+        assert snap.preview is not None and "trainer.log" in snap.preview and "being counted" not in snap.preview
         assert "diagnosis from the end first" in header_text(snap, 200).plain
         last = snap.incidents[-1]
         assert last.title.startswith("RuntimeError: weight update to the server failed")
-        assert last.lineno == last_line - len(LAST) + 1  # its true line, counted before the preview
+        assert last.lineno == last_line - len(LAST) + 1  # its true line, once the lines before it are counted
         assert snap.training.last_step == 39_999
         assert snap.events["connection_refused"].streak > 0
 
@@ -203,7 +222,9 @@ def test_the_first_look_is_published_with_the_preview_in_it(tmp_path: Path) -> N
         snap = engine.snapshot()
         assert snap.preview is not None and "trainer.log" in snap.preview
         assert {s.name for s in snap.sources if s.last_sample is not None} >= {"memory", "processes"}  # sampled
-        assert snap.incidents[-1].lineno == last_line - len(LAST) + 1
+        assert snap.incidents[-1].title.startswith("RuntimeError: weight update to the server failed")
+        # Then its true line number, once the lines before it are counted.
+        wait_until(lambda: engine.snapshot().incidents[-1].lineno == last_line - len(LAST) + 1, timeout=60)
     finally:
         engine.stop()
 
@@ -241,7 +262,9 @@ def test_report_s_first_look_changes_nothing_in_its_answer(tmp_path: Path) -> No
     assert len(looks) == 1
     look = looks[0]
     assert look.preview is not None and look.backlog is not None and look.backlog[0] < look.backlog[1]
-    assert look.incidents[-1].lineno == last_line - len(LAST) + 1  # the crash at the end, on its true line
+    assert look.incidents[-1].title.startswith("RuntimeError: weight update to the server failed")
+    assert line_number(look.incidents[-1].lineno) is None  # shown at once: the lines before it not counted yet
+    assert answer.incidents[-1].lineno == last_line - len(LAST) + 1
     assert look.events["step"].count < expected.events["step"].count  # only part of it read
     assert progress and progress[-1][0] == progress[-1][1]  # read to the end
     assert all(a[0] <= b[0] for a, b in itertools.pairwise(progress))
@@ -255,21 +278,86 @@ def test_report_s_first_look_changes_nothing_in_its_answer(tmp_path: Path) -> No
     assert [(f.code, f.message) for f in answer.findings] == [(f.code, f.message) for f in expected.findings]
 
 
-def test_report_s_first_look_comes_when_the_line_count_answers_late(
+class _NeverCounted:
+    """A line count that never answers, as one from a cold page cache on a slow disk can take longer than the main
+    count needs to reach the newest part: the main count must then number the preview itself."""
+
+    error: str | None = None
+
+    def __init__(self, path: str, identity: tuple[int, int], end: int) -> None:
+        self.closed = False
+
+    def result(self) -> int | None:
+        return None
+
+    def wait(self, timeout: float) -> int | None:
+        return None
+
+    def close(self) -> None:
+        self.closed = True
+
+
+def test_the_main_count_numbers_the_preview_when_it_gets_there_first(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
-    """From a cold page cache the line count before the newest part takes seconds: `report` reads on meanwhile and
-    shows the first look once the count has answered, not never."""
-    monkeypatch.setattr(engine_module, "PREVIEW_WAIT_S", 0.0)  # no waiting for it at the start
+    """While the line count has not answered, the main count reading into the newest part must not add its lines
+    to the preview's a second time: the chunk that holds the part's first byte gives its first line's number, the
+    merged counts freeze there, and the preview is counted again with true numbers."""
+    monkeypatch.setattr(preview_module, "PrefixCount", _NeverCounted)
+    monkeypatch.setattr(engine_module, "PREVIEW_WAIT_S", 0.0)
+    root = tmp_path / "run"
+    root.mkdir()
+    last_line = _backlog(root / "trainer.log", 12_000)  # about 900 KB, the newest 64 KiB previewed
+    plain = _engine(root, preview=False)
+    final_plain = _final(plain)
+    plain.stop()
+    engine = _engine(root, preview=True)
+    engine.tailer = Tailer(engine.log_patterns, block_bytes=16 << 10, max_poll_bytes=16 << 10)
+    try:
+        assert engine.advance_preview()
+        preview = engine.preview
+        assert preview is not None and line_number(engine.build().incidents[-1].lineno) is None
+        seen: dict[str, int] = {}
+        numbered_before_dropped = False
+        while True:  # as the log loop goes: the preview advanced, then a poll of backlog
+            changed = engine.advance_preview()
+            if not engine.poll_logs() and not changed and engine.preview is None:
+                break
+            snap = engine.build()
+            for kind, summary in snap.events.items():
+                assert summary.count <= final_plain.events[kind].count, kind  # never more than the file holds
+                assert summary.count >= seen.get(kind, 0), kind  # never goes down
+                seen[kind] = summary.count
+            # None counted twice (a storm that began before the newest part shows as two until the preview goes).
+            assert len([i for i in snap.incidents if i.kind == "traceback"]) == 1
+            storms = sum(i.count for i in snap.incidents if i.kind == "retry_storm")
+            assert storms <= sum(i.count for i in final_plain.incidents if i.kind == "retry_storm")
+            if engine.preview is not None and snap.incidents[-1].lineno == last_line - len(LAST) + 1:
+                numbered_before_dropped = True
+        assert numbered_before_dropped  # the preview showed its true line numbers while the rest was read
+        assert engine.preview is None
+        final = engine.build()
+        assert {k: e.count for k, e in final.events.items()} == {k: e.count for k, e in final_plain.events.items()}
+    finally:
+        engine.stop()
+
+
+def test_report_s_first_look_does_not_wait_for_the_line_count(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """From a cold page cache the line count before the newest part takes seconds, on a slow disk longer than
+    `report` needs to read everything: the first look comes at once all the same, and the answer is whole."""
+    monkeypatch.setattr(preview_module, "PrefixCount", _NeverCounted)
     root = tmp_path / "run"
     root.mkdir()
     last_line = _backlog(root / "trainer.log", 40_000)
     looks: list[Snapshot] = []
-    engine = _engine(root, preview=True)
+    engine, plain = _engine(root, preview=True), _engine(root, preview=False)
     try:
         answer = engine.collect_once(first_look=looks.append)
+        expected = plain.collect_once()
     finally:
-        engine.stop()
-    assert len(looks) == 1 and looks[0].preview is not None
-    assert looks[0].incidents[-1].lineno == last_line - len(LAST) + 1
-    assert answer.preview is None and answer.events["step"].count == 40_000
+        for e in (engine, plain):
+            e.stop()
+    assert len(looks) == 1 and looks[0].preview is not None and looks[0].backlog == (0, looks[0].backlog[1])
+    assert looks[0].incidents[-1].title.startswith("RuntimeError: weight update to the server failed")
+    assert answer.preview is None and answer.incidents[-1].lineno == last_line - len(LAST) + 1
+    assert {k: e.count for k, e in answer.events.items()} == {k: e.count for k, e in expected.events.items()}

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import random
 import shutil
 import time
 from pathlib import Path
@@ -195,6 +196,30 @@ def test_long_line_in_pieces_with_one_number(log: Path) -> None:
     pieces = [c for c in chunks if c.continued]
     assert pieces and all(c.first_lineno == 2 and c.nlines == 0 for c in pieces)
     assert lines_of(chunks) == [(str(log), 1, b"short\n"), (str(log), 2, b"L" * 35 + b"\n"), (str(log), 3, b"after\n")]
+
+
+def test_every_chunk_says_where_its_bytes_lie_in_the_file(log: Path) -> None:
+    """``Chunk.offset`` lets the preview find the line its part starts on from the main count's chunks: the bytes at
+    that offset must be the chunk's, for whole lines, pieces of over-long lines, "\\r\\n" across blocks and an
+    unfinished last line flushed when the file goes."""
+    rng = random.Random(7)
+    tailer = tailer_for(log, max_line_bytes=12, block_bytes=64, max_poll_bytes=128)
+    written = b""
+    seen: list[Chunk] = []
+    for _ in range(300):
+        line = bytes(rng.choice(b"ab:\t") for _ in range(rng.choice((0, 3, 30, 90))))
+        data = line + rng.choice((b"\n", b"\r\n", b"\r", b""))
+        append(log, data)
+        written += data
+        if rng.random() < 0.3:
+            seen += tailer.poll()
+    while chunks := tailer.poll():
+        seen += chunks
+    log.unlink()  # the unfinished last line is flushed
+    seen += tailer.poll()
+    assert b"".join(c.data for c in seen) == written
+    for c in seen:
+        assert written[c.offset : c.offset + len(c.data)] == c.data, c
 
 
 def test_backlog_is_read_in_bounded_polls(log: Path) -> None:

@@ -14,7 +14,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from rlwatch.common.clock import Clock, SystemClock
-from rlwatch.common.state import Severity, Snapshot
+from rlwatch.common.state import Severity, Snapshot, line_ref
 from rlwatch.common.textsafe import redact
 from rlwatch.config.models import NotifyConfig
 from rlwatch.export.notify.delivery import Channel, Send, apprise_send, check_target
@@ -141,8 +141,7 @@ class Notifications:
         if ev is None:
             return ()
         return tuple(
-            self.safe(f"{line.path.rsplit('/', 1)[-1]}:{line.lineno}: {line.text}", 200)
-            for line in ev.recent[-LOG_LINES:]
+            self.safe(f"{line_ref(line.path, line.lineno)}: {line.text}", 200) for line in ev.recent[-LOG_LINES:]
         )
 
     def record(self, rec: Mapping[str, Any], done: str = "") -> Notice | None:
