@@ -70,6 +70,9 @@ RELEASE_AFTER_BYTES = 64 << 20
 RELEASE_EVERY_S = 60.0  # and once a minute, for what a long run's churn leaves free (rlwatch.common.heap)
 HOLDER_SCAN_S = 5.0
 PREVIEW_WAIT_S = 3.0  # at most this long the log loop waits, once, for a preview's line numbers before reading on
+# ... and at most this long before it counts the preview without them: what a 2 GiB prefix in the page cache takes
+# to count on two busy cores. One from disk takes seconds, which the diagnosis of now does not wait for.
+PREVIEW_FIRST_WAIT_S = 0.3
 HISTORY = 600
 
 
@@ -297,8 +300,8 @@ class Engine:
         """One step of diagnosis first, in the order the log loop takes them. True when what a snapshot shows
         changed: then publish it before reading on.
 
-        1. Once the logs are open: plan the preview, counting the newest part of each big backlog (its line
-           numbers not known yet).
+        1. Once the logs are open: plan the preview, counting the newest part of each big backlog, with its line
+           numbers when their count answers within PREVIEW_FIRST_WAIT_S, else without.
         2. Next: wait once, a little, for the lines before those parts to be counted, and count the parts again
            with their true numbers.
         3. Then, at every call: take line counts that answered later; drop the preview once the main count has read
@@ -308,7 +311,12 @@ class Engine:
             self.tailer.discover()
             min_backlog, tail_bytes = self.preview_sizes
             preview = TailPreview.plan(
-                self.tailer.backlogs(), self._counting, self.clock.time, min_backlog=min_backlog, tail_bytes=tail_bytes
+                self.tailer.backlogs(),
+                self._counting,
+                self.clock.time,
+                min_backlog=min_backlog,
+                tail_bytes=tail_bytes,
+                first_wait=PREVIEW_FIRST_WAIT_S,
             )
             if preview is None:
                 return False

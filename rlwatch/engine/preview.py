@@ -76,14 +76,22 @@ class TailPreview:
     """The newest part of each big backlog, counted ahead of the rest (see the module's doc)."""
 
     def __init__(
-        self, make: Callable[[], Counting], tails: Sequence[_Tail], clock_time: Callable[[], float], tail_bytes: int
+        self,
+        make: Callable[[], Counting],
+        tails: Sequence[_Tail],
+        clock_time: Callable[[], float],
+        tail_bytes: int,
+        first_wait: float = 0.0,
     ) -> None:
+        """Counts the tails before it returns: after ``first_wait`` seconds at most for their line counts."""
         self.tail_bytes = tail_bytes
         self._make = make
         self._tails = {t.path: t for t in tails}
         self._time = clock_time
         self.error: str | None = None
         self.numbered = False  # every tail counted with its true line numbers
+        self.wait(first_wait)
+        self._take_answers()
         self.counting = self._count()
 
     @property
@@ -100,10 +108,13 @@ class TailPreview:
         *,
         min_backlog: int = MIN_BACKLOG,
         tail_bytes: int = TAIL_BYTES,
+        first_wait: float = 0.0,
     ) -> TailPreview | None:
-        """A preview of the big backlogs among ``backlogs``, their line counts started; None when none is big."""
+        """A preview of the big backlogs among ``backlogs``, counted; None when none is big. Their line counts are
+        started first, and waited for up to ``first_wait`` seconds: a count that answers by then saves counting
+        the tails twice."""
         tails = [t for b in backlogs if b.end - b.offset > min_backlog and (t := _read_tail(b, tail_bytes))]
-        return cls(make, tails, clock_time, tail_bytes) if tails else None
+        return cls(make, tails, clock_time, tail_bytes, first_wait) if tails else None
 
     @property
     def described(self) -> str:
@@ -132,6 +143,13 @@ class TailPreview:
         known: the file was replaced) and the rest was counted again without it."""
         if self.numbered:
             return False
+        if self._take_answers() or all(t.first_lineno is not None for t in self._tails.values()):
+            self.counting = self._count()
+            return True
+        return False
+
+    def _take_answers(self) -> bool:
+        """Number the tails whose line counts answered; True when one was left out (its count failed)."""
         dropped = False
         for tail in list(self._tails.values()):
             if tail.first_lineno is not None:
@@ -143,10 +161,7 @@ class TailPreview:
                 self.error = tail.lines_before.error
                 del self._tails[tail.path]
                 dropped = True
-        if dropped or all(t.first_lineno is not None for t in self._tails.values()):
-            self.counting = self._count()
-            return True
-        return False
+        return dropped
 
     @property
     def empty(self) -> bool:

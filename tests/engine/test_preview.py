@@ -23,6 +23,7 @@ from rlwatch.discover.load import resolve_config
 from rlwatch.engine import engine as engine_module
 from rlwatch.engine import preview as preview_module
 from rlwatch.engine.engine import Engine
+from rlwatch.engine.preview import Counting
 from rlwatch.logs import linecount, newlines
 from rlwatch.logs.linecount import PrefixCount
 from rlwatch.logs.newlines import count_file_range, count_lines
@@ -113,7 +114,10 @@ def _final(engine: Engine) -> Snapshot:
     return engine.build()
 
 
-def test_the_preview_names_the_last_exception_first_and_changes_nothing_once_read(tmp_path: Path) -> None:
+def test_the_preview_names_the_last_exception_first_and_changes_nothing_once_read(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.setattr(engine_module, "PREVIEW_FIRST_WAIT_S", 0.0)  # counted before its line count can answer
     root = tmp_path / "run"
     root.mkdir()
     last_line = _backlog(root / "trainer.log", 40_000)  # about 3 MB
@@ -243,8 +247,37 @@ def test_without_a_preview_the_first_look_does_not_wait(tmp_path: Path) -> None:
     assert engine.wait_first_look(0)  # a stopped engine never keeps a caller waiting
 
 
-def test_report_s_first_look_changes_nothing_in_its_answer(tmp_path: Path) -> None:
+def test_a_line_count_that_answers_soon_numbers_the_first_look(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """A prefix in the page cache is counted in a fraction of a second: the first look waits for that much, and
+    the newest part is counted once, with its true line numbers."""
+    root = tmp_path / "run"
+    root.mkdir()
+    last_line = _backlog(root / "trainer.log", 40_000)
+    engine = _engine(root, preview=True)
+    made: list[Counting] = []
+    make = engine._counting
+
+    def counting() -> Counting:
+        made.append(make())
+        return made[-1]
+
+    monkeypatch.setattr(engine, "_counting", counting)
+    monkeypatch.setattr(engine_module, "PREVIEW_FIRST_WAIT_S", 60.0)  # a deadline, not a pause: it ends at the answer
+    try:
+        assert engine.advance_preview()
+        assert engine.preview is not None and engine.preview.numbered
+        snap = engine.build()
+        assert snap.preview is not None and "being counted" not in snap.preview
+        assert snap.incidents[-1].lineno == last_line - len(LAST) + 1
+        assert not engine.advance_preview()  # nothing more to take: it is not counted again
+        assert len(made) == 1
+    finally:
+        engine.stop()
+
+
+def test_report_s_first_look_changes_nothing_in_its_answer(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     """`report` at a terminal shows the newest part's diagnosis first; what it then answers is the same as without."""
+    monkeypatch.setattr(engine_module, "PREVIEW_FIRST_WAIT_S", 0.0)  # counted before its line count can answer
     root = tmp_path / "run"
     root.mkdir()
     last_line = _backlog(root / "trainer.log", 40_000)
