@@ -28,7 +28,7 @@ def checkpoint_lines(cp: CheckpointState | None, now: float) -> Text:
     line.append("\n  saved ", style="dim")
     line.append(fmt_age(latest.saved_at, now))
     if latest.saved_at is not None:
-        line.append(f" ({fmt_clock(latest.saved_at)})", style="dim")
+        line.append(f" ({fmt_clock(latest.saved_at, now=now)})", style="dim")
     if latest.size_bytes is not None:
         line.append(f"  {fmt_bytes(latest.size_bytes)}")
     line.append(f"  {cp.count} kept", style="dim")
@@ -56,13 +56,15 @@ def disk_line(disk: DiskState | None) -> Text | None:
     return line
 
 
-def timeline_text(entries: tuple[TimelineEntry, ...]) -> Text | None:
+def timeline_text(entries: tuple[TimelineEntry, ...], now: float | None = None) -> Text | None:
     if not entries:
         return None
     out = Text("timeline", style="bold", no_wrap=True, end="")
     for e in entries[-TIMELINE_SHOWN:]:
         out.append("\n")
-        when = when_text(e.time, e.by, True) if e.approximate else fmt_clock(e.time)  # undated: bounds, never a guess
+        when = (
+            when_text(e.time, e.by, True) if e.approximate else fmt_clock(e.time, now=now)
+        )  # undated: bounds, never a guess
         out.append(f" {when} ", style="cyan")
         out.append(clean_text(e.text, 200))
     return out
@@ -70,7 +72,7 @@ def timeline_text(entries: tuple[TimelineEntry, ...]) -> Text | None:
 
 def checkpoint_text(snap: Snapshot) -> Text:
     rows: list[Text] = [checkpoint_lines(snap.checkpoint, snap.time), resume_line(snap.recover)]
-    for extra in (disk_line(snap.disk), timeline_text(snap.timeline)):
+    for extra in (disk_line(snap.disk), timeline_text(snap.timeline, snap.time)):
         if extra is not None:
             rows.append(extra)
     return Text("\n", end="").join(rows)

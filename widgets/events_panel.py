@@ -65,7 +65,7 @@ def detail_text(e: EventSummary | None, incidents: tuple[Incident, ...], now: fl
         if e.approximate and e.count:
             out.append(f"  first {first_text(e, now)} last {last_text(e, now)}", style="dim")
         elif e.first is not None:
-            out.append(f"  first {fmt_clock(e.first)} last {fmt_clock(e.last)}", style="dim")
+            out.append(f"  first {fmt_clock(e.first, now=now)} last {fmt_clock(e.last, now=now)}", style="dim")
         for line in e.recent[-RECENT_SHOWN:]:
             out.append("\n")
             out.append(f"{clean_text(line_ref(line.path, line.lineno))} ", style="dim")
@@ -109,7 +109,7 @@ def _latest(i: Incident) -> tuple[float, float, int]:
 
 def _when(i: Incident, now: float | None) -> str:
     """An incident's clock time, or its bounds and position where its lines carry no time of their own."""
-    return incident_text(i, now) if i.approximate else fmt_clock(i.last)
+    return incident_text(i, now) if i.approximate else fmt_clock(i.last, now=now)
 
 
 class EventTable(DataTable[Text]):

@@ -16,7 +16,9 @@ MESSAGE_LIMIT = 600
 OWN_LINE = frozenset({"gpu", "server"})
 
 
-def findings_text(findings: tuple[Finding, ...], sources: tuple[SourceStatus, ...] = ()) -> Text:
+def findings_text(
+    findings: tuple[Finding, ...], sources: tuple[SourceStatus, ...] = (), now: float | None = None
+) -> Text:
     out = Text(end="")
     ordered = sorted(findings, key=lambda f: (f.severity.rank, f.since if f.since is not None else float("inf")))
     if not ordered:
@@ -27,7 +29,7 @@ def findings_text(findings: tuple[Finding, ...], sources: tuple[SourceStatus, ..
         out.append(f"● {SEVERITY_LABEL[f.severity]:<8} ", style=SEVERITY_STYLE[f.severity])
         out.append(clean_text(f.message, MESSAGE_LIMIT))
         if f.since is not None:
-            out.append(f"  (since {fmt_clock(f.since)})", style="dim")
+            out.append(f"  (since {fmt_clock(f.since, now=now)})", style="dim")
     # Broken sources are listed when nothing else is (so "no problems" never hides a blind spot), and always for
     # sources without a panel line of their own (the GPU and server panels already show their errors).
     broken = [s for s in sources if not s.ok and s.error and (not ordered or s.name not in OWN_LINE)]
@@ -50,7 +52,7 @@ class FindingsBanner(TextBlock):
         if key == self._key:
             return
         self._key = key
-        self.update(findings_text(snap.findings, snap.sources))
+        self.update(findings_text(snap.findings, snap.sources, snap.time))
         worst = snap.worst
         self.set_class(worst is None, "-ok")
         self.set_class(worst is not None and worst.rank == 0, "-critical")

@@ -10,10 +10,10 @@ from __future__ import annotations
 import math
 import re
 import shlex
-import time
 from collections.abc import Sequence
 
 from rlwatch.common.state import Severity
+from rlwatch.engine.diagnosis import hhmm
 
 # Complete escape sequences first (CSI, OSC, DCS/SOS/PM/APC strings, two-byte ESC sequences), so colour codes and
 # terminal-title tricks disappear whole instead of leaving their parameters behind as noise.
@@ -96,11 +96,13 @@ def fmt_age(then: float | None, now: float) -> str:
     return fmt_duration(delta) + " ago"
 
 
-def fmt_clock(t: float | None, *, seconds: bool = True) -> str:
-    """Local time of day, as a person on the pod reads it next to the logs' own timestamps."""
+def fmt_clock(t: float | None, *, seconds: bool = True, now: float | None = None) -> str:
+    """Local time of day, as a person on the pod reads it next to the logs' own timestamps. With ``now``, a time
+    on another day than ``now``'s carries its date: a backlog's "since 08:00:10" may be weeks ago."""
     if t is None or not math.isfinite(t):  # NaN, ±inf: a time that is not known
         return UNKNOWN
-    return time.strftime("%H:%M:%S" if seconds else "%H:%M", time.localtime(t))
+    clock = hhmm(t, now if now is not None and math.isfinite(now) else None)
+    return clock if seconds else clock[:-3]
 
 
 def fmt_percent(value: float | None) -> str:

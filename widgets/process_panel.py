@@ -41,7 +41,9 @@ def server_line(srv: ServerState | None, now: float) -> Text:
     else:
         line.append(" DOWN ", style="bold white on red")
         if srv.down_since is not None:
-            line.append(f" since {fmt_clock(srv.down_since)}, {fmt_age(srv.down_since, now)}", style="bold red")
+            line.append(
+                f" since {fmt_clock(srv.down_since, now=now)}, {fmt_age(srv.down_since, now)}", style="bold red"
+            )
         why = [clean_text(srv.error, 120)] if srv.error else []
         if srv.status_code is not None:
             why.append(f"HTTP {srv.status_code}")
@@ -61,14 +63,14 @@ def watchdog_line(wd: WatchdogStatus | None, now: float) -> Text | None:
     line = Text("watchdog ", style="bold", no_wrap=True, end="")
     if wd.running and not wd.stale:
         line.append(" RUNNING ", style="bold black on green")
-        since = f" since {fmt_clock(wd.since)}" if wd.since is not None else ""
+        since = f" since {fmt_clock(wd.since, now=now)}" if wd.since is not None else ""
         line.append(f"{since}  pid {wd.pid}", style="dim")
     elif wd.running:
         line.append(" STUCK ", style="bold white on red")
         line.append(f"  pid {wd.pid}, no heartbeat for {fmt_duration(wd.heartbeat_age_s)}", style="red")
     elif wd.stopped is not None:
         line.append(" STOPPED ", style="bold black on yellow")
-        line.append(f"  {fmt_clock(wd.stopped)}", style="dim")
+        line.append(f"  {fmt_clock(wd.stopped, now=now)}", style="dim")
     else:
         line.append(" GONE ", style="bold white on red")
         line.append("  died without stopping", style="red")

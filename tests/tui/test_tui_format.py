@@ -88,6 +88,15 @@ def test_clock_uses_the_given_time_not_the_wall_clock() -> None:
     assert fmt_clock(1_763_701_454.0, seconds=False) == "05:04"
 
 
+def test_a_clock_time_on_another_day_carries_its_date() -> None:
+    """A backlog's "since 08:00:10" may be weeks ago; beside a header clock of today it read as this morning."""
+    t = 1_763_701_454.0  # 2025-11-21 05:04:14 UTC
+    assert fmt_clock(t, now=t + 3600) == "05:04:14"  # the same day
+    assert fmt_clock(t, now=t + 86_400) == "2025-11-21 05:04:14"
+    assert fmt_clock(t, now=t - 6 * 3600) == "2025-11-21 05:04:14"  # the day before now: also dated
+    assert fmt_clock(t, now=float("nan")) == "05:04:14"  # no usable now: as before
+
+
 def test_paths_and_commands_are_shortened_keeping_what_identifies_them() -> None:
     assert shorten_path("/data/areal/experiments/logs/root/gsm8k-grpo/trial0", 30) == "…/logs/root/gsm8k-grpo/trial0"
     assert shorten_middle("abcdefghijklmnop", 9) == "ab…klmnop"
