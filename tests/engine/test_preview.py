@@ -330,6 +330,32 @@ class _NeverCounted:
         self.closed = True
 
 
+class _FailedCount(_NeverCounted):
+    """A line count that failed: the file was replaced under it."""
+
+    error = "the line count of trainer.log failed: the file was replaced"
+
+
+def test_a_part_whose_line_count_failed_is_no_longer_shown(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """Its line numbers can never be known: what was shown of it with '?' goes, and the main count's alone stays."""
+    monkeypatch.setattr(preview_module, "PrefixCount", _FailedCount)
+    root = tmp_path / "run"
+    root.mkdir()
+    _backlog(root / "trainer.log", 40_000)
+    engine = _engine(root, preview=True)
+    try:
+        assert engine.advance_preview()
+        preview = engine.preview
+        assert preview is not None
+        assert preview.empty and preview.error is not None and "replaced" in preview.error
+        assert engine.advance_preview()  # dropped
+        assert engine.preview is None
+        snap = engine.build()
+        assert snap.preview is None and not snap.incidents and snap.events["step"].count == 0
+    finally:
+        engine.stop()
+
+
 def test_the_main_count_numbers_the_preview_when_it_gets_there_first(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
