@@ -16,15 +16,17 @@ the snapshot takes from the preview what is *now*:
 
 The header says the backlog is being read and how far, so totals are not taken for final. The preview is dropped
 when the main count has read past the end of every previewed part; from then on everything is the main count's,
-exactly as without a preview. ``report`` reads everything before it answers and never uses one.
+exactly as without a preview. ``report`` answers once everything is read (at a terminal it shows the preview's
+diagnosis on stderr first).
 
-The preview is counted at once, before the lines above it are: a 2 GiB prefix takes a fraction of a second to
-count from the page cache but seconds from disk, and a training pod short of memory has little page cache. Until
-that count answers (:class:`rlwatch.logs.linecount.PrefixCount`, in child processes on other cores) the preview's
-lines are numbered from :data:`rlwatch.common.state.UNCOUNTED`, which every view shows as "?" and never as a
-number. Once every count has answered, or the main count has reached a tail and so numbered it itself, the tails
-are counted again with their true numbers and that count replaces the first: the same lines through the same
-code, so everything but the line numbers is as it was. Every line number the preview shows is exact or "?".
+The preview does not wait for the lines above it to be counted (:class:`rlwatch.logs.linecount.PrefixCount`, in
+child processes on other cores): a 2 GiB prefix takes a fraction of a second to count from the page cache but
+seconds from disk, and a training pod short of memory has little page cache. It waits a moment (``first_wait``),
+which from the page cache is enough; after that its lines are numbered from :data:`rlwatch.common.state.UNCOUNTED`
+until the count answers, which every view shows as "?" and never as a number. Once every count has answered, or
+the main count has reached a tail and so numbered it itself, the tails are counted again with their true numbers
+and that count replaces the first: the same lines through the same code, so everything but the line numbers is as
+it was. Every line number the preview shows is exact or "?".
 """
 
 from __future__ import annotations
