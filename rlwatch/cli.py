@@ -24,6 +24,7 @@ from rlwatch.discover.load import ConfigError, resolve_config
 from rlwatch.engine.diagnosis import backlog_text, human_bytes, human_duration
 
 if TYPE_CHECKING:
+    from rlwatch.engine.engine import Engine
     from rlwatch.export.notify.notifications import Notifications
 
 HEADLESS = ("report", "watch", "sim", "init", "service", "notify")
@@ -227,10 +228,10 @@ class _Waiting:
         self.out = out
         self._shown_at: float | None = None
 
-    def first_look(self, snap: Snapshot) -> None:
+    def first_look(self, snap: Snapshot, command: str = "report", then: str = "the full report") -> None:
         from rlwatch.export.report import first_look_text
 
-        safe_print(first_look_text(snap), file=self.out)
+        safe_print(first_look_text(snap, command, then), file=self.out)
 
     def progress(self, done: int, total: int) -> None:
         now = time.monotonic()
@@ -296,6 +297,11 @@ def cmd_watch(args: argparse.Namespace) -> int:
             safe_print(json.dumps(rec) if args.json else text)
 
     def emit(snap: Snapshot) -> None:
+        if not _backlog_read(snap):
+            return  # the stream starts once the whole backlog is read: its counts are then totals, not a part
+        own = snap.watchdog
+        if own is not None and own.pid == os.getpid() and own.reading_backlog is not None:
+            return  # this watchdog's state file does not say so yet (written on its next round)
         with lock:
             for rec in changes(prev[0], snap):
                 line = json.dumps(rec) if args.json else plain(rec)
@@ -320,22 +326,49 @@ def cmd_watch(args: argparse.Namespace) -> int:
 
     for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
         signal.signal(sig, lambda *_: done.set())
-    engine.drain_logs()
-    engine.sample()
-    first = engine.build()
-    emit(first)
+    # The loops read the backlog in the background: after a night of tracebacks that takes minutes, and the
+    # watchdog must be alive meanwhile (its heartbeat, systemd's start timeout, Ctrl-C); it acts once it is read.
     engine.on_snapshot(emit)
-    watchdog.on_snapshot(first)
     watchdog.start()
     engine.start()
     try:
-        done.wait(args.duration)
+        until = None if args.duration is None else time.monotonic() + args.duration
+        if is_terminal(sys.stderr):
+            _show_backlog(engine, done, until)
+        done.wait(None if until is None else max(0.0, until - time.monotonic()))
     finally:
         watchdog.stop()
         if exporter is not None:
             exporter.close()
         engine.stop()
     return 0
+
+
+def _backlog_read(snap: Snapshot) -> bool:
+    """The logs were polled, and what they held when they were opened is read (no preview left)."""
+    return snap.backlog is None and snap.preview is None and any(src.name == "logs" for src in snap.sources)
+
+
+def _show_backlog(engine: Engine, done: threading.Event, until: float | None) -> None:
+    """`watch` at a terminal, over a big backlog: the diagnosis of its newest part and how far the rest is read, on
+    stderr, until the stream on stdout starts (it prints nothing while the backlog is read)."""
+    waiting = _Waiting(sys.stderr)
+    shown = False
+    try:
+        while not done.is_set() and (until is None or time.monotonic() < until):
+            if not engine.wait_first_look(0.1):
+                continue  # the newest part first, then how far the rest is
+            snap = engine.snapshot()
+            if _backlog_read(snap):
+                return  # the stream goes on
+            if not shown and snap.preview is not None:
+                waiting.first_look(snap, "watch", "the stream of changes, and the watchdog's acting,")
+                shown = True
+            if snap.backlog is not None:
+                waiting.progress(*snap.backlog)
+            done.wait(0.1)
+    finally:
+        waiting.close()
 
 
 def _notifications(cfg: Config, run_dir: Path, host: str, cli: list[str], heartbeat: str | None) -> Notifications:

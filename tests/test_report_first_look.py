@@ -1,17 +1,19 @@
-"""`rlwatch report` at a terminal, over a big backlog: the diagnosis of its newest part first, on stderr, then how far
-the rest is read; stdout holds the report alone, the same as when nobody watches."""
+"""`rlwatch report` (and `watch`) at a terminal, over a big backlog: the diagnosis of its newest part first, on stderr,
+then how far the rest is read; stdout holds the report (the stream) alone, the same as when nobody watches."""
 
 from __future__ import annotations
 
 import json
 import os
 import pty
+import signal
 import subprocess
 import threading
 from pathlib import Path
 from typing import Any
 
 from tests.faults.conftest import rlwatch_cmd
+from tests.simhost import wait_until
 
 STEP = "2026-11-21 10:{m:02d}:{s:02d},000 INFO Train step {i}/900000 done.\n"
 QUIET = "2026-11-21 10:{m:02d}:{s:02d},100 INFO DataLoader prefetched batch {i} of 64 prompts into pinned memory\n"
@@ -100,3 +102,50 @@ def test_report_with_stderr_closed_still_answers(tmp_path: Path) -> None:
     )
     assert done.returncode == 1
     assert json.loads(done.stdout)["events"]["step"]["count"] == 2_000
+
+
+def test_watch_at_a_terminal_says_what_is_wrong_now_and_stops_on_ctrl_c_while_reading(tmp_path: Path) -> None:
+    """`watch` prints its stream once the backlog is read (counts are then totals); at a terminal it says first what
+    the newest part shows and how far the rest is, and Ctrl-C stops it then, not minutes later."""
+    from bench.datagen import generate
+
+    run = tmp_path / "run"
+    generate(run / "trainer.log", 64 << 20, dense=True)  # seconds to read: a backlog of incidents
+    (run / "rlwatch.yaml").write_text("training:\n  logs: ['*.log']\ngpu:\n  backend: none\n")
+    master, slave = pty.openpty()
+    seen = bytearray()
+
+    def drain() -> None:
+        while True:
+            try:
+                block = os.read(master, 1 << 16)
+            except OSError:
+                return
+            if not block:
+                return
+            seen.extend(block)
+
+    reader = threading.Thread(target=drain, daemon=True)
+    reader.start()
+    proc = subprocess.Popen(
+        rlwatch_cmd("watch", "--json", str(run)), stdout=subprocess.PIPE, stderr=slave, stdin=subprocess.DEVNULL
+    )
+    try:
+        wait_until(lambda: b"reading backlog:" in seen or proc.poll() is not None, 60)
+        assert proc.poll() is None, bytes(seen)
+        proc.send_signal(signal.SIGINT)
+        assert proc.wait(timeout=15) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        os.close(slave)
+        reader.join(10)
+        os.close(master)
+    stderr = seen.decode("utf-8", "replace")
+    assert "rlwatch watch: a big backlog of" in stderr and "status now:" in stderr
+    assert "Traceback (most recent" not in stderr  # findings, no crash of its own
+    assert stderr.endswith("\r\x1b[K")  # the progress line cleared
+    assert proc.stdout is not None
+    types = [json.loads(line)["type"] for line in proc.stdout.read().decode().splitlines()]
+    assert types == ["watchdog"]  # no counts: the backlog was not read whole

@@ -65,6 +65,9 @@ def watchdog_line(wd: WatchdogStatus | None, now: float) -> Text | None:
         line.append(" RUNNING ", style="bold black on green")
         since = f" since {fmt_clock(wd.since, now=now)}" if wd.since is not None else ""
         line.append(f"{since}  pid {wd.pid}", style="dim")
+        if wd.reading_backlog is not None:
+            done, total = wd.reading_backlog
+            line.append(f"  reading its logs ({100 * done // max(total, 1)} %): no action yet", style="yellow")
     elif wd.running:
         line.append(" STUCK ", style="bold white on red")
         line.append(f"  pid {wd.pid}, no heartbeat for {fmt_duration(wd.heartbeat_age_s)}", style="red")

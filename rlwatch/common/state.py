@@ -359,6 +359,7 @@ class WatchdogStatus:
     last_action: str | None = None  # one line about the latest action it took
     last_action_at: float | None = None
     notify: NotifyStatus | None = None  # None: it sends no notifications and pings no heartbeat
+    reading_backlog: tuple[int, int] | None = None  # (bytes read, bytes): it acts on nothing until it is read
 
 
 @dataclass(frozen=True, slots=True)

@@ -119,7 +119,11 @@ def human_bytes(n: float | None) -> str:
 
 def backlog_text(done: int, total: int) -> str:
     """How far a backlog has been read, as the dashboard's header and `report` at a terminal say it."""
-    return f"reading backlog: {100 * done // max(total, 1)} % of {human_bytes(total)}"
+    return f"reading backlog: {_share(done, total)}"
+
+
+def _share(done: int, total: int) -> str:
+    return f"{100 * done // max(total, 1)} % of {human_bytes(total)}"
 
 
 def human_duration(s: float | None) -> str:
@@ -366,6 +370,14 @@ def watchdog_state(s: Snapshot, ctx: Context) -> Iterator[Finding]:
             f"The watchdog (pid {wd.pid}) is not responding: no heartbeat since {hhmm(last_beat, s.time)} "
             f"({human_duration(wd.heartbeat_age_s)}); its policies are not being applied.",
             last_beat,
+        )
+    elif wd.running and wd.reading_backlog is not None:
+        yield Finding(
+            INFO,
+            "watchdog_reading",
+            f"The watchdog (pid {wd.pid}) is reading the logs' backlog ({_share(*wd.reading_backlog)}) and applies "
+            "no policy until it is read: what it would act on must rest on the whole of what the logs say.",
+            None,
         )
     elif not wd.running and "watchdog" not in ctx.missing_expected:
         yield Finding(

@@ -212,6 +212,9 @@ def _watchdog_json(s: Snapshot) -> dict[str, Any] | None:
         "last_action": wd.last_action,
         "last_action_at": iso(wd.last_action_at),
         "notify": _notify_json(wd.notify),
+        "reading_backlog": None
+        if wd.reading_backlog is None
+        else {"read_bytes": wd.reading_backlog[0], "bytes": wd.reading_backlog[1]},
     }
 
 
@@ -384,13 +387,13 @@ def _findings_lines(s: Snapshot) -> list[str]:
     return ["Findings:", *(f"  [{f.severity.value.upper():8}] {f.message}" for f in s.findings)]
 
 
-def first_look_text(s: Snapshot) -> str:
-    """What `report` says at a terminal before it has read a big backlog: the diagnosis of the logs' newest part
-    (the preview), said to be that, with counts that are of what has been read so far."""
+def first_look_text(s: Snapshot, command: str = "report", then: str = "the full report") -> str:
+    """What `report` (or `watch`) says at a terminal before it has read a big backlog: the diagnosis of the logs'
+    newest part (the preview), said to be that, with counts that are of what has been read so far."""
     size = f" of {human_bytes(s.backlog[1])}" if s.backlog else ""
     lines = [
-        f"rlwatch report: a big backlog{size}; its newest part first (counts are of what is read so far, the full "
-        "report follows once everything is read)",
+        f"rlwatch {command}: a big backlog{size}; its newest part first (counts are of what is read so far, {then} "
+        "follows once everything is read)",
         f"status now: {status_word(s)}",
         *_findings_lines(s),
     ]

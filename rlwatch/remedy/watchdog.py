@@ -184,6 +184,9 @@ class Watchdog:
         self._action: threading.Thread | None = None
         self._running_key: str | None = None
         self._latest: Snapshot | None = None
+        # (bytes read, bytes) while the logs' backlog is still being read: no policy is evaluated on a partial count
+        self.reading: tuple[int, int] | None = None
+        self._status_text: str | None = None  # systemd's status line, said again when it changes
         self._latest_mono: float | None = None
         self._owners: dict[str, str] = {}
         self._owners_at: float | None = None
@@ -316,11 +319,26 @@ class Watchdog:
                 )
 
     def tick(self) -> None:
-        """One decision round: re-arm requests, policies, budget, maybe an action; then the heartbeat."""
+        """One decision round: re-arm requests, policies, budget, maybe an action; then the heartbeat.
+
+        While the logs' backlog is still being read (minutes, after a night of tracebacks), or before the host's
+        processes were first sampled, only the heartbeat: the counts, streaks and incidents are partial then, and an
+        action must rest on the whole of what the logs say and on the processes seen.
+        The state file and systemd's status say that it is reading, so it is neither taken for stuck nor killed
+        for a slow start."""
         snap = self._latest
         if snap is None:
             return
-        if self.acting:
+        sampled, reading = _sampled(snap), _reading(snap)
+        if (reading is None) != (self.reading is None):
+            self._dirty = True  # the state file says at once that it reads, or that it has read
+        self.reading = reading
+        status = self._status(sampled, reading)
+        if status != self._status_text:
+            self._status_text = status
+            if self._ready:
+                self.notify(f"STATUS={status}")
+        if self.acting and sampled and reading is None:
             self._rearm_requests()
             with self._lock:
                 busy = self._running_key is not None
@@ -564,12 +582,20 @@ class Watchdog:
         if self.acting and self.notifications is not None:
             self.notifications.tick()  # the dead man's switch: asked only while the loop and the engine live
         if not self._ready:
-            self.notify(f"READY=1\nSTATUS=watching {self.engine.run_dir}")
+            self.notify(f"READY=1\nSTATUS={self._status_text}")
             self._ready = True
         every = self.notify.ping_every_s
         if every and (self._pinged_at is None or now - self._pinged_at >= min(1.0, every / 2)):
             self.notify("WATCHDOG=1")
             self._pinged_at = now
+
+    def _status(self, sampled: bool, reading: tuple[int, int] | None) -> str:
+        """systemd's one-line status of the unit."""
+        if not sampled:
+            return f"starting: looking at the host and the logs of {self.engine.run_dir}"
+        if reading is not None:
+            return f"reading the logs' backlog of {self.engine.run_dir}; no action until it is read"
+        return f"watching {self.engine.run_dir}"
 
     def state(self, *, stopped: bool = False) -> dict[str, Any]:
         """The state file's content."""
@@ -607,6 +633,7 @@ class Watchdog:
                 "systemd": bool(self.notify.socket),
                 "policies": [p.name for p in self.policies.policies],
                 "running_action": self._running_key,
+                "reading_backlog": list(self.reading) if self.reading is not None else None,
                 "budgets": budgets,
                 "gave_up": list(self._gave_up.values()),
                 "last_actions": [
@@ -648,6 +675,19 @@ class Watchdog:
                     delay = None if st.next_allowed is None else max(0.0, st.next_allowed - now)
                     states.append(BudgetState(st.key, st.gave_up is not None, st.restarts_in_window, delay))
             return ExporterExtras(remediations=dict(self._counts), budgets=tuple(states))
+
+
+def _sampled(snap: Snapshot) -> bool:
+    """The host's processes and the logs were looked at for this snapshot: the engine's loops run side by side,
+    and one may publish before the other has begun. No policy decides on a host it has not seen."""
+    return {"processes", "logs"} <= {src.name for src in snap.sources}
+
+
+def _reading(snap: Snapshot) -> tuple[int, int] | None:
+    """(bytes read, bytes) of the backlog while it is being read, its newest part previewed included."""
+    if snap.backlog is not None:
+        return snap.backlog
+    return (1, 1) if snap.preview is not None else None  # read, the preview not yet dropped: a moment
 
 
 def _own_create_time() -> float | None:

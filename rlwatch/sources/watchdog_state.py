@@ -114,7 +114,18 @@ def status_from(data: dict[str, Any], now: float) -> WatchdogStatus:
         last_action=last,
         last_action_at=last_at,
         notify=_notify_from(data.get("notify")),
+        reading_backlog=_progress(data.get("reading_backlog")) if alive else None,
     )
+
+
+def _progress(value: object) -> tuple[int, int] | None:
+    """``[bytes read, bytes]``, both counts, the first no larger; anything else is not a progress."""
+    if not isinstance(value, list) or len(value) != 2:
+        return None
+    done, total = value
+    if any(isinstance(v, bool) or not isinstance(v, int) for v in (done, total)) or not 0 <= done <= total:
+        return None
+    return done, total
 
 
 def _text(value: object) -> str | None:

@@ -410,6 +410,32 @@ def test_the_loop_restarts_the_braking_worker_and_records_it(brake_loop: Loop) -
     assert len(loop.actions.executed) == 1
 
 
+def test_no_policy_decides_while_the_backlog_is_read_or_before_the_host_was_seen(brake_loop: Loop) -> None:
+    """A snapshot of a backlog still being read holds partial counts, one built before the first sample holds no
+    processes: a streak there is no evidence to act on. The state file says it is reading."""
+    loop = brake_loop
+    loop.brake(1, 3)
+    snap = loop.engine.collect_once()
+    for partial in (
+        replace(snap, backlog=(10 << 20, 64 << 20)),
+        replace(snap, preview="now from the newest 2.0 MiB of w1.log"),
+        replace(snap, sources=tuple(s for s in snap.sources if s.name != "processes")),
+    ):
+        loop.wd.on_snapshot(partial)
+        loop.wd.tick()
+        loop.settle()
+        assert loop.actions.executed == [] and not loop.of("policy"), partial
+    assert loop.wd.state()["reading_backlog"] is None  # the last one was read, only not sampled
+    loop.wd.on_snapshot(replace(snap, backlog=(10 << 20, 64 << 20)))
+    loop.wd.tick()
+    assert loop.wd.state()["reading_backlog"] == [10 << 20, 64 << 20]
+    loop.wd.on_snapshot(snap)  # read and sampled: now it acts
+    loop.wd.tick()
+    loop.settle()
+    assert loop.actions.executed == [("restart-workers", ("worker-1",))]
+    assert loop.wd.state()["reading_backlog"] is None
+
+
 def test_backing_off_then_giving_up_then_rearmed_by_request(brake_loop: Loop) -> None:
     loop = brake_loop
     loop.brake(0, 3)

@@ -231,9 +231,9 @@ def test_watch_under_systemd_says_ready_pings_and_says_stopping(
     proc = subprocess.Popen([*RLWATCH, "watch", str(run), "--json"], env=env, stdout=subprocess.PIPE, text=True)
     try:
         got = [sock.recv(200).decode()]
-        assert got[0].startswith("READY=1\nSTATUS=watching ")
-        while got.count("WATCHDOG=1") < 3:  # pinged over and over from the decision loop
-            got.append(sock.recv(200).decode())
+        assert got[0].startswith("READY=1\nSTATUS=")
+        while got.count("WATCHDOG=1") < 3 or not any("STATUS=watching " in m for m in got):
+            got.append(sock.recv(200).decode())  # pinged over and over from the decision loop
         status, _ = read_status(run, time.time())
         assert status is not None and status.running and status.pid == proc.pid
         proc.send_signal(signal.SIGTERM)
@@ -246,11 +246,64 @@ def test_watch_under_systemd_says_ready_pings_and_says_stopping(
             proc.kill()
             proc.wait()
     assert proc.stdout is not None
-    first = json.loads(proc.stdout.readline())
-    assert first["type"] == "state"
+    records = [json.loads(line) for line in proc.stdout]
+    assert records[0]["type"] == "watchdog" and records[0]["acting"]  # said at once, before the logs are read
+    assert "state" in {r["type"] for r in records}
     status, _ = read_status(run, time.time())
     assert status is not None and not status.running and status.stopped is not None
     assert not (run / ".rlwatch" / "watchdog.pid").read_text()  # emptied on the way out
+
+
+@pytest.mark.slow
+def test_watch_over_a_big_backlog_is_alive_at_once_acts_on_nothing_and_stops_when_told(
+    tmp_path: Path, notify_socket: tuple[socket.socket, str]
+) -> None:
+    """After a night of tracebacks the backlog takes minutes to read. The watchdog must be alive meanwhile: ready for
+    systemd (whose start timeout would kill it), a fresh heartbeat saying it reads (not taken for stuck), SIGTERM
+    obeyed; and it acts on nothing, prints no counts, until the whole backlog is read."""
+    from bench.datagen import generate
+
+    sock, name = notify_socket
+    run = tmp_path / "run"
+    (run / "logs").mkdir(parents=True)
+    log = run / "logs" / "trainer.log"
+    generate(log, 64 << 20, dense=True)  # 4 s or more to read here
+    (run / "rlwatch.yaml").write_text(
+        "gpu: {backend: none}\ninterval_s: 0.2\nwatchdog: {heartbeat_s: 0.2}\ntraining: {logs: [logs/*.log]}\n"
+    )
+    env = {**os.environ, "NOTIFY_SOCKET": name}
+    proc = subprocess.Popen(
+        [*RLWATCH, "watch", str(run), "--json"], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+    try:
+        got = [sock.recv(300).decode()]
+        assert got[0].startswith("READY=1")
+        while not any("reading the logs' backlog" in m for m in got):
+            got.append(sock.recv(300).decode())
+
+        def reading() -> WatchdogStatus | None:
+            status, _ = read_status(run, time.time())
+            return status if status is not None and status.reading_backlog is not None else None
+
+        status = wait_until(reading, 20)
+        assert status.running and not status.stale and status.pid == proc.pid
+        assert status.reading_backlog is not None
+        read, total = status.reading_backlog
+        assert 0 <= read < total == log.stat().st_size
+        found = diagnose(snap_with(status), Context())
+        assert [f.code for f in found] == ["watchdog_reading"] and "no policy until it is read" in found[0].message
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=15) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    out, err = proc.communicate()
+    records = [json.loads(line) for line in out.splitlines()]
+    assert "Traceback" not in err, err
+    assert [r["type"] for r in records] == ["watchdog"], records  # its word, no counts: the backlog was not read
+    final, _ = read_status(run, time.time())
+    assert final is not None and final.stopped is not None and final.reading_backlog is None
 
 
 # ------------------------------------------------------------------------------------------------ pidfile
@@ -289,6 +342,15 @@ def state(**kw: Any) -> dict[str, Any]:
     me = __import__("psutil").Process()
     base = {"pid": me.pid, "create_time": me.create_time(), "started_at": 100.0, "heartbeat": 1000.0}
     return {**base, "stale_after_s": 60.0, "stopped_at": None, "gave_up": [], "last_actions": [], **kw}
+
+
+def test_status_says_how_far_a_running_watchdog_has_read_its_backlog() -> None:
+    assert status_from(state(reading_backlog=[41, 100]), 1010.0).reading_backlog == (41, 100)
+    assert status_from(state(reading_backlog=None), 1010.0).reading_backlog is None
+    for bad in ([101, 100], [-1, 100], [1.5, 2], ["1", "2"], [True, 2], [1, 2, 3], "41/100", {"read": 1}):
+        assert status_from(state(reading_backlog=bad), 1010.0).reading_backlog is None, bad
+    stopped = state(reading_backlog=[41, 100], stopped_at=1005.0)
+    assert status_from(stopped, 1010.0).reading_backlog is None  # only a running watchdog reads
 
 
 def test_status_running_stale_and_a_reused_pid() -> None:

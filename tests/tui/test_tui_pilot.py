@@ -641,6 +641,7 @@ async def test_other_terminal_sizes_render_every_panel(size: tuple[int, int]) ->
         (dict(running=True, pid=4242, since=0.0, heartbeat_age_s=1.0), "RUNNING"),
         (dict(running=True, pid=4242, since=0.0, heartbeat_age_s=300.0, stale=True), "STUCK"),
         (dict(running=False, pid=4242, since=0.0, heartbeat_age_s=900.0), "GONE"),
+        (dict(running=True, pid=4242, since=0.0, heartbeat_age_s=1.0, reading_backlog=(41, 100)), "reading its logs"),
     ],
 )
 async def test_the_watchdog_line_says_whether_it_keeps_the_run(status: dict[str, object], shown: str) -> None:
@@ -655,4 +656,6 @@ async def test_the_watchdog_line_says_whether_it_keeps_the_run(status: dict[str,
         line = text_of(app.main.query_one("#server-line", Static))
         assert "watchdog" in line and shown in line
         if shown == "RUNNING":
-            assert "pid 4242" in line and "since" in line
+            assert "pid 4242" in line and "since" in line and "reading" not in line
+        if shown == "reading its logs":
+            assert "RUNNING" in line and "(41 %): no action yet" in line
