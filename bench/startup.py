@@ -3,7 +3,7 @@
 - The dashboard's first frame: from starting ``rlwatch RUN_DIR`` in a pseudo-terminal to the first time the
   trainer's log name is drawn (the screen is filled from the engine's first snapshot).
 - ``rlwatch report`` over the 1 GiB backlog: wall time and peak RSS.
-- ``rlwatch watch`` over the 1 GiB backlog: time until its first output (the backlog is counted by then) and its
+- ``rlwatch watch`` over the 1 GiB backlog: time until its stream starts (the backlog is counted by then) and its
   RSS afterwards, which the memory target is about.
 """
 
@@ -47,7 +47,9 @@ def first_frame(run_dir: Path, timeout: float) -> float | None:
 def _watch_backlog(run_dir: Path, out_path: Path, timeout: float) -> tuple[float | None, float | None]:
     with out_path.open("wb") as out, started(rlwatch_argv("watch", str(run_dir), "--interval", "1"), stdout=out) as p:
         t0 = time.perf_counter()
-        if not wait_until(lambda: out_path.stat().st_size > 0 or p.poll() is not None, timeout, step=0.02):
+        # Its stream starts once the backlog is counted ("HH:MM:SS watching RUN_DIR ..."); the watchdog's own line
+        # ("HH:MM:SS watchdog: acting on ...") comes at once, before it.
+        if not wait_until(lambda: b" watching " in out_path.read_bytes() or p.poll() is not None, timeout, step=0.02):
             return None, None
         ready = time.perf_counter() - t0
         time.sleep(3)  # a few sampling rounds on top of the counted backlog
@@ -111,8 +113,8 @@ def markdown(r: StartupResult, ds: Dataset) -> list[str]:
         )
     if r.watch_ready_s is not None:
         out.append(
-            f"| `rlwatch watch` over the {gib:.2f} GiB backlog: first output | 1 | {fmt(r.watch_ready_s, 2, ' s')} | "
-            f"— | — | {fmt(r.watch_rss_mb, 0, ' MB')} (3 s after) |"
+            f"| `rlwatch watch` over the {gib:.2f} GiB backlog: until its stream starts (the backlog counted) | 1 | "
+            f"{fmt(r.watch_ready_s, 2, ' s')} | — | — | {fmt(r.watch_rss_mb, 0, ' MB')} (3 s after) |"
         )
     out += [f"- {n}" for n in r.notes]
     return out

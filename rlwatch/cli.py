@@ -73,7 +73,13 @@ def build_parser() -> argparse.ArgumentParser:
     _common(p)
     p.add_argument("--json", action="store_true", help="JSON lines")
     p.add_argument("--interval", type=float, default=None, metavar="SECONDS")
-    p.add_argument("--duration", type=float, default=None, metavar="SECONDS", help="stop after this long")
+    p.add_argument(
+        "--duration",
+        type=float,
+        default=None,
+        metavar="SECONDS",
+        help="stop after this long, counted once the logs' backlog is read",
+    )
     p.add_argument(
         "--prometheus", metavar="HOST:PORT", help="also serve Prometheus metrics there (host defaults to 127.0.0.1)"
     )
@@ -241,8 +247,10 @@ class _Waiting:
         self._write(f"\r{backlog_text(done, total)}\x1b[K")
 
     def close(self) -> None:
+        """Clear the progress line, if one is shown (again: nothing)."""
         if self._shown_at is not None:
             self._write("\r\x1b[K")
+            self._shown_at = None
 
     def _write(self, text: str) -> None:
         try:
@@ -289,6 +297,7 @@ def cmd_watch(args: argparse.Namespace) -> int:
         raise UsageError(f"--prometheus {exc}") from None
     engine = Engine(cfg, run_dir, host=os.environ.get("RLWATCH_HOST") or None)
     done = threading.Event()
+    streaming = threading.Event()  # the stream has started: the backlog is read
     lock = threading.Lock()
     prev: list[Snapshot | None] = [None]
 
@@ -308,6 +317,7 @@ def cmd_watch(args: argparse.Namespace) -> int:
                 if line is not None:
                     safe_print(line)
             prev[0] = snap
+        streaming.set()
 
     notifications = _notifications(cfg, run_dir, engine.host, args.notify, args.heartbeat)
     try:
@@ -332,10 +342,8 @@ def cmd_watch(args: argparse.Namespace) -> int:
     watchdog.start()
     engine.start()
     try:
-        until = None if args.duration is None else time.monotonic() + args.duration
-        if is_terminal(sys.stderr):
-            _show_backlog(engine, done, until)
-        done.wait(None if until is None else max(0.0, until - time.monotonic()))
+        _wait_for_backlog(engine, done, streaming, _Waiting(sys.stderr) if is_terminal(sys.stderr) else None)
+        done.wait(args.duration)  # counted once the backlog is read, as the stream is
     finally:
         watchdog.stop()
         if exporter is not None:
@@ -349,26 +357,32 @@ def _backlog_read(snap: Snapshot) -> bool:
     return snap.backlog is None and snap.preview is None and any(src.name == "logs" for src in snap.sources)
 
 
-def _show_backlog(engine: Engine, done: threading.Event, until: float | None) -> None:
-    """`watch` at a terminal, over a big backlog: the diagnosis of its newest part and how far the rest is read, on
-    stderr, until the stream on stdout starts (it prints nothing while the backlog is read)."""
-    waiting = _Waiting(sys.stderr)
+def _wait_for_backlog(
+    engine: Engine, done: threading.Event, streaming: threading.Event, waiting: _Waiting | None
+) -> None:
+    """Until the logs' backlog is read and the stream has started (or `watch` is told to stop). At a terminal
+    (``waiting``): the diagnosis of the backlog's newest part and how far the rest is read, on stderr."""
     shown = False
     try:
-        while not done.is_set() and (until is None or time.monotonic() < until):
+        while not done.is_set() and not streaming.is_set():
             if not engine.wait_first_look(0.1):
                 continue  # the newest part first, then how far the rest is
             snap = engine.snapshot()
             if _backlog_read(snap):
-                return  # the stream goes on
-            if not shown and snap.preview is not None:
-                waiting.first_look(snap, "watch", "the stream of changes, and the watchdog's acting,")
-                shown = True
-            if snap.backlog is not None:
-                waiting.progress(*snap.backlog)
+                if waiting is not None:
+                    waiting.close()  # the progress line goes before the stream's first line comes
+                done.wait(0.05)
+                continue  # the stream starts with the next snapshot
+            if waiting is not None:
+                if not shown and snap.preview is not None:
+                    waiting.first_look(snap, "watch", "the stream of changes, and the watchdog's acting,")
+                    shown = True
+                if snap.backlog is not None:
+                    waiting.progress(*snap.backlog)
             done.wait(0.1)
     finally:
-        waiting.close()
+        if waiting is not None:
+            waiting.close()
 
 
 def _notifications(cfg: Config, run_dir: Path, host: str, cli: list[str], heartbeat: str | None) -> Notifications:

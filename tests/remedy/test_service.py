@@ -306,6 +306,22 @@ def test_watch_over_a_big_backlog_is_alive_at_once_acts_on_nothing_and_stops_whe
     assert final is not None and final.stopped is not None and final.reading_backlog is None
 
 
+@pytest.mark.slow
+def test_watch_for_a_duration_counts_it_once_the_backlog_is_read(tmp_path: Path) -> None:
+    """`--duration` is how long the stream runs: over a backlog that takes longer to read than that, the stream still
+    starts with the whole backlog counted, as it did when the backlog was read before anything else."""
+    from bench.datagen import generate
+
+    run = tmp_path / "run"
+    expected = generate(run / "logs" / "trainer.log", 24 << 20, dense=True).expected
+    (run / "rlwatch.yaml").write_text("gpu: {backend: none}\ntraining: {logs: [logs/*.log]}\n")
+    done = cli("watch", str(run), "--json", "--duration", "0.2")
+    assert done.returncode == 0, done.stderr
+    records = [json.loads(line) for line in done.stdout.splitlines()]
+    (state,) = [r for r in records if r["type"] == "state"]
+    assert state["events"]["connection_refused"] == expected["connection_refused"]  # the whole backlog
+
+
 # ------------------------------------------------------------------------------------------------ pidfile
 
 
