@@ -15,8 +15,8 @@ from textual.app import ComposeResult
 from textual.message import Message
 from textual.widgets import DataTable, Static
 
-from rlwatch.common.state import EventSummary, Incident, Snapshot, line_ref
-from rlwatch.engine.diagnosis import failure_text, first_text, incident_text, last_text
+from rlwatch.common.state import EventSummary, Incident, IncidentTally, Snapshot, line_ref
+from rlwatch.engine.diagnosis import failure_text, first_text, incident_text, last_text, occurrences
 from rlwatch.widgets.format import SEVERITY_STYLE, basename, clean_text, fmt_age, fmt_clock
 from rlwatch.widgets.panel import Panel
 from rlwatch.widgets.text_block import TextBlock
@@ -53,7 +53,12 @@ def last_age(e: EventSummary, now: float) -> str:
     return "≥" + fmt_age(e.last_by, now) if e.last_by is not None else "?"
 
 
-def detail_text(e: EventSummary | None, incidents: tuple[Incident, ...], now: float | None = None) -> Text:
+def detail_text(
+    e: EventSummary | None,
+    incidents: tuple[Incident, ...],
+    now: float | None = None,
+    dropped: tuple[IncidentTally, ...] = (),
+) -> Text:
     """Where the highlighted kind came from and its last lines; the latest incidents when nothing is highlighted."""
     out = Text(no_wrap=True, end="")
     if e is not None:
@@ -91,7 +96,7 @@ def detail_text(e: EventSummary | None, incidents: tuple[Incident, ...], now: fl
             out.append(f"; stopped after it: {clean_text(names, LINE_LIMIT)}", style="dim")
     elif crashes:
         last = max(crashes, key=_latest)
-        same = sum(1 for i in crashes if i.signature == last.signature)
+        same = occurrences(incidents, dropped, last.kind, last.signature)
         if out:
             out.append("\n")
         out.append("last exception ", style="bold")
@@ -136,6 +141,7 @@ class EventsPanel(Panel):
         self.show_zero = False
         self._events: dict[str, EventSummary] = {}
         self._incidents: tuple[Incident, ...] = ()
+        self._dropped: tuple[IncidentTally, ...] = ()
         self._now = 0.0
         self._highlighted: str | None = None
         self._rows: list[tuple[str, tuple[Text, ...]]] | None = None  # what the table shows
@@ -164,6 +170,7 @@ class EventsPanel(Panel):
     def show(self, snap: Snapshot) -> None:
         self._events = snap.events
         self._incidents = snap.incidents
+        self._dropped = snap.dropped_incidents
         self._now = snap.time
         self._fill()
 
@@ -192,7 +199,7 @@ class EventsPanel(Panel):
 
     def _show_detail(self) -> None:
         e = self._events.get(self._highlighted) if self._highlighted else None
-        text = detail_text(e, self._incidents, self._now)
+        text = detail_text(e, self._incidents, self._now, self._dropped)
         if text:
             self.query_one("#events-detail", Static).update(text)
 

@@ -128,6 +128,18 @@ class Incident:
 
 
 @dataclass(frozen=True, slots=True)
+class IncidentTally:
+    """Incidents of one kind and signature no longer kept (a count keeps only the newest incidents): how many, and
+    the first one's time where it was known exactly. With the kept ones, they make the whole count."""
+
+    kind: str
+    signature: str
+    count: int  # incidents
+    lines: int  # what they grouped, summed (an incident's own count: lines, or events of a storm)
+    first: float | None
+
+
+@dataclass(frozen=True, slots=True)
 class GpuHolder:
     """A process holding a GPU device node open or mapped."""
 
@@ -383,6 +395,7 @@ class Snapshot:
     run_uptime_s: float | None = None  # trainer/launcher uptime
     events: dict[str, EventSummary] = field(default_factory=dict)
     incidents: tuple[Incident, ...] = ()
+    dropped_incidents: tuple[IncidentTally, ...] = ()  # older than the kept ones; () while a backlog is previewed
     training: TrainingState | None = None
     checkpoint: CheckpointState | None = None
     recover: RecoverState | None = None

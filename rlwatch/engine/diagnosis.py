@@ -11,7 +11,7 @@ import math
 import re
 import time
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 
 from rlwatch.common.state import (
@@ -19,6 +19,7 @@ from rlwatch.common.state import (
     EventSummary,
     Finding,
     Incident,
+    IncidentTally,
     Severity,
     Snapshot,
     TimelineEntry,
@@ -486,6 +487,12 @@ _CONNECTION_WORDS = re.compile(
 )
 
 
+def occurrences(incidents: Sequence[Incident], dropped: Sequence[IncidentTally], kind: str, signature: str) -> int:
+    """How many incidents of ``kind`` have ``signature``: the kept ones and the older ones tallied apart."""
+    kept = sum(1 for i in incidents if i.kind == kind and i.signature == signature)
+    return kept + sum(t.count for t in dropped if t.kind == kind and t.signature == signature)
+
+
 def _short(title: str, limit: int = 160) -> str:
     title = title.split(". Payload:", maxsplit=1)[0]
     return title if len(title) <= limit else title[: limit - 1] + "…"
@@ -515,6 +522,10 @@ def crashes(s: Snapshot, ctx: Context) -> Iterator[Finding]:
         if not blocks:
             return
     by_sig = Counter(i.signature for i in blocks if i.kind == "traceback")
+    # The kept incidents are the newest only: the older ones of the same signature are tallied apart.
+    older = {t.signature: t for t in s.dropped_incidents if t.kind == "traceback" and t.signature in by_sig}
+    for sig_, tally in older.items():
+        by_sig[sig_] += tally.count
     last = max(blocks, key=_latest)
     where = f" at {last.location}" if last.location else ""
     repeated = [sig for sig, n in by_sig.items() if n >= 2]
@@ -528,7 +539,7 @@ def crashes(s: Snapshot, ctx: Context) -> Iterator[Finding]:
             INFO if _history(s, "traceback") else CRIT,
             "crash_repeating",
             f"The same crash happened {by_sig[sig]} times: {_short(inc.title)}{loc} [{sig}].",
-            exact_time(first),
+            older[sig].first if sig in older else exact_time(first),
         )
     elif failed is None and ctx.trainer_alive is not True and last.kind == "traceback" and not _history(s, "traceback"):
         yield Finding(
@@ -629,8 +640,9 @@ def _nccl_text(s: Snapshot, ev: EventSummary) -> str:
     timeouts = [i for i in s.incidents if i.kind == "nccl_timeout"]
     if not timeouts:
         return f"{ev.count} NCCL watchdog timeout lines{_per_file(s, 'nccl_timeout')}, last {last_text(ev, s.time)}"
-    n = len(timeouts)
-    printed = sum(i.count for i in timeouts)
+    older = [t for t in s.dropped_incidents if t.kind == "nccl_timeout"]  # before the kept ones
+    n = len(timeouts) + sum(t.count for t in older)
+    printed = sum(i.count for i in timeouts) + sum(t.lines for t in older)
     head = f"{n} NCCL collective timeout{'s' if n != 1 else ''}"
     if printed > n:
         head += f" (printed {printed} times)" if n == 1 else f" (printed {printed} times in all)"

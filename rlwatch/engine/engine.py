@@ -602,6 +602,8 @@ class Engine:
             run_up = [now - p.started_at for p in self._procs if p.alive and p.role in ("launcher", "trainer")]
             events = self.counter.summaries() if preview is None else preview.events(self.counter)
             incidents = self.counter.incidents()
+            # Older incidents are tallied by the main count alone: while a preview is shown, counts are partial.
+            dropped = self.counter.dropped_incidents() if preview is None else ()
             if preview is not None:
                 incidents = preview.incidents(incidents)
             server = self._server
@@ -630,6 +632,7 @@ class Engine:
                 run_uptime_s=max(run_up) if run_up else None,
                 events=events,
                 incidents=incidents,
+                dropped_incidents=dropped,
                 training=tr,
                 checkpoint=self._checkpoint,
                 recover=self._recover,

@@ -37,6 +37,7 @@ from prometheus_client.registry import Collector
 from rlwatch.common.clock import Clock, SystemClock
 from rlwatch.common.state import Incident, ProcessInfo, Snapshot
 from rlwatch.common.textsafe import clean_line
+from rlwatch.engine.diagnosis import occurrences
 
 __all__ = [
     "BudgetState",
@@ -356,7 +357,7 @@ class SnapshotCollector(Collector):
                 "last_exception_occurrences",
                 "Tracebacks with the same signature as the last one.",
                 None,
-                sum(1 for i in snap.incidents if i.kind == "traceback" and i.signature == inc.signature),
+                occurrences(snap.incidents, snap.dropped_incidents, "traceback", inc.signature),
             )
 
     @staticmethod

@@ -14,7 +14,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from rlwatch.common.clock import Clock
-from rlwatch.common.state import EventSummary, Incident, LogLine, line_ref
+from rlwatch.common.state import EventSummary, Incident, IncidentTally, LogLine, line_ref
 from rlwatch.common.textsafe import clean_line, strip_ansi
 from rlwatch.logs.incidents import EVENT_KINDS, HEADER_WORD, IncidentTracker, Span
 from rlwatch.logs.kinds import EventKind, build_kinds
@@ -563,3 +563,6 @@ class EventCounter:
 
     def incidents(self) -> tuple[Incident, ...]:
         return self._incidents.incidents()
+
+    def dropped_incidents(self) -> tuple[IncidentTally, ...]:
+        return self._incidents.dropped()

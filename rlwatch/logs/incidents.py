@@ -24,8 +24,9 @@ import re
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
-from rlwatch.common.state import ChildFailure, CollectiveTimeout, Incident, line_ref
+from rlwatch.common.state import ChildFailure, CollectiveTimeout, Incident, IncidentTally, line_ref
 from rlwatch.logs.prefixes import prepare
 from rlwatch.logs.signatures import HEADER, TITLE_MSG_CHARS, exception, location, signature
 from rlwatch.logs.torchrun_report import CHILD_TITLES, Report, failure_text, finished, report_line
@@ -58,6 +59,7 @@ _WORK_RANK = re.compile(r"Rank (\d+)\]\s*Watchdog caught")
 _WORK_TIMEOUT = re.compile(r"Timeout\(ms\)=(\d+)")
 _PG = re.compile(r"\[PG (?:ID )?(\w+)")
 MAX_INCIDENTS = 500  # kept, newest last: a night of retries would otherwise keep every one
+_MAX_TALLIES = 10_000  # distinct (kind, signature) of the incidents no longer kept; signatures are normalised
 _NCCL_SAME_BURST = 5000  # lines: a later timeout with the same rank and sequence number is a new run's
 
 # Lines a traceback's frames are made of, read in bulk while a block of the unprefixed writer is in its frames: each
@@ -199,6 +201,9 @@ class IncidentTracker:
         self._storm_window = storm_window_s
         self._crash_window = crash_window_s
         self._records: deque[_Record] = deque(maxlen=max_incidents)
+        # (kind, signature) -> [incidents, lines, exact first time] of those pushed out of _records: a night of one
+        # crash repeated must still say how often it happened, not how often among the newest kept.
+        self._dropped: dict[tuple[str, str], list[Any]] = {}
         self._blocks: dict[tuple[str, str], _Block] = {}
         self.open_paths: dict[str, set[str]] = {}  # path -> writer tags with an open block (read-only outside)
         self._storms: dict[tuple[str, str], _Storm] = {}
@@ -217,8 +222,25 @@ class IncidentTracker:
         if by is not None:
             step = self.steps.get(path)
             rec.position = line_ref(path, lineno) + (f", after {step}" if step else "")
+        if len(self._records) == self._records.maxlen:
+            self._drop(self._records[0])
         self._records.append(rec)
         return rec
+
+    def _drop(self, rec: _Record) -> None:
+        """Tally an incident that the kept ones push out (its lines long read: its signature is final)."""
+        key = (rec.kind, rec.signature)
+        tally = self._dropped.get(key)
+        if tally is not None:
+            tally[0] += 1
+            tally[1] += rec.count
+        elif len(self._dropped) < _MAX_TALLIES:
+            first = rec.first if rec.first_exact and math.isfinite(rec.first) else None
+            self._dropped[key] = [1, rec.count, first]
+
+    def dropped(self) -> tuple[IncidentTally, ...]:
+        """The incidents no longer kept, per kind and signature."""
+        return tuple(IncidentTally(kind, sig, *tally) for (kind, sig), tally in self._dropped.items())
 
     # ------------------------------------------------------------------------------------------- tracebacks
     def wants_every_line(self, path: str) -> bool:

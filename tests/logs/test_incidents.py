@@ -286,3 +286,37 @@ def test_tracker_alone_never_wants_lines_without_a_block() -> None:
         tracker.line(TRAINER, "", "later", n, lambda: (2.0, None))
     assert not tracker.wants_every_line(TRAINER)
     assert [i.title for i in tracker.incidents()] == ["ValueError: x"]
+
+
+def test_incidents_no_longer_kept_are_tallied_and_the_diagnosis_counts_them_all() -> None:
+    """Only the newest MAX_INCIDENTS are kept. A night of one crash repeated must still say how often it happened and
+    since when: 'the same crash happened 26 times' over 24 705 of them was a figure of the kept list, not of the log."""
+    from rlwatch.common.state import Snapshot
+    from rlwatch.engine.diagnosis import Context, diagnose, occurrences
+    from rlwatch.logs.incidents import MAX_INCIDENTS
+
+    c = counter(FakeClock(start=1_800_000_000.0))
+    crashes = MAX_INCIDENTS + 120
+    text = "".join(
+        f"2026-11-21 10:{i // 60 % 60:02d}:{i % 60:02d},000 ERROR step failed\n" + NAMESPACE.format(who="team")
+        for i in range(crashes)
+    )
+    feed(c, TRAINER, text)
+    kept = of_kind(c, "traceback")
+    assert len(kept) == MAX_INCIDENTS
+    (tally,) = c.dropped_incidents()
+    assert (tally.kind, tally.signature, tally.count) == ("traceback", kept[0].signature, 120)
+    assert tally.lines == 120 * sum(1 for _ in NAMESPACE.splitlines())
+    snap = Snapshot(
+        host="h",
+        time=1_800_000_000.0,
+        profile="generic",
+        run_dir="/r",
+        events=c.summaries(),
+        incidents=c.incidents(),
+        dropped_incidents=c.dropped_incidents(),
+    )
+    assert occurrences(snap.incidents, snap.dropped_incidents, "traceback", tally.signature) == crashes
+    (found,) = [f for f in diagnose(snap, Context()) if f.code == "crash_repeating"]
+    assert f"happened {crashes} times" in found.message
+    assert found.since == tally.first == kept[0].first - 120 * 1.0  # the first one's time, one second apart

@@ -209,3 +209,18 @@ def test_a_root_cause_the_relaunch_got_past_is_history_not_critical(tmp_path: Pa
     (finding,) = [f for f in snap.findings if f.code == "torchrun_failed"]
     assert finding.severity.value == "info" and finding.message.endswith("the run has progressed since.")
     assert "rank 0 (exit code -6, SIGABRT, host gpu-host-1)" in finding.message  # still told, with its evidence
+
+
+def test_nccl_timeouts_no_longer_kept_are_counted_with_the_kept_ones(tmp_path: Path) -> None:
+    """Older incidents than the kept ones are tallied apart; how many collectives timed out, and how often torch
+    printed them, counts them too."""
+    from dataclasses import replace
+
+    from rlwatch.common.state import IncidentTally
+    from rlwatch.engine.diagnosis import Context, diagnose
+
+    snap = reported(tmp_path, TORCHRUN_LOG)
+    (kept,) = [i for i in snap.incidents if i.kind == "nccl_timeout"]
+    older = IncidentTally("nccl_timeout", kept.signature, 3, 6, None)
+    text = " ".join(f.message for f in diagnose(replace(snap, dropped_incidents=(older,)), Context()))
+    assert "4 NCCL collective timeouts (printed 9 times in all)" in text
