@@ -171,6 +171,11 @@ def to_json_dict(s: Snapshot) -> dict[str, Any]:
         "simulated": s.simulated,
         "events": events,
         "incidents": [_incident_json(i) for i in s.incidents],
+        # Only the newest incidents are kept whole; the older ones, per kind and signature: how many, since when.
+        "incidents_older": [
+            {"kind": t.kind, "signature": t.signature, "count": t.count, "lines": t.lines, "first": iso(t.first)}
+            for t in s.dropped_incidents
+        ],
         "training": training,
         "checkpoint": checkpoint,
         "recover": recover,

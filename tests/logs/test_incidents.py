@@ -320,3 +320,7 @@ def test_incidents_no_longer_kept_are_tallied_and_the_diagnosis_counts_them_all(
     (found,) = [f for f in diagnose(snap, Context()) if f.code == "crash_repeating"]
     assert f"happened {crashes} times" in found.message
     assert found.since == tally.first == kept[0].first - 120 * 1.0  # the first one's time, one second apart
+    from rlwatch.export.report import to_json_dict
+
+    (older,) = to_json_dict(snap)["incidents_older"]
+    assert (older["kind"], older["count"], older["signature"]) == ("traceback", 120, tally.signature)
