@@ -309,8 +309,10 @@ def cmd_watch(args: argparse.Namespace) -> int:
         if not _backlog_read(snap):
             return  # the stream starts once the whole backlog is read: its counts are then totals, not a part
         own = snap.watchdog
-        if own is not None and own.pid == os.getpid() and own.reading_backlog is not None:
-            return  # this watchdog's state file does not say so yet (written on its next round)
+        # This watchdog's state file may not say yet that the backlog is read (written on its next round): the
+        # stream waits for it, unless the file cannot be written (a full disk), when it would wait for ever.
+        if own is not None and own.pid == os.getpid() and own.reading_backlog is not None and not watchdog.state_error:
+            return
         with lock:
             for rec in changes(prev[0], snap):
                 line = json.dumps(rec) if args.json else plain(rec)

@@ -650,6 +650,11 @@ class Watchdog:
                 "notify": self.notifications.state() if self.notifications is not None else None,
             }
 
+    @property
+    def state_error(self) -> str | None:
+        """Why the state file could not be written the last time (None: it was)."""
+        return self._state_error
+
     def _write_state(self, *, stopped: bool = False) -> None:
         if not self.acting:
             return

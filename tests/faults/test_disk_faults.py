@@ -175,3 +175,57 @@ def test_watchdog_state_on_a_full_disk(
     assert proc.wait(timeout=15) == 0
     assert proc.stderr is not None and b"Traceback" not in proc.stderr.read()
     row.saw("space freed: watchdog.json written by the same process; SIGTERM → exit 0")
+
+
+def test_watch_starts_its_stream_when_the_disk_fills_while_it_reads_its_backlog(
+    tmp_path: Path,
+    full_disk: Callable[[Path], FullDisk | None],
+    procs: list[subprocess.Popen[bytes]],
+    fault_row: Callable[[str, str], FaultRow],
+) -> None:
+    """The stream waits for the watchdog's state file to say the backlog is read; a file that can no longer be
+    written must not keep it waiting for ever."""
+    from bench.datagen import generate
+
+    row = fault_row(
+        "files: the disk fills while watch reads a big backlog",
+        "(a 64 KiB tmpfs filled once the state file says 'reading') the stream starts all the same",
+    )
+    run = tmp_path / "run"
+    generate(run / "trainer.log", 24 << 20, dense=True)
+    disk = full_disk(run / ".rlwatch")
+    if disk is None:
+        pytest.skip("no tmpfs can be mounted here (needs root)")
+    disk.free()  # room for the first state files
+    (run / "rlwatch.yaml").write_text(
+        "training:\n  logs: ['*.log']\ngpu:\n  backend: none\ninterval_s: 0.2\nwatchdog:\n  heartbeat_s: 0.2\n"
+    )
+    out = tmp_path / "watch.jsonl"
+    with out.open("wb") as sink:
+        proc = subprocess.Popen(
+            [PYTHON, "-m", "rlwatch", "watch", str(run), "--json"],
+            stdout=sink,
+            stderr=subprocess.PIPE,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+        )
+    procs.append(proc)
+    state = run / ".rlwatch" / "watchdog.json"
+
+    def reading() -> bool:
+        try:
+            return json.loads(state.read_text()).get("reading_backlog") is not None
+        except (OSError, ValueError):
+            return False
+
+    wait_until(reading, 30)
+    disk.fill()
+
+    def types() -> list[object]:
+        return [json.loads(line).get("type") for line in out.read_text().splitlines() if line.startswith("{")]
+
+    wait_until(lambda: "state" in types(), 60)
+    assert json.loads(state.read_text()).get("reading_backlog") is not None  # the file still says reading
+    row.saw("state file left saying 'reading' on a full disk; the stream started once the backlog was read")
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(timeout=15) == 0
