@@ -36,6 +36,8 @@ def header_text(snap: Snapshot, width: int, stale_s: float | None = None) -> Tex
         done, total = snap.backlog
         # With a preview, what is *now* was read first from the logs' ends; only the totals are still partial.
         now = "; diagnosis from the end first" if snap.preview else ""
+        if snap.preview and not snap.preview_numbered:
+            now += " (line numbers: ? until counted)"
         right.append(
             f" {backlog_text(done, total)}{now} ",
             style="bold black on cyan",

@@ -416,6 +416,7 @@ class Snapshot:
     # While a big backlog is read, what is *now* (last times, evidence, streaks, incidents, step) comes from its
     # newest part, counted first (engine/preview); this says so, for the header. None otherwise.
     preview: str | None = None
+    preview_numbered: bool = True  # False: the preview's line numbers are not known yet (shown as "?")
     watchdog: WatchdogStatus | None = None  # None: no watchdog ever ran for this run
     live_run: LiveRun | None = None  # None: not looked for yet
     profile_evidence: tuple[str, ...] = ()  # why this profile: what discovery saw, or the file that names it

@@ -647,6 +647,7 @@ class Engine:
                 logs=self.tailer.files,
                 backlog=_reading(self.tailer.backlog_progress()),
                 preview=preview.described if preview is not None else None,
+                preview_numbered=preview is None or preview.numbered,
                 watchdog=self._watchdog,
                 live_run=_live_run(self._view),
             )

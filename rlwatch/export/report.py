@@ -398,7 +398,8 @@ def first_look_text(s: Snapshot, command: str = "report", then: str = "the full 
     size = f" of {human_bytes(s.backlog[1])}" if s.backlog else ""
     lines = [
         f"rlwatch {command}: a big backlog{size}; its newest part first (counts are of what is read so far, {then} "
-        "follows once everything is read)",
+        "follows once everything is read"
+        + ("; line numbers shown as ? are not counted yet)" if not s.preview_numbered else ")"),
         f"status now: {status_word(s)}",
         *_findings_lines(s),
     ]

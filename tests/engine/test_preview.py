@@ -129,6 +129,7 @@ def test_the_preview_names_the_last_exception_first_and_changes_nothing_once_rea
         first = engine.build()  # the first look: what is now, before a line of the backlog was read
         assert first.backlog is not None and first.backlog[0] == 0
         assert first.preview is not None and "line numbers still being counted" in first.preview
+        assert not first.preview_numbered and "(line numbers: ? until counted)" in header_text(first, 200).plain
         last = first.incidents[-1]
         assert last.title.startswith("RuntimeError: weight update to the server failed")
         assert last.lineno > UNCOUNTED and line_number(last.lineno) is None  # not known yet, and never shown
@@ -148,6 +149,7 @@ def test_the_preview_names_the_last_exception_first_and_changes_nothing_once_rea
         snap = engine.build()
         assert snap.backlog is not None and snap.backlog[0] < snap.backlog[1] // 2
         assert snap.preview is not None and "trainer.log" in snap.preview and "being counted" not in snap.preview
+        assert snap.preview_numbered and "? until counted" not in header_text(snap, 200).plain
         assert "diagnosis from the end first" in header_text(snap, 200).plain
         last = snap.incidents[-1]
         assert last.title.startswith("RuntimeError: weight update to the server failed")
