@@ -306,7 +306,7 @@ def cmd_watch(args: argparse.Namespace) -> int:
             safe_print(json.dumps(rec) if args.json else text)
 
     def emit(snap: Snapshot) -> None:
-        if not _backlog_read(snap):
+        if not snap.logs_read:
             return  # the stream starts once the whole backlog is read: its counts are then totals, not a part
         own = snap.watchdog
         # This watchdog's state file may not say yet that the backlog is read (written on its next round): the
@@ -354,11 +354,6 @@ def cmd_watch(args: argparse.Namespace) -> int:
     return 0
 
 
-def _backlog_read(snap: Snapshot) -> bool:
-    """The logs were polled, and what they held when they were opened is read (no preview left)."""
-    return snap.backlog is None and snap.preview is None and any(src.name == "logs" for src in snap.sources)
-
-
 def _wait_for_backlog(
     engine: Engine, done: threading.Event, streaming: threading.Event, waiting: _Waiting | None
 ) -> None:
@@ -370,7 +365,7 @@ def _wait_for_backlog(
             if not engine.wait_first_look(0.1):
                 continue  # the newest part first, then how far the rest is
             snap = engine.snapshot()
-            if _backlog_read(snap):
+            if snap.logs_read:
                 if waiting is not None:
                     waiting.close()  # the progress line goes before the stream's first line comes
                 done.wait(0.05)

@@ -9,6 +9,8 @@ import pty
 import signal
 import subprocess
 import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -40,15 +42,14 @@ def _run_dir(tmp_path: Path) -> Path:
     return run
 
 
-def _report(run: Path, *, terminal: bool) -> tuple[int, dict[str, Any], str]:
-    """`report --json` with stdout a pipe and stderr a pseudo-terminal (or a pipe): (exit code, JSON, stderr)."""
-    if not terminal:
-        done = subprocess.run(rlwatch_cmd("report", "--json", str(run)), capture_output=True, text=True, timeout=120)
-        return done.returncode, json.loads(done.stdout), done.stderr
+@contextmanager
+def _terminal() -> Iterator[tuple[int, bytearray]]:
+    """A pseudo-terminal to write to (its fd) and what has been written to it so far, read as it comes: a terminal
+    reads what is written, or the writer blocks."""
     master, slave = pty.openpty()
     seen = bytearray()
 
-    def drain() -> None:  # a terminal reads what is written, or the writer blocks
+    def drain() -> None:
         while True:
             try:
                 block = os.read(master, 1 << 16)
@@ -61,13 +62,22 @@ def _report(run: Path, *, terminal: bool) -> tuple[int, dict[str, Any], str]:
     reader = threading.Thread(target=drain, daemon=True)
     reader.start()
     try:
-        proc = subprocess.run(
-            rlwatch_cmd("report", "--json", str(run)), stdout=subprocess.PIPE, stderr=slave, timeout=120, check=False
-        )
+        yield slave, seen
     finally:
         os.close(slave)
         reader.join(10)
         os.close(master)
+
+
+def _report(run: Path, *, terminal: bool) -> tuple[int, dict[str, Any], str]:
+    """`report --json` with stdout a pipe and stderr a pseudo-terminal (or a pipe): (exit code, JSON, stderr)."""
+    if not terminal:
+        done = subprocess.run(rlwatch_cmd("report", "--json", str(run)), capture_output=True, text=True, timeout=120)
+        return done.returncode, json.loads(done.stdout), done.stderr
+    with _terminal() as (slave, seen):
+        proc = subprocess.run(
+            rlwatch_cmd("report", "--json", str(run)), stdout=subprocess.PIPE, stderr=slave, timeout=120, check=False
+        )
     return proc.returncode, json.loads(proc.stdout), seen.decode("utf-8", "replace")
 
 
@@ -112,36 +122,19 @@ def test_watch_at_a_terminal_says_what_is_wrong_now_and_stops_on_ctrl_c_while_re
     run = tmp_path / "run"
     generate(run / "trainer.log", 64 << 20, dense=True)  # seconds to read: a backlog of incidents
     (run / "rlwatch.yaml").write_text("training:\n  logs: ['*.log']\ngpu:\n  backend: none\n")
-    master, slave = pty.openpty()
-    seen = bytearray()
-
-    def drain() -> None:
-        while True:
-            try:
-                block = os.read(master, 1 << 16)
-            except OSError:
-                return
-            if not block:
-                return
-            seen.extend(block)
-
-    reader = threading.Thread(target=drain, daemon=True)
-    reader.start()
-    proc = subprocess.Popen(
-        rlwatch_cmd("watch", "--json", str(run)), stdout=subprocess.PIPE, stderr=slave, stdin=subprocess.DEVNULL
-    )
-    try:
-        wait_until(lambda: b"reading backlog:" in seen or proc.poll() is not None, 60)
-        assert proc.poll() is None, bytes(seen)
-        proc.send_signal(signal.SIGINT)
-        assert proc.wait(timeout=15) == 0
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-        os.close(slave)
-        reader.join(10)
-        os.close(master)
+    with _terminal() as (slave, seen):
+        proc = subprocess.Popen(
+            rlwatch_cmd("watch", "--json", str(run)), stdout=subprocess.PIPE, stderr=slave, stdin=subprocess.DEVNULL
+        )
+        try:
+            wait_until(lambda: b"reading backlog:" in seen or proc.poll() is not None, 60)
+            assert proc.poll() is None, bytes(seen)
+            proc.send_signal(signal.SIGINT)
+            assert proc.wait(timeout=15) == 0
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
     stderr = seen.decode("utf-8", "replace")
     assert "rlwatch watch: a big backlog of" in stderr and "status now:" in stderr
     assert "Traceback (most recent" not in stderr  # findings, no crash of its own

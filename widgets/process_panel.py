@@ -12,6 +12,7 @@ from textual.app import ComposeResult
 from textual.widgets import DataTable, Static
 
 from rlwatch.common.state import LiveRun, ProcessInfo, ServerState, Snapshot, WatchdogStatus
+from rlwatch.engine.diagnosis import percent_read
 from rlwatch.widgets.format import clean_text, fmt_age, fmt_bytes, fmt_clock, fmt_cmdline, fmt_duration
 from rlwatch.widgets.panel import Panel
 from rlwatch.widgets.text_block import TextBlock
@@ -66,8 +67,7 @@ def watchdog_line(wd: WatchdogStatus | None, now: float) -> Text | None:
         since = f" since {fmt_clock(wd.since, now=now)}" if wd.since is not None else ""
         line.append(f"{since}  pid {wd.pid}", style="dim")
         if wd.reading_backlog is not None:
-            done, total = wd.reading_backlog
-            line.append(f"  reading its logs ({100 * done // max(total, 1)} %): no action yet", style="yellow")
+            line.append(f"  reading its logs ({percent_read(*wd.reading_backlog)} %): no action yet", style="yellow")
     elif wd.running:
         line.append(" STUCK ", style="bold white on red")
         line.append(f"  pid {wd.pid}, no heartbeat for {fmt_duration(wd.heartbeat_age_s)}", style="red")

@@ -425,6 +425,16 @@ class Snapshot:
     def gpus(self) -> tuple[GpuState, ...]:
         return self.gpu.gpus if self.gpu else ()
 
+    def polled(self, source: str) -> bool:
+        """``source`` was looked at for this snapshot: the engine's loops run side by side, and one may publish
+        before another has begun."""
+        return any(s.name == source for s in self.sources)
+
+    @property
+    def logs_read(self) -> bool:
+        """The logs were polled and what they held when opened is read, no preview left: counts are totals."""
+        return self.backlog is None and self.preview is None and self.polled("logs")
+
     @property
     def zombies(self) -> tuple[GpuHolder, ...]:
         """GPU holders with positive reasons to be strays: the only ones a key or a policy may stop."""

@@ -123,8 +123,12 @@ def backlog_text(done: int, total: int) -> str:
     return f"reading backlog: {_share(done, total)}"
 
 
+def percent_read(done: int, total: int) -> int:
+    return 100 * done // max(total, 1)
+
+
 def _share(done: int, total: int) -> str:
-    return f"{100 * done // max(total, 1)} % of {human_bytes(total)}"
+    return f"{percent_read(done, total)} % of {human_bytes(total)}"
 
 
 def human_duration(s: float | None) -> str:

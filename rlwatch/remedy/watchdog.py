@@ -329,7 +329,8 @@ class Watchdog:
         snap = self._latest
         if snap is None:
             return
-        sampled, reading = _sampled(snap), _reading(snap)
+        # No policy decides on a host whose processes and logs it has not seen, nor on a partial count.
+        sampled, reading = snap.polled("processes") and snap.polled("logs"), _reading(snap)
         if (reading is None) != (self.reading is None):
             self._dirty = True  # the state file says at once that it reads, or that it has read
         self.reading = reading
@@ -338,7 +339,7 @@ class Watchdog:
             self._status_text = status
             if self._ready:
                 self.notify(f"STATUS={status}")
-        if self.acting and sampled and reading is None:
+        if self.acting and snap.polled("processes") and snap.logs_read:
             self._rearm_requests()
             with self._lock:
                 busy = self._running_key is not None
@@ -680,12 +681,6 @@ class Watchdog:
                     delay = None if st.next_allowed is None else max(0.0, st.next_allowed - now)
                     states.append(BudgetState(st.key, st.gave_up is not None, st.restarts_in_window, delay))
             return ExporterExtras(remediations=dict(self._counts), budgets=tuple(states))
-
-
-def _sampled(snap: Snapshot) -> bool:
-    """The host's processes and the logs were looked at for this snapshot: the engine's loops run side by side,
-    and one may publish before the other has begun. No policy decides on a host it has not seen."""
-    return {"processes", "logs"} <= {src.name for src in snap.sources}
 
 
 def _reading(snap: Snapshot) -> tuple[int, int] | None:

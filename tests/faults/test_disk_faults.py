@@ -123,6 +123,21 @@ def test_audit_log_on_a_full_disk(
                 proc.kill()
 
 
+def _watch(run: Path, out: Path) -> subprocess.Popen[bytes]:
+    """`rlwatch watch --json` of ``run`` (its logs ``*.log``, quick rounds), its stream written to ``out``."""
+    (run / "rlwatch.yaml").write_text(
+        "training:\n  logs: ['*.log']\ngpu:\n  backend: none\ninterval_s: 0.2\nwatchdog:\n  heartbeat_s: 0.2\n"
+    )
+    with out.open("wb") as sink:
+        return subprocess.Popen(
+            [PYTHON, "-m", "rlwatch", "watch", str(run), "--json"],
+            stdout=sink,
+            stderr=subprocess.PIPE,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+        )
+
+
 def test_watchdog_state_on_a_full_disk(
     tmp_path: Path,
     full_disk: Callable[[Path], FullDisk | None],
@@ -138,18 +153,8 @@ def test_watchdog_state_on_a_full_disk(
     if disk is None:
         pytest.skip("no tmpfs can be mounted here (needs root)")
     (run / "trainer.log").write_text(REFUSED)
-    (run / "rlwatch.yaml").write_text(
-        "training:\n  logs: ['*.log']\ngpu:\n  backend: none\ninterval_s: 0.2\nwatchdog:\n  heartbeat_s: 0.2\n"
-    )
     out = tmp_path / "watch.jsonl"
-    with out.open("wb") as sink:
-        proc = subprocess.Popen(
-            [PYTHON, "-m", "rlwatch", "watch", str(run), "--json"],
-            stdout=sink,
-            stderr=subprocess.PIPE,
-            stdin=subprocess.DEVNULL,
-            start_new_session=True,
-        )
+    proc = _watch(run, out)
     procs.append(proc)
 
     def recs() -> list[dict[str, object]]:
@@ -197,18 +202,8 @@ def test_watch_starts_its_stream_when_the_disk_fills_while_it_reads_its_backlog(
     if disk is None:
         pytest.skip("no tmpfs can be mounted here (needs root)")
     disk.free()  # room for the first state files
-    (run / "rlwatch.yaml").write_text(
-        "training:\n  logs: ['*.log']\ngpu:\n  backend: none\ninterval_s: 0.2\nwatchdog:\n  heartbeat_s: 0.2\n"
-    )
     out = tmp_path / "watch.jsonl"
-    with out.open("wb") as sink:
-        proc = subprocess.Popen(
-            [PYTHON, "-m", "rlwatch", "watch", str(run), "--json"],
-            stdout=sink,
-            stderr=subprocess.PIPE,
-            stdin=subprocess.DEVNULL,
-            start_new_session=True,
-        )
+    proc = _watch(run, out)
     procs.append(proc)
     state = run / ".rlwatch" / "watchdog.json"
 
