@@ -1,0 +1,81 @@
+"""Turn a snapshot into findings: what is wrong, in the words a person would use after a health check.
+
+Each rule is a small function over the snapshot plus a few facts that are not in it (:class:`Context`: thresholds,
+start times, missing expected processes), in a module of its own concern: the server, restarts, memory, the
+watchdog, the GPUs, training, crashes, the disk. Rules never raise on absent data: a rule whose inputs are ``None``
+says nothing. ``wording`` says times, sizes and durations the way every view says them.
+"""
+
+from __future__ import annotations
+
+from rlwatch.common.state import Finding, Snapshot
+from rlwatch.engine.diagnosis.base import CRIT, INFO, WARN, Context, Rule
+from rlwatch.engine.diagnosis.crashes import crashes, failure_text, failures, occurrences, torchrun_failure
+from rlwatch.engine.diagnosis.disk import disk
+from rlwatch.engine.diagnosis.gpu import OUTSIDE_MIN_BYTES, gpu
+from rlwatch.engine.diagnosis.memory import brake, memory
+from rlwatch.engine.diagnosis.restarts import restart_loop
+from rlwatch.engine.diagnosis.server import server_down
+from rlwatch.engine.diagnosis.timeline import timeline
+from rlwatch.engine.diagnosis.training import training
+from rlwatch.engine.diagnosis.watchdog import watchdog, watchdog_state
+from rlwatch.engine.diagnosis.wording import (
+    backlog_text,
+    exact_first,
+    exact_time,
+    first_text,
+    hhmm,
+    human_bytes,
+    human_duration,
+    incident_text,
+    last_text,
+    percent_read,
+    when_text,
+)
+
+__all__ = [
+    "CRIT",
+    "INFO",
+    "OUTSIDE_MIN_BYTES",
+    "RULES",
+    "WARN",
+    "Context",
+    "Rule",
+    "backlog_text",
+    "diagnose",
+    "exact_first",
+    "exact_time",
+    "failure_text",
+    "first_text",
+    "hhmm",
+    "human_bytes",
+    "human_duration",
+    "incident_text",
+    "last_text",
+    "occurrences",
+    "percent_read",
+    "timeline",
+    "torchrun_failure",
+    "when_text",
+]
+
+RULES: tuple[Rule, ...] = (
+    server_down,
+    restart_loop,
+    memory,
+    brake,
+    watchdog,
+    watchdog_state,
+    gpu,
+    training,
+    crashes,
+    failures,
+    disk,
+)
+
+
+def diagnose(s: Snapshot, ctx: Context) -> tuple[Finding, ...]:
+    found: list[Finding] = []
+    for rule in RULES:
+        found.extend(rule(s, ctx))
+    return tuple(sorted(found, key=lambda f: (f.severity.rank, f.since or 0.0)))

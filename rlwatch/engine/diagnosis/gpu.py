@@ -1,0 +1,83 @@
+"""The GPUs: stray holders, memory held from outside this container, idle devices beside a run that needs them."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from rlwatch.common.state import (
+    Finding,
+    Snapshot,
+)
+from rlwatch.engine.diagnosis.base import (
+    CRIT,
+    INFO,
+    WARN,
+    Context,
+    count_of,
+    only_history,
+    per_file,
+)
+from rlwatch.engine.diagnosis.wording import (
+    exact_first,
+    human_bytes,
+    last_text,
+)
+
+OUTSIDE_MIN_BYTES = 1024**3  # less than this held outside is not worth a finding
+
+
+def gpu(s: Snapshot, ctx: Context) -> Iterator[Finding]:
+    """GPU holders and held memory. Killing is advised only for strays — holders with positive reasons — and
+    never for memory held outside this container, which no kill from here can reach."""
+    strays = s.zombies
+    unknown = s.unknown_holders
+    busy = count_of(s, "cuda_busy")
+    busy_now = bool(busy) and not only_history(s, "cuda_busy")
+    modes = {g.compute_mode for g in s.gpus if g.compute_mode}
+    mode = f" Compute mode {'/'.join(sorted(modes))}." if modes else ""
+    if strays:
+        pids = ", ".join(str(h.pid) for h in strays[:6])
+        yield Finding(
+            CRIT if busy_now else WARN,
+            "gpu_strays",
+            f"{len(strays)} stray process(es) hold the GPU (pid {pids}): {strays[0].reason}.{mode}"
+            " Kill them with key z.",
+            min(h.create_time for h in strays),
+        )
+    if unknown:
+        first = unknown[0]
+        pids = ", ".join(str(h.pid) for h in unknown[:6])
+        yield Finding(
+            WARN if busy_now else INFO,
+            "gpu_unknown_holders",
+            f"{len(unknown)} process(es) outside the live run hold the GPU (pid {pids}) and rlwatch cannot tell "
+            f"what they are — pid {first.pid}: {first.evidence}. It will not stop them on its own.",
+            min(h.create_time for h in unknown),
+        )
+    outside = [g for g in s.gpus if g.outside_bytes and g.outside_bytes >= OUTSIDE_MIN_BYTES]
+    if outside:
+        where = "; ".join(
+            f"GPU {g.index}: {human_bytes(g.outside_bytes)}"
+            + (f" (NVML pid {', '.join(map(str, g.outside_pids[:4]))}, not visible here)" if g.outside_pids else "")
+            for g in outside
+        )
+        cause = " — that is why the device is busy or unavailable" if busy_now and not strays else ""
+        yield Finding(
+            CRIT if busy_now and not strays else INFO,
+            "gpu_outside",
+            f"GPU memory is held by processes outside this container{cause}: {where}. No kill from here can reach "
+            "them; restarting the pod frees them.",
+            None,
+        )
+    if busy:
+        ev = s.events["cuda_busy"]
+        history = only_history(s, "cuda_busy")
+        yield Finding(
+            INFO if history else CRIT,
+            "device_busy",
+            f"{busy} 'CUDA-capable device(s) is/are busy or unavailable' errors{per_file(s, 'cuda_busy')}, "
+            f"last {last_text(ev, s.time)}" + ("; the device has been usable since." if history else "."),
+            exact_first(ev),
+        )
+    if s.gpu is not None and not s.gpu.available and s.gpu.backend != "none":
+        yield Finding(INFO, "gpu_unavailable", f"GPU data not available: {s.gpu.error}.", None)

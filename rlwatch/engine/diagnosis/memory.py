@@ -1,0 +1,75 @@
+"""Host memory running out, processes over their limits, and the emergency brake that fires when it does."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from rlwatch.common.state import (
+    Finding,
+    Snapshot,
+)
+from rlwatch.engine.diagnosis.base import (
+    CRIT,
+    WARN,
+    Context,
+)
+from rlwatch.engine.diagnosis.wording import (
+    exact_first,
+    hhmm,
+    human_bytes,
+)
+
+
+def memory(s: Snapshot, ctx: Context) -> Iterator[Finding]:
+    th = ctx.thresholds
+    mem = s.memory
+    if mem and mem.total_bytes and mem.available_bytes is not None:
+        used = 1 - mem.available_bytes / mem.total_bytes
+        if used >= th.memory_warn_fraction:
+            yield Finding(
+                CRIT if used >= 0.97 else WARN,
+                "memory_high",
+                f"Host RAM at {used:.1%} ({human_bytes(mem.total_bytes - mem.available_bytes)} of "
+                f"{human_bytes(mem.total_bytes)}); {human_bytes(mem.available_bytes)} available.",
+                s.time,
+            )
+    if mem and mem.oom_kills:
+        yield Finding(CRIT, "oom_kill", f"The kernel OOM killer has killed {mem.oom_kills} process(es) here.", None)
+    for p in s.processes:
+        limit = ctx.memory_limits.get(p.name)
+        if p.alive and limit and p.rss_bytes and p.rss_bytes > limit:
+            yield Finding(
+                CRIT,
+                "over_memory_limit",
+                f"{p.name} (pid {p.pid}) uses {human_bytes(p.rss_bytes)}, over its {human_bytes(limit)} limit.",
+                None,
+            )
+        growth = p.rss_growth_bytes_per_hour
+        if p.alive and growth is not None and growth >= th.leak_bytes_per_hour:
+            when = ""
+            if mem and mem.forecast_exhausted_at:
+                when = f"; at this rate RAM runs out at {hhmm(mem.forecast_exhausted_at, s.time)}"
+            yield Finding(
+                WARN,
+                "memory_leak",
+                f"{p.name} (pid {p.pid}) grows {human_bytes(growth)}/h, now {human_bytes(p.rss_bytes)}{when}. "
+                "Only restarting it frees leaked memory.",
+                p.started_at,
+            )
+
+
+def brake(s: Snapshot, ctx: Context) -> Iterator[Finding]:
+    ev = s.events.get("emergency_brake")
+    if not ev or not ev.count:
+        return
+    th = ctx.thresholds
+    if ev.streak >= th.brake_streak:
+        yield Finding(
+            CRIT,
+            "brake_no_relief",
+            f"Emergency brake fired {ev.streak} times in a row ({ev.count} in all, {ev.rate_per_min:.1f}/min) "
+            "and memory is not coming back: the brake cannot free leaked memory, restart the worker (key w).",
+            exact_first(ev),
+        )
+    else:
+        yield Finding(WARN, "brake", f"Emergency brake fired {ev.count} times (streak {ev.streak}).", exact_first(ev))

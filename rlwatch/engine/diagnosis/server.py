@@ -1,0 +1,112 @@
+"""The inference server: down, unhealthy, starting, or not expected at all (refusals then come from elsewhere)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from rlwatch.common.state import (
+    Finding,
+    Snapshot,
+)
+from rlwatch.engine.diagnosis.base import (
+    CRIT,
+    INFO,
+    WARN,
+    Context,
+    count_of,
+    per_file,
+)
+from rlwatch.engine.diagnosis.wording import (
+    exact_first,
+    first_text,
+    hhmm,
+    human_duration,
+    last_text,
+)
+
+
+def server_down(s: Snapshot, ctx: Context) -> Iterator[Finding]:
+    srv = s.server
+    refused = count_of(s, "connection_refused")
+    finished = s.training is not None and s.training.finished
+    if srv is not None and srv.up is False and finished:
+        # A run that finished needs no server: TRL's and AReaL's launchers stop it at the end. Not a problem.
+        yield Finding(
+            INFO,
+            "server_gone_after_finish",
+            f"Inference server {srv.url} does not answer ({srv.error or 'no answer'}); training has finished.",
+            srv.down_since,
+        )
+    elif srv is not None and srv.up is False:
+        proc = next((p for p in s.processes if p.alive and p.pid == srv.pid), None)
+        ready = s.events.get("server_ready")
+        # ``last`` is the earliest the last ready line can be: ready after the start only when that is sure.
+        was_ready = bool(proc and ready and ready.last is not None and ready.last >= proc.started_at)
+        young = proc is not None and s.time - proc.started_at < ctx.server_start_timeout_s
+        if proc and srv.process_alive and young and not was_ready and not refused:
+            age = s.time - proc.started_at
+            yield Finding(
+                INFO,
+                "server_starting",
+                f"Inference server process {srv.pid} started {human_duration(age)} ago and is not answering yet "
+                f"({srv.error or 'no answer'}); it has {human_duration(ctx.server_start_timeout_s - age)} left to "
+                "come up.",
+                proc.started_at,
+            )
+            return
+        silent_for = None if srv.down_since is None else s.time - srv.down_since
+        if srv.process_alive and silent_for is not None and silent_for < ctx.server_grace_s:
+            yield Finding(
+                INFO,
+                "server_unhealthy",
+                f"Inference server process {srv.pid} has not answered its health check at {srv.url} for "
+                f"{human_duration(silent_for)} ({srv.error or 'no answer'}); checking again.",
+                srv.down_since,
+            )
+            return
+        if srv.process_alive:
+            yield Finding(
+                CRIT,
+                "server_unhealthy",
+                f"Inference server process {srv.pid} is alive but its health check fails at {srv.url} "
+                f"({srv.error or 'no answer'}) since {hhmm(srv.down_since, s.time)}.",
+                srv.down_since,
+            )
+            return
+        extra = ""
+        since = srv.down_since
+        if refused:
+            ev = s.events["connection_refused"]
+            first = exact_first(ev)
+            if first is not None and (since is None or first < since):
+                since = first  # the errors show when it really went away; the probe only saw it now
+            extra = (
+                f"; {refused} connection-refused errors{per_file(s, 'connection_refused')}, "
+                f"first {first_text(ev, s.time)}, last {last_text(ev, s.time)}. Training cannot make progress"
+            )
+        yield Finding(
+            CRIT,
+            "server_down",
+            f"Inference server {srv.url} is down since {hhmm(since, s.time)} ({srv.error or 'no answer'}){extra}.",
+            since,
+        )
+    elif refused >= ctx.thresholds.connection_storm and srv is not None and not srv.expected:
+        # No evidence of an inference server (TRL's colocated generation): what refuses is something else.
+        ev = s.events["connection_refused"]
+        why = f" ({srv.evidence[0]})" if srv.evidence else ""
+        yield Finding(
+            WARN,
+            "connection_errors",
+            f"{refused} connection-refused errors{per_file(s, 'connection_refused')} from {first_text(ev, s.time)} "
+            f"to {last_text(ev, s.time)}; no inference server is expected for this run{why}.",
+            exact_first(ev),
+        )
+    elif refused >= ctx.thresholds.connection_storm and (srv is None or srv.up is None):
+        ev = s.events["connection_refused"]
+        yield Finding(
+            CRIT,
+            "connection_refused",
+            f"{refused} connection-refused errors{per_file(s, 'connection_refused')} from {first_text(ev, s.time)} "
+            f"to {last_text(ev, s.time)}: the inference server is probably gone.",
+            exact_first(ev),
+        )
