@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, TextIO
 
 from rlwatch import __version__
+from rlwatch.common.redact import redact, redacted
 from rlwatch.common.state import ActionPlan, Snapshot
 from rlwatch.common.textsafe import clean_line
 from rlwatch.config.models import Config
@@ -207,8 +208,9 @@ def load(args: argparse.Namespace) -> tuple[Config, Path, str]:
 
 
 def safe_print(text: str, *, file: TextIO | None = None) -> None:
-    """Print text that may hold log content: control sequences are removed line by line."""
-    body = "\n".join(clean_line(line) for line in text.split("\n"))
+    """Print text that may hold log content: secrets redacted (people paste what rlwatch prints), control sequences
+    removed line by line."""
+    body = "\n".join(clean_line(line) for line in redact(text).split("\n"))
     try:
         print(body, file=file or sys.stdout, flush=True)
     except BrokenPipeError:
@@ -303,7 +305,7 @@ def cmd_watch(args: argparse.Namespace) -> int:
 
     def show(rec: dict[str, object], text: str) -> None:
         with lock:
-            safe_print(json.dumps(rec) if args.json else text)
+            safe_print(json.dumps(redacted(rec)) if args.json else text)
 
     def emit(snap: Snapshot) -> None:
         if not snap.logs_read:
@@ -315,7 +317,7 @@ def cmd_watch(args: argparse.Namespace) -> int:
             return
         with lock:
             for rec in changes(prev[0], snap):
-                line = json.dumps(rec) if args.json else plain(rec)
+                line = json.dumps(redacted(rec)) if args.json else plain(rec)
                 if line is not None:
                     safe_print(line)
             prev[0] = snap

@@ -7,6 +7,7 @@ command actually runs, so `rlwatch report` starts fast and works where Textual w
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 import shutil
 import signal
@@ -21,6 +22,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from rlwatch.cli import HANDLERS, UsageError, is_terminal, load, parse, run
+from rlwatch.common.redact import clean_text, redact_lines, redacted
 from rlwatch.discover.load import resolve_config
 from rlwatch.engine.engine import Engine
 from rlwatch.engine.feed import StaticFeed
@@ -180,7 +182,11 @@ def _render(run_dir: Path, config: Path | None, profile: str, size: tuple[int, i
             engine.start()
             time.sleep(warmup_s)  # gather a few samples so the graphs have a history
         snap = engine.build()
-        feed = StaticFeed(snap, engine.lines_after(0), readonly=cfg.actions.readonly)
+        # A snapshot is for others (people attach it to issues): what it shows is redacted, as every exit's is.
+        lines = engine.lines_after(0)
+        texts = redact_lines([line.text for line in lines])
+        shown = [dataclasses.replace(line, text=clean_text(text)) for line, text in zip(lines, texts, strict=True)]
+        feed = StaticFeed(redacted(snap), shown, readonly=cfg.actions.readonly)
     finally:
         engine.stop()
     return render_svg(feed, size=size)

@@ -35,10 +35,10 @@ from __future__ import annotations
 import dataclasses
 import functools
 import re
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any, TypeVar
 
-__all__ = ["MASK", "clean_text", "redact", "redact_argv", "redacted"]
+__all__ = ["MASK", "clean_text", "for_others", "redact", "redact_argv", "redact_lines", "redacted"]
 
 MASK = "***"
 T = TypeVar("T")
@@ -84,11 +84,11 @@ _PRIVATE_KEY = re.compile(
 
 # A key whose name says its value is secret: the name may be prefixed (HF_TOKEN, wandb_api_key, x-api-key,
 # AWS_SECRET_ACCESS_KEY) and must end in one of these words. Token *ids* and special tokens are not secrets.
-_SECRET_WORDS = (
+_SENSITIVE_WORDS = (
     r"token|secret|password|passwd|passphrase|pwd|api[_-]?key|apikey|access[_-]?key|private[_-]?key|secret[_-]?key"
     r"|auth[_-]?key|client[_-]?secret|credentials?|signature|sig|x-amz-signature|x-amz-credential|key"
 )
-_NAME = rf"(?:[A-Za-z0-9]+[_.-])*(?:{_SECRET_WORDS})"
+_NAME = rf"(?:[A-Za-z0-9]+[_.-])*(?:{_SENSITIVE_WORDS})"
 _BENIGN_NAME = re.compile(
     r"(?i)(?:^|[_.-])(?:eos|bos|pad|unk|sep|cls|mask|special|start|end|im_start|im_end|max|num|total|prompt|"
     r"completion|new|output|input|sort|cache|primary|foreign|partition|hash|dict|group|sub|sharding)[_.-]?"
@@ -99,7 +99,9 @@ _VALUE = r"(?:\"[^\"\n]*\"|'[^'\n]*'|[^\s,;&'\"}\])]+)"
 _KEY_VALUE = re.compile(rf"(?i)(?<![A-Za-z0-9])([\"']?)({_NAME})\1(\s*[=:]\s*)({_VALUE})")
 # --k v, --k=v, -k v (command lines): the value is the next word.
 _FLAG = re.compile(rf"(?i)(?<!\S)(--?)({_NAME})(=|\s+)(?!-)({_VALUE})")
-_AUTH_HEADER = re.compile(r"(?i)\b(authorization|proxy-authorization)(\"?\s*[:=]\s*\"?)([^\s\"',}]+)(?:\s+([^\s\"',}]+))?")
+_AUTH_HEADER = re.compile(
+    r"(?i)\b(authorization|proxy-authorization)(\"?\s*[:=]\s*\"?)([^\s\"',}]+)(?:\s+([^\s\"',}]+))?"
+)
 _BEARER = re.compile(r"(?i)\b(bearer|basic)(\s+)([A-Za-z0-9._~+/=-]{8,})")
 _URL_USERINFO = re.compile(r"\b([A-Za-z][A-Za-z0-9+.-]*://)([^\s/@'\"<>]+)@")
 
@@ -172,7 +174,15 @@ def _format_match(m: re.Match[str]) -> str:
 
 
 def _private_key(m: re.Match[str]) -> str:
-    return f"-----BEGIN {m.group(1)}----- {MASK} -----END {m.group(1)}-----"
+    """The block with its body masked line for line: a block redacted among lines keeps their count."""
+    lines = m.group(0).split("\n")
+    body = [MASK] * max(len(lines) - 2, 0)
+    if len(lines) == 1:
+        return f"-----BEGIN {m.group(1)}----- {MASK}" + (
+            f" -----END {m.group(1)}-----" if m.group(0).endswith("-----") else ""
+        )
+    end = lines[-1] if lines[-1].startswith("-----END") else MASK
+    return "\n".join([f"-----BEGIN {m.group(1)}-----", *body, end])
 
 
 def redact(text: str) -> str:
@@ -209,6 +219,11 @@ def _for_others(text: str) -> str:
     return clean_text(redact(text))
 
 
+def for_others(text: str) -> str:
+    """Text that leaves rlwatch: redacted, and without control characters (tabs and newlines stay)."""
+    return _for_others(text)
+
+
 def redacted(value: T, text: Callable[[str], str] = _for_others) -> T:
     """A copy of ``value`` — a record (frozen dataclass), a mapping, a sequence, or a string — with every string in
     it passed through :func:`redact` and :func:`clean_text`. Enumerations and other ``str`` subclasses are names of
@@ -234,10 +249,12 @@ def _walk(value: Any, text: Callable[[str], str]) -> Any:
         return dataclasses.replace(value, **changes) if changes else value
     if kind is dict or isinstance(value, dict):
         return {(_walk(k, text) if type(k) is str else k): _walk(v, text) for k, v in value.items()}
-    if kind is tuple:
-        return tuple(_walk(v, text) for v in value)
-    if kind is list:
-        return [_walk(v, text) for v in value]
+    if kind is tuple or kind is list:
+        if value and all(type(v) is str for v in value):
+            words = _argv(value, text)  # a command line: a flag's value is the next word
+            return tuple(words) if kind is tuple else words
+        items = [_walk(v, text) for v in value]
+        return tuple(items) if kind is tuple else items
     if isinstance(value, tuple) and hasattr(value, "_fields"):  # a named tuple
         return kind(*(_walk(v, text) for v in value))
     if isinstance(value, (set, frozenset)):
@@ -248,16 +265,29 @@ def _walk(value: Any, text: Callable[[str], str]) -> Any:
 _FLAG_NAME = re.compile(rf"(?i)--?({_NAME})")
 
 
+def redact_lines(lines: Sequence[str]) -> list[str]:
+    """Consecutive lines of a log redacted together, so that a block spread over lines (a private key pasted into
+    a log) is seen whole; as many lines come back, in order."""
+    joined = redact("\n".join(lines)).split("\n")
+    if len(joined) != len(lines):  # cannot happen with the rules above; never misalign lines if it ever does
+        return [redact(line) for line in lines]
+    return joined
+
+
 def redact_argv(argv: Iterable[str]) -> list[str]:
     """An argument vector redacted word by word, and the word after a secret-named flag (``--hf_token``,
     ``--wandb-key``) masked whatever it looks like: in a vector the value is not in the flag's own string."""
+    return _argv(argv, redact)
+
+
+def _argv(argv: Iterable[str], text: Callable[[str], str]) -> list[str]:
     out: list[str] = []
     secret_next = False
     for word in argv:
         if secret_next and not word.startswith("-"):
             out.append(MASK)
         else:
-            out.append(redact(word))
+            out.append(text(word))
         m = _FLAG_NAME.fullmatch(word)
         secret_next = m is not None and not _BENIGN_NAME.search(m.group(1)) and m.group(1).lower() not in ("key", "sig")
     return out

@@ -35,6 +35,7 @@ from prometheus_client.exposition import start_wsgi_server
 from prometheus_client.registry import Collector
 
 from rlwatch.common.clock import Clock, SystemClock
+from rlwatch.common.redact import redact
 from rlwatch.common.state import Incident, ProcessInfo, Snapshot
 from rlwatch.common.textsafe import clean_line
 from rlwatch.engine.diagnosis import occurrences
@@ -82,8 +83,9 @@ class ExporterExtras:
 
 
 def label_safe(value: object, limit: int = LABEL_MAX) -> str:
-    """A label value that is one clean line: no control characters, bounded length."""
-    text = clean_line(str(value)).replace("\t", " ").strip()
+    """A label value that is one clean line: secrets redacted (a fleet scrapes these), no control characters,
+    bounded length."""
+    text = clean_line(redact(str(value))).replace("\t", " ").strip()
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 

@@ -12,6 +12,7 @@ import json
 import math
 from typing import Any
 
+from rlwatch.common.redact import redacted
 from rlwatch.common.state import ChildFailure, Incident, NotifyStatus, Severity, Snapshot, line_number
 from rlwatch.engine.diagnosis import first_text, hhmm, human_bytes, human_duration, last_text, when_text
 
@@ -261,7 +262,7 @@ def notify_lines(n: NotifyStatus, now: float) -> list[str]:
 
 
 def to_json(s: Snapshot) -> str:
-    return json.dumps(to_json_dict(s), indent=2)
+    return json.dumps(redacted(to_json_dict(s)), indent=2)
 
 
 def status_word(s: Snapshot) -> str:

@@ -22,6 +22,7 @@ from typing import Any
 import psutil
 
 from rlwatch.common.numbers import finite_float
+from rlwatch.common.redact import redacted
 from rlwatch.common.state import GaveUp, NotifyStatus, WatchdogStatus
 from rlwatch.common.statefiles import STATE_DIR, StateDir, StateFileError, locate
 
@@ -44,7 +45,7 @@ def _state_file(path: Path) -> tuple[StateDir, str]:
 def write_json(path: Path, data: dict[str, Any]) -> str | None:
     """Replace ``path`` with ``data`` atomically, never through a link; a one-line error instead of an exception."""
     try:
-        text = json.dumps(data, indent=1, allow_nan=False)
+        text = json.dumps(redacted(data), indent=1, allow_nan=False)
     except (TypeError, ValueError) as exc:
         return f"{path}: cannot write: {exc}"
     state, name = _state_file(path)

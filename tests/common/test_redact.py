@@ -62,7 +62,17 @@ def test_real_framework_output_is_not_mangled() -> None:
 
 def test_argv_masks_the_word_after_a_secret_flag() -> None:
     argv = ["python3", "train.py", "--hf_token", "plainvalue", "--wandb-key", WANDB, "--lr", "1e-5", "--api_key=x1"]
-    assert redact_argv(argv) == ["python3", "train.py", "--hf_token", MASK, "--wandb-key", MASK, "--lr", "1e-5", "--api_key=***"]
+    assert redact_argv(argv) == [
+        "python3",
+        "train.py",
+        "--hf_token",
+        MASK,
+        "--wandb-key",
+        MASK,
+        "--lr",
+        "1e-5",
+        "--api_key=***",
+    ]
     assert redact_argv(["--eos_token", "</s>", "--max-tokens", "512"]) == ["--eos_token", "</s>", "--max-tokens", "512"]
 
 
@@ -93,3 +103,21 @@ def test_records_are_redacted_through_and_through() -> None:
 def test_redaction_never_raises_and_is_idempotent(text: str) -> None:
     once = redact(text)
     assert redact(once) == once
+
+
+def test_a_private_key_spread_over_lines_is_cut_and_the_lines_keep_their_count() -> None:
+    from rlwatch.common.redact import redact_lines
+    from tests.secrets_corpus import PRIVATE_KEY_BODY
+
+    lines = [
+        "before",
+        "-----BEGIN OPENSSH PRIVATE KEY-----",
+        PRIVATE_KEY_BODY,
+        PRIVATE_KEY_BODY[::-1],
+        "-----END OPENSSH PRIVATE KEY-----",
+        "after",
+    ]
+    out = redact_lines(lines)
+    assert len(out) == len(lines) and out[0] == "before" and out[-1] == "after"
+    assert PRIVATE_KEY_BODY not in "\n".join(out) and PRIVATE_KEY_BODY[::-1] not in "\n".join(out)
+    assert out[2] == out[3] == MASK

@@ -6,6 +6,7 @@ import math
 from collections import defaultdict
 from collections.abc import Iterable
 
+from rlwatch.common.redact import redacted
 from rlwatch.common.state import Severity
 from rlwatch.common.textsafe import clean_line
 from rlwatch.export.fleet.model import (
@@ -135,7 +136,9 @@ def host_from_samples(
     rate = s.one("training_steps_per_second")
     events = {clean_line(k): round(v) for k, v in s.by("events_total", "kind").items()}
     gave_up = tuple(sorted(clean_line(k) for k, v in s.by("budget_gave_up", "target").items() if v))
-    return FleetHost(
+    # What another host's exporter said is shown to whoever runs the fleet view: redacted here as well, since a
+    # host running an older rlwatch (or anything else that speaks these names) may not have redacted it.
+    row = FleetHost(
         key=key,
         host=clean_line(labels.get("host", "")) or key,
         job=job,
@@ -164,3 +167,4 @@ def host_from_samples(
         processes=_processes(s),
         budgets_gave_up=gave_up,
     )
+    return redacted(row)

@@ -13,17 +13,12 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable
 
+from rlwatch.common.redact import redact
 from rlwatch.common.textsafe import clean_line
 
 LINE_MAX = 300  # one line of a message
 
 _ANY_URL = re.compile(r"\b([A-Za-z][A-Za-z0-9+.-]*)://([^\s'\"<>]+)")
-_KEY_VALUE = re.compile(
-    r"(?i)\b((?:api[_-]?)?(?:token|key|secret|password|passwd|pwd|auth|authorization|credentials?)\s*[=:]\s*)"
-    r"([^\s,;&'\"]+)"
-)
-_FLAG_VALUE = re.compile(r"(?i)(--?(?:api[_-]?key|[a-z]*[_-]?token|secret|password|passwd|auth)[= ])(\S+)")
-_BEARER = re.compile(r"(?i)\b(bearer|basic)\s+[A-Za-z0-9._~+/=-]{6,}")
 _MENTION = re.compile(r"@(?=[A-Za-z0-9_])")
 _SPACE = re.compile(r"\s+")
 _HOSTNAME = re.compile(r"[A-Za-z0-9-]+(?:\.[A-Za-z0-9-]+)+")  # a host name or address names a place, not a secret
@@ -48,14 +43,12 @@ def secrets_of(url: str) -> list[str]:
 
 
 def scrub(text: str, secrets: Iterable[str] = ()) -> str:
-    """Remove secrets: the given strings, credentials and queries of URLs, ``token=…`` values, bearer tokens."""
+    """Remove secrets: the given strings (the targets' own), credentials and queries of URLs, and everything the one
+    redaction (:func:`rlwatch.common.redact.redact`) cuts from whatever leaves rlwatch."""
     for secret in secrets:
         if secret:
             text = text.replace(secret, "***")
-    text = _ANY_URL.sub(_url_shown, text)
-    text = _BEARER.sub(lambda m: m.group(1) + " ***", text)
-    text = _KEY_VALUE.sub(lambda m: m.group(1) + "***", text)
-    return _FLAG_VALUE.sub(lambda m: m.group(1) + "***", text)
+    return redact(_ANY_URL.sub(_url_shown, text))
 
 
 def one_line(text: str, limit: int = LINE_MAX) -> str:

@@ -22,6 +22,7 @@ from pathlib import Path, PurePath
 from typing import Literal
 
 from rlwatch.common.clock import Clock
+from rlwatch.common.redact import redacted
 from rlwatch.common.statefiles import StateFileError, append_file
 
 AuditEvent = Literal["plan", "signal", "spawn", "verify", "result"]
@@ -75,7 +76,7 @@ class AuditLog:
             "rlwatch_pid": os.getpid(),
         }
         for key, value in fields.items():
-            entry[f"field_{key}" if key in _RESERVED else key] = jsonable(value)
+            entry[f"field_{key}" if key in _RESERVED else key] = redacted(jsonable(value))
         return (json.dumps(entry, allow_nan=False) + "\n").encode("ascii")
 
     def record(self, action: str, event: AuditEvent | str, **fields: object) -> bool:
