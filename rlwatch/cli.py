@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import signal
 import sys
 import threading
@@ -20,6 +21,7 @@ from rlwatch import __version__
 from rlwatch.common.redact import redact, redacted
 from rlwatch.common.state import ActionPlan, Snapshot
 from rlwatch.common.textsafe import clean_line
+from rlwatch.common.trust import config_distrust
 from rlwatch.config.models import Config
 from rlwatch.discover.load import ConfigError, resolve_config
 from rlwatch.engine.diagnosis import backlog_text, human_bytes, human_duration
@@ -284,7 +286,6 @@ def cmd_report(args: argparse.Namespace) -> int:
 
 def cmd_watch(args: argparse.Namespace) -> int:
     """The headless engine and the watchdog: prints changes, applies the policies, keeps its state file fresh."""
-    import os
 
     from rlwatch.engine.engine import Engine
     from rlwatch.export.exporter import Exporter, ExporterError, parse_listen, start_exporter
@@ -386,7 +387,6 @@ def _wait_for_backlog(
 
 def _notifications(cfg: Config, run_dir: Path, host: str, cli: list[str], heartbeat: str | None) -> Notifications:
     """The targets of `watch` from the config, ``--notify`` and ``RLWATCH_NOTIFY``, each checked before it starts."""
-    import os
     import re
 
     from rlwatch.common.textsafe import redact
@@ -406,7 +406,6 @@ def _notifications(cfg: Config, run_dir: Path, host: str, cli: list[str], heartb
 
 def cmd_notify(args: argparse.Namespace) -> int:
     """`rlwatch notify`: the targets and what the watchdog last sent; `--test [URL]` sends a test message now."""
-    import os
     import socket
     import time
 
@@ -461,6 +460,10 @@ def cmd_service(args: argparse.Namespace) -> int:
         raise UsageError(f"{run_dir}: no such directory")
     if args.config is not None and not args.config.is_file():
         raise UsageError(f"{args.config}: no such file")
+    config = args.config if args.config is not None else run_dir / "rlwatch.yaml"
+    if os.path.lexists(config) and (why := config_distrust(config, run_dir)) is not None:
+        # The service would run the watchdog, which acts on this file's policies and commands, for ever.
+        raise UsageError(f"service install refused: {why}")
     try:
         done = install(run_dir, config=args.config, user=args.user, mode=args.mode, dry=args.print)
     except OSError as exc:

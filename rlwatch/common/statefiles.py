@@ -31,6 +31,8 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+from rlwatch.common.trust import trusted_owner
+
 STATE_DIR = ".rlwatch"
 PRIVATE = 0o600
 DIR_MODE = 0o700
@@ -45,11 +47,6 @@ class StateFileError(Exception):
 
 def _why(exc: OSError) -> str:
     return exc.strerror or str(exc) or type(exc).__name__
-
-
-def trusted_owner(uid: int) -> bool:
-    """A directory or file rlwatch may rely on belongs to the user running it, or to root."""
-    return uid in (os.geteuid(), 0)
 
 
 def dir_problem(st: os.stat_result, path: Path) -> str | None:
@@ -286,6 +283,8 @@ def _checked(fd: int, path: Path, owner_ok: Callable[[int], bool], refusal: str)
             raise StateFileError(f"{path} is not a regular file: refused")
         if not owner_ok(st.st_uid):
             raise StateFileError(f"{path} is owned by uid {st.st_uid}{refusal}")
+        if st.st_nlink > 1:  # another name for it may be anywhere: a hard link to a file of root's, say
+            raise StateFileError(f"{path} has {st.st_nlink} hard links: refused")
     except BaseException as exc:
         os.close(fd)
         if isinstance(exc, OSError):
@@ -331,6 +330,47 @@ def _append(fd: int, data: bytes, sync: bool, path: Path) -> None:
         raise StateFileError(f"{path}: {_why(exc)}") from None
     finally:
         os.close(fd)
+
+
+def append_problem(path: Path) -> str | None:
+    """Why :func:`append_file` / :func:`open_append` would refuse ``path``, found without creating or changing
+    anything (for a plan's checks before its first signal); None when it would be accepted. A file that does not
+    exist yet must be creatable in a directory nobody else can write, where nobody can put a link in its way."""
+    path = Path(os.path.abspath(path))
+    found = locate(path)
+    if found is not None:
+        state = found[0]
+        if why := state.check():
+            return why
+        if not os.path.lexists(state.path) and not os.access(state.run_dir, os.W_OK | os.X_OK):
+            return f"{state.path} cannot be created: {state.run_dir} is not writable"
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        parent = path.parent
+        while not parent.exists() and parent != parent.parent:
+            parent = parent.parent
+        if found is None:
+            try:
+                pst = os.stat(parent)
+            except OSError as exc:
+                return f"{path}: {_why(exc)}"
+            if pst.st_mode & _WRITABLE_BY_OTHERS and not pst.st_mode & stat.S_ISVTX:
+                return f"{path} would be created in {parent}, which others can write: refused"
+        if not os.access(parent, os.W_OK | os.X_OK):
+            return f"{path} cannot be created: {parent} is not writable"
+        return None
+    except OSError as exc:
+        return f"{path}: {_why(exc)}"
+    if stat.S_ISLNK(st.st_mode):
+        return f"{path} is a symbolic link: refused"
+    if not stat.S_ISREG(st.st_mode):
+        return f"{path} is not a regular file: refused"
+    if st.st_uid != os.geteuid():
+        return f"{path} is owned by uid {st.st_uid}, not by this user: refused"
+    if st.st_nlink > 1:
+        return f"{path} has {st.st_nlink} hard links: refused"
+    return None
 
 
 def open_append(path: Path, *, mode: int = PRIVATE) -> int:

@@ -283,6 +283,7 @@ class Provenance:
     server: tuple[str, ...] = ()  # why a server is expected, or why none is
     run_found: bool = True
     looked_for: str | None = None
+    distrust: str | None = None  # why the file may not decide what rlwatch executes: actions are then off
 
 
 class Config(Strict):

@@ -24,6 +24,7 @@ from typing import BinaryIO
 import yaml
 
 from rlwatch.common.clock import Clock, SystemClock
+from rlwatch.common.trust import open_read
 from rlwatch.config.models import Config, Provenance, ServerConfig
 from rlwatch.config.profiles import (
     AREAL_LAUNCHER,
@@ -215,7 +216,7 @@ def _see_file(found: Found, path: Path, name: str, depth: int, now: float) -> No
 
 def _read_tail(path: Path, size: int = TAIL_BYTES) -> str:
     try:
-        with path.open("rb") as fh:
+        with open_read(path) as fh:
             fh.seek(0, os.SEEK_END)
             end = fh.tell()
             fh.seek(max(0, end - size))
@@ -227,7 +228,7 @@ def _read_tail(path: Path, size: int = TAIL_BYTES) -> str:
 
 def _yaml_keys(path: Path) -> set[str]:
     try:
-        with path.open("rb") as fh:
+        with open_read(path) as fh:
             data = fh.read(MAX_YAML_BYTES + 1)
         if len(data) > MAX_YAML_BYTES:
             return set()
@@ -323,7 +324,7 @@ def _config_arg(proc: Proc, run_dir: Path) -> Path | None:
 
 def _mentions(path: Path, text: str) -> bool:
     try:
-        with path.open("rb") as fh:
+        with open_read(path) as fh:
             return text.encode() in fh.read(MAX_YAML_BYTES)
     except OSError:
         return False
@@ -380,7 +381,7 @@ def _head_tail(path: Path) -> str:
     """The start and the end of a file: servers and clients say where they connect when they start, and fail late."""
     try:
         size = path.stat().st_size
-        with path.open("rb") as fh:
+        with open_read(path) as fh:
             if size <= LOG_HEAD_BYTES + TAIL_BYTES:
                 data = fh.read(LOG_HEAD_BYTES + TAIL_BYTES)
             else:
@@ -420,7 +421,7 @@ def _scripts(related: Sequence[Proc], run_dir: Path) -> dict[Path, tuple[Proc, s
             if path in out or not path.is_file():
                 continue
             try:
-                with path.open("rb") as fh:
+                with open_read(path) as fh:
                     out[path] = (proc, fh.read(MAX_SCRIPT_BYTES).decode("utf-8", "replace"))
             except OSError:
                 continue
@@ -612,7 +613,7 @@ def _server_clue(seen: Seen, config_file: str | None, run_found: bool) -> Clue |
 
 def _yaml_doc(path: Path) -> object:
     try:
-        with path.open("rb") as fh:
+        with open_read(path) as fh:
             data = fh.read(MAX_YAML_BYTES + 1)
         if len(data) > MAX_YAML_BYTES:
             return None

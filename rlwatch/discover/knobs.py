@@ -13,6 +13,8 @@ from pathlib import Path
 
 import yaml
 
+from rlwatch.common.trust import open_read
+
 AREAL_KNOBS: tuple[str, ...] = (
     "experiment_name",
     "trial_name",
@@ -123,7 +125,7 @@ def knobs_from_mapping(data: dict[object, object]) -> dict[str, str]:
 def load_knobs(path: Path) -> tuple[dict[str, str], str | None]:
     """The knobs of a training YAML and a one-line error when the file could not be used."""
     try:
-        with open(path, "rb") as fh:
+        with open_read(path) as fh:
             raw = fh.read(MAX_BYTES + 1)
     except OSError as exc:
         return {}, f"cannot read training config {path}: {exc.strerror or exc}"

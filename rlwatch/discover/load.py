@@ -23,6 +23,7 @@ import glob
 import os
 import re
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, get_args, get_origin
 
@@ -31,6 +32,7 @@ from pydantic import BaseModel, ValidationError
 from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
 
 from rlwatch.common.textsafe import redact
+from rlwatch.common.trust import LinkRefused, config_distrust, open_followed
 from rlwatch.config.models import Config, Provenance
 from rlwatch.discover.discovery import discover
 
@@ -78,8 +80,11 @@ def _one_line(text: str) -> str:
 
 def _read_text(path: Path, name: str) -> str:
     try:
-        with path.open("rb") as fh:
+        fd = open_followed(path)  # a link another user planted where others can write is not followed
+        with os.fdopen(fd, "rb") as fh:
             data = fh.read(MAX_CONFIG_BYTES + 1)
+    except LinkRefused as exc:
+        raise ConfigError(name, f"cannot read: {exc.strerror}") from None
     except OSError as exc:
         raise ConfigError(name, f"cannot read: {exc.strerror or exc}") from None
     if len(data) > MAX_CONFIG_BYTES:
@@ -410,10 +415,29 @@ def resolve_config(run_dir: Path, config_path: Path | None, profile: str = "auto
         cfg = discover(run_dir, profile)
         source = "discovered"
     if source != "discovered":
-        cfg = cfg.with_provenance(_file_provenance(cfg, source, profile))
+        path = config_path if config_path is not None else file
+        distrust = config_distrust(path, run_dir)
+        if distrust is not None:
+            cfg = _defanged(cfg, run_dir)
+        cfg = cfg.with_provenance(replace(_file_provenance(cfg, source, profile), distrust=distrust))
     if profile != "auto":
         cfg = cfg.model_copy(update={"profile": profile})
     return cfg, source
+
+
+def _defanged(cfg: Config, run_dir: Path) -> Config:
+    """What an untrusted file may still decide: how the run is watched, not where rlwatch sends what it sees. Its
+    notification targets and heartbeat (a stranger's URL would receive the run's findings and log lines) and its
+    logs outside the run directory (``/etc/shadow`` named as a log would be shown as one) are dropped; its
+    actions are refused by the actions API, which reads ``provenance.distrust``."""
+    base = os.path.abspath(Path(cfg.run_dir).expanduser() if cfg.run_dir else run_dir)
+    inside = [p for p in cfg.training.logs if os.path.abspath(resolve(Path(base), p)).startswith(base + os.sep)]
+    return cfg.model_copy(
+        update={
+            "notify": cfg.notify.model_copy(update={"targets": [], "heartbeat": None}),
+            "training": cfg.training.model_copy(update={"logs": inside}),
+        }
+    )
 
 
 def _file_provenance(cfg: Config, source: str, profile: str) -> Provenance:

@@ -40,6 +40,7 @@ from rlwatch.common.state import (
     TaggedLine,
     WatchdogStatus,
 )
+from rlwatch.common.trust import open_read
 from rlwatch.config.models import Config
 from rlwatch.discover.knobs import read_knobs
 from rlwatch.discover.load import missing_paths, resolve
@@ -128,7 +129,8 @@ class Engine:
         self.run_dir = run_dir.resolve()
         self.clock: Clock = clock or SystemClock()
         self.host = host or socket.gethostname()
-        self.readonly = cfg.actions.readonly
+        # An untrusted configuration file still says how to watch, but not what to execute: no action at all.
+        self.readonly = cfg.actions.readonly or cfg.provenance.distrust is not None
         self._proc_root = proc_root
         self._lock = threading.RLock()
         self._stop = threading.Event()
@@ -518,7 +520,7 @@ class Engine:
                 continue
             if key is None or key[0] != (st.st_dev, st.st_ino) or (key[1] is None and st.st_size != key[2]):
                 try:
-                    with open(path, "rb") as fh:
+                    with open_read(path) as fh:
                         head = fh.read(_LOG_HEAD_BYTES)
                 except OSError:
                     continue
@@ -661,6 +663,7 @@ class Engine:
                 memory_limits=self._memory_limits(),
                 server_start_timeout_s=self.cfg.server.start_timeout_s,
                 server_grace_s=2 * self.cfg.server.interval_s,
+                actions_off=self.cfg.provenance.distrust,
             )
             snap = replace(snap, findings=diagnose(snap, ctx), timeline=timeline(snap))
             self._snapshot = snap

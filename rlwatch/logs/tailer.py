@@ -37,6 +37,7 @@ from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+from rlwatch.common.trust import LinkRefused, open_followed
 from rlwatch.logs.newlines import complete_end, count_lines
 
 __all__ = ["Backlog", "Chunk", "Tailer"]
@@ -374,7 +375,12 @@ class Tailer:
     # --------------------------------------------------------------------------------------------------- I/O
     def _open(self, path: str) -> _Handle | None:
         try:
-            fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+            # A link another user planted where others can write is not followed (the kernel's protected_symlinks
+            # rule, kept whatever the host's sysctl says): its target could be any file root may read.
+            fd = open_followed(path, os.O_RDONLY | os.O_NONBLOCK)
+        except LinkRefused as exc:
+            self.errors[path] = f"refused: {exc.strerror}"
+            return None
         except (OSError, ValueError) as exc:
             self.errors[path] = _describe(exc)
             return None

@@ -355,6 +355,8 @@ class Watchdog:
     # ------------------------------------------------------------------------------------------ telling a person
     def done_line(self) -> str:
         """What the watchdog has done, in one line, for the "done:" of a notification."""
+        if self.cfg.provenance.distrust is not None:
+            return "nothing: actions are off, the configuration is not trusted"
         if self.cfg.actions.readonly:
             return "nothing: actions are read-only"
         with self._lock:

@@ -15,6 +15,7 @@ sized, with the result cached while its directory is unchanged and its files hav
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import re
@@ -26,6 +27,7 @@ from typing import TypedDict
 from rlwatch.common.clock import Clock
 from rlwatch.common.numbers import finite_float
 from rlwatch.common.state import CheckpointInfo, CheckpointState
+from rlwatch.common.trust import open_read
 
 _AREAL_RE = re.compile(r"epoch([0-9]{1,12})epochstep([0-9]{1,12})globalstep([0-9]{1,12})")
 _HF_RE = re.compile(r"checkpoint-([0-9]{1,12})")
@@ -345,7 +347,7 @@ class CheckpointScanner:
             summary = None
         else:
             try:
-                with open(path, encoding="utf-8", errors="replace") as fh:
+                with io.TextIOWrapper(open_read(path), encoding="utf-8", errors="replace") as fh:
                     summary = parse_trainer_state(fh.read())
             except OSError:
                 return None

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from rlwatch.common.state import CheckpointInfo, RecoverState
+from rlwatch.common.trust import open_read
 from rlwatch.sources.checkpoints import as_count, json_object, parse_areal_name, parse_hf_name
 
 STEP_INFO = "step_info.json"
@@ -119,7 +120,7 @@ def read_recover(path: Path) -> tuple[RecoverState | None, str | None]:
             return None, f"no {RECOVER_DIR}/{STEP_INFO} under {path}"
         target = found
     try:
-        with open(target, "rb") as fh:
+        with open_read(target) as fh:
             st = os.fstat(fh.fileno())
             raw = fh.read(MAX_BYTES + 1)
     except FileNotFoundError:

@@ -83,7 +83,7 @@ def test_audit_log_on_a_full_disk(
     how = "a full 64 KiB tmpfs" if disk is not None else "/dev/full (no tmpfs could be mounted)"
     row = fault_row(
         "files: the disk full when the audit log is written",
-        f"({how}) the action still runs and is verified; its result says the audit log failed; written once freed",
+        f"({how}) the action is refused before its first signal, the worker left running; runs once freed",
     )
     audit = tmp_path / "full" / "audit.jsonl" if disk is not None else Path("/dev/full")
     marker = f"faults-worker-{uuid.uuid4().hex}"
@@ -98,25 +98,25 @@ def test_audit_log_on_a_full_disk(
             }
         )
     )
-    procs.append(subprocess.Popen(argv, stdout=subprocess.DEVNULL, start_new_session=True))
+    worker = subprocess.Popen(argv, stdout=subprocess.DEVNULL, start_new_session=True)
+    procs.append(worker)
     try:
         wait_until(
             lambda: any(marker in " ".join(p.info["cmdline"] or []) for p in psutil.process_iter(["cmdline"])), 10
         )
         out = run_cli("act", "restart-workers", str(tmp_path), "--yes", timeout=60)
-        assert out.returncode == 0, out.stdout + out.stderr
-        failure = next(line.strip() for line in out.stdout.splitlines() if "audit log" in line)
-        assert "No space left on device" in failure
-        row.saw(
-            f"exit 0, worker restarted and verified; printed 'audit log: …/{audit.name}: {failure.rsplit(': ', 1)[-1]}'"
-        )
+        assert out.returncode != 0, out.stdout + out.stderr
+        said = out.stdout + out.stderr
+        assert "nothing was done" in said and "No space left on device" in said, said
+        assert worker.poll() is None  # never signalled: nothing is done without a record of it
+        row.saw(f"exit {out.returncode}, worker untouched; said '{said.strip().splitlines()[-1][:90]}'")
         if disk is not None:
             disk.free()
             again = run_cli("act", "restart-workers", str(tmp_path), "--yes", timeout=60)
             assert again.returncode == 0 and "audit log" not in again.stdout, again.stdout
             events = [json.loads(line)["event"] for line in audit.read_text().splitlines()]
             assert events[0] == "plan" and events[-1] == "result"
-            row.saw(f"after freeing space: the next action wrote {len(events)} audit records")
+            row.saw(f"after freeing space: the action ran and wrote {len(events)} audit records")
     finally:
         for proc in psutil.process_iter(["cmdline"]):
             if marker in (proc.info["cmdline"] or []):  # the workers this test started, and their restarts

@@ -110,7 +110,7 @@ def test_bad_working_directory(tmp_path: Path) -> None:
 def test_unwritable_log(tmp_path: Path) -> None:
     blocker = tmp_path / "file"
     blocker.write_text("")
-    with pytest.raises(SpawnError, match=r"cannot open log"):
+    with pytest.raises(SpawnError, match=r"^cannot start .*: log .*/file/x.log: "):
         spawn([sys.executable, "-c", "pass"], cwd=None, env=None, log_path=blocker / "x.log")
 
 

@@ -2,8 +2,9 @@
 
 Each rule is a small function over the snapshot plus a few facts that are not in it (:class:`Context`: thresholds,
 start times, missing expected processes), in a module of its own concern: the server, restarts, memory, the
-watchdog, the GPUs, training, crashes, the disk. Rules never raise on absent data: a rule whose inputs are ``None``
-says nothing. ``wording`` says times, sizes and durations the way every view says them.
+watchdog, the GPUs, training, crashes, the disk, and whether rlwatch may act at all (trust). Rules never raise on
+absent data: a rule whose inputs are ``None`` says nothing. ``wording`` says times, sizes and durations the way
+every view says them.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from rlwatch.engine.diagnosis.restarts import restart_loop
 from rlwatch.engine.diagnosis.server import server_down
 from rlwatch.engine.diagnosis.timeline import timeline
 from rlwatch.engine.diagnosis.training import training
+from rlwatch.engine.diagnosis.trust import actions_off
 from rlwatch.engine.diagnosis.watchdog import watchdog, watchdog_state
 from rlwatch.engine.diagnosis.wording import (
     backlog_text,
@@ -71,6 +73,7 @@ RULES: tuple[Rule, ...] = (
     crashes,
     failures,
     disk,
+    actions_off,
 )
 
 

@@ -30,6 +30,7 @@ class Context:
     trainer_alive: bool | None = None
     gpu_idle: bool | None = None
     no_run: str | None = None  # nothing of a training run seen: where discovery looked
+    actions_off: str | None = None  # why no action may run (an untrusted configuration file), in one line
 
 
 Rule = Callable[[Snapshot, Context], Iterator[Finding]]

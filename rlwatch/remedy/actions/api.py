@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from rlwatch.common.state import ActionPlan, ActionResult, Snapshot
+from rlwatch.common.statefiles import StateDir, append_problem
 from rlwatch.discover.load import resolve
 from rlwatch.engine.engine import Engine
 from rlwatch.remedy.actions.audit import AuditLog
@@ -37,7 +38,7 @@ from rlwatch.remedy.actions.plan import (
     gpu_used_total,
     refused,
 )
-from rlwatch.remedy.actions.spawn import SpawnError, spawn
+from rlwatch.remedy.actions.spawn import SpawnError, spawn, start_problem
 from rlwatch.remedy.actions.stopper import ALREADY_GONE, REUSED, StopReport, stop_tree
 from rlwatch.sources.membership import RUN, STRAY
 from rlwatch.sources.server import ServerProbe
@@ -118,6 +119,8 @@ class Actions:
         ``pids`` are GPU holders a person names for kill-zombies (the only way an *unknown* holder is stopped)."""
         if action not in ACTION_NAMES:
             return refused(action, f"unknown action {action!r}; choose from: {', '.join(ACTION_NAMES)}")
+        if self.cfg.provenance.distrust is not None:
+            return refused(action, self.cfg.provenance.distrust)
         if self.readonly:
             return refused(action, "read-only mode: actions are disabled")
         try:
@@ -127,11 +130,27 @@ class Actions:
             prepared = self._planner.build(action, snap, force=force, only=names, pids=named)
         except Exception as exc:  # a plan that cannot be built is refused in one line, never a traceback
             return refused(action, f"could not plan: {type(exc).__name__}: {exc}")
+        if prepared.plan.runnable and (why := self._preflight(prepared)) is not None:
+            return refused(action, why)
         if prepared.plan.runnable:
             self._plans[id(prepared.plan)] = prepared
             while len(self._plans) > _KEEP_PLANS:
                 self._plans.popitem(last=False)
         return prepared
+
+    def _preflight(self, prepared: Prepared) -> str | None:
+        """Whether everything the plan needs after its first signal can be had, checked before it: the audit log can
+        be written, the state directory used, and every process it stops can be started again (its program found,
+        its working directory and log safe). Otherwise a worker would be left stopped, with no record of why."""
+        if why := append_problem(self.audit.path):
+            return f"the audit log cannot be written, and nothing is signalled without a record: {why}"
+        if why := StateDir(self.engine.run_dir).check():
+            return f"rlwatch's state directory cannot be used: {why}"
+        for launch in prepared.launches:
+            log = Path(launch.log) if launch.log else None
+            if why := start_problem(launch.argv, cwd=launch.cwd, env=launch.env, log_path=log):
+                return f"{launch.name} could not be started again, so nothing is stopped: {why}"
+        return None
 
     def plan(self, action: str, *, force: bool = False, only: Sequence[str] | None = None) -> ActionPlan:
         return self.prepare(action, force=force, only=only).plan
@@ -162,7 +181,9 @@ class Actions:
             return ActionResult(action, False, f"{action}: another action is still running; nothing was done")
         try:
             prepared = plan if isinstance(plan, Prepared) else self._recall(plan)
-            why = "read-only mode: actions are disabled" if self.readonly else prepared.plan.refused
+            why = prepared.plan.refused
+            if why is None and self.readonly:
+                why = self.cfg.provenance.distrust or "read-only mode: actions are disabled"
             if why is not None:
                 message = f"{action}: refused: {why}"
                 self.audit.record(action, "result", ok=False, message=message)
@@ -237,7 +258,17 @@ class _Execution:
     # ------------------------------------------------------------------------------------------------ the run
     def run(self) -> ActionResult:
         p = self.prepared
-        self.record("plan", targets=p.plan.targets, start=p.plan.start, steps=p.plan.steps, only=p.only, force=p.force)
+        if not self.owner.audit.record(
+            self.action,
+            "plan",
+            targets=p.plan.targets,
+            start=p.plan.start,
+            steps=p.plan.steps,
+            only=p.only,
+            force=p.force,
+        ):  # nothing is signalled without a record of it
+            message = f"{self.action}: refused: nothing was done: {self.owner.audit.error}"
+            return ActionResult(self.action, False, message)
         if p.rolling:
             for launch in p.launches:
                 if all(self.stop(s) for s in p.stops if s.name == launch.name):

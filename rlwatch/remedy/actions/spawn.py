@@ -11,6 +11,8 @@ When rlwatch exits first, the child is re-parented to init or the nearest subrea
 from __future__ import annotations
 
 import os
+import shutil
+import stat
 import subprocess
 import threading
 from collections.abc import Mapping, Sequence
@@ -18,7 +20,7 @@ from pathlib import Path
 
 import psutil
 
-from rlwatch.common.statefiles import StateFileError, locate, open_append
+from rlwatch.common.statefiles import StateFileError, append_problem, locate, open_append
 from rlwatch.remedy.actions.identity import Ident
 
 
@@ -44,19 +46,49 @@ def _argv(argv: Sequence[str]) -> list[str]:
 def _open_log(name: str, log_path: Path) -> int:
     """An append-only fd: the engine tails this log, and earlier runs' output in it must survive.
 
-    A log in rlwatch's own ``.rlwatch/logs`` is opened through :mod:`rlwatch.common.statefiles` (checked directory, no
-    symbolic link followed, this user's regular file); a log the run itself writes elsewhere is opened as it is.
+    Through :mod:`rlwatch.common.statefiles` wherever it lies: no symbolic link followed, only this user's regular
+    file with no other hard link (in a directory others can write, a link planted at the log's name would have a
+    process started as root write over the file it names); in rlwatch's own ``.rlwatch/logs``, a checked directory.
     """
-    if locate(log_path) is not None:
-        try:
-            return open_append(log_path, mode=0o600)
-        except StateFileError as exc:
-            raise SpawnError(f"cannot start {name}: log {exc}") from None
     try:
-        log_path.parent.mkdir(parents=True, exist_ok=True)
-        return os.open(log_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o644)
-    except OSError as exc:
-        raise SpawnError(f"cannot start {name}: cannot open log {log_path}: {_reason(exc)}") from None
+        return open_append(log_path, mode=0o600 if locate(log_path) is not None else 0o644)
+    except StateFileError as exc:
+        raise SpawnError(f"cannot start {name}: log {exc}") from None
+
+
+def start_problem(
+    argv: Sequence[str], *, cwd: str | None, env: Mapping[str, str] | None, log_path: Path | None
+) -> str | None:
+    """Why :func:`spawn` would fail, or would start what someone else chose, found before anything is stopped.
+
+    Besides what :func:`spawn` itself refuses (no argv, no working directory, a log it may not open), a working
+    directory that others can write is refused: Python puts the working directory first on ``sys.path`` for
+    ``python -m`` and ``-c``, so a module planted there would run in place of the run's own, as root when rlwatch is.
+    """
+    try:
+        args = _argv(argv)
+    except SpawnError as exc:
+        return str(exc).removeprefix("cannot start: ")
+    name = args[0]
+    if cwd is not None:
+        try:
+            st = os.stat(cwd)
+        except OSError as exc:
+            return f"working directory {cwd}: {_reason(exc)}"
+        if not stat.S_ISDIR(st.st_mode):
+            return f"working directory {cwd} is not a directory"
+        if st.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+            return (
+                f"working directory {cwd} is writable by others (mode {stat.S_IMODE(st.st_mode):04o}): a module "
+                "planted there would run in the started process"
+            )
+    path = (env or os.environ).get("PATH", os.defpath)
+    exe = os.path.join(cwd or os.getcwd(), name) if "/" in name else shutil.which(name, path=path)
+    if exe is None or not os.access(exe, os.X_OK) or os.path.isdir(exe):
+        return f"{name}: no such program" + ("" if "/" in name else f" on PATH ({path})")
+    if log_path is not None and (why := append_problem(log_path)) is not None:
+        return f"its log: {why}"
+    return None
 
 
 def _reap(proc: subprocess.Popen[bytes]) -> None:
