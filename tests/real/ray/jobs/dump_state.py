@@ -1,6 +1,6 @@
 """Dump Ray's State API (ray.util.state.list_actors / list_workers / list_nodes, detail=True) as JSON.
 
-    python dump_state.py OUT_DIR [--prefix state]   (the cluster must still be alive)
+python dump_state.py OUT_DIR [--prefix state]   (the cluster must still be alive)
 """
 
 import argparse

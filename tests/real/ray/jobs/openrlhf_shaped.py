@@ -59,7 +59,9 @@ def ds_logger():
     logger = logging.getLogger("DeepSpeed")
     if not logger.handlers:
         h = logging.StreamHandler(sys.stdout)
-        h.setFormatter(logging.Formatter("[%(asctime)s] [%(levelname)s] [%(filename)s:%(lineno)d:%(funcName)s] %(message)s"))
+        h.setFormatter(
+            logging.Formatter("[%(asctime)s] [%(levelname)s] [%(filename)s:%(lineno)d:%(funcName)s] %(message)s")
+        )
         logger.addHandler(h)
     logger.setLevel(logging.INFO)
     logger.propagate = False
@@ -130,7 +132,9 @@ class Strategy:
             # stands for the torch_dist_barrier_and_cuda_sync() before model.save_checkpoint: the other ranks
             # write only after rank 0 has rotated and written the model states
             t0 = time.time()
-            while not os.path.exists(os.path.join(save_dir, tag, "mp_rank_00_model_states.pt")) and time.time() - t0 < 30:
+            while (
+                not os.path.exists(os.path.join(save_dir, tag, "mp_rank_00_model_states.pt")) and time.time() - t0 < 30
+            ):
                 time.sleep(0.05)
         log = ds_logger()
         tag_dir = os.path.join(save_dir, tag)
@@ -201,7 +205,7 @@ class _RolloutEngine:
     async def generate_responses(self, prompt_ids, labels):
         await asyncio.sleep(0.1)
         out = []
-        for p, lab in zip(prompt_ids, labels):
+        for p, lab in zip(prompt_ids, labels, strict=True):
             n = self.rng.randint(40, 512)
             out.append({"prompt": p, "label": lab, "response_length": n, "truncated": n >= 512})
         return out
@@ -262,8 +266,8 @@ class _ReferenceModel(BaseModelActor):
 class _RewardModel(BaseModelActor):
     def init_model_from_pretrained(self, strategy, pretrain):
         self._setup_distributed(strategy)
-        self.strategy.print("reward normalization status: {}".format(False))
-        self.strategy.print("mean: {}, std {}".format(0.0, 1.0))
+        self.strategy.print(f"reward normalization status: {False}")
+        self.strategy.print(f"mean: {0.0}, std {1.0}")
         time.sleep(0.3)
 
     def forward(self, n, step):
@@ -285,8 +289,12 @@ class _PolicyModel(BaseModelActor):
             if os.path.exists(latest):
                 with open(latest) as f:
                     tag = f.read().strip()
-                self.checkpoint_states = {"global_step": int(tag.replace("global_step", "")), "episode": 0,
-                                          "total_consumed_prompts": 0, "data_loader_state_dict": {}}
+                self.checkpoint_states = {
+                    "global_step": int(tag.replace("global_step", "")),
+                    "episode": 0,
+                    "total_consumed_prompts": 0,
+                    "data_loader_state_dict": {},
+                }
         time.sleep(0.3)
         if vllm_engines is not None and self.strategy.is_rank_0():
             # ActorPPOTrainer._init_vllm_sync_group: rank 0 joins every engine's weight-sync group
@@ -338,15 +346,26 @@ class _PolicyModel(BaseModelActor):
 
     def broadcast_to_vllm(self):
         if self.strategy.is_rank_0() and self.vllm_engines:
-            ray.get([e.update_weight.remote("model.embed_tokens.weight", "bfloat16", [151936, 896]) for e in self.vllm_engines])
+            ray.get(
+                [
+                    e.update_weight.remote("model.embed_tokens.weight", "bfloat16", [151936, 896])
+                    for e in self.vllm_engines
+                ]
+            )
 
     def get_checkpoint_states(self):
         return self.checkpoint_states
 
     def save_checkpoint(self, tag, client_states=None, metric_value=None, metric_key=None):
         args = self.strategy.args
-        self.strategy.save_ckpt(os.path.join(args.ckpt.path, "_actor"), tag, args.ckpt.max_num,
-                                client_states or {}, metric_value=metric_value, metric_key=metric_key)
+        self.strategy.save_ckpt(
+            os.path.join(args.ckpt.path, "_actor"),
+            tag,
+            args.ckpt.max_num,
+            client_states or {},
+            metric_value=metric_value,
+            metric_key=metric_key,
+        )
 
     def save_model(self):
         self.strategy.save_model(self.strategy.args.ckpt.output_dir)
@@ -372,8 +391,12 @@ class _CriticModel(BaseModelActor):
         pbar = tqdm(range(4), desc="Train epoch [1/1]", disable=not self.strategy.is_rank_0())
         for _ in pbar:
             time.sleep(0.2)
-            status = {"critic_loss": r.uniform(0.01, 0.2), "values": r.uniform(-0.3, 0.3),
-                      "critic_lr": 9e-06, "critic_grad_norm": r.uniform(0.5, 3.0)}
+            status = {
+                "critic_loss": r.uniform(0.01, 0.2),
+                "values": r.uniform(-0.3, 0.3),
+                "critic_lr": 9e-06,
+                "critic_grad_norm": r.uniform(0.5, 3.0),
+            }
             status_list.append(status)
             pbar.set_postfix(status)
         mean = dict(status_list[0])
@@ -384,8 +407,14 @@ class _CriticModel(BaseModelActor):
 
     def save_checkpoint(self, tag, metric_value=None, metric_key=None):
         args = self.strategy.args
-        self.strategy.save_ckpt(os.path.join(args.ckpt.path, "_critic"), tag, args.ckpt.max_num, {},
-                                metric_value=metric_value, metric_key=metric_key)
+        self.strategy.save_ckpt(
+            os.path.join(args.ckpt.path, "_critic"),
+            tag,
+            args.ckpt.max_num,
+            {},
+            metric_value=metric_value,
+            metric_key=metric_key,
+        )
 
 
 ReferenceModelActor = ray.remote(type("ReferenceModelActor", (_ReferenceModel,), {}))
@@ -397,7 +426,9 @@ CriticModelActor = ray.remote(type("CriticModelActor", (_CriticModel,), {}))
 class RayActorGroup:
     def __init__(self, num_nodes, num_gpus_per_node, ray_actor_type, resources=None):
         world_size = num_nodes * num_gpus_per_node
-        master = ray_actor_type.options(num_cpus=1, resources=(resources or {}).get(0)).remote(world_size, 0, None, None)
+        master = ray_actor_type.options(num_cpus=1, resources=(resources or {}).get(0)).remote(
+            world_size, 0, None, None
+        )
         self._actor_handlers = [master]
         if world_size > 1:
             master_addr, master_port = ray.get(master.get_master_addr_port.remote())
@@ -425,8 +456,17 @@ logger = init_logger(__name__)
 
 @ray.remote
 class PPOTrainer:
-    def __init__(self, pretrain, strategy, actor_model_group, critic_model_group, reward_model_group,
-                 reference_model_group, vllm_engines, **generate_kwargs):
+    def __init__(
+        self,
+        pretrain,
+        strategy,
+        actor_model_group,
+        critic_model_group,
+        reward_model_group,
+        reference_model_group,
+        vllm_engines,
+        **generate_kwargs,
+    ):
         global logger
         logger = init_logger("openrlhf.trainer.ppo_trainer")
         self.args = strategy.args
@@ -487,8 +527,11 @@ class PPOTrainer:
             self.broadcast_to_vllm()
         for episode in range(0, a.train.num_episodes):
             dataset_length = self.num_prompts
-            pbar = tqdm(range(dataset_length), desc=f"Episode [{episode + 1}/{a.train.num_episodes}]",
-                        initial=total_consumed_prompts % max(dataset_length, 1))
+            pbar = tqdm(
+                range(dataset_length),
+                desc=f"Episode [{episode + 1}/{a.train.num_episodes}]",
+                initial=total_consumed_prompts % max(dataset_length, 1),
+            )
             while total_consumed_prompts < dataset_length:
                 t_gen = time.time()
                 samples, prompts_consumed = self._generate(global_step + 1, total_consumed_prompts)
@@ -503,13 +546,18 @@ class PPOTrainer:
                 make_experience_time = time.time() - t0
                 sample0 = [f"What is 2 + 3? Answer: {prompts_consumed - 3}", rewards[0]]
                 logger.info(f"Sample: {sample0}")
-                ray.get(self.actor_model_group.async_run_method("append", n)
-                        + self.critic_model_group.async_run_method("append", n))
+                ray.get(
+                    self.actor_model_group.async_run_method("append", n)
+                    + self.critic_model_group.async_run_method("append", n)
+                )
                 t0 = time.time()
                 status = {}
                 refs = self.critic_model_group.async_run_method(method_name="fit")
                 refs += self.actor_model_group.async_run_method(
-                    method_name="fit", kl_ctl=0.01, scenario=a.scenario, fail_step=a.fail_step,
+                    method_name="fit",
+                    kl_ctl=0.01,
+                    scenario=a.scenario,
+                    fail_step=a.fail_step,
                     global_step=global_step + 1,
                 )
                 for result in ray.get(refs):
@@ -523,27 +571,40 @@ class PPOTrainer:
                 status["timing/ppo_train"] = ppo_train_time
                 status["timing/broadcast"] = broadcast_time
                 lens = [s["response_length"] for s in samples]
-                status.update({
-                    "rollout/reward_mean": sum(rewards) / n,
-                    "rollout/reward_std": (sum((x - sum(rewards) / n) ** 2 for x in rewards) / (n - 1)) ** 0.5,
-                    "rollout/response_length_mean": sum(lens) / n,
-                    "rollout/truncated_rate": sum(1 for s in samples if s["truncated"]) / n,
-                    "rollout/num_samples": float(n),
-                })
+                status.update(
+                    {
+                        "rollout/reward_mean": sum(rewards) / n,
+                        "rollout/reward_std": (sum((x - sum(rewards) / n) ** 2 for x in rewards) / (n - 1)) ** 0.5,
+                        "rollout/response_length_mean": sum(lens) / n,
+                        "rollout/truncated_rate": sum(1 for s in samples if s["truncated"]) / n,
+                        "rollout/num_samples": float(n),
+                    }
+                )
                 status["generated_samples"] = sample0
                 status["timing/generation"] = generation_time
                 status["timing/step_total"] = sum(v for k, v in status.items() if k.startswith("timing/"))
                 log_status = {k: v for k, v in status.items() if k not in ["generated_samples"]}
                 logger.info(f"✨ Global step {global_step}: {log_status}")
-                client_states = {"episode": episode, "global_step": global_step,
-                                 "total_consumed_prompts": total_consumed_prompts, "data_loader_state_dict": {}}
+                client_states = {
+                    "episode": episode,
+                    "global_step": global_step,
+                    "total_consumed_prompts": total_consumed_prompts,
+                    "data_loader_state_dict": {},
+                }
                 if a.ckpt.save_steps > 0 and global_step % a.ckpt.save_steps == 0:
                     tag = f"global_step{global_step}"
                     refs = self.actor_model_group.async_run_method(
-                        method_name="save_checkpoint", tag=tag, client_states=client_states,
-                        metric_value=None, metric_key=None)
-                    refs.extend(self.critic_model_group.async_run_method(
-                        method_name="save_checkpoint", tag=tag, metric_value=None, metric_key=None))
+                        method_name="save_checkpoint",
+                        tag=tag,
+                        client_states=client_states,
+                        metric_value=None,
+                        metric_key=None,
+                    )
+                    refs.extend(
+                        self.critic_model_group.async_run_method(
+                            method_name="save_checkpoint", tag=tag, metric_value=None, metric_key=None
+                        )
+                    )
                     ray.get(refs)
                 pbar.update(prompts_consumed)
 
@@ -571,20 +632,32 @@ def train(args):
         engine_cls.options(num_cpus=1, resources=node2).remote(args.train.seed + i, args.scenario, args.fail_step)
         for i in range(args.vllm.num_engines)
     ]
-    actor_model = RayActorGroup(args.actor.num_nodes, args.actor.num_gpus_per_node, PolicyModelActor,
-                                resources={1: node2} if node2 else None)
+    actor_model = RayActorGroup(
+        args.actor.num_nodes, args.actor.num_gpus_per_node, PolicyModelActor, resources={1: node2} if node2 else None
+    )
     ref_model = RayActorGroup(args.ref.num_nodes, args.ref.num_gpus_per_node, ReferenceModelActor)
     critic_model = RayActorGroup(args.critic.num_nodes, args.critic.num_gpus_per_node, CriticModelActor)
     reward_model = RayActorGroup(args.reward.num_nodes, args.reward.num_gpus_per_node, RewardModelActor)
 
     ppo_trainer = PPOTrainer.remote(
-        args.actor.model_name_or_path, strategy, actor_model, critic_model, reward_model, ref_model, vllm_engines,
-        do_sample=True, max_len=args.data.max_len, max_new_tokens=args.rollout.max_new_tokens,
-        temperature=args.rollout.temperature, top_p=args.rollout.top_p,
+        args.actor.model_name_or_path,
+        strategy,
+        actor_model,
+        critic_model,
+        reward_model,
+        ref_model,
+        vllm_engines,
+        do_sample=True,
+        max_len=args.data.max_len,
+        max_new_tokens=args.rollout.max_new_tokens,
+        temperature=args.rollout.temperature,
+        top_p=args.rollout.top_p,
     )
     max_steps = ray.get(ppo_trainer.get_max_steps.remote())
     refs = []
-    refs.extend(actor_model.async_init_model_from_pretrained(strategy, args.actor.model_name_or_path, max_steps, vllm_engines))
+    refs.extend(
+        actor_model.async_init_model_from_pretrained(strategy, args.actor.model_name_or_path, max_steps, vllm_engines)
+    )
     refs.extend(ref_model.async_init_model_from_pretrained(strategy, args.actor.model_name_or_path))
     refs.extend(reward_model.async_init_model_from_pretrained(strategy, args.reward.model_name_or_path))
     ray.get(refs)
@@ -628,7 +701,9 @@ if __name__ == "__main__":
     parser.add_argument("--scenario", default="healthy", choices=["healthy", "actor-sigkill", "engine-init-fails"])
     parser.add_argument("--fail_step", type=int, default=4)
     parser.add_argument("--names", default="v0.11.0", choices=["v0.11.0", "v0.10.1"])
-    parser.add_argument("--place_on_node2", action="store_true", help="engine + actor rank 1 on the node with resource node2")
+    parser.add_argument(
+        "--place_on_node2", action="store_true", help="engine + actor rank 1 on the node with resource node2"
+    )
     args = hierarchize(parser.parse_args())
     if args.ckpt.save_steps == -1:
         args.ckpt.save_steps = 0

@@ -20,7 +20,6 @@ import random
 import signal
 import socket
 import string
-import sys
 import time
 from pprint import pprint as pp
 
@@ -90,9 +89,7 @@ class WorkerDict(Worker):
                 while len(self._hog) * chunk < self.oom_cap_gib * 1024**3:
                     self._hog.append(bytearray(b"\x01") * chunk)
                     time.sleep(0.1)
-                raise RuntimeError(
-                    f"memory monitor did not fire after {self.oom_cap_gib} GiB on rank {self.rank}"
-                )
+                raise RuntimeError(f"memory monitor did not fire after {self.oom_cap_gib} GiB on rank {self.rank}")
         if step == self.fail_step and self.scenario == "hang":
             while True:  # blocks for ever, as a rank stuck in a collective would
                 time.sleep(3600)
@@ -106,7 +103,6 @@ class WorkerDict(Worker):
 
     def ref_compute_ref_log_prob(self, step: int):
         time.sleep(0.1)
-        return None
 
     def actor_rollout_update_actor(self, step: int):
         if step == self.fail_step and self.scenario == "actor-raises" and self.rank == 1:
@@ -260,9 +256,8 @@ class RayPPOTrainer:
             if global_step_folder is None:
                 print("Training from scratch")
                 return 0
-        else:
-            if t["resume_mode"] == "resume_path":
-                global_step_folder = t["resume_from_path"]
+        elif t["resume_mode"] == "resume_path":
+            global_step_folder = t["resume_from_path"]
         print(f"Load from checkpoint folder: {global_step_folder}")
         self.global_steps = int(global_step_folder.split("global_step_")[-1])
         print(f"Setting global step to {self.global_steps}")
