@@ -1,0 +1,1 @@
+# stub: DeepSpeed copies its zero_to_fp32.py recovery script here
