@@ -291,6 +291,52 @@ class DiskState:
 
 
 @dataclass(frozen=True, slots=True)
+class LogEnding:
+    """How one log ends (its newest lines): in a failure, in its own words, or not (rlwatch/logs/ending.py)."""
+
+    path: str
+    failed: bool
+    last_line: str  # the last meaningful line
+    last_lineno: int | None = None  # None: the line's number is not known (the lines before it are not counted)
+    last_at: float | None = None  # that line's own time, when it carries one
+    mtime: float | None = None  # when the file was last written
+    progress_lineno: int | None = None  # the last line that showed progress
+    progress_line: str | None = None
+    # When it ended in a failure:
+    title: str = ""  # the headline line: the failure a person names
+    kind: str | None = None  # exception | error | exit | signal | kernel
+    exc_type: str | None = None
+    lineno: int | None = None
+    first: str | None = None  # the first failure line after the last progress, when another line than the title
+    first_lineno: int | None = None
+    at: float | None = None  # the failure's own time, when its lines carry one
+    signal: str | None = None  # SIGKILL …, from a launcher's report or a shell
+    code: int | None = None  # exit code as reported
+    pid: int | None = None
+    detail: str | None = None  # Ray's worker exit type, the kernel report's subject
+    evidence: tuple[tuple[int | None, str], ...] = ()  # (line number, text) of the lines it rests on
+    count: int = 0  # failure-shaped lines after the last progress
+
+
+RUN_STATES = ("progressing", "finished", "crashed", "hung", "stopped", "unknown")
+
+
+@dataclass(frozen=True, slots=True)
+class RunState:
+    """What the run is doing, and the evidence for it. "progressing" and "finished" are the only healthy states:
+    health is shown by progress, never by the absence of a known failure."""
+
+    state: str  # one of RUN_STATES
+    why: str  # one line: the evidence, in words
+    since: float | None = None  # when it came to be so, where known
+    evidence: tuple[str, ...] = ()  # the lines it rests on, each with where it is ("train.log:812: …")
+
+    @property
+    def healthy(self) -> bool:
+        return self.state in ("progressing", "finished")
+
+
+@dataclass(frozen=True, slots=True)
 class Finding:
     severity: Severity
     code: str
@@ -420,6 +466,8 @@ class Snapshot:
     watchdog: WatchdogStatus | None = None  # None: no watchdog ever ran for this run
     live_run: LiveRun | None = None  # None: not looked for yet
     profile_evidence: tuple[str, ...] = ()  # why this profile: what discovery saw, or the file that names it
+    endings: tuple[LogEnding, ...] = ()  # how each followed log ends (its newest lines)
+    run_state: RunState | None = None  # what the run is doing, from evidence (engine/diagnosis/health)
 
     @property
     def gpus(self) -> tuple[GpuState, ...]:

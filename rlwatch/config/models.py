@@ -116,6 +116,12 @@ class Thresholds(Strict):
     weight_update_timeout_s: PositiveFloat = 120.0
     weight_update_warn_fraction: Annotated[float, Field(gt=0, le=1)] = 0.75
     connection_storm: Annotated[int, Field(ge=1)] = 5
+    # A run is hung when its processes live and it makes no progress for longer than its own cadence allows: the
+    # larger of hang_factor times its step interval and hang_floor_s, whatever its logs keep printing.
+    hang_factor: Annotated[float, Field(ge=1)] = 5.0
+    hang_floor_s: PositiveFloat = 60.0
+    # Before its first step, a run loads models and compiles: no progress for this long since it started is a hang.
+    startup_s: PositiveFloat = 1800.0
 
 
 class ActionsConfig(Strict):

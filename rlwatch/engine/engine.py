@@ -29,6 +29,7 @@ from rlwatch.common.state import (
     GpuStatus,
     History,
     LiveRun,
+    LogEnding,
     LogLine,
     MemoryState,
     ProcessInfo,
@@ -44,9 +45,10 @@ from rlwatch.common.trust import open_read
 from rlwatch.config.models import Config
 from rlwatch.discover.knobs import read_knobs
 from rlwatch.discover.load import missing_paths, resolve
-from rlwatch.engine.diagnosis import Context, diagnose, timeline
+from rlwatch.engine.diagnosis import Context, assess_run, diagnose, timeline
 from rlwatch.engine.preview import MIN_BACKLOG, TAIL_BYTES, Counting, TailPreview
 from rlwatch.engine.recent_lines import RecentLines
+from rlwatch.logs.ending import read_ending
 from rlwatch.logs.events import EventCounter, build_kinds
 from rlwatch.logs.tailer import Chunk, Tailer
 from rlwatch.logs.training import TrainingTracker
@@ -200,6 +202,10 @@ class Engine:
         self._server_last_up: float | None = None  # wall time the probe last saw it healthy
         self._disk: DiskState | None = None
         self._watchdog: WatchdogStatus | None = None
+        self._endings: tuple[LogEnding, ...] = ()
+        self._member_starts: dict[str, set[float]] = {}  # role -> start times of processes seen as the run's
+        self._progress_kinds = tuple(k.name for k in cfg.events.custom if k.progress)
+        self._ending_cache: dict[str, tuple[tuple[int, int, int, int, bool], LogEnding | None]] = {}
         self._status: dict[str, SourceStatus] = {}
         self._hist_gpu_util: dict[int, Ring] = {}
         self._hist_gpu_mem: dict[int, Ring] = {}
@@ -348,6 +354,29 @@ class Engine:
     def _ok(self, name: str, error: str | None = None) -> None:
         self._status[name] = SourceStatus(name, error is None, self.clock.time(), error)
 
+    def _read_endings(self, now: float) -> tuple[LogEnding, ...]:
+        """How each followed log ends, read again only for a file that changed (its newest 64 KiB at most)."""
+        out = []
+        seen = set()
+        for path in self.tailer.files:
+            try:
+                st = os.stat(path)
+            except OSError:
+                continue
+            position = self.tailer.position(path)
+            # Read again when the file changed, and once the count reaches its end (its lines then get numbers).
+            key = (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, position is not None and position[0] == st.st_size)
+            seen.add(path)
+            cached = self._ending_cache.get(path)
+            if cached is None or cached[0] != key:
+                cached = (key, read_ending(path, now, position))
+                self._ending_cache[path] = cached
+            if cached[1] is not None:
+                out.append(cached[1])
+        for gone in set(self._ending_cache) - seen:
+            del self._ending_cache[gone]
+        return tuple(out)
+
     def sample(self, *, fresh_holders: bool = False) -> None:
         """Read every host source once (not the server probe)."""
         now = self.clock.time()
@@ -383,6 +412,7 @@ class Engine:
                 self._ok(f"config {key}", why if line in self._missing else None)
         volume = self.cfg.training.output_volume
         disk = disk_state(str(resolve(self.run_dir, volume) if volume else self.run_dir))
+        endings = self._read_endings(now)
         watchdog, wd_err = read_status(self.run_dir, now)  # the headless watchdog's state file, if one ever ran
         if watchdog is not None or wd_err is not None:
             self._ok("watchdog", wd_err)
@@ -398,11 +428,15 @@ class Engine:
             view = self._view
             if view is not None:
                 procs = tuple(replace(p, evidence=view.members.get(p.pid)) if p.alive else p for p in procs)
+                for p in procs:  # a start is the run's restart only when the process started was the run's
+                    if p.alive and p.evidence is not None and p.role:
+                        self._member_starts.setdefault(p.role, set()).add(round(p.started_at, 2))
             if self.cfg.profile == "workers" or any(r.role == "worker" for r in self.cfg.processes):
                 mem = replace(mem, brake_free_bytes=self.cfg.thresholds.brake_free_bytes)
             self._memory, self._gpu, self._procs, self._holders = mem, gpu, procs, holders
             self._checkpoint, self._recover, self._disk = ckpt, recover, disk
             self._watchdog = watchdog
+            self._endings = endings
             for g in gpu.gpus:
                 self._hist_gpu_util.setdefault(g.index, Ring()).add(now, g.util)
                 self._hist_gpu_mem.setdefault(g.index, Ring()).add(now, _pct(g.mem_used_bytes, g.mem_total_bytes))
@@ -421,7 +455,9 @@ class Engine:
         logged = self._starts if preview is None else preview.starts(self._starts)
         starts = {k: tuple(v) for k, v in logged.items()}
         for role in ("trainer", "launcher"):
-            seen = self.processes.start_times(role)
+            # Only the starts of processes that were the run's: a role's pattern matches other runs' trainers too.
+            ours = self._member_starts.get(role, set())
+            seen = [t for t in self.processes.start_times(role) if round(t, 2) in ours]
             if seen:
                 starts[role] = tuple(seen)
         return starts
@@ -652,6 +688,7 @@ class Engine:
                 preview_numbered=preview is None or preview.numbered,
                 watchdog=self._watchdog,
                 live_run=_live_run(self._view),
+                endings=self._endings,
             )
             ctx = Context(
                 thresholds=self.cfg.thresholds,
@@ -664,7 +701,9 @@ class Engine:
                 server_start_timeout_s=self.cfg.server.start_timeout_s,
                 server_grace_s=2 * self.cfg.server.interval_s,
                 actions_off=self.cfg.provenance.distrust,
+                progress_kinds=self._progress_kinds,
             )
+            snap = replace(snap, run_state=assess_run(snap, ctx))
             snap = replace(snap, findings=diagnose(snap, ctx), timeline=timeline(snap))
             self._snapshot = snap
         for listener in list(self._listeners):

@@ -13,7 +13,7 @@ import math
 from typing import Any
 
 from rlwatch.common.redact import redacted
-from rlwatch.common.state import ChildFailure, Incident, NotifyStatus, Severity, Snapshot, line_number
+from rlwatch.common.state import ChildFailure, Incident, LogEnding, NotifyStatus, Severity, Snapshot, line_number
 from rlwatch.engine.diagnosis import first_text, hhmm, human_bytes, human_duration, last_text, when_text
 
 
@@ -163,9 +163,15 @@ def to_json_dict(s: Snapshot) -> dict[str, Any]:
     findings = [
         {"severity": f.severity.value, "code": f.code, "message": f.message, "since": iso(f.since)} for f in s.findings
     ]
+    rs = s.run_state
     return {
         "host": s.host,
         "time": iso(s.time),
+        # ok only when the run shows progress (or finished) and nothing is wrong; see status_word
+        "status": status_word(s).lower().replace(" ", "_"),
+        "run_state": None
+        if rs is None
+        else {"state": rs.state, "why": rs.why, "since": iso(rs.since), "evidence": list(rs.evidence)},
         "profile": s.profile,
         "profile_evidence": list(s.profile_evidence),
         "run_dir": s.run_dir,
@@ -196,6 +202,7 @@ def to_json_dict(s: Snapshot) -> dict[str, Any]:
             {"time": iso(e.time), "text": e.text, "approximate": e.approximate, "by": iso(e.by)} for e in s.timeline
         ],
         "watchdog": _watchdog_json(s),
+        "endings": [_ending_json(e) for e in s.endings],
         "sources": [
             {"name": src.name, "ok": src.ok, "error": src.error, "last_sample": iso(src.last_sample)}
             for src in sorted(s.sources, key=lambda src: src.name)
@@ -265,7 +272,31 @@ def to_json(s: Snapshot) -> str:
     return json.dumps(redacted(to_json_dict(s)), indent=2)
 
 
+def _ending_json(e: LogEnding) -> dict[str, Any]:
+    return {
+        "path": e.path,
+        "failed": e.failed,
+        "title": e.title or None,
+        "kind": e.kind,
+        "exception_type": e.exc_type,
+        "line": e.lineno,
+        "at": iso(e.at),
+        "signal": e.signal,
+        "exit_code": e.code,
+        "pid": e.pid,
+        "detail": e.detail,
+        "first": e.first,
+        "evidence": [{"line": n, "text": t} for n, t in e.evidence],
+        "last_line": e.last_line,
+        "last_line_number": e.last_lineno,
+        "last_progress_line_number": e.progress_lineno,
+        "written": iso(e.mtime),
+    }
+
+
 def status_word(s: Snapshot) -> str:
+    """CRITICAL or WARNING by the worst finding; otherwise OK only with evidence that the run progresses (or
+    finished): a run whose state is unknown is UNKNOWN, never OK for the lack of a known failure."""
     if any(f.code == "no_run" for f in s.findings):
         return "NO RUN"
     worst = s.worst
@@ -273,6 +304,8 @@ def status_word(s: Snapshot) -> str:
         return "CRITICAL"
     if worst is Severity.WARNING:
         return "WARNING"
+    if s.run_state is not None and not s.run_state.healthy:
+        return "UNKNOWN"
     return "OK"
 
 
@@ -302,6 +335,11 @@ NEXT_STEPS = {
     "sure it is a leftover: rlwatch act kill-zombies --pid PID.",
     "crash_repeating": "Fix the exception above; restarting will hit it again.",
     "stalled": "Look at the trainer's last lines; resume if it is gone (rlwatch act resume).",
+    "run_crashed": "Read the failure above and the lines before it; fix what it names, then resume from the last "
+    "checkpoint (rlwatch act resume).",
+    "hung": "Look at where each process waits (py-spy dump --pid PID); a collective that one rank never reached "
+    "hangs the others.",
+    "run_stopped": "If it was not stopped on purpose, resume it from the last checkpoint (rlwatch act resume).",
     "disk_low": "Free space on the output volume before the next checkpoint.",
     "no_run": "Point rlwatch at the run directory (rlwatch report RUN_DIR), or describe the run in "
     "RUN_DIR/rlwatch.yaml (rlwatch init writes one).",
@@ -320,6 +358,9 @@ def to_text(s: Snapshot) -> str:
     if s.profile_evidence:
         lines.append("  because: " + "; ".join(s.profile_evidence[:4]) + (" …" if len(s.profile_evidence) > 4 else ""))
     lines.append(f"status: {status_word(s)}")
+    if s.run_state is not None:
+        lines.append(f"run: {s.run_state.state} — {s.run_state.why}")
+        lines.extend(f"  {line}" for line in s.run_state.evidence[:5])
     lines.append("")
     lines.extend(_findings_lines(s))
     if s.timeline:
@@ -389,7 +430,8 @@ def to_text(s: Snapshot) -> str:
 
 def _findings_lines(s: Snapshot) -> list[str]:
     if not s.findings:
-        return ["Findings: none — training looks healthy."]
+        healthy = s.run_state is None or s.run_state.healthy
+        return ["Findings: none — training looks healthy." if healthy else "Findings: none."]
     return ["Findings:", *(f"  [{f.severity.value.upper():8}] {f.message}" for f in s.findings)]
 
 

@@ -110,6 +110,17 @@ _BUILTIN: tuple[EventKind, ...] = (
     ),
     _kind("child_failed", _C, r"ChildFailedError", ("ChildFailedError",), code_lines_excluded=True),
     _kind(
+        "server_wait",
+        _W,
+        # TRL's client waiting for `trl vllm-serve` (trl/extras/vllm_client.py from v0.16, trl/generation/ from
+        # v0.28): `Server is not up yet. Retrying in 2.0 seconds...` every retry, then `ConnectionError: The vLLM
+        # server can't be reached at 0.0.0.0:8000 after 240 seconds. …`; its async GRPO client
+        # (trl/experimental/async_grpo/vllm_client.py): `Still waiting for vLLM server... (120s)`.
+        r"Server is not up yet\. Retrying in|The vLLM server can't be reached at|Still waiting for vLLM server",
+        ("Server is not up yet", "server can't be reached at", "Still waiting for vLLM server"),
+        code_lines_excluded=True,
+    ),
+    _kind(
         "engine_dead",
         _C,
         # vLLM V1 (vllm/v1/engine/core.py, core_client.py, exceptions.py, v1/executor/multiproc_executor.py;
@@ -125,6 +136,17 @@ _BUILTIN: tuple[EventKind, ...] = (
         r"EngineDeadError|EngineCore encountered a fatal error|EngineCore failed to start"
         r"|Engine core proc \S+ died unexpectedly|Worker proc \S+ died unexpectedly"
         r"|Engine loop has died|AsyncLLMEngine has failed, terminating server process"
+        # vLLM, more wordings of its versions (tests/real/threads/WORDINGS.md): V1's front end giving up on its core,
+        # `RuntimeError: Engine core initialization failed. See root cause above. Failed core proc(s): {…}`
+        # (v1/engine/utils.py, 0.9+; core_client.py in 0.8); V0's multiprocessing front end `Engine process failed
+        # to start` (entrypoints/openai/api_server.py, 0.6); the worker-to-executor fatal signal of 0.7 and 0.8,
+        # `MulitprocExecutor got fatal signal from worker processes` (vLLM's own typo) and the client's `Got fatal
+        # signal from worker processes`; V0's `Engine iteration timed out. This should never happen!` (0.4.3 to
+        # 0.5); V0's `Worker VllmWorkerProcess pid 1159 died, exit code: -6` (executor/multiproc_worker_utils.py);
+        # V1's `WorkerProc hit an exception` / `WorkerProc failed to start.` (v1/executor/multiproc_executor.py).
+        r"|Engine core initialization failed|Engine process failed to start"
+        r"|[Gg]ot fatal signal from worker processes|Engine iteration timed out"
+        r"|Worker \w+ pid \d+ died, exit code|WorkerProc (?:hit an exception|failed to start)"
         # SGLang: every subprocess logs `<Name> hit an exception: <traceback>` and sends SIGQUIT to its parent
         # (managers/scheduler.py `Scheduler`, detokenizer_manager.py `DetokenizerManager`,
         # data_parallel_controller.py `DataParallelController`, tp_worker_overlap_thread.py
@@ -148,6 +170,12 @@ _BUILTIN: tuple[EventKind, ...] = (
             "Worker proc ",
             "Engine loop has died",
             "AsyncLLMEngine has failed",
+            "Engine core initialization failed",
+            "Engine process failed to start",
+            "ot fatal signal from worker processes",
+            "Engine iteration timed out",
+            " died, exit code",
+            "WorkerProc ",
             "hit an exception",
             "Received sigquit",
             "It usually means one child failed",

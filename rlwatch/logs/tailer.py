@@ -211,6 +211,11 @@ class Tailer:
                 out.append(Backlog(watch.path, handle.key, handle.offset, handle.backlog_end, handle.mtime))
         return out
 
+    def position(self, path: str) -> tuple[int, int] | None:
+        """(how far the current file at ``path`` has been read, the number of the next line to start), or None."""
+        watch = self._watches.get(path)
+        return None if watch is None or watch.cur is None else (watch.cur.offset, watch.cur.lineno)
+
     def read_offset(self, path: str) -> int | None:
         """How far the current file at ``path`` has been read (None: not followed now)."""
         watch = self._watches.get(path)

@@ -286,6 +286,35 @@ REAL: list[tuple[str, str, tuple[Callable[[str], str], ...]]] = [
     # SGLang v0.1 to v0.3.0 managers/controller/tp_worker.py and controller_single.py: sgl-project/sglang#747
     ("engine_dead", "Exception in ModelTpServer:", ALL),
     ("engine_dead", "Exception in ControllerSingle:", ALL),
+    # The vLLM wordings of other versions (tests/real/threads: 005/032 0.9+, 041 0.6, 008 0.8.0, 050 0.5, 029 0.5.x)
+    (
+        "engine_dead",
+        "RuntimeError: Engine core initialization failed. See root cause above. Failed core proc(s): {}",
+        ALL,
+    ),
+    ("engine_dead", "RuntimeError: Engine process failed to start. See stack trace for the root cause.", ALL),
+    (
+        "engine_dead",
+        "CRITICAL 03-15 17:24:18 [multiproc_executor.py:48] MulitprocExecutor got fatal signal from worker processes, "
+        "shutting down. See stack trace above for root cause issue.",
+        ALL,
+    ),
+    (
+        "engine_dead",
+        "ERROR 07-07 15:20:11 async_llm_engine.py:52] Engine iteration timed out. This should never happen!",
+        ALL,
+    ),
+    (
+        "engine_dead",
+        "ERROR 07-01 13:54:43 multiproc_worker_utils.py:120] Worker VllmWorkerProcess pid 1159 died, exit code: -6",
+        ALL,
+    ),
+    # server_wait: TRL's vllm_client waiting for `trl vllm-serve` (tests/real/threads/003, huggingface/open-r1#543)
+    (
+        "server_wait",
+        "2025-03-26 05:53:13 - INFO - trl.extras.vllm_client - Server is not up yet. Retrying in 2.0 seconds...",
+        ALL,
+    ),
     # emergency_brake (the workers' own wording: no framework prints one)
     ("emergency_brake", "WARNING emergency brake: only 1.8 GB free, not starting trial 952", ALL),
     ("emergency_brake", "EMERGENCY_BRAKE engaged (free 1.2 GiB < 2.0 GiB)", ALL),

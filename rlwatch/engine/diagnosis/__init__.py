@@ -2,7 +2,9 @@
 
 Each rule is a small function over the snapshot plus a few facts that are not in it (:class:`Context`: thresholds,
 start times, missing expected processes), in a module of its own concern: the server, restarts, memory, the
-watchdog, the GPUs, training, crashes, the disk, and whether rlwatch may act at all (trust). Rules never raise on
+watchdog, the GPUs, training, crashes, the disk, and whether rlwatch may act at all (trust); ``health`` first
+says what the run is doing, from evidence of progress (progressing, finished, crashed, hung, stopped, unknown).
+Rules never raise on
 absent data: a rule whose inputs are ``None`` says nothing. ``wording`` says times, sizes and durations the way
 every view says them.
 """
@@ -14,6 +16,7 @@ from rlwatch.engine.diagnosis.base import CRIT, INFO, WARN, Context, Rule
 from rlwatch.engine.diagnosis.crashes import crashes, failure_text, failures, occurrences, torchrun_failure
 from rlwatch.engine.diagnosis.disk import disk
 from rlwatch.engine.diagnosis.gpu import OUTSIDE_MIN_BYTES, gpu
+from rlwatch.engine.diagnosis.health import assess_run, health
 from rlwatch.engine.diagnosis.memory import brake, memory
 from rlwatch.engine.diagnosis.restarts import restart_loop
 from rlwatch.engine.diagnosis.server import server_down
@@ -43,6 +46,7 @@ __all__ = [
     "WARN",
     "Context",
     "Rule",
+    "assess_run",
     "backlog_text",
     "diagnose",
     "exact_first",
@@ -61,7 +65,25 @@ __all__ = [
     "when_text",
 ]
 
+# Findings that name a failure the run ended in, from the catalogue of known kinds.
+NAMED_FAILURES = frozenset(
+    {
+        "torchrun_failed",
+        "crash_repeating",
+        "cuda_oom",
+        "nccl_timeout",
+        "nccl_error",
+        "child_failed",
+        "engine_dead",
+        "oom_kill",
+        "server_down",
+        "connection_refused",
+        "restart_loop",
+    }
+)
+
 RULES: tuple[Rule, ...] = (
+    health,
     server_down,
     restart_loop,
     memory,
@@ -78,7 +100,16 @@ RULES: tuple[Rule, ...] = (
 
 
 def diagnose(s: Snapshot, ctx: Context) -> tuple[Finding, ...]:
+    """Every rule's findings, most severe first. The run's state (:func:`assess_run`) is on the snapshot first: rules
+    that would say the same thing in other words (a stall beside a hang) look at it."""
     found: list[Finding] = []
     for rule in RULES:
         found.extend(rule(s, ctx))
+    codes = {f.code for f in found if f.severity is CRIT}
+    if codes & NAMED_FAILURES:
+        # The catalogue named the failure (torchrun's root cause, an engine death, an NCCL timeout…): the run's state
+        # is still crashed, shown as such, but the finding is the named one, not the same failure twice.
+        found = [f for f in found if f.code != "run_crashed"]
+    if "hung" in codes:
+        found = [f for f in found if f.code != "stalled"]  # the same silence, said by the stricter rule
     return tuple(sorted(found, key=lambda f: (f.severity.rank, f.since or 0.0)))

@@ -31,6 +31,7 @@ class Context:
     gpu_idle: bool | None = None
     no_run: str | None = None  # nothing of a training run seen: where discovery looked
     actions_off: str | None = None  # why no action may run (an untrusted configuration file), in one line
+    progress_kinds: tuple[str, ...] = ()  # the configuration's own kinds whose lines prove progress
 
 
 Rule = Callable[[Snapshot, Context], Iterator[Finding]]

@@ -174,6 +174,7 @@ def failures(s: Snapshot, ctx: Context) -> Iterator[Finding]:
         "child_failed": "torchrun child failures",
         "engine_dead": "inference-engine deaths",
         "oom_kill": "kernel OOM kills in the logs",
+        "server_wait": "retries waiting for the vLLM server to come up",
     }
     # torchrun's report read whole (torchrun_failed) says what its ChildFailedError lines say, and more.
     read_whole = any(i.root_cause is not None for i in s.incidents)
@@ -185,7 +186,8 @@ def failures(s: Snapshot, ctx: Context) -> Iterator[Finding]:
         if kind == "nccl_timeout":
             msg = _nccl_text(s, ev)
         else:
-            msg = f"{n} {text}{per_file(s, kind)}, last {last_text(ev, s.time)}"
+            said = f": {_short(ev.recent[-1].text.strip(), 200)}" if ev.recent else ""
+            msg = f"{n} {text}{per_file(s, kind)}, last {last_text(ev, s.time)}{said}"
         if only_history(s, kind):
             yield Finding(INFO, kind, msg + "; there has been progress since.", exact_first(ev))
         elif kind == "engine_dead" and s.training is not None and s.training.finished:
@@ -193,7 +195,7 @@ def failures(s: Snapshot, ctx: Context) -> Iterator[Finding]:
             # the interpreter exits at the end of a healthy run: after the last step it is a shutdown, not a crash.
             yield Finding(INFO, kind, msg + "; the training had finished (an engine stopping at exit).", None)
         else:
-            yield Finding(WARN if kind == "timeout" else CRIT, kind, msg + ".", exact_first(ev))
+            yield Finding(WARN if kind in ("timeout", "server_wait") else CRIT, kind, msg + ".", exact_first(ev))
 
 
 def _nccl_text(s: Snapshot, ev: EventSummary) -> str:

@@ -1,0 +1,231 @@
+"""What the run is doing, from evidence: progressing, finished, crashed, hung, stopped, or unknown.
+
+"Healthy" is never the absence of a known string. A run is *progressing* only when it shows progress now — a step,
+a metric line, a progress bar that moved — within what its own cadence predicts, with a live writer; *finished*
+only on explicit evidence (the framework's completion line, the last step reached, a progress bar at its end).
+Otherwise:
+
+- *crashed*: a log ended in a failure (:mod:`rlwatch.logs.ending`: an exception, an error record, an exit code or
+  a signal a launcher reported, a kernel report — whatever its words) with no progress anywhere after it;
+- *hung*: its processes live, and it has made no progress for longer than its cadence allows (the larger of
+  ``hang_factor`` times its step interval and ``hang_floor_s``; ``startup_s`` before its first step), whatever else
+  its logs keep printing;
+- *stopped*: no process of it is alive and its logs end without an error — the last lines, and when;
+- *unknown*: the evidence does not say (a run that started and has not stepped yet, nothing seen at all).
+
+Each state carries the lines it rests on, and every view shows the same one (the report, ``watch --json``, the
+exporter, the dashboard's header).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import re
+from collections.abc import Iterator
+
+from rlwatch.common.state import Finding, LogEnding, ProcessInfo, RunState, Snapshot, line_ref
+from rlwatch.engine.diagnosis.base import CRIT, INFO, WARN, Context
+from rlwatch.engine.diagnosis.wording import hhmm, human_duration
+
+__all__ = ["assess_run", "health"]
+
+# Kinds whose lines prove progress (the counter's own; custom kinds marked `progress: true` come in the context).
+_PROGRESS_KINDS = ("step", "checkpoint_saved")
+# A progress bar at its end: `Episode [1/1]: 100%|██████████| 12/12 [` (tqdm), the last progress line of a run that
+# completed its loop.
+_BAR_DONE = re.compile(r"100%\|.*?\b(\d+)/(\1)\b")
+_MEANING = {
+    "SIGKILL": "killed by SIGKILL — most often the kernel's OOM killer or the platform (a memory limit, a preemption)",
+    "SIGSEGV": "a segmentation fault (SIGSEGV) in native code",
+    "SIGBUS": "a bus error (SIGBUS) — often /dev/shm too small for the workers' shared memory",
+    "SIGABRT": "aborted (SIGABRT) — a fatal error inside the process, such as NCCL's watchdog or a C++ exception",
+    "SIGTERM": "stopped by SIGTERM from outside (a person, the scheduler, the launcher)",
+    "SIGQUIT": "SIGQUIT: a child process failed and its parent tore the process tree down",
+    "SIGINT": "interrupted (SIGINT)",
+}
+_RAY_EXIT = {
+    "SYSTEM_ERROR": "its worker process died (Ray's exit type SYSTEM_ERROR: killed, most often by the OOM killer, "
+    "or crashed in native code)",
+    "USER_ERROR": "its code raised (Ray's exit type USER_ERROR)",
+    "NODE_DIED": "its node died (Ray's exit type NODE_DIED)",
+    "INTENDED_USER_EXIT": "it was stopped on purpose (Ray's exit type INTENDED_USER_EXIT)",
+}
+
+
+def _alive(s: Snapshot) -> list[ProcessInfo]:
+    """The run's processes alive now: members of the live run, with the evidence membership rests on. A role's
+    pattern names a process's role; it does not make it this run's (another run's trainer matches it too)."""
+    members = {pid for pid, _ in s.live_run.members} if s.live_run is not None else set()
+    return [p for p in s.processes if p.alive and p.pid in members]
+
+
+def _exact(t: float | None) -> float | None:
+    return t if t is not None and math.isfinite(t) else None
+
+
+def last_progress(s: Snapshot, ctx: Context) -> float | None:
+    """The latest time the run showed progress, where a time is known: a step, a checkpoint, a progress kind of the
+    configuration, or a log whose last meaningful line is its progress (then its modification time)."""
+    times: list[float] = []
+    tr = s.training
+    if tr is not None and (t := _exact(tr.last_step_at)) is not None:
+        times.append(t)
+    for kind in (*_PROGRESS_KINDS, *ctx.progress_kinds):
+        ev = s.events.get(kind)
+        exact = ev is not None and ev.count and (not ev.approximate or ev.last_by == ev.last)
+        if ev is not None and exact and (t := _exact(ev.last)) is not None:
+            times.append(t)
+    for e in s.endings:
+        ends_in_progress = e.progress_line is not None and e.progress_line == e.last_line
+        if not e.failed and ends_in_progress and e.mtime:
+            times.append(e.mtime)
+    return max(times) if times else None
+
+
+def _interval(s: Snapshot) -> float | None:
+    tr = s.training
+    if tr is None or not tr.steps_per_hour or tr.steps_per_hour <= 0:
+        return None
+    return 3600.0 / tr.steps_per_hour
+
+
+def _failure_time(e: LogEnding) -> float | None:
+    return _exact(e.at) or _exact(e.mtime)
+
+
+def _where(e: LogEnding, lineno: int | None) -> str:
+    name = os.path.basename(e.path)
+    return line_ref(name, lineno) if lineno is not None else f"the end of {name}"
+
+
+def _ended(s: Snapshot, progress_at: float | None, started: float | None) -> LogEnding | None:
+    """The failure the run ended in: the latest log ending in a failure with no progress after it, from this attempt
+    (a failure older than the oldest live process of the run is an earlier attempt's)."""
+    best: tuple[float, LogEnding] | None = None
+    for e in s.endings:
+        if not e.failed:
+            continue
+        t = _failure_time(e)
+        if t is not None and progress_at is not None and progress_at > t:
+            continue  # the run progressed after it (in another log): history
+        if t is not None and started is not None and t < started - 5:
+            continue
+        key = t if t is not None else -math.inf
+        if best is None or key > best[0]:
+            best = (key, e)
+    return best[1] if best else None
+
+
+def _finished_by_ending(s: Snapshot) -> LogEnding | None:
+    for e in s.endings:
+        if not e.failed and e.progress_line is not None and _BAR_DONE.search(e.progress_line):
+            return e
+    return None
+
+
+def crash_text(e: LogEnding) -> str:
+    """The failure in its own words, and what its signal, exit code or Ray exit type means."""
+    parts = [e.title]
+    if e.signal and e.signal in _MEANING:
+        parts.append(_MEANING[e.signal])
+    elif e.signal:
+        parts.append(f"signal {e.signal}")
+    elif e.code is not None and e.code > 0:
+        parts.append(f"exit code {e.code}")
+    if e.detail in _RAY_EXIT:
+        parts.append(_RAY_EXIT[e.detail])
+    if e.first and e.first != e.title:
+        parts.append(f"it began with: {e.first[:200]}")
+    return "; ".join(parts)
+
+
+def assess_run(s: Snapshot, ctx: Context) -> RunState:
+    """The run's state, from the evidence in ``s`` (see the module's docstring)."""
+    now = s.time
+    th = ctx.thresholds
+    alive = _alive(s)
+    started = min((p.started_at for p in alive), default=None)
+    progress_at = last_progress(s, ctx)
+    interval = _interval(s)
+    allowance = max(th.hang_factor * interval, th.hang_floor_s) if interval else th.hang_floor_s
+    tr = s.training
+    step = f"step {tr.last_step}" if tr is not None and tr.last_step is not None else "progress"
+    if tr is not None and tr.finished:
+        total = f" of {tr.total_steps}" if tr.total_steps else ""
+        return RunState("finished", f"training finished at {step}{total}", _exact(tr.last_step_at))
+    failed = _ended(s, progress_at, started)
+    if failed is not None:
+        where = _where(failed, failed.lineno)
+        when = _failure_time(failed)
+        still = f"; {len(alive)} of its processes still alive" if alive else ""
+        evidence = tuple(f"{_where(failed, n)}: {text}" for n, text in failed.evidence)
+        why = f"{crash_text(failed)} ({where}, {hhmm(when, now)}){still}"
+        return RunState("crashed", why, when, evidence)
+    done = _finished_by_ending(s)
+    if done is not None and not alive:
+        where = _where(done, done.progress_lineno)
+        return RunState("finished", f"its progress bar reached its end ({where}: {done.progress_line})", done.mtime)
+    writers = [e for e in s.endings if e.mtime is not None and now - e.mtime <= allowance]
+    cadence = f", about every {human_duration(interval)}" if interval else ""
+    if progress_at is not None and now - progress_at <= allowance and (alive or writers):
+        return RunState("progressing", f"{step} at {hhmm(progress_at, now)}{cadence}", progress_at)
+    quiet_since = progress_at if progress_at is not None else started
+    last_line = max(s.endings, key=lambda e: e.mtime or 0.0, default=None)
+    said = ""
+    if last_line is not None:
+        said = f"; its last line: {_where(last_line, last_line.last_lineno)}: {last_line.last_line[:160]}"
+    if alive:
+        pids = ", ".join(str(p.pid) for p in alive[:4])
+        if progress_at is None and started is not None and now - started < th.startup_s:
+            return RunState(
+                "unknown",
+                f"started {human_duration(now - started)} ago (pid {pids}) and has shown no progress yet: still "
+                f"starting, or stuck before its first step",
+                started,
+            )
+        if quiet_since is not None and now - quiet_since > allowance:
+            gpu = " and the GPUs are idle" if ctx.gpu_idle else ""
+            limit = f"its cadence allows {human_duration(allowance)}"
+            return RunState(
+                "hung",
+                f"no progress since {hhmm(quiet_since, now)} ({human_duration(now - quiet_since)}; {limit}) while "
+                f"its processes are alive (pid {pids}){gpu}{said}",
+                quiet_since,
+            )
+        return RunState("unknown", f"its processes are alive (pid {pids}); no progress seen yet{said}", started)
+    if writers:
+        newest = max(writers, key=lambda e: e.mtime or 0.0)
+        return RunState(
+            "unknown",
+            f"no process of the run is visible here, but {os.path.basename(newest.path)} is being written "
+            f"(last {hhmm(newest.mtime, now)}); no progress seen in it{said}",
+            newest.mtime,
+        )
+    if not s.endings:
+        return RunState("unknown", "no log of the run and no process of it seen", None)
+    since = f"no progress since {hhmm(progress_at, now)}" if progress_at is not None else "no progress seen"
+    assert last_line is not None
+    return RunState(
+        "stopped",
+        f"{since}; no process of the run is alive here and its logs end without an error{said} "
+        f"(written {hhmm(last_line.mtime, now)})",
+        last_line.mtime,
+    )
+
+
+def health(s: Snapshot, ctx: Context) -> Iterator[Finding]:
+    """A finding for every state but progressing: crashed and hung are critical, stopped a warning."""
+    rs = s.run_state
+    if rs is None or rs.state == "progressing":
+        return
+    if rs.state == "crashed":
+        yield Finding(CRIT, "run_crashed", f"The run crashed: {rs.why}.", rs.since)
+    elif rs.state == "hung":
+        yield Finding(CRIT, "hung", f"The run is hung: {rs.why}.", rs.since)
+    elif rs.state == "stopped":
+        yield Finding(WARN, "run_stopped", f"The run stopped: {rs.why}.", rs.since)
+    elif rs.state == "finished":
+        yield Finding(INFO, "run_finished", f"The run finished: {rs.why}.", rs.since)
+    elif ctx.no_run is None:
+        yield Finding(INFO, "run_state_unknown", f"Whether the run progresses is unknown: {rs.why}.", rs.since)
