@@ -209,10 +209,11 @@ def load(args: argparse.Namespace) -> tuple[Config, Path, str]:
     return cfg, run_dir, origin
 
 
-def safe_print(text: str, *, file: TextIO | None = None) -> None:
+def safe_print(text: str, *, file: TextIO | None = None, json_text: bool = False) -> None:
     """Print text that may hold log content: secrets redacted (people paste what rlwatch prints), control sequences
-    removed line by line."""
-    body = "\n".join(clean_line(line) for line in redact(text).split("\n"))
+    removed line by line. ``json_text``: a JSON document whose strings were redacted one by one already
+    (:func:`rlwatch.common.redact.redacted`); redacting its text again would read ``"key": "…"`` as a secret."""
+    body = "\n".join(clean_line(line) for line in (text if json_text else redact(text)).split("\n"))
     try:
         print(body, file=file or sys.stdout, flush=True)
     except BrokenPipeError:
@@ -280,7 +281,7 @@ def cmd_report(args: argparse.Namespace) -> int:
         if waiting is not None:
             waiting.close()
         engine.stop()
-    safe_print(to_json(snap) if args.json else to_text(snap))
+    safe_print(to_json(snap) if args.json else to_text(snap), json_text=args.json)
     return exit_code(snap)
 
 
@@ -306,7 +307,7 @@ def cmd_watch(args: argparse.Namespace) -> int:
 
     def show(rec: dict[str, object], text: str) -> None:
         with lock:
-            safe_print(json.dumps(redacted(rec)) if args.json else text)
+            safe_print(json.dumps(redacted(rec)) if args.json else text, json_text=args.json)
 
     def emit(snap: Snapshot) -> None:
         if not snap.logs_read:
@@ -320,7 +321,7 @@ def cmd_watch(args: argparse.Namespace) -> int:
             for rec in changes(prev[0], snap):
                 line = json.dumps(redacted(rec)) if args.json else plain(rec)
                 if line is not None:
-                    safe_print(line)
+                    safe_print(line, json_text=args.json)
             prev[0] = snap
         streaming.set()
 

@@ -318,6 +318,31 @@ class LogEnding:
     count: int = 0  # failure-shaped lines after the last progress
 
 
+@dataclass(frozen=True, slots=True)
+class ProcessStack:
+    """One process's Python stack as py-spy read it: its main thread, innermost frame first."""
+
+    pid: int
+    label: str  # "rank 1", "trainer (pid 812)"
+    frames: tuple[str, ...]  # "all_reduce (distributed_c10d.py:2501)", innermost first
+    where: str  # where it stands: its innermost function and the run's own frame that led there
+    threads: int
+    error: str | None = None  # why it could not be read
+
+
+@dataclass(frozen=True, slots=True)
+class StackReport:
+    """Every rank's stack at one moment, grouped by where each stands (rlwatch/sources/stacks.py)."""
+
+    taken_at: float
+    why: str  # "hang declared", "asked from the dashboard", …
+    processes: tuple[ProcessStack, ...]
+    groups: tuple[tuple[str, tuple[str, ...]], ...]  # (where, labels), the largest group first
+    summary: str  # "ranks 0, 2, 3 in generate (rollout.py:88); rank 1 in all_reduce (train.py:30)"
+    path: str | None  # where the whole dump is kept
+    error: str | None = None  # why none could be read (py-spy missing, ptrace not permitted)
+
+
 RUN_STATES = ("progressing", "finished", "crashed", "hung", "stopped", "unknown")
 
 
@@ -418,6 +443,9 @@ class WatchdogStatus:
     last_action_at: float | None = None
     notify: NotifyStatus | None = None  # None: it sends no notifications and pings no heartbeat
     reading_backlog: tuple[int, int] | None = None  # (bytes read, bytes): it acts on nothing until it is read
+    # What the run is doing as the watchdog, which reads its logs live (each line timed as it comes), sees it:
+    # (state, why, since). Evidence another view can lean on where its own lines carry no time (a one-shot report).
+    run_state: tuple[str, str, float | None] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -428,6 +456,7 @@ class LiveRun:
     why_unknown: str | None  # what was looked for, when nothing was found
     started_at: float | None  # the oldest process with core evidence
     members: tuple[tuple[int, str], ...] = ()  # (pid, how it was recognised), core evidence first
+    weak: tuple[int, ...] = ()  # members only by working in or reading the run directory (a `tail -f` does that)
 
 
 @dataclass(frozen=True, slots=True)
@@ -468,6 +497,7 @@ class Snapshot:
     profile_evidence: tuple[str, ...] = ()  # why this profile: what discovery saw, or the file that names it
     endings: tuple[LogEnding, ...] = ()  # how each followed log ends (its newest lines)
     run_state: RunState | None = None  # what the run is doing, from evidence (engine/diagnosis/health)
+    stacks: StackReport | None = None  # the run's processes' stacks, when last read (a hang, a person asking)
 
     @property
     def gpus(self) -> tuple[GpuState, ...]:

@@ -38,6 +38,7 @@ from rlwatch.common.state import (
     ServerState,
     Snapshot,
     SourceStatus,
+    StackReport,
     TaggedLine,
     WatchdogStatus,
 )
@@ -53,6 +54,7 @@ from rlwatch.logs.events import EventCounter, build_kinds
 from rlwatch.logs.tailer import Chunk, Tailer
 from rlwatch.logs.training import TrainingTracker
 from rlwatch.logs.waker import Waker
+from rlwatch.sources import procfs
 from rlwatch.sources.checkpoints import CheckpointScanner
 from rlwatch.sources.disk import disk_state
 from rlwatch.sources.gpu import GpuBackend, make_gpu_backend
@@ -64,6 +66,7 @@ from rlwatch.sources.processes import LaunchRecord, ProcessTable
 from rlwatch.sources.procfs import container_uptime_s
 from rlwatch.sources.recover import find_step_info, read_recover
 from rlwatch.sources.server import ServerProbe
+from rlwatch.sources.stacks import StackTarget, capture, latest_kept, rank_label
 from rlwatch.sources.watchdog_state import read_status
 
 _LOG_HEAD_BYTES = 64 * 1024
@@ -203,6 +206,8 @@ class Engine:
         self._disk: DiskState | None = None
         self._watchdog: WatchdogStatus | None = None
         self._endings: tuple[LogEnding, ...] = ()
+        self._stacks: StackReport | None = None
+        self._stacks_for: float | None = None  # the hang (its since) whose stacks were read
         self._member_starts: dict[str, set[float]] = {}  # role -> start times of processes seen as the run's
         self._progress_kinds = tuple(k.name for k in cfg.events.custom if k.progress)
         self._ending_cache: dict[str, tuple[tuple[int, int, int, int, bool], LogEnding | None]] = {}
@@ -413,6 +418,7 @@ class Engine:
         volume = self.cfg.training.output_volume
         disk = disk_state(str(resolve(self.run_dir, volume) if volume else self.run_dir))
         endings = self._read_endings(now)
+        kept = latest_kept(self.run_dir, self._stacks.taken_at if self._stacks is not None else None)
         watchdog, wd_err = read_status(self.run_dir, now)  # the headless watchdog's state file, if one ever ran
         if watchdog is not None or wd_err is not None:
             self._ok("watchdog", wd_err)
@@ -437,6 +443,8 @@ class Engine:
             self._checkpoint, self._recover, self._disk = ckpt, recover, disk
             self._watchdog = watchdog
             self._endings = endings
+            if kept is not None:
+                self._stacks = kept  # another rlwatch (the watchdog, the dashboard) read them since
             for g in gpu.gpus:
                 self._hist_gpu_util.setdefault(g.index, Ring()).add(now, g.util)
                 self._hist_gpu_mem.setdefault(g.index, Ring()).add(now, _pct(g.mem_used_bytes, g.mem_total_bytes))
@@ -689,6 +697,7 @@ class Engine:
                 watchdog=self._watchdog,
                 live_run=_live_run(self._view),
                 endings=self._endings,
+                stacks=self._stacks,
             )
             ctx = Context(
                 thresholds=self.cfg.thresholds,
@@ -765,7 +774,50 @@ class Engine:
             self._drain_newest_first(first_look, progress)
         self.sample()
         self.probe_server()
-        return self.build()
+        snap = self.build()
+        if self._hang_unread(snap):  # a hung run's report carries where each process waits
+            self.capture_stacks("hang declared")
+            snap = self.build()
+        return snap
+
+    # ------------------------------------------------------------------------------------------------ stacks
+    def stack_targets(self) -> list[StackTarget]:
+        """The live run's Python processes (its members, with evidence), each labelled by its rank where known."""
+        view = self.live_run()
+        with self._lock:
+            procs = {p.pid: p for p in self._procs if p.alive}
+        out = []
+        for pid in sorted(set(view.members) - view.weak):  # a process that only reads the logs is not a rank
+            argv = procfs.read_cmdline(pid, self._proc_root)
+            exe = os.path.basename(argv[0]) if argv else ""
+            if not (exe.startswith("python") or (argv and argv[0].startswith("ray::")) or "python" in exe):
+                continue
+            p = procs.get(pid)
+            fallback = f"{p.name} (pid {pid})" if p is not None else f"pid {pid}"
+            out.append(StackTarget(pid, rank_label(pid, fallback, self._proc_root)))
+        return out
+
+    def capture_stacks(self, why: str) -> StackReport:
+        """Read every Python process of the run's stack now (py-spy, never pausing them), keep the dump in the run's
+        ``.rlwatch/stacks/`` and on the next snapshots. Blocking: seconds at most."""
+        report = capture(self.stack_targets(), why, self.run_dir, self.clock.time())
+        with self._lock:
+            self._stacks = report
+        return report
+
+    def _hang_unread(self, snap: Snapshot) -> bool:
+        rs = snap.run_state
+        return rs is not None and rs.state == "hung" and self._stacks_for != rs.since
+
+    def _stacks_on_hang(self) -> None:
+        """Once per hang, as soon as it is declared: where each process waits, read while it still waits."""
+        snap = self._snapshot
+        if not self._hang_unread(snap):
+            return
+        assert snap.run_state is not None
+        self._stacks_for = snap.run_state.since
+        self._guard("stacks", lambda: self.capture_stacks("hang declared"))
+        self._guard("build", self.build)
 
     def _drain_newest_first(
         self, first_look: Callable[[Snapshot], None], progress: Callable[[int, int], None] | None
@@ -856,6 +908,7 @@ class Engine:
         while not self._stop.is_set():
             self._guard("sample", self.sample)
             self._guard("build", self.build)
+            self._stacks_on_hang()
             self._first_sample.set()
             if self.clock.monotonic() - released_at >= RELEASE_EVERY_S:
                 released_at = self.clock.monotonic()
@@ -901,4 +954,6 @@ def _live_run(view: RunView | None, limit: int = 64) -> LiveRun | None:
             None,
             (),
         )
-    return LiveRun(view.identified, view.unknown_reason, view.started_at, tuple((core + rest)[:limit]))
+    members = tuple((core + rest)[:limit])
+    weak = tuple(pid for pid, _ in members if pid in view.weak)
+    return LiveRun(view.identified, view.unknown_reason, view.started_at, members, weak)

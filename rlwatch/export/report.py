@@ -203,6 +203,7 @@ def to_json_dict(s: Snapshot) -> dict[str, Any]:
         ],
         "watchdog": _watchdog_json(s),
         "endings": [_ending_json(e) for e in s.endings],
+        "stacks": _stacks_json(s),
         "sources": [
             {"name": src.name, "ok": src.ok, "error": src.error, "last_sample": iso(src.last_sample)}
             for src in sorted(s.sources, key=lambda src: src.name)
@@ -270,6 +271,45 @@ def notify_lines(n: NotifyStatus, now: float) -> list[str]:
 
 def to_json(s: Snapshot) -> str:
     return json.dumps(redacted(to_json_dict(s)), indent=2)
+
+
+def _stacks_json(s: Snapshot) -> dict[str, Any] | None:
+    st = s.stacks
+    if st is None:
+        return None
+    return {
+        "taken_at": iso(st.taken_at),
+        "why": st.why,
+        "summary": st.summary,
+        "kept_at": st.path,
+        "error": st.error,
+        "groups": [{"where": where, "processes": list(labels)} for where, labels in st.groups],
+        "processes": [
+            {
+                "pid": p.pid,
+                "label": p.label,
+                "where": p.where,
+                "threads": p.threads,
+                "error": p.error,
+                "frames": list(p.frames),
+            }
+            for p in st.processes
+        ],
+    }
+
+
+def stack_lines(s: Snapshot) -> list[str]:
+    """Where each of the run's processes stood when their stacks were last read."""
+    st = s.stacks
+    if st is None:
+        return []
+    lines = [f"Stacks ({hhmm(st.taken_at, s.time)}, {st.why}): {st.summary or st.error or 'none read'}"]
+    for p in st.processes:
+        if p.error is None:
+            lines.append(f"  {p.label} (pid {p.pid}): {' < '.join(p.frames[:4])}")
+    if st.path:
+        lines.append(f"  whole dump: {st.path}")
+    return lines
 
 
 def _ending_json(e: LogEnding) -> dict[str, Any]:
@@ -400,6 +440,7 @@ def to_text(s: Snapshot) -> str:
     if tr and tr.knobs:
         lines.append("Config: " + ", ".join(f"{k}={v}" for k, v in tr.knobs.items()))
     lines.extend(_holder_lines(s))
+    lines.extend(stack_lines(s))
     if s.watchdog is not None and s.watchdog.notify is not None:
         lines.extend(notify_lines(s.watchdog.notify, s.time))
     broken = sorted((src for src in s.sources if not src.ok), key=lambda src: src.name)

@@ -10,9 +10,18 @@ from collections.abc import Iterator
 from typing import Any
 
 from rlwatch.common.state import Snapshot, SourceStatus, line_number
-from rlwatch.export.report import iso
+from rlwatch.export.report import iso, status_word
 
 _NUMBERS = re.compile(r"[0-9]+(?:\.[0-9]+)?")
+
+
+def _state_of(s: Snapshot) -> str | None:
+    return s.run_state.state if s.run_state is not None else None
+
+
+def _run_state(s: Snapshot) -> dict[str, Any] | None:
+    rs = s.run_state
+    return None if rs is None else {"state": rs.state, "why": rs.why, "since": iso(rs.since)}
 
 
 def _trouble(src: SourceStatus | None) -> str | None:
@@ -31,6 +40,8 @@ def changes(prev: Snapshot | None, cur: Snapshot) -> Iterator[dict[str, Any]]:
             "host": cur.host,
             "run_dir": cur.run_dir,
             "profile": cur.profile,
+            "status": status_word(cur).lower().replace(" ", "_"),
+            "run_state": _run_state(cur),
             "findings": [f.code for f in cur.findings],
             "events": {k: e.count for k, e in cur.events.items() if e.count},
         }
@@ -56,6 +67,13 @@ def changes(prev: Snapshot | None, cur: Snapshot) -> Iterator[dict[str, Any]]:
                 "line": line_number(last.lineno) if last else None,
                 "text": last.text[:500] if last else None,
             }
+    if prev is not None and _state_of(prev) != _state_of(cur):
+        yield {
+            "type": "run_state",
+            "time": t,
+            "status": status_word(cur).lower().replace(" ", "_"),
+            "run_state": _run_state(cur),
+        }
     old = {f.code: f for f in prev.findings} if prev else {}
     new = {f.code: f for f in cur.findings}
     for code, f in new.items():
@@ -99,6 +117,9 @@ def plain(record: dict[str, Any]) -> str | None:
         return f"{t} {record['kind']} +{record['new']} (total {record['count']}): {record.get('text') or ''}"
     if kind == "finding":
         return f"{t} [{record['severity'].upper()}] {record['message']}"
+    if kind == "run_state":
+        rs = record.get("run_state") or {}
+        return f"{t} run {rs.get('state')}: {rs.get('why')}"
     if kind == "finding_cleared":
         return f"{t} cleared: {record['code']}"
     if kind == "server":

@@ -387,7 +387,10 @@ class Watchdog:
         kinds = used_kinds(self.policies.policies)
         streaks = {kind: self.engine.event_streaks(kind) for kind in kinds}
         now = self.clock.monotonic()
-        if kinds and (self._owners_at is None or now - self._owners_at >= OWNERS_EVERY_S):
+        # Looked for again while a log has no known writer: a map made before the workers opened their logs would
+        # otherwise stand for OWNERS_EVERY_S, and a policy firing then would act on every worker instead of one.
+        partial = len(self._owners) < len(snap.logs)
+        if kinds and (self._owners_at is None or partial or now - self._owners_at >= OWNERS_EVERY_S):
             rule_logs = {}
             for p in snap.processes:
                 rule = self.engine.processes.rule_for(p.name)
@@ -651,7 +654,12 @@ class Watchdog:
                     for d in self._done
                 ],
                 "notify": self.notifications.state() if self.notifications is not None else None,
+                "run_state": self._run_state(),
             }
+
+    def _run_state(self) -> dict[str, Any] | None:
+        rs = self.engine.snapshot().run_state
+        return None if rs is None else {"state": rs.state, "why": rs.why, "since": rs.since}
 
     @property
     def state_error(self) -> str | None:

@@ -9,7 +9,8 @@ run's only with evidence it can show:
 - it matches a configured **role** and touches the run directory (or its rule names it by pidfile),
 - it **works in** the run directory (its cwd), or holds a file under it open for reading,
 
-and its descendants, process group and session come with it. The first three are *core* evidence: they mark the
+and its descendants and the launchers above it come with it (not the shell or the login session it was started
+from: everything else the person runs there shares that session). The first three are *core* evidence: they mark the
 live run and when it began. Working in the directory or reading a file there is weaker, because a leftover of an
 earlier attempt of the same run does exactly that.
 
@@ -31,6 +32,7 @@ on the strength of "not the run".
 
 from __future__ import annotations
 
+import itertools
 import os
 from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass, field
@@ -379,6 +381,9 @@ def assess(
     for pid, fs in files.items():
         if pid in procs and pid not in direct and pid not in weak_direct:
             weak_direct[pid] = f"holds {_rel(fs[0].path, root)} open"
+    # Other rlwatch processes (the watchdog, a dashboard, a report) read the run's logs and write its .rlwatch/:
+    # observers too, never the run.
+    watchers |= {pid for pid in {*direct, *weak_direct} if _is_rlwatch(procfs.read_cmdline(pid, proc_root))}
     for pid in watchers:
         direct.pop(pid, None)
         weak_direct.pop(pid, None)
@@ -401,37 +406,81 @@ def assess(
     )
 
 
+# Where a run's family ends going up: a shell, a terminal multiplexer, a login or remote session, a container's or the
+# system's init. A trainer started from a person's shell shares its session with that shell and with everything else
+# the person runs there: the session is not the run, and neither is its leader.
+SESSION_ROOTS = frozenset(
+    {
+        "bash", "sh", "dash", "zsh", "fish", "ksh", "mksh", "tcsh", "csh", "nu", "xonsh",
+        "tmux", "tmux: server", "screen", "SCREEN", "zellij", "byobu", "mosh-server", "script",
+        "sshd", "login", "su", "sudo", "doas", "agetty", "systemd", "init", "tini", "dumb-init", "docker-init",
+        "catatonit", "s6-svscan", "runsv", "supervisord", "conmon", "containerd-shim", "bwrap", "nohup",
+    }
+)  # fmt: skip
+
+
+def _is_root(p: Proc) -> bool:
+    comm = p.comm
+    return p.pid <= 1 or comm in SESSION_ROOTS or comm.startswith(("containerd-shim", "tmux"))
+
+
 def _closure(
     direct: Mapping[int, str], procs: Mapping[int, Proc], children: Mapping[int, list[int]], skip: Collection[int] = ()
 ) -> dict[int, str]:
-    """The processes with direct evidence, plus their descendants, process groups and sessions — each with how it
-    came in ("child of pid 12, which writes train.log")."""
+    """The processes with direct evidence, plus what comes with them — each with how it came in ("a descendant of
+    pid 12, which writes train.log"):
+
+    - their **ancestors** up to the first shell, multiplexer, session manager or init (the launcher that started a
+      rank: torchrun, an AReaL launcher, a Ray driver), and the descendants of every member (the other ranks);
+    - the other processes of a member's **process group** when that group's leader is a member too (a launcher's
+      workers re-parented to init keep its group).
+
+    Not the session: a run started from a person's shell shares the shell's session with everything else the person
+    runs from it."""
     by_group: dict[int, list[int]] = {}
-    by_session: dict[int, list[int]] = {}
     for pid, p in procs.items():
         if p.pgid > 0:
             by_group.setdefault(p.pgid, []).append(pid)
-        if p.sid > 0:
-            by_session.setdefault(p.sid, []).append(pid)
     out = dict(direct)
     anchor = {pid: pid for pid in direct}  # the process with direct evidence each member came in through
-    queue = list(direct)
+
+    def add(other: int, via: int, how: str) -> bool:
+        if other in out or other not in procs or other in skip:
+            return False
+        anchor[other] = anchor[via]
+        out[other] = f"{how} pid {anchor[via]}, which {_verb(direct[anchor[via]])}"
+        return True
+
+    for pid in list(direct):
+        here = procs.get(pid)
+        while here is not None:
+            parent = procs.get(here.ppid)
+            if parent is None or _is_root(parent) or parent.pid in skip:
+                break
+            add(parent.pid, pid, "an ancestor of")
+            here = parent
+    queue = list(out)
     while queue:
         pid = queue.pop()
         here = procs.get(pid)
         if here is None:
             continue
-        related = [
-            *((c, "a descendant of") for c in children.get(pid, ())),
-            *((g, "in the process group of") for g in by_group.get(here.pgid, ())),
-            *((s, "in the session of") for s in by_session.get(here.sid, ())),
-        ]
+        related = [(c, "a descendant of") for c in children.get(pid, ())]
+        if here.pgid in out:  # the group's leader is the run's: its group is too
+            related += [(g, "in the process group of") for g in by_group.get(here.pgid, ())]
         for other, how in related:
-            if other not in out and other in procs and other not in skip:
-                anchor[other] = anchor[pid]
-                out[other] = f"{how} pid {anchor[pid]}, which {_verb(direct[anchor[pid]])}"
+            if add(other, pid, how):
                 queue.append(other)
     return out
+
+
+def _is_rlwatch(argv: tuple[str, ...]) -> bool:
+    """``rlwatch …`` or ``python -m rlwatch …``: a command of rlwatch's own."""
+    if not argv:
+        return False
+    if os.path.basename(argv[0]) == "rlwatch":
+        return True
+    return any(a == "-m" and b.split(".")[0] == "rlwatch" for a, b in itertools.pairwise(argv))
 
 
 def _verb(evidence: str) -> str:

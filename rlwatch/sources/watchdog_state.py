@@ -23,7 +23,7 @@ import psutil
 
 from rlwatch.common.numbers import finite_float
 from rlwatch.common.redact import redacted
-from rlwatch.common.state import GaveUp, NotifyStatus, WatchdogStatus
+from rlwatch.common.state import RUN_STATES, GaveUp, NotifyStatus, WatchdogStatus
 from rlwatch.common.statefiles import STATE_DIR, StateDir, StateFileError, locate
 
 STATE_FILE = "watchdog.json"
@@ -116,7 +116,17 @@ def status_from(data: dict[str, Any], now: float) -> WatchdogStatus:
         last_action_at=last_at,
         notify=_notify_from(data.get("notify")),
         reading_backlog=_progress(data.get("reading_backlog")) if alive else None,
+        run_state=_run_state(data.get("run_state")) if alive else None,
     )
+
+
+def _run_state(value: object) -> tuple[str, str, float | None] | None:
+    if not isinstance(value, dict):
+        return None
+    state, why = value.get("state"), value.get("why")
+    if state not in RUN_STATES or not isinstance(why, str):
+        return None
+    return state, why[:1000], finite_float(value.get("since"))
 
 
 def _progress(value: object) -> tuple[int, int] | None:

@@ -33,6 +33,7 @@ from rlwatch.remedy.actions.api import Actions
 from rlwatch.remedy.actions.identity import Ident, same_process
 from rlwatch.remedy.actions.plan import KILL_ZOMBIES, RESTART_SERVER, RESTART_WORKERS, RESUME, Prepared, stdout_file
 from rlwatch.remedy.actions.signals import SignalOutcome, SignalStatus
+from rlwatch.sources.membership import RUN
 from tests.simhost import wait_until, younger_from_now_on
 
 # Holds the device only when asked through the environment, so a decoy can share the stray's exact command line.
@@ -424,16 +425,22 @@ def test_an_unknown_holder_named_with_pid_is_planned_and_stopped(procs: Procs, h
 
 
 def test_ancestor_of_the_run_is_not_a_target(procs: Procs, host: Host) -> None:
-    # The run is the child, in a session of its own; the parent holding the device is above it.
+    # The run is the child, in a session of its own; the parent holding the device is above it: the process that
+    # started the run's (its launcher), so the run's too, up to the shell it was started from.
     parent, line = procs.start(HOLDER_WITH_CHILD, str(host.dev / "nvidia0"), HOLDER, KID_SESSION="1")
     kid = int(line.split()[1])
     procs.adopt(Ident(kid, psutil.Process(kid).create_time()))  # not in the parent's group: stopped on its own
     host.mark_run(kid)
     actions = host.actions()
     unnamed = actions.prepare(KILL_ZOMBIES)
-    assert unnamed.plan.refused is not None and f"pid {parent.pid}: not part of the live run" in unnamed.plan.refused
+    assert unnamed.plan.refused == "no stray GPU holders"
+    verdict = actions.engine.live_run().verdict(parent.pid)
+    assert verdict.status == RUN and verdict.why.startswith(f"an ancestor of pid {kid}"), verdict
     named = actions.prepare(KILL_ZOMBIES, pids=[parent.pid])
-    assert named.plan.refused == f"pid {parent.pid} must not be stopped: an ancestor of the live run"
+    assert named.plan.refused == (
+        f"pid {parent.pid} must not be stopped: part of the live run: an ancestor of pid {kid}, which is the trainer "
+        "(named by its pidfile)"
+    )
     assert alive(parent)
 
 

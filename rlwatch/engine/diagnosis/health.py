@@ -24,7 +24,7 @@ import os
 import re
 from collections.abc import Iterator
 
-from rlwatch.common.state import Finding, LogEnding, ProcessInfo, RunState, Snapshot, line_ref
+from rlwatch.common.state import Finding, LogEnding, RunState, Snapshot, line_ref
 from rlwatch.engine.diagnosis.base import CRIT, INFO, WARN, Context
 from rlwatch.engine.diagnosis.wording import hhmm, human_duration
 
@@ -53,34 +53,44 @@ _RAY_EXIT = {
 }
 
 
-def _alive(s: Snapshot) -> list[ProcessInfo]:
-    """The run's processes alive now: members of the live run, with the evidence membership rests on. A role's
+def _alive(s: Snapshot) -> list[int]:
+    """The run's processes alive now: members of the live run, each with the evidence membership rests on. A role's
     pattern names a process's role; it does not make it this run's (another run's trainer matches it too)."""
-    members = {pid for pid, _ in s.live_run.members} if s.live_run is not None else set()
-    return [p for p in s.processes if p.alive and p.pid in members]
+    if s.live_run is None:
+        return []
+    dead = {p.pid for p in s.processes if not p.alive} | set(s.live_run.weak)  # reading the logs proves no life
+    return [pid for pid, _ in s.live_run.members if pid not in dead]
 
 
 def _exact(t: float | None) -> float | None:
     return t if t is not None and math.isfinite(t) else None
 
 
-def last_progress(s: Snapshot, ctx: Context) -> float | None:
-    """The latest time the run showed progress, where a time is known: a step, a checkpoint, a progress kind of the
-    configuration, or a log whose last meaningful line is its progress (then its modification time)."""
-    times: list[float] = []
+def last_progress(s: Snapshot, ctx: Context) -> tuple[float | None, float | None]:
+    """When the run last showed progress: (the latest time known for sure, the latest it can be). A step, a
+    checkpoint, a progress kind of the configuration, or a log whose last meaningful line is its progress (then its
+    modification time). A line of a backlog without a time of its own has only bounds: it counts for sure only at its
+    earliest, and a hang is only said once even its latest is too long ago."""
+    sure: list[float] = []
+    bound: list[float] = []
     tr = s.training
     if tr is not None and (t := _exact(tr.last_step_at)) is not None:
-        times.append(t)
+        bound.append(t)
     for kind in (*_PROGRESS_KINDS, *ctx.progress_kinds):
         ev = s.events.get(kind)
-        exact = ev is not None and ev.count and (not ev.approximate or ev.last_by == ev.last)
-        if ev is not None and exact and (t := _exact(ev.last)) is not None:
-            times.append(t)
+        if ev is None or not ev.count:
+            continue
+        if not ev.approximate or ev.last_by == ev.last:
+            if (t := _exact(ev.last)) is not None:
+                sure.append(t)
+        elif (t := _exact(ev.last_by)) is not None:
+            bound.append(t)
     for e in s.endings:
         ends_in_progress = e.progress_line is not None and e.progress_line == e.last_line
         if not e.failed and ends_in_progress and e.mtime:
-            times.append(e.mtime)
-    return max(times) if times else None
+            sure.append(e.mtime)
+    latest = max(sure + bound) if sure or bound else None
+    return (max(sure) if sure else None), latest
 
 
 def _interval(s: Snapshot) -> float | None:
@@ -140,13 +150,25 @@ def crash_text(e: LogEnding) -> str:
     return "; ".join(parts)
 
 
+def _watchdog_saw(s: Snapshot) -> RunState | None:
+    """A hang the run's own watchdog saw live: it times each line as it comes, where lines read afterwards carry no
+    time of their own (a step line of TRL or verl), so a one-shot report cannot see the silence it saw."""
+    wd = s.watchdog
+    if wd is None or not wd.running or wd.stale or wd.run_state is None:
+        return None
+    state, why, since = wd.run_state
+    if state != "hung":
+        return None
+    return RunState(state, f"{why} (as the watchdog, pid {wd.pid}, watching the logs live, sees it)", since)
+
+
 def assess_run(s: Snapshot, ctx: Context) -> RunState:
     """The run's state, from the evidence in ``s`` (see the module's docstring)."""
     now = s.time
     th = ctx.thresholds
     alive = _alive(s)
-    started = min((p.started_at for p in alive), default=None)
-    progress_at = last_progress(s, ctx)
+    started = s.live_run.started_at if alive and s.live_run is not None else None
+    progress_at, progress_by = last_progress(s, ctx)
     interval = _interval(s)
     allowance = max(th.hang_factor * interval, th.hang_floor_s) if interval else th.hang_floor_s
     tr = s.training
@@ -154,7 +176,7 @@ def assess_run(s: Snapshot, ctx: Context) -> RunState:
     if tr is not None and tr.finished:
         total = f" of {tr.total_steps}" if tr.total_steps else ""
         return RunState("finished", f"training finished at {step}{total}", _exact(tr.last_step_at))
-    failed = _ended(s, progress_at, started)
+    failed = _ended(s, progress_by, started)
     if failed is not None:
         where = _where(failed, failed.lineno)
         when = _failure_time(failed)
@@ -170,14 +192,17 @@ def assess_run(s: Snapshot, ctx: Context) -> RunState:
     cadence = f", about every {human_duration(interval)}" if interval else ""
     if progress_at is not None and now - progress_at <= allowance and (alive or writers):
         return RunState("progressing", f"{step} at {hhmm(progress_at, now)}{cadence}", progress_at)
-    quiet_since = progress_at if progress_at is not None else started
+    quiet_since = progress_by if progress_by is not None else started
     last_line = max(s.endings, key=lambda e: e.mtime or 0.0, default=None)
     said = ""
     if last_line is not None:
         said = f"; its last line: {_where(last_line, last_line.last_lineno)}: {last_line.last_line[:160]}"
+    seen = _watchdog_saw(s)
+    if seen is not None:
+        return seen
     if alive:
-        pids = ", ".join(str(p.pid) for p in alive[:4])
-        if progress_at is None and started is not None and now - started < th.startup_s:
+        pids = ", ".join(str(pid) for pid in alive[:4])
+        if progress_by is None and started is not None and now - started < th.startup_s:
             return RunState(
                 "unknown",
                 f"started {human_duration(now - started)} ago (pid {pids}) and has shown no progress yet: still "
@@ -222,7 +247,12 @@ def health(s: Snapshot, ctx: Context) -> Iterator[Finding]:
     if rs.state == "crashed":
         yield Finding(CRIT, "run_crashed", f"The run crashed: {rs.why}.", rs.since)
     elif rs.state == "hung":
-        yield Finding(CRIT, "hung", f"The run is hung: {rs.why}.", rs.since)
+        st = s.stacks
+        if st is not None and rs.since is not None and st.taken_at >= rs.since and (st.summary or st.error):
+            where = f" Where each waits: {st.summary}." if st.summary else f" Its stacks could not be read: {st.error}."
+        else:
+            where = " Its stacks are read once the hang is declared (or with key d)."
+        yield Finding(CRIT, "hung", f"The run is hung: {rs.why}.{where}", rs.since)
     elif rs.state == "stopped":
         yield Finding(WARN, "run_stopped", f"The run stopped: {rs.why}.", rs.since)
     elif rs.state == "finished":

@@ -1,0 +1,228 @@
+"""Where each of the run's processes waits: their Python stacks, read with py-spy, grouped by where they stand.
+
+A hung run prints no error; the first thing maintainers ask for in such threads is every rank's stack. py-spy
+(``py-spy dump --pid PID --json``, a PyPI wheel rlwatch depends on) reads another process's Python stack from its
+memory. It is run with ``--nonblocking``: the process is never paused, and nothing is signalled — a stack capture
+only reads. It needs the permission to trace the process (root, ``CAP_SYS_PTRACE``, or the same user where
+``kernel.yama.ptrace_scope`` allows it); where that is refused, the capture says so and what to change.
+
+Each process's main thread is reduced to where it stands: its innermost Python function, and the innermost frame of
+the run's own code that led there ("``all_reduce`` (train.py:30)"); processes standing at the same place are one
+group ("ranks 0, 2, 3 in generate (rollout.py:88); rank 1 in all_reduce (train.py:30)"). Every dump is kept whole
+in the run's ``.rlwatch/stacks/`` (private files: stacks can quote paths and arguments).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from rlwatch.common.redact import redacted
+from rlwatch.common.state import ProcessStack, StackReport
+from rlwatch.common.statefiles import StateDir, StateFileError
+from rlwatch.sources import procfs
+
+__all__ = ["StackTarget", "capture", "latest_kept", "parse_dump", "py_spy", "summarize"]
+
+TIMEOUT_S = 15.0
+_MAX_FRAMES = 40
+_LIBRARY_PARTS = ("/site-packages/", "/dist-packages/", "/lib/python3", "<frozen ")
+_NO_PTRACE = (
+    "ptrace is not permitted here: run rlwatch as root, or give it CAP_SYS_PTRACE (docker run --cap-add SYS_PTRACE; "
+    "Kubernetes securityContext.capabilities.add: [SYS_PTRACE]), or allow tracing your own processes "
+    "(sysctl kernel.yama.ptrace_scope=0)"
+)
+
+
+@dataclass(frozen=True, slots=True)
+class StackTarget:
+    pid: int
+    label: str  # "rank 1", "trainer", …
+
+
+def py_spy() -> str | None:
+    """The py-spy rlwatch was installed with (beside its interpreter), else one on PATH."""
+    beside = Path(sys.executable).parent / "py-spy"
+    if beside.is_file() and os.access(beside, os.X_OK):
+        return str(beside)
+    return shutil.which("py-spy")
+
+
+def rank_label(pid: int, fallback: str, proc_root: str = procfs.PROC) -> str:
+    """ "rank N" from the process's environment (torchrun, accelerate and DeepSpeed set RANK), else ``fallback``."""
+    env = procfs.read_environ(pid, proc_root) or {}
+    rank = env.get("RANK")
+    return f"rank {rank}" if rank is not None and rank.isdigit() else fallback
+
+
+def _frame_text(frame: dict[str, Any]) -> str:
+    name = str(frame.get("name") or "?")
+    where = str(frame.get("short_filename") or frame.get("filename") or "?")
+    return f"{name} ({where}:{frame.get('line', '?')})"
+
+
+def _own(frame: dict[str, Any]) -> bool:
+    filename = str(frame.get("filename") or "")
+    return not any(part in filename for part in _LIBRARY_PARTS)
+
+
+def parse_dump(pid: int, label: str, text: str) -> ProcessStack:
+    """One process's ``py-spy dump --json`` output, reduced to its main thread and where it stands."""
+    try:
+        threads = json.loads(text)
+    except ValueError as exc:
+        return ProcessStack(pid, label, (), "", 0, f"py-spy's output is not JSON: {exc}")
+    if not isinstance(threads, list) or not threads:
+        return ProcessStack(pid, label, (), "", 0, "py-spy found no Python thread")
+    main = next(
+        (
+            t
+            for t in threads
+            if isinstance(t, dict) and (t.get("thread_name") == "MainThread" or t.get("os_thread_id") == pid)
+        ),
+        threads[0],
+    )
+    frames: list[dict[str, Any]] = [f for f in main.get("frames") or [] if isinstance(f, dict)]
+    texts = tuple(_frame_text(f) for f in frames[:_MAX_FRAMES])
+    if not frames:
+        return ProcessStack(pid, label, texts, "outside Python code", len(threads), None)
+    innermost = str(frames[0].get("name") or "?")
+    own = next((f for f in frames if _own(f)), None)
+    if own is None or own is frames[0]:
+        where = _frame_text(frames[0])
+    else:
+        where = f"{innermost} ({own.get('short_filename') or own.get('filename')}:{own.get('line', '?')})"
+    return ProcessStack(pid, label, texts, where, len(threads), None)
+
+
+def summarize(stacks: Sequence[ProcessStack]) -> tuple[tuple[tuple[str, tuple[str, ...]], ...], str]:
+    """Processes grouped by where they stand, the largest group first, and the line that says it."""
+    groups: dict[str, list[str]] = {}
+    for st in stacks:
+        if st.error is None:
+            groups.setdefault(st.where, []).append(st.label)
+    ordered = sorted(groups.items(), key=lambda kv: (-len(kv[1]), kv[0]))
+    parts = []
+    for where, labels in ordered:
+        ranks = [label.removeprefix("rank ") for label in labels if label.startswith("rank ")]
+        if len(ranks) == len(labels) and len(labels) > 1:
+            who = "ranks " + ", ".join(sorted(ranks, key=lambda r: int(r) if r.isdigit() else 0))
+        else:
+            who = ", ".join(labels)
+        parts.append(f"{who} in {where}")
+    failed = [st for st in stacks if st.error is not None]
+    if failed:
+        parts.append(f"{len(failed)} not read ({failed[0].error})")
+    return tuple((w, tuple(ls)) for w, ls in ordered), "; ".join(parts)
+
+
+def _dump(exe: str, target: StackTarget) -> ProcessStack:
+    try:
+        out = subprocess.run(
+            [exe, "dump", "--pid", str(target.pid), "--json", "--nonblocking"],
+            capture_output=True,
+            text=True,
+            timeout=TIMEOUT_S,
+            check=False,
+            stdin=subprocess.DEVNULL,
+        )
+    except subprocess.TimeoutExpired:
+        return ProcessStack(target.pid, target.label, (), "", 0, f"py-spy did not answer within {TIMEOUT_S:g}s")
+    except OSError as exc:
+        return ProcessStack(target.pid, target.label, (), "", 0, f"cannot run py-spy: {exc.strerror or exc}")
+    if out.returncode != 0:
+        said = (out.stderr or out.stdout).strip().splitlines()
+        line = said[-1] if said else f"exit {out.returncode}"
+        if "ermission denied" in line or "not permitted" in line or "EPERM" in line:
+            line = _NO_PTRACE
+        return ProcessStack(target.pid, target.label, (), "", 0, line[:300])
+    return parse_dump(target.pid, target.label, out.stdout)
+
+
+def capture(targets: Sequence[StackTarget], why: str, run_dir: Path | None, now: float | None = None) -> StackReport:
+    """Every target's stack, read side by side; kept whole in ``run_dir``'s ``.rlwatch/stacks/`` when given."""
+    taken = time.time() if now is None else now
+    exe = py_spy()
+    if exe is None:
+        return StackReport(taken, why, (), (), "", None, "py-spy is not installed (pip install py-spy)")
+    if not targets:
+        return StackReport(taken, why, (), (), "", None, "no Python process of the run to read")
+    with ThreadPoolExecutor(max_workers=min(8, len(targets))) as pool:
+        stacks = tuple(pool.map(lambda t: _dump(exe, t), targets))
+    groups, text = summarize(stacks)
+    errors = {st.error for st in stacks if st.error}
+    error = next(iter(errors)) if errors and len(errors) == 1 and all(st.error for st in stacks) else None
+    path = None
+    if run_dir is not None:
+        path, problem = _keep(run_dir, taken, why, stacks)
+        error = error or problem
+    return StackReport(taken, why, stacks, groups, text, path, error)
+
+
+def latest_kept(run_dir: Path, newer_than: float | None = None) -> StackReport | None:
+    """The newest dump kept in ``run_dir``'s ``.rlwatch/stacks/`` (by any rlwatch: the watchdog, the dashboard),
+    when newer than ``newer_than``; None when there is none or it cannot be read (never raises)."""
+    folder = StateDir(run_dir).path / "stacks"
+    try:
+        names = sorted(n for n in os.listdir(folder) if n.endswith(".json") and not n.startswith("."))
+    except OSError:
+        return None
+    if not names:
+        return None
+    try:
+        raw = StateDir(run_dir).read(f"stacks/{names[-1]}")
+        if raw is None:
+            return None
+        data = json.loads(raw)
+        taken = float(data["taken_at"])
+        if newer_than is not None and taken <= newer_than:
+            return None
+        stacks = tuple(
+            ProcessStack(
+                int(p["pid"]),
+                str(p["label"]),
+                tuple(str(f) for f in p.get("frames") or ()),
+                str(p.get("where") or ""),
+                int(p.get("threads") or 0),
+                None if p.get("error") is None else str(p["error"]),
+            )
+            for p in data["processes"]
+        )
+    except (StateFileError, ValueError, KeyError, TypeError):
+        return None
+    groups, text = summarize(stacks)
+    return StackReport(taken, str(data.get("why") or "kept"), stacks, groups, text, str(folder / names[-1]), None)
+
+
+def _keep(run_dir: Path, taken: float, why: str, stacks: Sequence[ProcessStack]) -> tuple[str | None, str | None]:
+    name = time.strftime("%Y%m%dT%H%M%S", time.localtime(taken)) + f"-{int(taken * 1000) % 1000:03d}.json"
+    record = {
+        "taken_at": taken,
+        "why": why,
+        "processes": [
+            {
+                "pid": st.pid,
+                "label": st.label,
+                "where": st.where,
+                "threads": st.threads,
+                "error": st.error,
+                "frames": list(st.frames),
+            }
+            for st in stacks
+        ],
+    }
+    state = StateDir(run_dir)
+    try:
+        state.write(f"stacks/{name}", json.dumps(redacted(record), indent=1).encode())
+    except StateFileError as exc:
+        return None, f"stacks not kept: {exc}"
+    return str(state.path / "stacks" / name), None

@@ -1,0 +1,112 @@
+"""A hang is caught by its silence in progress, whatever the log keeps printing, and the stacks say where it waits.
+
+The issue's case as written, scaled down: a trainer makes a step every 0.2 s, then hangs in a function that prints
+"waiting for rollout workers..." on and on. `rlwatch watch --json` (the headless watchdog) declares the run hung
+within its window — the larger of 5 step intervals and the floor (here 3 s, from the run's rlwatch.yaml) — and
+reads the trainer's stack with py-spy once, which names the function it waits in; `rlwatch report` then shows the
+same, with the dump kept under .rlwatch/stacks/. Before the hang the same run is progressing, never hung.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from rlwatch.sources.stacks import py_spy
+from tests.simhost import wait_until
+
+pytestmark = [pytest.mark.slow, pytest.mark.skipif(py_spy() is None, reason="py-spy is not installed")]
+
+TRAINER = """
+import sys, time
+log = open("train.log", "a", buffering=1)
+
+def wait_for_rollout_workers():
+    while True:
+        print("waiting for rollout workers...", file=log)
+        time.sleep(0.2)
+
+for step in range(1, 16):
+    print(f"Train step {step}/100 done.", file=log)
+    time.sleep(0.2)
+open("hung-now", "w").close()
+wait_for_rollout_workers()
+"""
+CONFIG = "profile: generic\ninterval_s: 0.3\ngpu: {backend: none}\ntraining: {logs: [train.log]}\n"
+CONFIG += "thresholds: {hang_floor_s: 3}\nwatchdog: {heartbeat_s: 0.3}\n"
+
+
+def _records(out: Path) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in out.read_text().splitlines() if line.startswith("{")]
+
+
+def test_a_run_that_prints_but_makes_no_progress_is_hung_with_its_stack(tmp_path: Path) -> None:
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "rlwatch.yaml").write_text(CONFIG)
+    (run / "train.py").write_text(TRAINER)
+    # Started from a shell, as a person starts it: the shell is where the run's family ends going up.
+    trainer = subprocess.Popen(["bash", "-c", f"{sys.executable} train.py; true"], cwd=run, start_new_session=True)
+    out = tmp_path / "watch.jsonl"
+    with out.open("wb") as sink:
+        watch = subprocess.Popen(
+            [sys.executable, "-m", "rlwatch", "watch", str(run), "--json"],
+            stdout=sink,
+            stderr=subprocess.PIPE,
+            stdin=subprocess.DEVNULL,
+        )
+    try:
+        progressing = wait_until(
+            lambda: next((r for r in _records(out) if (r.get("run_state") or {}).get("state") == "progressing"), None),
+            60,
+        )
+        assert progressing
+        wait_until(lambda: (run / "hung-now").exists(), 30)
+        hung_at = time.time()
+
+        def hung() -> dict[str, Any] | None:
+            return next((r for r in _records(out) if r.get("type") == "finding" and r.get("code") == "hung"), None)
+
+        try:
+            finding = wait_until(hung, 60)
+        except AssertionError:
+            raise AssertionError([r for r in _records(out) if r.get("type") not in ("event", "step")][-6:]) from None
+        declared = time.time() - hung_at
+        assert declared < 3 + 10, f"declared {declared:.1f}s after the last step (window 3 s, a few rounds of slack)"
+
+        def with_stack() -> dict[str, Any] | None:
+            report = json.loads(
+                subprocess.run(
+                    [sys.executable, "-m", "rlwatch", "report", str(run), "--json"],
+                    capture_output=True,
+                    text=True,
+                    timeout=60,
+                    check=False,
+                ).stdout
+            )
+            return report if report.get("stacks") and report["stacks"]["summary"] else None
+
+        report = wait_until(with_stack, 60)
+        assert report["run_state"]["state"] == "hung" and report["status"] == "critical"
+        stacks = report["stacks"]
+        assert "wait_for_rollout_workers (train.py:" in stacks["summary"], stacks
+        assert len(stacks["processes"]) == 1, stacks  # the trainer alone: not the shell, not this test
+        assert stacks["kept_at"] and Path(stacks["kept_at"]).is_file()
+        assert stacks["kept_at"].startswith(str(run / ".rlwatch" / "stacks"))
+        assert trainer.poll() is None  # reading a stack signals nothing
+        hung_text = next(f["message"] for f in report["findings"] if f["code"] == "hung")
+        assert "no progress since" in hung_text and "wait_for_rollout_workers" in hung_text
+        assert finding["severity"] == "critical"
+    finally:
+        watch.send_signal(signal.SIGTERM)
+        watch.communicate(timeout=30)
+        os.killpg(trainer.pid, signal.SIGKILL)
+        trainer.wait(timeout=30)
