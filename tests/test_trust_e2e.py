@@ -32,7 +32,11 @@ pytestmark = [
     pytest.mark.slow,
     pytest.mark.skipif(os.geteuid() != 0 or NOBODY is None, reason="needs root, as rlwatch so often runs"),
 ]
-WORKER = "import sys, time; log = open('worker.log', 'a'); print('up', file=log, flush=True); time.sleep(300)"
+# A worker writes its log (argv[2], else worker.log in its working directory): what makes it its run's.
+WORKER = (
+    "import sys, time; log = open(sys.argv[2] if len(sys.argv) > 2 else 'worker.log', 'a'); "
+    "print('up', file=log, flush=True); time.sleep(300)"
+)
 
 
 def rlwatch(*args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
@@ -62,9 +66,10 @@ def _worker(
     run: Path, started: list[subprocess.Popen[bytes]], cwd: Path | None = None
 ) -> tuple[subprocess.Popen[bytes], str]:
     marker = f"trust-worker-{uuid.uuid4().hex[:12]}"
-    proc = subprocess.Popen([sys.executable, "-c", WORKER, marker], cwd=cwd or run, start_new_session=True)
+    log = run / "worker.log"  # wherever it works, it writes its run's log
+    proc = subprocess.Popen([sys.executable, "-c", WORKER, marker, str(log)], cwd=cwd or run, start_new_session=True)
     started.append(proc)
-    wait_until(lambda: ((cwd or run) / "worker.log").exists(), 30)
+    wait_until(log.exists, 30)
     return proc, marker
 
 
@@ -272,3 +277,28 @@ def test_report_json_strings_carry_no_escape_sequences(tmp_path: Path) -> None:
     out = rlwatch("report", str(tmp_path), "--json")
     assert "\\u001b" not in out.stdout and "\\u0007" not in out.stdout and "\x1b" not in out.stdout
     assert "RuntimeError: bad  state red" in out.stdout
+
+
+def test_a_worker_of_another_run_matching_the_rule_is_never_touched(
+    tmp_path: Path, started: list[subprocess.Popen[bytes]]
+) -> None:
+    """A role's pattern names a role; it does not make a process this run's. Two runs on one host, the same worker
+    script: restart-workers of this run plans this run's worker only, and refuses when only the other's is there."""
+    run, other = tmp_path / "run", tmp_path / "other-run"
+    run.mkdir()
+    other.mkdir()
+    marker = f"shared-worker-{uuid.uuid4().hex[:8]}"
+    theirs = subprocess.Popen([sys.executable, "-c", WORKER, marker], cwd=other, start_new_session=True)
+    started.append(theirs)
+    wait_until(lambda: (other / "worker.log").exists(), 30)
+    _config(run, marker, command=[sys.executable, "-c", WORKER, marker])
+    alone = rlwatch("act", "restart-workers", str(run), "--dry-run")
+    said = alone.stdout + alone.stderr
+    assert alone.returncode != 0 and f"(pid {theirs.pid}) matches the worker rule but shows no evidence" in said, said
+    ours = subprocess.Popen([sys.executable, "-c", WORKER, marker], cwd=run, start_new_session=True)
+    started.append(ours)
+    wait_until(lambda: (run / "worker.log").exists(), 30)
+    plan = rlwatch("act", "restart-workers", str(run), "--dry-run")
+    assert plan.returncode == 0, plan.stdout + plan.stderr
+    assert f"pid {ours.pid}" in plan.stdout and f"pid {theirs.pid}" not in plan.stdout, plan.stdout
+    assert theirs.poll() is None and ours.poll() is None

@@ -62,7 +62,7 @@ from rlwatch.sources.holders import HolderScanner, attribute, classify_holders
 from rlwatch.sources.launches import LaunchBook
 from rlwatch.sources.membership import STRAY, RunView, assess, first_stamp, open_files
 from rlwatch.sources.memory import MemorySource
-from rlwatch.sources.processes import LaunchRecord, ProcessTable
+from rlwatch.sources.processes import LaunchRecord, ProcessTable, member_info
 from rlwatch.sources.procfs import container_uptime_s
 from rlwatch.sources.recover import find_step_info, read_recover
 from rlwatch.sources.server import ServerProbe
@@ -75,6 +75,8 @@ _LOG_HEAD_BYTES = 64 * 1024
 RELEASE_AFTER_BYTES = 64 << 20
 RELEASE_EVERY_S = 60.0  # and once a minute, for what a long run's churn leaves free (rlwatch.common.heap)
 HOLDER_SCAN_S = 5.0
+HOST_ROLES = ("watchdog", "server")  # roles watched for what they are, not for being of the run's family
+MAX_MEMBER_ROWS = 32
 PREVIEW_WAIT_S = 3.0  # at most this long the log loop waits, once, for a preview's line numbers before reading on
 # ... and at most this long before it counts the preview without them: what a 2 GiB prefix in the page cache takes
 # to count on two busy cores. One from disk takes seconds, which the diagnosis of now does not wait for.
@@ -209,6 +211,8 @@ class Engine:
         self._stacks: StackReport | None = None
         self._stacks_for: float | None = None  # the hang (its since) whose stacks were read
         self._member_starts: dict[str, set[float]] = {}  # role -> start times of processes seen as the run's
+        self._member_pids: set[int] = set()  # every pid seen as the run's
+        self._role_procs: tuple[ProcessInfo, ...] = ()  # every process a role rule selects, the run's or not
         self._progress_kinds = tuple(k.name for k in cfg.events.custom if k.progress)
         self._ending_cache: dict[str, tuple[tuple[int, int, int, int, bool], LogEnding | None]] = {}
         self._status: dict[str, SourceStatus] = {}
@@ -359,6 +363,33 @@ class Engine:
     def _ok(self, name: str, error: str | None = None) -> None:
         self._status[name] = SourceStatus(name, error is None, self.clock.time(), error)
 
+    def role_processes(self) -> tuple[ProcessInfo, ...]:
+        """Every process a role rule selects, this run's or not (the processes table shows only the run's)."""
+        with self._lock:
+            return self._role_procs
+
+    def _table(self, procs: Sequence[ProcessInfo], view: RunView) -> tuple[ProcessInfo, ...]:
+        """The processes table: the live run's members, each with its evidence — those a role rule names under
+        their role, the others (a custom ``python3 train.py``) as they are — and the host's watchdog and inference
+        server, watched for what they are. A process another run owns matches the same role patterns: never shown
+        as this run's. A member that exited stays, as the run's history."""
+        members = {pid: why for pid, why in view.members.items() if pid not in view.weak}
+        rows: list[ProcessInfo] = []
+        for p in procs:
+            if not p.alive:
+                if p.pid in self._member_pids:
+                    rows.append(p)
+            elif p.pid in members:
+                rows.append(replace(p, evidence=members[p.pid]))
+            elif p.role in HOST_ROLES:
+                rows.append(p)
+        shown = {p.pid for p in rows}
+        for pid, why in sorted(members.items())[:MAX_MEMBER_ROWS]:
+            if pid not in shown and (info := member_info(pid, why, self._proc_root)) is not None:
+                rows.append(info)
+        self._member_pids |= set(members)
+        return tuple(rows)
+
     def _read_endings(self, now: float) -> tuple[LogEnding, ...]:
         """How each followed log ends, read again only for a file that changed (its newest 64 KiB at most)."""
         out = []
@@ -393,10 +424,6 @@ class Engine:
         # configured without GPUs (backend "none") is not degraded at all.
         self._ok("gpu", gpu.error if gpu.backend != "none" else None)
         self._ok("processes", self.processes.error)
-        for p in procs:
-            record = self.processes.launch_record(p.name) if p.alive else None
-            if record is not None:
-                self.launches.remember(p.name, record)
         # The launch book refused (not this user's, writable by others, a link) or not writable: shown, never hidden.
         book = "; ".join(x for x in (self.launches.distrust, self.launches.error) if x) or None
         if book is not None or "state files" in self._status:
@@ -404,6 +431,15 @@ class Engine:
         if fresh_holders:
             self._holders_at = None
         holders = self._holders_now(procs, gpu)
+        role_procs = procs
+        view = self._view
+        if view is not None:
+            procs = self._table(procs, view)
+        for p in procs:
+            # Remembered only for the run's own processes: a resume must never run another run's command line.
+            record = self.processes.launch_record(p.name) if p.alive and p.evidence is not None else None
+            if record is not None:
+                self.launches.remember(p.name, record)
         ckpt = self.checkpoints.scan()
         recover, rec_err = self._read_recover()
         self._ok("recover", rec_err)
@@ -431,9 +467,8 @@ class Engine:
                 gpu = replace(
                     gpu, gpus=attribute(gpu.gpus, self.gpu_backend.last_processes or {}, holders, self._exists)
                 )
-            view = self._view
+            self._role_procs = role_procs
             if view is not None:
-                procs = tuple(replace(p, evidence=view.members.get(p.pid)) if p.alive else p for p in procs)
                 for p in procs:  # a start is the run's restart only when the process started was the run's
                     if p.alive and p.evidence is not None and p.role:
                         self._member_starts.setdefault(p.role, set()).add(round(p.started_at, 2))
@@ -504,7 +539,7 @@ class Engine:
         an action does right before it signals anything."""
         if fresh or self._view is None:
             with self._lock:
-                procs = self._procs
+                procs = self._role_procs
             self._view = self._assess(procs, None)
         return self._view
 

@@ -15,6 +15,7 @@ The command line, working directory and environment a slot's process had when it
 
 from __future__ import annotations
 
+import os
 import re
 import threading
 from collections import deque
@@ -401,3 +402,32 @@ class ProcessTable:
         """(started, seen gone) for each recent process of ``role``; ``None`` while it still runs."""
         with self._lock:
             return [(run.start, run.end) for run in self._runs.get(role, ())]
+
+
+MEMBER_ROLE = "run"  # a process of the live run that no role rule names (a custom `python3 train.py`)
+
+
+def member_info(pid: int, evidence: str, proc_root: str = procfs.PROC) -> ProcessInfo | None:
+    """A live-run member that no role rule selected, as a row of the processes table; None once it is gone."""
+    stat = procfs.read_stat(pid, proc_root)
+    if stat is None:
+        return None
+    started = procfs.start_time_from_ticks(stat.starttime_ticks, procfs.boot_time(proc_root))
+    if started is None:
+        return None
+    cmdline = procfs.read_cmdline(pid, proc_root)
+    label = os.path.basename(cmdline[0]) if cmdline else (procfs.comm(pid, proc_root) or "?")
+    return ProcessInfo(
+        pid=pid,
+        create_time=started,
+        role=MEMBER_ROLE,
+        name=f"{label} {pid}",
+        rss_bytes=procfs.read_rss(pid, proc_root),
+        rss_growth_bytes_per_hour=None,
+        started_at=started,
+        restarts=0,
+        cmdline=cmdline,
+        cwd=procfs.read_cwd(pid, proc_root),
+        user=procfs.user(pid, proc_root),
+        evidence=evidence,
+    )

@@ -108,10 +108,12 @@ class Procs:
         *args: str,
         new_session: bool = True,
         executable: str = sys.executable,
+        cwd: Path | None = None,
         **env: str,
     ) -> tuple[subprocess.Popen[str], str]:
         proc = subprocess.Popen(
             [executable, "-c", code, *args],
+            cwd=cwd,
             stdout=subprocess.PIPE,
             stdin=subprocess.DEVNULL,
             text=True,
@@ -498,7 +500,8 @@ def test_restart_workers_restarts_only_the_named_ones_with_fresh_memory(
     token = f"pool-{os.getpid()}-{time.monotonic_ns()}"
     marker = tmp_path / "leak"
     marker.touch()
-    old = [procs.start(WORKER, str(marker), token, str(i))[0] for i in range(2)]
+    # The run's workers work in its directory: their rule names their role, that evidence makes them the run's.
+    old = [procs.start(WORKER, str(marker), token, str(i), cwd=tmp_path)[0] for i in range(2)]
     actions = host.actions(rules=worker_rules(tmp_path, token, marker))
     assert "no worker named worker-9" in (actions.prepare(RESTART_WORKERS, only=["worker-9"]).plan.refused or "")
     prepared = actions.prepare(RESTART_WORKERS, only=["worker-1"])
@@ -546,7 +549,7 @@ def test_a_server_the_launcher_started_comes_back_with_the_resume_not_before(
     reason, and resume stops the launcher's old server with the launcher. With the trainer alive, the server is
     restarted as usual."""
     token = f"rlwatch-test-launcher-{os.getpid()}-{time.monotonic_ns()}"
-    launcher, server_pid = procs.start(LAUNCHER, token)
+    launcher, server_pid = procs.start(LAUNCHER, token, cwd=tmp_path)  # a launcher works in its run's directory
     procs.adopted.append(Ident(int(server_pid), psutil.Process(int(server_pid)).create_time()))
     rules = [
         ProcessRule(role="launcher", cmdline_regex=f"{token}$"),

@@ -340,7 +340,17 @@ class Planner:
         return Prepared(plan, stops=stops, gpu_used_before=used_before, named=named)
 
     def restart_workers(self, s: Snapshot, only: tuple[str, ...] | None) -> Prepared:
-        workers = [p for p in s.processes if p.role == "worker"]
+        # A role's pattern names a process's role; it does not make it this run's. A worker is stopped only when the
+        # live run's evidence takes it in (it writes under the run directory, rlwatch started it, its rule names it
+        # and it touches the directory…): another run's worker matches the same pattern.
+        view = self.engine.live_run(fresh=True)
+        outsiders = [
+            p
+            for p in self.engine.role_processes()
+            if p.role == "worker" and p.alive and (p.pid not in view.members or p.pid in view.weak)
+        ]
+        out = {p.pid for p in outsiders}
+        workers = [p for p in s.processes if p.role == "worker" and p.pid not in out]
         if only is not None:
             known = {p.name for p in workers}
             unknown = [n for n in only if n not in known]
@@ -348,6 +358,13 @@ class Planner:
                 have = ", ".join(sorted(known)) or "none"
                 return refused(RESTART_WORKERS, f"no worker named {', '.join(unknown)} (workers: {have})")
             workers = [p for p in workers if p.name in only]
+        if not workers and outsiders:
+            p = outsiders[0]
+            return refused(
+                RESTART_WORKERS,
+                f"{p.name} (pid {p.pid}) matches the worker rule but shows no evidence of being this run's "
+                f"({view.verdict(p.pid).why}): not touched",
+            )
         if not workers:
             return refused(RESTART_WORKERS, "no worker processes found (a process rule with role: worker)")
         launches = []
