@@ -2,7 +2,8 @@
 
 Each rule is a small function over the snapshot plus a few facts that are not in it (:class:`Context`: thresholds,
 start times, missing expected processes), in a module of its own concern: the server, restarts, memory, the
-watchdog, the GPUs, training, crashes, the disk. Rules never raise on absent data: a rule whose inputs are ``None``
+watchdog, the GPUs, training, crashes, the disk; the GPUs' hardware and Xids, the kernel and the pod's limits,
+learning that breaks. Rules never raise on absent data: a rule whose inputs are ``None``
 says nothing. ``wording`` says times, sizes and durations the way every view says them.
 """
 
@@ -13,6 +14,9 @@ from rlwatch.engine.diagnosis.base import CRIT, INFO, WARN, Context, Rule
 from rlwatch.engine.diagnosis.crashes import crashes, failure_text, failures, occurrences, torchrun_failure
 from rlwatch.engine.diagnosis.disk import disk
 from rlwatch.engine.diagnosis.gpu import OUTSIDE_MIN_BYTES, gpu
+from rlwatch.engine.diagnosis.hardware import gpu_fault_in_logs, gpu_health, xid_errors
+from rlwatch.engine.diagnosis.host import checkpoint_space, kernel_kills, memlock, shared_memory
+from rlwatch.engine.diagnosis.learning import learning
 from rlwatch.engine.diagnosis.memory import brake, memory
 from rlwatch.engine.diagnosis.restarts import restart_loop
 from rlwatch.engine.diagnosis.server import server_down
@@ -71,6 +75,15 @@ RULES: tuple[Rule, ...] = (
     crashes,
     failures,
     disk,
+    # the machine and the numbers (issue #28): hardware, the kernel, the pod's limits, learning
+    gpu_health,
+    xid_errors,
+    gpu_fault_in_logs,
+    kernel_kills,
+    shared_memory,
+    memlock,
+    checkpoint_space,
+    learning,
 )
 
 

@@ -12,7 +12,7 @@ from rlwatch.common.state import (
     Severity,
     Snapshot,
 )
-from rlwatch.config.models import Thresholds
+from rlwatch.config.models import HostConfig, LearningConfig, Thresholds
 
 CRIT, WARN, INFO = Severity.CRITICAL, Severity.WARNING, Severity.INFO
 
@@ -30,6 +30,8 @@ class Context:
     trainer_alive: bool | None = None
     gpu_idle: bool | None = None
     no_run: str | None = None  # nothing of a training run seen: where discovery looked
+    host: HostConfig = field(default_factory=HostConfig)  # the machine's limits (host.py, hardware.py)
+    learning: LearningConfig = field(default_factory=LearningConfig)  # when learning broke (learning.py)
 
 
 Rule = Callable[[Snapshot, Context], Iterator[Finding]]
