@@ -262,13 +262,13 @@ class Engine:
         # The run's learning metrics (loss, reward, KL, …), with the training tracker's step for TRL's step-less dicts.
         learning = LearningTracker(step_of=lambda: training.state().last_step)
         counting = Counting(counter, training, learning=learning)
-        for name in ("step", "_reward", "_learning"):
-            counter.subscribe(name, learning.on_line)
         counter.subscribe("step", training.on_step)
         counter.subscribe("_reward", training.on_reward)
         counter.subscribe("weight_update", training.on_weight_update)
         counter.subscribe("_finished", training.on_step)
         counter.subscribe("_banner", lambda line: _log_start(counting.starts, "container", line))
+        for name in ("step", "_reward", "_learning"):  # after the training tracker: it has the line's step then
+            counter.subscribe(name, learning.on_line)
         return counting
 
     def _tagger(self, kind: str) -> Callable[[LogLine], None]:
@@ -411,7 +411,7 @@ class Engine:
         kernel = with_gpus(self.kernel_log.sample(), gpu.gpus)
         if self.cfg.host.kernel_log != "off":
             self._ok("kernel", kernel.error if not kernel.available or kernel.source == "none" else None)
-        limits = self.limits_source.sample(procs, self.cfg.server.kind)
+        limits = self.limits_source.sample(procs, self.cfg.server.kind if self.cfg.server_expected else None)
         self._ok("limits", self.limits_source.error)
         with self._lock:
             if trainer_state:

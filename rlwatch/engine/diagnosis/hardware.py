@@ -14,7 +14,7 @@ from collections.abc import Iterator
 
 from rlwatch.common.state import Finding, GpuState, HostEvent, Snapshot
 from rlwatch.engine.diagnosis.base import CRIT, INFO, WARN, Context, count_of
-from rlwatch.engine.diagnosis.host import current_event, resume_text, run_started, tie
+from rlwatch.engine.diagnosis.host import current_event, log_stopped, resume_text, run_started, tie
 from rlwatch.engine.diagnosis.wording import exact_first, hhmm, last_text
 from rlwatch.sources.xid import describe, recovery_action, verdict_of
 
@@ -130,6 +130,22 @@ def gpu_health(s: Snapshot, ctx: Context) -> Iterator[Finding]:
             )
 
 
+SAME_FAULT_S = 60.0  # the driver's lines, NVML's event and a repeat within this long tell of one fault
+
+
+def occurrences(group: list[HostEvent]) -> int:
+    """How many separate faults a group of reports of one Xid on one GPU are: the kernel's Xid line, its "fallen off
+    the bus" line and NVML's event for the same moment are one."""
+    times = sorted(e.time for e in group if e.time is not None)
+    n = 1 if len(times) < len(group) and not times else 0
+    last: float | None = None
+    for t in times:
+        if last is None or t - last > SAME_FAULT_S:
+            n += 1
+        last = t
+    return max(n, 1)
+
+
 def _group(events: list[HostEvent]) -> dict[tuple[str, int], list[HostEvent]]:
     """Xid events per (GPU, Xid): "fallen off the bus" without an Xid counts as Xid 79."""
     groups: dict[tuple[str, int], list[HostEvent]] = {}
@@ -159,12 +175,15 @@ def xid_errors(s: Snapshot, ctx: Context) -> Iterator[Finding]:
         gpu = f"GPU {last.gpu}" if last.gpu is not None else "a GPU"
         pci = f" (PCI {last.pci})" if last.pci else ""
         when = f" at {hhmm(last.time, s.time)}" if last.time is not None else ""
-        times = f", {len(group)} times" if len(group) > 1 else ""
+        n = occurrences(group)
+        times = f", {n} times" if n > 1 else ""
         pid_of = next((e for e in reversed(group) if e.pid is not None), last)
         found = tie(s, pid_of) if pid_of.pid is not None else None
-        hit = f" It hit {found.who}." if found is not None else ""
+        hit = f" It hit {found.who}" if found is not None else ""
         if pid_of.pid is not None and found is None:
-            hit = f" It hit pid {pid_of.pid}" + (f" ({pid_of.process})." if pid_of.process else ".")
+            hit = f" It hit pid {pid_of.pid}" + (f" ({pid_of.process})" if pid_of.process else "")
+        stopped = log_stopped(s, last.time)
+        hit = f"{hit}{stopped}." if hit else (f" {stopped[2:].capitalize()}." if stopped else "")
         action = ""
         if xid == 154:
             action = f" The driver now asks for: {recovery_action(last.text) or 'see the line'}."

@@ -103,12 +103,15 @@ def resume_text(s: Snapshot) -> str:
 
 
 def log_stopped(s: Snapshot, when: float | None) -> str:
-    """ "; its log stopped at 10:14:01" when the run's last log line came shortly before the event."""
+    """ "; the run's last step was logged at 10:14:01" when its logs went quiet within two minutes before the
+    event (a line after it, such as torchrun's own report of the death, says nothing of when the run stopped)."""
     tr = s.training
-    last = tr.last_line_at if tr is not None else None
-    if when is None or last is None or not math.isfinite(last) or not (when - TIE_WINDOW_S <= last <= when + 5):
+    if tr is None or when is None:
         return ""
-    return f"; the run's logs stopped at {hhmm(last, s.time)}"
+    for last, what in ((tr.last_step_at, "last step was logged"), (tr.last_line_at, "logs stopped")):
+        if last is not None and math.isfinite(last) and when - TIE_WINDOW_S <= last <= when + 1.0:
+            return f"; the run's {what} at {hhmm(last, s.time)}"
+    return ""
 
 
 def current_event(s: Snapshot, event: HostEvent, since: float | None) -> bool:

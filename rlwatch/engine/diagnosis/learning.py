@@ -53,7 +53,7 @@ def checkpoint_before(s: Snapshot, step: int) -> str:
 
 def _where(s: Snapshot, step: int) -> str:
     if s.learning is not None and not s.learning.steps_exact:
-        return f"since the {step}th logged metrics (the log prints no step number)"
+        return f"since logged metrics #{step} (the log prints no step number)"
     return f"since step {step}"
 
 
