@@ -63,8 +63,9 @@ _RELATIVE = re.compile(r"^\[\s*(\d+\.\d+)\]\s?(.*)$")
 _CTIME = re.compile(r"^\[([A-Z][a-z]{2} [A-Z][a-z]{2} [ \d]\d \d\d:\d\d:\d\d \d{4})\]\s?(.*)$")
 # journalctl -o short-iso: "2025-05-18T19:02:39+0000 host kernel: message" (also short-iso-precise).
 _ISO = re.compile(r"^(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:[.,]\d+)?(?:Z|[+-]\d\d:?\d\d)?)\s+\S+\s+kernel:\s?(.*)$")
-# syslog / kern.log: "May 18 19:02:39 host kernel: [ 518.05] message" (no year; the bracket is optional).
-_SYSLOG = re.compile(r"^([A-Z][a-z]{2} [ \d]\d \d\d:\d\d:\d\d)\s+\S+\s+kernel:\s?(.*)$")
+# syslog / kern.log: "May 18 19:02:39 host kernel: [ 518.05] message" (no year; the host and the bracket are
+# optional: journalctl's short format without a hostname, pasted, has neither).
+_SYSLOG = re.compile(r"^([A-Z][a-z]{2} [ \d]\d \d\d:\d\d:\d\d)\s+(?:\S+\s+)?kernel:\s?(.*)$")
 _KERNEL_TAG = re.compile(r"^kernel:\s?(.*)$")  # "kernel: NVRM: …" pasted without its date
 
 # ---------------------------------------------------------------------------------------------- messages

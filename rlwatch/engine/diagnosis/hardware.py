@@ -146,20 +146,37 @@ def occurrences(group: list[HostEvent]) -> int:
     return max(n, 1)
 
 
-def _group(events: list[HostEvent]) -> dict[tuple[str, int], list[HostEvent]]:
-    """Xid events per (GPU, Xid): "fallen off the bus" without an Xid counts as Xid 79."""
-    groups: dict[tuple[str, int], list[HostEvent]] = {}
+def _gpu_of(e: HostEvent) -> str:
+    return f"gpu{e.gpu}" if e.gpu is not None else (e.pci or "?")
+
+
+def _group(events: list[HostEvent]) -> dict[int, list[HostEvent]]:
+    """Xid events per Xid: "fallen off the bus" without an Xid counts as Xid 79."""
+    groups: dict[int, list[HostEvent]] = {}
     for e in events:
         xid = e.xid if e.kind == "xid" else 79
-        if xid is None:
-            continue
-        where = f"gpu{e.gpu}" if e.gpu is not None else (e.pci or "?")
-        groups.setdefault((where, xid), []).append(e)
+        if xid is not None:
+            groups.setdefault(xid, []).append(e)
     return groups
 
 
+def _gpus_text(group: list[HostEvent]) -> str:
+    """ "GPU 0 (PCI 0000:3b:00)", or "4 GPUs (PCI 0000:dc:00, 0000:ed:00, …)"."""
+    seen: dict[str, HostEvent] = {}
+    for e in group:
+        seen.setdefault(_gpu_of(e), e)
+    if len(seen) == 1:
+        e = next(iter(seen.values()))
+        gpu = f"GPU {e.gpu}" if e.gpu is not None else "a GPU"
+        return gpu + (f" (PCI {e.pci})" if e.pci else "")
+    names = [f"{e.gpu}" if e.gpu is not None else (e.pci or "?") for e in seen.values()]
+    label = "GPUs" if all(e.gpu is not None for e in seen.values()) else "GPUs (PCI"
+    shown = ", ".join(names[:4]) + (" …" if len(names) > 4 else "")
+    return f"{len(seen)} {label} {shown}" + (")" if label.endswith("(PCI") else "")
+
+
 def xid_errors(s: Snapshot, ctx: Context) -> Iterator[Finding]:
-    """NVIDIA Xid errors from the kernel log and NVML's events, one finding per GPU and Xid."""
+    """NVIDIA Xid errors from the kernel log and NVML's events, one finding per Xid (the GPUs it hit listed)."""
     events = [e for e in (s.kernel.events if s.kernel else ()) if e.kind in ("xid", "fallen_off_bus")]
     for g in s.gpus:
         if g.health is not None:
@@ -167,15 +184,16 @@ def xid_errors(s: Snapshot, ctx: Context) -> Iterator[Finding]:
     if not events:
         return
     since = run_started(s)
-    for (_, xid), group in sorted(_group(events).items(), key=lambda kv: kv[1][-1].time or 0.0):
+    for xid, group in sorted(_group(events).items(), key=lambda kv: kv[1][-1].time or 0.0):
         last = group[-1]
         info = describe(xid)
         verdict = verdict_of(xid, last.text)
         current = current_event(s, last, since)
-        gpu = f"GPU {last.gpu}" if last.gpu is not None else "a GPU"
-        pci = f" (PCI {last.pci})" if last.pci else ""
         when = f" at {hhmm(last.time, s.time)}" if last.time is not None else ""
-        n = occurrences(group)
+        per_gpu: dict[str, list[HostEvent]] = {}
+        for e in group:
+            per_gpu.setdefault(_gpu_of(e), []).append(e)
+        n = sum(occurrences(evs) for evs in per_gpu.values())
         times = f", {n} times" if n > 1 else ""
         pid_of = next((e for e in reversed(group) if e.pid is not None), last)
         found = tie(s, pid_of) if pid_of.pid is not None else None
@@ -187,7 +205,7 @@ def xid_errors(s: Snapshot, ctx: Context) -> Iterator[Finding]:
         action = ""
         if xid == 154:
             action = f" The driver now asks for: {recovery_action(last.text) or 'see the line'}."
-        head = f"Xid {xid} on {gpu}{pci}{when}{times}: {info.meaning} (NVIDIA: {info.immediate})."
+        head = f"Xid {xid} on {_gpus_text(group)}{when}{times}: {info.meaning} (NVIDIA: {info.immediate})."
         before = "" if current else " It happened before this run started."
         if verdict == "hardware":
             sev = CRIT if current else WARN
@@ -201,7 +219,24 @@ def xid_errors(s: Snapshot, ctx: Context) -> Iterator[Finding]:
         else:
             sev = INFO
             msg = f"{head}{hit}{action}{before} {info.advice[0].upper()}{info.advice[1:]}."
+            causes = sorted({c for e in group if (c := _follows(e.text)) is not None})
+            hard = [c for c in causes if verdict_of(c) in ("hardware", "degraded")]
+            if hard and current:
+                # Xid 45 names the Xid it cleans up after ("caused by previous Xid 145"): that one decides.
+                sev = WARN
+                named = ", ".join(f"{c} ({describe(c).meaning})" for c in hard)
+                them = "hardware faults; look for them" if len(hard) > 1 else "a hardware fault; look for it"
+                msg += f" It follows Xid {named}: {them} in the kernel log, the GPU may need a reset."
         yield Finding(sev, f"xid_{xid}", msg, last.time)
+
+
+def _follows(text: str) -> int | None:
+    """The Xid a line says it was caused by ("... caused by previous Xid 149")."""
+    marker = text.find("previous Xid ")
+    if marker < 0:
+        return None
+    digits = text[marker + len("previous Xid ") :].split(maxsplit=1)[0].strip(",.")
+    return int(digits) if digits.isdigit() else None
 
 
 def gpu_fault_in_logs(s: Snapshot, ctx: Context) -> Iterator[Finding]:

@@ -120,12 +120,14 @@ def current_event(s: Snapshot, event: HostEvent, since: float | None) -> bool:
 
 
 def kernel_kills(s: Snapshot, ctx: Context) -> Iterator[Finding]:
-    """OOM kills, segfaults, general protection faults and bus errors the kernel reported."""
+    """OOM kills, segfaults, general protection faults and bus errors the kernel reported: each one of the run's a
+    finding of its own (a root cause), the others one line of information per kind."""
     k = s.kernel
     if k is None or not k.events:
         return
     since = run_started(s)
     told: set[tuple[str, int | None]] = set()
+    others: dict[str, list[HostEvent]] = {}
     for event in reversed(k.events):
         if event.kind not in ("oom_kill", "segfault", "gpf", "sigbus") or not current_event(s, event, since):
             continue
@@ -133,31 +135,69 @@ def kernel_kills(s: Snapshot, ctx: Context) -> Iterator[Finding]:
             continue
         told.add((event.kind, event.pid))
         found = tie(s, event)
-        when = f" at {hhmm(event.time, s.time)}" if event.time is not None else ""
-        name = f"pid {event.pid} ({event.process})" if event.pid is not None else str(event.process or "a process")
-        if event.kind == "oom_kill":
-            yield _oom(s, event, found, name, when)
-            continue
-        what = {
-            "segfault": "crashed with a segmentation fault",
-            "gpf": "crashed with a general protection fault",
-            "sigbus": "died of a bus error (SIGBUS)",
-        }[event.kind]
-        where = f" ({event.text.split(' in ', 1)[1].split('[', 1)[0]})" if " in " in event.text else ""
         if found is None:
-            msg = f"The kernel reports {name} {what}{when}{where}; it is not one of this run's processes."
-            yield Finding(INFO, f"kernel_{event.kind}", msg, event.time)
-        else:
-            sure = "" if found.exact else " (matched by time and program, not by pid)"
-            hint = " /dev/shm may be full (see the shared-memory finding)." if event.kind == "sigbus" else ""
-            msg = (
-                f"{found.who[0].upper()}{found.who[1:]} {what}{when}{where}{sure}{log_stopped(s, event.time)}."
-                f"{hint} Once the cause is fixed, {resume_text(s)}."
-            )
-            yield Finding(CRIT, f"kernel_{event.kind}", msg, event.time)
+            others.setdefault(event.kind, []).append(event)
+            continue
+        when = f" at {hhmm(event.time, s.time)}" if event.time is not None else ""
+        if event.kind == "oom_kill":
+            yield _oom(s, event, found, when)
+            continue
+        sure = "" if found.exact else " (matched by time and program, not by pid)"
+        hint = " /dev/shm may be full (see the shared-memory finding)." if event.kind == "sigbus" else ""
+        msg = (
+            f"{found.who[0].upper()}{found.who[1:]} {_WHAT[event.kind]}{when}{_where(event)}{sure}"
+            f"{log_stopped(s, event.time)}.{hint} Once the cause is fixed, {resume_text(s)}."
+        )
+        yield Finding(CRIT, f"kernel_{event.kind}", msg, event.time)
+    for kind, events in others.items():
+        yield _untied(s, kind, events)
 
 
-def _oom(s: Snapshot, event: HostEvent, found: Tie | None, name: str, when: str) -> Finding:
+_WHAT = {
+    "oom_kill": "was killed by the kernel OOM killer",
+    "segfault": "crashed with a segmentation fault",
+    "gpf": "crashed with a general protection fault",
+    "sigbus": "died of a bus error (SIGBUS)",
+}
+
+
+def _where(event: HostEvent) -> str:
+    """ " (in libfoo.so)" for a crash the kernel placed in a library."""
+    if " in " not in event.text or event.kind == "oom_kill":
+        return ""
+    return f" (in {event.text.rsplit(' in ', 1)[1].split('[', 1)[0].strip()})"
+
+
+def _name(event: HostEvent) -> str:
+    return f"pid {event.pid} ({event.process})" if event.pid is not None else str(event.process or "a process")
+
+
+def _untied(s: Snapshot, kind: str, events: list[HostEvent]) -> Finding:
+    """The kernel's events of one kind that are none of the run's processes, told once: the machine is in trouble,
+    the run is not shown to be."""
+    newest = max(events, key=lambda e: e.time if e.time is not None else -math.inf)
+    when = f" at {hhmm(newest.time, s.time)}" if newest.time is not None else ""
+    if kind == "oom_kill":
+        biggest = max(events, key=lambda e: e.rss_bytes or 0)
+        rss = f", RSS {human_bytes(biggest.rss_bytes)}" if biggest.rss_bytes else ""
+        cause = "a memory cgroup hit its limit" if biggest.memcg is not None else "the machine ran out of memory"
+        what = (
+            f"killed {_name(biggest)}{when}{rss}"
+            if len(events) == 1
+            else f"killed {len(events)} processes, the largest {_name(biggest)}{rss}, the last{when}"
+        )
+        msg = (
+            f"The kernel OOM killer {what}: {cause}. None is one of this run's processes as far as rlwatch can "
+            "tell, but memory is short here."
+        )
+    else:
+        what = f"{_name(newest)} {_WHAT[kind]}{when}{_where(newest)}"
+        more = f" ({len(events)} such crashes)" if len(events) > 1 else ""
+        msg = f"The kernel reports {what}{more}; it is not one of this run's processes."
+    return Finding(INFO, f"kernel_{kind}", msg, newest.time)
+
+
+def _oom(s: Snapshot, event: HostEvent, found: Tie, when: str) -> Finding:
     rss = f", RSS {human_bytes(event.rss_bytes)}" if event.rss_bytes else ""
     mem = s.memory
     if event.memcg is not None:
@@ -171,12 +211,6 @@ def _oom(s: Snapshot, event: HostEvent, found: Tie | None, name: str, when: str)
             "make the run hold less (fewer DataLoader workers, smaller rollout batches, no CPU offload) or use a "
             "larger machine"
         )
-    if found is None:
-        msg = (
-            f"The kernel OOM killer killed {name}{when}{rss}: {cause}. It is not one of this run's processes as far "
-            "as rlwatch can tell, but the machine is short of memory."
-        )
-        return Finding(INFO, "kernel_oom_kill", msg, event.time)
     sure = "" if found.exact else " (matched by time and program, not by pid)"
     who = found.who[0].upper() + found.who[1:]
     msg = (
