@@ -186,10 +186,9 @@ class LearningTracker:
                     self._record(told, canonical(metrics, TRL_KEYS), line.time)
                 return
         if "act_loss=" in text:
-            values = parse_postfix(text[text.rfind("act_loss=") :])
-            found = canonical(values, OPENRLHF_KEYS)
-            key = tuple(sorted(values.items()))
-            if found and self._contents.add(("openrlhf", key)):
+            postfix = text[text.rfind("act_loss=") :]
+            found = canonical(parse_postfix(postfix), OPENRLHF_KEYS)
+            if found and self._contents.add(("openrlhf", postfix)):  # a bar drawn again is the same point
                 self._ordinal += 1
                 self._steps_exact = False
                 self._record(self._ordinal, found, line.time)

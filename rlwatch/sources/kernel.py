@@ -198,12 +198,11 @@ class LineParser:
         self._bus_head: tuple[str, int] | None = None  # (pci, lines left) of "The NVIDIA GPU …"
 
     def feed(self, line: str, *, year: int | None = None) -> list[HostEvent]:
-        if "\\x0a" in line:  # /dev/kmsg escapes a multi-line message's newlines
+        if "\\x0a" in line:  # /dev/kmsg escapes a multi-line message's newlines: each piece has the record's time
+            stamp, message, seq = split_prefix(line, year=year)
             out: list[HostEvent] = []
-            first, *rest = line.split("\\x0a")
-            out.extend(self.feed(first, year=year))
-            for more in rest:
-                out.extend(self._message(Stamp(), more, None, line))
+            for piece in message.split("\\x0a"):
+                out.extend(self._message(stamp, piece, seq, line))
             return out
         if not any(lit in line for lit in _LITERALS) and self._bus_head is None:
             return []
