@@ -152,6 +152,8 @@ class LearningTracker:
         self._ordinal = 0  # metric lines without a step number seen
         self._areal_step: int | None = None
         self._steps_exact = True
+        self._version = 0  # bumped by every recorded value: state() is rebuilt only after one
+        self._state: tuple[int, LearningState | None] = (0, None)
 
     def on_line(self, line: LogLine) -> None:
         with self._lock:
@@ -207,13 +209,19 @@ class LearningTracker:
                 series.pop()
             series.append(MetricPoint(step=step, value=value, time=time if math.isfinite(time) else math.nan))
             self._keys[name] = key
+        self._version += 1
 
     def state(self) -> LearningState | None:
+        """The series as one immutable record; the same object until a value is recorded (snapshots are built far
+        more often than metrics are logged)."""
         with self._lock:
-            if not self._series:
-                return None
-            return LearningState(
+            version, state = self._state
+            if version == self._version:
+                return state
+            state = LearningState(
                 series={name: tuple(points) for name, points in self._series.items()},
                 keys=dict(self._keys),
                 steps_exact=self._steps_exact,
             )
+            self._state = (self._version, state)
+            return state

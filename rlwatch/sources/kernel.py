@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import datetime as dt
 import errno
+import math
 import os
 import re
 import stat
@@ -50,6 +51,7 @@ KEEP_EVENTS = 500
 SAVED_READ_LIMIT = 16 << 20  # a saved log's last 16 MiB are read at first; later only what was added
 KMSG_RECORDS_PER_SAMPLE = 50_000
 RETRY_S = 60.0  # a live source that failed is tried again after this long
+COMMAND_EVERY_S = 30.0  # journalctl or dmesg is a process to start: read at most this often (/dev/kmsg every sample)
 
 # Only lines holding one of these are parsed: the kernel log is mostly noise for this purpose.
 _LITERALS = ("Killed process", "oom-kill:", "NVRM", "segfault at", "general protection", "fatal signal 7")
@@ -494,6 +496,7 @@ class KernelLog:
         boot_time: Callable[[], float] = boot_wall_time,
         live: Sequence[KmsgReader | CommandReader] | None = None,
         retry_s: float = RETRY_S,
+        command_every_s: float = COMMAND_EVERY_S,
     ) -> None:
         self._run_dir = Path(run_dir)
         self._mode = mode
@@ -501,6 +504,8 @@ class KernelLog:
         self._clock: Clock = clock or SystemClock()
         self._boot_time = boot_time
         self._retry_s = retry_s
+        self._command_every_s = command_every_s
+        self._next_command = -math.inf
         if live is None:
             live = (
                 KmsgReader(),
@@ -545,6 +550,11 @@ class KernelLog:
         reader, parser = self._reader, self._parser
         if reader is None or parser is None:
             return
+        if isinstance(reader, CommandReader):
+            now = self._clock.monotonic()
+            if now < self._next_command:
+                return
+            self._next_command = now + self._command_every_s
         try:
             lines = reader.read()
         except LiveUnavailable as exc:

@@ -223,10 +223,17 @@ def test_journalctl_then_only_what_follows_its_cursor(tmp_path: Path) -> None:
         "anon-rss:1024kB, file-rss:0kB, shmem-rss:0kB')\n"
         "    print('-- cursor: s=1')\n",
     )
-    log = KernelLog(tmp_path, live=[KmsgReader(str(tmp_path / "no-kmsg")), CommandReader("journalctl", argv, 10.0)])
+    clock = FakeClock()
+    log = KernelLog(
+        tmp_path, live=[KmsgReader(str(tmp_path / "no-kmsg")), CommandReader("journalctl", argv, 10.0)], clock=clock
+    )
     first = log.sample()
     assert first.source == "journalctl" and [e.kind for e in first.events] == ["oom_kill"]
     assert first.events[0].time == 1747594959.0
+    clock.advance(10)
+    assert log.sample().events == first.events  # a process to start: not run again within command_every_s
+    assert len(calls.read_text().splitlines()) == 1
+    clock.advance(30)
     second = log.sample()
     assert [e.kind for e in second.events] == ["oom_kill", "xid"]
     assert calls.read_text().splitlines()[-1].endswith("--show-cursor --after-cursor s=1")
@@ -245,6 +252,7 @@ def test_a_failing_journalctl_falls_back_to_dmesg_and_says_nothing_is_wrong(tmp_
             CommandReader("dmesg", dmesg, 10.0),
         ],
         boot_time=lambda: BOOT,
+        command_every_s=0,
     )
     state = log.sample()
     assert state.source == "dmesg" and state.error is None

@@ -133,15 +133,20 @@ def _time(p: MetricPoint) -> float | None:
 
 
 def _spike(s: Snapshot, ctx: Context, name: str, points: Sequence[MetricPoint]) -> Iterator[Finding]:
-    """A value far above its rolling median, among the last few logged steps."""
+    """A value far above its rolling median, among the last few logged steps. A loss is judged only while it keeps
+    one sign: a policy-gradient loss (GRPO, PPO) swings around zero by design, so its median says nothing of a spike
+    (a real TRL GRPO run, tests/real/trl-grpo-colocated, goes from 0.02 to -0.35 and back, healthy)."""
     cfg = ctx.learning
     window = cfg.spike_window
     recent_from = max(0, len(points) - cfg.sustained_steps)
     for i in range(len(points) - 1, recent_from - 1, -1):
         value = points[i].value
-        before = [abs(p.value) for p in points[max(0, i - window) : i] if math.isfinite(p.value)]
-        if not math.isfinite(value) or len(before) < max(3, window // 2):
+        raw = [p.value for p in points[max(0, i - window) : i] if math.isfinite(p.value)]
+        if not math.isfinite(value) or len(raw) < max(3, window // 2):
             continue
+        if name == "loss" and not (all(v > 0 for v in (*raw, value)) or all(v < 0 for v in (*raw, value))):
+            continue
+        before = [abs(v) for v in raw]
         median = statistics.median(before)
         if median > 1e-8 and abs(value) > cfg.spike_factor * median:
             yield Finding(
