@@ -69,7 +69,7 @@ def test_real_text_is_judged_as_a_person_would(name: str, tmp_path: Path) -> Non
         worst[f["code"]] = min(worst.get(f["code"], 9), RANK[f["severity"]])
     for code, severity in expect.get("codes", {}).items():
         assert code in worst, (code, [(f["code"], f["message"]) for f in rep["findings"]])
-        assert worst[code] <= RANK[severity], (code, severity, rep["findings"])
+        assert worst[code] == RANK[severity], (code, severity, rep["findings"])
     for code in expect.get("absent", []):
         assert code not in worst, (code, rep["findings"])
     events = rep["kernel"]["events"] if rep["kernel"] else []

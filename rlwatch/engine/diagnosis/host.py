@@ -20,6 +20,7 @@ from rlwatch.engine.diagnosis.wording import exact_first, hhmm, human_bytes, las
 from rlwatch.sources.limits import SHM_NEEDS
 
 TIE_WINDOW_S = 120.0
+_LIVE = ("kmsg", "journalctl", "dmesg", "nvml")  # an event's source when it was not read from a saved file
 # Command names the kernel prints for a Python process: PyTorch >= 2.0 renames the main thread "pt_main_thread",
 # and the kernel prints the thread's name.
 _PYTHON_COMMS = ("python", "pt_main_thread", "pt_autograd", "torchrun")
@@ -186,6 +187,18 @@ def _untied(s: Snapshot, kind: str, events: list[HostEvent]) -> Finding:
             if len(events) == 1
             else f"killed {len(events)} processes, the largest {_name(biggest)}{rss}, the last{when}"
         )
+        saved = [e for e in events if e.source not in _LIVE and _pythonish(e.process)]
+        if saved:
+            # A kernel log saved beside the run was put there to be judged: a Python process it says the OOM
+            # killer took is most likely the run's, though no pid ties it (the processes are long gone).
+            victim = max(saved, key=lambda e: e.rss_bytes or 0)
+            msg = (
+                f"The kernel log saved beside the run says the OOM killer killed {_name(victim)}"
+                f"{', RSS ' + human_bytes(victim.rss_bytes) if victim.rss_bytes else ''}: {cause}. No process "
+                "rlwatch sees ties it to this run, but a Python process killed for memory is most likely its "
+                f"trainer or a worker: make the run hold less or give it more memory; then {resume_text(s)}."
+            )
+            return Finding(WARN, "kernel_oom_kill", msg, victim.time)
         msg = (
             f"The kernel OOM killer {what}: {cause}. None is one of this run's processes as far as rlwatch can "
             "tell, but memory is short here."

@@ -77,6 +77,17 @@ def learning(s: Snapshot, ctx: Context) -> Iterator[Finding]:
     for name in ("loss", "reward", "grad_norm"):
         points = series.get(name, ())
         bad = _trailing(points, lambda v: not math.isfinite(v))
+        if bad and len(bad) < cfg.nonfinite_steps and name != "grad_norm":
+            # A NaN loss is no loss-scaling skip (those give an infinite grad norm): a warning until it lasts.
+            yield Finding(
+                WARN,
+                "learning_nonfinite",
+                f"{_SHOWN[name]}{_key(s, name)} is {'NaN' if math.isnan(bad[-1].value) else 'infinite'} at the last "
+                f"{len(bad)} logged step(s), {_where(s, bad[0].step)}; critical if it stays so for "
+                f"{cfg.nonfinite_steps}. {_resume(s, bad[0].step)} if it does.",
+                _time(bad[0]),
+            )
+            continue
         if len(bad) >= cfg.nonfinite_steps:
             first = bad[0]
             value = "NaN" if math.isnan(bad[-1].value) else "infinite"
