@@ -542,7 +542,9 @@ class KernelLog:
             self._reader, self._live_error = reader, None
             self._parser = LineParser(reader.name, self._to_wall)
             return
-        self._live_error = "; ".join(reasons) or "no kernel log reader"
+        self._live_error = (
+            "; ".join(reasons) or "no kernel log reader"
+        ) + " (on the host, `dmesg > dmesg.log` in the run directory hands it over)"
         self._retry_at = now + self._retry_s
 
     def _read_live(self) -> None:
