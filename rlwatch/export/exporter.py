@@ -388,7 +388,7 @@ class SnapshotCollector(Collector):
                     1,
                 )
         k = snap.kernel
-        if k is not None:
+        if k is not None and k.available:  # no kernel log read: absent series, not a made-up zero
             counts = Counter(e.kind for e in k.events)
             for kind in ("oom_kill", "xid", "fallen_off_bus", "segfault", "gpf", "sigbus"):
                 f.gauge(
