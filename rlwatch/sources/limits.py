@@ -91,7 +91,9 @@ def shm_size(path: str) -> tuple[int | None, int | None, str | None]:
     """(total, free) bytes of the mount holding ``path`` (statvfs), or Nones and the reason."""
     try:
         st = os.statvfs(path)
-    except (OSError, ValueError) as exc:
+    except OSError as exc:
+        return None, None, f"{path}: {exc.strerror or one_line(exc)}"
+    except ValueError as exc:
         return None, None, f"{path}: {one_line(exc)}"
     return st.f_blocks * st.f_frsize, st.f_bavail * st.f_frsize, None
 
