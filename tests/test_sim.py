@@ -106,6 +106,10 @@ def test_scenarios_are_listed_with_descriptions() -> None:
         "startup-crash",
         "trl-colocated",
         "nccl-timeout",
+        "gpu-xid",
+        "shm-small",
+        "nan-loss",
+        "kernel-oom",
     }
     assert all(len(text) > 20 for text in SCENARIOS.values())
 

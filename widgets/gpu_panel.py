@@ -56,6 +56,34 @@ def gpu_line(g: GpuState, history: Series | None, now: float) -> Text:
     return line
 
 
+def health_line(g: GpuState) -> Text | None:
+    """What is wrong with a GPU's hardware, in one red or yellow line; None when NVML reports nothing wrong (the
+    findings say why and what to do)."""
+    h = g.health
+    if h is None:
+        return None
+    if h.lost:
+        return Text(f"  GPU{g.index} LOST: {clean_text(h.lost, 60)}: drain the node", style="bold red", no_wrap=True)
+    bad = []
+    if h.ecc_volatile_uncorrected:
+        bad.append(f"{h.ecc_volatile_uncorrected} uncorrectable ECC")
+    if h.remap_failure:
+        bad.append("remap FAILED")
+    if h.remap_pending or h.retired_pending:
+        bad.append("memory repair pending reset")
+    if h.pcie_width is not None and h.pcie_width_max and h.pcie_width < h.pcie_width_max:
+        bad.append(f"PCIe x{h.pcie_width}/x{h.pcie_width_max}")
+    slow = [r for r in h.clock_events or () if r.startswith("hw_") or r == "sw_thermal"]
+    if slow:
+        bad.append("throttled " + ",".join(slow))
+    if h.xids:
+        bad.append("Xid " + ",".join(str(x) for x in dict.fromkeys(e.xid for e in h.xids)))
+    if not bad:
+        return None
+    hard = bool(h.ecc_volatile_uncorrected or h.remap_failure)
+    return Text(f"  GPU{g.index} " + "; ".join(bad), style="bold red" if hard else "bold yellow", no_wrap=True)
+
+
 def summary_line(status: GpuStatus) -> Text:
     """``2x H100 80GB HBM3, compute DEFAULT, nvml``: what the device lines below have in common."""
     gpus = status.gpus
@@ -160,7 +188,11 @@ class GpuPanel(Panel):
             return
         self.remove_class("-empty")
         rows = [summary_line(status)]
-        rows += [gpu_line(g, snap.history.gpu_util.get(g.index), snap.time) for g in status.gpus]
+        for g in status.gpus:
+            rows.append(gpu_line(g, snap.history.gpu_util.get(g.index), snap.time))
+            health = health_line(g)
+            if health is not None:
+                rows.append(health)
         lines.update(Text("\n", end="").join(rows))
         holders.update(self._holders_text(snap))
         # With many devices the per-GPU lines carry each one's history and the graphs (below the holders, which

@@ -31,6 +31,20 @@ def brake_line_percent(mem: MemoryState) -> float | None:
     return max(0.0, 100.0 * (1 - mem.brake_free_bytes / mem.total_bytes))
 
 
+def limits_line(snap: Snapshot) -> Text | None:
+    """The container's own memory limit and a small /dev/shm, when either is there to see (the findings say more)."""
+    mem, lim = snap.memory, snap.limits
+    parts = []
+    if mem is not None and mem.cgroup_limit_bytes:
+        held = mem.cgroup_working_set_bytes or mem.cgroup_usage_bytes
+        parts.append(f"limit {fmt_bytes(mem.cgroup_limit_bytes)} ({fmt_bytes(held)} used)")
+    if lim is not None and lim.shm_total_bytes is not None and lim.frameworks and lim.shm_total_bytes < 1024**3:
+        parts.append(f"/dev/shm only {fmt_bytes(lim.shm_total_bytes)}")
+    if not parts:
+        return None
+    return Text("pod  " + "  ".join(parts), style="bold yellow", no_wrap=True, end="")
+
+
 def ram_summary(mem: MemoryState) -> Text:
     """RAM used and free, then (when the workers' brake threshold is known) where the brake starts."""
     line = Text("RAM  ", style="bold", no_wrap=True, end="")
@@ -101,7 +115,14 @@ class MemoryPanel(Panel):
             yield TextBlock(id="mem-processes", classes="body")
 
     def data_key(self, snap: Snapshot) -> object:
-        return (snap.memory, snap.processes, snap.history.ram_used, snap.history.swap_used, snap.history.rss)
+        return (
+            snap.memory,
+            snap.processes,
+            snap.history.ram_used,
+            snap.history.swap_used,
+            snap.history.rss,
+            snap.limits,
+        )
 
     def show(self, snap: Snapshot) -> None:
         summary = self.query_one("#mem-summary", Static)
@@ -117,6 +138,9 @@ class MemoryPanel(Panel):
                 swap_summary(mem, snap.history.swap_used, snap.time),
                 forecast_line(mem, snap.time),
             ]
+            limits = limits_line(snap)
+            if limits is not None:
+                lines.append(limits)
             summary.update(Text("\n", end="").join(lines))
             ram_now = None
             if mem.total_bytes and mem.available_bytes is not None:

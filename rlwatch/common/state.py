@@ -167,6 +167,53 @@ class GpuHolder:
 
 
 @dataclass(frozen=True, slots=True)
+class HostEvent:
+    """One thing the kernel or the driver said about the machine: an OOM kill, an NVIDIA Xid, a GPU fallen off the
+    bus, a segfault, a bus error (:mod:`rlwatch.sources.kernel`), or an Xid NVML delivered."""
+
+    kind: str  # "oom_kill" | "xid" | "fallen_off_bus" | "segfault" | "sigbus" | "gpf"
+    time: float | None  # wall time; None when the line's time cannot be known (a saved log of another boot)
+    text: str  # the line as the kernel wrote it (terminal-safe, one line)
+    source: str  # "kmsg" | "journalctl" | "dmesg" | "nvml" | the saved file's path
+    pid: int | None = None  # the process it names (the kernel's pid: the host's, not this container's)
+    process: str | None = None  # its command name as the kernel printed it ("python3", "pt_main_thread")
+    pci: str | None = None  # the GPU's PCI address as printed ("0000:3b:00")
+    gpu: int | None = None  # the NVML index of that GPU, where it could be matched
+    xid: int | None = None
+    rss_bytes: int | None = None  # OOM kill: anon + file + shmem resident memory of the killed process
+    memcg: str | None = None  # OOM kill: the memory cgroup that hit its limit (None: the whole machine)
+    seq: int | None = None  # /dev/kmsg's sequence number, where read from there
+
+
+@dataclass(frozen=True, slots=True)
+class GpuHealth:
+    """What NVML says of a GPU's hardware, DCGM's health checks being the anchor (see
+    :mod:`rlwatch.sources.nvml`). Every field is None where the board or driver does not say (H100s have no page
+    retirement: they remap rows), never a made-up zero."""
+
+    pci_bus_id: str | None = None  # "00000000:3B:00.0" as NVML prints it
+    ecc_enabled: bool | None = None
+    ecc_volatile_corrected: int | None = None  # since the driver last loaded
+    ecc_volatile_uncorrected: int | None = None
+    ecc_aggregate_corrected: int | None = None  # over the board's life (InfoROM)
+    ecc_aggregate_uncorrected: int | None = None
+    retired_sbe: int | None = None  # pages retired for repeated single-bit errors (before Ampere)
+    retired_dbe: int | None = None  # pages retired for double-bit errors
+    retired_pending: bool | None = None  # a retirement waits for the next driver load
+    remap_correctable: int | None = None  # rows remapped for correctable errors (Ampere and later)
+    remap_uncorrectable: int | None = None
+    remap_pending: bool | None = None  # a remap waits for the next GPU reset
+    remap_failure: bool | None = None  # a row could not be remapped: an RMA condition
+    pcie_gen: int | None = None
+    pcie_gen_max: int | None = None
+    pcie_width: int | None = None
+    pcie_width_max: int | None = None
+    clock_events: tuple[str, ...] | None = None  # active clock event (throttle) reasons, e.g. ("hw_thermal",)
+    lost: str | None = None  # NVML says the GPU is lost (NVML_ERROR_GPU_IS_LOST): the error, else None
+    xids: tuple[HostEvent, ...] = ()  # Xid events NVML delivered (nvmlEventSetWait), newest last
+
+
+@dataclass(frozen=True, slots=True)
 class GpuState:
     index: int
     name: str | None
@@ -181,6 +228,7 @@ class GpuState:
     # GPU memory NVML counts but no process visible here explains: held outside this container (or PID namespace).
     outside_bytes: int | None = None
     outside_pids: tuple[int, ...] = ()  # pids NVML reports that do not exist here
+    health: GpuHealth | None = None  # ECC, retired/remapped memory, PCIe link, throttling, Xids; None: not read
 
 
 @dataclass(frozen=True, slots=True)
@@ -202,6 +250,12 @@ class MemoryState:
     oom_kills: int | None  # cgroup counter; None when no cgroup file is readable
     forecast_exhausted_at: float | None  # when available memory reaches zero at the current trend
     brake_free_bytes: int | None = None  # configured free-memory level at which workers' emergency brake fires
+    # The container's own memory limit (cgroup v2 memory.max, v1 memory.limit_in_bytes): a Kubernetes or Docker
+    # limit is what the OOM killer enforces, not the host's RAM. None: no limit (or not readable).
+    cgroup_limit_bytes: int | None = None
+    cgroup_usage_bytes: int | None = None  # memory.current / memory.usage_in_bytes (page cache included)
+    cgroup_working_set_bytes: int | None = None  # usage less inactive file cache: what the kubelet and the OOM see
+    cgroup_oom_events: int | None = None  # v2 memory.events "oom": times the limit was hit and allocation failed
 
 
 @dataclass(frozen=True, slots=True)
@@ -250,6 +304,7 @@ class CheckpointInfo:
 class CheckpointState:
     latest: CheckpointInfo | None
     count: int
+    steps: tuple[int, ...] = ()  # global steps of the checkpoints of the latest's series, ascending
 
 
 @dataclass(frozen=True, slots=True)
@@ -288,6 +343,8 @@ class DiskState:
     path: str
     free_bytes: int | None
     total_bytes: int | None
+    inodes_free: int | None = None  # statvfs f_favail: files that can still be created
+    inodes_total: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -367,6 +424,58 @@ class Finding:
     code: str
     message: str
     since: float | None
+
+
+@dataclass(frozen=True, slots=True)
+class KernelLogState:
+    """The kernel's word on this machine (:mod:`rlwatch.sources.kernel`): which log could be read, and what it
+    said that matters here."""
+
+    source: str  # "kmsg" | "journalctl" | "dmesg" | "files" | "none" (what the live log came from)
+    available: bool  # some kernel log (live, or saved beside the run) could be read
+    error: str | None = None  # why the live kernel log could not be read (one line), None when it could
+    events: tuple[HostEvent, ...] = ()  # oldest first, bounded
+    files: tuple[str, ...] = ()  # saved kernel logs read from the run directory
+
+
+@dataclass(frozen=True, slots=True)
+class MemlockLimit:
+    """RLIMIT_MEMLOCK of one of the run's processes (from /proc/PID/limits)."""
+
+    pid: int
+    name: str  # the process's name in rlwatch ("trainer", "server")
+    soft_bytes: int | None  # None: unlimited
+
+
+@dataclass(frozen=True, slots=True)
+class HostLimits:
+    """The pod's limits that kill runs before their code does (:mod:`rlwatch.sources.limits`): /dev/shm against
+    what the run's frameworks need, locked memory where RDMA is in use."""
+
+    shm_path: str
+    shm_total_bytes: int | None
+    shm_free_bytes: int | None
+    frameworks: tuple[str, ...] = ()  # the run's frameworks using /dev/shm: "vllm", "sglang", "nccl", "ray", "pytorch"
+    rdma: str | None = None  # why RDMA/InfiniBand is thought in use ("/sys/class/infiniband: mlx5_0"), None: not
+    memlock: tuple[MemlockLimit, ...] = ()
+    simulated: bool = False  # the shm size is the simulator's, not statvfs's
+
+
+@dataclass(frozen=True, slots=True)
+class MetricPoint:
+    step: int  # the training step it was logged at (the ordinal of the logged metrics when no step is printed)
+    value: float  # may be NaN or ±inf: that is what is looked for
+    time: float  # NaN when the line had no time of its own
+
+
+@dataclass(frozen=True, slots=True)
+class LearningState:
+    """The run's own learning metrics as its logs print them (:mod:`rlwatch.logs.learning`), canonical names:
+    loss, grad_norm, reward, kl, entropy, response_length, clip_ratio. The diagnosis judges them."""
+
+    series: dict[str, tuple[MetricPoint, ...]] = field(default_factory=dict)  # oldest first, bounded
+    keys: dict[str, str] = field(default_factory=dict)  # canonical name -> the key the log printed
+    steps_exact: bool = True  # False: steps are ordinals of logged metrics (TRL prints no step number)
 
 
 @dataclass(frozen=True, slots=True)
@@ -498,6 +607,9 @@ class Snapshot:
     endings: tuple[LogEnding, ...] = ()  # how each followed log ends (its newest lines)
     run_state: RunState | None = None  # what the run is doing, from evidence (engine/diagnosis/health)
     stacks: StackReport | None = None  # the run's processes' stacks, when last read (a hang, a person asking)
+    kernel: KernelLogState | None = None  # None: not read (yet)
+    limits: HostLimits | None = None  # None: not read (yet)
+    learning: LearningState | None = None  # None: no learning metric seen
 
     @property
     def gpus(self) -> tuple[GpuState, ...]:

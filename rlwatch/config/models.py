@@ -124,6 +124,37 @@ class Thresholds(Strict):
     startup_s: PositiveFloat = 1800.0
 
 
+class HostConfig(Strict):
+    """The machine under the run: the kernel's log, the pod's limits (rlwatch.sources.kernel, rlwatch.sources.limits).
+
+    Thresholds come from what the frameworks themselves state (each cited where it is used)."""
+
+    # Where the kernel's word is read: auto (/dev/kmsg, else `journalctl -k`, else `dmesg`, and saved logs in the
+    # run directory), files (only saved logs in the run directory: the simulator), off.
+    kernel_log: Literal["auto", "files", "off"] = "auto"
+    kernel_log_files: list[str] = ["dmesg*.log", "kern.log", "kernel.log"]  # globs in the run directory
+    command_timeout_s: PositiveFloat = 5.0  # journalctl / dmesg are given this long, then killed
+    shm_path: str = "/dev/shm"  # the shared-memory mount whose size is checked
+    simulated_shm_bytes: NonNegInt | None = None  # set by the simulator: the size /dev/shm is said to have
+    shm_min_bytes: NonNegInt = 1024**3  # /dev/shm below this beside vLLM, SGLang, NCCL, Ray or PyTorch: a warning
+    inodes_min_fraction: Annotated[float, Field(ge=0, le=1)] = 0.05  # warn when fewer inodes than this are free
+    memlock_min_bytes: NonNegInt = 64 * 1024**3  # RLIMIT_MEMLOCK below this where RDMA is in use: a warning
+
+
+class LearningConfig(Strict):
+    """When the run's own metrics say learning broke (rlwatch.engine.diagnosis.learning). Defaults from what the
+    frameworks' users report (see configs/reference.yaml)."""
+
+    nonfinite_steps: Annotated[int, Field(ge=1)] = 3  # NaN/inf loss or reward this many logged steps in a row
+    spike_factor: Annotated[float, Field(gt=1)] = 10.0  # a loss or grad norm this many times its rolling median
+    spike_window: Annotated[int, Field(ge=3)] = 20  # logged steps the rolling median is taken over
+    sustained_steps: Annotated[int, Field(ge=1)] = 5  # collapse, blow-up, clipping must hold this many logged steps
+    reward_collapse_fraction: Annotated[float, Field(gt=0, lt=1)] = 0.1  # within this part of its range of its floor
+    kl_max: PositiveFloat = 1.0  # KL divergence to the reference above this
+    entropy_min: Annotated[float, Field(ge=0)] = 0.01  # policy entropy below this
+    clip_ratio_max: Annotated[float, Field(gt=0, le=1)] = 0.9  # share of responses cut at the max length above this
+
+
 class ActionsConfig(Strict):
     readonly: bool = False
     grace_s: PositiveFloat = 10.0
@@ -307,6 +338,8 @@ class Config(Strict):
     processes: list[ProcessRule] = []
     events: EventsConfig = EventsConfig()
     thresholds: Thresholds = Thresholds()
+    host: HostConfig = HostConfig()
+    learning: LearningConfig = LearningConfig()
     actions: ActionsConfig = ActionsConfig()
     policies: list[Policy] = []
     watchdog: WatchdogConfig = WatchdogConfig()

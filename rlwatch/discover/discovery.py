@@ -12,6 +12,7 @@ after the directory is moved. Showing the result, and writing it down, is :mod:`
 
 from __future__ import annotations
 
+import fnmatch
 import glob
 import os
 import re
@@ -25,7 +26,7 @@ import yaml
 
 from rlwatch.common.clock import Clock, SystemClock
 from rlwatch.common.trust import open_read
-from rlwatch.config.models import Config, Provenance, ServerConfig
+from rlwatch.config.models import Config, HostConfig, Provenance, ServerConfig
 from rlwatch.config.profiles import (
     AREAL_LAUNCHER,
     LAUNCHER,
@@ -55,6 +56,7 @@ from rlwatch.sources import procfs
 MAX_DEPTH = 8
 MAX_ENTRIES = 20_000
 RECENT_S = 24 * 3600.0
+KERNEL_LOGS = tuple(HostConfig().kernel_log_files)  # saved kernel logs: the machine's, not the run's
 MAX_LOGS = 32
 TAIL_BYTES = 256 * 1024
 MAX_YAML_BYTES = 256 * 1024
@@ -205,8 +207,13 @@ def _see_file(found: Found, path: Path, name: str, depth: int, now: float) -> No
     if name == "step_info.json" and path.parent.name == "recover_info":
         found.step_infos[path] = _mtime(str(path)) or 0.0
         found.areal_trials.setdefault(path.parent.parent, 0.0)
-    elif name.endswith(".log") and not (name.startswith("debug") and "wandb" in path.parts):
-        # wandb's own debug logs are about wandb; its run output (files/output.log) is kept.
+    elif (
+        name.endswith(".log")
+        and not (name.startswith("debug") and "wandb" in path.parts)
+        and not any(fnmatch.fnmatch(name, k) for k in KERNEL_LOGS)
+    ):
+        # wandb's own debug logs are about wandb; its run output (files/output.log) is kept. A saved kernel log
+        # (dmesg.log) is the machine's, read by rlwatch.sources.kernel, not a log of the run's.
         mtime = _mtime(str(path))
         if mtime is not None and now - mtime <= RECENT_S:
             found.recent_logs[path] = mtime

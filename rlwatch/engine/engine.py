@@ -28,6 +28,8 @@ from rlwatch.common.state import (
     GpuHolder,
     GpuStatus,
     History,
+    HostLimits,
+    KernelLogState,
     LiveRun,
     LogEnding,
     LogLine,
@@ -51,6 +53,7 @@ from rlwatch.engine.preview import MIN_BACKLOG, TAIL_BYTES, Counting, TailPrevie
 from rlwatch.engine.recent_lines import RecentLines
 from rlwatch.logs.ending import read_ending
 from rlwatch.logs.events import EventCounter, build_kinds
+from rlwatch.logs.learning import LearningTracker
 from rlwatch.logs.tailer import Chunk, Tailer
 from rlwatch.logs.training import TrainingTracker
 from rlwatch.logs.waker import Waker
@@ -59,7 +62,9 @@ from rlwatch.sources.checkpoints import CheckpointScanner
 from rlwatch.sources.disk import disk_state
 from rlwatch.sources.gpu import GpuBackend, make_gpu_backend
 from rlwatch.sources.holders import HolderScanner, attribute, classify_holders
+from rlwatch.sources.kernel import KernelLog, with_gpus
 from rlwatch.sources.launches import LaunchBook
+from rlwatch.sources.limits import LimitsSource
 from rlwatch.sources.membership import STRAY, RunView, assess, first_stamp, open_files
 from rlwatch.sources.memory import MemorySource
 from rlwatch.sources.processes import LaunchRecord, ProcessTable, member_info
@@ -152,6 +157,8 @@ class Engine:
         self.waker = Waker(self.log_patterns, force_polling=force_polling)
         main = self._counting()
         self.counter, self.training, self._starts = main.counter, main.training, main.starts
+        assert main.learning is not None
+        self.learning = main.learning
         # Diagnosis first: the newest part of a big backlog counted ahead of the rest (engine/preview).
         self.preview: TailPreview | None = None
         self.preview_sizes = (MIN_BACKLOG, TAIL_BYTES)  # (backlog that earns a preview, bytes it counts first)
@@ -167,6 +174,17 @@ class Engine:
         self.memory_source = MemorySource(self.clock)
         self.gpu_backend = gpu_backend or make_gpu_backend(cfg.gpu, self.run_dir)
         self.processes = ProcessTable(cfg.processes, self.clock, proc_root=proc_root, base_dir=self.run_dir)
+        hcfg = cfg.host
+        self.kernel_log = KernelLog(
+            self.run_dir,
+            mode=hcfg.kernel_log,
+            patterns=hcfg.kernel_log_files,
+            timeout_s=hcfg.command_timeout_s,
+            clock=self.clock,
+        )
+        self.limits_source = LimitsSource(
+            shm_path=hcfg.shm_path, simulated_shm_bytes=hcfg.simulated_shm_bytes, proc_root=proc_root
+        )
         self.launches = LaunchBook(self.run_dir / ".rlwatch" / "launches.json")
         self.holder_scanner = HolderScanner(cfg.gpu.device_glob, self.clock, proc_root=proc_root)
         self.checkpoints = CheckpointScanner(
@@ -206,6 +224,8 @@ class Engine:
             )
         self._server_last_up: float | None = None  # wall time the probe last saw it healthy
         self._disk: DiskState | None = None
+        self._kernel: KernelLogState | None = None
+        self._limits: HostLimits | None = None
         self._watchdog: WatchdogStatus | None = None
         self._endings: tuple[LogEnding, ...] = ()
         self._stacks: StackReport | None = None
@@ -256,12 +276,16 @@ class Engine:
             weight_update_timeout_s=th.weight_update_timeout_s,
             total_steps=cfg.training.total_steps,
         )
-        counting = Counting(counter, training)
+        # The run's learning metrics (loss, reward, KL, …), with the training tracker's step for TRL's step-less dicts.
+        learning = LearningTracker(step_of=lambda: training.state().last_step)
+        counting = Counting(counter, training, learning=learning)
         counter.subscribe("step", training.on_step)
         counter.subscribe("_reward", training.on_reward)
         counter.subscribe("weight_update", training.on_weight_update)
         counter.subscribe("_finished", training.on_step)
         counter.subscribe("_banner", lambda line: _log_start(counting.starts, "container", line))
+        for name in ("step", "_reward", "_learning"):  # after the training tracker: it has the line's step then
+            counter.subscribe(name, learning.on_line)
         return counting
 
     def _tagger(self, kind: str) -> Callable[[LogLine], None]:
@@ -458,6 +482,11 @@ class Engine:
         watchdog, wd_err = read_status(self.run_dir, now)  # the headless watchdog's state file, if one ever ran
         if watchdog is not None or wd_err is not None:
             self._ok("watchdog", wd_err)
+        kernel = with_gpus(self.kernel_log.sample(), gpu.gpus)
+        if self.cfg.host.kernel_log != "off":
+            self._ok("kernel", kernel.error if not kernel.available or kernel.source == "none" else None)
+        limits = self.limits_source.sample(procs, self.cfg.server.kind if self.cfg.server_expected else None)
+        self._ok("limits", self.limits_source.error)
         with self._lock:
             if trainer_state:
                 self.training.set_checkpoint_hint(
@@ -476,6 +505,7 @@ class Engine:
                 mem = replace(mem, brake_free_bytes=self.cfg.thresholds.brake_free_bytes)
             self._memory, self._gpu, self._procs, self._holders = mem, gpu, procs, holders
             self._checkpoint, self._recover, self._disk = ckpt, recover, disk
+            self._kernel, self._limits = kernel, limits
             self._watchdog = watchdog
             self._endings = endings
             if kept is not None:
@@ -733,6 +763,9 @@ class Engine:
                 live_run=_live_run(self._view),
                 endings=self._endings,
                 stacks=self._stacks,
+                kernel=self._kernel,
+                limits=self._limits,
+                learning=self.learning.state() if preview is None else preview.learning(self.learning.state()),
             )
             ctx = Context(
                 thresholds=self.cfg.thresholds,
@@ -746,6 +779,8 @@ class Engine:
                 server_grace_s=2 * self.cfg.server.interval_s,
                 actions_off=self.cfg.provenance.distrust,
                 progress_kinds=self._progress_kinds,
+                host=self.cfg.host,
+                learning=self.cfg.learning,
             )
             snap = replace(snap, run_state=assess_run(snap, ctx))
             snap = replace(snap, findings=diagnose(snap, ctx), timeline=timeline(snap))
@@ -908,6 +943,7 @@ class Engine:
             self.preview.close()
         self.tailer.close()
         self.gpu_backend.close()
+        self.kernel_log.close()
 
     def _guard(self, name: str, fn: Callable[[], object]) -> None:
         """Run one loop step; a failure degrades that source, it never kills the loop."""

@@ -37,9 +37,10 @@ from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 
-from rlwatch.common.state import UNCOUNTED, EventSummary, Incident, TrainingState
+from rlwatch.common.state import UNCOUNTED, EventSummary, Incident, LearningState, TrainingState
 from rlwatch.logs.events import EventCounter
 from rlwatch.logs.incidents import MAX_INCIDENTS
+from rlwatch.logs.learning import LearningTracker
 from rlwatch.logs.linecount import PrefixCount
 from rlwatch.logs.newlines import complete_end, count_lines
 from rlwatch.logs.tailer import Backlog, Chunk
@@ -58,6 +59,7 @@ class Counting:
     counter: EventCounter
     training: TrainingTracker
     starts: dict[str, deque[float]] = field(default_factory=dict)  # role -> times its start banner was logged
+    learning: LearningTracker | None = None  # the learning metrics (loss, reward, …) the count has seen
 
 
 @dataclass
@@ -269,6 +271,11 @@ class TailPreview:
             kept += t.frozen_incidents
         merged = (*kept, *self.counting.counter.incidents())
         return merged[-MAX_INCIDENTS:]  # as many as one count keeps, the newest
+
+    def learning(self, main: LearningState | None) -> LearningState | None:
+        """The learning metrics: the preview's, once it has seen one (the newest part says what is now)."""
+        mine = self.counting.learning.state() if self.counting.learning is not None else None
+        return mine if mine is not None else main
 
     def training(self, main: TrainingState, now: float) -> TrainingState:
         mine = self.counting.training.state(now)

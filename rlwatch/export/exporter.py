@@ -218,6 +218,7 @@ class SnapshotCollector(Collector):
         self._server(f, snap)
         self._gpus(f, snap)
         self._memory(f, snap)
+        self._machine(f, snap)
         self._processes(f, snap)
         self._findings(f, snap)
         self._sources(f, snap, now)
@@ -329,6 +330,132 @@ class SnapshotCollector(Collector):
         if disk is not None:
             f.gauge("disk_free_bytes", "Free space on the output volume.", None, disk.free_bytes)
             f.gauge("disk_total_bytes", "Size of the output volume.", None, disk.total_bytes)
+
+    @staticmethod
+    def _machine(f: _Families, snap: Snapshot) -> None:
+        """The machine under the run (issue #28): GPU hardware health, the kernel's events, the pod's limits, and
+        the learning metrics' last values. Base units; a metric a GPU or host does not report is absent."""
+        for g in snap.gpus:
+            h = g.health
+            if h is None:
+                continue
+            lab = {"gpu": g.index}
+            f.gauge("gpu_lost", "1 when NVML says the GPU is lost (fell off the bus).", lab, 1 if h.lost else 0)
+            for kind, counter, value in (
+                ("uncorrected", "volatile", h.ecc_volatile_uncorrected),
+                ("corrected", "volatile", h.ecc_volatile_corrected),
+                ("uncorrected", "aggregate", h.ecc_aggregate_uncorrected),
+                ("corrected", "aggregate", h.ecc_aggregate_corrected),
+            ):
+                f.gauge(
+                    "gpu_ecc_errors",
+                    "ECC errors (volatile: since the driver loaded; aggregate: over the board's life).",
+                    {**lab, "type": kind, "counter": counter},
+                    value,
+                )
+            f.gauge(
+                "gpu_retired_pages", "Retired memory pages (single/double bit).", {**lab, "cause": "sbe"}, h.retired_sbe
+            )
+            f.gauge(
+                "gpu_retired_pages", "Retired memory pages (single/double bit).", {**lab, "cause": "dbe"}, h.retired_dbe
+            )
+            f.gauge(
+                "gpu_retired_pages_pending",
+                "1 when a page retirement waits for a driver reload.",
+                lab,
+                _flag(h.retired_pending),
+            )
+            f.gauge("gpu_remapped_rows", "Memory rows remapped.", {**lab, "cause": "correctable"}, h.remap_correctable)
+            f.gauge(
+                "gpu_remapped_rows", "Memory rows remapped.", {**lab, "cause": "uncorrectable"}, h.remap_uncorrectable
+            )
+            f.gauge(
+                "gpu_remap_pending", "1 when a row remap waits for the next GPU reset.", lab, _flag(h.remap_pending)
+            )
+            f.gauge(
+                "gpu_remap_failure",
+                "1 when a row could not be remapped (an RMA condition).",
+                lab,
+                _flag(h.remap_failure),
+            )
+            f.gauge("gpu_pcie_link_generation", "PCIe link generation now.", lab, h.pcie_gen)
+            f.gauge("gpu_pcie_link_generation_max", "PCIe link generation possible.", lab, h.pcie_gen_max)
+            f.gauge("gpu_pcie_link_width", "PCIe lanes now.", lab, h.pcie_width)
+            f.gauge("gpu_pcie_link_width_max", "PCIe lanes possible.", lab, h.pcie_width_max)
+            for reason in h.clock_events or ():
+                f.gauge(
+                    "gpu_clock_event",
+                    "An active clock event (throttle) reason (value 1).",
+                    {**lab, "reason": reason},
+                    1,
+                )
+        k = snap.kernel
+        if k is not None and k.available:  # no kernel log read: absent series, not a made-up zero
+            counts = Counter(e.kind for e in k.events)
+            for kind in ("oom_kill", "xid", "fallen_off_bus", "segfault", "gpf", "sigbus"):
+                f.gauge(
+                    "kernel_events",
+                    "Kernel log events kept, by kind (bounded: the newest 500).",
+                    {"kind": kind},
+                    counts.get(kind, 0),
+                )
+            xids = Counter(e.xid for e in k.events if e.kind == "xid" and e.xid is not None)
+            for xid, n in sorted(xids.items()):
+                f.gauge("kernel_xid_events", "Xid events in the kernel log kept, by Xid.", {"xid": xid}, n)
+        lim = snap.limits
+        if lim is not None:
+            f.gauge("shm_total_bytes", "Size of /dev/shm (the shared-memory mount).", None, lim.shm_total_bytes)
+            f.gauge("shm_free_bytes", "Free space on /dev/shm.", None, lim.shm_free_bytes)
+            for m in lim.memlock:
+                if m.soft_bytes is not None:
+                    f.gauge(
+                        "process_memlock_bytes",
+                        "RLIMIT_MEMLOCK of a run process where RDMA is in use.",
+                        {"name": m.name},
+                        m.soft_bytes,
+                    )
+        mem = snap.memory
+        if mem is not None:
+            f.gauge(
+                "cgroup_memory_limit_bytes",
+                "The container's memory limit (absent: none).",
+                None,
+                mem.cgroup_limit_bytes,
+            )
+            f.gauge(
+                "cgroup_memory_usage_bytes",
+                "The container's memory use (page cache included).",
+                None,
+                mem.cgroup_usage_bytes,
+            )
+            f.gauge(
+                "cgroup_memory_working_set_bytes",
+                "The container's memory use less inactive file cache.",
+                None,
+                mem.cgroup_working_set_bytes,
+            )
+        disk = snap.disk
+        if disk is not None:
+            f.gauge("disk_free_inodes", "Inodes free on the output volume.", None, disk.inodes_free)
+            f.gauge("disk_total_inodes", "Inodes on the output volume.", None, disk.inodes_total)
+        ls = snap.learning
+        if ls is not None:
+            for name, points in sorted(ls.series.items()):
+                if points:
+                    last = points[-1]
+                    shown: float | None = last.value if math.isfinite(last.value) else None
+                    f.gauge(
+                        "learning_metric",
+                        "The last logged value of a learning metric (absent: NaN/inf).",
+                        {"metric": name},
+                        shown,
+                    )
+                    f.gauge(
+                        "learning_metric_nonfinite",
+                        "1 when the last logged value of a learning metric is NaN or infinite.",
+                        {"metric": name},
+                        0 if math.isfinite(last.value) else 1,
+                    )
 
     @staticmethod
     def _processes(f: _Families, snap: Snapshot) -> None:

@@ -13,7 +13,17 @@ import math
 from typing import Any
 
 from rlwatch.common.redact import redacted
-from rlwatch.common.state import ChildFailure, Incident, LogEnding, NotifyStatus, Severity, Snapshot, line_number
+from rlwatch.common.state import (
+    ChildFailure,
+    GpuHealth,
+    HostEvent,
+    Incident,
+    LogEnding,
+    NotifyStatus,
+    Severity,
+    Snapshot,
+    line_number,
+)
 from rlwatch.engine.diagnosis import first_text, hhmm, human_bytes, human_duration, last_text, when_text
 
 
@@ -67,6 +77,7 @@ def to_json_dict(s: Snapshot) -> dict[str, Any]:
             "size_bytes": latest.size_bytes,
         },
         "count": s.checkpoint.count if s.checkpoint else 0,
+        "steps": list(s.checkpoint.steps) if s.checkpoint else [],
     }
     r = s.recover
     recover = None
@@ -104,6 +115,7 @@ def to_json_dict(s: Snapshot) -> dict[str, Any]:
             "holders": list(g.holders),
             "outside_bytes": g.outside_bytes,
             "outside_pids": list(g.outside_pids),
+            "health": _health_json(g.health),
         }
         for g in s.gpus
     ]
@@ -114,6 +126,11 @@ def to_json_dict(s: Snapshot) -> dict[str, Any]:
         "swap_used_bytes": mem.swap_used_bytes if mem else None,
         "oom_kills": mem.oom_kills if mem else None,
         "forecast_exhausted_at": iso(mem.forecast_exhausted_at) if mem else None,
+        # the container's own limit (cgroup), which the OOM killer enforces; null: none
+        "cgroup_limit_bytes": mem.cgroup_limit_bytes if mem else None,
+        "cgroup_usage_bytes": mem.cgroup_usage_bytes if mem else None,
+        "cgroup_working_set_bytes": mem.cgroup_working_set_bytes if mem else None,
+        "cgroup_oom_events": mem.cgroup_oom_events if mem else None,
     }
     processes = [
         {
@@ -192,7 +209,16 @@ def to_json_dict(s: Snapshot) -> dict[str, Any]:
         "memory": memory,
         "disk": None
         if s.disk is None
-        else {"path": s.disk.path, "free_bytes": s.disk.free_bytes, "total_bytes": s.disk.total_bytes},
+        else {
+            "path": s.disk.path,
+            "free_bytes": s.disk.free_bytes,
+            "total_bytes": s.disk.total_bytes,
+            "inodes_free": s.disk.inodes_free,
+            "inodes_total": s.disk.inodes_total,
+        },
+        "kernel": _kernel_json(s),
+        "limits": _limits_json(s),
+        "learning": _learning_json(s),
         "processes": processes,
         "live_run": live_run,
         "holders": holders,
@@ -208,6 +234,97 @@ def to_json_dict(s: Snapshot) -> dict[str, Any]:
             {"name": src.name, "ok": src.ok, "error": src.error, "last_sample": iso(src.last_sample)}
             for src in sorted(s.sources, key=lambda src: src.name)
         ],
+    }
+
+
+def _health_json(h: GpuHealth | None) -> dict[str, Any] | None:
+    """A GPU's hardware health as NVML reported it; null fields: the board or driver does not say."""
+    if h is None:
+        return None
+    return {
+        "pci_bus_id": h.pci_bus_id,
+        "lost": h.lost,
+        "ecc_enabled": h.ecc_enabled,
+        "ecc_volatile_corrected": h.ecc_volatile_corrected,
+        "ecc_volatile_uncorrected": h.ecc_volatile_uncorrected,
+        "ecc_aggregate_corrected": h.ecc_aggregate_corrected,
+        "ecc_aggregate_uncorrected": h.ecc_aggregate_uncorrected,
+        "retired_sbe": h.retired_sbe,
+        "retired_dbe": h.retired_dbe,
+        "retired_pending": h.retired_pending,
+        "remap_correctable": h.remap_correctable,
+        "remap_uncorrectable": h.remap_uncorrectable,
+        "remap_pending": h.remap_pending,
+        "remap_failure": h.remap_failure,
+        "pcie_gen": h.pcie_gen,
+        "pcie_gen_max": h.pcie_gen_max,
+        "pcie_width": h.pcie_width,
+        "pcie_width_max": h.pcie_width_max,
+        "clock_events": None if h.clock_events is None else list(h.clock_events),
+        "xids": [_event_json(e) for e in h.xids],
+    }
+
+
+def _event_json(e: HostEvent) -> dict[str, Any]:
+    return {
+        "kind": e.kind,
+        "time": iso(e.time),
+        "text": e.text,
+        "source": e.source,
+        "pid": e.pid,
+        "process": e.process,
+        "pci": e.pci,
+        "gpu": e.gpu,
+        "xid": e.xid,
+        "rss_bytes": e.rss_bytes,
+        "memcg": e.memcg,
+    }
+
+
+def _kernel_json(s: Snapshot) -> dict[str, Any] | None:
+    k = s.kernel
+    if k is None:
+        return None
+    return {
+        "source": k.source,
+        "available": k.available,
+        "error": k.error,
+        "files": list(k.files),
+        "events": [_event_json(e) for e in k.events[-100:]],
+    }
+
+
+def _limits_json(s: Snapshot) -> dict[str, Any] | None:
+    lim = s.limits
+    if lim is None:
+        return None
+    return {
+        "shm_path": lim.shm_path,
+        "shm_total_bytes": lim.shm_total_bytes,
+        "shm_free_bytes": lim.shm_free_bytes,
+        "shm_simulated": lim.simulated,
+        "frameworks": list(lim.frameworks),
+        "rdma": lim.rdma,
+        "memlock": [{"pid": m.pid, "name": m.name, "soft_bytes": m.soft_bytes} for m in lim.memlock],
+    }
+
+
+def _number(value: float) -> float | str:
+    """A metric value for JSON, which has no NaN or infinity: those are written "nan", "inf", "-inf"."""
+    return value if math.isfinite(value) else ("nan" if math.isnan(value) else ("inf" if value > 0 else "-inf"))
+
+
+def _learning_json(s: Snapshot) -> dict[str, Any] | None:
+    ls = s.learning
+    if ls is None:
+        return None
+    return {
+        "steps_exact": ls.steps_exact,
+        "keys": dict(ls.keys),
+        "series": {
+            name: [{"step": p.step, "value": _number(p.value), "time": iso(p.time)} for p in points[-50:]]
+            for name, points in sorted(ls.series.items())
+        },
     }
 
 
@@ -439,6 +556,7 @@ def to_text(s: Snapshot) -> str:
         lines.append(f"Inference server: none expected ({'; '.join(s.server.evidence) or 'none configured'})")
     if tr and tr.knobs:
         lines.append("Config: " + ", ".join(f"{k}={v}" for k, v in tr.knobs.items()))
+    lines.extend(_machine_lines(s))
     lines.extend(_holder_lines(s))
     lines.extend(stack_lines(s))
     if s.watchdog is not None and s.watchdog.notify is not None:
@@ -467,6 +585,31 @@ def to_text(s: Snapshot) -> str:
         for step in dict.fromkeys(steps):
             lines.append(f"  - {step}")
     return "\n".join(lines) + "\n"
+
+
+def _machine_lines(s: Snapshot) -> list[str]:
+    """The machine in two lines: the kernel log read and what it said; shared memory and the container's limit."""
+    out = []
+    k = s.kernel
+    if k is not None and (k.available or k.events):
+        kinds: dict[str, int] = {}
+        for e in k.events:
+            kinds[e.kind] = kinds.get(e.kind, 0) + 1
+        said = ", ".join(f"{n} {kind}" for kind, n in sorted(kinds.items())) or "nothing that matters here"
+        names = ", ".join(p.rsplit("/", 1)[-1] for p in k.files)
+        read = names if k.source == "files" else f"{k.source} + {names}" if names else k.source
+        out.append(f"Kernel log: {read}: {said}")
+    lim = s.limits
+    mem = s.memory
+    parts = []
+    if lim is not None and lim.shm_total_bytes is not None:
+        parts.append(f"{lim.shm_path} {human_bytes(lim.shm_total_bytes)} ({human_bytes(lim.shm_free_bytes)} free)")
+    if mem is not None and mem.cgroup_limit_bytes:
+        held = mem.cgroup_working_set_bytes or mem.cgroup_usage_bytes
+        parts.append(f"memory limit {human_bytes(mem.cgroup_limit_bytes)} ({human_bytes(held)} used)")
+    if parts:
+        out.append("Limits: " + ", ".join(parts))
+    return out
 
 
 def _findings_lines(s: Snapshot) -> list[str]:

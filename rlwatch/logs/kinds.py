@@ -188,6 +188,38 @@ _BUILTIN: tuple[EventKind, ...] = (
     # emergency_brake comes from the configuration: see build_kinds.
     _kind("oom_kill", _C, r"Killed process \d+", ("Killed process",)),
     _kind(
+        "shm_error",
+        _C,
+        # A full /dev/shm, as each framework says it. PyTorch DataLoader (torch/csrc/DataLoader.cpp, and
+        # torch/utils/data/_utils/signal_handling.py): "ERROR: Unexpected bus error encountered in worker. This might
+        # be caused by insufficient shared memory (shm).", "DataLoader worker (pid 7579) is killed by signal: Bus
+        # error. It is possible that dataloader's workers are out of shared memory." (open-mmlab/mmsegmentation#1356);
+        # torch.multiprocessing: "unable to write to file </torch_…>: No space left on device"; faulthandler "Fatal
+        # Python error: Bus error" (vllm-project/vllm#1771, rwth-i6/returnn#1648) and the shell's "Bus error (core
+        # dumped)". NCCL (src/misc/shmutils.cc, later src/os/linux.cc): "Error while creating shared memory segment
+        # /dev/shm/nccl-… (size …)", "Error: failed to extend /dev/shm/nccl-… to … bytes", "failed to create shared
+        # memory file", "Could not map /dev/shm/…"; NCCL 2.9: "Call to posix_fallocate failed : No space left on
+        # device" (NVIDIA/nccl#525). Ray's raylet: "System memory request exceeds memory available in /dev/shm"
+        # (gpustack/gpustack#5014).
+        r"insufficient shared memory|out of shared memory|\bBus error\b|unable to write to file </torch_"
+        r"|Error while (?:creating|attaching to) shared memory segment|failed to extend /dev/shm/"
+        r"|failed to create shared memory file|Could not map /dev/shm|posix_fallocate failed"
+        r"|memory request exceeds memory available in /dev/shm",
+        ("shared memory", "Bus error", "/dev/shm", "unable to write to file", "posix_fallocate"),
+        code_lines_excluded=True,
+    ),
+    _kind(
+        "gpu_fault",
+        _C,
+        # The GPU's hardware failing, as the CUDA runtime and NVML tell a program: cudaErrorECCUncorrectable
+        # "uncorrectable ECC error encountered" (torch: "CUDA error: uncorrectable ECC error encountered",
+        # huggingface/accelerate#1192), cudaErrorNvlinkUncorrectable "uncorrectable NVLink error detected during the
+        # execution", NVML_ERROR_GPU_IS_LOST "GPU is lost", and the driver's "GPU has fallen off the bus".
+        r"uncorrectable ECC error encountered|uncorrectable NVLink error|\bGPU is lost\b|GPU has fallen off the bus",
+        ("uncorrectable", "GPU is lost", "fallen off the bus"),
+        code_lines_excluded=True,
+    ),
+    _kind(
         "weight_update",
         _I,
         r"Loading weights from disk done in|Update weights end\.|\"POST /reset_prefix_cache/ HTTP/[\d.]+\" 2\d\d",
@@ -259,6 +291,15 @@ _BUILTIN: tuple[EventKind, ...] = (
         internal=True,
     ),
     _kind("_server_exit", _C, r"\bexits, returncode=-?\d+", ("exits, returncode=",), internal=True),
+    # The learning metrics rlwatch.logs.learning reads besides TRL dicts and AReaL's reward rows: verl's "step:N - k:v"
+    # line, AReaL's loss/grad-norm/entropy/KL/no-EOS rows, OpenRLHF's actor progress bar.
+    _kind(
+        "_learning",
+        _I,
+        r"(?:^|[\s)])step:\d+ - |update/(?:actor_loss|grad_norm|entropy|approx_kl)|no_eos_ratios/avg|act_loss=",
+        ("step:", "update/", "no_eos_ratios/avg", "act_loss="),
+        internal=True,
+    ),
 )
 
 PROGRESS_KINDS = frozenset(k.name for k in _BUILTIN if k.progress)

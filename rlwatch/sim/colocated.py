@@ -90,6 +90,8 @@ class GRPOTrainer:
         self.ledger = PieceLedger(self.layout, "trainer")
         self.out = LogSink(self.ledger)
         self.history: list[dict[str, Any]] = []
+        nan_from = spec.get("nan_from_step")  # scenario nan-loss: loss and grad norm turn NaN from this step on
+        self.nan_from = int(nan_from) if nan_from else None
 
     def metrics(self, step: int, step_time: float) -> dict[str, float]:
         total = self.args.max_steps
@@ -98,9 +100,10 @@ class GRPOTrainer:
         rewards = self.reward_funcs(completions) if self.reward_funcs else [0.0]
         reward = sum(rewards) / len(rewards) + self.rng.gauss(0.0, 0.05)
         std = abs(self.rng.gauss(0.15, 0.05))
+        diverged = self.nan_from is not None and step >= self.nan_from
         return {
-            "loss": self.rng.gauss(-0.05, 0.12),
-            "grad_norm": self.rng.uniform(0.8, 1.3),
+            "loss": float("nan") if diverged else self.rng.gauss(-0.05, 0.12),
+            "grad_norm": float("nan") if diverged else self.rng.uniform(0.8, 1.3),
             "learning_rate": 1e-4 * (1 - (step - 1) / total),
             "num_tokens": float(180 * step + self.rng.randint(0, 20)),
             "completions/mean_length": length,

@@ -236,6 +236,21 @@ def read_json(path: Path) -> object | None:
     return data
 
 
+KERNEL_LOG = "dmesg.log"  # what a person saves with `dmesg > dmesg.log` beside the run; the simulated kernel's
+
+
+def write_kernel_log(layout: Layout, *messages: str) -> None:
+    """Append lines to the run's ``dmesg.log`` as the kernel would print them, stamped with the real time since
+    boot (``CLOCK_BOOTTIME``, as printk's timestamps and dmesg -T use it), in one write."""
+    since = time.clock_gettime(time.CLOCK_BOOTTIME)
+    text = "".join(f"[{since + i * 1e-6:12.6f}] {m}\n" for i, m in enumerate(messages))
+    fd = os.open(layout.run_dir / KERNEL_LOG, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    try:
+        os.write(fd, text.encode())
+    finally:
+        os.close(fd)
+
+
 def claim_fault(layout: Layout, name: str) -> bool:
     """Take a one-shot fault token; True exactly once per token.
 

@@ -13,12 +13,13 @@ from __future__ import annotations
 
 import os
 import resource
+import signal
 import sys
 import time
 from pathlib import Path
 
 from rlwatch.sim import formats, lifeline
-from rlwatch.sim.common import Layout, load_spec, scaled, sleep_until
+from rlwatch.sim.common import Layout, load_spec, scaled, sleep_until, write_kernel_log
 from rlwatch.sim.ledger import LogSink, PieceLedger
 
 DUMP_KEY = "nccl-dump-signal"  # the store key the timed-out rank sets and the others watch
@@ -67,8 +68,14 @@ def main() -> int:
         out.write(f"[rank{rank}] step {step} all_reduce ok")
         ledger.update(last_step=step, last_step_at=time.time())
 
+    oom_rank = spec.get("oom_rank")
+    oom_at = int(spec.get("oom_at_step", 0))
     for step in range(steps):
+        if oom_rank is not None and rank == int(oom_rank) and step == oom_at:
+            oom_killed(layout, ledger, int(spec.get("oom_rss_kb", 61_234_567)))
         all_reduce(step)  # the collective
+    if oom_rank is not None:
+        return 0
     seq = steps + 1
     if rank == hung_rank:
         ledger.update("hung")
@@ -91,6 +98,28 @@ def main() -> int:
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))  # a real abort, but no core file in the run directory
     sys.stdout.flush()
     os.abort()
+
+
+def oom_killed(layout: Layout, ledger: PieceLedger, rss_kb: int) -> None:
+    """Scenario kernel-oom: the container's memory cgroup hits its limit and the kernel kills this rank. The kernel's
+    two lines (mm/oom_kill.c dump_oom_summary and __oom_kill_process, as in tests/real/host/kernel/) go to the run's
+    dmesg.log, then the process really dies of SIGKILL, so torchrun reports exit code -9 for it."""
+    pid = os.getpid()
+    try:
+        comm = Path(f"/proc/{pid}/comm").read_text().strip()
+    except OSError:
+        comm = "python3"
+    memcg = "/kubepods/burstable/pod5d8e1f0a-sim/ddp"
+    write_kernel_log(
+        layout,
+        f"oom-kill:constraint=CONSTRAINT_MEMCG,nodemask=(null),cpuset=ddp,mems_allowed=0,oom_memcg={memcg},"
+        f"task_memcg={memcg},task={comm},pid={pid},uid=0",
+        f"Memory cgroup out of memory: Killed process {pid} ({comm}) total-vm:{rss_kb + 9_000_000}kB, "
+        f"anon-rss:{rss_kb}kB, file-rss:81234kB, shmem-rss:2048kB, UID:0 pgtables:130124kB oom_score_adj:0",
+    )
+    ledger.update("oom_killed", oom_killed_at=time.time())
+    sys.stdout.flush()
+    os.kill(pid, signal.SIGKILL)
 
 
 if __name__ == "__main__":

@@ -142,6 +142,57 @@ def cuda_busy_traceback() -> str:
     return traceback_block(frames, CUDA_BUSY)
 
 
+def train_step_traceback(final: str) -> str:
+    """AReaL's rank 0 dying inside its training step (a CUDA error raised by the backward pass)."""
+    frames = [
+        (f"{SITE}/areal/examples/gsm8k_grpo.py", 231, "<module>", "main(sys.argv[1:])"),
+        (f"{SITE}/areal/examples/gsm8k_grpo.py", 176, "main", "stats = actor.ppo_update(batch)"),
+        (f"{SITE}/areal/engine/ppo/actor.py", 402, "ppo_update", "train_stat = self.engine.train_batch("),
+        (f"{SITE}/areal/engine/fsdp_engine.py", 588, "train_batch", "loss.backward()"),
+        (f"{SITE}/torch/_tensor.py", 648, "backward", "torch.autograd.backward("),
+    ]
+    return traceback_block(frames, final, prefix="[rank0]: ")
+
+
+# A GPU gone from the bus, as torch then reports it (cudaErrorLaunchFailure's string), then CUDA's usual advice.
+CUDA_LAUNCH_FAILURE = (
+    "RuntimeError: CUDA error: unspecified launch failure\n"
+    "CUDA kernel errors might be asynchronously reported at some other API call, so the stacktrace below might be "
+    "incorrect.\n"
+    "For debugging consider passing CUDA_LAUNCH_BLOCKING=1\n"
+    "Compile with `TORCH_USE_CUDA_DSA` to enable device-side assertions."
+)
+
+
+def dataloader_bus_error(worker_pid: int) -> str:
+    """PyTorch's DataLoader over a full /dev/shm (open-mmlab/mmsegmentation#1356): the worker's C++ handler's line,
+    then the main process's traceback from ``_try_get_data`` through the SIGCHLD handler."""
+    frames = [
+        (f"{SITE}/areal/examples/gsm8k_grpo.py", 231, "<module>", "main(sys.argv[1:])"),
+        (f"{SITE}/areal/examples/gsm8k_grpo.py", 142, "main", "data = next(data_generator)"),
+        (f"{SITE}/torch/utils/data/dataloader.py", 733, "__next__", "data = self._next_data()"),
+        (f"{SITE}/torch/utils/data/dataloader.py", 1480, "_next_data", "idx, data = self._get_data()"),
+        (f"{SITE}/torch/utils/data/dataloader.py", 1442, "_get_data", "success, data = self._try_get_data()"),
+        (
+            f"{SITE}/torch/utils/data/dataloader.py",
+            1284,
+            "_try_get_data",
+            "data = self._data_queue.get(timeout=timeout)",
+        ),
+        ("/usr/lib/python3.12/queue.py", 180, "get", "self.not_empty.wait(remaining)"),
+        ("/usr/lib/python3.12/threading.py", 359, "wait", "gotit = waiter.acquire(True, timeout)"),
+        (f"{SITE}/torch/utils/data/_utils/signal_handling.py", 73, "handler", "_error_if_any_worker_fails()"),
+    ]
+    final = (
+        f"RuntimeError: DataLoader worker (pid {worker_pid}) is killed by signal: Bus error. It is possible that "
+        "dataloader's workers are out of shared memory. Please try to raise your shared memory limit."
+    )
+    head = (
+        "ERROR: Unexpected bus error encountered in worker. This might be caused by insufficient shared memory (shm)."
+    )
+    return head + "\n" + traceback_block(frames, final)
+
+
 def refused_error(host: str, port: int, endpoint: str, payload: str) -> str:
     """aiohttp 3.13's repr of a refused connection inside AReaL's ``arequest_with_retry`` RuntimeError."""
     return (

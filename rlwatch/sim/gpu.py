@@ -82,6 +82,7 @@ class GpuModel:
         else:
             util = 0.0
         busy = util / 100.0
+        lost = (self.state_file.parent / "gpu_lost").exists()  # scenario gpu-xid: the trainer marks the fall
         return {
             "index": 0,
             "name": "Simulated H200",
@@ -93,6 +94,34 @@ class GpuModel:
             "power_w": round(75.0 + 600.0 * busy + self.rng.uniform(-5.0, 5.0), 1),
             "compute_mode": "EXCLUSIVE_PROCESS",
             "processes": procs,
+            "health": self.health(lost, busy),
+        }
+
+    def health(self, lost: bool, busy: float) -> dict[str, object]:
+        """What NVML says of an H200's hardware (tests/real/gpu-facts/nvidia-smi-q.txt: no retired pages on
+        Hopper, rows are remapped instead); a GPU fallen off the bus is lost, with its Xid 79."""
+        if lost:
+            return {
+                "pci_bus_id": "00000000:3B:00.0",
+                "lost": "GPU is lost",
+                "xids": [{"xid": 79, "time": (self.state_file.parent / "gpu_lost").stat().st_mtime}],
+            }
+        return {
+            "pci_bus_id": "00000000:3B:00.0",
+            "ecc_enabled": True,
+            "ecc_volatile_corrected": 0,
+            "ecc_volatile_uncorrected": 0,
+            "ecc_aggregate_corrected": 0,
+            "ecc_aggregate_uncorrected": 0,
+            "remap_correctable": 0,
+            "remap_uncorrectable": 0,
+            "remap_pending": False,
+            "remap_failure": False,
+            "pcie_gen": 5 if busy > 0.05 else 1,  # an idle GPU lowers its link to save power
+            "pcie_gen_max": 5,
+            "pcie_width": 16,
+            "pcie_width_max": 16,
+            "clock_events": [] if busy > 0.05 else ["idle"],
         }
 
     def write(self, stepping: bool) -> dict[str, object]:

@@ -57,11 +57,24 @@ KINDS: dict[str, re.Pattern[str]] = {
     # A process start-up banner; every one after the first in a file is a restart.
     "_banner": re.compile(r"rlwatch-sim start|\*{5} Running training \*{5}|LocalLauncher: .*\brun_id=\d+"),
     "trial": re.compile(r"\btrial \d+ done in\b"),  # the workers' progress kind (a custom kind in rlwatch.yaml)
+    # A full /dev/shm (PyTorch's DataLoader, NCCL) and a GPU's hardware failing, as the frameworks print them.
+    "shm_error": re.compile(r"insufficient shared memory|out of shared memory|\bBus error\b|shared memory segment"),
+    "gpu_fault": re.compile(r"uncorrectable ECC error encountered|GPU has fallen off the bus|\bGPU is lost\b"),
 }
 
 
 ERROR_KINDS = frozenset(
-    {"connection_refused", "cuda_oom", "cuda_busy", "nccl_error", "timeout", "child_failed", "engine_dead"}
+    {
+        "connection_refused",
+        "cuda_oom",
+        "cuda_busy",
+        "nccl_error",
+        "timeout",
+        "child_failed",
+        "engine_dead",
+        "shm_error",
+        "gpu_fault",
+    }
 )
 CODE_LINE = re.compile(r"^\s*(?:#|(?:raise|except|if|elif|assert|return|def|class|await|yield|lambda)\b)")
 BANNER_LITERALS = ("rlwatch-sim start", "***** Running training *****", "LocalLauncher: ")

@@ -196,6 +196,8 @@ def rlwatch_config(
             "stall_s": max(5.0, 600.0 / speed),
             "restart_loop_uptime_s": max(1.0, 60.0 / speed),
         },
+        # The simulated host's kernel is its dmesg.log alone (the real machine's ring is not the simulation's).
+        "host": {"kernel_log": "files", **({"simulated_shm_bytes": scenario.shm_bytes} if scenario.shm_bytes else {})},
         "actions": actions,
         "policies": watchdog_policies(flavour, speed),
         "watchdog": watchdog_section(speed),

@@ -71,6 +71,10 @@ def _torchrun_exited(parts: Parts) -> bool:
     return _state(parts, "torchrun") == "exited"
 
 
+def _trainer_failed(parts: Parts) -> bool:
+    return _state(parts, "trainer") == "failed" and _state(parts, "launcher") == "idle"
+
+
 @dataclass(frozen=True)
 class Scenario:
     name: str
@@ -83,6 +87,7 @@ class Scenario:
     strays: int = 0
     restart_every_s: float | None = None  # the platform restarting the container (restart-loop)
     rlwatch_yaml: bool = True  # False: no rlwatch.yaml, rlwatch finds the run from evidence as on a real host
+    shm_bytes: int | None = None  # the size /dev/shm is said to have (rlwatch.yaml host.simulated_shm_bytes)
 
     @property
     def flavour(self) -> str | None:
@@ -171,6 +176,46 @@ ALL: dict[str, Scenario] = {
             "script",
             _trainer_done,
             {"flavour": None, "max_steps": 30, "save_steps": 5, "step_time": 2.0},
+            rlwatch_yaml=False,
+        ),
+        Scenario(
+            "gpu-xid",
+            "the GPU falls off the bus at step 9: the kernel log says Xid 79, NVML loses the GPU, the trainer dies "
+            "of a CUDA error",
+            "areal",
+            "launcher",
+            _trainer_failed,
+            {**AREAL_RUN, "gpu_fault_at_step": 9},
+            faults=("gpu-xid",),
+        ),
+        Scenario(
+            "shm-small",
+            "a 64 MiB /dev/shm (Docker's default) beside SGLang and PyTorch: a warning, then a DataLoader worker dies "
+            "of SIGBUS at step 7",
+            "areal",
+            "launcher",
+            _trainer_failed,
+            {**AREAL_RUN, "shm_error_at_step": 7},
+            faults=("shm-bus-error",),
+            shm_bytes=64 * 1024 * 1024,
+        ),
+        Scenario(
+            "nan-loss",
+            "a TRL GRPO run (python3 train.py) whose loss and grad norm turn NaN at step 12 and stay so; it runs on",
+            "trl",
+            "script",
+            _trainer_done,
+            {"flavour": None, "max_steps": 24, "save_steps": 5, "step_time": 2.0, "nan_from_step": 12},
+            rlwatch_yaml=False,
+        ),
+        Scenario(
+            "kernel-oom",
+            "torchrun with 2 ranks: the kernel OOM killer kills rank 1 (its memory cgroup at its limit) at step 4; "
+            "torchrun reports exit code -9",
+            "generic",
+            "torchrun",
+            _torchrun_exited,
+            {"flavour": None, "ddp_steps": 12, "step_time": 2.0, "oom_rank": 1, "oom_at_step": 4},
             rlwatch_yaml=False,
         ),
         Scenario(

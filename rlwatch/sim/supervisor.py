@@ -59,6 +59,7 @@ OWNED = (
     "train.py",
     "train.log",
     "torchrun.log",
+    "dmesg.log",
 )
 
 

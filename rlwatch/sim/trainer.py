@@ -17,7 +17,15 @@ from typing import Any
 
 from rlwatch.sim import formats, lifeline, saver
 from rlwatch.sim.client import CallError, call
-from rlwatch.sim.common import Layout, claim_fault, holding_device, parse_with_spec, scaled, sleep_until
+from rlwatch.sim.common import (
+    Layout,
+    claim_fault,
+    holding_device,
+    parse_with_spec,
+    scaled,
+    sleep_until,
+    write_kernel_log,
+)
 from rlwatch.sim.ledger import LogSink, PieceLedger
 
 HOST = "127.0.0.1"
@@ -52,6 +60,10 @@ class Trainer:
         self.weight_drift = bool(spec.get("weight_drift", False))
         stop_at = spec.get("stop_at_step")
         self.stop_at = int(stop_at) if stop_at and claim_fault(layout, "container-crash") else None
+        gpu_at = spec.get("gpu_fault_at_step")
+        self.gpu_fault_at = int(gpu_at) if gpu_at and claim_fault(layout, "gpu-xid") else None
+        shm_at = spec.get("shm_error_at_step")
+        self.shm_error_at = int(shm_at) if shm_at and claim_fault(layout, "shm-bus-error") else None
         self.ledger = PieceLedger(layout, "trainer")
         self.out = LogSink(self.ledger)
         self.wandb: LogSink | None = None
@@ -234,6 +246,28 @@ class Trainer:
         self.info("StatsLogger", "\n" + formats.fancy_grid(self.stats(g, shown)))
         self.ledger.update(last_step=g, last_step_at=time.time(), total_steps=self.total)
 
+    def gpu_falls_off(self) -> None:
+        """Scenario gpu-xid: the GPU falls off the bus under the step. The driver says so in the kernel log (NVIDIA's
+        lines, tests/real/host/kernel/xid-79-fallen-off-bus-aer.log), NVML loses the GPU (the simulated GPU reads the
+        marker), and rank 0's next CUDA call fails."""
+        pci = "0000:3b:00"
+        write_kernel_log(
+            self.layout,
+            f"NVRM: GPU at PCI:{pci}: GPU-sim-0",
+            f"NVRM: Xid (PCI:{pci}): 79, pid={os.getpid()}, name=python3, GPU has fallen off the bus.",
+            f"NVRM: GPU {pci}.0: GPU has fallen off the bus.",
+        )
+        (self.layout.sim_dir / "gpu_lost").touch()
+        self.out.write(formats.train_step_traceback(formats.CUDA_LAUNCH_FAILURE))
+        self.ledger.update(gpu_fault_at=time.time())
+        raise Fatal("the GPU fell off the bus")
+
+    def shm_bus_error(self) -> None:
+        """Scenario shm-small: a DataLoader worker dies of SIGBUS over the small /dev/shm, and rank 0 with it."""
+        self.out.write(formats.dataloader_bus_error(os.getpid() + 1))
+        self.ledger.update(shm_error_at=time.time())
+        raise Fatal("a DataLoader worker died of SIGBUS")
+
     def run(self) -> int:
         try:
             g = self.start_step()
@@ -242,6 +276,10 @@ class Trainer:
             self.ledger.update("running", start_step=g, total_steps=self.total)
             while g < self.total:
                 t0 = time.monotonic()
+                if self.gpu_fault_at is not None and g >= self.gpu_fault_at:
+                    self.gpu_falls_off()
+                if self.shm_error_at is not None and g >= self.shm_error_at:
+                    self.shm_bus_error()
                 self.step(g)
                 g += 1
                 if self.stop_at is not None and g >= self.stop_at:

@@ -269,8 +269,8 @@ class CheckpointScanner:
         self.error = errors[0] if errors else None
         if latest is None or chosen is None:
             return CheckpointState(latest=None, count=0)
-        count = sum(1 for c in candidates if c.parent == chosen.parent)
-        return CheckpointState(latest=latest, count=count)
+        same = [c for c in candidates if c.parent == chosen.parent]
+        return CheckpointState(latest=latest, count=len(same), steps=tuple(sorted({c.global_step for c in same})))
 
     def _pick_latest(self, candidates: list[_Candidate]) -> tuple[CheckpointInfo | None, _Candidate | None]:
         remaining = sorted(candidates, key=lambda c: c.rank, reverse=True)

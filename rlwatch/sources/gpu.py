@@ -13,9 +13,10 @@ from typing import Any, Protocol
 
 from rlwatch.common.clock import Clock, SystemClock
 from rlwatch.common.numbers import finite_float, finite_int
-from rlwatch.common.state import GpuState, GpuStatus
+from rlwatch.common.state import GpuHealth, GpuState, GpuStatus, HostEvent
 from rlwatch.config.models import GpuConfig
 from rlwatch.sources import one_line
+from rlwatch.sources.kernel import normalize_pci
 from rlwatch.sources.nvml import NvmlBackend, ProcessMap
 
 DEFAULT_SIMULATED_STATE = ".sim/gpu_state.json"
@@ -48,6 +49,64 @@ def _str(value: Any) -> str | None:
     return value if isinstance(value, str) else None
 
 
+_HEALTH_INTS = (
+    "ecc_volatile_corrected",
+    "ecc_volatile_uncorrected",
+    "ecc_aggregate_corrected",
+    "ecc_aggregate_uncorrected",
+    "retired_sbe",
+    "retired_dbe",
+    "remap_correctable",
+    "remap_uncorrectable",
+    "pcie_gen",
+    "pcie_gen_max",
+    "pcie_width",
+    "pcie_width_max",
+)
+_HEALTH_BOOLS = ("ecc_enabled", "retired_pending", "remap_pending", "remap_failure")
+
+
+def _bool(value: Any) -> bool | None:
+    return value if isinstance(value, bool) else None
+
+
+def parse_health(item: Any, index: int) -> GpuHealth | None:
+    """A simulated GPU's ``health`` object, shaped like :class:`GpuHealth` (every field optional): so the simulator
+    and the tests can make a GPU show any condition NVML can report. ``lost``: true or the error's text; ``xids``: a
+    list of ``{"xid": 79, "time": …}``."""
+    if not isinstance(item, dict):
+        return None
+    ints = {key: finite_int(item.get(key)) for key in _HEALTH_INTS}
+    bools = {key: _bool(item.get(key)) for key in _HEALTH_BOOLS}
+    events = item.get("clock_events")
+    lost = item.get("lost")
+    xids = []
+    raw_xids = item.get("xids")
+    for x in raw_xids if isinstance(raw_xids, list) else ():
+        code = finite_int(x.get("xid")) if isinstance(x, dict) else None
+        if code is not None and isinstance(x, dict):
+            pci = _str(item.get("pci_bus_id"))
+            xids.append(
+                HostEvent(
+                    kind="xid",
+                    time=finite_float(x.get("time")),
+                    text=_str(x.get("text")) or f"NVML: Xid {code} on GPU {index}",
+                    source="nvml",
+                    gpu=index,
+                    pci=normalize_pci(pci),
+                    xid=code,
+                )
+            )
+    return GpuHealth(
+        pci_bus_id=_str(item.get("pci_bus_id")),
+        clock_events=tuple(e for e in events if isinstance(e, str)) if isinstance(events, list) else None,
+        lost=("GPU is lost" if lost is True else _str(lost)),
+        xids=tuple(xids),
+        **ints,  # type: ignore[arg-type]
+        **bools,
+    )
+
+
 def parse_simulated(data: Any) -> tuple[tuple[GpuState, ...], ProcessMap] | None:
     """The simulator's GPU document; None when it has no ``gpus`` list. Missing or mistyped fields become None."""
     if not isinstance(data, dict) or not isinstance(data.get("gpus"), list):
@@ -70,6 +129,7 @@ def parse_simulated(data: Any) -> tuple[tuple[GpuState, ...], ProcessMap] | None
                 temp_c=finite_float(item.get("temp_c")),
                 power_w=finite_float(item.get("power_w")),
                 compute_mode=_str(item.get("compute_mode")),
+                health=parse_health(item.get("health"), index),
             )
         )
         per_pid: dict[int, int | None] = {}

@@ -121,6 +121,51 @@ def read_oom_kills(cgroup_root: Path, self_cgroup: str | None) -> tuple[int | No
     return (value, None) if value is not None else (None, missing)
 
 
+UNLIMITED_V1 = 1 << 62  # cgroup v1 writes 9223372036854771712 (PAGE_COUNTER_MAX) for "no limit"
+
+
+def _int_file(path: Path) -> int | None:
+    text = _read_text(path)
+    if text is None:
+        return None
+    text = text.strip()
+    return int(text) if text.isdigit() else None
+
+
+def read_cgroup_memory(
+    cgroup_root: Path, self_cgroup: str | None
+) -> tuple[int | None, int | None, int | None, int | None]:
+    """This container's memory limit, usage, working set and OOM-event count (cgroup v2 ``memory.max``,
+    ``memory.current``, ``memory.stat``, ``memory.events``; v1 ``memory.limit_in_bytes``, ``memory.usage_in_bytes``,
+    ``memory.stat``), from the process's own cgroup first. A Kubernetes or Docker limit is what the OOM killer
+    enforces here, however much RAM the host has; the working set (usage less inactive file cache) is what the
+    kubelet's eviction and ``kubectl top`` count. The limit is None when there is none."""
+    own = parse_self_cgroup(self_cgroup or "")
+    if (cgroup_root / "cgroup.controllers").exists():
+        for d in _under(cgroup_root, own.get("")):
+            raw = _read_text(d / "memory.max")
+            if raw is None:
+                continue
+            limit = None if raw.strip() == "max" else _int_file(d / "memory.max")
+            usage = _int_file(d / "memory.current")
+            stat = _parse_flat_keyed(_read_text(d / "memory.stat") or "")
+            events = parse_memory_events(_read_text(d / "memory.events") or "")
+            inactive = stat.get("inactive_file")
+            working = None if usage is None else max(0, usage - (inactive or 0))
+            return limit, usage, working, events.get("oom")
+        return None, None, None, None
+    for d in _under(cgroup_root / "memory", own.get("memory")):
+        limit = _int_file(d / "memory.limit_in_bytes")
+        if limit is None:
+            continue
+        usage = _int_file(d / "memory.usage_in_bytes")
+        stat = _parse_flat_keyed(_read_text(d / "memory.stat") or "")
+        inactive = stat.get("total_inactive_file", stat.get("inactive_file"))
+        working = None if usage is None else max(0, usage - (inactive or 0))
+        return (None if limit >= UNLIMITED_V1 else limit), usage, working, None
+    return None, None, None, None
+
+
 class MemorySource:
     """Samples host memory each tick and keeps a short history for the exhaustion forecast and the RAM graph."""
 
@@ -155,6 +200,9 @@ class MemorySource:
             errors.append(oom_error)
         self._record(vm)
         self.error = "; ".join(errors) or None
+        limit, usage, working, oom_events = read_cgroup_memory(self._cgroup_root, self._self_cgroup)
+        if limit is not None and vm.total_bytes is not None and limit >= vm.total_bytes:
+            limit = None  # a limit above the host's RAM limits nothing: the host's RAM is the limit
         return MemoryState(
             total_bytes=vm.total_bytes,
             available_bytes=vm.available_bytes,
@@ -162,6 +210,10 @@ class MemorySource:
             swap_used_bytes=vm.swap_used_bytes,
             oom_kills=oom_kills,
             forecast_exhausted_at=self.forecast_exhausted_at(),
+            cgroup_limit_bytes=limit,
+            cgroup_usage_bytes=usage,
+            cgroup_working_set_bytes=working,
+            cgroup_oom_events=oom_events,
         )
 
     def _record(self, vm: VmReading) -> None:

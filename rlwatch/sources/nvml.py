@@ -5,6 +5,14 @@ that fell off the bus) costs that field only. All calls run on one worker thread
 ``query_timeout_s`` for it: a hung driver call — exactly what happens on a node in trouble — leaves the last good
 values on screen, marked stale, instead of freezing the dashboard. A GPU that is lost triggers a fresh ``nvmlInit``
 a little later, so one that comes back is seen again.
+
+Beside utilisation and memory, each GPU's hardware health is read the way NVIDIA's DCGM health checks read it
+(``modules/health/DcgmHealthWatch.cpp``: volatile double-bit ECC errors, pending page retirements, retired pages,
+row-remap failures, PCIe link), every ``HEALTH_EVERY_S`` (the counters move rarely): ECC error counts, retired pages
+and remapped rows, PCIe link generation and width against their maximum, the clock event (throttle) reasons, and a
+GPU NVML calls lost (``NVML_ERROR_GPU_IS_LOST`` from any call). Xid events come through NVML's event API where the
+driver allows it (``nvmlDeviceRegisterEvents`` for ``nvmlEventTypeXidCriticalError``), drained without waiting
+(timeout 0) at every sample. A board or driver that does not support a query gives None for that field only.
 """
 
 from __future__ import annotations
@@ -12,6 +20,7 @@ from __future__ import annotations
 import math
 import queue
 import threading
+from collections import deque
 from collections.abc import Callable
 from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeout
@@ -20,12 +29,14 @@ from typing import Any, TypeVar
 
 from rlwatch.common.clock import Clock, SystemClock
 from rlwatch.common.numbers import finite_float, finite_int
-from rlwatch.common.state import GpuState, GpuStatus
+from rlwatch.common.state import GpuHealth, GpuState, GpuStatus, HostEvent
 from rlwatch.sources import one_line
+from rlwatch.sources.kernel import normalize_pci
 
 T = TypeVar("T")
 
 # NVML return codes (nvml.h); kept here so a missing library still lets errors be classified.
+ERROR_TIMEOUT = 10
 ERROR_NOT_FOUND = 6
 ERROR_DRIVER_NOT_LOADED = 9
 ERROR_LIBRARY_NOT_FOUND = 12
@@ -38,6 +49,25 @@ _LOST = {ERROR_NOT_FOUND, ERROR_GPU_IS_LOST, ERROR_RESET_REQUIRED, ERROR_GPU_NOT
 
 COMPUTE_MODES = {0: "DEFAULT", 1: "EXCLUSIVE_THREAD", 2: "PROHIBITED", 3: "EXCLUSIVE_PROCESS"}
 TEMPERATURE_GPU = 0
+# nvml.h: nvmlMemoryErrorType_t, nvmlEccCounterType_t, nvmlPageRetirementCause_t, nvmlEventTypeXidCriticalError.
+MEMORY_ERROR_CORRECTED, MEMORY_ERROR_UNCORRECTED = 0, 1
+VOLATILE_ECC, AGGREGATE_ECC = 0, 1
+RETIRED_SBE_CAUSE, RETIRED_DBE_CAUSE = 0, 1
+EVENT_XID = 0x0000000000000008
+# nvml.h nvmlClocksEventReason* (formerly nvmlClocksThrottleReason*): the bit and rlwatch's name for it.
+CLOCK_EVENTS = {
+    0x1: "idle",
+    0x2: "applications_clocks",
+    0x4: "sw_power_cap",
+    0x8: "hw_slowdown",
+    0x10: "sync_boost",
+    0x20: "sw_thermal",
+    0x40: "hw_thermal",
+    0x80: "hw_power_brake",
+    0x100: "display_clocks",
+}
+HEALTH_EVERY_S = 10.0  # ECC, retirement, remapping and the PCIe link change rarely; Xid events are read every sample
+XID_KEEP = 32
 
 ProcessMap = dict[int, dict[int, int | None]]
 
@@ -71,6 +101,11 @@ def describe_init_error(exc: BaseException) -> str:
     if code == ERROR_DRIVER_NOT_LOADED:
         return "NVML init failed: driver not loaded"
     return f"NVML init failed: {one_line(exc)}"
+
+
+def clock_event_names(mask: int) -> tuple[str, ...]:
+    """The active clock event (throttle) reasons of a ``nvmlDeviceGetCurrentClocksEventReasons`` mask, by name."""
+    return tuple(name for bit, name in CLOCK_EVENTS.items() if mask & bit)
 
 
 def _text(value: Any) -> str | None:
@@ -160,6 +195,10 @@ class NvmlBackend:
         self._last_good_at: float | None = None
         self._closed = False
         self.last_processes: ProcessMap = {}
+        self._health: dict[int, tuple[float, GpuHealth]] = {}  # index -> (monotonic time read, health)
+        self._events: Any = None  # the NVML event set Xids arrive on; None: not created (yet, or not supported)
+        self._events_error: str | None = None
+        self._xids: dict[int, deque[HostEvent]] = {}
 
     # ------------------------------------------------------------------------------------------ on the worker
     def _module(self) -> Any:
@@ -172,6 +211,7 @@ class NvmlBackend:
     def _ensure_init(self) -> str | None:
         now = self._clock.monotonic()
         if self._initialised and self._reinit_at is not None and now >= self._reinit_at:
+            self._free_events()
             nvml_query(self._module().nvmlShutdown)
             self._initialised = False
             self._next_init_at = -math.inf
@@ -199,7 +239,9 @@ class NvmlBackend:
         if handle is None:
             problems.append(f"GPU {index}: {one_line(errors[0]) if errors else 'no handle'}")
             self._schedule_reinit()
-            return GpuState(index, None, None, None, None, None, None, None, None)
+            why = next((one_line(e) for e in errors if error_code(e) == ERROR_GPU_IS_LOST), None)
+            health = None if why is None else self._lost_health(index, why)
+            return GpuState(index, None, None, None, None, None, None, None, None, health=health)
         util = nvml_query(nv.nvmlDeviceGetUtilizationRates, handle, errors=errors)
         memory = nvml_query(nv.nvmlDeviceGetMemoryInfo, handle, errors=errors)
         power_mw = finite_float(nvml_query(nv.nvmlDeviceGetPowerUsage, handle, errors=errors))
@@ -224,11 +266,142 @@ class NvmlBackend:
             if pid is not None and pid > 0:
                 per_pid[pid] = finite_int(getattr(proc, "usedGpuMemory", None))
         procs[index] = per_pid
+        health = self._read_health(index, handle, errors)
         lost = [e for e in errors if error_code(e) in _LOST]
         if lost:
             problems.append(f"GPU {index}: {one_line(lost[0])}")
             self._schedule_reinit()
-        return state
+        gone = next((one_line(e) for e in errors if error_code(e) == ERROR_GPU_IS_LOST), None)
+        if gone is not None:
+            health = replace(health, lost=gone)
+        return replace(state, health=health)
+
+    # -------------------------------------------------------------------------------------------- health
+    def _lost_health(self, index: int, why: str) -> GpuHealth:
+        cached = self._health.get(index)
+        base = cached[1] if cached is not None else GpuHealth()
+        return replace(base, lost=why, xids=tuple(self._xids.get(index, ())))
+
+    def _read_health(self, index: int, handle: Any, errors: list[BaseException]) -> GpuHealth:
+        """The GPU's hardware health, read again every HEALTH_EVERY_S; the Xids NVML delivered are always fresh."""
+        now = self._clock.monotonic()
+        cached = self._health.get(index)
+        if cached is not None and now - cached[0] < HEALTH_EVERY_S:
+            health = cached[1]
+        else:
+            health = self._query_health(handle, errors)
+            self._health[index] = (now, health)
+        return replace(health, lost=None, xids=tuple(self._xids.get(index, ())))
+
+    def _query_health(self, handle: Any, errors: list[BaseException]) -> GpuHealth:
+        nv = self._module()
+
+        def ask(name: str, *args: Any) -> Any:
+            func = getattr(nv, name, None)
+            return None if func is None else nvml_query(func, handle, *args, errors=errors)
+
+        def count(kind: int, counter: int) -> int | None:
+            return finite_int(ask("nvmlDeviceGetTotalEccErrors", kind, counter))
+
+        def pages(cause: int) -> int | None:
+            found = ask("nvmlDeviceGetRetiredPages", cause)
+            return len(found) if isinstance(found, list | tuple) else None
+
+        pci = ask("nvmlDeviceGetPciInfo")
+        ecc = ask("nvmlDeviceGetEccMode")
+        remap = ask("nvmlDeviceGetRemappedRows")
+        remap = remap if isinstance(remap, list | tuple) and len(remap) == 4 else (None, None, None, None)
+        pending = finite_int(ask("nvmlDeviceGetRetiredPagesPendingStatus"))
+        reasons = finite_int(ask("nvmlDeviceGetCurrentClocksEventReasons"))
+        if reasons is None:
+            reasons = finite_int(ask("nvmlDeviceGetCurrentClocksThrottleReasons"))
+        return GpuHealth(
+            pci_bus_id=_text(getattr(pci, "busId", None)),
+            ecc_enabled=None if not isinstance(ecc, list | tuple) or not ecc else bool(finite_int(ecc[0])),
+            ecc_volatile_corrected=count(MEMORY_ERROR_CORRECTED, VOLATILE_ECC),
+            ecc_volatile_uncorrected=count(MEMORY_ERROR_UNCORRECTED, VOLATILE_ECC),
+            ecc_aggregate_corrected=count(MEMORY_ERROR_CORRECTED, AGGREGATE_ECC),
+            ecc_aggregate_uncorrected=count(MEMORY_ERROR_UNCORRECTED, AGGREGATE_ECC),
+            retired_sbe=pages(RETIRED_SBE_CAUSE),
+            retired_dbe=pages(RETIRED_DBE_CAUSE),
+            retired_pending=None if pending is None else bool(pending),
+            remap_correctable=finite_int(remap[0]),
+            remap_uncorrectable=finite_int(remap[1]),
+            remap_pending=None if finite_int(remap[2]) is None else bool(remap[2]),
+            remap_failure=None if finite_int(remap[3]) is None else bool(remap[3]),
+            pcie_gen=finite_int(ask("nvmlDeviceGetCurrPcieLinkGeneration")),
+            pcie_gen_max=finite_int(ask("nvmlDeviceGetMaxPcieLinkGeneration")),
+            pcie_width=finite_int(ask("nvmlDeviceGetCurrPcieLinkWidth")),
+            pcie_width_max=finite_int(ask("nvmlDeviceGetMaxPcieLinkWidth")),
+            clock_events=None if reasons is None else clock_event_names(reasons),
+        )
+
+    def _register_events(self, count: int) -> None:
+        """Create the event set once per nvmlInit and register every GPU for Xid events; where the driver or the
+        container does not allow it, Xids come from the kernel log only."""
+        if self._events is not None or self._events_error is not None:
+            return
+        nv = self._module()
+        errors: list[BaseException] = []
+        events = nvml_query(nv.nvmlEventSetCreate, errors=errors) if hasattr(nv, "nvmlEventSetCreate") else None
+        if events is None:
+            self._events_error = f"NVML events: {one_line(errors[0]) if errors else 'not supported'}"
+            return
+        registered = 0
+        for i in range(count):
+            handle = nvml_query(nv.nvmlDeviceGetHandleByIndex, i)
+            if (
+                handle is not None
+                and nvml_query(nv.nvmlDeviceRegisterEvents, handle, EVENT_XID, events, errors=errors) is None
+                and not errors
+            ):
+                registered += 1
+            errors.clear()
+        if registered == 0:
+            nvml_query(nv.nvmlEventSetFree, events)
+            self._events_error = "NVML events: Xid events not supported here"
+            return
+        self._events = events
+
+    def _drain_events(self, pci_of: dict[int, str | None]) -> None:
+        """Every Xid event waiting, without waiting for more (timeout 0)."""
+        if self._events is None:
+            return
+        nv = self._module()
+        wait = getattr(nv, "nvmlEventSetWait_v2", None) or getattr(nv, "nvmlEventSetWait", None)
+        if wait is None:
+            return
+        for _ in range(64):
+            errors: list[BaseException] = []
+            data = nvml_query(wait, self._events, 0, errors=errors)
+            if data is None:
+                if errors and error_code(errors[0]) not in (ERROR_TIMEOUT, None):
+                    self._events_error = f"NVML events: {one_line(errors[0])}"
+                return
+            xid = finite_int(getattr(data, "eventData", None))
+            if xid is None:
+                continue
+            index = finite_int(nvml_query(nv.nvmlDeviceGetIndex, getattr(data, "device", None)))
+            if index is None:
+                index = -1
+            pci = normalize_pci(pci_of.get(index))
+            event = HostEvent(
+                kind="xid",
+                time=self._clock.time(),
+                text=f"NVML: Xid {xid} on GPU {index}",
+                source="nvml",
+                pci=pci,
+                gpu=index if index >= 0 else None,
+                xid=xid,
+            )
+            self._xids.setdefault(index, deque(maxlen=XID_KEEP)).append(event)
+
+    def _free_events(self) -> None:
+        if self._events is not None:
+            nvml_query(self._module().nvmlEventSetFree, self._events)
+        self._events = None
+        self._events_error = None
+        self._health.clear()
 
     def _collect(self) -> tuple[GpuStatus, ProcessMap]:
         error = self._ensure_init()
@@ -242,6 +415,8 @@ class NvmlBackend:
             return GpuStatus(backend=self.name, available=False, error=f"NVML cannot count GPUs: {reason}"), {}
         procs: ProcessMap = {}
         problems: list[str] = []
+        self._register_events(count)
+        self._drain_events({i: h.pci_bus_id for i, (_, h) in self._health.items()})
         gpus = tuple(self._gpu(i, procs, problems) for i in range(count))
         return GpuStatus(backend=self.name, available=True, error="; ".join(problems) or None, gpus=gpus), procs
 
@@ -295,7 +470,12 @@ class NvmlBackend:
             return
         self._closed = True
         if self._initialised:
-            future = self._worker.submit(lambda: nvml_query(self._module().nvmlShutdown))
+
+            def shutdown() -> None:
+                self._free_events()
+                nvml_query(self._module().nvmlShutdown)
+
+            future = self._worker.submit(shutdown)
             if future is not None:
                 try:
                     future.result(timeout=self._timeout)

@@ -328,6 +328,46 @@ REAL: list[tuple[str, str, tuple[Callable[[str], str], ...]]] = [
         ALL,
     ),
     ("oom_kill", "Memory cgroup out of memory: Killed process 4242 (python3)", ALL),
+    # open-mmlab/mmsegmentation#1356 (PyTorch DataLoader over a 64 MiB /dev/shm)
+    (
+        "shm_error",
+        "ERROR: Unexpected bus error encountered in worker. This might be caused by insufficient shared memory (shm).",
+        ALL,
+    ),
+    (
+        "shm_error",
+        "RuntimeError: DataLoader worker (pid 7579) is killed by signal: Bus error. It is possible that dataloader's "
+        "workers are out of shared memory. Please try to raise your shared memory limit.",
+        ALL,
+    ),
+    ("shm_error", "Fatal Python error: Bus error", ALL),  # vllm-project/vllm#1771, rwth-i6/returnn#1648
+    # llm-d/llm-d#352 (vLLM's NCCL over a full /dev/shm)
+    (
+        "shm_error",
+        "[2025-10-13 09:06:25] vllm-deepseek-ep-decode-0:3663:4044 [0] misc/shmutils.cc:129 NCCL WARN Error while "
+        "creating shared memory segment /dev/shm/nccl-Ewjreo (size 33030528), error: No space left on device (28)",
+        ALL,
+    ),
+    # pytorch/ci-infra#490
+    (
+        "shm_error",
+        "[2026-04-22 21:34:20] mt-l-x86iavx512-45-172-t4-4-csmpw-runner-g4sfw-workflow:202016:202235 [0] "
+        "misc/shmutils.cc:88 NCCL WARN Error: failed to extend /dev/shm/nccl-WU88OE to 9637892 bytes, error: No "
+        "space left on device (28)",
+        ALL,
+    ),
+    ("shm_error", "[3] include/shm.h:28 NCCL WARN Call to posix_fallocate failed : No space left on device", ALL),
+    # gpustack/gpustack#5014 (Ray's raylet)
+    (
+        "shm_error",
+        "[2026-03-25 05:44:29,435 W 39 39] (raylet) store_runner.cc:83: System memory request exceeds memory available "
+        "in /dev/shm. The request is for 10200547328 bytes, and the amount available is 9663676416 bytes.",
+        ALL,
+    ),
+    # huggingface/accelerate#1192 (a training run on a GPU with failing memory)
+    ("gpu_fault", "RuntimeError: CUDA error: uncorrectable ECC error encountered", ALL),
+    ("gpu_fault", "NVRM: Xid (PCI:0000:02:00): 79, GPU has fallen off the bus.", ALL),
+    ("gpu_fault", "pynvml.NVMLError_GPUIsLost: GPU is lost", ALL),
     # weight_update
     (
         "weight_update",
@@ -387,6 +427,15 @@ REAL: list[tuple[str, str, tuple[Callable[[str], str], ...]]] = [
         ALL,
     ),
     ("_server_exit", "SGLangWrapper INFO: SGLang server http://10.244.3.17:17331 exits, returncode=-9", ALL),
+    # verl-project/verl#721 (verl's console metrics line, aggregate_logger.py concat_dict_to_str)
+    ("_learning", "step:59 - global_seqlen/min:16268.000 - actor/pg_loss:nan - actor/grad_norm:nan -", ALL),
+    ("_learning", "│ ppo_actor/update/actor_loss/avg │ 1.2000e-01 │ ppo_actor/update/grad_norm │ 2.3000e+00 │", ALL),
+    (
+        "_learning",
+        "Train epoch [1/1]: 100%|██████████| 8/8 [00:10<00:00,  1.31s/it, act_loss=0.0123, reward=0.5, return=0.5, "
+        "gen_len=512, tot_len=1.02e+3, kl=0.00123, act_lr=3e-7, grad_norm=0.123]",
+        ALL,
+    ),
     ("_finished", "RLTrainer INFO: Training completes! Total time elapsed 3601.52.", ALL),
     (
         "_finished",
@@ -468,6 +517,11 @@ NEAR_MISSES: list[tuple[str, str]] = [
     ("_banner", "rlwatch-sim stopped"),
     ("_server_exit", "process exits normally"),
     ("_finished", "Training completes when the budget runs out"),
+    ("shm_error", "docker run --shm-size=32g --ipc=host vllm/vllm-openai"),
+    ("shm_error", "    if 'Bus errors' in message:"),
+    ("gpu_fault", "ECC Mode: Enabled, 0 uncorrectable errors"),
+    ("gpu_fault", "    raise RuntimeError('uncorrectable ECC error encountered')"),
+    ("_learning", "global_step:12 saved"),
 ]
 
 

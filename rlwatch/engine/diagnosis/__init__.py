@@ -2,11 +2,11 @@
 
 Each rule is a small function over the snapshot plus a few facts that are not in it (:class:`Context`: thresholds,
 start times, missing expected processes), in a module of its own concern: the server, restarts, memory, the
-watchdog, the GPUs, training, crashes, the disk, and whether rlwatch may act at all (trust); ``health`` first
-says what the run is doing, from evidence of progress (progressing, finished, crashed, hung, stopped, unknown).
-Rules never raise on
-absent data: a rule whose inputs are ``None`` says nothing. ``wording`` says times, sizes and durations the way
-every view says them.
+watchdog, the GPUs, training, crashes, the disk; the GPUs' hardware and Xids, the kernel and the pod's limits,
+learning that breaks; and whether rlwatch may act at all (trust). ``health`` first says what the run is doing, from
+evidence of progress (progressing, finished, crashed, hung, stopped, unknown). Rules never raise on absent data: a
+rule whose inputs are ``None`` says nothing. ``wording`` says times, sizes and durations the way every view says
+them.
 """
 
 from __future__ import annotations
@@ -16,7 +16,10 @@ from rlwatch.engine.diagnosis.base import CRIT, INFO, WARN, Context, Rule
 from rlwatch.engine.diagnosis.crashes import crashes, failure_text, failures, occurrences, torchrun_failure
 from rlwatch.engine.diagnosis.disk import disk
 from rlwatch.engine.diagnosis.gpu import OUTSIDE_MIN_BYTES, gpu
+from rlwatch.engine.diagnosis.hardware import gpu_fault_in_logs, gpu_health, xid_errors
 from rlwatch.engine.diagnosis.health import assess_run, health
+from rlwatch.engine.diagnosis.host import checkpoint_space, kernel_kills, memlock, shared_memory
+from rlwatch.engine.diagnosis.learning import learning
 from rlwatch.engine.diagnosis.memory import brake, memory
 from rlwatch.engine.diagnosis.restarts import restart_loop
 from rlwatch.engine.diagnosis.server import server_down
@@ -79,6 +82,13 @@ NAMED_FAILURES = frozenset(
         "server_down",
         "connection_refused",
         "restart_loop",
+        "kernel_oom_kill",
+        "kernel_segfault",
+        "kernel_sigbus",
+        "gpu_lost",
+        "gpu_fault",
+        "gpu_memory_fault",
+        "shm_exhausted",
     }
 )
 
@@ -96,6 +106,15 @@ RULES: tuple[Rule, ...] = (
     failures,
     disk,
     actions_off,
+    # the machine and the numbers (issue #28): hardware, the kernel, the pod's limits, learning
+    gpu_health,
+    xid_errors,
+    gpu_fault_in_logs,
+    kernel_kills,
+    shared_memory,
+    memlock,
+    checkpoint_space,
+    learning,
 )
 
 
@@ -106,7 +125,7 @@ def diagnose(s: Snapshot, ctx: Context) -> tuple[Finding, ...]:
     for rule in RULES:
         found.extend(rule(s, ctx))
     codes = {f.code for f in found if f.severity is CRIT}
-    if codes & NAMED_FAILURES:
+    if codes & NAMED_FAILURES or any(code.startswith("xid_") for code in codes):
         # The catalogue named the failure (torchrun's root cause, an engine death, an NCCL timeout…): the run's state
         # is still crashed, shown as such, but the finding is the named one, not the same failure twice.
         found = [f for f in found if f.code != "run_crashed"]

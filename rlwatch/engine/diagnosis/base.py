@@ -12,7 +12,7 @@ from rlwatch.common.state import (
     Severity,
     Snapshot,
 )
-from rlwatch.config.models import Thresholds
+from rlwatch.config.models import HostConfig, LearningConfig, Thresholds
 
 CRIT, WARN, INFO = Severity.CRITICAL, Severity.WARNING, Severity.INFO
 
@@ -32,6 +32,8 @@ class Context:
     no_run: str | None = None  # nothing of a training run seen: where discovery looked
     actions_off: str | None = None  # why no action may run (an untrusted configuration file), in one line
     progress_kinds: tuple[str, ...] = ()  # the configuration's own kinds whose lines prove progress
+    host: HostConfig = field(default_factory=HostConfig)  # the machine's limits (host.py, hardware.py)
+    learning: LearningConfig = field(default_factory=LearningConfig)  # when learning broke (learning.py)
 
 
 Rule = Callable[[Snapshot, Context], Iterator[Finding]]

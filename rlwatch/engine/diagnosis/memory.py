@@ -23,7 +23,22 @@ from rlwatch.engine.diagnosis.wording import (
 def memory(s: Snapshot, ctx: Context) -> Iterator[Finding]:
     th = ctx.thresholds
     mem = s.memory
-    if mem and mem.total_bytes and mem.available_bytes is not None:
+    if mem and mem.cgroup_limit_bytes and (mem.cgroup_working_set_bytes or mem.cgroup_usage_bytes) is not None:
+        # A Kubernetes or Docker memory limit is what the OOM killer enforces here, not the host's RAM.
+        held = mem.cgroup_working_set_bytes if mem.cgroup_working_set_bytes is not None else mem.cgroup_usage_bytes
+        assert held is not None
+        used = held / mem.cgroup_limit_bytes
+        if used >= th.memory_warn_fraction:
+            host = f" (the host has {human_bytes(mem.total_bytes)})" if mem.total_bytes else ""
+            yield Finding(
+                CRIT if used >= 0.97 else WARN,
+                "memory_high",
+                f"Container memory at {used:.1%} of its limit: {human_bytes(held)} of "
+                f"{human_bytes(mem.cgroup_limit_bytes)}{host}. Past the limit the kernel OOM-kills the run's "
+                "largest process; raise the pod's memory limit or make the run hold less.",
+                s.time,
+            )
+    elif mem and mem.total_bytes and mem.available_bytes is not None:
         used = 1 - mem.available_bytes / mem.total_bytes
         if used >= th.memory_warn_fraction:
             yield Finding(
