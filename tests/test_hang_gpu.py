@@ -92,6 +92,13 @@ def test_a_rank_that_never_reaches_its_collective_is_a_hang_with_both_stacks(tmp
 
         report = wait_until(with_stacks, 120)
         stacks = report["stacks"]
+        keep = os.environ.get("RLWATCH_EVIDENCE_DIR")  # where a GPU session keeps what it saw, for tests/real/
+        if keep:
+            Path(keep).mkdir(parents=True, exist_ok=True)
+            (Path(keep) / "hang-2gpu-report.json").write_text(json.dumps(report, indent=1))
+            shutil.copy(stacks["kept_at"], Path(keep) / "hang-2gpu-stacks.json")
+            shutil.copy(run / "train.log", Path(keep) / "hang-2gpu-train.log")
+            shutil.copy(out, Path(keep) / "hang-2gpu-watch.jsonl")
         where = {label: g["where"] for g in stacks["groups"] for label in g["processes"]}
         assert where.get("rank 0", "").startswith("train_step (hang_2gpu.py:"), stacks
         assert where.get("rank 1", "").startswith("never_reaches_collective (hang_2gpu.py:"), stacks

@@ -398,6 +398,13 @@ class Engine:
         server, watched for what they are. A process another run owns matches the same role patterns: never shown
         as this run's. A member that exited stays, as the run's history."""
         members = {pid: why for pid, why in view.members.items() if pid not in view.weak}
+        # What rlwatch itself just started is the run's before the next look at the host says so (an action's check
+        # waits for the process it started to show, with its fresh memory).
+        with self._lock:
+            launched = tuple(self._launched)
+        for pid, create_time in launched:
+            if pid not in members and any(p.pid == pid and abs(p.create_time - create_time) < 1 for p in procs):
+                members[pid] = "was started by rlwatch"
         rows: list[ProcessInfo] = []
         for p in procs:
             if not p.alive:

@@ -475,12 +475,21 @@ def _closure(
 
 
 def _is_rlwatch(argv: tuple[str, ...]) -> bool:
-    """``rlwatch …`` or ``python -m rlwatch …``: a command of rlwatch's own."""
+    """``rlwatch …`` or ``python -m rlwatch …``: a command of rlwatch's own that watches (the simulator, ``rlwatch
+    sim`` and its ``rlwatch.sim.*`` pieces, stands for a training host: it is the run it simulates)."""
     if not argv:
         return False
     if os.path.basename(argv[0]) == "rlwatch":
-        return True
-    return any(a == "-m" and b.split(".")[0] == "rlwatch" for a, b in itertools.pairwise(argv))
+        rest = list(argv[1:])
+    else:
+        module = next((b for a, b in itertools.pairwise(argv) if a == "-m"), None)
+        if module is None or module.split(".")[0] != "rlwatch":
+            return False
+        if module.startswith("rlwatch.sim"):
+            return False
+        rest = list(argv[argv.index(module) + 1 :])
+    command = next((a for a in rest if not a.startswith("-")), None)
+    return command != "sim"
 
 
 def _verb(evidence: str) -> str:

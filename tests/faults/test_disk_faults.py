@@ -98,7 +98,8 @@ def test_audit_log_on_a_full_disk(
             }
         )
     )
-    worker = subprocess.Popen(argv, stdout=subprocess.DEVNULL, start_new_session=True)
+    # It works in the run directory: with its role, what makes it the run's (another run's worker is never touched).
+    worker = subprocess.Popen(argv, stdout=subprocess.DEVNULL, start_new_session=True, cwd=tmp_path)
     procs.append(worker)
     try:
         wait_until(

@@ -73,8 +73,11 @@ def test_processes_exiting_between_listing_and_reading(
         "no error, no flicker: the watched process stays 'alive' with 0 restarts while hundreds come and go",
     )
     marker = f"faults-trainer-{uuid.uuid4().hex}"
-    trainer = subprocess.Popen(
-        [sys.executable, "-c", "import sys; sys.stdin.read()", marker], stdin=subprocess.PIPE, start_new_session=True
+    trainer = subprocess.Popen(  # works in the run directory: what, with its role, makes it the run's
+        [sys.executable, "-c", "import sys; sys.stdin.read()", marker],
+        stdin=subprocess.PIPE,
+        start_new_session=True,
+        cwd=tmp_path,
     )
     procs.append(trainer)
     churn = subprocess.Popen(
@@ -178,8 +181,11 @@ def test_zombie(
         "a trainer that exited but was not reaped shows as gone; the scans skip the zombie without error",
     )
     marker = f"faults-zombie-{uuid.uuid4().hex}"
-    child = subprocess.Popen(
-        [sys.executable, "-c", "import sys; sys.stdin.read()", marker], stdin=subprocess.PIPE, start_new_session=True
+    child = subprocess.Popen(  # works in the run directory: what, with its role, makes it the run's
+        [sys.executable, "-c", "import sys; sys.stdin.read()", marker],
+        stdin=subprocess.PIPE,
+        start_new_session=True,
+        cwd=tmp_path,
     )
     procs.append(child)
     engine = make_engine(tmp_path, {"processes": [{"role": "trainer", "cmdline_regex": marker}]})
@@ -214,7 +220,7 @@ def test_empty_and_binary_command_lines(
     root = fake_root(tmp_path / "proc")
     fake_proc(root, 300, b"", comm="kworker/0:1")
     (root / "300" / "fd" / "3").symlink_to("/dev/nvidia0")
-    fake_proc(root, 301, b"\xff\xfe\x1b[2J\x07train.py\0--x\0")
+    fake_proc(root, 301, b"\xff\xfe\x1b[2J\x07train.py\0--x\0", cwd=tmp_path)
     (root / "301" / "fd" / "3").symlink_to("/dev/nvidia0")
     clock = FakeClock()
     raw = HolderScanner("/dev/nvidia*", clock, proc_root=str(root)).scan().holders
@@ -237,6 +243,7 @@ def test_empty_and_binary_command_lines(
         [sys.executable.encode(), b"-c", b"import sys; sys.stdin.read()", marker.encode(), b"\xff\x1b[2J\x07bell"],
         stdin=subprocess.PIPE,
         start_new_session=True,
+        cwd=tmp_path,
     )
     procs.append(live)
     (tmp_path / "rlwatch.yaml").write_text(
