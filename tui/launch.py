@@ -163,16 +163,20 @@ def cmd_demo(args: argparse.Namespace) -> int:
     need_terminal()
     with simulated_host(args.scenario, args.speed) as run_dir:
         cfg, _ = resolve_config(run_dir, None, "auto")
+        # A scenario without rlwatch.yaml (found from evidence, as on a real host) is as simulated as any other.
+        cfg = cfg.model_copy(update={"simulated": True})
         if args.readonly:
             cfg = cfg.model_copy(update={"actions": cfg.actions.model_copy(update={"readonly": True})})
         return run_dashboard(Engine(cfg, run_dir))
 
 
-def _render(run_dir: Path, config: Path | None, profile: str, size: tuple[int, int], warmup_s: float) -> str:
+def _render(
+    run_dir: Path, config: Path | None, profile: str, size: tuple[int, int], warmup_s: float, simulated: bool = False
+) -> str:
     from rlwatch.tui.snapshot import render_svg
 
     cfg, _ = resolve_config(run_dir, config, profile)
-    cfg = cfg.model_copy(update={"interval_s": min(cfg.interval_s, 0.25)})
+    cfg = cfg.model_copy(update={"interval_s": min(cfg.interval_s, 0.25), "simulated": cfg.simulated or simulated})
     engine = Engine(cfg, run_dir)
     try:
         engine.collect_once()
@@ -190,16 +194,19 @@ def cmd_snapshot(args: argparse.Namespace) -> int:
     size = _parse_size(args.size)
     if args.demo == (args.run_dir is not None):
         raise UsageError("snapshot: give either RUN_DIR or --demo")
+    # Checked first, and never created: a mistyped directory is a mistake to say, not a tree to make.
+    parent = args.out.parent
+    if not parent.is_dir():
+        raise UsageError(f"{args.out}: no such directory: {parent}")
     if args.demo:
         with simulated_host(args.scenario, 20.0, settle_s=30) as run_dir:
-            svg = _render(run_dir, None, "auto", size, warmup_s=2.0)
+            svg = _render(run_dir, None, "auto", size, warmup_s=2.0, simulated=True)
     else:
         run_dir = Path(args.run_dir)
         if not run_dir.is_dir():
             raise UsageError(f"{run_dir}: no such directory")
         svg = _render(run_dir, args.config, args.profile, size, warmup_s=0.0)
     try:
-        args.out.parent.mkdir(parents=True, exist_ok=True)
         args.out.write_text(svg)
     except OSError as exc:
         raise UsageError(f"{args.out}: cannot write: {exc.strerror}") from None
