@@ -16,7 +16,7 @@ from textual.widgets import Static
 
 from rlwatch.common.state import LogLine, MemoryState, ProcessInfo, Series, Snapshot
 from rlwatch.widgets.format import clean_text, fmt_bytes, fmt_clock, fmt_duration, shorten_middle
-from rlwatch.widgets.graph import TimeGraph, bucket, spark
+from rlwatch.widgets.graph import TimeGraph, bucket, fit_span, spark
 from rlwatch.widgets.panel import Panel
 from rlwatch.widgets.text_block import TextBlock
 
@@ -140,7 +140,9 @@ def process_line(p: ProcessInfo, history: Series | None, now: float) -> Text:
         peak = max(values, default=0.0)
         if peak > 0:
             line.append(" ")
-            line.append_text(spark(bucket(history, now, SPAN_S, RSS_COLUMNS), lo=0.0, hi=peak, style="yellow"))
+            # the history so far, on the round window that holds it (1m, 2m, 5m, 10m), not squeezed into a column
+            span = fit_span(history, now, SPAN_S)
+            line.append_text(spark(bucket(history, now, span, RSS_COLUMNS), lo=0.0, hi=peak, style="yellow"))
     return line
 
 

@@ -14,6 +14,7 @@ from rlwatch.widgets.graph import spark
 from rlwatch.widgets.text_block import TextBlock
 
 BAR_WIDTH = 16
+ADVANCING_MIN_S = 10.0  # a step this recent is on pace whatever the rate (the log is read within a second or two)
 TREND_SHOWN = 24
 
 
@@ -49,12 +50,12 @@ def step_line(tr: TrainingState, now: float) -> Text:
 
 
 def advancing(tr: TrainingState, now: float) -> bool:
-    """Steps are coming at their own pace: the last one no older than three of its intervals (a minute at least).
+    """Steps are coming at their own pace: the last one no older than three of its intervals (ten seconds at least).
     A rate and an ETA are said only then: beside a dead server or a crash they would say what is not so."""
     if tr.finished or tr.stalled or tr.last_step_at is None or not tr.steps_per_hour:
         return False
     interval = 3600.0 / tr.steps_per_hour
-    return now - tr.last_step_at <= max(60.0, 3 * interval)
+    return now - tr.last_step_at <= max(ADVANCING_MIN_S, 3 * interval)
 
 
 def rate_line(tr: TrainingState, now: float) -> Text:

@@ -120,10 +120,12 @@ def test_findings_carry_the_action_or_the_command_that_fixes_them() -> None:
     brake = EventSummary("emergency_brake", Severity.WARNING, 12, NOW - 60, NOW - 1, 12.0, 12, {})
     worker = ProcessInfo(20, NOW - 900, "worker", "worker-0", 3_000_000_000, 9e8, NOW - 900, 0, ("w",), "/run", "u")
     wd = WatchdogStatus(running=False, pid=99, since=NOW - 3600, heartbeat_age_s=600.0)
-    s = snap(holders=(stray,), events={"emergency_brake": brake}, processes=(worker,), watchdog=wd)
+    busy = EventSummary("cuda_busy", Severity.CRITICAL, 3, NOW - 30, NOW - 5, 1.0, 3, {})
+    s = snap(holders=(stray,), events={"emergency_brake": brake, "cuda_busy": busy}, processes=(worker,), watchdog=wd)
     found = codes(list(diagnose(s, Context(missing_expected=("watchdog",)))))
     assert found["gpu_strays"].action == "kill-zombies"
     assert "key z" not in found["gpu_strays"].message  # the views say the key (or the command), not the message
+    assert found["device_busy"].action == "kill-zombies"  # the strays hold the device
     assert found["brake_no_relief"].action == "restart-workers"
     assert found["memory_leak"].action == "restart-workers"
     assert found["expected_missing"].command == "rlwatch service install"
@@ -220,3 +222,12 @@ def test_report_json_and_the_stream_carry_what_fixes_each_finding() -> None:
     assert rep[1]["action"] is None and rep[1]["command"] == "rlwatch service install"
     records = [r for r in changes(None, s) if r["type"] == "finding"]
     assert {r["command"] for r in records} == {"rlwatch act kill-zombies", "rlwatch service install"}
+
+
+def test_a_server_that_said_ready_but_does_not_answer_yet_is_named_by_its_process() -> None:
+    ready = EventSummary("server_ready", Severity.INFO, 1, NOW - 1, NOW - 1, 1.0, 0, {})
+    srv = ServerState("sglang", URL, False, NOW - 2, None, error="connection refused", process_alive=False)
+    s = snap(server=srv, processes=(proc(10, "launcher", 6), proc(11, "server", 4)), events={"server_ready": ready})
+    found = codes(list(server_down(s, Context())))
+    assert found["server_unhealthy"].severity is Severity.INFO
+    assert "process 11 has not answered" in found["server_unhealthy"].message

@@ -210,6 +210,21 @@ async def test_ctrl_c_quits_from_a_dialog_too() -> None:
         assert app._exit
 
 
+async def test_ctrl_c_quits_once_the_action_has_ended_from_its_result_dialog() -> None:
+    app = make_app(recording("gpu-zombie"))
+    async with app.run_test(size=SMALL) as pilot:
+        plan = data.zombie_plan()
+        app.main.running = plan
+        await app.push_screen(RunningScreen(plan))
+        app.main._report(ActionResult("kill-zombies", False, "kill-zombies failed: operation not permitted"))
+        await pilot.pause()
+        text = text_of(app.screen.query_one("#running-steps", Static))
+        assert "operation not permitted" in text and "Next:" in text
+        await pilot.press("ctrl+c")
+        await pilot.pause()
+        assert app._exit
+
+
 async def test_ctrl_c_and_q_wait_while_an_action_runs() -> None:
     app = make_app(recording("gpu-zombie"))
     async with app.run_test(size=SMALL, notifications=True) as pilot:
@@ -224,6 +239,9 @@ async def test_ctrl_c_and_q_wait_while_an_action_runs() -> None:
         assert isinstance(app.screen, RunningScreen)
         assert any("finishes first" in n.message for n in app._notifications)
         main._report(ActionResult("kill-zombies", True, "kill-zombies: 2 stopped"))
+        await pilot.pause()
+        assert isinstance(app.screen, RunningScreen) and app.screen.result is not None  # the result, until closed
+        await pilot.press("escape")
         await pilot.pause()
         assert isinstance(app.screen, MainScreen)
         await pilot.press("ctrl+c")
@@ -248,11 +266,12 @@ async def test_after_an_action_the_status_line_says_the_next_step() -> None:
         await pilot.click("#confirm")
         await settle(pilot)
         await wait_until(pilot, lambda: "done" in status_text(app))
+        await pilot.press("enter")  # close the result
         feed.set_snapshot(after_kill(feed.snapshot()))
         app.main.refresh_data()
         await pilot.pause()
         line = status_text(app)
-        assert "✓ kill-zombies: done" in line
+        assert line.startswith("✓ kill-zombies done")
         assert "next:  r  resume" in line and "Inference server" in line
 
 

@@ -37,11 +37,11 @@ def test_rate_and_eta_while_steps_come_at_their_pace() -> None:
 
 def test_no_rate_or_eta_once_steps_stop_coming_long_before_the_stall_threshold() -> None:
     """Incident 1 at 2 s a step: 14 s without a step beside "Training cannot make progress" is not 1800 steps/h."""
-    tr = training(61.0)
+    tr = training(14.0)
     assert not advancing(tr, 1000.0)
     line = rate_line(tr, 1000.0).plain
     assert "steps/h" not in line and "ETA –" in line
-    assert "no step for 1m01s" in line
+    assert "no step for 14s" in line
 
 
 def test_slow_steps_keep_their_rate_for_three_of_their_intervals() -> None:

@@ -39,7 +39,7 @@ from rlwatch.common.state import (
 )
 from rlwatch.engine.feed import StaticFeed
 from rlwatch.tui.app import RlwatchApp
-from rlwatch.tui.screens.confirm import ConfirmScreen
+from rlwatch.tui.screens.confirm import ConfirmScreen, RunningScreen
 from rlwatch.tui.screens.help import HelpScreen
 from rlwatch.tui.screens.main import MainScreen
 from rlwatch.widgets.gpu_panel import GpuPanel
@@ -187,9 +187,13 @@ async def test_confirm_executes_the_shown_plan_exactly_once_and_reports_the_resu
         assert await pilot.click("#confirm")
         await settle(pilot)
         await wait_until(pilot, lambda: "done" in status_text(app))
+        assert status_text(app).startswith("✓ kill-zombies done")
+        result = app.screen  # the dialog that ran it says the result in full, until Enter closes it
+        assert isinstance(result, RunningScreen)
+        assert "kill-zombies: done, 2 processes stopped" in text_of(result.query_one("#running-steps", Static))
+        await pilot.press("enter")
+        await pilot.pause()
         assert isinstance(app.screen, MainScreen)
-        assert "kill-zombies: done, 2 processes stopped" in status_text(app)
-        assert any("2 processes stopped" in n.message for n in app._notifications)
     assert feed.executed == [shown]
 
 
@@ -220,13 +224,14 @@ async def test_a_failing_execute_is_reported_not_raised() -> None:
     base = data.feed("gpu-zombie")
     feed = Failing(base.snapshot(), base.lines_after(0), {"kill-zombies": data.zombie_plan()})
     app = make_app(feed)
-    async with app.run_test(size=SIZE) as pilot:
+    async with app.run_test(size=SIZE, notifications=True) as pilot:
         await pilot.press("z")
         await settle(pilot)
         await pilot.click("#confirm")
         await settle(pilot)
         await wait_until(pilot, lambda: "failed" in status_text(app))
-        assert "operation not permitted" in status_text(app)
+        assert status_text(app).startswith("✗ kill-zombies failed")
+        assert "operation not permitted" in text_of(app.screen.query_one("#running-steps", Static))
 
 
 async def test_readonly_hides_action_keys_and_refuses_them() -> None:

@@ -15,6 +15,7 @@ import pytest
 from textual.pilot import Pilot
 
 from rlwatch.common.clock import FakeClock
+from rlwatch.common.state import ActionResult
 from rlwatch.tui.app import RlwatchApp
 from rlwatch.tui.screens.confirm import RunningScreen
 from rlwatch.tui.snapshot import render_svg
@@ -93,6 +94,21 @@ def test_confirm_refused(snap_compare: SnapCompare, size: str) -> None:
 def test_running_dialog(snap_compare: SnapCompare, size: str) -> None:
     async def run_it(pilot: Pilot[None]) -> None:
         await pilot.app.push_screen(RunningScreen(data.zombie_plan()))
+        await pilot.pause()
+
+    assert snap_compare(app_for("gpu-zombie"), run_before=run_it, terminal_size=SIZES[size])
+
+
+@pytest.mark.parametrize("size", list(SMALL_BIG))
+def test_action_result_dialog(snap_compare: SnapCompare, size: str) -> None:
+    """The dialog that ran an action says its result in full and the next step (after z: r resume)."""
+
+    async def run_it(pilot: Pilot[None]) -> None:
+        main = pilot.app.screen_stack[0]
+        plan = data.zombie_plan()
+        await pilot.app.push_screen(RunningScreen(plan))
+        main.running = plan  # type: ignore[attr-defined]
+        main._report(ActionResult("kill-zombies", True, "kill-zombies: done — 2 stray GPU holder(s) gone"))  # type: ignore[attr-defined]
         await pilot.pause()
 
     assert snap_compare(app_for("gpu-zombie"), run_before=run_it, terminal_size=SIZES[size])

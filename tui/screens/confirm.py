@@ -24,7 +24,7 @@ from textual.screen import ModalScreen
 from textual.widget import Widget
 from textual.widgets import Button, Static
 
-from rlwatch.common.state import ActionPlan, ActionTarget
+from rlwatch.common.state import ActionPlan, ActionResult, ActionTarget
 from rlwatch.tui.keys import ACTION_TITLES
 from rlwatch.widgets.format import clean_text, fmt_bytes, fmt_cmdline, fmt_duration
 
@@ -70,7 +70,7 @@ def targets_blocks(targets: tuple[ActionTarget, ...]) -> Text:
         if i:
             out.append("\n")
         out.append(f"pid {t.pid}" if t.pid is not None else "new process", style="bold")
-        facts = [clean_text(t.user or "?"), fmt_duration(t.age_s) if t.age_s is not None else ""]
+        facts = [clean_text(t.user) if t.user else "", fmt_duration(t.age_s) if t.age_s is not None else ""]
         if t.gpu_mem_bytes is not None:
             facts.append(f"{fmt_bytes(t.gpu_mem_bytes)} GPU")
         facts.append(clean_text(t.role or "–"))
@@ -200,25 +200,29 @@ class ConfirmScreen(FittedDialog[bool]):
 
 
 class RunningScreen(ModalScreen[None]):
-    """Shown while a confirmed action runs: nothing else can be asked for, and quitting waits for it."""
+    """Shown while a confirmed action runs: nothing else can be asked for, and quitting waits for it. When the result
+    comes it stays, saying what was done in full and what comes next, until Enter or Esc closes it (a notification
+    in a corner is easy to miss after a night without sleep, and it covered the next step)."""
 
     BINDINGS = [
-        Binding("ctrl+c,q,escape", "refuse_quit", show=False, priority=True),
+        Binding("ctrl+c,q", "quit_when_done", show=False, priority=True),
+        Binding("escape,enter", "close", show=False, priority=True),
     ]
 
     def __init__(self, plan: ActionPlan) -> None:
         super().__init__()
         self.plan = plan
+        self.result: ActionResult | None = None
 
     def compose(self) -> ComposeResult:
         title = ACTION_TITLES.get(self.plan.action, self.plan.action)
         with Vertical(id="running-dialog", classes="dialog"):
-            yield Static(Text(f"{title}: running…", style="bold"), classes="dialog-title")
+            yield Static(Text(f"{title}: running…", style="bold"), classes="dialog-title", id="running-title")
             yield Static(
                 Group(
                     steps_text(self.plan.steps),
                     Text(
-                        "\nEvery signal and start is written to the audit log. This closes by itself when it is done; "
+                        "\nEvery signal and start is written to the audit log. The result shows here when it is done; "
                         "quitting waits for it.",
                         style="dim",
                     ),
@@ -226,7 +230,31 @@ class RunningScreen(ModalScreen[None]):
                 id="running-steps",
             )
 
-    def action_refuse_quit(self) -> None:
+    def show_result(self, result: ActionResult, next_step: Text | None) -> None:
+        """The action ended: say how, in full, and what to do next."""
+        self.result = result
+        title = ACTION_TITLES.get(self.plan.action, self.plan.action)
+        head = Text(f"{'✓' if result.ok else '✗'} {title}: {'done' if result.ok else 'failed'}", style="bold")
+        head.stylize("green" if result.ok else "red", 0, 1)
+        self.query_one("#running-title", Static).update(head)
+        body = Text(clean_text(result.message, 2000), style="" if result.ok else "red")
+        body.append("\n\n")
+        if next_step is not None:
+            body.append("Next: ", style="bold")
+            body.append_text(next_step)
+        else:
+            body.append("Nothing else to do, by the findings so far.", style="dim")
+        body.append("\n\nEnter or Esc closes.", style="dim")
+        self.query_one("#running-steps", Static).update(body)
+
+    def action_close(self) -> None:
+        if self.result is not None:
+            self.dismiss(None)
+
+    def action_quit_when_done(self) -> None:
+        if self.result is not None:
+            self.app.exit()
+            return
         self.notify(
             f"{self.plan.action} is running: it finishes first (it stops nothing halfway)",
             severity="warning",

@@ -258,11 +258,10 @@ class MainScreen(Screen[None]):
 
     def _report(self, result: ActionResult) -> None:
         self.running = None
-        if isinstance(self.app.screen, RunningScreen):
-            self.app.pop_screen()
-        message = clean_text(result.message, 300)
-        self.notify(message, severity="information" if result.ok else "error", markup=False)
         self._done = (result, time.monotonic())
+        dialog = self.app.screen
+        if isinstance(dialog, RunningScreen):
+            dialog.result = result
         self._say_done()
 
     def _say_done(self) -> None:
@@ -274,16 +273,24 @@ class MainScreen(Screen[None]):
         if time.monotonic() - at > NEXT_STEP_FOR_S:
             self._done = None
             return
-        line = Text(
-            ("✓ " if result.ok else "✗ ") + clean_text(result.message, 300),
-            style="bold green" if result.ok else "bold red",
-        )
         step = next_step(self.snapshot, result.action, readonly=self.feed.readonly)
+        dialog = self.app.screen
+        if isinstance(dialog, RunningScreen) and dialog.result is result:
+            dialog.show_result(result, step)  # the dialog that ran it follows the findings too, while it is open
+        tail = Text(no_wrap=True, end="")
         if step is not None:
-            line.append("  next: ", style="bold")
-            line.append_text(step)
+            tail.append("  next: ", style="bold")
+            tail.append_text(step)
         elif result.ok and self.snapshot is not None and not any(f.severity.rank <= 1 for f in self.snapshot.findings):
-            line.append("  nothing else to do", style="dim")
+            tail.append("  nothing else to do", style="dim")
+        # The result in full is in the dialog that ran it; here the outcome in two words, and the next step.
+        line = Text(
+            f"{'✓' if result.ok else '✗'} {result.action} {'done' if result.ok else 'failed'}",
+            style="bold green" if result.ok else "bold red",
+            no_wrap=True,
+            end="",
+        )
+        line.append_text(tail)
         self.set_status(line)
 
     def action_findings(self) -> None:

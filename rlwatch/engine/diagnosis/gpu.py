@@ -79,6 +79,7 @@ def gpu(s: Snapshot, ctx: Context) -> Iterator[Finding]:
             f"{busy} 'CUDA-capable device(s) is/are busy or unavailable' errors{per_file(s, 'cuda_busy')}, "
             f"last {last_text(ev, s.time)}" + ("; the device has been usable since." if history else "."),
             exact_first(ev),
+            action="kill-zombies" if strays and not history else None,  # the strays are what holds it
         )
     if s.gpu is not None and not s.gpu.available and s.gpu.backend != "none":
         yield Finding(INFO, "gpu_unavailable", f"GPU data not available: {s.gpu.error}.", None)

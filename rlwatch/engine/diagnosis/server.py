@@ -76,7 +76,8 @@ def server_down(s: Snapshot, ctx: Context) -> Iterator[Finding]:
             yield Finding(
                 INFO,
                 "server_unhealthy",
-                f"Inference server process {srv.pid} has not answered its health check at {srv.url} for "
+                f"Inference server process {proc.pid if proc else srv.pid} has not answered its health check at "
+                f"{srv.url} for "
                 f"{human_duration(silent_for)} ({srv.error or 'no answer'}); checking again.",
                 srv.down_since,
             )
