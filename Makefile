@@ -38,14 +38,14 @@ SCENARIOS := healthy server-crash restart-loop memory-leak gpu-zombie startup-cr
 # One SVG per simulated incident, rendered headlessly by the real command; PNGs too where rsvg-convert exists.
 # The README's pictures at 120x40, and every scenario at the smallest size supported (80x24) and a big one (200x60).
 screenshots: $(STAMP)
-	@mkdir -p screenshots/80x24 screenshots/200x60
+	@mkdir -p screenshots/80x24 screenshots/120x40 screenshots/200x60
 	@for s in $(SCENARIOS); do \
-	  $(VENV)/bin/rlwatch snapshot --demo --scenario $$s --out screenshots/$$s.svg --size 120x40 || exit 1; \
-	  $(VENV)/bin/rlwatch snapshot --demo --scenario $$s --out screenshots/80x24/$$s.svg --size 80x24 || exit 1; \
-	  $(VENV)/bin/rlwatch snapshot --demo --scenario $$s --out screenshots/200x60/$$s.svg --size 200x60 || exit 1; \
+	  $(VENV)/bin/rlwatch snapshot --demo --scenario $$s --out "screenshots/{size}/$$s.svg" \
+	    --size 120x40,80x24,200x60 || exit 1; \
+	  mv screenshots/120x40/$$s.svg screenshots/$$s.svg; \
 	  if command -v rsvg-convert >/dev/null; then \
 	    sed 's/<svg /<svg xml:space="preserve" /' screenshots/$$s.svg | rsvg-convert -w 1600 -o screenshots/$$s.png; fi; \
-	done
+	done; rmdir screenshots/120x40
 
 # The benchmarks measure the optional Hyperscan fast path too, so it is installed first.
 bench: $(STAMP)

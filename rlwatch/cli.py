@@ -137,8 +137,15 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--scenario", default="server-crash")
     p.add_argument("--config", type=Path)
     p.add_argument("--profile", choices=["auto", "areal", "trl", "workers", "generic"], default="auto")
-    p.add_argument("--out", type=Path, required=True, metavar="FILE.svg")
-    p.add_argument("--size", default="120x40", metavar="COLSxROWS")
+    p.add_argument(
+        "--out", type=Path, required=True, metavar="FILE.svg", help="where to write; with several sizes, holds {size}"
+    )
+    p.add_argument(
+        "--size",
+        default="120x40",
+        metavar="COLSxROWS",
+        help="terminal size; several, comma-separated (80x24,200x60), render the same moment at each",
+    )
 
     p = sub.add_parser("sim", help="run the simulated training host into DIR until interrupted")
     p.add_argument("scenario", metavar="SCENARIO")

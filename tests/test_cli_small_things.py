@@ -67,3 +67,17 @@ def test_a_demo_without_rlwatch_yaml_is_still_marked_simulated(tmp_path: Path) -
         plain = _render(tmp_path, None, "auto", (120, 30), warmup_s=0.0)
     assert "SIMULATED" in svg
     assert "SIMULATED" not in plain
+
+
+def test_one_snapshot_renders_several_sizes_of_the_same_moment(tmp_path: Path) -> None:
+    with utc_timezone():
+        code = main(["snapshot", str(tmp_path), "--out", str(tmp_path / "{size}.svg"), "--size", "80x24,200x60"])
+    assert code == 0
+    small, big = (tmp_path / "80x24.svg").read_text(), (tmp_path / "200x60.svg").read_text()
+    assert small.startswith("<svg") and big.startswith("<svg") and small != big
+
+
+def test_several_sizes_need_a_place_for_each(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    code = main(["snapshot", str(tmp_path), "--out", str(tmp_path / "x.svg"), "--size", "80x24,200x60"])
+    assert code == 2
+    assert "--out must hold {size}" in capsys.readouterr().err

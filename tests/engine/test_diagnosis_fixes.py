@@ -96,8 +96,24 @@ def test_a_restart_loop_is_named_by_its_second_restart() -> None:
     ctx = Context(starts={"container": (t0, t0 + 133, t0 + 150)})
     found = list(restart_loop(snap(), ctx))
     assert [f.code for f in found] == ["restart_loop"]
-    assert "started 3 times, lately every ~17s" in found[0].message
-    assert found[0].since == t0 + 133
+    assert "restarted 2 times since" in found[0].message and "every ~17s" in found[0].message
+    assert found[0].since == t0 + 133  # when the loop began: the first restart
+
+
+def test_two_banners_of_one_start_are_one_start() -> None:
+    """The simulated container printed two start banners 0.6 s apart: 'started 4 times' after two restarts."""
+    t0 = NOW - 200
+    ctx = Context(starts={"container": (t0 - 0.3, t0 + 0.3, t0 + 133)})
+    assert not list(restart_loop(snap(), ctx))  # one restart only
+    ctx = Context(starts={"container": (t0 - 0.3, t0 + 0.3, t0 + 133, t0 + 150)})
+    found = list(restart_loop(snap(), ctx))
+    assert "restarted 2 times" in found[0].message
+
+
+def test_a_loop_from_the_first_start_counts_every_start() -> None:
+    ctx = Context(starts={"container": tuple(NOW - 17 * k for k in range(6, -1, -1))})
+    found = list(restart_loop(snap(), ctx))
+    assert "the container started 7 times, every ~17s" in found[0].message
 
 
 def test_restarts_far_apart_are_not_a_loop() -> None:
