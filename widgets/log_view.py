@@ -276,7 +276,7 @@ class LogView(ScrollView, can_focus=True):
         if self.following:
             self._follow()
         elif dropped and top_line is not None:
-            self._scroll_to_line(max(0, top_line - dropped), keep_following=True)
+            self._scroll_to_line(max(0, top_line - dropped))
         self._changed()
         return len(rows)
 
@@ -359,9 +359,8 @@ class LogView(ScrollView, can_focus=True):
         sev = self._worst(r.kinds)
         return sev is not None and sev.rank <= Severity.WARNING.rank
 
-    def _find(self, pred: object, backward: bool, *, wrap: bool = True) -> int | None:
+    def _find(self, pred: Callable[[Row], bool], backward: bool, *, wrap: bool = True) -> int | None:
         """From the current match (or the top line on screen), the next visible line that ``pred`` holds for."""
-        assert callable(pred)
         n = len(self._visible)
         if not n:
             return None
@@ -402,7 +401,8 @@ class LogView(ScrollView, can_focus=True):
         if not self.wrapped and self._search is not None:
             self.scroll_to(x=0, animate=False, immediate=True)
 
-    def _scroll_to_line(self, index: int, *, keep_following: bool = False) -> None:
+    def _scroll_to_line(self, index: int) -> None:
+        """Put line ``index`` at the top, where it was before lines were dropped from the front."""
         self._set_y(self._first_row_of(index))
 
     def _set_y(self, y: float) -> None:
