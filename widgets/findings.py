@@ -11,10 +11,12 @@ line and loses the key at its end.
 
 from __future__ import annotations
 
+import io
 import os
 import shlex
 from pathlib import Path
 
+from rich.console import Console
 from rich.text import Text
 
 from rlwatch.common.state import Finding, Snapshot, SourceStatus
@@ -38,6 +40,7 @@ ACTION_WORDS: dict[str, str] = {
     "restart-server": "restart server",
 }
 KEY_STYLE = "bold black on cyan"
+_MEASURE = Console(file=io.StringIO(), width=500, legacy_windows=False)  # wraps text to measure it, prints nothing
 
 
 def ordered(findings: tuple[Finding, ...]) -> list[Finding]:
@@ -83,8 +86,11 @@ def findings_text(
     *,
     run_dir: str | None = None,
     readonly: bool = False,
+    width: int | None = None,
 ) -> Text:
-    """Every finding, whole, with its key or command after it; then the sources that fail."""
+    """Every finding, whole, with its key or command after it; then the sources that fail. With ``width``, a key or
+    command that would be split at the end of a line starts the next one instead (` w ` at one line's end and
+    `restart workers` at the next's start reads as nothing)."""
     out = Text(end="")
     shown = ordered(findings)
     if not shown:
@@ -92,14 +98,23 @@ def findings_text(
     for i, f in enumerate(shown):
         if i:
             out.append("\n")
-        out.append(f"● {SEVERITY_LABEL[f.severity]:<8} ", style=SEVERITY_STYLE[f.severity])
-        out.append(clean_text(f.message, MESSAGE_LIMIT))
+        one = Text(end="")
+        one.append(f"● {SEVERITY_LABEL[f.severity]:<8} ", style=SEVERITY_STYLE[f.severity])
+        one.append(clean_text(f.message, MESSAGE_LIMIT))
         if f.since is not None:
-            out.append(f"  (since {fmt_clock(f.since, now=now)})", style="dim")
+            one.append(f"  (since {fmt_clock(f.since, now=now)})", style="dim")
         fix = fix_text(f, run_dir, readonly=readonly)
         if fix is not None:
-            out.append("  → ", style="dim")
-            out.append_text(fix)
+            arrow = Text("  → ", style="dim", end="")
+            arrow.append_text(fix)
+            if width is not None and fix.cell_len < width - 12:
+                last = _last_line_cells(one, width)
+                if last + arrow.cell_len > width:
+                    one.append("\n" + " " * 9)  # under the message, past the severity
+                    arrow = Text("→ ", style="dim", end="")
+                    arrow.append_text(fix)
+            one.append_text(arrow)
+        out.append_text(one)
     broken = broken_sources(sources, bool(shown))
     if broken:
         out.append("\n")
@@ -108,6 +123,12 @@ def findings_text(
             style="dim",
         )
     return out
+
+
+def _last_line_cells(text: Text, width: int) -> int:
+    """How many cells the last line of ``text`` takes once wrapped at ``width`` (as the banner wraps it)."""
+    lines = text.wrap(_MEASURE, width)
+    return lines[-1].cell_len if lines else 0
 
 
 def broken_sources(sources: tuple[SourceStatus, ...], any_finding: bool) -> list[SourceStatus]:
@@ -245,7 +266,7 @@ class FindingsBanner(TextBlock):
         if self.rows <= 1:
             self.update(compact_text(snap.findings, snap.sources, width, **kw))  # type: ignore[arg-type]
             return
-        full = findings_text(snap.findings, snap.sources, snap.time, **kw)  # type: ignore[arg-type]
+        full = findings_text(snap.findings, snap.sources, snap.time, width=width, **kw)  # type: ignore[arg-type]
         if len(full.wrap(self.app.console, width)) <= self.rows:
             self.update(full)
         else:

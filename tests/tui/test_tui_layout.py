@@ -5,9 +5,11 @@ after an action, a maximised panel under a one-line alert."""
 from __future__ import annotations
 
 import dataclasses
+import io
 from collections.abc import Iterator
 
 import pytest
+from rich.console import Console
 from rich.text import Text
 from textual.widgets import Button, Static
 
@@ -22,6 +24,7 @@ from tests import snapshot_data as data
 from tests.tui.test_tui_pilot import RecordingFeed, make_app, recording, settle, status_text, text_of, wait_until
 
 SMALL = (80, 24)
+_CONSOLE = Console(file=io.StringIO(), width=200)
 SCENARIOS = list(data.SCENARIOS)
 
 
@@ -333,3 +336,14 @@ async def test_readonly_banner_says_the_command_not_the_key() -> None:
         await pilot.pause()
         await pilot.pause()
         assert "$ rlwatch act kill-zombies" in banner(app)
+
+
+def test_a_key_at_the_end_of_a_wrapped_line_moves_to_the_next_whole() -> None:
+    from rlwatch.widgets.findings import findings_text
+
+    for n in range(60, 120):  # messages of every length: the key is never split across two lines
+        f = Finding(
+            Severity.CRITICAL, "brake_no_relief", "m" * 20 + " " + "word " * (n // 5), None, action="restart-workers"
+        )
+        lines = findings_text((f,), (), width=100).wrap(_CONSOLE, 100)
+        assert any(" w  restart workers" in line.plain for line in lines), n
