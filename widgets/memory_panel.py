@@ -138,6 +138,8 @@ def process_line(p: ProcessInfo, history: Series | None, now: float) -> Text:
     if history is not None:
         values = [v for v in history.values if v is not None]
         peak = max(values, default=0.0)
+        if peak > 0 and peak - min(values) < 0.05 * peak:
+            peak *= 2  # flat: a level line half way up, not full bars that read as "high"
         if peak > 0:
             line.append(" ")
             # the history so far, on the round window that holds it (1m, 2m, 5m, 10m), not squeezed into a column

@@ -129,3 +129,10 @@ async def test_the_events_detail_follows_the_most_severe_kind_until_a_person_mov
         )
         await pilot.pause()
         assert app.main.query_one(EventsPanel)._highlighted == "traceback"  # the person's choice holds
+
+
+def test_a_flat_process_draws_a_level_line_half_way_up() -> None:
+    proc = data.memory_leak().processes[0]
+    now = 10_000.0
+    flat = Series(tuple(now - 600 + 10 * i for i in range(61)), tuple(25e6 for _ in range(61)))
+    assert process_line(proc, flat, now).plain.endswith("▄▄▄▄▄▄")
