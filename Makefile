@@ -6,10 +6,13 @@ STAMP  := $(VENV)/.installed
 
 .PHONY: demo test lint typecheck contracts pytest screenshots bench faults clean
 
+# setuptools warns about an editable install beside a folder of the package's name (tui/ and widgets/ are installed
+# as rlwatch.tui and rlwatch.widgets on purpose): a block of asterisks before the dashboard opens says nothing to
+# the person who typed `make demo`, so that one warning is silenced.
 $(STAMP): pyproject.toml setup.py rlwatch/logs/_newlines.c
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e '.[test]'
+	PYTHONWARNINGS="ignore:Editable installation" $(PY) -m pip install -q -e '.[test]'
 	touch $(STAMP)
 
 demo: $(STAMP)
@@ -34,12 +37,16 @@ SCENARIOS := healthy server-crash restart-loop memory-leak gpu-zombie startup-cr
              gpu-xid shm-small nan-loss kernel-oom
 
 # One SVG per simulated incident, rendered headlessly by the real command; PNGs too where rsvg-convert exists.
+# The README's pictures at 120x40, and every scenario at the smallest size supported (80x24) and a big one (200x60).
 screenshots: $(STAMP)
+	@mkdir -p screenshots/80x24 screenshots/120x40 screenshots/200x60
 	@for s in $(SCENARIOS); do \
-	  $(VENV)/bin/rlwatch snapshot --demo --scenario $$s --out screenshots/$$s.svg --size 120x40 || exit 1; \
+	  $(VENV)/bin/rlwatch snapshot --demo --scenario $$s --out "screenshots/{size}/$$s.svg" \
+	    --size 120x40,80x24,200x60 || exit 1; \
+	  mv screenshots/120x40/$$s.svg screenshots/$$s.svg; \
 	  if command -v rsvg-convert >/dev/null; then \
 	    sed 's/<svg /<svg xml:space="preserve" /' screenshots/$$s.svg | rsvg-convert -w 1600 -o screenshots/$$s.png; fi; \
-	done
+	done; rmdir screenshots/120x40
 
 # The benchmarks measure the optional Hyperscan fast path too, so it is installed first.
 bench: $(STAMP)

@@ -140,8 +140,15 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--scenario", default="server-crash")
     p.add_argument("--config", type=Path)
     p.add_argument("--profile", choices=["auto", "areal", "trl", "workers", "generic"], default="auto")
-    p.add_argument("--out", type=Path, required=True, metavar="FILE.svg")
-    p.add_argument("--size", default="120x40", metavar="COLSxROWS")
+    p.add_argument(
+        "--out", type=Path, required=True, metavar="FILE.svg", help="where to write; with several sizes, holds {size}"
+    )
+    p.add_argument(
+        "--size",
+        default="120x40",
+        metavar="COLSxROWS",
+        help="terminal size; several, comma-separated (80x24,200x60), render the same moment at each",
+    )
 
     p = sub.add_parser("sim", help="run the simulated training host into DIR until interrupted")
     p.add_argument("scenario", metavar="SCENARIO")
@@ -155,8 +162,17 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--stdout", action="store_true", help="print instead of writing")
 
     p = sub.add_parser("fleet", help="many hosts at once")
-    p.add_argument("--prometheus", metavar="URL")
-    p.add_argument("--config", type=Path)
+    p.add_argument(
+        "--prometheus",
+        metavar="URL",
+        help="a Prometheus that scrapes every host's exporter (http://HOST:9090): one row per host",
+    )
+    p.add_argument(
+        "--config",
+        type=Path,
+        metavar="FILE",
+        help="a YAML file with fleet.prometheus or fleet.exporters (HOST:PORT of each exporter, read directly)",
+    )
 
     p = sub.add_parser("service", help="keep `rlwatch watch` alive: a systemd unit, or a start-up hook without one")
     p.add_argument("verb", choices=["install"], metavar="install")
@@ -200,8 +216,8 @@ def load(args: argparse.Namespace) -> tuple[Config, Path, str]:
     cfg, origin = resolve_config(run_dir, args.config, args.profile)
     if cfg.run_dir:
         run_dir = Path(cfg.run_dir)  # a run_dir written in the config file wins
-    if getattr(args, "interval", None):
-        if args.interval <= 0:
+    if getattr(args, "interval", None) is not None:
+        if not args.interval > 0:  # 0, negative or NaN: said, never silently ignored
             raise UsageError(f"--interval: must be greater than 0, got {args.interval}")
         cfg = cfg.model_copy(update={"interval_s": args.interval})
     if getattr(args, "readonly", False):
@@ -637,7 +653,11 @@ def run(args: argparse.Namespace, handlers: Mapping[str, Handler] = HANDLERS) ->
     """Run a command (by default the headless ones); turns user mistakes into one line and exit 2."""
     try:
         return handlers[args.command](args)
-    except (UsageError, ConfigError) as exc:
+    except ConfigError as exc:
+        for mistake in exc.every():  # every mistake of the file, one line each: not one fix and run per mistake
+            print(f"rlwatch: {mistake}", file=sys.stderr)
+        return 2
+    except UsageError as exc:
         print(f"rlwatch: {exc}", file=sys.stderr)
         return 2
     except NotifyFailed as exc:

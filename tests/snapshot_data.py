@@ -19,6 +19,8 @@ from rlwatch.common.state import (
     ActionTarget,
     CheckpointInfo,
     CheckpointState,
+    ChildFailure,
+    CollectiveTimeout,
     DiskState,
     EventSummary,
     Finding,
@@ -625,6 +627,7 @@ def server_crash() -> Snapshot:
                 "connection-refused errors (trainer.log 64, output.log 64), first 05:09:20, last 05:31:02. "
                 "Training cannot make progress.",
                 at(5, 9, 14),
+                action="restart-server",
             ),
             Finding(
                 WARN,
@@ -821,6 +824,7 @@ def restart_loop() -> Snapshot:
             TimelineEntry(at(13, 2, 40), "last training step (57)"),
             TimelineEntry(at(13, 3), "restarts begin (212 until 14:03:21)"),
         ),
+        sources=(SourceStatus("holders", True, now - 2),),
         history=history,
         logs=(log,),
     )
@@ -925,14 +929,16 @@ def memory_leak() -> Snapshot:
                 CRIT,
                 "brake_no_relief",
                 "Emergency brake fired 951 times in a row (951 in all, 2.7/min) and memory is not coming back: "
-                "the brake cannot free leaked memory, restart the worker (key w).",
+                "the brake cannot free leaked memory, only restarting the worker does.",
                 at(7, 40),
+                action="restart-workers",
             ),
             Finding(
                 CRIT,
                 "expected_missing",
                 "The expected watchdog is not running: nothing will restart leaking or crashed processes.",
                 None,
+                command="rlwatch service install",
             ),
             Finding(WARN, "memory_high", "Host RAM at 94.2% (29.4 GB of 31.2 GB); 1.8 GB available.", now),
             Finding(
@@ -941,6 +947,7 @@ def memory_leak() -> Snapshot:
                 "worker-0 (pid 2230) grows 520.0 MB/h, now 15.1 GB; at this rate RAM runs out at 15:42:00. "
                 "Only restarting it frees leaked memory.",
                 at(7, 22),
+                action="restart-workers",
             ),
             Finding(
                 WARN,
@@ -948,6 +955,7 @@ def memory_leak() -> Snapshot:
                 "worker-1 (pid 2231) grows 480.0 MB/h, now 14.6 GB; at this rate RAM runs out at 15:42:00. "
                 "Only restarting it frees leaked memory.",
                 at(7, 22),
+                action="restart-workers",
             ),
         ),
         timeline=(TimelineEntry(at(7, 40), "emergency brake firing begin (951 until 13:31:50)"),),
@@ -1148,20 +1156,23 @@ def gpu_zombie() -> Snapshot:
                 CRIT,
                 "gpu_strays",
                 "2 stray process(es) hold the GPU (pid 31337, 31402) outside the live run. "
-                "Compute mode EXCLUSIVE_PROCESS. Kill them with key z.",
+                "Compute mode EXCLUSIVE_PROCESS.",
                 at(9, 58),
+                action="kill-zombies",
             ),
             Finding(
                 CRIT,
                 "device_busy",
                 "6 'CUDA-capable device(s) is/are busy or unavailable' errors (llm_server.log 6), last 11:44:50.",
                 at(11, 5, 12),
+                action="kill-zombies",
             ),
             Finding(
                 CRIT,
                 "server_down",
                 "Inference server http://127.0.0.1:30000 is down since 11:05:12 (connection refused).",
                 at(11, 5, 12),
+                action="resume",
             ),
         ),
         history=history,
@@ -1365,6 +1376,274 @@ def startup_crash_lines() -> tuple[TaggedLine, ...]:
     return tagged(rows, start_lineno=40)
 
 
+# --------------------------------------------------------------------------------------------- trl-colocated
+
+
+def trl_colocated() -> Snapshot:
+    """A TRL GRPO run with colocated generation (no inference server), started as ``python3 train.py``: it trains."""
+    now = at(10, 12)
+    log = "/work/grpo/train.log"
+    train = ("python3", "train.py", "--model_name_or_path", "Qwen/Qwen2.5-0.5B-Instruct", "--use_vllm")
+    gpus = (
+        GpuState(0, "NVIDIA H200", "GPU-c0", 91.0, 96_300_000_000, 150_100_000_000, 58.0, 410.0, "DEFAULT", (8120,)),
+    )
+    history = History(
+        gpu_util={0: series(now, wobble(88, 8, 13))},
+        gpu_mem={0: series(now, lambda i: 64.2)},
+        ram_used=series(now, wobble(22, 1, 30)),
+        swap_used=series(now, lambda i: 0.0),
+        rss={"trainer": series(now, lambda i: 9.1 * GB + i * 2e5)},
+    )
+    metric = "{'loss': '-0.01234', 'grad_norm': '0.8898', 'reward': '0.6113', 'epoch': '0.41'}"
+    return snapshot(
+        host="h200-pod-1",
+        time=now,
+        profile="trl",
+        run_dir="/work/grpo",
+        uptime_s=2 * 3600,
+        run_uptime_s=41 * 60,
+        events={
+            "step": event(
+                "step",
+                INFO,
+                412,
+                at(9, 31),
+                at(10, 11, 55),
+                rate=10.0,
+                files={log: 412},
+                recent=[(log, 9012, metric, at(10, 11, 55))],
+            ),
+            "checkpoint_saved": event("checkpoint_saved", INFO, 8, at(9, 36), at(10, 11), files={log: 8}),
+            "connection_refused": zero("connection_refused", CRIT),
+            "traceback": zero("traceback", WARN),
+        },
+        training=TrainingState(
+            last_step=412,
+            total_steps=1000,
+            reward=0.611,
+            steps_per_hour=600.0,
+            stalled=False,
+            last_step_at=at(10, 11, 55),
+            last_line_at=at(10, 11, 59),
+            rewards=tuple(0.2 + 0.4 * (1 - math.exp(-i / 9)) + 0.03 * math.sin(i * 1.7) for i in range(40)),
+        ),
+        checkpoint=CheckpointState(
+            latest=CheckpointInfo("/work/grpo/out/checkpoint-400", 400, None, None, at(10, 11), 1_130_000_000), count=8
+        ),
+        server=ServerState(
+            None,
+            None,
+            None,
+            None,
+            None,
+            expected=False,
+            evidence=("no server process, server log or URL: generation is colocated (use_vllm, vllm_mode=colocate)",),
+        ),
+        gpu=GpuStatus("nvml", True, None, gpus),
+        holders=(
+            GpuHolder(
+                8120,
+                at(9, 31),
+                "root",
+                train,
+                ("/dev/nvidia0",),
+                96_000_000_000,
+                True,
+                None,
+                evidence="writes train.log under /work/grpo",
+                gpus=(0,),
+                attribution="nvml",
+            ),
+        ),
+        memory=MemoryState(503_000_000_000, 392_000_000_000, 0, 0, 0, None),
+        processes=(
+            ProcessInfo(
+                8120, at(9, 31), "trainer", "trainer", 9_100_000_000, 2.4e7, at(9, 31), 0, train, "/work/grpo", "root"
+            ),
+        ),
+        disk=DiskState("/work", 640_000_000_000, 2_000_000_000_000),
+        timeline=(TimelineEntry(at(10, 11), "last checkpoint saved (checkpoint-400)"),),
+        history=history,
+        sources=(SourceStatus("gpu", True, now), SourceStatus("holders", True, now - 3)),
+        logs=(log,),
+    )
+
+
+def trl_colocated_lines() -> tuple[TaggedLine, ...]:
+    log = "/work/grpo/train.log"
+    rows: list[tuple[str, str, frozenset[str]]] = []
+    for i in range(8):
+        rows.append((log, f" 41%|████      | {405 + i}/1000 [40:12<59:01,  5.95s/it]", K()))
+        loss = -0.0123 + 0.001 * i
+        rows.append(
+            (log, f"{{'loss': '{loss:.5f}', 'grad_norm': '0.88', 'reward': '0.61', 'epoch': '0.41'}}", K({"step"}))
+        )
+    return tagged(rows, start_lineno=8998)
+
+
+# ---------------------------------------------------------------------------------------------- nccl-timeout
+
+NCCL_WORK = (
+    "[rank0]:[E1121 11:40:12.079294208 ProcessGroupNCCL.cpp:632] [Rank 0] Watchdog caught collective operation "
+    "timeout: WorkNCCL(SeqNum=13, OpType=ALLREDUCE, NumelIn=1, NumelOut=1, Timeout(ms)=10000) ran for 10032 "
+    "milliseconds before timing out."
+)
+
+
+def nccl_timeout() -> Snapshot:
+    """torchrun with two ranks: rank 1 stops joining, rank 0's NCCL watchdog aborts it, torchrun names rank 0."""
+    now = at(11, 41)
+    log = "/work/ddp/torchrun.log"
+    timeout = Incident(
+        "nccl_timeout",
+        log,
+        27,
+        at(11, 40, 12),
+        at(11, 40, 15),
+        3,
+        "Watchdog caught collective operation timeout: ALLREDUCE SeqNum=13",
+        None,
+        "c1a7e2d0",
+        rank=0,
+        collective=CollectiveTimeout(0, 13, "ALLREDUCE", 10000, 10032, "0"),
+    )
+    root = ChildFailure(
+        0, 0, -6, "SIGABRT", 31483, "ddp-pod-2", "2025-11-21_11:40:15", "Signal 6 (SIGABRT) received by PID 31483"
+    )
+    failed = Incident(
+        "crash",
+        log,
+        88,
+        at(11, 40, 15),
+        at(11, 40, 15),
+        24,
+        "torch.distributed.elastic.multiprocessing.errors.ChildFailedError: train.py FAILED",
+        None,
+        "7d00e1b9",
+        root_cause=root,
+        victims=(ChildFailure(1, 1, -15, "SIGTERM", 31484, "ddp-pod-2", "2025-11-21_11:40:15", None),),
+        cause=timeout,
+    )
+    return snapshot(
+        host="ddp-pod-2",
+        time=now,
+        profile="generic",
+        run_dir="/work/ddp",
+        uptime_s=5 * 3600,
+        run_uptime_s=None,
+        events={
+            "nccl_timeout": event(
+                "nccl_timeout",
+                CRIT,
+                3,
+                at(11, 40, 12),
+                at(11, 40, 15),
+                rate=0.0,
+                streak=3,
+                files={log: 3},
+                recent=[(log, 27, NCCL_WORK, at(11, 40, 12))],
+            ),
+            "child_failed": event("child_failed", CRIT, 1, at(11, 40, 15), at(11, 40, 15), files={log: 1}),
+            "traceback": event("traceback", WARN, 1, at(11, 40, 15), at(11, 40, 15), files={log: 1}),
+            "step": event("step", INFO, 12, at(11, 39, 20), at(11, 39, 44), files={log: 12}),
+        },
+        incidents=(timeout, failed),
+        training=TrainingState(12, None, None, 1800.0, False, at(11, 39, 44), at(11, 40, 15)),
+        server=ServerState(
+            None, None, None, None, None, expected=False, evidence=("no server process, server log or URL",)
+        ),
+        gpu=GpuStatus(
+            "nvml",
+            True,
+            None,
+            tuple(
+                GpuState(
+                    i, "NVIDIA H100 80GB HBM3", f"GPU-d{i}", 0.0, 600_000_000, 85_520_000_000, 35.0, 70.0, "DEFAULT"
+                )
+                for i in range(2)
+            ),
+        ),
+        memory=MemoryState(2_015_000_000_000, 1_930_000_000_000, 0, 0, 0, None),
+        processes=(
+            ProcessInfo(
+                31470,
+                at(11, 39, 10),
+                "launcher",
+                "torchrun",
+                None,
+                None,
+                at(11, 39, 10),
+                0,
+                ("torchrun", "--nproc-per-node", "2", "train.py"),
+                "/work/ddp",
+                "root",
+                alive=False,
+            ),
+        ),
+        findings=(
+            Finding(
+                CRIT,
+                "torchrun_failed",
+                "torchrun's root cause (first observed failure): rank 0 (exit code -6, SIGABRT, host ddp-pod-2), after "
+                "NCCL collective timeout on rank 0: ALLREDUCE SeqNum=13, timeout 10000 ms, ran 10032 ms (printed 3 "
+                "times) (torchrun.log:27, 11:40:12). Stopped after it: rank 1 (exit code -15, SIGTERM, host "
+                "ddp-pod-2). (torchrun.log:88)",
+                at(11, 40, 12),
+            ),
+            Finding(
+                CRIT,
+                "nccl_timeout",
+                "1 NCCL collective timeout (printed 3 times): rank 0 ALLREDUCE SeqNum=13, timeout 10000 ms "
+                "(torchrun.log:27, 11:40:12).",
+                at(11, 40, 12),
+            ),
+        ),
+        timeline=(
+            TimelineEntry(at(11, 39, 44), "last training step (12)"),
+            TimelineEntry(at(11, 40, 12), "NCCL timeouts begin (3, last 11:40:15)"),
+        ),
+        history=History(
+            gpu_util={
+                0: series(now, lambda i: 100.0 if i > 100 else 60.0),
+                1: series(now, lambda i: 0.0 if i > 100 else 60.0),
+            },
+            gpu_mem={0: series(now, lambda i: 0.7), 1: series(now, lambda i: 0.7)},
+            ram_used=series(now, lambda i: 4.2),
+            swap_used=series(now, lambda i: 0.0),
+        ),
+        sources=(SourceStatus("gpu", True, now), SourceStatus("holders", True, now - 2)),
+        logs=(log,),
+    )
+
+
+def nccl_timeout_lines() -> tuple[TaggedLine, ...]:
+    log = "/work/ddp/torchrun.log"
+    rows: list[tuple[str, str, frozenset[str]]] = [
+        (log, "[rank0]: step 12 loss 0.4121", K({"step"})),
+        (log, NCCL_WORK, K({"nccl_timeout"})),
+        (
+            log,
+            "[rank0]:[E1121 11:40:15.091774208 ProcessGroupNCCL.cpp:2168] [PG ID 0 PG GUID 0(default_pg) Rank 0] "
+            "Process group watchdog thread terminated with exception",
+            K({"nccl_timeout"}),
+        ),
+        (
+            log,
+            "W1121 11:40:15.220000 31470 torch/distributed/elastic/multiprocessing/api.py:897] Sending process "
+            "31484 closing signal SIGTERM",
+            K(),
+        ),
+        (log, "Traceback (most recent call last):", K({"traceback"})),
+        (log, "torch.distributed.elastic.multiprocessing.errors.ChildFailedError: ", K({"child_failed"})),
+        (log, "Root Cause (first observed failure):", K()),
+        (log, "[0]:", K()),
+        (log, "  rank      : 0 (local_rank: 0)", K()),
+        (log, "  exitcode  : -6 (pid: 31483)", K()),
+        (log, "  traceback : Signal 6 (SIGABRT) received by PID 31483", K()),
+    ]
+    return tagged(rows, start_lineno=26)
+
+
 # ----------------------------------------------------------------------------------------------- registry
 
 SCENARIOS: dict[str, tuple[Callable[[], Snapshot], Callable[[], tuple[TaggedLine, ...]]]] = {
@@ -1374,6 +1653,8 @@ SCENARIOS: dict[str, tuple[Callable[[], Snapshot], Callable[[], tuple[TaggedLine
     "memory-leak": (memory_leak, memory_leak_lines),
     "gpu-zombie": (gpu_zombie, gpu_zombie_lines),
     "startup-crash": (startup_crash, startup_crash_lines),
+    "trl-colocated": (trl_colocated, trl_colocated_lines),
+    "nccl-timeout": (nccl_timeout, nccl_timeout_lines),
 }
 
 PLANS: dict[str, Callable[[], dict[str, ActionPlan]]] = {

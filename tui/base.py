@@ -29,6 +29,15 @@ class MonitorApp(App[None]):
         if not live:
             self.animation_level = "none"
 
+    def action_help_quit(self) -> None:
+        """Ctrl-C quits, as in htop and k9s (Textual's default only says which key would). A screen that must not
+        be left (an action that runs) binds Ctrl-C itself and says why."""
+        quit_ = getattr(self.screen_stack[0], "action_quit", None)
+        if callable(quit_):
+            quit_()
+        else:
+            self.exit()
+
     def bottom_screen(self, kind: type[ScreenT]) -> ScreenT:
         """The app's own screen, whatever dialog is open above it."""
         screen = self.screen_stack[0]

@@ -165,16 +165,17 @@ def cmd_demo(args: argparse.Namespace) -> int:
     need_terminal()
     with simulated_host(args.scenario, args.speed) as run_dir:
         cfg, _ = resolve_config(run_dir, None, "auto")
+        # A scenario without rlwatch.yaml (found from evidence, as on a real host) is as simulated as any other.
+        cfg = cfg.model_copy(update={"simulated": True})
         if args.readonly:
             cfg = cfg.model_copy(update={"actions": cfg.actions.model_copy(update={"readonly": True})})
         return run_dashboard(Engine(cfg, run_dir))
 
 
-def _render(run_dir: Path, config: Path | None, profile: str, size: tuple[int, int], warmup_s: float) -> str:
-    from rlwatch.tui.snapshot import render_svg
-
+def _feed(run_dir: Path, config: Path | None, profile: str, warmup_s: float, simulated: bool = False) -> StaticFeed:
+    """One moment of the run, fixed: what every size of a snapshot renders."""
     cfg, _ = resolve_config(run_dir, config, profile)
-    cfg = cfg.model_copy(update={"interval_s": min(cfg.interval_s, 0.25)})
+    cfg = cfg.model_copy(update={"interval_s": min(cfg.interval_s, 0.25), "simulated": cfg.simulated or simulated})
     engine = Engine(cfg, run_dir)
     try:
         engine.collect_once()
@@ -186,30 +187,47 @@ def _render(run_dir: Path, config: Path | None, profile: str, size: tuple[int, i
         lines = engine.lines_after(0)
         texts = redact_lines([line.text for line in lines])
         shown = [dataclasses.replace(line, text=clean_text(text)) for line, text in zip(lines, texts, strict=True)]
-        feed = StaticFeed(redacted(snap), shown, readonly=cfg.actions.readonly)
+        return StaticFeed(redacted(snap), shown, readonly=cfg.actions.readonly)
     finally:
         engine.stop()
-    return render_svg(feed, size=size)
+
+
+def _render(
+    run_dir: Path, config: Path | None, profile: str, size: tuple[int, int], warmup_s: float, simulated: bool = False
+) -> str:
+    from rlwatch.tui.snapshot import render_svg
+
+    return render_svg(_feed(run_dir, config, profile, warmup_s, simulated), size=size)
 
 
 def cmd_snapshot(args: argparse.Namespace) -> int:
-    size = _parse_size(args.size)
+    from rlwatch.tui.snapshot import render_svg
+
+    sizes = [_parse_size(part) for part in args.size.split(",")]
     if args.demo == (args.run_dir is not None):
         raise UsageError("snapshot: give either RUN_DIR or --demo")
+    many = len(sizes) > 1
+    if many and "{size}" not in str(args.out):
+        raise UsageError("snapshot: with several sizes, --out must hold {size} (e.g. shots/{size}/x.svg)")
+    outs = [Path(str(args.out).replace("{size}", f"{c}x{r}")) for c, r in sizes]
+    # Checked first, and never created: a mistyped directory is a mistake to say, not a tree to make.
+    for out in outs:
+        if not out.parent.is_dir():
+            raise UsageError(f"{out}: no such directory: {out.parent}")
     if args.demo:
         with simulated_host(args.scenario, 20.0, settle_s=30) as run_dir:
-            svg = _render(run_dir, None, "auto", size, warmup_s=2.0)
+            feed = _feed(run_dir, None, "auto", warmup_s=2.0, simulated=True)
     else:
         run_dir = Path(args.run_dir)
         if not run_dir.is_dir():
             raise UsageError(f"{run_dir}: no such directory")
-        svg = _render(run_dir, args.config, args.profile, size, warmup_s=0.0)
-    try:
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(svg)
-    except OSError as exc:
-        raise UsageError(f"{args.out}: cannot write: {exc.strerror}") from None
-    print(f"wrote {args.out}")
+        feed = _feed(run_dir, args.config, args.profile, warmup_s=0.0)
+    for out, size in zip(outs, sizes, strict=True):
+        try:
+            out.write_text(render_svg(feed, size=size))
+        except OSError as exc:
+            raise UsageError(f"{out}: cannot write: {exc.strerror}") from None
+        print(f"wrote {out}")
     return 0
 
 

@@ -113,8 +113,9 @@ def _latest(i: Incident) -> tuple[float, float, int]:
 
 
 def _when(i: Incident, now: float | None) -> str:
-    """An incident's clock time, or its bounds and position where its lines carry no time of their own."""
-    return incident_text(i, now) if i.approximate else fmt_clock(i.last, now=now)
+    """An incident's clock time, or its bounds and position where its lines carry no time of their own (its
+    ``file:line`` is written beside it already)."""
+    return incident_text(i, now, said=line_ref(i.path, i.lineno)) if i.approximate else fmt_clock(i.last, now=now)
 
 
 class EventTable(DataTable[Text]):
@@ -144,6 +145,7 @@ class EventsPanel(Panel):
         self._dropped: tuple[IncidentTally, ...] = ()
         self._now = 0.0
         self._highlighted: str | None = None
+        self._chosen: str | None = None  # the kind a person moved the cursor to; else the cursor follows the top
         self._rows: list[tuple[str, tuple[Text, ...]]] | None = None  # what the table shows
 
     def compose(self) -> ComposeResult:
@@ -176,7 +178,6 @@ class EventsPanel(Panel):
 
     def _fill(self) -> None:
         table = self.table
-        keep = self._highlighted
         rows = ordered(self._events, show_zero=self.show_zero)
         cells: list[tuple[str, tuple[Text, ...]]] = [(e.kind, event_row(e, self._now)) for e in rows]
         if cells != self._rows:  # refilling a table redraws it: most seconds it reads the same
@@ -191,7 +192,9 @@ class EventsPanel(Panel):
             self._show_detail()
             return
         kinds = [e.kind for e in rows]
-        index = kinds.index(keep) if keep in kinds else 0
+        # Until a person moves the cursor it stays on the top row, the most severe kind: a critical kind that
+        # appears later must not sit below a highlighted server_ready.
+        index = kinds.index(self._chosen) if self._chosen in kinds else 0
         if table.cursor_row != index:
             table.move_cursor(row=index, animate=False)
         self._highlighted = kinds[index]
@@ -207,6 +210,9 @@ class EventsPanel(Panel):
         event.stop()
         if event.row_key.value is not None:
             self._highlighted = event.row_key.value
+            # a person moves the cursor only in a focused table; the panel's own moves land where _chosen says
+            if self.table.has_focus:
+                self._chosen = None if event.cursor_row == 0 else event.row_key.value
             self._show_detail()
 
     def on_data_table_row_selected(self, event: DataTable.RowSelected) -> None:

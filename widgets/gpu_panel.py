@@ -147,6 +147,31 @@ def outside_line(g: GpuState) -> Text:
     )
 
 
+def no_holders_lines(snap: Snapshot, outside: bool) -> list[Text]:
+    """What to say when no holder is listed: not scanned yet, none (and the memory in use that says otherwise), or
+    nothing at all without a GPU. Never "no process holds a GPU" beside gigabytes in use: say what was looked at."""
+    scan = next((s for s in snap.sources if s.name == "holders"), None)
+    status = snap.gpu
+    if status is None or not status.available:
+        return []  # no GPU here: the line above says why, and nothing can hold one
+    if scan is None:
+        return [Text("GPU holders: the first scan has not run yet", style="dim", no_wrap=True)]
+    if not scan.ok:
+        return [Text(f"GPU holders: {clean_text(scan.error or 'scan failed', 120)}", style="yellow", no_wrap=True)]
+    # A driver keeps a few hundred MB on an idle device: only a device using more than that asks for a holder.
+    used = sum(g.mem_used_bytes or 0 for g in snap.gpus if (g.mem_used_bytes or 0) >= OUTSIDE_MIN_BYTES)
+    when = f" (scanned {fmt_age(scan.last_sample, snap.time)})" if scan.last_sample is not None else ""
+    if used and not outside:
+        return [
+            Text(
+                f"no holder found{when}, yet {fmt_bytes(used)} of GPU memory is in use: scanning again",
+                style="yellow",
+                no_wrap=True,
+            )
+        ]
+    return [Text(f"no process holds a GPU device{when}", style="dim", no_wrap=True)]
+
+
 def _is_gpu_node(path: str) -> bool:
     name = path.rsplit("/", 1)[-1]
     return name.startswith("nvidia") and name.removeprefix("nvidia").isdigit()
@@ -244,7 +269,7 @@ class GpuPanel(Panel):
         self.set_class(strays > 0, "-alert")
         outside = [outside_line(g) for g in snap.gpus if g.outside_bytes and g.outside_bytes >= OUTSIDE_MIN_BYTES]
         if not snap.holders:
-            return Text("\n", end="").join([*outside, Text("no process holds a GPU device", style="dim", no_wrap=True)])
+            return Text("\n", end="").join([*outside, *no_holders_lines(snap, bool(outside))])
         rank = {"stray": 0, "unknown": 1, "protected": 2, "run": 3}
         order = sorted(snap.holders, key=lambda h: (rank[h.status], h.pid))
         return Text("\n", end="").join([*outside, *(holder_line(h, snap.time) for h in order)])

@@ -7,14 +7,16 @@ the forecast says in words when memory runs out.
 
 from __future__ import annotations
 
+import re
+
 from rich.text import Text
 from textual.app import ComposeResult
 from textual.containers import Horizontal
 from textual.widgets import Static
 
-from rlwatch.common.state import MemoryState, ProcessInfo, Series, Snapshot
+from rlwatch.common.state import LogLine, MemoryState, ProcessInfo, Series, Snapshot
 from rlwatch.widgets.format import clean_text, fmt_bytes, fmt_clock, fmt_duration, shorten_middle
-from rlwatch.widgets.graph import TimeGraph, bucket, spark
+from rlwatch.widgets.graph import TimeGraph, bucket, fit_span, spark
 from rlwatch.widgets.panel import Panel
 from rlwatch.widgets.text_block import TextBlock
 
@@ -45,8 +47,25 @@ def limits_line(snap: Snapshot) -> Text | None:
     return Text("pod  " + "  ".join(parts), style="bold yellow", no_wrap=True, end="")
 
 
-def ram_summary(mem: MemoryState) -> Text:
-    """RAM used and free, then (when the workers' brake threshold is known) where the brake starts."""
+_BRAKE_READING = re.compile(r"(\d+(?:\.\d+)?)\s*([kKMGT])i?B\s+(?:free|available)\b")
+_UNITS = {"k": 1e3, "K": 1e3, "M": 1e6, "G": 1e9, "T": 1e12}
+
+
+def brake_reading(snap: Snapshot) -> tuple[float, LogLine] | None:
+    """The free memory the brake itself last reported (``only 1.8 GB free``) and its line, if its lines say one."""
+    ev = snap.events.get("emergency_brake")
+    if ev is None or not ev.recent:
+        return None
+    line = ev.recent[-1]
+    m = _BRAKE_READING.search(line.text)
+    if m is None:
+        return None
+    return float(m.group(1)) * _UNITS[m.group(2)], line
+
+
+def ram_summary(mem: MemoryState, reading: tuple[float, LogLine] | None = None, now: float | None = None) -> Text:
+    """RAM used and free, then (when the workers' brake threshold is known) where the brake starts, and what the
+    brake's own last line said it saw: the banner's brake finding rests on that number, not on this host's."""
     line = Text("RAM  ", style="bold", no_wrap=True, end="")
     if mem.total_bytes is None or mem.available_bytes is None:
         line.append("not available", style="dim")
@@ -56,13 +75,25 @@ def ram_summary(mem: MemoryState) -> Text:
     style = "bold red" if pct >= 95 else "bold yellow" if pct >= 90 else ""
     line.append(f"{fmt_bytes(used)} of {fmt_bytes(mem.total_bytes)} ({pct:.1f}%)", style=style)
     line.append(f"  {fmt_bytes(mem.available_bytes)} free", style="dim")
-    if mem.brake_free_bytes is not None:
-        below = mem.available_bytes < mem.brake_free_bytes
+    if mem.brake_free_bytes is not None or reading is not None:
+        below = mem.brake_free_bytes is not None and mem.available_bytes < mem.brake_free_bytes
         line.append("\nbrake ", style="bold")
-        line.append(f"fires below {fmt_bytes(mem.brake_free_bytes)} free", style="bold red" if below else "dim")
+        if mem.brake_free_bytes is not None:
+            line.append(f"fires below {fmt_bytes(mem.brake_free_bytes)} free", style="bold red" if below else "dim")
+        own = Text(no_wrap=True, end="")
+        if reading is not None:
+            seen, at = reading
+            own_below = mem.brake_free_bytes is not None and seen < mem.brake_free_bytes
+            when = f" at {fmt_clock(at.time, now=now)}" if at.time is not None else ""
+            own.append("\n  its last line saw ", style="dim")
+            own.append(f"{fmt_bytes(seen)} free{when}", style="bold red" if own_below else "")
+            if abs(seen - mem.available_bytes) > max(1e9, 0.25 * mem.available_bytes):
+                own.append(" (not this host's figure)", style="yellow")
+            below = below or own_below
         if below:
             line.append("  ")
             line.append(" BRAKE ZONE ", style="bold white on red")
+        line.append_text(own)
     return line
 
 
@@ -92,18 +123,42 @@ def forecast_line(mem: MemoryState, now: float) -> Text:
     return line
 
 
-def process_line(p: ProcessInfo, history: Series | None, total: int | None, now: float) -> Text:
-    """``worker-0 15.1 +520 ▃▄▅▆▇█``: GB now, MB/h growth, and the last 10 minutes on a 0..RAM scale."""
+def short_bytes(n: float | None, *, signed: bool = False) -> str:
+    """Four or five cells in a unit that fits: ``25M``, ``512k``, ``15.1G``; never ``0.0`` for a 25 MB process."""
+    if n is None:
+        return "–"
+    sign = ("+" if n >= 0 else "-") if signed else ("-" if n < 0 else "")
+    v = abs(n)
+    if v < 500:
+        return "0"
+    if v < 1e6:
+        return f"{sign}{v / 1e3:.0f}k"
+    if v < 1e9:
+        return f"{sign}{v / 1e6:.0f}M"
+    if v < 1e12:
+        return f"{sign}{v / 1e9:.1f}G"
+    return f"{sign}{v / 1e12:.1f}T"
+
+
+def process_line(p: ProcessInfo, history: Series | None, now: float) -> Text:
+    """``worker-0  15.1G  +520M ▃▄▅▆▇█``: RSS now, growth per hour, and the last 10 minutes from zero to its own
+    peak (on a scale of the whole host's RAM a 25 MB worker leaking to 400 MB is a flat line)."""
     line = Text(no_wrap=True, end="")
     line.append(f"{shorten_middle(clean_text(p.name), 9):<9}", style="bold" if p.alive else "dim strike")
-    line.append(" –    " if p.rss_bytes is None else f" {p.rss_bytes / 1e9:>5.1f}")
+    line.append(f" {short_bytes(p.rss_bytes):>6}")
     growth = p.rss_growth_bytes_per_hour
     gstyle = "bold red" if growth is not None and growth >= 5e8 else "yellow" if growth and growth >= 1e8 else "dim"
-    line.append("     –" if growth is None else f" {growth / 1e6:>+5.0f}", style=gstyle)
-    if history is not None and total:
-        scaled = Series(history.times, tuple(None if v is None else 100.0 * v / total for v in history.values))
-        line.append(" ")
-        line.append_text(spark(bucket(scaled, now, SPAN_S, RSS_COLUMNS), style="yellow"))
+    line.append(f" {short_bytes(growth, signed=True) if growth is not None else '–':>6}", style=gstyle)
+    if history is not None:
+        values = [v for v in history.values if v is not None]
+        peak = max(values, default=0.0)
+        if peak > 0 and peak - min(values) < 0.05 * peak:
+            peak *= 2  # flat: a level line half way up, not full bars that read as "high"
+        if peak > 0:
+            line.append(" ")
+            # the history so far, on the round window that holds it (1m, 2m, 5m, 10m), not squeezed into a column
+            span = fit_span(history, now, SPAN_S)
+            line.append_text(spark(bucket(history, now, span, RSS_COLUMNS), lo=0.0, hi=peak, style="yellow"))
     return line
 
 
@@ -115,6 +170,7 @@ class MemoryPanel(Panel):
             yield TextBlock(id="mem-processes", classes="body")
 
     def data_key(self, snap: Snapshot) -> object:
+        brake = snap.events.get("emergency_brake")
         return (
             snap.memory,
             snap.processes,
@@ -122,6 +178,7 @@ class MemoryPanel(Panel):
             snap.history.swap_used,
             snap.history.rss,
             snap.limits,
+            brake.recent[-1:] if brake is not None else None,
         )
 
     def show(self, snap: Snapshot) -> None:
@@ -134,7 +191,7 @@ class MemoryPanel(Panel):
         else:
             graph.display = True
             lines = [
-                ram_summary(mem),
+                ram_summary(mem, brake_reading(snap), snap.time),
                 swap_summary(mem, snap.history.swap_used, snap.time),
                 forecast_line(mem, snap.time),
             ]
@@ -156,7 +213,6 @@ class MemoryPanel(Panel):
         procs = sorted((p for p in snap.processes if p.rss_bytes is not None), key=lambda p: -(p.rss_bytes or 0))
         if not procs:
             return Text("processes: none found", style="dim", no_wrap=True)
-        total = snap.memory.total_bytes if snap.memory else None
-        head = Text(f"{'process':<9} {'GB':>5} {'MB/h':>5} 10m", style="dim", no_wrap=True)
-        rows = [process_line(p, snap.history.rss.get(p.name), total, snap.time) for p in procs[:MAX_PROCESSES]]
+        head = Text(f"{'process':<9} {'RSS':>6} {'per h':>6} 10m", style="dim", no_wrap=True)
+        rows = [process_line(p, snap.history.rss.get(p.name), snap.time) for p in procs[:MAX_PROCESSES]]
         return Text("\n", end="").join([head, *rows])

@@ -139,10 +139,13 @@ def live_run_line(run: LiveRun | None) -> Text | None:
     if not run.identified:
         return Text(f"live run: UNKNOWN — {clean_text(run.why_unknown or '', 140)}", style="bold yellow", no_wrap=True)
     pid, why = run.members[0] if run.members else (None, "")
-    more = f" (+{len(run.members) - 1} more)" if len(run.members) > 1 else ""
+    # The evidence may count its own files ("writes a.log (+1 more)"): the other processes are said apart from it.
+    others = len(run.members) - 1
     line = Text("live run: ", style="dim", no_wrap=True, end="")
-    line.append(f"pid {pid} ", style="bold")
-    line.append(clean_text(why, 100) + more, style="green")
+    line.append(f"pid {pid}", style="bold")
+    if others:
+        line.append(f" and {others} other process{'es' if others > 1 else ''}", style="bold")
+    line.append(": " + clean_text(why, 100), style="green")
     return line
 
 

@@ -14,6 +14,7 @@ from rlwatch.widgets.graph import spark
 from rlwatch.widgets.text_block import TextBlock
 
 BAR_WIDTH = 16
+ADVANCING_MIN_S = 10.0  # a step this recent is on pace whatever the rate (the log is read within a second or two)
 TREND_SHOWN = 24
 
 
@@ -48,13 +49,30 @@ def step_line(tr: TrainingState, now: float) -> Text:
     return line
 
 
+def advancing(tr: TrainingState, now: float) -> bool:
+    """Steps are coming at their own pace: the last one no older than three of its intervals (ten seconds at least).
+    A rate and an ETA are said only then: beside a dead server or a crash they would say what is not so."""
+    if tr.finished or tr.stalled or tr.last_step_at is None or not tr.steps_per_hour:
+        return False
+    interval = 3600.0 / tr.steps_per_hour
+    return now - tr.last_step_at <= max(ADVANCING_MIN_S, 3 * interval)
+
+
 def rate_line(tr: TrainingState, now: float) -> Text:
     line = Text("rate ", style="bold", no_wrap=True, end="")
-    line.append("–" if tr.steps_per_hour is None else f"{tr.steps_per_hour:.0f} steps/h")
+    moving = advancing(tr, now)
+    if moving and tr.steps_per_hour:
+        line.append(f"{tr.steps_per_hour:.0f} steps/h")
+    elif tr.finished:
+        line.append("–", style="dim")
+    elif tr.last_step_at is not None:
+        line.append(f"– no step for {fmt_duration(now - tr.last_step_at)}", style="bold yellow")
+    else:
+        line.append("–", style="dim")
     line.append("  ETA ", style="bold")
     if tr.finished:
         line.append("done", style="green")
-    elif tr.stalled or not tr.steps_per_hour or tr.last_step is None or not tr.total_steps:
+    elif not moving or not tr.steps_per_hour or tr.last_step is None or not tr.total_steps:
         line.append("–", style="dim")
     else:
         left = max(0, tr.total_steps - tr.last_step) / tr.steps_per_hour * 3600

@@ -18,6 +18,11 @@ DEFAULT_MIN_SPAN_S = 60.0
 DEFAULT_MIN_SAMPLES = 3
 # A forecast further out than this is not a warning anybody can act on, and is usually a flat line with a wobble.
 DEFAULT_HORIZON_S = 24 * 3600.0
+# A line seen for a minute says nothing about the next hour: a forecast reaches at most this many times the span of
+# samples it rests on (ten minutes of a steady fall: four hours), and only from a fall that is a line at all (the
+# share of the samples' variance the line explains, R²): another tenant's processes coming and going are not a trend.
+DEFAULT_MAX_EXTRAPOLATION = 24.0
+DEFAULT_MIN_R2 = 0.8
 
 
 def _recent(samples: Iterable[tuple[float, float]], window_s: float) -> list[tuple[float, float]]:
@@ -72,12 +77,15 @@ def exhausted_at(
     min_samples: int = DEFAULT_MIN_SAMPLES,
     min_drop: float = 0.0,
     horizon_s: float = DEFAULT_HORIZON_S,
+    max_extrapolation: float = DEFAULT_MAX_EXTRAPOLATION,
+    min_r2: float = DEFAULT_MIN_R2,
 ) -> float | None:
     """Wall time at which a falling quantity reaches zero, from ``(monotonic, wall, value)`` samples.
 
     Only answers when the fitted line falls by at least ``min_drop`` across the window (a significant fall, not a
-    wobble) and reaches zero within ``horizon_s``; the countdown starts from the latest observed value, so a sudden
-    drop shows at once instead of being averaged away.
+    wobble), explains at least ``min_r2`` of the samples' variance (a trend, not noise), and reaches zero within
+    ``horizon_s`` and within ``max_extrapolation`` times the span it was fitted on; the countdown starts from the
+    latest observed value, so a sudden drop shows at once instead of being averaged away.
     """
     points = [
         (mono, wall, value)
@@ -96,10 +104,21 @@ def exhausted_at(
     per_second = slope([(mono, value) for mono, _, value in recent])
     if per_second is None or per_second >= 0 or -per_second * span < min_drop:
         return None
+    if min_r2 > 0 and _r2([(mono, value) for mono, _, value in recent]) < min_r2:
+        return None
     _, latest_wall, latest_value = max(recent, key=lambda p: p[0])
     if latest_value <= 0:
         return latest_wall
     seconds_left = latest_value / -per_second
-    if seconds_left > horizon_s:
+    if seconds_left > horizon_s or seconds_left > max_extrapolation * span:
         return None
     return latest_wall + seconds_left
+
+
+def _r2(points: Sequence[tuple[float, float]]) -> float:
+    """How much of the values' variance a straight line explains (0: none, 1: all); 0 when it cannot be told."""
+    try:
+        r = statistics.correlation([t for t, _ in points], [v for _, v in points])
+    except (statistics.StatisticsError, ValueError, OverflowError, ZeroDivisionError):
+        return 0.0
+    return r * r if math.isfinite(r) else 0.0

@@ -424,6 +424,14 @@ class Finding:
     code: str
     message: str
     since: float | None
+    # What fixes it, said by every view in its own words: an action (a key on the dashboard, ``rlwatch act ACTION``
+    # elsewhere) or, when no action does, the command that does (``rlwatch act rearm``); None when neither does.
+    action: str | None = None
+    command: str | None = None
+
+    def fix_command(self) -> str | None:
+        """The shell command that fixes it, if any: the action's ``rlwatch act`` line, or the command."""
+        return f"rlwatch act {self.action}" if self.action else self.command
 
 
 @dataclass(frozen=True, slots=True)

@@ -55,12 +55,25 @@ class ConfigError(Exception):
     ``line`` and ``key`` are None when they do not apply (an unreadable file has neither).
     """
 
-    def __init__(self, file: str, problem: str, *, line: int | None = None, key: str | None = None) -> None:
+    def __init__(
+        self,
+        file: str,
+        problem: str,
+        *,
+        line: int | None = None,
+        key: str | None = None,
+        more: tuple[ConfigError, ...] = (),
+    ) -> None:
         self.file = _one_line(file)
         self.problem = _one_line(problem)
         self.line = line
         self.key = None if key is None else _one_line(key)
+        self.more = more  # the file's other mistakes, in file order: each is said on a line of its own
         super().__init__(str(self))
+
+    def every(self) -> tuple[ConfigError, ...]:
+        """This mistake and the file's others, in file order."""
+        return (self, *self.more)
 
     def __str__(self) -> str:
         where = self.file if self.line is None else f"{self.file}:{self.line}"
@@ -348,11 +361,9 @@ def _validation_error(name: str, root: Node, exc: ValidationError) -> ConfigErro
         node, _ = _walk(root, loc)
         located.append((_line(node), index, loc, err))
     located.sort(key=lambda item: (item[0], item[1]))
-    line, _, loc, err = located[0]
-    problem = _problem(err)
-    if len(located) > 1:
-        problem += f" (and {len(located) - 1} more)"
-    return ConfigError(name, problem, line=line, key=_loc_text(loc) or None)
+    errors = [ConfigError(name, _problem(err), line=line, key=_loc_text(loc) or None) for line, _, loc, err in located]
+    first = errors[0]
+    return ConfigError(first.file, first.problem, line=first.line, key=first.key, more=tuple(errors[1:]))
 
 
 # ---------------------------------------------------------------------------------------------------------------

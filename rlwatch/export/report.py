@@ -178,7 +178,15 @@ def to_json_dict(s: Snapshot) -> dict[str, Any]:
         }
     )
     findings = [
-        {"severity": f.severity.value, "code": f.code, "message": f.message, "since": iso(f.since)} for f in s.findings
+        {
+            "severity": f.severity.value,
+            "code": f.code,
+            "message": f.message,
+            "since": iso(f.since),
+            "action": f.action,  # what fixes it: an `rlwatch act` action, else a command; null when neither does
+            "command": f.fix_command(),
+        }
+        for f in s.findings
     ]
     rs = s.run_state
     return {
@@ -690,8 +698,9 @@ def _holder_lines(s: Snapshot) -> list[str]:
     if lr is not None and (s.holders or not lr.identified):
         if lr.identified and lr.members:
             pid, why = lr.members[0]
-            more = f" (+{len(lr.members) - 1} more)" if len(lr.members) > 1 else ""
-            lines.append(f"Live run: pid {pid} {why}{more}")
+            others = len(lr.members) - 1
+            more = f" and {others} other process{'es' if others > 1 else ''}" if others else ""
+            lines.append(f"Live run: pid {pid}{more}: {why}")
         elif not lr.identified:
             lines.append(f"Live run: unknown — {lr.why_unknown}")
     if s.holders:

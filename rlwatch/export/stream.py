@@ -78,7 +78,15 @@ def changes(prev: Snapshot | None, cur: Snapshot) -> Iterator[dict[str, Any]]:
     new = {f.code: f for f in cur.findings}
     for code, f in new.items():
         if code not in old:
-            yield {"type": "finding", "time": t, "code": code, "severity": f.severity.value, "message": f.message}
+            yield {
+                "type": "finding",
+                "time": t,
+                "code": code,
+                "severity": f.severity.value,
+                "message": f.message,
+                "action": f.action,
+                "command": f.fix_command(),
+            }
     for code in old.keys() - new.keys():
         yield {"type": "finding_cleared", "time": t, "code": code}
     sources = {src.name: src for src in prev.sources} if prev else {}

@@ -526,7 +526,9 @@ def test_resume_is_refused_while_the_trainer_lives(procs: Procs, host: Host, tmp
     actions = host.actions(resume_command=[sys.executable, "-c", "pass"])
     refused = actions.prepare(RESUME)
     assert refused.plan.refused is not None
-    assert f"trainer is alive (pid {trainer.pid})" in refused.plan.refused and "--force" in refused.plan.refused
+    assert f"trainer is alive (pid {trainer.pid})" in refused.plan.refused
+    # the command that overrides it, as a person types it in a shell (the dashboard has no flags to pass)
+    assert "only `rlwatch act resume --force` overrides this" in refused.plan.refused
     forced = actions.prepare(RESUME, force=True)
     assert forced.plan.runnable and target_pids(forced) == {trainer.pid}
     assert forced.plan.start[0].cmdline == (sys.executable, "-c", "pass")

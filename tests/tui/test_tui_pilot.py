@@ -39,7 +39,7 @@ from rlwatch.common.state import (
 )
 from rlwatch.engine.feed import StaticFeed
 from rlwatch.tui.app import RlwatchApp
-from rlwatch.tui.screens.confirm import ConfirmScreen
+from rlwatch.tui.screens.confirm import ConfirmScreen, RunningScreen
 from rlwatch.tui.screens.help import HelpScreen
 from rlwatch.tui.screens.main import MainScreen
 from rlwatch.widgets.gpu_panel import GpuPanel
@@ -187,9 +187,13 @@ async def test_confirm_executes_the_shown_plan_exactly_once_and_reports_the_resu
         assert await pilot.click("#confirm")
         await settle(pilot)
         await wait_until(pilot, lambda: "done" in status_text(app))
+        assert status_text(app).startswith("✓ kill-zombies done")
+        result = app.screen  # the dialog that ran it says the result in full, until Enter closes it
+        assert isinstance(result, RunningScreen)
+        assert "kill-zombies: done, 2 processes stopped" in text_of(result.query_one("#running-steps", Static))
+        await pilot.press("enter")
+        await pilot.pause()
         assert isinstance(app.screen, MainScreen)
-        assert "kill-zombies: done, 2 processes stopped" in status_text(app)
-        assert any("2 processes stopped" in n.message for n in app._notifications)
     assert feed.executed == [shown]
 
 
@@ -220,13 +224,14 @@ async def test_a_failing_execute_is_reported_not_raised() -> None:
     base = data.feed("gpu-zombie")
     feed = Failing(base.snapshot(), base.lines_after(0), {"kill-zombies": data.zombie_plan()})
     app = make_app(feed)
-    async with app.run_test(size=SIZE) as pilot:
+    async with app.run_test(size=SIZE, notifications=True) as pilot:
         await pilot.press("z")
         await settle(pilot)
         await pilot.click("#confirm")
         await settle(pilot)
         await wait_until(pilot, lambda: "failed" in status_text(app))
-        assert "operation not permitted" in status_text(app)
+        assert status_text(app).startswith("✗ kill-zombies failed")
+        assert "operation not permitted" in text_of(app.screen.query_one("#running-steps", Static))
 
 
 async def test_readonly_hides_action_keys_and_refuses_them() -> None:
@@ -235,7 +240,7 @@ async def test_readonly_hides_action_keys_and_refuses_them() -> None:
     async with app.run_test(size=SIZE) as pilot:
         shown = {b.binding.key for b in app.screen.active_bindings.values() if b.binding.show}
         assert not shown & {"w", "z", "r", "s"}
-        assert {"slash", "e", "p", "q"} <= shown
+        assert {"slash", "e", "k", "d", "q", "question_mark"} <= shown
         for key in ("w", "z", "r", "s"):
             await pilot.press(key)
             await settle(pilot)
@@ -243,9 +248,10 @@ async def test_readonly_hides_action_keys_and_refuses_them() -> None:
         assert "read-only" in status_text(app)
         await pilot.press("question_mark")
         await pilot.pause()
-        help_text = text_of(app.screen.query_one("#help-table", Static))
+        assert isinstance(app.screen, HelpScreen)
+        help_text = app.screen.plain
         assert "Kill GPU zombies" not in help_text
-        assert "Filter the log" in help_text
+        assert "Show only the log lines that match" in help_text
     assert feed.planned == []
     assert feed.executed == []
 
@@ -253,13 +259,13 @@ async def test_readonly_hides_action_keys_and_refuses_them() -> None:
 # ---------------------------------------------------------------------------------------------- log view
 
 
-async def test_slash_filter_narrows_the_log_and_escape_restores() -> None:
+async def test_ampersand_filter_narrows_the_log_and_escape_restores() -> None:
     feed = recording("server-crash")
     app = make_app(feed)
     async with app.run_test(size=SIZE) as pilot:
         view = app.main.query_one(LogView)
         total = view.visible_count
-        await pilot.press("slash")
+        await pilot.press("ampersand")
         await pilot.pause()
         assert app.focused is not None and app.focused.id == "log-filter"
         await pilot.press(*"sigquit", "enter")
@@ -267,10 +273,10 @@ async def test_slash_filter_narrows_the_log_and_escape_restores() -> None:
         assert view.visible_count == 1
         assert "sigquit" in view.visible_text()[0]
         assert app.focused is view
-        await pilot.press("slash", *"engine", "escape")
+        await pilot.press("ampersand", *"engine", "escape")
         await pilot.pause()
         assert view.filter.text == "sigquit"  # escape restores the filter from before the edit
-        await pilot.press("slash", "ctrl+a", "ctrl+k", "enter")
+        await pilot.press("ampersand", "ctrl+a", "ctrl+k", "enter")
         await pilot.pause()
         assert view.visible_count == total
 
@@ -280,7 +286,7 @@ async def test_invalid_regex_falls_back_to_literal_text() -> None:
     feed.append(["value ab[c here", "abc without bracket"])
     app = make_app(feed)
     async with app.run_test(size=SIZE) as pilot:
-        await pilot.press("slash", *"ab[c", "enter")
+        await pilot.press("ampersand", *"ab[c", "enter")
         await pilot.pause()
         view = app.main.query_one(LogView)
         assert view.visible_text() == ["value ab[c here"]
@@ -288,14 +294,14 @@ async def test_invalid_regex_falls_back_to_literal_text() -> None:
         assert "bad regex" in bar
 
 
-async def test_e_cycles_the_event_kind_filter_most_severe_first() -> None:
+async def test_k_cycles_the_event_kind_filter_most_severe_first() -> None:
     feed = recording("server-crash")
     app = make_app(feed)
     async with app.run_test(size=SIZE) as pilot:
         view = app.main.query_one(LogView)
         seen: list[str | None] = []
         for _ in range(8):
-            await pilot.press("e")
+            await pilot.press("k")
             await pilot.pause()
             seen.append(view.filter.kind)
             if view.filter.kind is not None:
@@ -320,22 +326,26 @@ async def test_clicking_an_event_row_filters_the_log_to_that_kind() -> None:
         assert "traceback" in detail and "64 total" in detail
 
 
-async def test_p_pauses_new_lines_and_resuming_shows_them() -> None:
+async def test_p_stops_following_new_lines_wait_below_and_p_follows_again() -> None:
     feed = recording("healthy")
     app = make_app(feed, live=True)
     async with app.run_test(size=SIZE) as pilot:
         view = app.main.query_one(LogView)
         await wait_until(pilot, lambda: view.total_count == len(feed.lines_after(0)))
-        shown = view.visible_count
-        await pilot.press("p")
+        await pilot.press("6", "home")  # to the top: following stops
+        await pilot.pause()
+        assert not view.following and view.scroll_y == 0
         feed.append(["new line one", "new line two"])
-        await wait_until(pilot, lambda: view.pending_count == 2)
-        assert view.visible_count == shown
-        assert "PAUSED" in text_of(app.main.query_one("#log-bar", Static))
+        await wait_until(pilot, lambda: view.new_below == 2)
+        assert view.scroll_y == 0  # the view stays where the person put it
+        bar = text_of(app.main.query_one("#log-bar", Static))
+        assert "STILL" in bar and "+2 new" in bar
         await pilot.press("p")
         await pilot.pause()
-        assert view.visible_count == shown + 2
+        assert view.following and view.scroll_y == view.max_scroll_y
         assert view.visible_text()[-1] == "new line two"
+        await pilot.press("p")
+        assert not view.following
 
 
 class PokingFeed(RecordingFeed):
@@ -426,15 +436,21 @@ async def test_question_mark_opens_help_listing_every_key() -> None:
         await pilot.press("question_mark")
         await pilot.pause()
         assert isinstance(app.screen, HelpScreen)
-        help_text = text_of(app.screen.query_one("#help-table", Static))
+        assert isinstance(app.screen, HelpScreen)
+        help_text = app.screen.plain
         for fragment in (
             "Restart workers",
             "Kill GPU zombies",
             "Resume training",
             "Restart inference server",
-            "Filter the log",
+            "Search the log",
+            "Show only the log lines that match",
             "event kind",
-            "Pause the log",
+            "Stop following",
+            "error or failure line",
+            "Wrap long lines",
+            "List every finding",
+            "Scroll the plan",
             "Focus a panel",
             "next panel",
             "Quit",
@@ -471,10 +487,16 @@ async def test_m_maximizes_the_focused_panel_and_restores() -> None:
     async with app.run_test(size=SIZE) as pilot:
         await pilot.press("6", "m")
         await pilot.pause()
-        assert app.screen.maximized is not None and app.screen.maximized.id == "p6"
+        panel = app.main.maximized_panel
+        assert panel is not None and panel.id == "p6"
+        # the header and a one-line alert stay above it
+        assert app.main.query_one(HeaderBar).region.height == 1
+        banner = app.main.query_one("#findings")
+        assert banner.region.height == 1 and banner.region.y == 1
+        assert panel.region.y == 2
         await pilot.press("m")
         await pilot.pause()
-        assert app.screen.maximized is None
+        assert app.main.maximized_panel is None
 
 
 async def test_a_shows_event_kinds_at_zero() -> None:
@@ -576,7 +598,7 @@ async def test_log_view_keeps_a_bounded_tail() -> None:
         await pilot.pause()
         assert view.total_count == view.visible_count == 5000
         assert view.visible_text()[-1] == "line 5999"
-        await pilot.press("slash", *"line 1", "enter")
+        await pilot.press("ampersand", *"line 1", "enter")
         await pilot.pause()
         assert view.visible_text()[0] == "line 1000"  # filtering works on what is kept
 

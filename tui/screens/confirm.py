@@ -1,25 +1,38 @@
-"""The confirmation dialog every action goes through.
+"""The confirmation dialog every action goes through, and the one that stays while the action runs.
 
 It lists each process the action would signal (pid, user, age, command line, GPU memory, role, why) and the
 steps in order, with Cancel focused, so a stray Enter never kills anything. A refused plan shows why and offers
 only Close. Command lines come from other processes and are shown as escaped plain text.
+
+The plan scrolls (↑ ↓ PgUp PgDn) between a title and buttons that always stay on screen: on an 80x24 terminal a
+plan of two targets and three steps is taller than the room, and Cancel and Confirm must never be pushed off it.
+On a narrow screen each target is a block of lines (its command whole, its reason wrapped) instead of a table row
+whose command would be cut to a few characters.
 """
 
 from __future__ import annotations
 
+from typing import Any, TypeVar
+
+from rich.console import Group
 from rich.table import Table
 from rich.text import Text
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.screen import ModalScreen
+from textual.widget import Widget
 from textual.widgets import Button, Static
 
-from rlwatch.common.state import ActionPlan, ActionTarget
+from rlwatch.common.state import ActionPlan, ActionResult, ActionTarget
 from rlwatch.tui.keys import ACTION_TITLES
 from rlwatch.widgets.format import clean_text, fmt_bytes, fmt_cmdline, fmt_duration
 
+ResultT = TypeVar("ResultT")
+
 COMMAND_WIDTH = 72
+NARROW_BELOW = 100  # terminal columns under which targets are blocks of lines, not table rows
+SHORT_BELOW = 32  # terminal rows under which dialogs drop their padding and margins
 
 
 def targets_table(targets: tuple[ActionTarget, ...]) -> Table:
@@ -50,55 +63,133 @@ def targets_table(targets: tuple[ActionTarget, ...]) -> Table:
     return table
 
 
+def targets_blocks(targets: tuple[ActionTarget, ...]) -> Text:
+    """Each target as lines: ``pid 31337  root  1h49m  18.2 GB  stray``, its whole command, why (wrapped)."""
+    out = Text(end="")
+    for i, t in enumerate(targets):
+        if i:
+            out.append("\n")
+        out.append(f"pid {t.pid}" if t.pid is not None else "new process", style="bold")
+        facts = [clean_text(t.user) if t.user else "", fmt_duration(t.age_s) if t.age_s is not None else ""]
+        if t.gpu_mem_bytes is not None:
+            facts.append(f"{fmt_bytes(t.gpu_mem_bytes)} GPU")
+        facts.append(clean_text(t.role or "–"))
+        out.append("  " + "  ".join(f for f in facts if f))
+        out.append("\n  " + fmt_cmdline(t.cmdline, 400), style="dim")
+        if t.reason:
+            out.append("\n  ↳ " + clean_text(t.reason, 300), style="yellow")
+    return out
+
+
 def steps_text(steps: tuple[str, ...]) -> Text:
     out = Text(no_wrap=False, end="")
     for i, step in enumerate(steps, start=1):
         if i > 1:
             out.append("\n")
         out.append(f"{i}. ", style="bold")
-        out.append(clean_text(step, 200))
+        out.append(clean_text(step, 400))
     return out
 
 
-class ConfirmScreen(ModalScreen[bool]):
+def fit_body(screen: ModalScreen[Any], body: Widget, dialog: Widget) -> None:
+    """Cap a dialog's scrolling body so that the whole dialog fits the screen: its title and buttons never leave
+    it. (CSS cannot say "what is left of an auto-height box"; this measures it once laid out.)"""
+    others = sum(c.outer_size.height for c in dialog.children if c is not body and c.display)
+    around = dialog.styles.gutter.height + dialog.styles.margin.height + body.styles.margin.height + others
+    room = max(3, screen.size.height - around)
+    if body.styles.max_height is None or body.styles.max_height.value != room:
+        body.styles.max_height = room
+
+
+class FittedDialog(ModalScreen[ResultT]):
+    """A modal whose ``.dialog-body`` scrolls between a title and buttons that always stay on screen. Ctrl-C quits
+    from it too (a modal screen hides the app's own keys)."""
+
+    BINDINGS = [Binding("ctrl+c", "app.help_quit", "quit", show=False)]
+
+    def on_mount(self) -> None:
+        self.set_class(self.app.size.height < SHORT_BELOW, "-short-dialog")
+        self.call_after_refresh(self._fit)
+
+    def on_resize(self) -> None:
+        self.set_class(self.app.size.height < SHORT_BELOW, "-short-dialog")
+        self.call_after_refresh(self._fit)
+
+    def _fit(self) -> None:
+        for body in self.query(".dialog-body"):
+            dialog = body.parent
+            if isinstance(dialog, Widget):
+                fit_body(self, body, dialog)
+
+
+class ConfirmScreen(FittedDialog[bool]):
     """Returns ``True`` only when Confirm is pressed."""
 
-    BINDINGS = [Binding("escape", "cancel", "Cancel")]
+    BINDINGS = [
+        Binding("escape", "cancel", "Cancel"),
+        Binding("up", "scroll(-1)", show=False),
+        Binding("down", "scroll(1)", show=False),
+        Binding("pageup", "page(-1)", show=False),
+        Binding("pagedown", "page(1)", show=False),
+        Binding("home", "scroll_to(0)", show=False),
+        Binding("end", "scroll_to(-1)", show=False),
+        Binding("left", "app.focus_previous", show=False),
+        Binding("right", "app.focus_next", show=False),
+    ]
 
-    def __init__(self, plan: ActionPlan) -> None:
+    def __init__(self, plan: ActionPlan, *, narrow: bool | None = None) -> None:
         super().__init__()
         self.plan = plan
+        self.narrow = narrow
 
     def compose(self) -> ComposeResult:
         plan = self.plan
         title = ACTION_TITLES.get(plan.action, plan.action)
+        narrow = self.narrow if self.narrow is not None else self.app.size.width < NARROW_BELOW
         with Vertical(id="confirm-dialog", classes="dialog"):
             if not plan.runnable:
                 yield Static(Text(f"{title}: refused", style="bold"), classes="dialog-title")
-                yield Static(Text(clean_text(plan.refused or "", 300), style="yellow"), id="refused")
+                with VerticalScroll(id="confirm-body", classes="dialog-body", can_focus=False):
+                    yield Static(Text(clean_text(plan.refused or "", 600), style="yellow"), id="refused")
                 with Horizontal(classes="dialog-buttons"):
-                    yield Button("Close", id="close", variant="primary")
+                    yield Button("Close", id="close", variant="primary", compact=narrow)
                 return
             count = len(plan.targets)
             heading = f"{title}: {count} target{'s' if count != 1 else ''}" if count else title
             yield Static(Text(heading + "?", style="bold"), classes="dialog-title")
-            with VerticalScroll(id="confirm-body", can_focus=False):
+            with VerticalScroll(id="confirm-body", classes="dialog-body", can_focus=False):
                 if plan.targets:
                     yield Static(Text("Will signal", style="bold underline"), classes="dialog-section")
-                    yield Static(targets_table(plan.targets), id="targets")
+                    yield Static(targets_blocks(plan.targets) if narrow else targets_table(plan.targets), id="targets")
                 if plan.start:
                     yield Static(Text("Will start", style="bold underline"), classes="dialog-section")
-                    yield Static(targets_table(plan.start), id="start")
+                    yield Static(targets_blocks(plan.start) if narrow else targets_table(plan.start), id="start")
                 if plan.steps:
                     yield Static(Text("Steps", style="bold underline"), classes="dialog-section")
                     yield Static(steps_text(plan.steps), id="steps")
             with Horizontal(classes="dialog-buttons"):
-                yield Button("Cancel", id="cancel", variant="primary")
-                yield Button("Confirm", id="confirm", variant="error")
+                yield Static(Text("↑↓ scroll the plan · Esc cancels", style="dim"), classes="dialog-hint")
+                yield Button("Cancel", id="cancel", variant="primary", compact=narrow)
+                yield Button("Confirm", id="confirm", variant="error", compact=narrow)
 
     def on_mount(self) -> None:
+        super().on_mount()
         # Cancel (or Close) has the focus, whatever the widget order: Enter alone never confirms.
         self.query_one("#cancel" if self.plan.runnable else "#close", Button).focus()
+
+    @property
+    def body(self) -> VerticalScroll:
+        return self.query_one("#confirm-body", VerticalScroll)
+
+    def action_scroll(self, rows: int) -> None:
+        self.body.scroll_relative(y=rows, animate=False)
+
+    def action_page(self, pages: int) -> None:
+        self.body.scroll_relative(y=pages * max(1, self.body.size.height - 1), animate=False)
+
+    def action_scroll_to(self, where: int) -> None:
+        body = self.body
+        body.scroll_to(y=0 if where == 0 else body.max_scroll_y, animate=False)
 
     def on_button_pressed(self, event: Button.Pressed) -> None:
         event.stop()
@@ -106,3 +197,66 @@ class ConfirmScreen(ModalScreen[bool]):
 
     def action_cancel(self) -> None:
         self.dismiss(False)
+
+
+class RunningScreen(ModalScreen[None]):
+    """Shown while a confirmed action runs: nothing else can be asked for, and quitting waits for it. When the result
+    comes it stays, saying what was done in full and what comes next, until Enter or Esc closes it (a notification
+    in a corner is easy to miss after a night without sleep, and it covered the next step)."""
+
+    BINDINGS = [
+        Binding("ctrl+c,q", "quit_when_done", show=False, priority=True),
+        Binding("escape,enter", "close", show=False, priority=True),
+    ]
+
+    def __init__(self, plan: ActionPlan) -> None:
+        super().__init__()
+        self.plan = plan
+        self.result: ActionResult | None = None
+
+    def compose(self) -> ComposeResult:
+        title = ACTION_TITLES.get(self.plan.action, self.plan.action)
+        with Vertical(id="running-dialog", classes="dialog"):
+            yield Static(Text(f"{title}: running…", style="bold"), classes="dialog-title", id="running-title")
+            yield Static(
+                Group(
+                    steps_text(self.plan.steps),
+                    Text(
+                        "\nEvery signal and start is written to the audit log. The result shows here when it is done; "
+                        "quitting waits for it.",
+                        style="dim",
+                    ),
+                ),
+                id="running-steps",
+            )
+
+    def show_result(self, result: ActionResult, next_step: Text | None) -> None:
+        """The action ended: say how, in full, and what to do next."""
+        self.result = result
+        title = ACTION_TITLES.get(self.plan.action, self.plan.action)
+        head = Text(f"{'✓' if result.ok else '✗'} {title}: {'done' if result.ok else 'failed'}", style="bold")
+        head.stylize("green" if result.ok else "red", 0, 1)
+        self.query_one("#running-title", Static).update(head)
+        body = Text(clean_text(result.message, 2000), style="" if result.ok else "red")
+        body.append("\n\n")
+        if next_step is not None:
+            body.append("Next: ", style="bold")
+            body.append_text(next_step)
+        else:
+            body.append("Nothing else to do, by the findings so far.", style="dim")
+        body.append("\n\nEnter or Esc closes.", style="dim")
+        self.query_one("#running-steps", Static).update(body)
+
+    def action_close(self) -> None:
+        if self.result is not None:
+            self.dismiss(None)
+
+    def action_quit_when_done(self) -> None:
+        if self.result is not None:
+            self.app.exit()
+            return
+        self.notify(
+            f"{self.plan.action} is running: it finishes first (it stops nothing halfway)",
+            severity="warning",
+            timeout=4,
+        )

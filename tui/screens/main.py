@@ -20,19 +20,21 @@ from textual.app import ComposeResult
 from textual.containers import Horizontal, ScrollableContainer
 from textual.message import Message
 from textual.screen import Screen
-from textual.widgets import Footer, Input, Static
+from textual.widgets import Input, Static
 
 from rlwatch.common.clock import Clock
-from rlwatch.common.state import ActionPlan, ActionResult, Snapshot
+from rlwatch.common.state import ActionPlan, ActionResult, Finding, Snapshot
 from rlwatch.engine.feed import Feed
-from rlwatch.tui.keys import ACTION_KEYS, ACTION_TITLES, bindings
-from rlwatch.tui.screens.confirm import ConfirmScreen
+from rlwatch.tui.keys import ACTION_KEYS, ACTION_LABELS, ACTION_TITLES, bindings
+from rlwatch.tui.screens.confirm import ConfirmScreen, RunningScreen
+from rlwatch.tui.screens.findings import FindingsScreen
 from rlwatch.tui.screens.help import HelpScreen
 from rlwatch.widgets.events_panel import EventsPanel
-from rlwatch.widgets.findings import FindingsBanner
+from rlwatch.widgets.findings import FindingsBanner, command_line
 from rlwatch.widgets.format import clean_text
 from rlwatch.widgets.gpu_panel import GpuPanel
 from rlwatch.widgets.header import HeaderBar
+from rlwatch.widgets.keybar import KeyBar
 from rlwatch.widgets.log_view import LogPanel, LogView
 from rlwatch.widgets.memory_panel import MemoryPanel
 from rlwatch.widgets.panel import Panel
@@ -45,6 +47,15 @@ STALE_AFTER_S = 15.0  # a live snapshot older than this is flagged: the engine h
 NARROW_BELOW = 100
 SHORT_BELOW = 32
 FOCUS_TARGETS = {1: "#p1", 2: "#p2", 3: "#events-table", 4: "#p4", 5: "#process-table", 6: "#log-view"}
+NEXT_STEP_FOR_S = 600.0  # after an action, the status line says what comes next for this long
+IDLE_HINT = "d findings · m maximize · 1-6 panels · / search log · ? help"
+
+
+def banner_rows(height: int, maximized: bool) -> int:
+    """How many rows the findings banner may take: one on a short terminal or over a maximised panel."""
+    if maximized or height < SHORT_BELOW:
+        return 1
+    return 5 if height < 50 else 8
 
 
 def _next_in_cycle(items: list[str], current: str | None) -> str | None:
@@ -73,6 +84,8 @@ class MainScreen(Screen[None]):
         self.snapshot: Snapshot | None = None
         self._poked = threading.Event()  # a Changed message is queued and not yet handled
         self._drawn_at = float("-inf")  # monotonic time of the last refresh (pacing, not data: the real clock)
+        self.running: ActionPlan | None = None  # the action being executed, if any
+        self._done: tuple[ActionResult, float] | None = None  # the last action's result and when (monotonic)
 
     def compose(self) -> ComposeResult:
         yield HeaderBar(id="header")
@@ -88,15 +101,16 @@ class MainScreen(Screen[None]):
                 yield ProcessPanel("5 processes", id="p5")
                 yield LogPanel("6 log", id="p6")
         yield TextBlock(id="status-line")
-        yield Footer()
+        yield KeyBar(id="keybar")
 
     def on_mount(self) -> None:
         self._fit(self.app.size.width, self.app.size.height)
         if self.app.size.width < NARROW_BELOW:
             self.query_one("#p1").focus()  # stacked panels: start at the top, not scrolled to the events table
         self.query_one("#log-filter", Input).cursor_blink = self.live
-        readonly = " · read-only: actions disabled" if self.feed.readonly else ""
-        self.set_status(Text(f"? help · m maximize panel · / filter log{readonly}", style="dim"))
+        self.query_one(FindingsBanner).readonly = self.feed.readonly
+        readonly = "read-only: actions disabled · " if self.feed.readonly else ""
+        self.set_status(Text(readonly + IDLE_HINT, style="dim"))
         self.refresh_data()
         if self.live:
             self.set_interval(self.refresh_s, self.refresh_data)
@@ -128,9 +142,11 @@ class MainScreen(Screen[None]):
         self._fit(event.size.width, event.size.height)
 
     def _fit(self, width: int, height: int) -> None:
-        """Small terminals stack the panels in one scrolling column instead of squeezing them."""
+        """Small terminals stack the panels in one scrolling column instead of squeezing them, and keep the banner
+        to one line (its first finding, its key, how many more)."""
         self.set_class(width < NARROW_BELOW, "-narrow")
         self.set_class(height < SHORT_BELOW, "-short")
+        self.query_one(FindingsBanner).set_rows(banner_rows(height, self.has_class("-max")))
 
     # ------------------------------------------------------------------ data
 
@@ -167,6 +183,8 @@ class MainScreen(Screen[None]):
     def apply(self, snap: Snapshot) -> None:
         self.snapshot = snap
         self.query_one(FindingsBanner).show(snap)
+        if self._done is not None and self.running is None:
+            self._say_done()
         self.log_view.severity.update({kind: e.severity for kind, e in snap.events.items()})
         for panel in self.query(Panel):
             try:
@@ -181,7 +199,7 @@ class MainScreen(Screen[None]):
     # ------------------------------------------------------------------ keys
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
-        # Read-only hides the action keys from the footer; the key then reaches on_key for the notice.
+        # Read-only hides the action keys from the key bar; the key then reaches on_key for the notice.
         return not (action == "request" and self.feed.readonly)
 
     def on_key(self, event: events.Key) -> None:
@@ -190,9 +208,17 @@ class MainScreen(Screen[None]):
             self.notify("read-only: actions are disabled", severity="warning", timeout=3)
             self.set_status(Text("read-only: actions are disabled", style="bold yellow"))
 
+    def action_quit(self) -> None:
+        """q and Ctrl-C quit (as in htop and k9s); an action that runs finishes first."""
+        if self.running is not None:
+            self.notify(f"{self.running.action} is running: it finishes first", severity="warning", timeout=4)
+            return
+        self.app.exit()
+
     def action_request(self, action: str) -> None:
         if self.feed.readonly:  # pragma: no cover - check_action hides it; kept as the last guard
             return
+        self._done = None
         self.set_status(Text(f"{ACTION_TITLES.get(action, action)}: planning…", style="dim"))
         self._plan(action)
 
@@ -209,6 +235,8 @@ class MainScreen(Screen[None]):
             title = ACTION_TITLES.get(plan.action, plan.action)
             if confirmed and plan.runnable:
                 self.set_status(Text(f"{title}: running…", style="bold"))
+                self.running = plan
+                self.app.push_screen(RunningScreen(plan))
                 self._execute(plan)
             elif plan.runnable:
                 self.set_status(Text(f"{title}: cancelled, nothing was done", style="dim"))
@@ -229,13 +257,68 @@ class MainScreen(Screen[None]):
         self.app.call_from_thread(self._report, result)
 
     def _report(self, result: ActionResult) -> None:
-        message = clean_text(result.message, 300)
-        self.notify(message, severity="information" if result.ok else "error", markup=False)
-        style = "bold green" if result.ok else "bold red"
-        self.set_status(Text(("✓ " if result.ok else "✗ ") + message, style=style))
+        self.running = None
+        self._done = (result, time.monotonic())
+        dialog = self.app.screen
+        if isinstance(dialog, RunningScreen):
+            dialog.result = result
+        self._say_done()
+
+    def _say_done(self) -> None:
+        """The last action's outcome, and what to do next: the worst finding that a key or command fixes (not the
+        action just done: its own finding may take a sampling round to clear)."""
+        if self._done is None:
+            return
+        result, at = self._done
+        if time.monotonic() - at > NEXT_STEP_FOR_S:
+            self._done = None
+            return
+        step = next_step(self.snapshot, result.action, readonly=self.feed.readonly)
+        dialog = self.app.screen
+        if isinstance(dialog, RunningScreen) and dialog.result is result:
+            dialog.show_result(result, step)  # the dialog that ran it follows the findings too, while it is open
+        tail = Text(no_wrap=True, end="")
+        if step is not None:
+            tail.append("  next: ", style="bold")
+            tail.append_text(step)
+        elif result.ok and self.snapshot is not None and not any(f.severity.rank <= 1 for f in self.snapshot.findings):
+            tail.append("  nothing else to do", style="dim")
+        # The result in full is in the dialog that ran it; here the outcome in two words, and the next step.
+        line = Text(
+            f"{'✓' if result.ok else '✗'} {result.action} {'done' if result.ok else 'failed'}",
+            style="bold green" if result.ok else "bold red",
+            no_wrap=True,
+            end="",
+        )
+        line.append_text(tail)
+        self.set_status(line)
+
+    def action_findings(self) -> None:
+        if self.snapshot is None:
+            return
+
+        def chosen(action: str | None) -> None:
+            if action is not None:
+                self.action_request(action)
+
+        self.app.push_screen(FindingsScreen(self.snapshot, readonly=self.feed.readonly), chosen)
+
+    def _log_panel(self) -> LogPanel:
+        return self.query_one(LogPanel)
+
+    def action_search(self) -> None:
+        self._log_panel().open_search()
 
     def action_filter(self) -> None:
-        self.query_one(LogPanel).open_filter()
+        self._log_panel().open_filter()
+
+    def action_next_error(self) -> None:
+        self.log_view.focus()
+        self.log_view.next_error(1)
+
+    def action_previous_error(self) -> None:
+        self.log_view.focus()
+        self.log_view.next_error(-1)
 
     def action_cycle_kind(self) -> None:
         view = self.log_view
@@ -248,21 +331,55 @@ class MainScreen(Screen[None]):
         view.set_filter(replace(view.filter, path=_next_in_cycle(paths, view.filter.path)))
 
     def action_toggle_pause(self) -> None:
-        self.log_view.set_paused(not self.log_view.paused)
+        self.log_view.set_paused(self.log_view.following)
 
     def action_toggle_zero(self) -> None:
         self.query_one(EventsPanel).toggle_zero()
 
+    # ------------------------------------------------------------------ maximise
+
+    @property
+    def maximized_panel(self) -> Panel | None:
+        found = [p for p in self.query(Panel) if p.has_class("-maximized")]
+        return found[0] if found else None
+
+    def _panel_of(self, widget: object) -> Panel | None:
+        node = widget
+        while node is not None and not isinstance(node, Panel):
+            node = getattr(node, "parent", None)
+        return node
+
     def action_toggle_maximize(self) -> None:
-        if self.maximized is not None:
-            self.minimize()
-        elif self.focused is not None:
-            self.maximize(self.focused)
+        """Fill the body with the focused panel. Unlike Textual's own maximise, the header and a one-line alert stay
+        above it: a new CRITICAL must not be hidden behind a full-screen log."""
+        if self.maximized_panel is not None:
+            self._set_maximized(None)
+        else:
+            self._set_maximized(self._panel_of(self.focused))
+
+    def _set_maximized(self, panel: Panel | None) -> None:
+        for p in self.query(Panel):
+            p.set_class(p is panel, "-maximized")
+        for row in self.query(".row"):
+            row.set_class(panel is not None and panel in row.children, "-max-row")
+        self.set_class(panel is not None, "-max")
+        self.query_one(FindingsBanner).set_rows(banner_rows(self.size.height, panel is not None))
+        self.log_view.set_maximized(isinstance(panel, LogPanel))
+        if panel is not None:
+            self.query_one("#body").scroll_to(y=0, animate=False)
 
     def action_focus_panel(self, number: int) -> None:
         target = FOCUS_TARGETS.get(number)
-        if target:
-            self.query_one(target).focus()
+        if not target:
+            return
+        widget = self.query_one(target)
+        panel = self._panel_of(widget)
+        if self.maximized_panel is not None and panel is not None:
+            self._set_maximized(panel)
+        widget.focus(scroll_visible=False)
+        if panel is not None:
+            # the whole panel, its title first: the focused table inside may be lower than the panel's top
+            self.query_one("#body").scroll_to_widget(panel, animate=False, top=True)
 
     def action_help(self) -> None:
         self.app.push_screen(HelpScreen(readonly=self.feed.readonly))
@@ -270,4 +387,25 @@ class MainScreen(Screen[None]):
     def on_events_panel_kind_selected(self, message: EventsPanel.KindSelected) -> None:
         view = self.log_view
         view.set_filter(replace(view.filter, kind=message.kind))
-        self.set_status(Text(f"log: showing {clean_text(message.kind)} lines (e cycles, then all)", style="dim"))
+        self.set_status(Text(f"log: showing {clean_text(message.kind)} lines (k cycles, then all)", style="dim"))
+
+
+def next_step(snap: Snapshot | None, done: str | None, *, readonly: bool = False) -> Text | None:
+    """``r resume — Inference server … is down``: the worst finding a key or command fixes, other than ``done``."""
+    if snap is None:
+        return None
+    candidates: list[Finding] = [
+        f for f in snap.findings if (f.action and f.action != done) or (not f.action and f.command)
+    ]
+    if not candidates:
+        return None
+    f = min(candidates, key=lambda f: f.severity.rank)
+    out = Text(no_wrap=True, end="")
+    if f.action and not readonly:
+        key = next(k for k, a in ACTION_KEYS.items() if a == f.action)
+        out.append(f" {key} ", style="bold black on cyan")
+        out.append(f" {ACTION_LABELS[f.action]}", style="bold")
+    else:
+        out.append("$ " + clean_text(command_line(f.fix_command() or "", snap.run_dir)), style="bold")
+    out.append(f" — {clean_text(f.message, 120)}", style="dim")
+    return out

@@ -107,7 +107,8 @@ def crashes(s: Snapshot, ctx: Context) -> Iterator[Finding]:
         yield Finding(
             WARN,
             "crashed",
-            f"Last exception: {_short(last.title)}{where} ({_file(last)}, {incident_text(last, s.time)}).",
+            f"Last exception: {_short(last.title)}{where} "
+            f"({_file(last)}, {incident_text(last, s.time, said=_file(last))}).",
             exact_time(last),
         )
 
@@ -141,7 +142,7 @@ def _torchrun_finding(s: Snapshot, failed: Incident) -> Finding:
     cause = failed.cause
     if cause is not None:
         why = f", after {_short(cause.title)}" + (f" at {cause.location}" if cause.location else "")
-        why += f" ({_file(cause)}, {incident_text(cause, s.time)})"
+        why += f" ({_file(cause)}, {incident_text(cause, s.time, said=_file(cause))})"
     elif root.error and not root.error.startswith(("Signal ", "To enable traceback")):
         why = f": {_short(root.error)}"
     else:
@@ -217,6 +218,6 @@ def _nccl_text(s: Snapshot, ev: EventSummary) -> str:
             continue
         limit = f", timeout {c.timeout_ms} ms" if c.timeout_ms is not None else ""
         rank = f"rank {c.rank} " if c.rank is not None else ""
-        shown.append(f"{rank}{c.op} SeqNum={c.seq}{limit} ({_file(i)}, {incident_text(i, s.time)})")
+        shown.append(f"{rank}{c.op} SeqNum={c.seq}{limit} ({_file(i)}, {incident_text(i, s.time, said=_file(i))})")
     more = f" and {n - 3} more" if n > 3 else ""
     return f"{head}: " + "; ".join(shown) + more if shown else head

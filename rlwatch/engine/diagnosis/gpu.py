@@ -40,9 +40,9 @@ def gpu(s: Snapshot, ctx: Context) -> Iterator[Finding]:
         yield Finding(
             CRIT if busy_now else WARN,
             "gpu_strays",
-            f"{len(strays)} stray process(es) hold the GPU (pid {pids}): {strays[0].reason}.{mode}"
-            " Kill them with key z.",
+            f"{len(strays)} stray process(es) hold the GPU (pid {pids}): {strays[0].reason}.{mode}",
             min(h.create_time for h in strays),
+            action="kill-zombies",
         )
     if unknown:
         first = unknown[0]
@@ -53,6 +53,7 @@ def gpu(s: Snapshot, ctx: Context) -> Iterator[Finding]:
             f"{len(unknown)} process(es) outside the live run hold the GPU (pid {pids}) and rlwatch cannot tell "
             f"what they are — pid {first.pid}: {first.evidence}. It will not stop them on its own.",
             min(h.create_time for h in unknown),
+            command=f"rlwatch act kill-zombies --pid {first.pid}",
         )
     outside = [g for g in s.gpus if g.outside_bytes and g.outside_bytes >= OUTSIDE_MIN_BYTES]
     if outside:
@@ -78,6 +79,7 @@ def gpu(s: Snapshot, ctx: Context) -> Iterator[Finding]:
             f"{busy} 'CUDA-capable device(s) is/are busy or unavailable' errors{per_file(s, 'cuda_busy')}, "
             f"last {last_text(ev, s.time)}" + ("; the device has been usable since." if history else "."),
             exact_first(ev),
+            action="kill-zombies" if strays and not history else None,  # the strays are what holds it
         )
     if s.gpu is not None and not s.gpu.available and s.gpu.backend != "none":
         yield Finding(INFO, "gpu_unavailable", f"GPU data not available: {s.gpu.error}.", None)

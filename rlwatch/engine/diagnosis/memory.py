@@ -58,6 +58,7 @@ def memory(s: Snapshot, ctx: Context) -> Iterator[Finding]:
                 "over_memory_limit",
                 f"{p.name} (pid {p.pid}) uses {human_bytes(p.rss_bytes)}, over its {human_bytes(limit)} limit.",
                 None,
+                action=_restart(p.role),
             )
         growth = p.rss_growth_bytes_per_hour
         if p.alive and growth is not None and growth >= th.leak_bytes_per_hour:
@@ -70,6 +71,7 @@ def memory(s: Snapshot, ctx: Context) -> Iterator[Finding]:
                 f"{p.name} (pid {p.pid}) grows {human_bytes(growth)}/h, now {human_bytes(p.rss_bytes)}{when}. "
                 "Only restarting it frees leaked memory.",
                 p.started_at,
+                action=_restart(p.role),
             )
 
 
@@ -83,8 +85,20 @@ def brake(s: Snapshot, ctx: Context) -> Iterator[Finding]:
             CRIT,
             "brake_no_relief",
             f"Emergency brake fired {ev.streak} times in a row ({ev.count} in all, {ev.rate_per_min:.1f}/min) "
-            "and memory is not coming back: the brake cannot free leaked memory, restart the worker (key w).",
+            "and memory is not coming back: the brake cannot free leaked memory, only restarting the worker does.",
             exact_first(ev),
+            action="restart-workers",
         )
     else:
-        yield Finding(WARN, "brake", f"Emergency brake fired {ev.count} times (streak {ev.streak}).", exact_first(ev))
+        yield Finding(
+            WARN,
+            "brake",
+            f"Emergency brake fired {ev.count} times (streak {ev.streak}).",
+            exact_first(ev),
+            action="restart-workers",
+        )
+
+
+def _restart(role: str) -> str | None:
+    """The action that restarts a process of ``role``: workers have one; a trainer or server is another matter."""
+    return "restart-workers" if role == "worker" else None

@@ -38,39 +38,58 @@ def server_down(s: Snapshot, ctx: Context) -> Iterator[Finding]:
             srv.down_since,
         )
     elif srv is not None and srv.up is False:
-        proc = next((p for p in s.processes if p.alive and p.pid == srv.pid), None)
+        # The probe may have run before the process list saw the server (a start a second old): its process is then
+        # the live one of the server role.
+        proc = next((p for p in s.processes if p.alive and p.pid == srv.pid), None) or next(
+            (p for p in s.processes if p.alive and p.role == "server" and srv.pid is None), None
+        )
+        alive = srv.process_alive or proc is not None
         ready = s.events.get("server_ready")
         # ``last`` is the earliest the last ready line can be: ready after the start only when that is sure.
         was_ready = bool(proc and ready and ready.last is not None and ready.last >= proc.started_at)
         young = proc is not None and s.time - proc.started_at < ctx.server_start_timeout_s
-        if proc and srv.process_alive and young and not was_ready and not refused:
+        if proc and alive and young and not was_ready and not refused:
             age = s.time - proc.started_at
             yield Finding(
                 INFO,
                 "server_starting",
-                f"Inference server process {srv.pid} started {human_duration(age)} ago and is not answering yet "
+                f"Inference server process {proc.pid} started {human_duration(age)} ago and is not answering yet "
                 f"({srv.error or 'no answer'}); it has {human_duration(ctx.server_start_timeout_s - age)} left to "
                 "come up.",
                 proc.started_at,
             )
             return
+        launching = _launching(s, ctx)
+        if proc is None and launching is not None and not refused:
+            # A run that is starting: its launcher lives, no step yet, nothing refused. Its server comes later.
+            yield Finding(
+                INFO,
+                "server_starting",
+                f"The run started {human_duration(s.time - launching)} ago and its inference server is not up yet "
+                f"({srv.error or 'no answer'} at {srv.url}); it has "
+                f"{human_duration(ctx.server_start_timeout_s - (s.time - launching))} left to come up.",
+                launching,
+            )
+            return
         silent_for = None if srv.down_since is None else s.time - srv.down_since
-        if srv.process_alive and silent_for is not None and silent_for < ctx.server_grace_s:
+        if alive and silent_for is not None and silent_for < ctx.server_grace_s:
             yield Finding(
                 INFO,
                 "server_unhealthy",
-                f"Inference server process {srv.pid} has not answered its health check at {srv.url} for "
+                f"Inference server process {proc.pid if proc else srv.pid} has not answered its health check at "
+                f"{srv.url} for "
                 f"{human_duration(silent_for)} ({srv.error or 'no answer'}); checking again.",
                 srv.down_since,
             )
             return
-        if srv.process_alive:
+        if alive:
             yield Finding(
                 CRIT,
                 "server_unhealthy",
-                f"Inference server process {srv.pid} is alive but its health check fails at {srv.url} "
-                f"({srv.error or 'no answer'}) since {hhmm(srv.down_since, s.time)}.",
+                f"Inference server process {proc.pid if proc else srv.pid} is alive but its health check fails at "
+                f"{srv.url} ({srv.error or 'no answer'}) since {hhmm(srv.down_since, s.time)}.",
                 srv.down_since,
+                action="restart-server",
             )
             return
         extra = ""
@@ -89,6 +108,7 @@ def server_down(s: Snapshot, ctx: Context) -> Iterator[Finding]:
             "server_down",
             f"Inference server {srv.url} is down since {hhmm(since, s.time)} ({srv.error or 'no answer'}){extra}.",
             since,
+            action=_bring_back(s, ctx),
         )
     elif refused >= ctx.thresholds.connection_storm and srv is not None and not srv.expected:
         # No evidence of an inference server (TRL's colocated generation): what refuses is something else.
@@ -110,3 +130,24 @@ def server_down(s: Snapshot, ctx: Context) -> Iterator[Finding]:
             f"to {last_text(ev, s.time)}: the inference server is probably gone.",
             exact_first(ev),
         )
+
+
+def _launching(s: Snapshot, ctx: Context) -> float | None:
+    """When the run started, while it is still starting: a launcher or trainer alive for less than the server's start
+    timeout and no training step counted yet. None once it has stepped, or when nothing of it lives."""
+    if count_of(s, "step"):
+        return None
+    starts = [p.started_at for p in s.processes if p.alive and p.role in ("launcher", "trainer")]
+    if not starts:
+        return None
+    first = min(starts)
+    return first if s.time - first < ctx.server_start_timeout_s else None
+
+
+def _bring_back(s: Snapshot, ctx: Context) -> str:
+    """What brings a gone server back: restarting it while the trainer lives; else resuming the run, whose launcher
+    starts its own server (the restart-server plan refuses the first where the launcher started the server)."""
+    if ctx.trainer_alive:
+        return "restart-server"
+    launcher = any(p.role == "launcher" for p in s.processes) or s.recover is not None
+    return "resume" if launcher else "restart-server"

@@ -27,6 +27,7 @@ def watchdog(s: Snapshot, ctx: Context) -> Iterator[Finding]:
             "expected_missing",
             f"The expected {role} is not running: nothing will restart leaking or crashed processes.",
             None,
+            command="rlwatch service install" if role == "watchdog" else None,
         )
 
 
@@ -42,6 +43,7 @@ def watchdog_state(s: Snapshot, ctx: Context) -> Iterator[Finding]:
             f"The watchdog gave up on {g.target} after {g.reason} — it will not act on it again until "
             "`rlwatch act rearm`.",
             g.since,
+            command="rlwatch act rearm",
         )
     last_beat = s.time - wd.heartbeat_age_s if wd.heartbeat_age_s is not None else None
     if wd.running and wd.stale:
@@ -68,4 +70,5 @@ def watchdog_state(s: Snapshot, ctx: Context) -> Iterator[Finding]:
             "nothing will restart leaking or crashed processes. "
             "Start it again (`rlwatch service install` keeps it alive).",
             last_beat,
+            command="rlwatch service install",
         )

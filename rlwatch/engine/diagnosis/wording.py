@@ -43,7 +43,8 @@ def when_text(
     elif t is None:
         out = f"before {hhmm(by, now)}"
     else:
-        out = f"between {hhmm(t, now)} and {hhmm(by, now)}"
+        a, b = hhmm(t, now), hhmm(by, now)
+        out = a if a == b else f"between {a} and {b}"  # bounds within one second read as that second
     return f"{out} ({position})" if position else out
 
 
@@ -57,12 +58,15 @@ def last_text(ev: EventSummary, now: float | None = None) -> str:
     return when_text(ev.last, ev.last_by, ev.approximate, now, ev.position)
 
 
-def incident_text(i: Incident, now: float | None = None) -> str:
+def incident_text(i: Incident, now: float | None = None, *, said: str | None = None) -> str:
     """When an incident happened, as far as it is known: its first line's own time, else its last line's, else
-    bounds and position."""
+    bounds and position. ``said``: the ``file:line`` the caller already wrote beside it, not repeated."""
     if i.first_exact and math.isfinite(i.first):
         return hhmm(i.first, now)
-    return when_text(i.last, i.by, i.approximate, now, i.position)
+    position = i.position
+    if said and position and position.startswith(said):
+        position = position[len(said) :].lstrip(", ") or None
+    return when_text(i.last, i.by, i.approximate, now, position)
 
 
 def exact_first(ev: EventSummary | None) -> float | None:

@@ -74,6 +74,9 @@ class Prepared:
     named: tuple[int, ...] | None = None  # the GPU holders a person named for kill-zombies (--pid)
 
 
+FORCE = " (only `rlwatch act resume --force` overrides this)"  # said the same way in a shell and on the dashboard
+
+
 def refused(action: str, why: str) -> Prepared:
     return Prepared(ActionPlan(action=action, targets=(), steps=(), refused=why))
 
@@ -450,10 +453,16 @@ class Planner:
         trainers = [p for p in s.processes if p.role == "trainer" and p.alive]
         if trainers and not force:
             t = trainers[0]
-            return refused(RESUME, f"the trainer is alive (pid {t.pid}); resuming would start a second run (--force)")
+            return refused(
+                RESUME,
+                f"the trainer is alive (pid {t.pid}); resuming would start a second run" + FORCE,
+            )
         tr = s.training
         if tr is not None and tr.finished and not trainers and not force:
-            return refused(RESUME, f"training finished (step {tr.last_step}); nothing to resume (--force)")
+            return refused(
+                RESUME,
+                f"training finished (step {tr.last_step}); nothing to resume" + FORCE,
+            )
         launch = self._resume_launch(s)
         if launch is None:
             return refused(
@@ -467,7 +476,10 @@ class Planner:
             resume_step = r.resume_global_step
             problem = agree(r, latest)
             if problem and not force:
-                return refused(RESUME, f"recover info and the latest checkpoint disagree: {problem} (--force)")
+                return refused(
+                    RESUME,
+                    f"recover info and the latest checkpoint disagree: {problem}" + FORCE,
+                )
             steps.append(
                 f"training resumes at global step {r.resume_global_step} (epoch {r.resume_epoch}, "
                 f"step {r.resume_epoch_step}) from {r.path}"
