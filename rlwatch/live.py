@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
-from rlwatch.common.state import ActionPlan, ActionResult, Snapshot, TaggedLine
+from rlwatch.common.state import ActionPlan, ActionResult, Snapshot, StackReport, TaggedLine
 from rlwatch.engine.engine import Engine
 from rlwatch.remedy.actions.api import Actions
 
@@ -29,3 +29,6 @@ class LiveFeed:
 
     def execute(self, plan: ActionPlan) -> ActionResult:
         return self.actions.execute(plan)
+
+    def stacks(self) -> StackReport | None:
+        return self.engine.capture_stacks("asked from the dashboard")

@@ -59,6 +59,7 @@ KEYS: tuple[Key, ...] = (
         for k, a in ACTION_KEYS.items()
     ),
     Key("d", "findings", "findings", "List every finding in full, with the key or command that fixes it"),
+    Key("t", "stacks", "stacks", "Read where each process of the run stands (its Python stack; pauses nothing)"),
     Key("slash", "search", "search", "Search the log forwards (n, N: next and previous match)", display="/"),
     Key(
         "ampersand",

@@ -45,9 +45,16 @@ def header_text(snap: Snapshot, width: int, stale_s: float | None = None) -> Tex
         right.append(" ")
     right.append(fmt_clock(snap.time), style="bold")
     right.append(" ")
+    rs = snap.run_state
+    if rs is not None and rs.state != "progressing":  # the run's state from evidence, as report says it
+        right.append(f"run {rs.state} ", style="bold" if rs.state in ("crashed", "hung", "stopped") else "dim")
     worst = snap.worst
-    label = SEVERITY_LABEL[worst] if worst is not None else "OK"
-    right.append(f" {label} ", style=STATUS_BADGE.get(severity_style(worst), "bold black on green"))
+    if worst is not None:
+        right.append(f" {SEVERITY_LABEL[worst]} ", style=STATUS_BADGE.get(severity_style(worst), "bold"))
+    elif rs is not None and not rs.healthy:  # no finding, but no evidence of progress either: never "OK"
+        right.append(" UNKNOWN ", style="bold black on cyan")
+    else:
+        right.append(" OK ", style="bold black on green")
 
     left = Text(no_wrap=True, end="")
     left.append(" rlwatch ", style="bold reverse")

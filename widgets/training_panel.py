@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from rich.text import Text
 
-from rlwatch.common.state import Snapshot, TrainingState
+from rlwatch.common.state import RunState, Snapshot, TrainingState
 from rlwatch.widgets.format import clean_text, fmt_age, fmt_duration, fmt_number
 from rlwatch.widgets.graph import spark
 from rlwatch.widgets.text_block import TextBlock
@@ -28,7 +28,10 @@ def progress_bar(done: int, total: int, width: int = BAR_WIDTH) -> Text:
     return bar
 
 
-def step_line(tr: TrainingState, now: float) -> Text:
+_STATE_BADGE = {"crashed": "CRASHED", "hung": "HUNG", "stopped": "STOPPED"}
+
+
+def step_line(tr: TrainingState, now: float, run: RunState | None = None) -> Text:
     line = Text("step ", style="bold", no_wrap=True, end="")
     if tr.last_step is None:
         line.append("no step yet", style="dim")
@@ -40,6 +43,11 @@ def step_line(tr: TrainingState, now: float) -> Text:
             line.append_text(progress_bar(tr.last_step, tr.total_steps))
     if tr.finished:
         line.append("  FINISHED", style="bold green")
+    elif run is not None and run.state in _STATE_BADGE:  # what the banner's state rests on, said the same here
+        line.append("  ")
+        line.append(f" {_STATE_BADGE[run.state]} ", style="bold white on red")
+        if run.since is not None:
+            line.append(f" {fmt_duration(now - run.since)}", style="bold red")
     elif tr.stalled:
         since = tr.last_step_at or tr.last_line_at
         line.append("  ")
@@ -126,10 +134,12 @@ def knobs_line(tr: TrainingState) -> Text | None:
     return line
 
 
-def training_text(tr: TrainingState | None, now: float) -> Text:
+def training_text(tr: TrainingState | None, now: float, run: RunState | None = None) -> Text:
     if tr is None:
         return Text("training: no trainer log found", style="dim", no_wrap=True)
-    rows = [step_line(tr, now), rate_line(tr, now), reward_line(tr), weight_update_line(tr)]
+    moving = run is None or run.state == "progressing"
+    rate = rate_line(tr, now) if moving else Text("rate —  (no progress now)", style="dim", no_wrap=True, end="")
+    rows = [step_line(tr, now, run), rate, reward_line(tr), weight_update_line(tr)]
     knobs = knobs_line(tr)
     if knobs is not None:
         rows.append(knobs)
@@ -140,4 +150,4 @@ class TrainingSection(TextBlock):
     """The training part of the run panel."""
 
     def show(self, snap: Snapshot) -> None:
-        self.update(training_text(snap.training, snap.time))
+        self.update(training_text(snap.training, snap.time, snap.run_state))

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Protocol
 
-from rlwatch.common.state import ActionPlan, ActionResult, Snapshot, TaggedLine
+from rlwatch.common.state import ActionPlan, ActionResult, Snapshot, StackReport, TaggedLine
 
 
 class Feed(Protocol):
@@ -34,6 +34,10 @@ class Feed(Protocol):
 
     def on_change(self, callback: Callable[[], None]) -> None:
         """Call ``callback``, from any thread, whenever there is something new to show (fixed data: never)."""
+        ...
+
+    def stacks(self) -> StackReport | None:
+        """Where each process of the run stands now (its Python stack, read without pausing it); blocking."""
         ...
 
 
@@ -67,6 +71,9 @@ class StaticFeed:
 
     def on_change(self, callback: Callable[[], None]) -> None:
         pass  # fixed data never changes
+
+    def stacks(self) -> StackReport | None:
+        return self._snapshot.stacks
 
     def execute(self, plan: ActionPlan) -> ActionResult:
         self.executed.append(plan)

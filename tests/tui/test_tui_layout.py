@@ -347,3 +347,41 @@ def test_a_key_at_the_end_of_a_wrapped_line_moves_to_the_next_whole() -> None:
         )
         lines = findings_text((f,), (), width=100).wrap(_CONSOLE, 100)
         assert any(" w  restart workers" in line.plain for line in lines), n
+
+
+async def test_t_reads_where_each_process_stands_and_shows_it() -> None:
+    """The stacks of the real two-GPU hang (tests/real/torchrun-hang-2gpu), as the dashboard shows them on key t."""
+    import json
+    from pathlib import Path
+
+    from rlwatch.common.state import ProcessStack, StackReport
+    from rlwatch.sources.stacks import summarize
+    from rlwatch.tui.screens.stacks import StacksScreen
+
+    kept = json.loads(
+        (Path(__file__).resolve().parent.parent / "real" / "torchrun-hang-2gpu" / "hang-2gpu-stacks.json").read_text()
+    )
+    stacks = tuple(
+        ProcessStack(p["pid"], p["label"], tuple(p["frames"]), p["where"], p["threads"], p["error"])
+        for p in kept["processes"]
+    )
+    groups, text = summarize(stacks)
+    base = recording("healthy")
+    report = StackReport(
+        base.snapshot().time - 5, "hang declared", stacks, groups, text, "/srv/real/run/.rlwatch/stacks/x.json"
+    )
+    feed = recording("healthy")
+    feed._snapshot = dataclasses.replace(base.snapshot(), stacks=report)
+    app = make_app(feed)
+    async with app.run_test(size=SMALL) as pilot:
+        await pilot.press("t")
+        for _ in range(50):
+            await pilot.pause()
+            if isinstance(app.screen, StacksScreen):
+                break
+        assert isinstance(app.screen, StacksScreen)
+        shown = str(app.screen.query_one("#stacks-list", Static).render())
+        assert "rank 0 in train_step (hang_2gpu.py:19)" in shown and "rank 1 in never_reaches_collective" in shown
+        await pilot.press("escape")
+        await pilot.pause()
+        assert not isinstance(app.screen, StacksScreen)

@@ -23,12 +23,13 @@ from textual.screen import Screen
 from textual.widgets import Input, Static
 
 from rlwatch.common.clock import Clock
-from rlwatch.common.state import ActionPlan, ActionResult, Finding, Snapshot
+from rlwatch.common.state import ActionPlan, ActionResult, Finding, Snapshot, StackReport
 from rlwatch.engine.feed import Feed
 from rlwatch.tui.keys import ACTION_KEYS, ACTION_LABELS, ACTION_TITLES, bindings
 from rlwatch.tui.screens.confirm import ConfirmScreen, RunningScreen
 from rlwatch.tui.screens.findings import FindingsScreen
 from rlwatch.tui.screens.help import HelpScreen
+from rlwatch.tui.screens.stacks import StacksScreen
 from rlwatch.widgets.events_panel import EventsPanel
 from rlwatch.widgets.findings import FindingsBanner, command_line
 from rlwatch.widgets.format import clean_text
@@ -302,6 +303,20 @@ class MainScreen(Screen[None]):
                 self.action_request(action)
 
         self.app.push_screen(FindingsScreen(self.snapshot, readonly=self.feed.readonly), chosen)
+
+    def action_stacks(self) -> None:
+        self.set_status(Text("reading each process's stack…", style="dim"))
+        self._read_stacks()
+
+    @work(thread=True, exclusive=True, group="stacks")
+    def _read_stacks(self) -> None:
+        report = self.feed.stacks()
+        now = self.snapshot.time if self.snapshot is not None else report.taken_at if report else 0.0
+        self.app.call_from_thread(self._show_stacks, report, now)
+
+    def _show_stacks(self, report: StackReport | None, now: float) -> None:
+        self.set_status(Text("", style="dim"))
+        self.app.push_screen(StacksScreen(report, now))
 
     def _log_panel(self) -> LogPanel:
         return self.query_one(LogPanel)

@@ -251,7 +251,7 @@ def health(s: Snapshot, ctx: Context) -> Iterator[Finding]:
         if st is not None and rs.since is not None and st.taken_at >= rs.since and (st.summary or st.error):
             where = f" Where each waits: {st.summary}." if st.summary else f" Its stacks could not be read: {st.error}."
         else:
-            where = " Its stacks are read once the hang is declared (or with key d)."
+            where = " Its stacks are read once the hang is declared (key t reads them now)."
         yield Finding(CRIT, "hung", f"The run is hung: {rs.why}.{where}", rs.since)
     elif rs.state == "stopped":
         yield Finding(WARN, "run_stopped", f"The run stopped: {rs.why}.", rs.since)
