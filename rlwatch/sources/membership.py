@@ -324,13 +324,15 @@ def assess(
     files: Mapping[int, list[OpenFile]] | None = None,
     attempt: tuple[str, float] | None = None,
     observer: int | None = None,
+    named: Mapping[int, str] = {},
 ) -> RunView:
     """Find the live run in ``run_dir``. ``roles`` (pid → role) are the live processes role rules selected;
     ``launched`` the (pid, start time) of processes rlwatch started; ``exclude`` paths under the run directory
     that prove nothing (rlwatch's own ``.rlwatch/``, a stand-in device file); ``files`` an already-made scan of the
     files open under the run directory (:func:`open_files`), read now when absent; ``attempt`` the (role, start) of
     the newest trainer or launcher rlwatch saw; ``observer`` rlwatch's own pid (default: this process): it and its
-    parents read the run's files and work in its directory, which proves nothing about the run.
+    parents read the run's files and work in its directory, which proves nothing about the run; ``named`` processes
+    the run's logs name with evidence (pid → why: a Ray actor whose output the driver's log relays), core evidence.
     """
     root = os.path.realpath(run_dir)
     procs = _read_procs(proc_root)
@@ -363,6 +365,9 @@ def assess(
     for pid, create_time in launched:
         if (pid, create_time) in starts:
             direct.setdefault(pid, "was started by rlwatch")
+    for pid, why in named.items():  # a Ray actor whose output the run's log relays (rlwatch/sources/ray.py)
+        if pid in procs:
+            direct.setdefault(pid, why)
     parents = {pid: p.ppid for pid, p in procs.items()}
     children = procfs.children_map(parents=parents)
     for pid, role in roles.items():
@@ -382,7 +387,9 @@ def assess(
     for pid in watchers:
         direct.pop(pid, None)
         weak_direct.pop(pid, None)
-    core_members = _closure(direct, procs, children, watchers)
+    # A Ray actor shares its session with the raylet and every other job's workers: only its own children come
+    # with it.
+    core_members = _closure(direct, procs, children, watchers, lone=frozenset(named) & set(direct))
     weak_members = {
         pid: why for pid, why in _closure(weak_direct, procs, children, watchers).items() if pid not in core_members
     }
@@ -402,10 +409,14 @@ def assess(
 
 
 def _closure(
-    direct: Mapping[int, str], procs: Mapping[int, Proc], children: Mapping[int, list[int]], skip: Collection[int] = ()
+    direct: Mapping[int, str],
+    procs: Mapping[int, Proc],
+    children: Mapping[int, list[int]],
+    skip: Collection[int] = (),
+    lone: Collection[int] = (),
 ) -> dict[int, str]:
     """The processes with direct evidence, plus their descendants, process groups and sessions — each with how it
-    came in ("child of pid 12, which writes train.log")."""
+    came in ("child of pid 12, which writes train.log"). Those in ``lone`` bring their descendants only."""
     by_group: dict[int, list[int]] = {}
     by_session: dict[int, list[int]] = {}
     for pid, p in procs.items():
@@ -421,11 +432,12 @@ def _closure(
         here = procs.get(pid)
         if here is None:
             continue
-        related = [
-            *((c, "a descendant of") for c in children.get(pid, ())),
-            *((g, "in the process group of") for g in by_group.get(here.pgid, ())),
-            *((s, "in the session of") for s in by_session.get(here.sid, ())),
-        ]
+        related = [(c, "a descendant of") for c in children.get(pid, ())]
+        if anchor[pid] not in lone:
+            related += [
+                *((g, "in the process group of") for g in by_group.get(here.pgid, ())),
+                *((s, "in the session of") for s in by_session.get(here.sid, ())),
+            ]
         for other, how in related:
             if other not in out and other in procs and other not in skip:
                 anchor[other] = anchor[pid]
