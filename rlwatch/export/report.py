@@ -76,6 +76,7 @@ def to_json_dict(s: Snapshot) -> dict[str, Any]:
             "epoch_step": latest.epoch_step,
             "saved_at": iso(latest.saved_at),
             "size_bytes": latest.size_bytes,
+            "tracker": latest.tracker,  # verl's latest_checkpointed_iteration.txt, DeepSpeed's latest: what names it
         },
         "count": s.checkpoint.count if s.checkpoint else 0,
     }

@@ -50,6 +50,7 @@ __all__ = [
     "parse_driver",
     "parse_ray_logs",
     "state_rows",
+    "task_actor",
 ]
 
 # `(TaskRunner pid=20063) `, `(WorkerDict pid=616, ip=192.168.149.159) `, `(pid=12) ` (ray/_private/worker.py,
@@ -705,7 +706,7 @@ def _attempt_failure(log: DriverLog, attempt: Attempt, *, current: bool) -> RayF
             actor = RayActor(
                 class_name=cls,
                 pid=pid,
-                name=name.split(":" + cls)[0] if ":" + cls in name else None,
+                name=task_actor(name) if task_actor(name) != cls else None,
                 node_ip=mem.node_ip or ip,
                 state="DEAD",
                 reason="OOM",
@@ -907,6 +908,15 @@ def _method(actor: RayActor) -> str | None:
     if d.startswith("in ") and "." in d:
         return d[3:].split(".", 1)[1].rstrip("()")
     return None
+
+
+def task_actor(task: str) -> str:
+    """The actor a memory-monitor victim's task names: ``W7k59oWorkerDict_0:1:WorkerDict.__init__`` →
+    ``W7k59oWorkerDict_0:1``; an unnamed actor's ``TaskRunner.__init__`` → ``TaskRunner``."""
+    head, _, last = task.rpartition(":")
+    if head and "." in last:
+        return head
+    return task.split(".", 1)[0] or task
 
 
 def _task_class(task: str) -> str:

@@ -604,6 +604,19 @@ class RaySource:
                 )
                 if match.reason:
                     evidence.append(f"State API: {match.label} {match.state}, {match.reason}: {match.detail or ''}")
+        node = f.node
+        cause = f.cause
+        nodes = _nodes(self._api.nodes)
+        node_id = actor.node_id if actor is not None else None
+        if actor is not None and node_id is not None and node_id in nodes:
+            ip, state, message = nodes[node_id]
+            actor = replace(actor, node_ip=actor.node_ip or ip)
+            if state == "DEAD":
+                said = f"node {ip or '?'} (id {node_id[:8]}…) is DEAD: {message or 'no reason given'}"
+                evidence.append(f"State API: {said}")
+                node = said  # the node the actor was on, as the GCS recorded its death
+                if f.kind in ("node_died", "actor_unavailable") and "is DEAD" not in cause:
+                    cause = f"{cause}; the actor was {actor.label}, on {said}"
         at = f.at
         pid = actor.pid if actor is not None else None
         worker = facts.worker_ids.get(pid) if pid else None
@@ -627,7 +640,9 @@ class RaySource:
             if last:
                 evidence.append(f"{os.path.basename(err)}: {last}")
                 exception = exception or last
-        return replace(f, actor=actor, at=at, exception=exception, evidence=tuple(dict.fromkeys(evidence)))
+        return replace(
+            f, actor=actor, at=at, exception=exception, node=node, cause=cause, evidence=tuple(dict.fromkeys(evidence))
+        )
 
     def _err_file(self, session: str | None, pid: int | None) -> str | None:
         if session is None or not pid:
@@ -642,7 +657,14 @@ class RaySource:
         if not actors:
             return None
         latest_job = max((a.job_id for a in actors if a.job_id), key=_job_number, default=None)
-        dead = [a for a in actors if a.job_id == latest_job and a.state == "DEAD" and a.reason in _FAILED_REASONS]
+        dead = [
+            a
+            for a in actors
+            if a.job_id == latest_job
+            and a.state == "DEAD"
+            and a.reason in _FAILED_REASONS
+            and a.exit_type not in ("INTENDED_SYSTEM_EXIT", "INTENDED_USER_EXIT")  # ended on purpose by Ray or you
+        ]
         if not dead:
             return None
         first = dead[0]
@@ -661,6 +683,18 @@ class RaySource:
             current=not any(a.state == "ALIVE" and a.job_id != latest_job for a in actors),
             evidence=tuple(f"State API: {a.label} DEAD, {a.reason}: {a.detail or ''}" for a in dead[:4]),
         )
+
+
+def _nodes(rows: Iterable[Mapping[str, object]]) -> dict[str, tuple[str | None, str | None, str | None]]:
+    """node id → (IP, state, state message) from the State API's node rows."""
+    out: dict[str, tuple[str | None, str | None, str | None]] = {}
+    for row in rows:
+        node_id = row.get("node_id")
+        if isinstance(node_id, str):
+            values = [row.get(k) for k in ("node_ip", "state", "state_message")]
+            ip, state, message = (v if isinstance(v, str) else None for v in values)
+            out[node_id] = (ip, state, message)
+    return out
 
 
 def _listdir(path: str) -> list[str]:

@@ -19,6 +19,7 @@ from collections.abc import Iterator
 from rlwatch.common.state import Finding, RayFailure, RunState, Snapshot
 from rlwatch.engine.diagnosis.base import CRIT, INFO, WARN, Context
 from rlwatch.engine.diagnosis.wording import hhmm
+from rlwatch.logs.ray import task_actor
 
 __all__ = ["RAY_CODES", "ray", "ray_run_state", "resume_words"]
 
@@ -43,11 +44,10 @@ def _head(f: RayFailure) -> str:
         head = f.cause
         mem = f.memory
         if mem is not None and mem.victims:
+            victims = sorted(mem.victims, key=lambda v: -(v[2] or 0.0))
             shown = ", ".join(
-                f"{name.split(':')[0] if ':' in name else name} (pid {pid}"
-                + (f", {gb:g} GB" if gb is not None else "")
-                + ")"
-                for name, pid, gb in mem.victims[:4]
+                f"{task_actor(name)} (pid {pid}" + (f", {gb:g} GB" if gb is not None else "") + ")"
+                for name, pid, gb in victims[:4]
             )
             head += f". Killed: {shown}"
         return head
