@@ -206,11 +206,12 @@ _BUILTIN: tuple[EventKind, ...] = (
         _I,
         # AReaL's per-step line; a TRL/transformers metric dict with a loss or reward (not the final summary);
         # verl's console logger, one line per step, `step:12 - actor/pg_loss:0.0423… - …` (verl/utils/logger/
-        # aggregate_logger.py concat_dict_to_str; `key:{v:.3f}` before verl 18c6ffcf0, 2025-07; `step:0` is the
-        # validation before training); OpenRLHF's `✨ Global step 12: {'policy_loss': …}` (openrlhf/trainer/
-        # ppo_trainer.py, v0.9+). The same texts as rlwatch/logs/shapes.py PROGRESS.
+        # aggregate_logger.py concat_dict_to_str; `key:{v:.3f}` before verl 18c6ffcf0, 2025-07; not the validation
+        # before training, `step:0 - val-core/…:…`, whose keys are all val-: no step was done); OpenRLHF's `✨ Global
+        # step 12: {'policy_loss': …}` (openrlhf/trainer/ppo_trainer.py, v0.9+). The same texts as
+        # rlwatch/logs/shapes.py PROGRESS.
         r"Train step \d+/\d+ done\.|^\s*\{'(?:[^\n]*?, ')?(?:loss|reward)': [^\n]*\}\s*$"
-        r"|^step:\d+ - [^\s:]+:|Global step \d+: \{",
+        r"|^step:\d+ - (?!val-)[^\s:]+:|Global step \d+: \{",
         ("Train step", "{'", "step:", "Global step "),
         progress=True,
     ),

@@ -54,7 +54,7 @@ def signal_name(number: int) -> str | None:
 # 3.4s/it]`. The `step` kind of rlwatch/logs/kinds.py counts the same step lines.
 PROGRESS = re.compile(
     r"Train step \d+/\d+ done"
-    r"|(?:^|\s)step:\s?\d+ - \S+:"
+    r"|(?:^|\s)step:\s?\d+ - (?!val-)\S+:"
     r"|Global step \d+: \{"
     r"|^\{['\"](?:loss|train_loss|reward|rewards?/[\w/]+|eval_loss|grad_norm|learning_rate|train_runtime)['\"]: "
     r"|\b\d+/\d+ \[\d+:\d\d(?::\d\d)?<"

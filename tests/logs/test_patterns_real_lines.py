@@ -489,6 +489,8 @@ NEAR_MISSES: list[tuple[str, str]] = [
     ("_server_exit", "process exits normally"),
     ("_finished", "Training completes when the budget runs out"),
     ("step", "max_step:12 - this is no metric line"),
+    # verl's validation before training: no step was done (tests/real/ray/verl-healthy/driver.log)
+    ("step", "step:0 - val-aux/openai/gsm8k/reward/mean@1:0.2965 - val-core/openai/gsm8k/acc/mean@1:0.2965"),
     ("step", "the global step 3 was saved"),
     ("_progress", "Training Progress: resuming"),
     ("_finished", "Job 'raysubmit_x' submitted successfully"),
