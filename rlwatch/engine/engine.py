@@ -791,6 +791,7 @@ class Engine:
             self._drain_newest_first(first_look, progress)
         self._sample_ray()  # is it a Ray run? then ask the State API once, before the sources are read
         self.poll_ray(force=True)
+        self._sample_ray()  # the run's actors, as the State API lists them: evidence for the live run
         self.drain_logs()  # Ray's files it gave to follow
         self.sample()
         self.probe_server()

@@ -215,6 +215,7 @@ def to_json_dict(s: Snapshot) -> dict[str, Any]:
         ],
         "watchdog": _watchdog_json(s),
         "endings": [_ending_json(e) for e in s.endings],
+        "logs": list(s.logs),  # the files followed (a Ray run's adds raylet.out and its dead actors' stderr)
         "ray": _ray_json(s.ray),
         "sources": [
             {"name": src.name, "ok": src.ok, "error": src.error, "last_sample": iso(src.last_sample)}

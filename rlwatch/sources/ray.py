@@ -77,6 +77,7 @@ class Cluster:
     log_dirs: tuple[str, ...] = ()  # the raylets' and GCS's --log_dir (one per session; a second node shares it)
     dashboard: str | None = None  # http://host:port from the dashboard's or the raylet's command line
     pids: tuple[int, ...] = ()
+    node_ids: tuple[str, ...] = ()  # this host's nodes (a raylet's --node_id): whose actors' pids are this host's
 
 
 def find_cluster(proc_root: str = procfs.PROC) -> Cluster:
@@ -85,6 +86,7 @@ def find_cluster(proc_root: str = procfs.PROC) -> Cluster:
     dirs: list[str] = []
     dashboard = None
     pids = []
+    nodes: list[str] = []
     for pid in procfs.list_pids(proc_root):
         argv = procfs.read_cmdline(pid, proc_root)
         if not argv:
@@ -95,6 +97,9 @@ def find_cluster(proc_root: str = procfs.PROC) -> Cluster:
             log_dir = _option(argv, "--log_dir")
             if log_dir:
                 dirs.append(log_dir)
+            node_id = _option(argv, "--node_id") if exe == "raylet" else None
+            if node_id:
+                nodes.append(node_id)
             webui = _option(argv, "--webui")
             if webui and dashboard is None and ":" in webui:
                 dashboard = f"http://{_local_host(webui.rsplit(':', 1)[0])}:{webui.rsplit(':', 1)[1]}"
@@ -103,7 +108,7 @@ def find_cluster(proc_root: str = procfs.PROC) -> Cluster:
             host, port = _option(argv, "--host"), _option(argv, "--port")
             if port and port.isdigit():
                 dashboard = f"http://{_local_host(host or '127.0.0.1')}:{port}"
-    return Cluster(bool(pids), tuple(dict.fromkeys(dirs)), dashboard, tuple(pids))
+    return Cluster(bool(pids), tuple(dict.fromkeys(dirs)), dashboard, tuple(pids), tuple(nodes))
 
 
 def _local_host(host: str) -> str:
@@ -274,6 +279,7 @@ class RaySource:
         self._api_at: float | None = None
         self._follow: set[str] = set()
         self._named: dict[int, tuple[str, str | None]] = {}
+        self._actors: list[RayActor] = []
         self._driver_paths: tuple[str, ...] = ()
         self._session: str | None = None
         self._active = self.rc.enabled is True or (self.rc.enabled is None and cfg.profile in ("verl", "openrlhf"))
@@ -342,15 +348,23 @@ class RaySource:
             return tuple(sorted(self._follow))
 
     def named_members(self) -> dict[int, str]:
-        """Live actor processes the run's driver log names, each with the evidence: its output is relayed there
-        as ``(Class pid=N)`` and its process title is ``ray::Class…``."""
+        """Live actor processes of the run, each with the evidence: the run's driver log relays its output as
+        ``(Class pid=N)``, or the State API lists it in the run's job on this host's node; and its process title is
+        ``ray::Class…`` (a pid taken again by another process is no evidence)."""
         out: dict[int, str] = {}
+        where = os.path.basename(self._driver_paths[0]) if self._driver_paths else "the driver's log"
         for pid, (cls, _ip) in list(self._named.items()):
-            argv = procfs.read_cmdline(pid, self.proc_root)
-            title = argv[0] if argv else ""
-            if title == f"ray::{cls}" or title.startswith(f"ray::{cls}."):
-                where = os.path.basename(self._driver_paths[0]) if self._driver_paths else "the driver's log"
+            if _titled(pid, cls, self.proc_root):
                 out[pid] = f"a Ray actor of the run: {where} relays its output as ({cls} pid={pid})"
+        local = set(self._cluster.node_ids)
+        for actor in self._actors:
+            apid = actor.pid or 0
+            mine = apid > 0 and apid not in out and actor.state == "ALIVE" and actor.node_id in local
+            if mine and _titled(apid, actor.class_name, self.proc_root):
+                out[apid] = (
+                    f"a Ray actor of the run: the State API lists {actor.class_name} (pid {apid}) in the run's job "
+                    f"{actor.job_id} on this node"
+                )
         return out
 
     # ---------------------------------------------------------------------------------------------- the State API
@@ -522,6 +536,7 @@ class RaySource:
         primary = _primary(parsed)
         failure, history = raylog.failures(primary) if primary is not None else (None, [])
         actors = self._run_actors(parsed, named)
+        self._actors = actors
         if failure is not None:
             failure = self._enrich(failure, actors, facts, session)
         elif (from_api := self._api_failure(actors, primary)) is not None:
@@ -695,6 +710,13 @@ def _nodes(rows: Iterable[Mapping[str, object]]) -> dict[str, tuple[str | None, 
             ip, state, message = (v if isinstance(v, str) else None for v in values)
             out[node_id] = (ip, state, message)
     return out
+
+
+def _titled(pid: int, cls: str, proc_root: str) -> bool:
+    """Whether ``pid``'s process title is Ray's for an actor of class ``cls`` (``ray::Class`` or ``ray::Class.m``)."""
+    argv = procfs.read_cmdline(pid, proc_root)
+    title = argv[0].strip() if argv else ""
+    return title == f"ray::{cls}" or title.startswith(f"ray::{cls}.")
 
 
 def _listdir(path: str) -> list[str]:
