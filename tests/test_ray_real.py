@@ -176,6 +176,18 @@ def test_a_sigkilled_worker_is_named_with_its_pid_node_exit_type_step_and_resume
     assert {os.path.basename(e.path) for e in s.endings} == {"driver.log"}
 
 
+def test_a_kernel_oom_kill_of_the_worker_is_said(tmp_path: Path, no_proc: str) -> None:
+    """Ray saw only the worker's connection drop (SYSTEM_ERROR); the kernel's report in a followed log names the pid."""
+    run = _copy("verl-actor-sigkill", tmp_path)
+    (run / "kern.log").write_text(
+        "Nov 26 13:09:16 vm kernel: Out of memory: Killed process 20101 (ray::WorkerDic) total-vm:9123456kB, "
+        "anon-rss:8123456kB\n"
+    )
+    os.utime(run / "kern.log", (CAPTURED, CAPTURED))
+    s = _judge(run, no_proc)
+    assert "The kernel: the kernel's OOM killer killed pid 20101 (kern.log:1)" in _message(s, "ray_actor_died")
+
+
 def test_the_memory_monitor_is_said_with_its_numbers_and_victims(tmp_path: Path, no_proc: str) -> None:
     s = _judge(_copy("verl-oom-killed", tmp_path), no_proc)
     assert s.ray is not None and s.ray.failure is not None

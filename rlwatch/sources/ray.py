@@ -270,7 +270,7 @@ class RaySource:
         self.home = home if home is not None else _home()
         self.error: str | None = None
         self._lock = threading.Lock()
-        self._is_driver: dict[tuple[int, int], bool] = {}
+        self._is_driver: dict[tuple[int, int], tuple[bool, int]] = {}  # (dev, ino) → (a driver's?, size looked at)
         self._parsed: dict[str, _Parsed] = {}
         self._cluster_logs: dict[str, tuple[tuple[int, int, int, int], raylog.RayLogFacts]] = {}
         self._cluster = Cluster()
@@ -424,20 +424,15 @@ class RaySource:
                 continue
             key = (st.st_dev, st.st_ino)
             known = self._is_driver.get(key)
-            if known is None or (not known and st.st_size > 0 and not self._checked_recently(path)):
-                known = raylog.looks_like_ray_driver(_read_head_tail(path))
+            # A log that was not a driver's is looked at again only when it grew while still small: Ray's first
+            # lines are at its head, and a big file that never showed Ray is not one.
+            again = known is not None and not known[0] and known[1] != st.st_size and known[1] < 4 * HEAD_BYTES
+            if known is None or again:
+                known = (raylog.looks_like_ray_driver(_read_head_tail(path)), st.st_size)
                 self._is_driver[key] = known
-            if known:
+            if known[0]:
                 out.append(path)
         return out
-
-    def _checked_recently(self, path: str) -> bool:
-        # A log that was not a driver's when first seen is looked at again only while it is small (its head is
-        # where Ray's first lines are); a big file that never showed Ray is not one.
-        try:
-            return os.path.getsize(path) > 4 * HEAD_BYTES
-        except OSError:
-            return True
 
     def _parse(self, path: str) -> raylog.DriverLog | None:
         cached = self._parsed.get(path)
@@ -511,14 +506,14 @@ class RaySource:
             return self._last
 
     def _sample(self, logs: Sequence[str]) -> RayState | None:
-        session = self.session_logs()
-        own = [p for p in logs if session is None or os.path.dirname(p) != session.rstrip("/")]
-        drivers = self._driver_logs(own)
+        drivers = self._driver_logs(logs)
         if drivers:
             self._active = True
         if not self._active:
-            return None
+            return None  # not a Ray run: nothing more is read, no process table scanned
+        session = self.session_logs()
         self._session = session.rstrip("/") if session else None
+        drivers = [p for p in drivers if self._session is None or os.path.dirname(p) != self._session]
         facts = raylog.RayLogFacts()
         follow: set[str] = set()
         if session is not None and os.path.isdir(session):

@@ -14,6 +14,7 @@ failure and no driver lives on, :func:`ray_run_state` says the run crashed, with
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Iterator
 
 from rlwatch.common.state import Finding, RayFailure, RunState, Snapshot
@@ -60,6 +61,26 @@ def _head(f: RayFailure) -> str:
     return f"Ray: {f.cause}"
 
 
+def kernel_words(s: Snapshot, f: RayFailure) -> str | None:
+    """What the kernel says of a worker that died unexpectedly (Ray's SYSTEM_ERROR: Ray only saw its connection
+    drop): a ``Killed process <pid>`` line in the logs names it; else the container's OOM-kill counter."""
+    actor = f.actor
+    if actor is None or actor.exit_type != "SYSTEM_ERROR" or not actor.pid:
+        return None
+    ev = s.events.get("oom_kill")
+    named = re.compile(rf"Killed process {actor.pid}\b")
+    for line in reversed(ev.recent if ev is not None else ()):
+        if named.search(line.text):
+            return f"the kernel's OOM killer killed pid {actor.pid} ({os.path.basename(line.path)}:{line.lineno})"
+    kills = s.memory.oom_kills if s.memory is not None else None
+    if kills:
+        return (
+            f"this container's memory cgroup counted {kills} OOM kill(s): most likely the kernel's OOM killer "
+            f"(dmesg on its node says which pid)"
+        )
+    return None
+
+
 def _where(f: RayFailure) -> str:
     if f.path is None or f.lineno is None:
         return ""
@@ -91,6 +112,9 @@ def resume_words(s: Snapshot) -> str:
 
 def _message(s: Snapshot, f: RayFailure) -> str:
     parts = [_head(f).rstrip(".") + "."]
+    kernel = kernel_words(s, f)
+    if kernel:
+        parts.append(f"The kernel: {kernel}.")
     if f.exception and f.exception not in f.cause:
         parts.append(f"Its error: {f.exception}.")
     if f.title and f.title not in f.cause and not f.title.startswith("State API"):
