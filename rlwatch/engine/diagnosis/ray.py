@@ -81,6 +81,15 @@ def kernel_words(s: Snapshot, f: RayFailure) -> str | None:
     return None
 
 
+def _title(f: RayFailure) -> str:
+    """The driver's last exception line, to its first sentence: the rest is what the cause already says."""
+    kind, sep, said = f.title.partition(": ")
+    if not sep:
+        return f.title[:160]
+    first = said.split(". ", 1)[0].rstrip(".")
+    return f"{kind}: {first[:140]}" + ("…" if len(first) > 140 else "")
+
+
 def _where(f: RayFailure) -> str:
     if f.path is None or f.lineno is None:
         return ""
@@ -118,7 +127,7 @@ def _message(s: Snapshot, f: RayFailure) -> str:
     if f.exception and f.exception not in f.cause:
         parts.append(f"Its error: {f.exception}.")
     if f.title and f.title not in f.cause and not f.title.startswith("State API"):
-        parts.append(f"The driver ended in: {f.title[:200]}{_where(f)}.")
+        parts.append(f"The driver ended in: {_title(f)}{_where(f)}.")
     parts.append(step_words(s, f))
     parts.append(resume_words(s))
     if s.profile == "verl" and f.kind != "cluster_unreachable":
@@ -176,5 +185,5 @@ def ray_run_state(s: Snapshot, rs: RunState) -> RunState:
     when = f", {hhmm(f.at, s.time)}" if f.at is not None else ""
     why = _head(f)
     if f.title and f.title not in why and not f.title.startswith("State API"):
-        why += f"; the driver ended in {f.title[:160]}{_where(f)}"
+        why += f"; the driver ended in {_title(f)}{_where(f)}"
     return RunState("crashed", f"{why}{step}{when}", since, evidence)
