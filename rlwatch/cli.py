@@ -43,7 +43,9 @@ def _common(p: argparse.ArgumentParser, *, run_dir: bool = True) -> None:
     if run_dir:
         p.add_argument("run_dir", nargs="?", default=".", metavar="RUN_DIR", help="the run's directory (default: .)")
     p.add_argument("--config", type=Path, help="configuration file (default: RUN_DIR/rlwatch.yaml, else discovery)")
-    p.add_argument("--profile", choices=["auto", "areal", "trl", "workers", "generic"], default="auto")
+    p.add_argument(
+        "--profile", choices=["auto", "areal", "trl", "verl", "openrlhf", "workers", "generic"], default="auto"
+    )
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -139,7 +141,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--demo", action="store_true", help="render a simulated host")
     p.add_argument("--scenario", default="server-crash")
     p.add_argument("--config", type=Path)
-    p.add_argument("--profile", choices=["auto", "areal", "trl", "workers", "generic"], default="auto")
+    p.add_argument(
+        "--profile", choices=["auto", "areal", "trl", "verl", "openrlhf", "workers", "generic"], default="auto"
+    )
     p.add_argument(
         "--out", type=Path, required=True, metavar="FILE.svg", help="where to write; with several sizes, holds {size}"
     )

@@ -298,6 +298,9 @@ class CheckpointInfo:
     epoch_step: int | None
     saved_at: float | None
     size_bytes: int | None
+    # The framework's own pointer to it, when it keeps one (verl's latest_checkpointed_iteration.txt, DeepSpeed's
+    # `latest`): that file, not the newest folder, is what a resume starts from.
+    tracker: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -577,6 +580,82 @@ class LiveRun:
 
 
 @dataclass(frozen=True, slots=True)
+class RayActor:
+    """One Ray actor of the run, from Ray's State API or from what Ray printed about it (rlwatch/logs/ray.py)."""
+
+    class_name: str  # WorkerDict, TaskRunner, PolicyModelActor, …
+    pid: int | None
+    name: str | None = None  # the actor's name when it has one (verl: "7qbikuWorkerDict_0:1")
+    actor_id: str | None = None
+    node_ip: str | None = None
+    node_id: str | None = None
+    job_id: str | None = None
+    state: str | None = None  # ALIVE, DEAD, RESTARTING, PENDING_CREATION … (None: only the logs spoke of it)
+    reason: str | None = None  # why it died: WORKER_DIED, OWNER_DIED, NODE_DIED, RAY_KILL, OUT_OF_SCOPE, OOM, …
+    exit_type: str | None = None  # Ray's worker exit type: SYSTEM_ERROR, USER_ERROR, INTENDED_USER_EXIT, …
+    detail: str | None = None  # Ray's words about its death (first sentences)
+    source: str = "logs"  # "State API", or the file and line it was read from
+
+    @property
+    def label(self) -> str:
+        """``WorkerDict 7qbikuWorkerDict_0:1 (pid 20101, node 192.0.2.2)``."""
+        name = f" {self.name}" if self.name and self.name != self.class_name else ""
+        where = [f"pid {self.pid}" if self.pid else "", f"node {self.node_ip}" if self.node_ip else ""]
+        inside = ", ".join(w for w in where if w)
+        return f"{self.class_name}{name}" + (f" ({inside})" if inside else "")
+
+
+@dataclass(frozen=True, slots=True)
+class RayMemoryKill:
+    """Ray's memory monitor killing workers: its own numbers, as the raylet reported them."""
+
+    killed: int
+    node_ip: str | None
+    used_gb: float | None
+    limit_gb: float | None
+    fraction: float | None  # used / limit as Ray printed it
+    reason: str | None = None  # "Memory usage 4245704704B exceeded threshold of 4229319936B (16.7% of … limit)"
+    victims: tuple[tuple[str, int | None, float | None], ...] = ()  # (task name, pid, GB used) of each killed worker
+
+
+@dataclass(frozen=True, slots=True)
+class RayFailure:
+    """How a Ray-based run ended (or an earlier attempt of it did): which actor, worker or node died, its pid and
+    node, and why, with the lines it rests on."""
+
+    # actor_died | task_error | memory_monitor | node_died | creation_failed | actor_unavailable | cluster_unreachable
+    # | job_failed | job_stopped
+    kind: str
+    cause: str  # one line: why, in Ray's and the kernel's terms
+    title: str  # the driver's last exception line (or Ray's job status line)
+    actor: RayActor | None = None  # the actor at the root of it, when known
+    exception: str | None = None  # the exception the actor's own code raised ("RuntimeError: …")
+    memory: RayMemoryKill | None = None
+    node: str | None = None  # a node that died: what Ray said of it
+    step: int | None = None  # the last step the attempt logged before it
+    path: str | None = None  # where it was read (the driver's log)
+    lineno: int | None = None
+    at: float | None = None  # when, from Ray's own timestamped logs (raylet, GCS), where known
+    current: bool = True  # False: a later attempt (a relaunch) got past it: history
+    evidence: tuple[str, ...] = ()  # the lines it rests on, each with where it is
+
+
+@dataclass(frozen=True, slots=True)
+class RayState:
+    """What Ray says of the run: its session's logs, the State API when reachable, its actors, and how it ended."""
+
+    session_logs: str | None  # Ray's session log directory read (``/tmp/ray/session_latest/logs``)
+    dashboard: str | None  # the dashboard's address the State API was asked at
+    api: str | None  # None: the State API answered; else why it was not used ("not reachable: …"), one line
+    actors: tuple[RayActor, ...] = ()  # the run's actors, alive and dead
+    failure: RayFailure | None = None  # how the latest attempt ended, when it failed (or was stopped)
+    history: tuple[RayFailure, ...] = ()  # failures of earlier attempts that a relaunch got past
+    dead_nodes: tuple[str, ...] = ()  # "192.0.2.2 (id c13dfc4f…): Unexpected termination: health check failed …"
+    driver_logs: tuple[str, ...] = ()  # the logs read as the Ray driver's output
+    last_step: int | None = None  # the last step the latest attempt logged
+
+
+@dataclass(frozen=True, slots=True)
 class Snapshot:
     host: str
     time: float
@@ -618,6 +697,7 @@ class Snapshot:
     kernel: KernelLogState | None = None  # None: not read (yet)
     limits: HostLimits | None = None  # None: not read (yet)
     learning: LearningState | None = None  # None: no learning metric seen
+    ray: RayState | None = None  # a Ray-based run (verl, OpenRLHF): what Ray says of it (sources/ray)
 
     @property
     def gpus(self) -> tuple[GpuState, ...]:

@@ -12,7 +12,7 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, field_validator, model_validator
 
-Profile = Literal["auto", "areal", "trl", "workers", "generic"]
+Profile = Literal["auto", "areal", "trl", "verl", "openrlhf", "workers", "generic"]
 SeverityName = Literal["critical", "warning", "info"]
 PositiveFloat = Annotated[float, Field(gt=0)]
 NonNegInt = Annotated[int, Field(ge=0)]
@@ -102,6 +102,23 @@ class TrainingConfig(Strict):
     config_file: str | None = None  # the training YAML, to show its key knobs
     output_volume: str | None = None  # for free-disk checks; default: the run directory
     total_steps: Annotated[int, Field(gt=0)] | None = None
+
+
+class RayConfig(Strict):
+    """A Ray-based run (verl, OpenRLHF): where rlwatch reads what Ray says of it (rlwatch/sources/ray.py)."""
+
+    # null: when the run shows Ray (a verl or OpenRLHF profile, a log with Ray's actor prefixes); false: never.
+    enabled: bool | None = None
+    # Ray's session log directory (raylet.out, gcs_server.out, worker-*.err); null: the one the raylet's command
+    # line names, else $RAY_TMPDIR/session_latest/logs, else /tmp/ray/session_latest/logs.
+    session_logs: str | None = None
+    # The dashboard whose State API (/api/v0/actors) is asked; null: the one the dashboard's command line names,
+    # else http://127.0.0.1:8265 while a Ray cluster runs on this host. Its token (RAY_AUTH_TOKEN,
+    # RAY_AUTH_TOKEN_PATH or ~/.ray/auth_token) is sent only to this host's dashboard or to one named here.
+    dashboard: str | None = None
+    state_api: bool = True  # false: never ask the State API (the session's logs are still read)
+    timeout_s: PositiveFloat = 2.0  # one State API request
+    interval_s: PositiveFloat = 10.0  # how often the State API is asked
 
 
 class Thresholds(Strict):
@@ -345,6 +362,7 @@ class Config(Strict):
     watchdog: WatchdogConfig = WatchdogConfig()
     fleet: FleetConfig = FleetConfig()
     notify: NotifyConfig = NotifyConfig()
+    ray: RayConfig = RayConfig()
 
     @property
     def provenance(self) -> Provenance:

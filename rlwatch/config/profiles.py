@@ -1,5 +1,5 @@
-"""Built-in profiles: what rlwatch watches on an AReaL, a TRL, a worker-pool or any other training host when nobody
-configured it.
+"""Built-in profiles: what rlwatch watches on an AReaL, a TRL, a verl, an OpenRLHF, a worker-pool or any other training
+host when nobody configured it.
 
 Each profile is a complete :class:`~rlwatch.config.models.Config`. ``configs/<name>.yaml`` spells the same values out
 with a comment per key (a test keeps the two equal), so a person can start from the file instead of from this code.
@@ -22,12 +22,13 @@ from rlwatch.config.models import (
     Policy,
     PolicyWhen,
     ProcessRule,
+    RayConfig,
     ServerConfig,
     Thresholds,
     TrainingConfig,
 )
 
-ProfileName = Literal["areal", "trl", "workers", "generic"]
+ProfileName = Literal["areal", "trl", "verl", "openrlhf", "workers", "generic"]
 PROFILE_NAMES: tuple[str, ...] = get_args(ProfileName)
 
 GIB = 1024**3
@@ -48,6 +49,22 @@ LAUNCHER = (
     rf"{TORCHRUN}|(^|[ /])accelerate launch( |$)|-m accelerate\.commands\.launch\b"
     r"|(^|/)deepspeed( |$)|-m deepspeed\.launcher\.(runner|launch)\b"
 )
+# verl's driver: `python3 -m verl.trainer.main_ppo …` (hydra overrides follow), its other entry points
+# (main_generation, main_eval, …) and the recipes' (`-m recipe.dapo.main_dapo`); the file run directly.
+VERL_DRIVER = r"-m (verl\.trainer|recipe\.\w+)\.main_\w+\b|(^|/)verl/trainer/main_\w+\.py( |$)"
+# Ray sets an actor's process title to `ray::Class` (idle) or `ray::Class.method` (running one): SOURCES.md, ps.txt.
+VERL_TASK_RUNNER = r"^ray::TaskRunner(\.| |$)"  # verl's single controller (main_ppo.py), `main_task` before 2025-03
+VERL_WORKERS = r"^ray::WorkerDict(\.| |$)"  # every role of a resource pool, one per GPU (single_controller/ray/base.py)
+# OpenRLHF: `ray job submit … -- python3 -m openrlhf.cli.train_ppo_ray …` (its README); the entrypoint itself.
+RAY_JOB_SUBMIT = r"(^|[ /])ray job submit( |$)"
+OPENRLHF_DRIVER = r"-m openrlhf\.cli\.train_\w+_ray\b|(^|/)openrlhf/cli/train_\w+_ray\.py( |$)"
+OPENRLHF_CONTROLLER = r"^ray::PPOTrainer(Async)?(\.| |$)"  # openrlhf/trainer/ppo_trainer.py (v0.8+)
+# The model actors, named as v0.11 and as before the 2025-06 rename (openrlhf/trainer/ray/*.py, launcher.py).
+OPENRLHF_MODELS = (
+    r"^ray::(PolicyModelActor|ActorModelRayActor|CriticModelActor|CriticModelRayActor|ReferenceModelActor"
+    r"|ReferenceModelRayActor|RewardModelActor|RewardModelRayActor)(\.| |$)"
+)
+OPENRLHF_ENGINES = r"^ray::(RolloutRayActor|LLMRayActor)(\.| |$)"  # vLLM engines: LLMRayActor until v0.10.1
 # A Python worker of a pool: a script or module whose name contains "worker".
 WORKER = r"(^|/)python[0-9.]*( .*)? (\S*worker\w*\.py|-m \S*worker\w*)( |$)"
 # The headless watchdog itself (`rlwatch watch`, `python -m rlwatch watch`), expected to be running.
@@ -108,6 +125,42 @@ def _trl() -> Config:
     )
 
 
+def _verl() -> Config:
+    """verl: a driver that starts Ray and one TaskRunner actor, which drives the WorkerDict actors (one per GPU).
+
+    No inference server: the rollout engine lives inside the WorkerDicts. Ray's session logs and State API say
+    which actor died and why (rlwatch/sources/ray.py)."""
+    return Config(
+        profile="verl",
+        training=TrainingConfig(logs=["**/*.log"], checkpoint_dirs=["checkpoints"]),
+        server=ServerConfig(expected=False),
+        processes=[
+            ProcessRule(role="trainer", cmdline_regex=VERL_DRIVER),
+            ProcessRule(role="task-runner", cmdline_regex=VERL_TASK_RUNNER),
+            ProcessRule(role="ray-worker", cmdline_regex=VERL_WORKERS),
+        ],
+        ray=RayConfig(enabled=True),
+    )
+
+
+def _openrlhf() -> Config:
+    """OpenRLHF: `ray job submit` starts the driver, which starts the PPOTrainer controller, the model actors and the
+    vLLM engine actors. Generation happens in those engines, not behind an HTTP server rlwatch could probe."""
+    return Config(
+        profile="openrlhf",
+        training=TrainingConfig(logs=["**/*.log"], checkpoint_dirs=["ckpt"]),
+        server=ServerConfig(expected=False),
+        processes=[
+            ProcessRule(role="launcher", cmdline_regex=RAY_JOB_SUBMIT),
+            ProcessRule(role="trainer", cmdline_regex=OPENRLHF_DRIVER),
+            ProcessRule(role="controller", cmdline_regex=OPENRLHF_CONTROLLER),
+            ProcessRule(role="ray-actor", cmdline_regex=OPENRLHF_MODELS),
+            ProcessRule(role="vllm-engine", cmdline_regex=OPENRLHF_ENGINES),
+        ],
+        ray=RayConfig(enabled=True),
+    )
+
+
 def _workers() -> Config:
     return Config(
         profile="workers",
@@ -150,7 +203,14 @@ def _generic() -> Config:
     )
 
 
-_BUILDERS = {"areal": _areal, "trl": _trl, "workers": _workers, "generic": _generic}
+_BUILDERS = {
+    "areal": _areal,
+    "trl": _trl,
+    "verl": _verl,
+    "openrlhf": _openrlhf,
+    "workers": _workers,
+    "generic": _generic,
+}
 
 
 def profile_defaults(name: ProfileName, run_dir: Path) -> Config:

@@ -68,6 +68,10 @@ def describe(cfg: Config) -> list[str]:
         lines.append(f"process {rule.role}: {how}{' (expected to run)' if rule.expected else ''}")
     if cfg.gpu.backend != "auto":
         lines.append(f"gpu: {cfg.gpu.backend}")
+    if cfg.ray.session_logs:
+        lines.append(f"ray: session logs {cfg.ray.session_logs}")
+    elif cfg.ray.enabled:
+        lines.append("ray: session logs and State API of the cluster found running (else /tmp/ray/session_latest)")
     return lines
 
 

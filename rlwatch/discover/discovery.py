@@ -1,8 +1,9 @@
 """Finding out what runs in a run directory when nobody wrote a configuration.
 
 A person who SSHes into a pod and types ``rlwatch`` should see their run without writing YAML first. So the run
-directory is walked (bounded: a checkpoint tree can hold millions of files) for the layouts AReaL and TRL leave
-behind, and ``/proc`` is read for the processes they start, with the server ports in their command lines. The
+directory is walked (bounded: a checkpoint tree can hold millions of files) for the layouts AReaL, TRL, verl and
+OpenRLHF leave behind, and ``/proc`` is read for the processes they start (Ray's actors among them, by the titles Ray
+gives them), with the server ports in their command lines. The
 result is a profile's defaults (:mod:`rlwatch.config.profiles`) narrowed to what was found: the newest AReaL trial's
 logs, its checkpoints and recover info, the live server's URL, the training YAML the launcher was given.
 
@@ -30,11 +31,19 @@ from rlwatch.config.models import Config, HostConfig, Provenance, ServerConfig
 from rlwatch.config.profiles import (
     AREAL_LAUNCHER,
     LAUNCHER,
+    OPENRLHF_CONTROLLER,
+    OPENRLHF_DRIVER,
+    OPENRLHF_ENGINES,
+    OPENRLHF_MODELS,
     PROFILE_NAMES,
+    RAY_JOB_SUBMIT,
     SGLANG_SERVER,
     TORCHRUN,
     TRL_SERVER,
     TRL_TRAINER,
+    VERL_DRIVER,
+    VERL_TASK_RUNNER,
+    VERL_WORKERS,
     VLLM_SERVER,
     ProfileName,
     profile_defaults,
@@ -69,6 +78,24 @@ OPAQUE_DIRS = frozenset({"recover_checkpoint", "weight_update"})
 AREAL_LOG_NAMES = frozenset({"trainer.log", "llm_server.log", "merged.log", "main.log"})
 AREAL_CKPT = re.compile(r"^epoch\d+epochstep\d+globalstep\d+$")
 HF_CKPT = re.compile(r"^checkpoint-\d+$")
+# verl: `global_step_N` folders beside `latest_checkpointed_iteration.txt` (trainer.default_local_dir); OpenRLHF:
+# DeepSpeed's `global_stepN` beside `latest`, in `_actor/` and `_critic/` under --ckpt.path.
+VERL_CKPT = re.compile(r"^global_step_\d+$")
+DS_CKPT = re.compile(r"^global_step\d+$")
+VERL_TRACKER = "latest_checkpointed_iteration.txt"
+# A Ray session's log directory (or a copy of one): what only Ray writes there.
+RAY_SESSION_FILES = frozenset({"raylet.out", "gcs_server.out"})
+# verl's and OpenRLHF's own lines (SOURCES.md in tests/real/ray): verl's console metric line and first print,
+# its TaskRunner and WorkerDict actors in Ray's prefixes; OpenRLHF's per-step line and its actors' class names.
+VERL_LINE = re.compile(r"^(?:\([^()]*pid=\d+[^()]*\) )?step:\d+ - [^\s:]+:|^ray init kwargs: ", re.MULTILINE)
+VERL_ACTORS = re.compile(r"^\((TaskRunner|WorkerDict|main_task) pid=\d+", re.MULTILINE)
+OPENRLHF_LINE = re.compile(r"✨ Global step \d+: \{|Global step \d+: \{'(?:critic_loss|policy_loss)'")
+OPENRLHF_ACTORS = re.compile(
+    r"^\((PPOTrainer|PPOTrainerAsync|PolicyModelActor|ActorModelRayActor|RolloutRayActor|LLMRayActor"
+    r"|CriticModelActor|ReferenceModelActor|RewardModelActor) pid=\d+",
+    re.MULTILINE,
+)
+RAY_PREFIX_PID = re.compile(r"^\(([A-Za-z_]\w*) pid=(\d+)(?:, ip=[^)]*)?\) ", re.MULTILINE)
 ANSI = re.compile(r"\x1b\[[0-9;]*m")
 BRAKE = re.compile(r"emergency[ _-]?brake", re.IGNORECASE)
 AREAL_LINE = re.compile(r"^\(AReaL\) ", re.MULTILINE)  # AReaL's log header (areal/utils/logging.py)
@@ -100,11 +127,16 @@ PROC_KINDS: tuple[tuple[str, re.Pattern[str]], ...] = (
     ("torchrun", re.compile(TORCHRUN)),
     ("trl_trainer", re.compile(TRL_TRAINER)),
     ("launcher", re.compile(LAUNCHER)),
+    ("verl", re.compile(VERL_DRIVER)),
+    ("openrlhf", re.compile(f"{OPENRLHF_DRIVER}|{RAY_JOB_SUBMIT}")),
+    ("ray_actor", re.compile(r"^ray::[A-Za-z_]\w*(\.\w+)?( |$)")),
     ("python", re.compile(r"(^|/)python[0-9.]*( |$)")),
 )
+VERL_ACTOR_TITLE = re.compile(f"{VERL_TASK_RUNNER}|{VERL_WORKERS}")
+OPENRLHF_ACTOR_TITLE = re.compile(f"{OPENRLHF_CONTROLLER}|{OPENRLHF_MODELS}|{OPENRLHF_ENGINES}")
 # rlwatch's own command line is never evidence of a run (its simulator's pieces are: they stand in for one).
 RLWATCH_CLI = re.compile(r"(^|/)rlwatch( |$)|-m rlwatch(\.cli)?( |$)")
-TRAINER_KINDS = frozenset({"areal_launcher", "torchrun", "trl_trainer", "launcher", "python"})
+TRAINER_KINDS = frozenset({"areal_launcher", "torchrun", "trl_trainer", "launcher", "verl", "openrlhf", "python"})
 # TRL itself on a command line: `trl grpo …`, `python -m trl.scripts.grpo`, one of TRL's example scripts.
 TRL_COMMAND = re.compile(r"(^|[ /])trl [a-z][a-z_-]*( |$)|-m trl(\.\S+)?( |$)|/trl/(scripts|examples)/\S+\.py( |$)")
 TRL_SOURCE = re.compile(r"^\s*(from trl\b|import trl\b)|\bGRPOTrainer\b|\bGRPOConfig\b", re.MULTILINE)
@@ -122,6 +154,9 @@ class Found:
     hf_output_dirs: set[Path] = field(default_factory=set)
     recent_logs: dict[Path, float] = field(default_factory=dict)
     yamls: list[Path] = field(default_factory=list)
+    verl_ckpt_dirs: dict[Path, float] = field(default_factory=dict)  # default_local_dir -> newest global_step_N mtime
+    ds_ckpt_dirs: dict[Path, float] = field(default_factory=dict)  # --ckpt.path (holding _actor/) -> newest mtime
+    ray_sessions: list[Path] = field(default_factory=list)  # Ray session log directories (copies) under the run
     entries: int = 0
     truncated: bool = False
 
@@ -170,6 +205,9 @@ def walk_run_dir(run_dir: Path, now: float) -> Found:
         except OSError:
             continue
         names = {e.name for e in entries}
+        session = names >= RAY_SESSION_FILES
+        if session:
+            found.ray_sessions.append(directory)  # Ray's own logs: read as Ray's (sources/ray), not as the run's
         for entry in entries:
             found.entries += 1
             if found.entries > MAX_ENTRIES:
@@ -182,12 +220,13 @@ def walk_run_dir(run_dir: Path, now: float) -> Found:
             except OSError:
                 continue
             if is_dir:
-                _see_dir(found, path, entry.name)
-                descend = entry.name not in SKIP_DIRS and entry.name not in OPAQUE_DIRS
+                _see_dir(found, path, entry.name, names)
+                descend = entry.name not in SKIP_DIRS and entry.name not in OPAQUE_DIRS and not session
                 descend = descend and not AREAL_CKPT.match(entry.name) and not HF_CKPT.match(entry.name)
+                descend = descend and not entry.name.startswith("global_step")
                 if descend and depth + 1 < MAX_DEPTH:
                     queue.append((path, depth + 1))
-            elif is_file:
+            elif is_file and not session:
                 _see_file(found, path, entry.name, depth, now)
         if _is_areal_log_dir(directory, names):
             times = [t for n in names & AREAL_LOG_NAMES if (t := _mtime(str(directory / n))) is not None]
@@ -195,8 +234,15 @@ def walk_run_dir(run_dir: Path, now: float) -> Found:
     return found
 
 
-def _see_dir(found: Found, path: Path, name: str) -> None:
-    if AREAL_CKPT.match(name):
+def _see_dir(found: Found, path: Path, name: str, siblings: set[str]) -> None:
+    if name.startswith("global_step"):
+        mtime = _mtime(str(path)) or 0.0
+        if VERL_CKPT.match(name) and VERL_TRACKER in siblings:
+            found.verl_ckpt_dirs[path.parent] = max(found.verl_ckpt_dirs.get(path.parent, 0.0), mtime)
+        elif DS_CKPT.match(name) and "latest" in siblings and path.parent.name in ("_actor", "_critic"):
+            top = path.parent.parent
+            found.ds_ckpt_dirs[top] = max(found.ds_ckpt_dirs.get(top, 0.0), mtime)
+    elif AREAL_CKPT.match(name):
         trial = path.parent.parent
         found.areal_trials[trial] = max(found.areal_trials.get(trial, 0.0), _mtime(str(path)) or 0.0)
     elif HF_CKPT.match(name) and (path / "trainer_state.json").is_file():
@@ -507,6 +553,78 @@ def _trl_evidence(seen: Seen) -> list[str]:
     return out
 
 
+def _named_actors(seen: Seen) -> dict[int, str]:
+    """Ray actors the run's logs name: pid → class, from the prefixes Ray relays their lines with."""
+    out: dict[int, str] = {}
+    for text in seen.logs.values():
+        for m in RAY_PREFIX_PID.finditer(text):
+            out.setdefault(int(m.group(2)), m.group(1))
+    return out
+
+
+def _tracker(path: Path) -> str | None:
+    try:
+        with open_read(path) as fh:
+            text = fh.read(64).decode("utf-8", "replace").strip()
+    except OSError:
+        return None
+    return text if text and len(text) < 40 else None
+
+
+def _actor_evidence(seen: Seen, titles: re.Pattern[str], framework: str) -> list[str]:
+    """Live Ray actors of the framework that are the run's: working here, or named in its logs by pid."""
+    named = _named_actors(seen)
+    related = {p.pid for p in seen.related}
+    out = []
+    for proc in seen.host:
+        if "ray_actor" in proc.kinds and titles.search(proc.cmdline) and (proc.pid in related or proc.pid in named):
+            title = proc.argv[0] if proc.argv else proc.cmdline
+            out.append(f"pid {proc.pid} is {framework}'s Ray actor {title.strip()} (its log relays it)")
+    return out[:4]
+
+
+def _verl_evidence(seen: Seen) -> list[str]:
+    found, out = seen.found, []
+    for d in sorted(found.verl_ckpt_dirs, key=lambda d: -found.verl_ckpt_dirs[d])[:2]:
+        step = _tracker(d / VERL_TRACKER)
+        said = f": {step}" if step else ""
+        out.append(f"{seen.rel(d)}/: verl checkpoints (global_step_N beside {VERL_TRACKER}{said})")
+    for proc in seen.related:
+        if "verl" in proc.kinds:
+            out.append(f"pid {proc.pid} runs verl: {_short_cmd(proc)}")
+    out += _actor_evidence(seen, VERL_ACTOR_TITLE, "verl")
+    for path, text in seen.logs.items():
+        m = VERL_LINE.search(text)
+        if m is not None:
+            out.append(f"{seen.rel(path)}: verl's lines ('{m.group(0).strip()[:60]}…')")
+        elif (a := VERL_ACTORS.search(text)) is not None:
+            out.append(f"{seen.rel(path)}: Ray relays verl's {a.group(1)} actor ('{a.group(0)})')")
+    return out
+
+
+def _openrlhf_evidence(seen: Seen) -> list[str]:
+    found, out = seen.found, []
+    for d in sorted(found.ds_ckpt_dirs, key=lambda d: -found.ds_ckpt_dirs[d])[:2]:
+        tag = _tracker(d / "_actor" / "latest")
+        said = f": {tag}" if tag else ""
+        out.append(f"{seen.rel(d)}/: OpenRLHF checkpoints (_actor/global_stepN beside DeepSpeed's latest{said})")
+    for proc in seen.related:
+        if "openrlhf" in proc.kinds and "openrlhf" in proc.cmdline:
+            out.append(f"pid {proc.pid} runs OpenRLHF: {_short_cmd(proc)}")
+    out += _actor_evidence(seen, OPENRLHF_ACTOR_TITLE, "OpenRLHF")
+    for path, text in seen.logs.items():
+        m = OPENRLHF_LINE.search(text)
+        if m is not None:
+            out.append(f"{seen.rel(path)}: OpenRLHF's per-step lines ('{m.group(0).strip()[:40]}…')")
+        elif (a := OPENRLHF_ACTORS.search(text)) is not None:
+            out.append(f"{seen.rel(path)}: Ray relays OpenRLHF's {a.group(1)} actor ('{a.group(0)})')")
+    return out
+
+
+def _ray_session_evidence(seen: Seen) -> list[str]:
+    return [f"{seen.rel(d)}/: Ray's session logs (raylet.out, gcs_server.out)" for d in seen.found.ray_sessions[:1]]
+
+
 def _workers_evidence(seen: Seen) -> list[str]:
     return [f"{seen.rel(p)}: emergency-brake lines" for p, text in seen.logs.items() if BRAKE.search(text)]
 
@@ -541,11 +659,14 @@ def _choose_profile(seen: Seen, now: float) -> tuple[ProfileName, list[str], boo
     run = _run_evidence(seen, now)
     for name, evidence in (
         ("areal", _areal_evidence(seen)),
+        ("verl", _verl_evidence(seen)),
+        ("openrlhf", _openrlhf_evidence(seen)),
         ("trl", _trl_evidence(seen)),
         ("workers", _workers_evidence(seen)),
     ):
         if evidence:
-            return name, evidence, True  # type: ignore[return-value]
+            extra = _ray_session_evidence(seen) if name in ("verl", "openrlhf") else []
+            return name, [*evidence, *extra], True  # type: ignore[return-value]
     return "generic", run, bool(run)
 
 
@@ -684,6 +805,7 @@ def discover(run_dir: Path, profile: str = "auto", *, proc_root: str = "/proc", 
         trial = same[0] if same else max(found.areal_trials, key=lambda t: (found.areal_trials[t], str(t)))
         ckpt_dirs.append(_rel(trial, run_dir))
     ckpt_dirs += sorted(_rel(d, run_dir) for d in found.hf_output_dirs)[:8]
+    ckpt_dirs += sorted(_rel(d, run_dir) for d in (*found.verl_ckpt_dirs, *found.ds_ckpt_dirs))[:8]
 
     recover = None
     if trial is not None and (trial / "recover_info" / "step_info.json") in found.step_infos:
@@ -705,6 +827,10 @@ def discover(run_dir: Path, profile: str = "auto", *, proc_root: str = "/proc", 
         }
     )
     clue = _server_clue(seen, config_file, run_found)
+    if name in ("verl", "openrlhf") and (clue is None or not clue.why.startswith("pid ")):
+        # Their rollout engines are Ray actors (verl's WorkerDicts, OpenRLHF's vLLM engine actors), not an HTTP
+        # server: only a server process of this run says otherwise. Addresses in their logs are Ray's dashboard.
+        clue = Clue(False, f"{name}'s rollout engines run inside its Ray actors: no inference server to probe")
     if clue is None:
         server = base.server.model_copy(update={"url": None, "expected": None})
         server_why: tuple[str, ...] = (NO_SERVER if run_found else "no training run here",)
@@ -724,5 +850,9 @@ def discover(run_dir: Path, profile: str = "auto", *, proc_root: str = "/proc", 
         run_found=run_found,
         looked_for=None if run_found else _looked_for(seen),
     )
-    cfg = base.model_copy(update={"training": training, "server": server})
+    ray = base.ray
+    if found.ray_sessions:  # a copy of Ray's session logs under the run (a live cluster's is found when read)
+        newest = max(found.ray_sessions, key=lambda d: (_mtime(str(d / "raylet.out")) or 0.0, str(d)))
+        ray = ray.model_copy(update={"session_logs": _rel(newest, run_dir)})
+    cfg = base.model_copy(update={"training": training, "server": server, "ray": ray})
     return cfg.with_provenance(provenance)

@@ -41,7 +41,7 @@ MAX_VALUES = 100_000  # values after alias expansion: bounds the work an alias b
 MAX_MESSAGE = 240
 
 RUN_DIR_FILE = "rlwatch.yaml"
-PROFILES = ("auto", "areal", "trl", "workers", "generic")
+PROFILES = ("auto", "areal", "trl", "verl", "openrlhf", "workers", "generic")
 
 _MAP_TAG = "tag:yaml.org,2002:map"
 _SEQ_TAG = "tag:yaml.org,2002:seq"

@@ -35,6 +35,7 @@ from rlwatch.common.state import (
     LogLine,
     MemoryState,
     ProcessInfo,
+    RayState,
     RecoverState,
     Series,
     ServerState,
@@ -69,6 +70,7 @@ from rlwatch.sources.membership import STRAY, RunView, assess, first_stamp, open
 from rlwatch.sources.memory import MemorySource
 from rlwatch.sources.processes import LaunchRecord, ProcessTable, member_info
 from rlwatch.sources.procfs import container_uptime_s
+from rlwatch.sources.ray import RaySource
 from rlwatch.sources.recover import find_step_info, read_recover
 from rlwatch.sources.server import ServerProbe
 from rlwatch.sources.stacks import StackTarget, capture, latest_kept, rank_label
@@ -194,6 +196,9 @@ class Engine:
         # colocated generation) would report it "down".
         expected = cfg.server_expected
         self.server_probe = ServerProbe(cfg.server, self.clock) if cfg.server.url and expected else None
+        # A Ray-based run (verl, OpenRLHF): Ray's session logs and State API (sources/ray).
+        self.ray_source = RaySource(cfg, self.run_dir, self.clock, proc_root=proc_root)
+        self._ray: RayState | None = None
         knobs_path = cfg.training.config_file
         self.knobs = read_knobs(resolve(self.run_dir, knobs_path)) if knobs_path else {}
         # Configured paths that do not exist (yet): each a degraded "config <key>" source until it appears.
@@ -283,6 +288,7 @@ class Engine:
         counter.subscribe("_reward", training.on_reward)
         counter.subscribe("weight_update", training.on_weight_update)
         counter.subscribe("_finished", training.on_step)
+        counter.subscribe("_progress", training.on_step)
         counter.subscribe("_banner", lambda line: _log_start(counting.starts, "container", line))
         for name in ("step", "_reward", "_learning"):  # after the training tracker: it has the line's step then
             counter.subscribe(name, learning.on_line)
@@ -426,6 +432,8 @@ class Engine:
         out = []
         seen = set()
         for path in self.tailer.files:
+            if self.ray_source.is_cluster_log(path):
+                continue  # Ray's own logs (raylet, a dead actor's stderr): diagnosis/ray reads what they mean
             try:
                 st = os.stat(path)
             except OSError:
@@ -484,6 +492,7 @@ class Engine:
                 self._ok(f"config {key}", why if line in self._missing else None)
         volume = self.cfg.training.output_volume
         disk = disk_state(str(resolve(self.run_dir, volume) if volume else self.run_dir))
+        ray = self._sample_ray()
         endings = self._read_endings(now)
         kept = latest_kept(self.run_dir, self._stacks.taken_at if self._stacks is not None else None)
         watchdog, wd_err = read_status(self.run_dir, now)  # the headless watchdog's state file, if one ever ran
@@ -517,6 +526,7 @@ class Engine:
             self._endings = endings
             if kept is not None:
                 self._stacks = kept  # another rlwatch (the watchdog, the dashboard) read them since
+            self._ray = ray
             for g in gpu.gpus:
                 self._hist_gpu_util.setdefault(g.index, Ring()).add(now, g.util)
                 self._hist_gpu_mem.setdefault(g.index, Ring()).add(now, _pct(g.mem_used_bytes, g.mem_total_bytes))
@@ -529,6 +539,20 @@ class Engine:
             )
             uptime = container_uptime_s(self._proc_root)
             self._container_started = None if uptime is None else now - uptime
+
+    def _sample_ray(self) -> RayState | None:
+        """What Ray says of the run, and the files of Ray's it gives to follow (raylet.out, dead actors' stderr)."""
+        ray = self.ray_source.sample(self.tailer.files)
+        for path in self.ray_source.follow():
+            self.tailer.follow(path)
+        if ray is not None or self.ray_source.error is not None:
+            api = ray.api if ray is not None else None
+            self._ok("ray", self.ray_source.error or (f"State API: {api}" if api else None))
+        return ray
+
+    def poll_ray(self, *, force: bool = False) -> None:
+        """Ask Ray's State API (a network request bounded by ray.timeout_s): its own loop, or once for a report."""
+        self.ray_source.poll_api(force=force)
 
     def _start_times(self, preview: TailPreview | None = None) -> dict[str, tuple[float, ...]]:
         """When the run's processes (and, from its logs, the container) started: the restart-loop evidence."""
@@ -599,6 +623,7 @@ class Engine:
             exclude=exclude,
             proc_root=self._proc_root,
             files=files,
+            named=self.ray_source.named_members(),
         )
 
     def _latest_attempt(self) -> tuple[str, float] | None:
@@ -773,6 +798,7 @@ class Engine:
                 kernel=self._kernel,
                 limits=self._limits,
                 learning=self.learning.state() if preview is None else preview.learning(self.learning.state()),
+                ray=self._ray,
             )
             ctx = Context(
                 thresholds=self.cfg.thresholds,
@@ -849,6 +875,10 @@ class Engine:
             self.drain_logs()
         else:
             self._drain_newest_first(first_look, progress)
+        self._sample_ray()  # is it a Ray run? then ask the State API once, before the sources are read
+        self.poll_ray(force=True)
+        self._sample_ray()  # the run's actors, as the State API lists them: evidence for the live run
+        self.drain_logs()  # Ray's files it gave to follow
         self.sample()
         self.probe_server()
         snap = self.build()
@@ -922,7 +952,13 @@ class Engine:
     def start(self) -> None:
         """Run the loops in daemon threads until :meth:`stop`."""
         self.waker.start()
-        for name, target in (("logs", self._log_loop), ("sample", self._sample_loop), ("server", self._server_loop)):
+        loops = (
+            ("logs", self._log_loop),
+            ("sample", self._sample_loop),
+            ("server", self._server_loop),
+            ("ray", self._ray_loop),
+        )
+        for name, target in loops:
             t = threading.Thread(target=target, name=f"rlwatch-{name}", daemon=True)
             t.start()
             self._threads.append(t)
@@ -992,6 +1028,14 @@ class Engine:
                 released_at = self.clock.monotonic()
                 release_free_heap()
             self._stop.wait(self.cfg.interval_s)
+
+    def _ray_loop(self) -> None:
+        """The State API, every ray.interval_s while the run is a Ray run (a request may take ray.timeout_s)."""
+        if not self.ray_source.enabled or not self.cfg.ray.state_api:
+            return
+        while not self._stop.is_set():
+            self._guard("ray", self.poll_ray)
+            self._stop.wait(min(self.cfg.ray.interval_s, 2.0))
 
     def _server_loop(self) -> None:
         if self.server_probe is None:

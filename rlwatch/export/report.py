@@ -20,6 +20,9 @@ from rlwatch.common.state import (
     Incident,
     LogEnding,
     NotifyStatus,
+    RayActor,
+    RayFailure,
+    RayState,
     Severity,
     Snapshot,
     line_number,
@@ -75,6 +78,7 @@ def to_json_dict(s: Snapshot) -> dict[str, Any]:
             "epoch_step": latest.epoch_step,
             "saved_at": iso(latest.saved_at),
             "size_bytes": latest.size_bytes,
+            "tracker": latest.tracker,  # verl's latest_checkpointed_iteration.txt, DeepSpeed's latest: what names it
         },
         "count": s.checkpoint.count if s.checkpoint else 0,
         "steps": list(s.checkpoint.steps) if s.checkpoint else [],
@@ -238,6 +242,8 @@ def to_json_dict(s: Snapshot) -> dict[str, Any]:
         "watchdog": _watchdog_json(s),
         "endings": [_ending_json(e) for e in s.endings],
         "stacks": _stacks_json(s),
+        "logs": list(s.logs),  # the files followed (a Ray run's adds raylet.out and its dead actors' stderr)
+        "ray": _ray_json(s.ray),
         "sources": [
             {"name": src.name, "ok": src.ok, "error": src.error, "last_sample": iso(src.last_sample)}
             for src in sorted(s.sources, key=lambda src: src.name)
@@ -394,6 +400,91 @@ def notify_lines(n: NotifyStatus, now: float) -> list[str]:
     return out
 
 
+def _actor_json(a: RayActor | None) -> dict[str, Any] | None:
+    if a is None:
+        return None
+    return {
+        "class_name": a.class_name,
+        "name": a.name,
+        "pid": a.pid,
+        "actor_id": a.actor_id,
+        "node_ip": a.node_ip,
+        "node_id": a.node_id,
+        "job_id": a.job_id,
+        "state": a.state,
+        "reason": a.reason,
+        "exit_type": a.exit_type,
+        "detail": a.detail,
+        "source": a.source,
+    }
+
+
+def _ray_failure_json(f: RayFailure | None) -> dict[str, Any] | None:
+    if f is None:
+        return None
+    mem = f.memory
+    return {
+        "kind": f.kind,
+        "cause": f.cause,
+        "title": f.title,
+        "actor": _actor_json(f.actor),
+        "exception": f.exception,
+        "memory": None
+        if mem is None
+        else {
+            "killed": mem.killed,
+            "node_ip": mem.node_ip,
+            "used_gb": mem.used_gb,
+            "limit_gb": mem.limit_gb,
+            "fraction": mem.fraction,
+            "reason": mem.reason,
+            "victims": [{"task": t, "pid": pid, "used_gb": gb} for t, pid, gb in mem.victims],
+        },
+        "node": f.node,
+        "step": f.step,
+        "path": f.path,
+        "line": f.lineno,
+        "time": iso(f.at),
+        "current": f.current,
+        "evidence": list(f.evidence),
+    }
+
+
+def _ray_json(r: RayState | None) -> dict[str, Any] | None:
+    """What Ray says of a Ray-based run (verl, OpenRLHF); null for any other run."""
+    if r is None:
+        return None
+    return {
+        "session_logs": r.session_logs,
+        "dashboard": r.dashboard,
+        "state_api_error": r.api,
+        "driver_logs": list(r.driver_logs),
+        "last_step": r.last_step,
+        "failure": _ray_failure_json(r.failure),
+        "history": [_ray_failure_json(h) for h in r.history],
+        "actors": [_actor_json(a) for a in r.actors],
+        "dead_nodes": list(r.dead_nodes),
+    }
+
+
+def _ray_lines(s: Snapshot) -> list[str]:
+    r = s.ray
+    if r is None:
+        return []
+    where = r.session_logs or "no session logs found"
+    api = "State API answered" if r.api is None else f"State API: {r.api}"
+    lines = [f"Ray: session logs {where}; {api}"]
+    dead = [a for a in r.actors if a.state == "DEAD" and a.reason not in (None, "OUT_OF_SCOPE", "REF_DELETED")]
+    alive = [a for a in r.actors if a.state == "ALIVE"]
+    if r.actors:
+        lines.append(f"  actors: {len(alive)} alive, {len(r.actors) - len(alive)} not")
+    for a in dead[:6]:
+        lines.append(f"  dead: {a.label}: {a.reason}" + (f", {a.exit_type}" if a.exit_type else ""))
+    for node in r.dead_nodes[:3]:
+        lines.append(f"  dead node: {node}")
+    return lines
+
+
 def to_json(s: Snapshot) -> str:
     return json.dumps(redacted(to_json_dict(s)), indent=2)
 
@@ -505,6 +596,14 @@ NEXT_STEPS = {
     "hung": "Look at where each process waits (py-spy dump --pid PID); a collective that one rank never reached "
     "hangs the others.",
     "run_stopped": "If it was not stopped on purpose, resume it from the last checkpoint (rlwatch act resume).",
+    "ray_actor_died": "Read why the actor died (above, and its worker-*.err in Ray's session logs); fix it, then "
+    "resume from the checkpoint named above (rlwatch act resume).",
+    "ray_memory_monitor": "The node ran short of memory: give the workers more (fewer per node, smaller batches) or "
+    "raise RAY_memory_usage_threshold, then resume (rlwatch act resume).",
+    "ray_node_died": "A node of the cluster is gone: bring it back (or drop it from the job), then resume "
+    "(rlwatch act resume).",
+    "ray_cluster_unreachable": "Start the Ray cluster again (ray start --head …), then resume (rlwatch act resume).",
+    "ray_job_failed": "Read the job's output above (ray job logs SUBMISSION_ID); fix it, then resume.",
     "disk_low": "Free space on the output volume before the next checkpoint.",
     "no_run": "Point rlwatch at the run directory (rlwatch report RUN_DIR), or describe the run in "
     "RUN_DIR/rlwatch.yaml (rlwatch init writes one).",
@@ -512,7 +611,10 @@ NEXT_STEPS = {
 
 # A finding whose next step is left out when a more specific one is there: known strays are what holds the GPU, and
 # the generic advice to go and find it would send the reader in a circle.
-SUPERSEDED: dict[str, set[str]] = {"device_busy": {"gpu_strays"}}
+SUPERSEDED: dict[str, set[str]] = {
+    "device_busy": {"gpu_strays"},
+    "run_stopped": {"ray_job_stopped"},
+}
 
 
 def to_text(s: Snapshot) -> str:
@@ -565,6 +667,7 @@ def to_text(s: Snapshot) -> str:
     if tr and tr.knobs:
         lines.append("Config: " + ", ".join(f"{k}={v}" for k, v in tr.knobs.items()))
     lines.extend(_machine_lines(s))
+    lines.extend(_ray_lines(s))
     lines.extend(_holder_lines(s))
     lines.extend(stack_lines(s))
     if s.watchdog is not None and s.watchdog.notify is not None:

@@ -236,9 +236,15 @@ _BUILTIN: tuple[EventKind, ...] = (
     _kind(
         "step",
         _I,
-        # AReaL's per-step line; a TRL/transformers metric dict with a loss or reward (not the final summary).
-        r"Train step \d+/\d+ done\.|^\s*\{'(?:[^\n]*?, ')?(?:loss|reward)': [^\n]*\}\s*$",
-        ("Train step", "{'"),
+        # AReaL's per-step line; a TRL/transformers metric dict with a loss or reward (not the final summary);
+        # verl's console logger, one line per step, `step:12 - actor/pg_loss:0.0423… - …` (verl/utils/logger/
+        # aggregate_logger.py concat_dict_to_str; `key:{v:.3f}` before verl 18c6ffcf0, 2025-07; not the validation
+        # before training, `step:0 - val-core/…:…`, whose keys are all val-: no step was done); OpenRLHF's `✨ Global
+        # step 12: {'policy_loss': …}` (openrlhf/trainer/ppo_trainer.py, v0.9+). The same texts as
+        # rlwatch/logs/shapes.py PROGRESS.
+        r"Train step \d+/\d+ done\.|^\s*\{'(?:[^\n]*?, ')?(?:loss|reward)': [^\n]*\}\s*$"
+        r"|^step:\d+ - (?!val-)[^\s:]+:|Global step \d+: \{",
+        ("Train step", "{'", "step:", "Global step "),
         progress=True,
     ),
     _kind(
@@ -275,12 +281,24 @@ _BUILTIN: tuple[EventKind, ...] = (
         ("task_reward/avg", "rollout/reward", "timeperf/update_weights"),
         internal=True,
     ),
-    # The end of a run: AReaL's last line, and the summary dict transformers prints after the last step.
+    # The end of a run: AReaL's last line, and the summary dict transformers prints after the last step; verl's
+    # `Final validation metrics: {…}` (verl/trainer/ppo/ray_trainer.py fit(), pprint of the f-string, so it may
+    # start with `("`); `ray job submit`'s `Job 'raysubmit_…' succeeded` (ray/dashboard/modules/job/cli.py).
     _kind(
         "_finished",
         _I,
-        r"Training completes! Total time elapsed|\{'train_runtime':",
-        ("Training completes!", "{'train_runtime'"),
+        r"Training completes! Total time elapsed|\{'train_runtime':|^\(?[\"']?Final validation metrics: "
+        r"|Job '[^']+' succeeded",
+        ("Training completes!", "{'train_runtime'", "Final validation metrics: ", "' succeeded"),
+        internal=True,
+    ),
+    # Where a run stands between its steps: verl's tqdm bar `Training Progress:  33%|███▎      | 4/12 [00:04<00:09,
+    # 1.17s/it]` (ray_trainer.py fit(): total and speed) and `Total training steps: 12`.
+    _kind(
+        "_progress",
+        _I,
+        r"Training Progress:\s+\d+%\|[^\n]*\| *\d+/\d+ \[|^Total training steps: \d+",
+        ("Training Progress:", "Total training steps: "),
         internal=True,
     ),
     _kind(

@@ -50,10 +50,12 @@ def signal_name(number: int) -> str | None:
 # What proves a run moved: a step line of the frameworks' own (the catalogue's `step` kind says the same for the
 # counter), a metric line, a progress bar that advanced. AReaL `Train step 12/100 done.`; verl's console logger
 # `step:12 - actor/pg_loss:…` (verl/utils/tracking.py, LocalLogger); TRL's metric dicts `{'loss': …}`; OpenRLHF's
-# tqdm bars `Episode [1/20]:  35%|…| 7/20 [`, HF Trainer's `12/300 [00:41<16:03,  3.4s/it]`.
+# `✨ Global step 12: {…}` and its tqdm bars `Episode [1/20]:  35%|…| 7/20 [`, HF Trainer's `12/300 [00:41<16:03,
+# 3.4s/it]`. The `step` kind of rlwatch/logs/kinds.py counts the same step lines.
 PROGRESS = re.compile(
     r"Train step \d+/\d+ done"
-    r"|(?:^|\s)step:\s?\d+ - \S+:"
+    r"|(?:^|\s)step:\s?\d+ - (?!val-)\S+:"
+    r"|Global step \d+: \{"
     r"|^\{['\"](?:loss|train_loss|reward|rewards?/[\w/]+|eval_loss|grad_norm|learning_rate|train_runtime)['\"]: "
     r"|\b\d+/\d+ \[\d+:\d\d(?::\d\d)?<"
     r"|\bglobal_step[=:]\s?\d+"

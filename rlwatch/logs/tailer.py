@@ -196,6 +196,13 @@ class Tailer:
                     done += min(handle.offset, handle.backlog_end)
         return done, total
 
+    def follow(self, path: str) -> None:
+        """Follow one more file from now on (a dead Ray actor's stderr, named once the run's logs say it died); its
+        backlog is read like any other's. A path already followed is left as it is."""
+        if path not in self._patterns:
+            self._patterns = (*self._patterns, path)  # a new tuple: the polling thread reads the old one whole
+            self._next_rescan = float("-inf")
+
     def discover(self) -> None:
         """Open the files the patterns match now, reading nothing yet (``poll`` reads them): so that what a
         backlog holds is known before the first bytes of it are counted."""

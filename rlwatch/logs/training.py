@@ -26,6 +26,20 @@ from rlwatch.common.state import LogLine, TrainingState, line_ref
 
 _AREAL_STEP = re.compile(r"Train step ([0-9]{1,12})/([0-9]{1,12}) done")
 _AREAL_DONE = "Training completes!"
+# verl's console logger: `step:12 - key:value - …` at the start of the message (after a Ray prefix
+# `(TaskRunner pid=N) `), values as pformat or `{v:.3f}` (verl/utils/logger/aggregate_logger.py).
+_VERL_STEP = re.compile(r"(?:^|\) )step:([0-9]{1,12}) - (.*)$")
+_VERL_PAIR = re.compile(r"(?:^| - )([^\s:]+):([^\s]+)")
+_VERL_REWARDS = ("critic/rewards/mean", "critic/score/mean")
+# OpenRLHF: `✨ Global step 12: {…}` (openrlhf/trainer/ppo_trainer.py); its reward keys, best first.
+_ORLHF_STEP = re.compile(r"Global step ([0-9]{1,12}): \{")
+_ORLHF_REWARDS = ("rollout/reward_mean", "reward")
+# verl's bar (ray_trainer.py fit()): `Training Progress:  33%|███▎      | 4/12 [00:04<00:09,  1.17s/it]`.
+_VERL_BAR = re.compile(
+    r"Training Progress:\s+\d+%\|[^|]*\| *([0-9]{1,12})/([0-9]{1,12}) \[[^\]]*?([0-9.]+)(s/it|it/s)?\]"
+)
+_VERL_TOTAL = re.compile(r"Total training steps: ([0-9]{1,12})")
+_FINISHED = ("Final validation metrics", "' succeeded")  # verl's last pprint; `ray job submit`: Job '…' succeeded
 _DISK_UPDATE_TEXT = "Loading weights from disk done in "  # the fixed start of _DISK_UPDATE: tested first
 _DISK_UPDATE = re.compile(_DISK_UPDATE_TEXT + r"([0-9]{1,9}(?:\.[0-9]{0,9})?)s")
 _PREFIX = re.compile(r"^(?:\s*\[[^\]]{0,40}\]:?)+\s*")  # merged.log's "[actor]   ", torch's "[rank0]: "
@@ -230,6 +244,7 @@ class TrainingTracker:
         self._updates: deque[float] = deque(maxlen=history)
         self._disk_updates = False
         self._finished = False
+        self._bar_rate: float | None = None  # steps per hour from a progress bar's own speed (verl's tqdm)
 
     # -- feeding ---------------------------------------------------------------------------------------------
 
@@ -305,11 +320,21 @@ class TrainingTracker:
         if not self._delivered.add((line.path, line.lineno, text)):
             return
         self._touch(line.time, offset)
-        if _AREAL_DONE in text:
+        if _AREAL_DONE in text or any(f in text for f in _FINISHED):
             self._finished = True
         step = parse_areal_step(text) if "Train step " in text else None
         if step is not None:
             self._on_areal_step(line, *step, offset)
+        elif "step:" in text and (verl := _VERL_STEP.search(text)) is not None:
+            self._on_verl_step(line, int(verl.group(1)), verl.group(2), offset)
+        elif "Global step " in text and (orlhf := _ORLHF_STEP.search(text)) is not None:
+            self._on_numbered_step(line, int(orlhf.group(1)), None, offset)
+            metrics = parse_metrics(text)
+            reward = next((metrics[k] for k in _ORLHF_REWARDS if metrics and k in metrics), None)
+            if reward is not None:
+                self._record_reward(int(orlhf.group(1)), 3, reward)
+        elif "Training Progress:" in text or "Total training steps: " in text:
+            self._on_bar(text)
         elif "{" in text:
             metrics = parse_metrics(text)
             if metrics is not None:
@@ -335,6 +360,55 @@ class TrainingTracker:
         self._areal_path = line.path
         self._finished = False
         self._mark_step(line.time, step, offset)
+
+    def _on_numbered_step(
+        self, line: LogLine, step: int, total: int | None, offset: float, *, mark: bool = True
+    ) -> None:
+        """A step that carries its number (verl, OpenRLHF): counted like AReaL's (a copy of the same output in
+        another file lags and is ignored; a number going back in the same file is a relaunch appending to it)."""
+        last = self._areal_step
+        if last is not None and step <= last:
+            if line.path != self._areal_path:
+                return
+            self._rate_points.clear()
+        self._areal_step = step
+        if total:
+            self._areal_total = total
+        self._areal_path = line.path
+        self._finished = False
+        if mark:
+            self._mark_step(line.time, step, offset)
+
+    def _on_verl_step(self, line: LogLine, step: int, rest: str, offset: float) -> None:
+        """verl's metric line. One holding only validation metrics (``val-…`` keys) is the validation before
+        training: it says which step the run starts from (0, or the step a resume loaded), not a step done now."""
+        pairs = dict(_VERL_PAIR.findall(rest))
+        validation = bool(pairs) and all(k.startswith("val-") for k in pairs)
+        if validation:
+            if step > 0:
+                self._on_numbered_step(line, step, None, offset, mark=False)
+            return
+        self._on_numbered_step(line, step, None, offset)
+        for key in _VERL_REWARDS:
+            value = _to_float(pairs.get(key, "").replace("np.float64(", "").rstrip(")"))
+            if value is not None:
+                self._record_reward(step, 3, value)
+                break
+
+    def _on_bar(self, text: str) -> None:
+        """verl's progress bar: the total steps, and the speed tqdm measured (the only speed an undated log has)."""
+        bar = _VERL_BAR.search(text)
+        if bar is not None:
+            total = int(bar.group(2))
+            if total > 0 and self._configured_total is None:
+                self._areal_total = total
+            speed = _to_float(bar.group(3))
+            if speed and bar.group(4) and int(bar.group(1)) > 0:
+                self._bar_rate = 3600.0 / speed if bar.group(4) == "s/it" else 3600.0 * speed
+            return
+        m = _VERL_TOTAL.search(text)
+        if m is not None and int(m.group(1)) > 0:
+            self._areal_total = int(m.group(1))
 
     def _on_metrics(self, line: LogLine, metrics: dict[str, float], offset: float) -> None:
         if "train_runtime" in metrics:
@@ -406,10 +480,10 @@ class TrainingTracker:
 
     def _steps_per_hour(self) -> float | None:
         if len(self._rate_points) < 2:
-            return None
+            return self._bar_rate
         (t0, c0), (t1, c1) = self._rate_points[0], self._rate_points[-1]
         if t1 <= t0 or c1 <= c0:
-            return None
+            return self._bar_rate
         scale = 1
         if self._areal_step is None and self._hint is not None:
             scale = self._logging_steps or 1

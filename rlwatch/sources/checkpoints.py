@@ -7,6 +7,12 @@ is the one reliable witness. Two layouts are recognised:
   exactly as written in the name, i.e. the 0-based index of the last completed step (``globalstep1869`` is the
   1870th step); :mod:`rlwatch.sources.recover` uses the same convention, so the two compare directly.
 * Hugging Face / TRL: ``<output_dir>/checkpoint-{N}``, where ``N`` is the count of completed steps.
+* verl: ``<trainer.default_local_dir>/global_step_{N}/{actor,critic,data.pt}`` beside
+  ``latest_checkpointed_iteration.txt``, the bare step number, written last (verl/trainer/ppo/ray_trainer.py
+  ``_save_checkpoint``). verl resumes from the folder that file names, not from the newest folder: a folder past it
+  is a save that has not finished (or never will).
+* OpenRLHF (DeepSpeed's layout): ``<ckpt.path>/_actor/global_step{N}`` (no underscore) beside ``latest``, which holds
+  the tag DeepSpeed's ``load_checkpoint`` picks; ``_critic/`` alike (the actor's is preferred at the same step).
 
 A scan runs every couple of seconds against directories that may hold hundreds of checkpoints of many gigabytes each,
 so the work is bounded: candidates are recognised by name only, only the best few are stat-ed, and only the latest is
@@ -31,6 +37,12 @@ from rlwatch.common.trust import open_read
 
 _AREAL_RE = re.compile(r"epoch([0-9]{1,12})epochstep([0-9]{1,12})globalstep([0-9]{1,12})")
 _HF_RE = re.compile(r"checkpoint-([0-9]{1,12})")
+_VERL_RE = re.compile(r"global_step_([0-9]{1,12})")
+_DS_RE = re.compile(r"global_step([0-9]{1,12})")
+VERL_TRACKER = "latest_checkpointed_iteration.txt"
+DS_TRACKER = "latest"
+_TRACKERS = {"verl": VERL_TRACKER, "deepspeed": DS_TRACKER}
+MAX_TRACKER_BYTES = 256
 
 # Directories that are never descended into while looking for checkpoints: AReaL's DCP recover checkpoint and its
 # weight-update staging area are huge and hold no HF checkpoints; the rest are the usual noise.
@@ -114,6 +126,15 @@ def parse_trainer_state(text: str) -> TrainerStateSummary | None:
     )
 
 
+def parse_tracker(text: str, kind: str) -> int | None:
+    """The step a tracker file names: verl's bare number (``12``), DeepSpeed's tag (``global_step8``)."""
+    text = text.strip()
+    if kind == "verl":
+        return int(text) if text.isdigit() and len(text) <= 12 else None
+    m = _DS_RE.fullmatch(text)
+    return int(m.group(1)) if m else None
+
+
 @dataclass(frozen=True, slots=True)
 class _Candidate:
     path: str
@@ -121,11 +142,13 @@ class _Candidate:
     global_step: int
     epoch: int | None
     epoch_step: int | None
+    kind: str = "areal"  # areal | hf | verl | deepspeed
 
     @property
     def rank(self) -> tuple[int, int]:
-        # AReaL saves the actor under "default" and the critic under "critic" at the same step: prefer the actor.
-        return self.global_step, int(os.path.basename(self.parent) == "default")
+        # AReaL saves the actor under "default" and the critic under "critic" at the same step; OpenRLHF under
+        # "_actor" and "_critic": prefer the actor.
+        return self.global_step, int(os.path.basename(self.parent) in ("default", "_actor"))
 
 
 @dataclass(frozen=True, slots=True)
@@ -149,8 +172,57 @@ def _classify(path: str, name: str) -> _Candidate | None:
         return _Candidate(path, parent, areal[2], areal[0], areal[1])
     step = parse_hf_name(name)
     if step is not None:
-        return _Candidate(path, parent, step, None, None)
+        return _Candidate(path, parent, step, None, None, "hf")
+    if name.startswith("global_step"):
+        m = _VERL_RE.fullmatch(name)
+        if m is not None:
+            return _Candidate(path, parent, int(m.group(1)), None, None, "verl")
+        m = _DS_RE.fullmatch(name)
+        if m is not None:
+            return _Candidate(path, parent, int(m.group(1)), None, None, "deepspeed")
     return None
+
+
+def read_tracker(parent: str, kind: str) -> tuple[str, int | None] | None:
+    """(path, step) of the tracker file beside a verl or DeepSpeed checkpoint folder; None when there is none.
+    The step is None when the file is there but says nothing usable (being written, or not this layout's)."""
+    name = _TRACKERS.get(kind)
+    if name is None:
+        return None
+    path = os.path.join(parent, name)
+    try:
+        with open_read(path) as fh:
+            data = fh.read(MAX_TRACKER_BYTES + 1)
+    except (OSError, ValueError):
+        return None
+    if len(data) > MAX_TRACKER_BYTES:
+        return path, None
+    return path, parse_tracker(data.decode("utf-8", "replace"), kind)
+
+
+def apply_trackers(candidates: list[_Candidate]) -> tuple[list[_Candidate], dict[str, str]]:
+    """verl and DeepSpeed resume from the folder their tracker file names: a folder past it is not a checkpoint
+    to resume from yet (its save has not finished). Returns the candidates left, and the tracker of each folder
+    a tracker names (path → tracker file)."""
+    trackers: dict[str, tuple[str, int | None] | None] = {}
+    kept: list[_Candidate] = []
+    named: dict[str, str] = {}
+    for c in candidates:
+        if c.kind not in _TRACKERS:
+            kept.append(c)
+            continue
+        if c.parent not in trackers:
+            trackers[c.parent] = read_tracker(c.parent, c.kind)
+        tracker = trackers[c.parent]
+        if tracker is None or tracker[1] is None:
+            kept.append(c)
+            continue
+        if c.global_step > tracker[1]:
+            continue
+        if c.global_step == tracker[1]:
+            named[c.path] = tracker[0]
+        kept.append(c)
+    return kept, named
 
 
 def _subdirs(path: str, errors: list[str]) -> Iterator[os.DirEntry[str]]:
@@ -250,6 +322,7 @@ class CheckpointScanner:
         self._states: dict[str, _StateCache] = {}
         self._latest: CheckpointInfo | None = None
         self._seen: set[str] = set()  # directories that existed at some scan
+        self._trackers: dict[str, str] = {}  # checkpoint folder → the tracker file that names it
         self.error: str | None = None
 
     def scan(self) -> CheckpointState:
@@ -264,6 +337,7 @@ class CheckpointScanner:
                 continue
             self._seen.add(root)
             candidates.extend(find_candidates(root, errors))
+        candidates, self._trackers = apply_trackers(candidates)
         latest, chosen = self._pick_latest(candidates)
         self._latest = latest
         self.error = errors[0] if errors else None
@@ -302,6 +376,7 @@ class CheckpointScanner:
             epoch_step=c.epoch_step,
             saved_at=measured.newest_mtime,
             size_bytes=measured.size_bytes,
+            tracker=self._trackers.get(c.path),
         )
 
     def _measure(self, path: str) -> _Measured | None:

@@ -326,13 +326,15 @@ def assess(
     files: Mapping[int, list[OpenFile]] | None = None,
     attempt: tuple[str, float] | None = None,
     observer: int | None = None,
+    named: Mapping[int, str] = {},
 ) -> RunView:
     """Find the live run in ``run_dir``. ``roles`` (pid → role) are the live processes role rules selected;
     ``launched`` the (pid, start time) of processes rlwatch started; ``exclude`` paths under the run directory
     that prove nothing (rlwatch's own ``.rlwatch/``, a stand-in device file); ``files`` an already-made scan of the
     files open under the run directory (:func:`open_files`), read now when absent; ``attempt`` the (role, start) of
     the newest trainer or launcher rlwatch saw; ``observer`` rlwatch's own pid (default: this process): it and its
-    parents read the run's files and work in its directory, which proves nothing about the run.
+    parents read the run's files and work in its directory, which proves nothing about the run; ``named`` processes
+    the run's logs name with evidence (pid → why: a Ray actor whose output the driver's log relays), core evidence.
     """
     root = os.path.realpath(run_dir)
     procs = _read_procs(proc_root)
@@ -365,6 +367,9 @@ def assess(
     for pid, create_time in launched:
         if (pid, create_time) in starts:
             direct.setdefault(pid, "was started by rlwatch")
+    for pid, why in named.items():  # a Ray actor whose output the run's log relays (rlwatch/sources/ray.py)
+        if pid in procs:
+            direct.setdefault(pid, why)
     parents = {pid: p.ppid for pid, p in procs.items()}
     children = procfs.children_map(parents=parents)
     for pid, role in roles.items():
@@ -387,7 +392,9 @@ def assess(
     for pid in watchers:
         direct.pop(pid, None)
         weak_direct.pop(pid, None)
-    core_members = _closure(direct, procs, children, watchers)
+    # A Ray actor shares its session with the raylet and every other job's workers: only its own children come
+    # with it.
+    core_members = _closure(direct, procs, children, watchers, lone=frozenset(named) & set(direct))
     weak_members = {
         pid: why for pid, why in _closure(weak_direct, procs, children, watchers).items() if pid not in core_members
     }
@@ -425,7 +432,11 @@ def _is_root(p: Proc) -> bool:
 
 
 def _closure(
-    direct: Mapping[int, str], procs: Mapping[int, Proc], children: Mapping[int, list[int]], skip: Collection[int] = ()
+    direct: Mapping[int, str],
+    procs: Mapping[int, Proc],
+    children: Mapping[int, list[int]],
+    skip: Collection[int] = (),
+    lone: Collection[int] = (),
 ) -> dict[int, str]:
     """The processes with direct evidence, plus what comes with them — each with how it came in ("a descendant of
     pid 12, which writes train.log"):
@@ -436,7 +447,8 @@ def _closure(
       workers re-parented to init keep its group).
 
     Not the session: a run started from a person's shell shares the shell's session with everything else the person
-    runs from it."""
+    runs from it. Those in ``lone`` (Ray's actors: their parent is the raylet, whose children are every job's
+    workers) bring their descendants only."""
     by_group: dict[int, list[int]] = {}
     for pid, p in procs.items():
         if p.pgid > 0:
@@ -452,7 +464,7 @@ def _closure(
         return True
 
     for pid in list(direct):
-        here = procs.get(pid)
+        here = None if pid in lone else procs.get(pid)
         while here is not None:
             parent = procs.get(here.ppid)
             if parent is None or _is_root(parent) or parent.pid in skip:
@@ -466,7 +478,7 @@ def _closure(
         if here is None:
             continue
         related = [(c, "a descendant of") for c in children.get(pid, ())]
-        if here.pgid in out:  # the group's leader is the run's: its group is too
+        if anchor[pid] not in lone and here.pgid in out:  # the group's leader is the run's: its group is too
             related += [(g, "in the process group of") for g in by_group.get(here.pgid, ())]
         for other, how in related:
             if add(other, pid, how):

@@ -76,7 +76,13 @@ CASES: list[tuple[str, str, int, str | None, str]] = [
     ),
     ("bad-backend", "gpu:\n  backend: cuda\n", 2, "gpu.backend", "'auto', 'nvml', 'simulated' or 'none'"),
     ("bad-kind", "server:\n  kind: triton\n", 2, "server.kind", "'sglang', 'vllm' or 'trl'"),
-    ("bad-profile", "profile: verl\n", 1, "profile", "'auto', 'areal', 'trl', 'workers' or 'generic'"),
+    (
+        "bad-profile",
+        "profile: nemo\n",
+        1,
+        "profile",
+        "'auto', 'areal', 'trl', 'verl', 'openrlhf', 'workers' or 'generic'",
+    ),
     (
         "bad-severity",
         "events:\n  custom:\n    - name: a\n      pattern: b\n      severity: fatal\n",

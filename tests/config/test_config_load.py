@@ -182,8 +182,8 @@ def test_profile_option_replaces_the_files_label(tmp_path: Path) -> None:
 
 def test_unknown_profile_is_a_config_error(tmp_path: Path) -> None:
     with pytest.raises(ConfigError) as info:
-        resolve_config(tmp_path, None, "verl")
-    assert str(info.value).startswith("--profile: unknown profile 'verl'")
+        resolve_config(tmp_path, None, "nemo")
+    assert str(info.value).startswith("--profile: unknown profile 'nemo'")
 
 
 def test_run_dir_written_in_the_file_is_relative_to_the_file(tmp_path: Path) -> None:

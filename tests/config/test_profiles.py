@@ -43,8 +43,8 @@ def test_profile_defaults_store_the_run_dir_absolute(tmp_path: Path, monkeypatch
 
 
 def test_unknown_profile_name() -> None:
-    with pytest.raises(ValueError, match="unknown profile 'verl'"):
-        profile_defaults("verl", Path("."))  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="unknown profile 'nemo'"):
+        profile_defaults("nemo", Path("."))  # type: ignore[arg-type]
 
 
 # --------------------------------------------------------------------------------------------- reference.yaml

@@ -395,6 +395,21 @@ REAL: list[tuple[str, str, tuple[Callable[[str], str], ...]]] = [
     ),
     ("step", "{'loss': '0.0123', 'grad_norm': '0.08', 'reward': '0.375', 'epoch': '0.02'}", WHOLE_LINE),
     ("step", "{'reward': 0.5, 'reward_std': 0.1, 'epoch': 0.1}", WHOLE_LINE),
+    # verl's console metric line, full precision (tests/real/ray/verl-healthy/driver.log) and the 3-decimal format of
+    # verl before 18c6ffcf0 (verl-project/verl#1208); OpenRLHF's per-step line (tests/real/ray/openrlhf-healthy).
+    (
+        "step",
+        "step:1 - global_seqlen/min:42576 - global_seqlen/max:47185 - actor/entropy:0.5425265634873527 - "
+        "actor/ppo_kl:7.841441887050248e-06 - actor/pg_clipfrac_lower:4.3128402484130295e-07",
+        WHOLE_LINE,
+    ),
+    ("step", "step:83 - global_seqlen/min:340538.000 - global_seqlen/max:391862.000 - actor/lr:0.000", WHOLE_LINE),
+    (
+        "step",
+        "INFO 11-26 13:14:26 openrlhf_shaped.py:587] ✨ Global step 1: {'critic_loss': 0.08129668306400994, "
+        "'values': 0.053945542515911535, 'policy_loss': -0.010582460867692784}",
+        ALL,
+    ),
     # server_ready
     ("server_ready", "[2025-03-14 02:15:58] The server is fired up and ready to roll!", ALL),
     ("server_ready", "[RemoteInfEngine Rank 0] INFO: Servers are all ready!", ALL),
@@ -436,6 +451,11 @@ REAL: list[tuple[str, str, tuple[Callable[[str], str], ...]]] = [
         "gen_len=512, tot_len=1.02e+3, kl=0.00123, act_lr=3e-7, grad_norm=0.123]",
         ALL,
     ),
+    # verl's tqdm bar as Ray relays it (tests/real/ray/verl-healthy/driver.log) and its total.
+    ("_progress", "Training Progress:  33%|███▎      | 4/12 [00:04<00:09,  1.17s/it]", ALL),
+    ("_progress", "Total training steps: 12", WHOLE_LINE),
+    ("_finished", "(\"Final validation metrics: {'val-aux/openai/gsm8k/reward/mean@1': 0.5352, \"", WHOLE_LINE),
+    ("_finished", "2026-11-26 13:14:41,221\tSUCC cli.py:67 -- Job 'raysubmit_MWpJ1Vfjj7JLXN1d' succeeded", ALL),
     ("_finished", "RLTrainer INFO: Training completes! Total time elapsed 3601.52.", ALL),
     (
         "_finished",
@@ -522,6 +542,12 @@ NEAR_MISSES: list[tuple[str, str]] = [
     ("gpu_fault", "ECC Mode: Enabled, 0 uncorrectable errors"),
     ("gpu_fault", "    raise RuntimeError('uncorrectable ECC error encountered')"),
     ("_learning", "global_step:12 saved"),
+    ("step", "max_step:12 - this is no metric line"),
+    # verl's validation before training: no step was done (tests/real/ray/verl-healthy/driver.log)
+    ("step", "step:0 - val-aux/openai/gsm8k/reward/mean@1:0.2965 - val-core/openai/gsm8k/acc/mean@1:0.2965"),
+    ("step", "the global step 3 was saved"),
+    ("_progress", "Training Progress: resuming"),
+    ("_finished", "Job 'raysubmit_x' submitted successfully"),
 ]
 
 

@@ -11,16 +11,18 @@ them.
 
 from __future__ import annotations
 
-from rlwatch.common.state import Finding, Snapshot
+from rlwatch.common.state import Finding, RunState, Snapshot
 from rlwatch.engine.diagnosis.base import CRIT, INFO, WARN, Context, Rule
 from rlwatch.engine.diagnosis.crashes import crashes, failure_text, failures, occurrences, torchrun_failure
 from rlwatch.engine.diagnosis.disk import disk
 from rlwatch.engine.diagnosis.gpu import OUTSIDE_MIN_BYTES, gpu
 from rlwatch.engine.diagnosis.hardware import gpu_fault_in_logs, gpu_health, xid_errors
-from rlwatch.engine.diagnosis.health import assess_run, health
+from rlwatch.engine.diagnosis.health import assess_run as _assess_health
+from rlwatch.engine.diagnosis.health import health
 from rlwatch.engine.diagnosis.host import checkpoint_space, kernel_kills, memlock, shared_memory
 from rlwatch.engine.diagnosis.learning import learning
 from rlwatch.engine.diagnosis.memory import brake, memory
+from rlwatch.engine.diagnosis.ray import RAY_CODES, ray, ray_run_state
 from rlwatch.engine.diagnosis.restarts import restart_loop
 from rlwatch.engine.diagnosis.server import server_down
 from rlwatch.engine.diagnosis.timeline import timeline
@@ -89,6 +91,7 @@ NAMED_FAILURES = frozenset(
         "gpu_fault",
         "gpu_memory_fault",
         "shm_exhausted",
+        *RAY_CODES,  # which Ray actor, worker or node died, and why (diagnosis/ray)
     }
 )
 
@@ -104,6 +107,7 @@ RULES: tuple[Rule, ...] = (
     training,
     crashes,
     failures,
+    ray,
     disk,
     actions_off,
     # the machine and the numbers (issue #28): hardware, the kernel, the pod's limits, learning
@@ -118,6 +122,11 @@ RULES: tuple[Rule, ...] = (
 )
 
 
+def assess_run(s: Snapshot, ctx: Context) -> RunState:
+    """The run's state from evidence (:mod:`.health`), with what Ray says of a Ray-based run (:mod:`.ray`)."""
+    return ray_run_state(s, _assess_health(s, ctx))
+
+
 def diagnose(s: Snapshot, ctx: Context) -> tuple[Finding, ...]:
     """Every rule's findings, most severe first. The run's state (:func:`assess_run`) is on the snapshot first: rules
     that would say the same thing in other words (a stall beside a hang) look at it."""
@@ -129,6 +138,8 @@ def diagnose(s: Snapshot, ctx: Context) -> tuple[Finding, ...]:
         # The catalogue named the failure (torchrun's root cause, an engine death, an NCCL timeout…): the run's state
         # is still crashed, shown as such, but the finding is the named one, not the same failure twice.
         found = [f for f in found if f.code != "run_crashed"]
+    if codes & RAY_CODES:
+        found = [f for f in found if f.code != "crashed"]  # the driver's last exception: Ray's finding says more
     if "hung" in codes:
         found = [f for f in found if f.code != "stalled"]  # the same silence, said by the stricter rule
     return tuple(sorted(found, key=lambda f: (f.severity.rank, f.since or 0.0)))

@@ -354,6 +354,8 @@ class _Execution:
             return False
         self.started.append((launch, ident))
         self.owner.engine.note_launched(ident.pid, ident.create_time)
+        if log is not None:
+            self.owner.engine.tailer.follow(str(log))  # what rlwatch started is followed, configured or not
         self.details.append(f"started {launch.name} as pid {ident.pid}" + (f", output to {launch.log}" if log else ""))
         self.record(
             "spawn",

@@ -11,6 +11,7 @@ the step a resume starts from) that the executor needs but a confirmation dialog
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -31,6 +32,28 @@ RECORDED = "recorded when first seen"
 DEFAULT_LOG_DIR = ".rlwatch/logs"
 
 Protected = Callable[[int], str | None]
+
+# verl's hydra override that decides where a run starts (verl/trainer/config/ppo_trainer.yaml: trainer.resume_mode,
+# auto | disable | resume_path; `+key=` adds a key, `++key=` adds or overrides one).
+_RESUME_MODE = re.compile(r"^(\+{0,2})trainer\.resume_mode=")
+
+
+def with_resume_mode(argv: Sequence[str], mode: str = "auto") -> tuple[tuple[str, ...], str | None]:
+    """``argv`` with verl's ``trainer.resume_mode`` set to ``mode``: an override already there is replaced (its
+    ``+``/``++`` kept, later duplicates dropped), else one is added at the end, where hydra reads overrides. Returns
+    the new argv and the override it replaced (None: added)."""
+    out: list[str] = []
+    replaced: str | None = None
+    for arg in argv:
+        m = _RESUME_MODE.match(arg)
+        if m is None:
+            out.append(arg)
+        elif replaced is None:
+            replaced = arg
+            out.append(f"{m.group(1)}trainer.resume_mode={mode}")
+    if replaced is None:
+        out.append(f"trainer.resume_mode={mode}")
+    return tuple(out), replaced
 
 
 @dataclass(frozen=True)
@@ -449,7 +472,101 @@ class Planner:
         record = self.engine.launch_record(name)
         return record is not None and record.argv == launch.argv
 
+    def resume_verl(self, s: Snapshot, *, force: bool) -> Prepared:
+        """verl: the driver's recorded command line with ``trainer.resume_mode=auto``, so that verl loads the
+        checkpoint its ``latest_checkpointed_iteration.txt`` names. Refused while the driver or its TaskRunner
+        actor lives, when the command line is not known, and when there is no checkpoint to resume from."""
+        drivers = [p for p in s.processes if p.role == "trainer" and p.alive]
+        if drivers and not force:
+            d = drivers[0]
+            return refused(
+                RESUME, f"the verl driver is alive (pid {d.pid}); resuming would start a second run (--force)"
+            )
+        runners = [p for p in s.processes if p.role in ("task-runner", "ray-worker") and p.alive]
+        if runners:
+            r = runners[0]
+            what = "TaskRunner" if r.role == "task-runner" else "WorkerDict"
+            return refused(
+                RESUME,
+                f"verl's {what} actor still lives (pid {r.pid}): Ray has not ended the old run's job, and a second "
+                "run would compete for its GPUs; end the old job first (its driver, or `ray job stop`), then resume",
+            )
+        tr = s.training
+        if tr is not None and tr.finished and not drivers and not force:
+            return refused(RESUME, f"training finished (step {tr.last_step}); nothing to resume (--force)")
+        latest = s.checkpoint.latest if s.checkpoint else None
+        if (latest is None or latest.tracker is None or latest.global_step is None) and not force:
+            where = ", ".join(self.cfg.training.checkpoint_dirs) or "no checkpoint directory configured"
+            return refused(
+                RESUME,
+                f"no verl checkpoint to resume from: no latest_checkpointed_iteration.txt beside global_step_N "
+                f"folders under {where}; trainer.resume_mode=auto would train from scratch (--force)",
+            )
+        record = self.engine.launch_record("trainer")
+        a = self.cfg.actions
+        if a.resume_command:
+            launch = self._resume_launch(s)
+            replaced: str | None = "the configured actions.resume_command, as written"
+        elif record is None or not record.argv:
+            return refused(
+                RESUME,
+                self._unknown(
+                    "the verl driver's command line is not known: rlwatch records it when it sees the driver run "
+                    "(python3 -m verl.trainer.main_ppo …), or set actions.resume_command"
+                ),
+            )
+        else:
+            argv, old = with_resume_mode(record.argv)
+            rule = self.engine.processes.rule_for("trainer")
+            env = dict(record.env) if record.env else None
+            log = self._driver_log(s) or self._log_for("trainer", rule.log if rule else None, None)
+            launch = Launch("trainer", "trainer", argv, record.cwd, env, log, RECORDED)
+            replaced = f"{old} replaced by trainer.resume_mode=auto" if old else "trainer.resume_mode=auto added"
+        assert launch is not None
+        steps: list[str] = []
+        resume_step = None
+        if latest is not None and latest.tracker is not None and latest.global_step is not None:
+            resume_step = latest.global_step
+            steps.append(
+                f"verl resumes from {os.path.basename(latest.path)} (global step {resume_step}: "
+                f"{os.path.basename(latest.tracker)} says {resume_step}); the first step it logs is {resume_step + 1}"
+            )
+        else:
+            steps.append("no verl checkpoint: verl starts from scratch (forced)")
+        steps.append(f"the driver's command line as recorded, {replaced}")
+        stale = drivers  # only with --force
+        if blocked := self._blocked(stale):
+            return refused(RESUME, blocked)
+        if stale:
+            steps.append("stop the old driver first: " + stop_words(self.cfg.actions.grace_s))
+        steps.append(f"run it in a new session in {launch.cwd or '.'}, output appended to {launch.log}")
+        steps.append(
+            f"check within {self.cfg.actions.verify_timeout_s:g}s that the driver runs and "
+            + (f"steps pass {resume_step}" if resume_step is not None else "logs a new step")
+        )
+        plan = ActionPlan(
+            RESUME,
+            tuple(target_of_process(p, s.time, "the old driver (--force)") for p in stale),
+            tuple(steps),
+            start=(target_of_launch(launch),),
+        )
+        stops = tuple(Stop(p.pid, p.create_time, p.name, p.role) for p in stale)
+        return Prepared(plan, stops=stops, launches=(launch,), resume_step=resume_step, force=force)
+
+    def _driver_log(self, s: Snapshot) -> str | None:
+        """The log the old driver's output went to (``… | tee train.log``, a pipe rlwatch cannot follow back): the
+        Ray driver log it read, when it lies in the run directory. The relaunch appends to it, as ``tee -a`` would,
+        so the log a person and the engine already follow goes on."""
+        logs = s.ray.driver_logs if s.ray is not None else ()
+        run = str(self.engine.run_dir)
+        for path in logs:
+            if path.startswith(run.rstrip("/") + "/") and os.path.isfile(path):
+                return path
+        return None
+
     def resume(self, s: Snapshot, *, force: bool) -> Prepared:
+        if self.cfg.profile == "verl":
+            return self.resume_verl(s, force=force)
         trainers = [p for p in s.processes if p.role == "trainer" and p.alive]
         if trainers and not force:
             t = trainers[0]
