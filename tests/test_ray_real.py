@@ -185,7 +185,7 @@ def test_a_kernel_oom_kill_of_the_worker_is_said(tmp_path: Path, no_proc: str) -
     )
     os.utime(run / "kern.log", (CAPTURED, CAPTURED))
     s = _judge(run, no_proc)
-    assert "The kernel: the kernel's OOM killer killed pid 20101 (kern.log:1)" in _message(s, "ray_actor_died")
+    assert "The kernel: the kernel's OOM killer killed pid 20101 (kern.log: " in _message(s, "ray_actor_died")
 
 
 def test_the_memory_monitor_is_said_with_its_numbers_and_victims(tmp_path: Path, no_proc: str) -> None:

@@ -19,6 +19,7 @@ from rlwatch.common.clock import FakeClock
 from rlwatch.config.models import ProcessRule
 from rlwatch.sources import procfs
 from rlwatch.sources.processes import ProcessTable
+from tests.simhost import wait_until
 
 SLEEPER = "import sys, time; print('ready', flush=True); time.sleep(120)"
 TREE = """
@@ -350,8 +351,11 @@ def test_a_launch_record_names_the_process_it_was_started_under(spawn: Spawner, 
     launcher = spawn.start(LAUNCHER, f"{tag}-launcher")
     rules = [rule("launcher", f"{tag}-launcher$"), rule("server", f"{tag}-launcher-server$|{tag}-alone$")]
     table = ProcessTable(rules, FakeClock())
-    seen = {p.name: p.pid for p in table.sample()}  # Popen returns once the server's program runs: no wait
-    assert seen["launcher"] == launcher.pid and seen.keys() == {"launcher", "server"}
+    # The launcher starts its server after it starts: on a busy machine the first look may come before it.
+    seen = wait_until(
+        lambda: s if (s := {p.name: p.pid for p in table.sample()}).keys() == {"launcher", "server"} else None, 30
+    )
+    assert seen["launcher"] == launcher.pid
     server, top = table.launch_record("server"), table.launch_record("launcher")
     assert server is not None and server.started_by == "launcher"
     assert top is not None and top.started_by is None

@@ -67,6 +67,10 @@ def kernel_words(s: Snapshot, f: RayFailure) -> str | None:
     actor = f.actor
     if actor is None or actor.exit_type != "SYSTEM_ERROR" or not actor.pid:
         return None
+    for k in reversed(s.kernel.events if s.kernel is not None else ()):  # the kernel log itself (sources/kernel)
+        if k.kind == "oom_kill" and k.pid == actor.pid:
+            where = os.path.basename(k.source) if k.source.startswith("/") else k.source
+            return f"the kernel's OOM killer killed pid {actor.pid} ({where}: {k.text[:160]})"
     ev = s.events.get("oom_kill")
     named = re.compile(rf"Killed process {actor.pid}\b")
     for line in reversed(ev.recent if ev is not None else ()):
