@@ -33,7 +33,7 @@ pytest: $(STAMP)
 
 test: lint typecheck contracts pytest
 
-SCENARIOS := healthy server-crash restart-loop memory-leak gpu-zombie startup-crash trl-colocated nccl-timeout \
+SCENARIOS := healthy server-crash restart-loop memory-leak gpu-zombie startup-crash trl-colocated nccl-timeout hang \
              gpu-xid shm-small nan-loss kernel-oom
 
 # One SVG per simulated incident, rendered headlessly by the real command; PNGs too where rsvg-convert exists.

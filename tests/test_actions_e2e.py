@@ -107,17 +107,17 @@ def test_resume_after_the_server_crash(tmp_path: Path, sims: list[Sim]) -> None:
 
 
 # --------------------------------------------------------------------------------- incident 1: restart-server
-def test_restart_server_after_the_server_crash(tmp_path: Path, sims: list[Sim]) -> None:
+def test_restart_server_after_the_server_crash_is_left_to_the_resume(tmp_path: Path, sims: list[Sim]) -> None:
+    """rlwatch first looks after the server is gone: who started it is not known, and this run's launcher starts
+    one of its own. A server started now could be a second one on the GPU once the run is resumed: refused, with
+    the resume named as what brings both back (tested whole in test_resume_after_the_server_crash)."""
     sim = start(sims, tmp_path, "server-crash", 20)
     sim.wait(settled)
     assert report(sim.dir)["server"]["up"] is False
     done = act(sim.dir, "restart-server", "--yes")
-    assert done.returncode == 0, done.stdout + done.stderr
-    match = re.search(r"server pid (\d+) healthy", done.stdout)
-    assert match, done.stdout
-    after = report(sim.dir)
-    assert after["server"]["up"] is True and after["server"]["pid"] == int(match.group(1))
-    assert "server_down" not in codes(after)
+    said = done.stdout + done.stderr
+    assert done.returncode != 0 and "who started the server is not known" in said, said
+    assert "resume alone brings both back" in said and audit(sim.dir) == []
     sim.stop()
 
 
@@ -180,13 +180,15 @@ def test_kill_zombies_then_restart_server_fixes_the_gpu_zombies(tmp_path: Path, 
         assert r["action"] == "kill-zombies" and r["cmdline"] and r["create_time"] and r["time"]
         assert r["signals"][0] == "SIGTERM" and r["outcome"] in ("exited after SIGTERM", "killed")
 
-    served = act(sim.dir, "restart-server", "--yes")
+    # Then r: the launcher that gave up is run again, and starts its server on the GPU now free (a server started
+    # on its own would be a second one once the launcher runs: who started the first is not known).
+    served = act(sim.dir, "resume", "--yes")
     assert served.returncode == 0, served.stdout + served.stderr
     fixed = report(sim.dir)
     assert fixed["server"]["up"] is True
     assert "server_down" not in codes(fixed)
     results = [r for r in audit(sim.dir) if r["event"] == "result"]
-    assert [(r["action"], r["ok"]) for r in results] == [("kill-zombies", True), ("restart-server", True)]
+    assert [(r["action"], r["ok"]) for r in results] == [("kill-zombies", True), ("resume", True)]
     sim.stop()
 
 

@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 
 from rlwatch.sources.stacks import py_spy
-from tests.simhost import wait_until
+from tests.simhost import Sim, settled, start, wait_until
 
 pytestmark = [pytest.mark.slow, pytest.mark.skipif(py_spy() is None, reason="py-spy is not installed")]
 
@@ -110,3 +110,43 @@ def test_a_run_that_prints_but_makes_no_progress_is_hung_with_its_stack(tmp_path
         watch.communicate(timeout=30)
         os.killpg(trainer.pid, signal.SIGKILL)
         trainer.wait(timeout=30)
+
+
+def test_the_simulated_hang_is_hung_with_both_ranks_stacks(tmp_path: Path, sims: list[Sim]) -> None:
+    """`rlwatch sim hang`: torchrun's two ranks, rank 1 stops joining and prints a heartbeat, rank 0 waits in the
+    all-reduce. The watchdog says hung once the run's cadence is past, and the stacks name where each rank stands."""
+    sim = start(sims, tmp_path, "hang", 20)
+    (sim.dir / "rlwatch.yaml").write_text(
+        "profile: generic\ntraining: {logs: ['**/*.log']}\ngpu: {backend: none}\ninterval_s: 0.5\n"
+        "thresholds: {hang_floor_s: 3}\nwatchdog: {heartbeat_s: 0.5}\n"
+    )
+    sim.wait(settled, timeout=60)  # rank 1 hung, rank 0 waiting in the collective
+    out = tmp_path / "watch.jsonl"
+    with out.open("wb") as sink:
+        watch = subprocess.Popen(
+            [sys.executable, "-m", "rlwatch", "watch", str(sim.dir), "--json"], stdout=sink, stderr=subprocess.PIPE
+        )
+    try:
+        wait_until(lambda: any(r.get("type") == "finding" and r.get("code") == "hung" for r in _records(out)), 60)
+
+        def stacks() -> dict[str, Any] | None:
+            rep = json.loads(
+                subprocess.run(
+                    [sys.executable, "-m", "rlwatch", "report", str(sim.dir), "--json"],
+                    capture_output=True,
+                    text=True,
+                    timeout=60,
+                    check=False,
+                ).stdout
+            )
+            return rep if rep.get("stacks") and rep["stacks"]["groups"] else None
+
+        rep = wait_until(stacks, 60)
+        where = {label: g["where"] for g in rep["stacks"]["groups"] for label in g["processes"]}
+        assert where.get("rank 0", "").startswith("wait_in_collective ("), rep["stacks"]
+        assert where.get("rank 1", "").startswith("never_reaches_collective ("), rep["stacks"]
+        assert rep["run_state"]["state"] == "hung"
+    finally:
+        watch.send_signal(signal.SIGTERM)
+        watch.communicate(timeout=30)
+        sim.stop()

@@ -12,7 +12,8 @@ from typing import Any
 
 import pytest
 
-from tests.simhost import Sim, piece, settled, start
+from rlwatch.sim.common import Layout
+from tests.simhost import Sim, piece, settled, start, wait_until
 from tests.simhost import run_report as report
 
 pytestmark = pytest.mark.slow
@@ -29,6 +30,9 @@ def codes(rep: dict[str, Any], *severities: str) -> set[str]:
 def test_a_gpu_fallen_off_the_bus_is_a_hardware_fault_tied_to_the_trainer(tmp_path: Path, sims: list[Sim]) -> None:
     sim = start(sims, tmp_path, "gpu-xid", 20)
     ledger = sim.wait(settled, timeout=60)
+    # The trainer's failure settles the run; the simulated GPU says it is lost on its next write of its state.
+    state = Layout.of(sim.dir).gpu_state
+    wait_until(lambda: state.exists() and "GPU is lost" in state.read_text(), 30)
     rc, rep = report(sim.dir)
     assert rc == 1
     trainer = piece(ledger, "trainer")

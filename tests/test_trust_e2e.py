@@ -302,3 +302,31 @@ def test_a_worker_of_another_run_matching_the_rule_is_never_touched(
     assert plan.returncode == 0, plan.stdout + plan.stderr
     assert f"pid {ours.pid}" in plan.stdout and f"pid {theirs.pid}" not in plan.stdout, plan.stdout
     assert theirs.poll() is None and ours.poll() is None
+
+
+def test_init_writes_a_trainer_rule_that_matches_the_trainer_it_found(
+    tmp_path: Path, started: list[subprocess.Popen[bytes]]
+) -> None:
+    """A TRL run started as `python3 train.py`: discovery finds it by evidence (it writes train.log), and the
+    rlwatch.yaml that `rlwatch init` writes selects that same process as the trainer."""
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "train.py").write_text(
+        "# a GRPOTrainer run (TRL), as far as discovery can tell from the script\n"
+        "import time\nlog = open('train.log', 'a')\nprint(\"{'loss': 0.1, 'reward': 0.5}\", file=log, flush=True)\n"
+        "time.sleep(300)\n"
+    )
+    proc = subprocess.Popen(["bash", "-c", f"{sys.executable} train.py; true"], cwd=run, start_new_session=True)
+    started.append(proc)
+    wait_until(lambda: (run / "train.log").exists(), 30)
+    out = rlwatch("init", str(run))
+    assert out.returncode == 0, out.stdout + out.stderr
+    cfg = yaml.safe_load((run / "rlwatch.yaml").read_text())
+    trainer_rules = [r for r in cfg.get("processes", []) if r["role"] == "trainer"]
+    assert trainer_rules, cfg
+    import re
+
+    assert any(re.search(r["cmdline_regex"], f"{sys.executable} train.py") for r in trainer_rules), trainer_rules
+    report = json.loads(rlwatch("report", str(run), "--json").stdout)
+    trainers = [p for p in report["processes"] if p["role"] == "trainer" and p["alive"]]
+    assert len(trainers) == 1 and trainers[0]["cmdline"].endswith("train.py"), report["processes"]

@@ -27,7 +27,7 @@ import yaml
 
 from rlwatch.common.clock import Clock, SystemClock
 from rlwatch.common.trust import open_read
-from rlwatch.config.models import Config, HostConfig, Provenance, ServerConfig
+from rlwatch.config.models import Config, HostConfig, ProcessRule, Provenance, ServerConfig
 from rlwatch.config.profiles import (
     AREAL_LAUNCHER,
     LAUNCHER,
@@ -854,5 +854,50 @@ def discover(run_dir: Path, profile: str = "auto", *, proc_root: str = "/proc", 
     if found.ray_sessions:  # a copy of Ray's session logs under the run (a live cluster's is found when read)
         newest = max(found.ray_sessions, key=lambda d: (_mtime(str(d / "raylet.out")) or 0.0, str(d)))
         ray = ray.model_copy(update={"session_logs": _rel(newest, run_dir)})
-    cfg = base.model_copy(update={"training": training, "server": server, "ray": ray})
+    processes = _trainer_rule(base.processes, related)
+    cfg = base.model_copy(update={"training": training, "server": server, "ray": ray, "processes": processes})
     return cfg.with_provenance(provenance)
+
+
+def trainer_pattern(argv: tuple[str, ...]) -> str:
+    r"""A role pattern that matches this command line and commands like it: the script a Python runs
+    (``python3 train.py`` → ``(^|/)python[0-9.]*( \S+)* (\S*/)?train\.py( |$)``), the module it runs
+    (``-m pkg.main``), or the program itself (``torchrun``, ``accelerate``)."""
+    if not argv:
+        return r"^$"
+    prog = os.path.basename(argv[0])
+    if re.fullmatch(r"python[0-9.]*", prog):
+        rest = list(argv[1:])
+        for i, word in enumerate(rest):
+            if word == "-c":
+                return r"(^|/)python[0-9.]*( \S+)* -c "  # inline code: nothing narrower is stable
+            if word == "-m" and i + 1 < len(rest):
+                return rf"(^|/)python[0-9.]*( \S+)* -m {re.escape(rest[i + 1])}( |$)"
+            if not word.startswith("-"):
+                return rf"(^|/)python[0-9.]*( \S+)* (\S*/)?{re.escape(os.path.basename(word))}( |$)"
+    return rf"(^|/){re.escape(prog)}( |$)"
+
+
+_SHELLS = frozenset({"bash", "sh", "dash", "zsh", "fish", "ksh", "tcsh", "csh", "env", "nohup", "timeout", "setsid"})
+
+
+def _trainer_rule(rules: list[ProcessRule], related: list[Proc]) -> list[ProcessRule]:
+    """The profile's rules, with a trainer rule that matches the trainer discovery found when none of them does:
+    a role's pattern that misses the run's own ``python3 train.py`` would leave it out of every table, and a
+    written ``rlwatch.yaml`` (``rlwatch init``) would name a trainer its rules never select."""
+    trainers = [
+        p
+        for p in related
+        if p.kinds & TRAINER_KINDS
+        and not p.kinds & set(SERVER_KINDS)
+        and p.argv
+        and os.path.basename(p.argv[0]) not in _SHELLS  # `bash -c "python3 train.py"` names the trainer, is not it
+    ]
+    if not trainers:
+        return rules
+    patterns = [re.compile(r.cmdline_regex) for r in rules if r.cmdline_regex and r.role in ("trainer", "launcher")]
+    if any(rx.search(p.cmdline) for p in trainers for rx in patterns):
+        return rules
+    top = min(trainers, key=lambda p: p.pid)  # the first started: the launcher of the others, as a rule
+    kept = [r for r in rules if r.role != "trainer"]
+    return [*kept, ProcessRule(role="trainer", cmdline_regex=trainer_pattern(top.argv))]

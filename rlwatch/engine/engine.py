@@ -68,7 +68,7 @@ from rlwatch.sources.launches import LaunchBook
 from rlwatch.sources.limits import LimitsSource
 from rlwatch.sources.membership import STRAY, RunView, assess, first_stamp, open_files
 from rlwatch.sources.memory import MemorySource
-from rlwatch.sources.processes import LaunchRecord, ProcessTable, member_info
+from rlwatch.sources.processes import LaunchRecord, ProcessTable, member_info, program_label
 from rlwatch.sources.procfs import container_uptime_s
 from rlwatch.sources.ray import RaySource
 from rlwatch.sources.recover import find_step_info, read_recover
@@ -900,7 +900,8 @@ class Engine:
             if not (exe.startswith("python") or (argv and argv[0].startswith("ray::")) or "python" in exe):
                 continue
             p = procs.get(pid)
-            fallback = f"{p.name} (pid {pid})" if p is not None else f"pid {pid}"
+            name = p.name if p is not None else program_label(argv) if argv else "?"
+            fallback = name if str(pid) in name else f"{name} (pid {pid})"
             out.append(StackTarget(pid, rank_label(pid, fallback, self._proc_root)))
         return out
 

@@ -522,7 +522,8 @@ def stack_lines(s: Snapshot) -> list[str]:
     lines = [f"Stacks ({hhmm(st.taken_at, s.time)}, {st.why}): {st.summary or st.error or 'none read'}"]
     for p in st.processes:
         if p.error is None:
-            lines.append(f"  {p.label} (pid {p.pid}): {' < '.join(p.frames[:4])}")
+            who = p.label if str(p.pid) in p.label else f"{p.label} (pid {p.pid})"
+            lines.append(f"  {who}: {' < '.join(p.frames[:4])}")
     if st.path:
         lines.append(f"  whole dump: {st.path}")
     return lines

@@ -66,6 +66,8 @@ def main() -> int:
     def all_reduce(step: int) -> None:
         sleep_until(time.monotonic() + scaled(step_time, speed))
         out.write(f"[rank{rank}] step {step} all_reduce ok")
+        if spec.get("hang") and rank == 0:  # the trainer's own progress line (AReaL's, which rlwatch reads)
+            out.write(f"Train step {step + 1}/{steps * 10} done.")
         ledger.update(last_step=step, last_step_at=time.time())
 
     oom_rank = spec.get("oom_rank")
@@ -76,6 +78,8 @@ def main() -> int:
         all_reduce(step)  # the collective
     if oom_rank is not None:
         return 0
+    if spec.get("hang"):
+        return hang(rank, hung_rank, out, ledger, speed)
     seq = steps + 1
     if rank == hung_rank:
         ledger.update("hung")
@@ -98,6 +102,29 @@ def main() -> int:
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))  # a real abort, but no core file in the run directory
     sys.stdout.flush()
     os.abort()
+
+
+def never_reaches_collective(out: LogSink, speed: float) -> None:
+    """The hung rank (scenario ``hang``): it stops joining the collectives and prints a heartbeat for ever, as a
+    rank waiting on rollout workers does. Its Python stack names this function."""
+    while True:
+        out.write("waiting for rollout workers...")
+        time.sleep(scaled(2.0, speed, floor=0.2))
+
+
+def wait_in_collective() -> None:
+    """Rank 0 in the all-reduce rank 1 never joins, with NCCL's timeout far away: no error, only silence."""
+    while True:
+        time.sleep(3600)
+
+
+def hang(rank: int, hung_rank: int, out: LogSink, ledger: PieceLedger, speed: float) -> int:
+    if rank == hung_rank:
+        ledger.update("hung")
+        never_reaches_collective(out, speed)
+    ledger.update("waiting")
+    wait_in_collective()
+    return 0
 
 
 def oom_killed(layout: Layout, ledger: PieceLedger, rss_kb: int) -> None:

@@ -71,6 +71,10 @@ def _torchrun_exited(parts: Parts) -> bool:
     return _state(parts, "torchrun") == "exited"
 
 
+def _hung(parts: Parts) -> bool:
+    return _state(parts, "rank-1") == "hung" and _state(parts, "rank-0") == "waiting"
+
+
 def _trainer_failed(parts: Parts) -> bool:
     return _state(parts, "trainer") == "failed" and _state(parts, "launcher") == "idle"
 
@@ -216,6 +220,16 @@ ALL: dict[str, Scenario] = {
             "torchrun",
             _torchrun_exited,
             {"flavour": None, "ddp_steps": 12, "step_time": 2.0, "oom_rank": 1, "oom_at_step": 4},
+            rlwatch_yaml=False,
+        ),
+        Scenario(
+            "hang",
+            "torchrun with 2 ranks: after 12 steps rank 1 stops joining and prints a heartbeat for ever, rank 0 "
+            "waits in the all-reduce; NCCL's timeout is far away: no error, only no progress",
+            "generic",
+            "torchrun",
+            _hung,
+            {"flavour": None, "ddp_steps": 12, "step_time": 2.0, "hung_rank": 1, "hang": True},
             rlwatch_yaml=False,
         ),
         Scenario(

@@ -407,6 +407,22 @@ class ProcessTable:
 MEMBER_ROLE = "run"  # a process of the live run that no role rule names (a custom `python3 train.py`)
 
 
+def program_label(argv: tuple[str, ...]) -> str:
+    """What a person calls a process: the script or module a Python runs (``train.py``, ``verl.trainer.main_ppo``,
+    ``torchrun``), else the program."""
+    prog = os.path.basename(argv[0])
+    if prog.startswith("python"):
+        rest = list(argv[1:])
+        for i, word in enumerate(rest):
+            if word == "-m" and i + 1 < len(rest):
+                return rest[i + 1]
+            if word == "-c":
+                return f"{prog} -c"
+            if not word.startswith("-"):
+                return os.path.basename(word)
+    return prog
+
+
 def member_info(pid: int, evidence: str, proc_root: str = procfs.PROC) -> ProcessInfo | None:
     """A live-run member that no role rule selected, as a row of the processes table; None once it is gone."""
     stat = procfs.read_stat(pid, proc_root)
@@ -416,7 +432,7 @@ def member_info(pid: int, evidence: str, proc_root: str = procfs.PROC) -> Proces
     if started is None:
         return None
     cmdline = procfs.read_cmdline(pid, proc_root)
-    label = os.path.basename(cmdline[0]) if cmdline else (procfs.comm(pid, proc_root) or "?")
+    label = program_label(cmdline) if cmdline else (procfs.comm(pid, proc_root) or "?")
     return ProcessInfo(
         pid=pid,
         create_time=started,

@@ -35,7 +35,8 @@ def stacks_text(report: StackReport | None, now: float) -> Text:
         out.append(clean_text(where, 200), style="bold cyan")
     for p in report.processes:
         out.append("\n\n")
-        out.append(f"{clean_text(p.label)} (pid {p.pid})", style="bold")
+        who = p.label if str(p.pid) in p.label else f"{p.label} (pid {p.pid})"
+        out.append(clean_text(who), style="bold")
         if p.error is not None:
             out.append(f": {clean_text(p.error, 400)}", style="yellow")
             continue

@@ -154,12 +154,13 @@ def _watchdog_saw(s: Snapshot) -> RunState | None:
     """A hang the run's own watchdog saw live: it times each line as it comes, where lines read afterwards carry no
     time of their own (a step line of TRL or verl), so a one-shot report cannot see the silence it saw."""
     wd = s.watchdog
-    if wd is None or not wd.running or wd.stale or wd.run_state is None:
-        return None
+    if wd is None or not wd.running or wd.stale or wd.run_state is None or wd.pid == os.getpid():
+        return None  # the watchdog's own engine leans on nothing but its own reading
     state, why, since = wd.run_state
     if state != "hung":
         return None
-    return RunState(state, f"{why} (as the watchdog, pid {wd.pid}, watching the logs live, sees it)", since)
+    said = f" (as the watchdog, pid {wd.pid}, watching the logs live, sees it)"
+    return RunState(state, why if why.endswith(said) else why + said, since)
 
 
 def assess_run(s: Snapshot, ctx: Context) -> RunState:

@@ -430,6 +430,14 @@ class Planner:
                 "starting another server now would clash with it",
             )
         if owner := self._server_comes_with_resume(s, live):
+            if owner.startswith("?"):
+                owner = owner[1:]
+                return refused(
+                    RESTART_SERVER,
+                    f"the trainer is gone and who started the server is not known (rlwatch first looked after it "
+                    f"was gone); this run's {owner} starts a server of its own, so resume alone brings both back "
+                    "and a server started now could be a second one on the GPU",
+                )
             return refused(
                 RESTART_SERVER,
                 f"the trainer is gone and the {owner} started this server (its parent when first seen): resume runs "
@@ -452,13 +460,20 @@ class Planner:
         return Prepared(plan, stops=stops, launches=(launch,))
 
     def _server_comes_with_resume(self, s: Snapshot, live: Sequence[ProcessInfo]) -> str | None:
-        """The name of the launcher a resume would run again, when that launcher started the run's server; None
-        when the trainer lives (a server restart is what it needs) or when that is not known."""
+        """The name of the launcher a resume would run again, when that launcher starts the run's server; None
+        when the trainer lives (a server restart is what it needs), or when the resume runs no launcher (a trainer
+        run directly, TRL's with its `trl vllm-serve` apart). "?launcher" when who started the server is not known
+        — rlwatch first looked after it was gone — but the run has a launcher: an action rests only on what
+        rlwatch knows, and for such a run a resume alone is safe where a server restart may make a second one."""
         if any(p.role == "trainer" and p.alive for p in s.processes):
             return None
         owner = self.engine.started_by(live[0].name if live else "server")
         launch = self._resume_launch(s)
-        if owner is None or launch is None or not self._relaunches(launch, owner):
+        if launch is None:
+            return None
+        if owner is None:
+            return f"?{launch.name}" if launch.name == "launcher" and not live else None
+        if not self._relaunches(launch, owner):
             return None
         return owner
 
