@@ -143,6 +143,18 @@ def start(sims: list[Sim], tmp_path: Path, scenario: str, speed: float) -> Sim:
     return sim
 
 
+def rlwatch(*args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+    """The real `rlwatch ARGS…` in another process, as a person runs it (no terminal on stdin)."""
+    return subprocess.run(
+        [sys.executable, "-m", "rlwatch", *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+        stdin=subprocess.DEVNULL,
+    )
+
+
 def run_report(run_dir: Path, timeout: float = 60) -> tuple[int, dict[str, Any]]:
     """The real `rlwatch report --json` in another process: its exit status (0 or 1, never 2) and its JSON."""
     out = subprocess.run(

@@ -28,7 +28,7 @@ from rlwatch.export.fleet.samples import host_from_samples
 from tests.export.test_notify_real import Receiver
 from tests.promserver import free_port
 from tests.secrets_corpus import HF, LINES, QUERY_TOKEN, SECRETS, WANDB
-from tests.simhost import wait_until
+from tests.simhost import rlwatch, wait_until
 
 pytestmark = pytest.mark.slow
 
@@ -52,17 +52,6 @@ notify: {timeout_s: 2, retries: 0, include_lines: true, heartbeat_every_s: 1}
 watchdog: {heartbeat_s: 0.5}
 actions: {grace_s: 2, verify_timeout_s: 20}
 """
-
-
-def _rlwatch(*args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "rlwatch", *args],
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        check=False,
-        stdin=subprocess.DEVNULL,
-    )
 
 
 @pytest.fixture
@@ -99,8 +88,8 @@ def test_no_secret_leaves_through_any_exit(tmp_path: Path, receiver: Receiver) -
     out: dict[str, str] = {}
     try:
         wait_until(lambda: (run / "worker.log").exists(), 30)
-        out["report"] = _rlwatch("report", str(run)).stdout
-        out["report --json"] = _rlwatch("report", str(run), "--json").stdout
+        out["report"] = rlwatch("report", str(run)).stdout
+        out["report --json"] = rlwatch("report", str(run), "--json").stdout
         watch = subprocess.Popen(
             [
                 sys.executable, "-m", "rlwatch", "watch", str(run), "--json", "--duration", "120",
@@ -128,7 +117,7 @@ def test_no_secret_leaves_through_any_exit(tmp_path: Path, receiver: Receiver) -
         out["fleet"] = repr(host_from_samples("pod", samples, data_age_s=0.0, stale_after_s=60.0))
         wait_until(lambda: receiver.json() and any(m == "GET" for m, _, _ in receiver.got()), 60)
         out["report while watching"] = wait_until(
-            lambda: r if "rlwatch watch" in (r := _rlwatch("report", str(run), "--json").stdout) else None, 60
+            lambda: r if "rlwatch watch" in (r := rlwatch("report", str(run), "--json").stdout) else None, 60
         )
         out["watchdog state"] = (run / ".rlwatch" / "watchdog.json").read_text()
     finally:
@@ -138,11 +127,11 @@ def test_no_secret_leaves_through_any_exit(tmp_path: Path, receiver: Receiver) -
             out["watch --json"] = stream + err
     out["notifications"] = json.dumps(receiver.json())
     svg = tmp_path / "snap.svg"
-    shot = _rlwatch("snapshot", str(run), "--out", str(svg), "--size", "200x60")
+    shot = rlwatch("snapshot", str(run), "--out", str(svg), "--size", "200x60")
     assert shot.returncode == 0, shot.stderr
     out["snapshot"] = _svg_text(svg.read_text())
     try:
-        acted = _rlwatch("act", "restart-workers", str(run), "--yes")
+        acted = rlwatch("act", "restart-workers", str(run), "--yes")
         out["act"] = acted.stdout + acted.stderr
         out["audit"] = (run / ".rlwatch" / "audit.jsonl").read_text()
     finally:

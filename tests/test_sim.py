@@ -110,6 +110,7 @@ def test_scenarios_are_listed_with_descriptions() -> None:
         "shm-small",
         "nan-loss",
         "kernel-oom",
+        "hang",
     }
     assert all(len(text) > 20 for text in SCENARIOS.values())
 

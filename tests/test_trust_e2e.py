@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.simhost import wait_until
+from tests.simhost import rlwatch, wait_until
 
 try:
     NOBODY = pwd.getpwnam("nobody").pw_uid
@@ -37,17 +37,6 @@ WORKER = (
     "import sys, time; log = open(sys.argv[2] if len(sys.argv) > 2 else 'worker.log', 'a'); "
     "print('up', file=log, flush=True); time.sleep(300)"
 )
-
-
-def rlwatch(*args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "rlwatch", *args],
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        check=False,
-        stdin=subprocess.DEVNULL,
-    )
 
 
 @pytest.fixture

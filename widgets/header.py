@@ -65,8 +65,12 @@ def header_text(snap: Snapshot, width: int, stale_s: float | None = None) -> Tex
     room = width - right.cell_len - left.cell_len - len(up) - len(run) - 4
     if room >= 12:
         left.append(f"  {shorten_path(snap.run_dir, min(room, 60))}", style="dim")
-    left.append(up, style="dim")
-    left.append(run, style="dim")
+    # The verdict on the right is what must never be cut: the uptimes give way first on a narrow terminal.
+    if width - right.cell_len - left.cell_len - 1 >= len(up) + len(run):
+        left.append(up, style="dim")
+        left.append(run, style="dim")
+    elif width - right.cell_len - left.cell_len - 1 >= len(run):
+        left.append(run, style="dim")
     gap = max(1, width - left.cell_len - right.cell_len)
     left.append(" " * gap)
     left.append_text(right)

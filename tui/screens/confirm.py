@@ -121,6 +121,21 @@ class FittedDialog(ModalScreen[ResultT]):
             if isinstance(dialog, Widget):
                 fit_body(self, body, dialog)
 
+    @property
+    def body(self) -> Widget:
+        """The part that scrolls: the dialog's ``.dialog-body``."""
+        return self.query_one(".dialog-body")
+
+    def action_scroll(self, rows: int) -> None:
+        self.body.scroll_relative(y=rows, animate=False)
+
+    def action_page(self, pages: int) -> None:
+        self.body.scroll_relative(y=pages * max(1, self.body.size.height - 1), animate=False)
+
+    def action_scroll_to(self, where: int) -> None:
+        body = self.body
+        body.scroll_to(y=0 if where == 0 else body.max_scroll_y, animate=False)
+
 
 class ConfirmScreen(FittedDialog[bool]):
     """Returns ``True`` only when Confirm is pressed."""
@@ -176,20 +191,6 @@ class ConfirmScreen(FittedDialog[bool]):
         super().on_mount()
         # Cancel (or Close) has the focus, whatever the widget order: Enter alone never confirms.
         self.query_one("#cancel" if self.plan.runnable else "#close", Button).focus()
-
-    @property
-    def body(self) -> VerticalScroll:
-        return self.query_one("#confirm-body", VerticalScroll)
-
-    def action_scroll(self, rows: int) -> None:
-        self.body.scroll_relative(y=rows, animate=False)
-
-    def action_page(self, pages: int) -> None:
-        self.body.scroll_relative(y=pages * max(1, self.body.size.height - 1), animate=False)
-
-    def action_scroll_to(self, where: int) -> None:
-        body = self.body
-        body.scroll_to(y=0 if where == 0 else body.max_scroll_y, animate=False)
 
     def on_button_pressed(self, event: Button.Pressed) -> None:
         event.stop()

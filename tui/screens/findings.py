@@ -75,16 +75,6 @@ class FindingsScreen(FittedDialog[str | None]):
             keys = "" if self.readonly else "an action key asks for that action · "
             yield Static(Text(f"{keys}↑↓ PgUp PgDn scroll · Esc closes", style="dim"), classes="dialog-note")
 
-    @property
-    def body(self) -> VerticalScroll:
-        return self.query_one("#findings-body", VerticalScroll)
-
-    def action_scroll(self, rows: int) -> None:
-        self.body.scroll_relative(y=rows, animate=False)
-
-    def action_page(self, pages: int) -> None:
-        self.body.scroll_relative(y=pages * max(1, self.body.size.height - 1), animate=False)
-
     def action_act(self, action: str) -> None:
         self.dismiss(None if self.readonly else action)
 

@@ -66,15 +66,5 @@ class HelpScreen(FittedDialog[None]):
     def plain(self) -> str:
         return help_plain(self.readonly)
 
-    @property
-    def body(self) -> VerticalScroll:
-        return self.query_one("#help-body", VerticalScroll)
-
-    def action_scroll(self, rows: int) -> None:
-        self.body.scroll_relative(y=rows, animate=False)
-
-    def action_page(self, pages: int) -> None:
-        self.body.scroll_relative(y=pages * max(1, self.body.size.height - 1), animate=False)
-
     def action_close(self) -> None:
         self.dismiss(None)

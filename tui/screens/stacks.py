@@ -70,15 +70,5 @@ class StacksScreen(FittedDialog[None]):
                 yield Static(stacks_text(self.report, self.now), id="stacks-list")
             yield Static(Text("↑↓ PgUp PgDn scroll · Esc closes", style="dim"), classes="dialog-note")
 
-    @property
-    def body(self) -> VerticalScroll:
-        return self.query_one("#stacks-body", VerticalScroll)
-
-    def action_scroll(self, rows: int) -> None:
-        self.body.scroll_relative(y=rows, animate=False)
-
-    def action_page(self, pages: int) -> None:
-        self.body.scroll_relative(y=pages * max(1, self.body.size.height - 1), animate=False)
-
     def action_close(self) -> None:
         self.dismiss(None)
