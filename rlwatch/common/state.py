@@ -376,6 +376,9 @@ class LogEnding:
     detail: str | None = None  # Ray's worker exit type, the kernel report's subject
     evidence: tuple[tuple[int | None, str], ...] = ()  # (line number, text) of the lines it rests on
     count: int = 0  # failure-shaped lines after the last progress
+    from_outside: bool = (
+        False  # every failure line is a stop from outside (SIGTERM, SIGINT, Ctrl-C), no error of its own
+    )
 
 
 @dataclass(frozen=True, slots=True)

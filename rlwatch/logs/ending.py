@@ -154,8 +154,22 @@ def ending_of(
         detail=detail,
         evidence=evidence,
         count=len(ended_in),
+        from_outside=all(_from_outside(s) for _, s in ended_in),
         **base,  # type: ignore[arg-type]
     )
+
+
+_OUTSIDE_SIGNALS = ("SIGTERM", "SIGINT", "SIGHUP")
+_OUTSIDE_TYPES = ("KeyboardInterrupt", "SignalException")  # Ctrl-C; torch elastic's signal-to-exception
+
+
+def _from_outside(s: Shape) -> bool:
+    """A line of a process being stopped from outside (a person, a scheduler), not of one failing by itself."""
+    if s.detail == _CUT:
+        return True  # the traceback such a stop prints on its way out
+    if s.kind == SIGNAL and s.signal in _OUTSIDE_SIGNALS:
+        return True
+    return s.exc_type is not None and s.exc_type.endswith(_OUTSIDE_TYPES)
 
 
 def failures_at(failures: list[tuple[int, Shape]], i: int) -> bool:

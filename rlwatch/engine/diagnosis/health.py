@@ -178,6 +178,13 @@ def assess_run(s: Snapshot, ctx: Context) -> RunState:
         total = f" of {tr.total_steps}" if tr.total_steps else ""
         return RunState("finished", f"training finished at {step}{total}", _exact(tr.last_step_at))
     failed = _ended(s, progress_by, started)
+    if failed is not None and failed.from_outside and not alive:
+        where = _where(failed, failed.lineno)
+        when = _failure_time(failed)
+        evidence = tuple(f"{_where(failed, n)}: {text}" for n, text in failed.evidence)
+        return RunState(
+            "stopped", f"stopped from outside: {crash_text(failed)} ({where}, {hhmm(when, now)})", when, evidence
+        )
     if failed is not None:
         where = _where(failed, failed.lineno)
         when = _failure_time(failed)
