@@ -58,15 +58,23 @@ def test_make_demo_installs_without_the_setuptools_warning_block() -> None:
 
 
 def test_a_demo_without_rlwatch_yaml_is_still_marked_simulated(tmp_path: Path) -> None:
-    """trl-colocated and nccl-timeout write no rlwatch.yaml (found from evidence, as on a real host): the demo's
-    render says SIMULATED all the same."""
-    from rlwatch.tui.launch import _render
+    """trl-colocated, nccl-timeout and hang write no rlwatch.yaml (found from evidence, as on a real host): the demo's
+    render says SIMULATED all the same, and the windows that are durations of the run go as fast as the run does
+    (a hang at 20 times the speed is declared after 3 s of silence, not a minute)."""
+    from rlwatch.discover.load import resolve_config
+    from rlwatch.tui.launch import _feed, demo_config
+    from rlwatch.tui.snapshot import render_svg
 
+    cfg = demo_config(tmp_path, 20.0)
+    assert cfg.simulated and cfg.thresholds.hang_floor_s == 3.0 and cfg.thresholds.startup_s == 90.0
+    plain_cfg = resolve_config(tmp_path, None, "auto")[0]
     with utc_timezone():
-        svg = _render(tmp_path, None, "auto", (120, 30), warmup_s=0.0, simulated=True)
-        plain = _render(tmp_path, None, "auto", (120, 30), warmup_s=0.0)
+        svg = render_svg(_feed(tmp_path, cfg, warmup_s=0.0), size=(120, 30))
+        plain = render_svg(_feed(tmp_path, plain_cfg, warmup_s=0.0), size=(120, 30))
     assert "SIMULATED" in svg
     assert "SIMULATED" not in plain
+    (tmp_path / "rlwatch.yaml").write_text("profile: generic\nthresholds: {hang_floor_s: 7}\n")
+    assert demo_config(tmp_path, 20.0).thresholds.hang_floor_s == 7  # the simulator's own config already scaled it
 
 
 def test_one_snapshot_renders_several_sizes_of_the_same_moment(tmp_path: Path) -> None:

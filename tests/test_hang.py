@@ -150,3 +150,55 @@ def test_the_simulated_hang_is_hung_with_both_ranks_stacks(tmp_path: Path, sims:
         watch.send_signal(signal.SIGTERM)
         watch.communicate(timeout=30)
         sim.stop()
+
+
+UNDATED = """
+import os, sys, time
+log = open("train.log", "a", buffering=1)
+for step in range(1, 1_000_000):
+    print(f"Train step {step}/1000000 done.", file=log)
+    print("rollout batch prepared", file=log)
+    if os.path.exists("stop-stepping"):
+        break
+    time.sleep(0.1)
+open("quiet-now", "w").close()
+time.sleep(600)
+"""
+
+
+def test_a_one_shot_report_over_undated_steps_says_unknown_then_hung_once_the_log_is_quiet(tmp_path: Path) -> None:
+    """A one-shot `report` sees the run at one moment, and a step line with no time of their own, followed by other
+    lines, says only that it came by the file's last write (a step that is the file's last line came at it): while
+    the log is fresh that is too little to tell progress from a hang ("unknown",
+    never "progressing" nor "hung"); once the log has been quiet past the window with the trainer alive, it is hung."""
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "rlwatch.yaml").write_text(CONFIG)
+    (run / "train.py").write_text(UNDATED)
+    trainer = subprocess.Popen(["bash", "-c", f"{sys.executable} train.py; true"], cwd=run, start_new_session=True)
+
+    def report() -> dict[str, Any]:
+        done = subprocess.run(
+            [sys.executable, "-m", "rlwatch", "report", str(run), "--json"],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+        return json.loads(done.stdout)  # type: ignore[no-any-return]
+
+    try:
+        wait_until(lambda: (run / "train.log").exists() and (run / "train.log").stat().st_size > 200, 30)
+        fresh = report()["run_state"]
+        assert fresh["state"] == "unknown", fresh
+        assert "at the latest" in fresh["why"] and "too little time" in fresh["why"], fresh
+        (run / "stop-stepping").touch()
+        wait_until(lambda: (run / "quiet-now").exists(), 30)
+        quiet_from = (run / "train.log").stat().st_mtime
+        wait_until(lambda: time.time() - quiet_from > 3.5, 10)  # the window (hang_floor_s 3) is past
+        later = report()
+        assert later["run_state"]["state"] == "hung", later["run_state"]
+        assert later["status"] == "critical" and trainer.poll() is None
+    finally:
+        os.killpg(trainer.pid, signal.SIGKILL)
+        trainer.wait(timeout=30)

@@ -226,6 +226,13 @@ def assess_run(s: Snapshot, ctx: Context) -> RunState:
                 f"its processes are alive (pid {pids}){gpu}{said}",
                 quiet_since,
             )
+        if progress_by is not None:  # progress seen, but only bounded in time: too soon to say it moves or hangs
+            return RunState(
+                "unknown",
+                f"its processes are alive (pid {pids}); its {step} came by {hhmm(progress_by, now)} at the latest "
+                f"(its lines carry no time of their own), too little time since to tell progress from a hang{said}",
+                progress_by,
+            )
         return RunState("unknown", f"its processes are alive (pid {pids}); no progress seen yet{said}", started)
     if writers:
         newest = max(writers, key=lambda e: e.mtime or 0.0)
