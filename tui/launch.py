@@ -30,6 +30,9 @@ from rlwatch.engine.feed import StaticFeed
 if TYPE_CHECKING:
     from textual.app import App
 
+    from rlwatch.config.models import Config
+
+DEMO_SPEED = 20.0  # a snapshot's simulated run goes this many times faster than a real one
 EXIT_GRACE_S = 3.0  # how long a dashboard asked to exit by a signal may take before it is made to
 FIRST_LOOK_HOLD_S = 0.5  # at most this long the first frame waits, once Textual is loaded, for the diagnosis of now
 
@@ -161,21 +164,35 @@ def cmd_dashboard(args: argparse.Namespace) -> int:
     return run_dashboard(Engine(cfg, run_dir))
 
 
+def demo_config(run_dir: Path, speed: float) -> Config:
+    """The config a demo of a simulated run watches it with. A scenario without rlwatch.yaml is found from evidence,
+    as on a real host, and is as simulated as any other; its time runs ``speed`` times faster, so the windows that
+    are durations of the run (a hang's floor, the start-up allowance) are shortened by the same factor, as the
+    simulator's own rlwatch.yaml shortens them for the other scenarios."""
+    cfg, _ = resolve_config(run_dir, None, "auto")
+    update: dict[str, Any] = {"simulated": True}
+    if not (run_dir / "rlwatch.yaml").exists():
+        th = cfg.thresholds
+        update["thresholds"] = th.model_copy(
+            update={"hang_floor_s": max(3.0, th.hang_floor_s / speed), "startup_s": max(30.0, th.startup_s / speed)}
+        )
+    return cfg.model_copy(update=update)
+
+
 def cmd_demo(args: argparse.Namespace) -> int:
     need_terminal()
     with simulated_host(args.scenario, args.speed) as run_dir:
-        cfg, _ = resolve_config(run_dir, None, "auto")
-        # A scenario without rlwatch.yaml (found from evidence, as on a real host) is as simulated as any other.
-        cfg = cfg.model_copy(update={"simulated": True})
+        cfg = demo_config(run_dir, args.speed)
         if args.readonly:
             cfg = cfg.model_copy(update={"actions": cfg.actions.model_copy(update={"readonly": True})})
         return run_dashboard(Engine(cfg, run_dir))
 
 
-def _feed(run_dir: Path, config: Path | None, profile: str, warmup_s: float, simulated: bool = False) -> StaticFeed:
-    """One moment of the run, fixed: what every size of a snapshot renders."""
-    cfg, _ = resolve_config(run_dir, config, profile)
-    cfg = cfg.model_copy(update={"interval_s": min(cfg.interval_s, 0.25), "simulated": cfg.simulated or simulated})
+def _feed(run_dir: Path, cfg: Config, warmup_s: float, settle_s: float = 0.0) -> StaticFeed:
+    """One moment of the run, fixed: what every size of a snapshot renders. With ``settle_s`` (a demo's simulated
+    run, whose incident has played out), the moment waits up to that long for the run's state to be known: a hang
+    is only a hang once its window of silence is past."""
+    cfg = cfg.model_copy(update={"interval_s": min(cfg.interval_s, 0.25)})
     engine = Engine(cfg, run_dir)
     try:
         engine.collect_once()
@@ -183,6 +200,10 @@ def _feed(run_dir: Path, config: Path | None, profile: str, warmup_s: float, sim
             engine.start()
             time.sleep(warmup_s)  # gather a few samples so the graphs have a history
         snap = engine.build()
+        deadline = time.monotonic() + settle_s
+        while snap.run_state is not None and snap.run_state.state == "unknown" and time.monotonic() < deadline:
+            time.sleep(cfg.interval_s)
+            snap = engine.build()
         # A snapshot is for others (people attach it to issues): what it shows is redacted, as every exit's is.
         lines = engine.lines_after(0)
         texts = redact_lines([line.text for line in lines])
@@ -190,14 +211,6 @@ def _feed(run_dir: Path, config: Path | None, profile: str, warmup_s: float, sim
         return StaticFeed(redacted(snap), shown, readonly=cfg.actions.readonly)
     finally:
         engine.stop()
-
-
-def _render(
-    run_dir: Path, config: Path | None, profile: str, size: tuple[int, int], warmup_s: float, simulated: bool = False
-) -> str:
-    from rlwatch.tui.snapshot import render_svg
-
-    return render_svg(_feed(run_dir, config, profile, warmup_s, simulated), size=size)
 
 
 def cmd_snapshot(args: argparse.Namespace) -> int:
@@ -215,13 +228,13 @@ def cmd_snapshot(args: argparse.Namespace) -> int:
         if not out.parent.is_dir():
             raise UsageError(f"{out}: no such directory: {out.parent}")
     if args.demo:
-        with simulated_host(args.scenario, 20.0, settle_s=30) as run_dir:
-            feed = _feed(run_dir, None, "auto", warmup_s=2.0, simulated=True)
+        with simulated_host(args.scenario, DEMO_SPEED, settle_s=30) as run_dir:
+            feed = _feed(run_dir, demo_config(run_dir, DEMO_SPEED), warmup_s=2.0, settle_s=10.0)
     else:
         run_dir = Path(args.run_dir)
         if not run_dir.is_dir():
             raise UsageError(f"{run_dir}: no such directory")
-        feed = _feed(run_dir, args.config, args.profile, warmup_s=0.0)
+        feed = _feed(run_dir, resolve_config(run_dir, args.config, args.profile)[0], warmup_s=0.0)
     for out, size in zip(outs, sizes, strict=True):
         try:
             out.write_text(render_svg(feed, size=size))
