@@ -50,7 +50,7 @@ from rlwatch.discover.knobs import read_knobs
 from rlwatch.discover.load import missing_paths, resolve
 from rlwatch.engine.diagnosis import Context, assess_run, diagnose, timeline
 from rlwatch.engine.preview import MIN_BACKLOG, TAIL_BYTES, Counting, TailPreview
-from rlwatch.engine.recent_lines import RecentLines
+from rlwatch.engine.recent_lines import RECENT_LINES, RecentLines
 from rlwatch.logs.ending import read_ending
 from rlwatch.logs.events import EventCounter, build_kinds
 from rlwatch.logs.learning import LearningTracker
@@ -165,8 +165,7 @@ class Engine:
         self._preview_planned = False
         self._preview_waited = False
         self._tags: list[tuple[str, int, str]] = []
-        for kind in self.counter.kinds:
-            self.counter.subscribe(kind.name, self._tagger(kind.name))
+        self.counter.tag_into(self._tags, RECENT_LINES)  # the kinds of the lines the log view can still show
         self._recent_lines = RecentLines()  # the log view's newest lines (engine/recent_lines)
         self._unreleased = 0  # log bytes counted since free heap was last returned
 
@@ -287,12 +286,6 @@ class Engine:
         for name in ("step", "_reward", "_learning"):  # after the training tracker: it has the line's step then
             counter.subscribe(name, learning.on_line)
         return counting
-
-    def _tagger(self, kind: str) -> Callable[[LogLine], None]:
-        def tag(line: LogLine) -> None:
-            self._tags.append((line.path, line.lineno, kind))
-
-        return tag
 
     def _note_log_errors(self) -> None:
         """The tailer's troubles (a log turned into a directory or a FIFO, permission denied) as the "logs" source.
