@@ -293,6 +293,69 @@ def _hostile(rng: random.Random, n: int) -> bytes:
     return b"".join(out)
 
 
+def _edges(rng: random.Random, n: int) -> bytes:
+    """Text at the tracker's edges: other writers' blocks silent for about _SILENT_LINES lines, blank runs of about
+    _AFTER_LINES after an exception, indented runs of about _STALL_LINES, times just inside and outside the
+    look-back's reach, deep stacks (tests/logs/test_counting_paths.py's frame pieces)."""
+    from tests.logs.test_counting_paths import _frames_text
+
+    out: list[bytes] = []
+    for _ in range(n):
+        r = rng.random()
+        if r < 0.15:  # rank 1 opens a block, then the unprefixed writer talks for about 200 lines
+            out.append(b'[rank1]: Traceback (most recent call last):\n[rank1]:   File "/r.py", line 1, in r\n')
+            out.append(b"noise\n" * rng.randint(195, 205))
+            out.append(rng.choice([b"[rank1]: ValueError: late\n", b"Traceback (most recent call last):\n"]))
+        elif r < 0.3:  # an exception line, then a run of blank lines around the limit, then a chain or a header
+            out.append(b'Traceback (most recent call last):\n  File "/a.py", line 2, in a\nValueError: x\n')
+            out.append(rng.choice([b"\n", b"  \n", b"\t\n"]) * rng.randint(36, 44))
+            out.append(
+                rng.choice(
+                    [
+                        b"During handling of the above exception, another exception occurred:\n\n",
+                        b"Traceback (most recent call last):\n",
+                        b"plain\n",
+                    ]
+                )
+            )
+        elif r < 0.4:  # indented lines without a frame, about as many as stall a block
+            out.append(b'Traceback (most recent call last):\n  File "/b.py", line 3, in b\n')
+            out.append(b"    source\n" * rng.randint(76, 84))
+            out.append(b"KeyError: k\n")
+        elif r < 0.55:  # a time the look-back finds or not: 3 lines up, 400 bytes (not characters) into a line
+            pad = rng.choice([b" ", "│".encode()]) * rng.randint(125, 140)
+            out.append(pad + b"2026-01-05 08:0%d:00,000 head\n" % rng.randrange(10))
+            out.append(b"x\n" * rng.randint(0, 3))
+            out.append(b"Connection refused\n")
+        elif r < 0.6:  # a time of its own later than the next chunk's modification time: its bound is lower
+            out.append(b"2026-01-05 1%d:00:00,000 Connection refused\n" % rng.randrange(10))
+        elif r < 0.7:
+            out.append(_frames_text(rng, rng.randint(5, 40)))
+        else:
+            out.append(_hostile(rng, rng.randint(1, 20)))
+    return b"".join(out)
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_the_trackers_edges_count_alike(seed: int) -> None:
+    """Chunks cut anywhere, each live or a backlog of its own modification time (earlier or later than its lines)."""
+    rng = random.Random(seed)
+    pair = Pair(storm_threshold=rng.choice([1, 3, 5]))
+    lineno = {"/x/a.log": 1, "/x/b.log": 1}
+    for _ in range(30):
+        path = rng.choice(sorted(lineno))
+        data = _edges(rng, rng.randint(1, 12))
+        by = rng.choice([None, None, NOW - 10_000, NOW, NOW + 10_000])
+        for chunk in fed_whole(data, path, rng.choice([200, 4096, 1 << 16])):
+            pair.feed(Chunk(path, chunk.data, lineno[path] + chunk.first_lineno - 1, chunk.nlines, backlog_mtime=by))
+        lineno[path] += count_lines(data) + (0 if data.endswith((b"\n", b"\r")) else 1)
+        if rng.random() < 0.3:
+            step = rng.choice([0.5, 30.0, 400.0])
+            for clock in pair.clocks:
+                clock.advance(step)
+    pair.check()
+
+
 @pytest.mark.parametrize("seed", range(8))
 def test_hostile_text_counts_alike(tmp_path: Path, seed: int) -> None:
     rng = random.Random(seed)
