@@ -27,8 +27,10 @@ cdef extern from "Python.h" nogil:
     bint Py_UNICODE_ISDECIMAL(Py_UCS4 ch)
     bint Py_UNICODE_ISDIGIT(Py_UCS4 ch)
     bint Py_UNICODE_ISALNUM(Py_UCS4 ch)
+    bint Py_UNICODE_ISPRINTABLE(Py_UCS4 ch)
 
 cdef extern from "Python.h":
+    bint PyUnicode_IS_ASCII(object o)
     object PyUnicode_DecodeUTF8(const char *s, Py_ssize_t size, const char *errors)
     object PyUnicode_Substring(object s, Py_ssize_t start, Py_ssize_t end)
     Py_ssize_t PyUnicode_FindChar(object s, Py_UCS4 ch, Py_ssize_t start, Py_ssize_t end, int direction) except -2
@@ -74,11 +76,15 @@ cdef inline bint uspace(uc c) noexcept nogil:
 
 
 cdef inline bint udigit(uc c) noexcept nogil:
+    if c < 128:
+        return 48 <= c <= 57
     return Py_UNICODE_ISDECIMAL(c)
 
 
 cdef inline bint uword(uc c) noexcept nogil:
-    return c == 95 or Py_UNICODE_ISALNUM(c)
+    if c < 128:
+        return (48 <= c <= 57) or (65 <= c <= 90) or (97 <= c <= 122) or c == 95
+    return Py_UNICODE_ISALNUM(c)
 
 
 # With re.ASCII (and on bytes): the ASCII classes only.
@@ -154,13 +160,41 @@ cdef str decode(const char *p, Py_ssize_t n):
     return PyUnicode_DecodeUTF8(p, n, "replace")
 
 
+cdef extern from "Python.h":
+    object PyUnicode_FromKindAndData(int kind, const void *buffer, Py_ssize_t size)
+
+
 cdef str strip_sgr(str text):
     """``strip_ansi``: every ``ESC [ [0-9;]* m`` removed, nothing else."""
     cdef U u = uview(text)
-    cdef Py_ssize_t i = 0, j, out = 0
-    cdef uc c, maxc = 0
-    cdef list keep = []
-    cdef Py_ssize_t start = 0
+    cdef const unsigned char *src
+    cdef unsigned char *dst
+    cdef bytearray buf
+    cdef Py_ssize_t w, i, j, start = 0
+    cdef uc c
+    cdef list keep
+    if u.kind == 1:  # one byte a character: copied without the codes into a buffer
+        src = <const unsigned char *>u.data
+        buf = bytearray(u.n)
+        dst = <unsigned char *>(<char *>buf)
+        w = 0
+        i = 0
+        while i < u.n:
+            if src[i] == 27 and i + 1 < u.n and src[i + 1] == 91:
+                j = i + 2
+                while j < u.n and ((48 <= src[j] <= 57) or src[j] == 59):
+                    j += 1
+                if j < u.n and src[j] == 109:
+                    i = j + 1
+                    continue
+            dst[w] = src[i]
+            w += 1
+            i += 1
+        if w == u.n:
+            return text
+        return PyUnicode_FromKindAndData(1, dst, w)
+    keep = []
+    i = 0
     while i < u.n:
         c = at(u, i)
         if c == 27 and i + 1 < u.n and at(u, i + 1) == 91:
@@ -512,6 +546,8 @@ cdef class Out:
     cdef str file
     cdef str line
     cdef str lowered
+    cdef bint has_bits
+    cdef uint64_t bits[2]
 
 
 cdef Py_ssize_t split_at(str text, U u, Out out) except -2:
@@ -1083,6 +1119,26 @@ cdef class Needles:
             i += 1
         return out
 
+    cdef void bits(self, const unsigned char *p, Py_ssize_t lo, Py_ssize_t hi, uint64_t *out) noexcept nogil:
+        """Which needles occur in p[lo:hi], as a bit set over the needles (``out``: two words, 128 needles)."""
+        cdef Py_ssize_t i, s
+        cdef uint16_t b
+        cdef int k, e, nd
+        cdef const uint16_t *table = self.table
+        out[0] = 0
+        out[1] = 0
+        i = lo
+        while i + 1 < hi:
+            b = table[p[i] | (<unsigned int>p[i + 1] << 8)]
+            if b:
+                e = self.bucket_start[b - 1]
+                for k in range(self.bucket_len[b - 1]):
+                    nd = self.entry_needle[e + k]
+                    s = i - self.entry_off[e + k]
+                    if s >= lo and s + self.length[nd] <= hi and memcmp(p + s, self.ptr[nd], self.length[nd]) == 0:
+                        out[nd >> 6] |= (<uint64_t>1) << (nd & 63)
+            i += 1
+
     def hits(self, bytes data, Py_ssize_t lo, Py_ssize_t hi):
         """For the tests: (start, needle) of every occurrence in data[lo:hi], by start."""
         cdef const unsigned char *p = <const unsigned char *>PyBytes_AS_STRING(data)
@@ -1123,42 +1179,66 @@ with _warnings.catch_warnings():
 _MAXREPEAT = _C.MAXREPEAT
 
 
+_B = object()  # a word boundary, in an expanded alternative
+_W = object()  # spaces to the end (\\s*$)
+
+
+def _is_ws_star(item):
+    op, av = item
+    return (
+        op is _C.MAX_REPEAT
+        and av[0] == 0
+        and av[1] is _MAXREPEAT
+        and list(av[2]) == [(_C.IN, [(_C.CATEGORY, _C.CATEGORY_SPACE)])]
+    )
+
+
 def _expand(items, limit=64):
-    """Strings that a sequence of parsed items matches exactly (None: not such a sequence)."""
-    out = [""]
-    for op, av in items:
+    """The alternatives a sequence of parsed items matches exactly, each a tuple of characters, boundaries (_B)
+    and spaces to the end (_W); None when the items are more than that."""
+    out = [()]
+    i = 0
+    items = list(items)
+    while i < len(items):
+        op, av = items[i]
+        if _is_ws_star(items[i]) and i + 1 < len(items) and items[i + 1] == (_C.AT, _C.AT_END):
+            out = [s + (_W,) for s in out]
+            i += 2
+            continue
         if op is _C.LITERAL:
-            out = [s + chr(av) for s in out]
+            out = [s + (chr(av),) for s in out]
+        elif op is _C.AT and av is _C.AT_BOUNDARY:
+            out = [s + (_B,) for s in out]
         elif op is _C.IN:
             chars = []
             for iop, iav in av:
                 if iop is not _C.LITERAL:
                     return None
                 chars.append(chr(iav))
-            out = [s + c for s in out for c in chars]
+            out = [s + (c,) for s in out for c in chars]
         elif op is _C.SUBPATTERN:
             if av[1] or av[2]:
                 return None
-            sub = _expand(list(av[3]), limit)
+            sub = _expand(av[3], limit)
             if sub is None:
                 return None
             out = [s + t for s in out for t in sub]
         elif op is _C.BRANCH:
             alts = []
             for branch in av[1]:
-                sub = _expand(list(branch), limit)
+                sub = _expand(branch, limit)
                 if sub is None:
                     return None
                 alts.extend(sub)
             out = [s + t for s in out for t in alts]
         elif op in (_C.MAX_REPEAT, _C.MIN_REPEAT):
             lo, hi, sub_items = av
-            sub = _expand(list(sub_items), limit)
+            sub = _expand(sub_items, limit)
             if sub is None or hi is _MAXREPEAT or hi > 8:
                 return None
             reps = []
             for k in range(lo, hi + 1):
-                acc = [""]
+                acc = [()]
                 for _ in range(k):
                     acc = [a + t for a in acc for t in sub]
                 reps.extend(acc)
@@ -1167,26 +1247,29 @@ def _expand(items, limit=64):
             return None
         if len(out) > limit:
             return None
+        i += 1
     return out
 
 
-def _is_ws_end(items):
-    """True for the items ``\\s*$``."""
-    if len(items) != 2:
-        return False
-    (op1, av1), (op2, av2) = items
-    return (
-        op1 is _C.MAX_REPEAT
-        and av1[0] == 0
-        and av1[1] is _MAXREPEAT
-        and list(av1[2]) == [(_C.IN, [(_C.CATEGORY, _C.CATEGORY_SPACE)])]
-        and op2 is _C.AT
-        and av2 is _C.AT_END
-    )
-
-
 def literal_program(regex):
-    """[(string, followed by \\s* to the end)] whose search decides ``regex.search`` exactly, or None."""
+    """[(string, followed by \\s* to the end, a word boundary before it, one after it)] whose search decides
+    ``regex.search`` exactly, or None."""
+    if regex.flags & ~_re.UNICODE:
+        return None
+    try:
+        parsed = _P.parse(regex.pattern, regex.flags)
+    except Exception:
+        return None
+    return _program(_expand(parsed.data))
+
+
+def partial_program(regex):
+    """For an expression that is an alternation of which only some branches are plain strings: (the program of
+    those, [(strings one of which any match of another branch holds, or None; the text such a match starts with,
+    after spaces, when it is anchored at the start, or None)]). A line that none of the strings matches and that
+    meets no other branch's conditions cannot match: the expression need not run. None: no such split."""
+    from rlwatch.logs.matcher import _required
+
     if regex.flags & ~_re.UNICODE:
         return None
     try:
@@ -1195,17 +1278,104 @@ def literal_program(regex):
         return None
     items = list(parsed.data)
     branches = [list(b) for b in items[0][1][1]] if len(items) == 1 and items[0][0] is _C.BRANCH else [items]
-    program = []
+    plain = []
+    others = []
     for branch in branches:
-        tail = len(branch) >= 2 and _is_ws_end(branch[len(branch) - 2 :])
-        strings = _expand(branch[: len(branch) - 2] if tail else branch)
-        if strings is None:
+        done = _program(_expand(branch))
+        if done is not None:
+            plain.extend(done)
+            continue
+        state = [False]
+        try:
+            required = _required(list(branch), state)
+        except RecursionError:
+            required = None
+        if state[0] or (required is not None and not all(required)):
+            required = None  # case-insensitive parts: no case-sensitive containment to test
+        prefix = None
+        if branch and branch[0] == (_C.AT, _C.AT_BEGINNING):
+            k = 1
+            if k < len(branch) and _is_ws_star(branch[k]):
+                k += 1
+            chars = []
+            while k < len(branch) and branch[k][0] is _C.LITERAL:
+                chars.append(chr(branch[k][1]))
+                k += 1
+            prefix = "".join(chars) or None
+        others.append((tuple(required) if required else None, prefix))
+    return plain, others
+
+
+def _program(alternatives):
+    if alternatives is None:
+        return None
+    program = []
+    for tokens in alternatives:
+        before = bool(tokens) and tokens[0] is _B
+        if before:
+            tokens = tokens[1:]
+        after = bool(tokens) and tokens[len(tokens) - 1] is _B
+        tail = bool(tokens) and tokens[len(tokens) - 1] is _W
+        if after or tail:
+            tokens = tokens[: len(tokens) - 1]
+        if any(t is _B or t is _W for t in tokens):
             return None
-        for s in strings:
-            if tail and not s.strip():
-                return None
-            program.append((s, tail))
+        text = "".join(tokens)
+        if (tail and not text.strip()) or ((before or after) and not text) or (tail and before):
+            return None
+        program.append((text, tail, before, after))
     return program
+
+
+cdef inline bint boundary(U u, Py_ssize_t i) noexcept nogil:
+    """``\\b`` at i (unicode words; none in an empty text)."""
+    cdef bint that, this
+    if u.n == 0:
+        return False
+    that = i > 0 and uword(at(u, i - 1))
+    this = i < u.n and uword(at(u, i))
+    return this != that
+
+
+cdef bint program_search(list program, tuple needles, Out out, str body, U u) except -1:
+    """Whether ``body`` holds one of the program's strings, under its conditions (``needles``: per string, a needle
+    it holds, which out.bits say the body lacks or may hold)."""
+    cdef tuple alt
+    cdef str lit
+    cdef Py_ssize_t k, n, j
+    cdef int nd
+    cdef bint before, after
+    for j in range(len(program)):
+        alt = <tuple>program[j]
+        if out.has_bits and j < len(needles):
+            nd = <int>needles[j]
+            if nd >= 0 and not (out.bits[nd >> 6] >> (nd & 63)) & 1:
+                continue
+        lit = <str>alt[0]
+        n = PyUnicode_GET_LENGTH(lit)
+        if alt[1]:
+            k = PyUnicode_Find(body, lit, 0, u.n, -1)
+            if k >= 0 and tail_is_ws_end(u, k + n):
+                return True
+            continue
+        before = alt[2]
+        after = alt[3]
+        if not (before or after):
+            if lit in body:
+                return True
+            continue
+        k = PyUnicode_Find(body, lit, 0, u.n, 1)
+        while k >= 0:
+            if (not before or boundary(u, k)) and (not after or boundary(u, k + n)):
+                return True
+            k = PyUnicode_Find(body, lit, k + 1, u.n, 1)
+    return False
+
+
+def py_program_search(list program, str body):
+    cdef Out out = Out()
+    out.has_bits = False
+    return program_search(program, (), out, body, uview(body))
 
 
 cdef bint code_line(U u) noexcept nogil:
@@ -1246,6 +1416,13 @@ cdef bint code_line(U u) noexcept nogil:
     return e >= u.n or not uword(at(u, e))
 
 
+cdef bint _starts_after_spaces(str body, U u, str prefix) except -1:
+    cdef Py_ssize_t i = 0
+    while i < u.n and uspace(at(u, i)):
+        i += 1
+    return body.startswith(prefix, i)
+
+
 cdef class Kind:
     """One event kind as the compiled path checks it."""
 
@@ -1253,9 +1430,13 @@ cdef class Kind:
     cdef public str name
     cdef int index
     cdef tuple literals  # lowered when ignore_case
+    cdef tuple literal_needles  # per literal, a needle it holds (-1: none known); only for case-sensitive kinds
     cdef bint ignore_case
     cdef bint decided
-    cdef list program  # [(str, bool)] or None: then the expression runs in `re`
+    cdef list program  # [(str, bool, bool, bool)] or None: then the expression runs in `re`
+    cdef tuple program_needles  # per alternative of program, a needle it holds (-1: none)
+    cdef list plain  # the plain branches of an expression that has others (partial_program), or None
+    cdef list others  # what each of the other branches needs
     cdef object search  # kind.regex.search
     cdef int exclude  # 0 none, 1 code lines, 2 an expression in `re`
     cdef object exclude_search
@@ -1264,41 +1445,60 @@ cdef class Kind:
     cdef bint storm  # connection_refused or timeout
     cdef bint event  # handed to the incident tracker (EVENT_KINDS)
 
+    cdef bint others_may_match(self, str body, U u) except -1:
+        cdef tuple cond
+        cdef bint ok
+        for cond in self.others:
+            ok = True
+            if cond[0] is not None:
+                ok = False
+                for lit in <tuple>cond[0]:
+                    if <str>lit in body:
+                        ok = True
+                        break
+            if ok and cond[1] is not None and not _starts_after_spaces(body, u, <str>cond[1]):
+                ok = False
+            if ok:
+                return True
+        return False
+
     cdef bint matches(self, str body, U u, Out out) except -1:
         cdef str hay
         cdef str lit
-        cdef tuple alt
         cdef bint found
-        cdef Py_ssize_t k
+        cdef Py_ssize_t j
+        cdef int nd
         if self.literals:
+            found = False
             if self.ignore_case:
                 if out.lowered is None:
                     out.lowered = body.lower()
                 hay = out.lowered
+                for lit in self.literals:
+                    if lit in hay:
+                        found = True
+                        break
             else:
-                hay = body
-            found = False
-            for lit in self.literals:
-                if lit in hay:
-                    found = True
-                    break
+                for j in range(len(self.literals)):
+                    # a literal's needle missing from the body rules the literal out (bits: the body's needles)
+                    nd = <int>self.literal_needles[j]
+                    if out.has_bits and nd >= 0 and not (out.bits[nd >> 6] >> (nd & 63)) & 1:
+                        continue
+                    if <str>self.literals[j] in body:
+                        found = True
+                        break
             if not found:
                 return False
         if not self.decided:
             if self.program is not None:
-                found = False
-                for alt in self.program:
-                    lit = <str>alt[0]
-                    if alt[1]:
-                        k = PyUnicode_Find(body, lit, 0, u.n, -1)
-                        if k >= 0 and tail_is_ws_end(u, k + PyUnicode_GET_LENGTH(lit)):
-                            found = True
-                            break
-                    elif lit in body:
-                        found = True
-                        break
-                if not found:
+                if not program_search(self.program, self.program_needles, out, body, u):
                     return False
+            elif self.plain is not None:
+                if not program_search(self.plain, (), out, body, u):
+                    if not self.others_may_match(body, u):
+                        return False
+                    if self.search(body) is None:
+                        return False
             elif self.search(body) is None:
                 return False
         if self.exclude == 1:
@@ -1405,21 +1605,50 @@ cdef str signature(tuple parts):
     return <str>sig
 
 
+cdef bint printable(str t) except -1:
+    """``t.isprintable()``, without a call for ASCII text (printable: 0x20 to 0x7e)."""
+    cdef const unsigned char *p
+    cdef Py_ssize_t i, n
+    cdef U u
+    cdef uc c
+    if not PyUnicode_IS_ASCII(t):
+        u = uview(t)
+        for i in range(u.n):
+            c = at(u, i)
+            if 32 <= c <= 126 or 0x2500 <= c <= 0x257F:  # ASCII, box drawing (AReaL's stats tables)
+                continue
+            if not Py_UNICODE_ISPRINTABLE(c):
+                return False
+        return True
+    p = <const unsigned char *>PyUnicode_DATA(t)
+    n = PyUnicode_GET_LENGTH(t)
+    for i in range(n):
+        if p[i] < 32 or p[i] > 126:
+            return False
+    return True
+
+
 cdef str shown(str text):
     """``events._shown``: capped, with every control sequence removed."""
     cdef str t = text if PyUnicode_GET_LENGTH(text) <= _DISPLAY_CHARS * 2 else PyUnicode_Substring(
         text, 0, _DISPLAY_CHARS * 2
     )
-    if not t.isprintable():
+    if not printable(t):
         t = _clean_line(t)
     return t if PyUnicode_GET_LENGTH(t) <= _DISPLAY_CHARS else PyUnicode_Substring(t, 0, _DISPLAY_CHARS)
 
 
 # =========================================================================================== signatures, by hand
-cdef bint header(U u) noexcept nogil:
+cdef str _HEADER_TEXT = "Traceback (most recent call last):"
+
+
+cdef bint header(str body, U u) except -1:
     """``HEADER.search(body)``: ``Traceback \\(most recent call last\\):\\s*$``. Only the last occurrence can be
     followed by nothing but spaces."""
-    cdef Py_ssize_t k = rfind_ascii(u, b"Traceback (most recent call last):", 34, 0, u.n)
+    cdef Py_ssize_t k
+    if u.n < 34:
+        return False
+    k = PyUnicode_Find(body, _HEADER_TEXT, 0, u.n, -1)
     return k >= 0 and tail_is_ws_end(u, k + 34)
 
 
@@ -1529,7 +1758,7 @@ def py_exception(str line):
 
 
 def py_header(str body):
-    return header(uview(body))
+    return header(body, uview(body))
 
 
 def py_chain(str body):
@@ -2046,6 +2275,61 @@ cdef inline double _gap(double a, double b) noexcept nogil:
     return b - a if (isfinite(a) and isfinite(b)) else 0.0
 
 
+cdef Kind make_kind(object ek, int i, list needles):
+    """How the compiled path decides kind ``ek`` (index i among the matcher's kinds)."""
+    cdef Kind k = Kind()
+    k.kind = ek
+    k.name = ek.name
+    k.index = i
+    k.ignore_case = ek.ignore_case
+    k.literals = tuple(s.lower() for s in ek.literals) if ek.ignore_case else tuple(ek.literals)
+    k.literal_needles = tuple(
+        next((j for j, n in enumerate(needles) if n in lit.encode("utf-8", "surrogatepass")), -1)
+        if not ek.ignore_case and len(needles) <= 128 and "\ufffd" not in lit
+        else -1
+        for lit in ek.literals
+    )
+    k.decided = (
+        bool(ek.literals)
+        and not ek.ignore_case
+        and ek.regex.flags == _re.UNICODE
+        and ek.regex.pattern == "|".join(_re.escape(lit) for lit in ek.literals)
+    )
+    k.program = None if k.decided else literal_program(ek.regex)
+    k.program_needles = tuple(
+        next((j for j, n in enumerate(needles) if n in alt[0].encode("utf-8", "surrogatepass")), -1)
+        if len(needles) <= 128 and "\ufffd" not in alt[0]
+        else -1
+        for alt in (k.program or ())
+    )
+    k.plain = k.others = None
+    if not k.decided and k.program is None:
+        split = partial_program(ek.regex)
+        if split is not None:
+            k.plain, k.others = split
+    k.search = ek.regex.search
+    if ek.exclude is None:
+        k.exclude = 0
+    elif ek.exclude.pattern == _CODE_LINE_PATTERN and ek.exclude.flags == _re.UNICODE:
+        k.exclude = 1
+    else:
+        k.exclude = 2
+        k.exclude_search = ek.exclude.search
+    k.internal = ek.internal
+    k.progress = ek.progress
+    k.storm = ek.name == _STORM_REFUSED or ek.name == _STORM_TIMEOUT
+    k.event = ek.name in _EVENT_KINDS
+    return k
+
+
+def py_kind_matches(object ek, str body):
+    """For the tests: whether the compiled path counts ``body`` (a line's message) as kind ``ek``."""
+    cdef Kind k = make_kind(ek, 0, [])
+    cdef Out out = Out()
+    out.has_bits = False
+    return k.matches(body, uview(body), out)
+
+
 cdef class Core:
     """The event counter and its incident tracker, compiled (``EventCounter`` and ``IncidentTracker``)."""
 
@@ -2108,30 +2392,7 @@ cdef class Core:
         for i, ek in enumerate(kinds):
             if not ek.literals:
                 raise ValueError("a kind without literals: every line must be tried (the Python path does that)")
-            k = Kind()
-            k.kind = ek
-            k.name = ek.name
-            k.index = i
-            k.ignore_case = ek.ignore_case
-            k.literals = tuple(s.lower() for s in ek.literals) if ek.ignore_case else tuple(ek.literals)
-            k.decided = (
-                not ek.ignore_case
-                and ek.regex.flags == _re.UNICODE
-                and ek.regex.pattern == "|".join(_re.escape(lit) for lit in ek.literals)
-            )
-            k.program = None if k.decided else literal_program(ek.regex)
-            k.search = ek.regex.search
-            if ek.exclude is None:
-                k.exclude = 0
-            elif ek.exclude.pattern == _CODE_LINE_PATTERN and ek.exclude.flags == _re.UNICODE:
-                k.exclude = 1
-            else:
-                k.exclude = 2
-                k.exclude_search = ek.exclude.search
-            k.internal = ek.internal
-            k.progress = ek.progress
-            k.storm = ek.name == _STORM_REFUSED or ek.name == _STORM_TIMEOUT
-            k.event = ek.name in _EVENT_KINDS
+            k = make_kind(ek, i, needles)
             if k.progress:
                 self.progress_mask |= (<uint64_t>1) << i
             if ek.name == "restart":
@@ -2319,16 +2580,29 @@ cdef class Core:
         cdef str sh
         cdef bint restart = False
         cdef Out out = self.out
+        cdef bint stripped = False
         text = decode(<const char *>lines.p + start, end - start)
         ut = uview(text)
         if PyUnicode_FindChar(text, 27, 0, ut.n, 1) >= 0:
             text = strip_sgr(text)
+            stripped = True
             ut = uview(text)
         bpos = split_at(text, ut, out)
         tag = out.tag
         body = PyUnicode_Substring(text, bpos, ut.n) if bpos else text
         ub = uview(body)
         out.lowered = None
+        # Which needles the body holds, so that a literal whose needle it lacks is not looked for: the raw line's
+        # (a superset) when no colour code was cut out of it, else the body's own when it is ASCII (its characters
+        # are its bytes).
+        out.has_bits = False
+        if mask != 0 and self.needles.count <= 128:
+            if not stripped:
+                self.needles.bits(lines.p, start, end, out.bits)
+                out.has_bits = True
+            elif PyUnicode_IS_ASCII(body):
+                self.needles.bits(<const unsigned char *>PyUnicode_DATA(body), 0, ub.n, out.bits)
+                out.has_bits = True
         m = mask
         while m:
             i = _lowest(m)
@@ -2396,6 +2670,7 @@ cdef class Core:
             body = text
         ub = uview(body)
         out.lowered = None
+        out.has_bits = False
         for i in range(self.nk):
             k = <Kind>self.kinds[i]
             if k.name not in long.seen and k.matches(body, ub, out):
@@ -2665,7 +2940,7 @@ cdef class Core:
         cdef Py_ssize_t k, lim
         cdef bint gutter = False
         if not fs.blocks:
-            if header(u):
+            if header(body, u):
                 self.inc_open(fs, tag, lineno, w)
             return
         self.expire(fs, tag, lineno)
@@ -2679,7 +2954,7 @@ cdef class Core:
             body = _GUTTER_SUB("", body, count=1)
             u = uview(body)
         if block is None:
-            if header(u):
+            if header(body, u):
                 self.inc_open(fs, tag, lineno, w)
             return
         block.seen = lineno
@@ -2696,7 +2971,7 @@ cdef class Core:
             block.location = location(self.out.file, self.out.line)
             block.idle = 0
             return
-        if header(u):
+        if header(body, u):
             self.inc_open(fs, tag, lineno, w)
             return
         if (u.n and uspace(at(u, 0))) or all_space(u, 0, u.n):
@@ -2731,7 +3006,7 @@ cdef class Core:
         if chain_line(u):
             block.state = 2
             return
-        if header(u):
+        if header(body, u):
             if block.state == 2:
                 block.state = 0
                 block.location = None

@@ -443,33 +443,51 @@ def test_each_helper_reads_any_text_as_python_does(text: str) -> None:
 
 
 def test_kinds_that_are_alternatives_of_strings_are_decided_without_re() -> None:
-    """Which built-in kinds the compiled path decides by its strings, and that each decision is the expression's."""
+    """Which built-in kinds the compiled path decides by their strings (with ``\\s*$`` or ``\\b`` around them), and
+    that each decision is the expression's, on text made of their strings, word characters and spaces."""
     decided = {k.name: native.literal_program(k.regex) for k in builtin_kinds()}
-    assert decided["connection_refused"] is not None and decided["traceback"] == [
-        ("Traceback (most recent call last):", True)
-    ]
-    assert decided["timeout"] is not None and ("timed out after", False) in decided["timeout"]
-    assert decided["nccl_error"] is None  # \b: left to `re`
+    assert decided["connection_refused"] is not None
+    assert decided["traceback"] == [("Traceback (most recent call last):", True, False, False)]
+    assert decided["timeout"] is not None and ("timed out after", False, False, False) in decided["timeout"]
+    assert decided["nccl_error"] is not None and ("NCCL error", False, True, True) in decided["nccl_error"]
+    assert decided["step"] is None  # anchored and repeated: left to `re`
     rng = random.Random(3)
-    vocabulary = [s for k in builtin_kinds() for s in k.literals] + [
-        "Timed out after",
-        "timed out",
-        " ",
-        "\t",
-        "x",
-        "\u2028",
-    ]
+    vocabulary = [s for k in builtin_kinds() for s in k.literals]
+    vocabulary += ["Timed out after", "timed out", "NCCL error", "ncclSystemError", " ", "\t", "x", "_", "é", "\u2028"]
     for kind in builtin_kinds():
         program = decided[kind.name]
         if program is None:
             continue
-        for _ in range(400):
+        for _ in range(600):
             text = "".join(rng.choice(vocabulary) for _ in range(rng.randint(0, 5)))
-            ours = any(
-                (s in text) if not tail else ((k := text.rfind(s)) >= 0 and not text[k + len(s) :].strip())
-                for s, tail in program
-            )
-            assert ours == (kind.regex.search(text) is not None), (kind.name, text)
+            assert native.py_program_search(program, text) == (kind.regex.search(text) is not None), (kind.name, text)
+
+
+def test_each_kind_decides_a_line_as_the_python_matcher_does() -> None:
+    """Literals, then the expression (its plain branches in C, the others in `re` only when they may match), then
+    the code-line exclusion: the compiled decision of every built-in kind and a few custom ones, on random text."""
+    from rlwatch.logs.matcher import Matcher
+
+    cfg = EventsConfig(
+        custom=[
+            CustomEvent(name="fatal", pattern=r"(?i)fatal|panic"),
+            CustomEvent(name="oops", pattern=r"\boops\b \d+|^\s*OOPS|plain oops"),
+        ]
+    )
+    kinds = build_kinds(cfg)
+    matcher = Matcher(kinds)
+    vocabulary = [s for k in kinds for s in k.literals] + [
+        "Train step 3/9 done.", "{'loss': 1, 'x': 2}", "step:5 - ", ") step:7 - ", "  ", "\t", "x", "_", "é", "5",
+        "raise ", "except ", "# ", "oops 12", "OOPS", "Watchdog caught collective operation timeout",
+        "ProcessGroupNCCL's watchdog got stuck for 480 seconds", " busy or unavailable", "CUDA error: out of memory",
+        "Worker proc VllmWorker-0 died unexpectedly", "Killed process 12", '"POST /reset_prefix_cache/ HTTP/1.1" 200',
+    ]  # fmt: skip
+    rng = random.Random(11)
+    for _ in range(4000):
+        text = "".join(rng.choice(vocabulary) for _ in range(rng.randint(0, 6)))
+        want = {k.name for k in matcher.match(text)}
+        got = {k.name for k in kinds if native.py_kind_matches(k, text)}
+        assert got == want, text
 
 
 def test_needles_are_found_where_the_python_matcher_finds_them() -> None:
