@@ -3408,3 +3408,372 @@ cdef extern from *:
 from rlwatch.logs.kinds import _CODE_LINE as _CODE_LINE_RE
 
 cdef str _CODE_LINE_PATTERN = _CODE_LINE_RE.pattern
+
+
+# ========================================================================================================= trackers
+# rlwatch/logs/training.py (TrainingTracker._parse) and learning.py (LearningTracker.on_line): the lines the counter
+# delivers, read in C where they are AReaL's (step lines, stats rows, weight updates); other formats (TRL's dicts,
+# verl's step lines, OpenRLHF's bar) go to the trackers' own Python, at the same point of the same order.
+
+cdef object _training = None
+cdef object _learning = None
+cdef object _PREFIX_SUB = None
+cdef object _line_ref_py = None
+cdef object _MetricPoint = None
+cdef object _MP_STEP = None
+cdef object _MP_VALUE = None
+cdef object _MP_TIME = None
+cdef list _AREAL_SUFFIXES = None  # [(name, (suffix, ...))]
+cdef str _BOX = "\u2502"  # │
+cdef str _HEAVY = "\u2503"  # ┃
+cdef str _UPDATE_WEIGHTS_KEY = "timeperf/update_weights"
+cdef str _DISK_UPDATE_TEXT = "Loading weights from disk done in "
+
+
+cdef void _trackers_init() except *:
+    global _training, _learning, _PREFIX_SUB, _line_ref_py, _MetricPoint, _MP_STEP, _MP_VALUE, _MP_TIME
+    global _AREAL_SUFFIXES
+    if _training is not None:
+        return
+    from rlwatch.common import state
+    from rlwatch.logs import learning, training
+
+    _PREFIX_SUB = training._PREFIX.sub
+    _line_ref_py = state.line_ref
+    _MetricPoint = state.MetricPoint
+    _MP_STEP = _MetricPoint.__dict__["step"]
+    _MP_VALUE = _MetricPoint.__dict__["value"]
+    _MP_TIME = _MetricPoint.__dict__["time"]
+    _AREAL_SUFFIXES = list(learning.AREAL_SUFFIXES.items())
+    _learning = learning
+    _training = training
+
+
+cdef object metric_point(object step, double value, double time):
+    cdef object p = _object_new(_MetricPoint)
+    rlw_set_slot(_MP_STEP, p, step)
+    rlw_set_slot(_MP_VALUE, p, value)
+    rlw_set_slot(_MP_TIME, p, time)
+    return p
+
+
+cdef Py_ssize_t count_char(str text, uc c) except -1:
+    """``text.count(c)`` of one character."""
+    cdef U u
+    cdef Py_ssize_t i, n = 0
+    if c >= 128 and PyUnicode_IS_ASCII(text):
+        return 0
+    u = uview(text)
+    for i in range(u.n):
+        if at(u, i) == c:
+            n += 1
+    return n
+
+
+cdef object areal_step(str text):
+    """``parse_areal_step``: ``Train step ([0-9]{1,12})/([0-9]{1,12}) done`` searched: (step, total) or None."""
+    cdef U u = uview(text)
+    cdef Py_ssize_t k = PyUnicode_Find(text, "Train step ", 0, u.n, 1)
+    cdef Py_ssize_t i, a, b
+    while k >= 0:
+        i = k + 11
+        a = i
+        while i < u.n and adigit(at(u, i)):
+            i += 1
+        if 1 <= i - a <= 12 and i < u.n and at(u, i) == 47:
+            i += 1
+            b = i
+            while i < u.n and adigit(at(u, i)):
+                i += 1
+            if 1 <= i - b <= 12 and starts_at(u, i, b" done", 5):
+                return int(PyUnicode_Substring(text, a, b - 1)), int(PyUnicode_Substring(text, b, i))
+        k = PyUnicode_Find(text, "Train step ", k + 1, u.n, 1)
+    return None
+
+
+cdef object weight_update_seconds(str text):
+    """``parse_weight_update``: ``Loading weights from disk done in ([0-9]{1,9}(?:\\.[0-9]{0,9})?)s``, or None."""
+    cdef U u = uview(text)
+    cdef Py_ssize_t k = PyUnicode_Find(text, _DISK_UPDATE_TEXT, 0, u.n, 1)
+    cdef Py_ssize_t i, a, f
+    while k >= 0:
+        a = k + 34
+        i = a
+        while i < u.n and adigit(at(u, i)):
+            i += 1
+        if 1 <= i - a <= 9 and i < u.n:
+            if at(u, i) == 115:
+                return float(PyUnicode_Substring(text, a, i))
+            if at(u, i) == 46:
+                f = i + 1
+                while f < u.n and adigit(at(u, f)):
+                    f += 1
+                if f - i - 1 <= 9 and f < u.n and at(u, f) == 115:
+                    return float(PyUnicode_Substring(text, a, f))
+        k = PyUnicode_Find(text, _DISK_UPDATE_TEXT, k + 1, u.n, 1)
+    return None
+
+
+cdef bint recent_add_ordered(object recent, object key) except -1:
+    """``training._Recent.add``: an OrderedDict of the newest keys."""
+    cdef object keys = recent._keys
+    if key in keys:
+        keys.move_to_end(key)
+        return False
+    keys[key] = None
+    if len(keys) > recent._size:
+        keys.popitem(last=False)
+    return True
+
+
+cdef bint recent_add_plain(object recent, object key) except -1:
+    """``learning._Recent.add``: a dict of the newest keys."""
+    cdef dict keys = recent._keys
+    if key in keys:
+        return False
+    keys[key] = None
+    if len(keys) > recent._size:
+        del keys[next(iter(keys))]
+    return True
+
+
+cdef int reward_rank(str key) except -1:
+    if key.endswith("task_reward/avg"):
+        return 2
+    if key == "rollout/reward" or key.endswith(("/rollout/reward", "rollout/reward/avg")):
+        return 1
+    return 0
+
+
+def training_apply(object t, double offset):
+    """``TrainingTracker._apply_pending`` after its offset is read: every queued line parsed, in order."""
+    cdef object queue = t._queue
+    cdef object line
+    _trackers_init()
+    popleft = queue.popleft
+    while queue:
+        line = popleft()
+        try:
+            training_parse(t, line, offset)
+        except Exception as exc:  # a parser's bug must not stop the tracking (nor lose the rest of the queue)
+            t.errors.append(f"{_line_ref_py(line.path, line.lineno)}: {type(exc).__name__}: {exc}")
+
+
+cdef void touch(object t, double time, double offset) except *:
+    cdef double m
+    if not isfinite(time):
+        return
+    m = time - offset
+    last = t._last_line_m
+    if last is None or m > <double>last:
+        t._last_line_at = time
+        t._last_line_m = m
+
+
+cdef void mark_step(object t, double time, object counter, double offset) except *:
+    cdef double m
+    if isfinite(time):
+        m = time - offset
+        last = t._last_step_m
+        if last is None or m >= <double>last:
+            t._last_step_at = time
+            t._last_step_m = m
+        t._rate_points.append((time, counter))
+
+
+cdef void record_reward(object t, object slot, int rank, double value) except *:
+    if not isfinite(value):
+        return
+    if slot == t._reward_slot:
+        if rank <= t._reward_slot_rank:
+            return
+        if t._rewards:
+            t._rewards.pop()
+    t._rewards.append(value)
+    t._reward_slot = slot
+    t._reward_slot_rank = rank
+
+
+cdef void training_parse(object t, object line, double offset) except *:
+    """``TrainingTracker._parse``."""
+    cdef str text = line.text
+    cdef object step, areal, metrics, duration
+    cdef double time = line.time
+    cdef Py_ssize_t light
+    cdef str bar
+    cdef list cells
+    cdef bint timing
+    cdef Py_ssize_t i
+    cdef str key, k
+    cdef int rank
+    cdef object value
+    if not recent_add_ordered(t._delivered, (line.path, line.lineno, text)):
+        return
+    touch(t, time, offset)
+    if "Training completes!" in text:
+        t._finished = True
+    areal = areal_step(text) if "Train step " in text else None
+    if areal is not None:
+        step, total = areal
+        last = t._areal_step
+        if last is not None and step <= last:
+            if line.path != t._areal_path:
+                areal = None  # a copy of the same output in another file, lagging behind
+            else:
+                t._rate_points.clear()  # the run restarted and appends to the same log
+        if areal is not None:
+            t._areal_step = step
+            t._areal_total = total if total > 0 else None
+            t._areal_path = line.path
+            t._finished = False
+            mark_step(t, time, step, offset)
+    elif "{" in text:
+        metrics = _training.parse_metrics(text)
+        if metrics is not None:
+            t._on_metrics(line, metrics, offset)
+    light = count_char(text, 0x2502)
+    if light >= 3 or count_char(text, 124) >= 3:
+        bar = _BOX if light >= 3 else _HEAVY if count_char(text, 0x2503) >= 3 else "|"
+        # _tracked_stats and _on_stats_row: only the reward keys and the update-weights timing are read
+        cells = text.split(bar)
+        timing = _UPDATE_WEIGHTS_KEY in text
+        slot = t._areal_step if t._areal_step is not None else t._dicts
+        row = {}
+        for i in range(1, len(cells) - 2, 2):
+            key = <str>cells[i]
+            if "reward" in key or (timing and _UPDATE_WEIGHTS_KEY in key):
+                try:
+                    row[strip_str(key)] = float(strip_str(<str>cells[i + 1]))
+                except ValueError:
+                    pass
+        for k, value in row.items():
+            rank = reward_rank(k)
+            if rank:
+                record_reward(t, slot, rank, <double>value)
+            elif (
+                k == _UPDATE_WEIGHTS_KEY
+                and not t._disk_updates
+                and isfinite(<double>value)
+                and <double>value >= 0
+                and t._contents.add(("timeperf", slot))
+            ):
+                t._updates.append(value)  # xccl mode logs no per-update line: the step's timing stat is the one
+    if _DISK_UPDATE_TEXT in text:
+        duration = weight_update_seconds(text)
+        if duration is not None and t._contents.add(("update", strip_str(_PREFIX_SUB("", text)))):
+            t._disk_updates = True
+            t._updates.append(duration)
+
+
+cdef class LearningFeed:
+    """``LearningTracker.on_line``, compiled: called by the counter for every line it delivers."""
+
+    cdef object t
+    cdef object lock
+
+    def __init__(self, tracker):
+        _trackers_init()
+        self.t = tracker
+        self.lock = tracker._lock
+
+    def __call__(self, line):
+        cdef object t = self.t
+        with self.lock:
+            if not recent_add_plain(t._delivered, (line.path, line.lineno, line.text)):
+                return
+            learning_parse(t, line)
+
+
+cdef void learning_parse(object t, object line) except *:
+    """``LearningTracker._parse``: AReaL's stats rows here, every other format in its Python."""
+    cdef str text = line.text
+    cdef str bar
+    cdef list cells, order
+    cdef dict values, found
+    cdef Py_ssize_t i
+    cdef str key, suffix, name
+    cdef object number, step
+    if "Train step " in text:
+        areal = areal_step(text)
+        if areal is not None:
+            t._areal_step = areal[0]
+        return
+    if "step:" in text or "{" in text or "act_loss=" in text:
+        t._parse(line)
+        return
+    if count_char(text, 0x2502) >= 3:
+        bar = _BOX
+    elif count_char(text, 0x2503) >= 3:
+        bar = _HEAVY
+    elif count_char(text, 124) >= 3:
+        bar = "|"
+    else:
+        return
+    # parse_stats_row, then canonical_suffix: only keys that some suffix names can be chosen
+    cells = text.split(bar)
+    values = {}
+    order = []
+    for i in range(1, len(cells) - 2, 2):
+        key = strip_str(<str>cells[i])
+        if not key or not _suffixed(key):
+            continue
+        try:
+            number = float(strip_str(<str>cells[i + 1]))
+        except ValueError:
+            continue
+        if key not in values:
+            order.append(key)
+        values[key] = number
+    if not values:
+        return
+    found = {}
+    for name, suffixes in _AREAL_SUFFIXES:
+        for suffix in suffixes:
+            chosen = None
+            for key in order:
+                if key == suffix or (key.endswith(suffix) and len(key) > len(suffix) and key[len(key) - len(suffix) - 1] == "/"):
+                    chosen = key
+                    break
+            if chosen is not None:
+                found[name] = (chosen, values[chosen])
+                break
+    if not found:
+        return
+    step = t._areal_step if t._areal_step is not None else t._ordinal
+    if recent_add_plain(t._contents, ("areal", step, tuple(sorted(found)))):
+        learning_record(t, step, found, line.time)
+
+
+cdef bint _suffixed(str key) except -1:
+    cdef str suffix
+    for _, suffixes in _AREAL_SUFFIXES:
+        for suffix in suffixes:
+            if key == suffix or (key.endswith(suffix) and len(key) > len(suffix) and key[len(key) - len(suffix) - 1] == "/"):
+                return True
+    return False
+
+
+cdef void learning_record(object t, object step, dict found, double time) except *:
+    """``LearningTracker._record``."""
+    cdef dict series_of = t._series
+    cdef double when = time if isfinite(time) else NAN
+    for name, pair in found.items():
+        key, value = pair
+        series = series_of.get(name)
+        if series is None:
+            series = series_of[name] = _deque(maxlen=t._history)
+        if series and series[len(series) - 1].step == step:  # the same step told again: the newest wins
+            series.pop()
+        series.append(metric_point(step, value, when))
+        t._keys[name] = key
+    t._version += 1
+
+
+def py_areal_step(str text):
+    """For the tests: the compiled ``parse_areal_step``."""
+    return areal_step(text)
+
+
+def py_weight_update(str text):
+    """For the tests: the compiled ``parse_weight_update``."""
+    return weight_update_seconds(text)

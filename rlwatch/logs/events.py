@@ -14,12 +14,10 @@ each with literals), else this one; ``RLWATCH_NATIVE=0`` picks this one always.
 from __future__ import annotations
 
 import math
-import os
 import re
 from collections import deque
 from collections.abc import Callable, MutableSequence, Sequence
 from dataclasses import dataclass, field
-from types import ModuleType
 from typing import Any
 
 from rlwatch.common.clock import Clock
@@ -28,6 +26,7 @@ from rlwatch.common.textsafe import clean_line, strip_ansi
 from rlwatch.logs.incidents import EVENT_KINDS, HEADER_WORD, IncidentTracker, Span
 from rlwatch.logs.kinds import EventKind, build_kinds
 from rlwatch.logs.matcher import Matcher
+from rlwatch.logs.native import event_path
 from rlwatch.logs.prefixes import prepare
 from rlwatch.logs.tailer import Chunk
 from rlwatch.logs.timestamps import HMS_BYTES, parse_time
@@ -594,17 +593,7 @@ class PyEventCounter:
 
 
 # ------------------------------------------------------------------------------------------------ the choice
-def _load_core() -> ModuleType | None:
-    if os.environ.get("RLWATCH_NATIVE", "1") == "0":
-        return None
-    try:
-        from rlwatch.logs import _eventpath
-    except ImportError:  # not built (no compiler or no Cython at install): the Python path runs
-        return None
-    return _eventpath
-
-
-_core = _load_core()
+_core = event_path()
 NATIVE = _core is not None  # whether the compiled event path is there (the benchmarks say which one ran)
 
 

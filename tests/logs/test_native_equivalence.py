@@ -30,11 +30,13 @@ from rlwatch.logs import events as events_module
 from rlwatch.logs.events import _STEP_NUMBER, EventCounter, build_kinds
 from rlwatch.logs.incidents import _CHAIN, _FRAME
 from rlwatch.logs.kinds import _CODE_LINE, builtin_kinds
+from rlwatch.logs.learning import LearningTracker
 from rlwatch.logs.newlines import count_lines
 from rlwatch.logs.prefixes import split_prefix
 from rlwatch.logs.signatures import HEADER, exception
 from rlwatch.logs.tailer import Chunk, Tailer
 from rlwatch.logs.timestamps import parse_time
+from rlwatch.logs.training import TrainingTracker, parse_areal_step, parse_weight_update
 
 native = pytest.importorskip("rlwatch.logs._eventpath", reason="the compiled event path is not built here")
 if not events_module.NATIVE:  # RLWATCH_NATIVE=0
@@ -68,10 +70,27 @@ class Pair:
                     ),
                 )
             counter.tag_into(self.tags[i], 50)
+        # the trackers, wired as the engine wires them (engine._counting), compiled on one side only
+        self.training = [
+            TrainingTracker(self.clocks[i], stall_s=600.0, weight_update_timeout_s=300.0, native=i == 0) for i in (0, 1)
+        ]
+        self.learning = [
+            LearningTracker(step_of=lambda t=t: t.state().last_step, native=i == 0) for i, t in enumerate(self.training)
+        ]
+        for i, counter in enumerate(self.counters):
+            training, learning = self.training[i], self.learning[i]
+            counter.subscribe("step", training.on_step)
+            counter.subscribe("_reward", training.on_reward)
+            counter.subscribe("weight_update", training.on_weight_update)
+            counter.subscribe("_finished", training.on_step)
+            for name in ("step", "_reward", "_learning"):
+                counter.subscribe(name, learning.on_line)
 
     def feed(self, chunk: Chunk) -> None:
-        for counter in self.counters:
+        for i, counter in enumerate(self.counters):
             counter.feed(chunk)
+            if chunk.nlines:
+                self.training[i].on_any_line(self.clocks[i].time())
 
     def outcome(self, i: int) -> str:
         counter = self.counters[i]
@@ -87,6 +106,9 @@ class Pair:
                 self.calls[i],
                 self.tags[i],
                 list(counter.errors),
+                self.training[i].state(),
+                list(self.training[i].errors),
+                self.learning[i].state(),
             )
         )
 
@@ -530,3 +552,94 @@ def test_a_storm_keeps_a_handful_of_lines_not_its_window(tmp_path: Path) -> None
     pair.check()
     (storm,) = [i for i in pair.counters[0].incidents() if i.kind == "retry_storm"]
     assert storm.count == 20000 and storm.title == "20000 connection-refused errors (trainer.log)"
+
+
+# ------------------------------------------------------------------------------------------------- the trackers
+_KEYS = [
+    "ppo_actor/task_reward/avg", "task_reward/avg", "rollout/reward", "x/rollout/reward", "rollout/reward/avg",
+    "ppo_actor/rollout/reward/avg", "timeperf/update_weights", "ppo_actor/update/actor_loss/avg", "update/grad_norm",
+    "ppo_actor/update/grad_norm", "update/entropy/avg", "update/approx_kl/avg", "no_eos_ratios/avg", "reward",
+    "rewardish", "a/task_reward/avg2", "", "  ",
+]  # fmt: skip
+_VALUES = ["1.0", "-2.5e-01", "nan", "inf", "-inf", "x", "", " 3 ", "1_000", "٣", "0", "7"]
+
+
+def _row(rng: random.Random) -> str:
+    bar = rng.choice(["│", "│", "┃", "|"])
+    cells = []
+    for _ in range(rng.randint(1, 4)):
+        cells += [rng.choice(_KEYS), rng.choice(_VALUES)]
+    if rng.random() < 0.2:
+        cells.append(rng.choice(_KEYS))  # a key without its value
+    return bar + bar.join(f" {c} " for c in cells) + bar
+
+
+def _training_text(rng: random.Random, n: int) -> bytes:
+    out = []
+    step = rng.randint(1, 5)
+    for _ in range(n):
+        r = rng.random()
+        if r < 0.15:
+            step += rng.choice([1, 1, 1, 0, -3])
+            out.append(
+                f"20260105-08:{rng.randrange(60):02d}:00.000 Epoch 1/2 Step 1/9 Train step {step}/{step + 9} done."
+            )
+        elif r < 0.6:
+            out.append(_row(rng))
+        elif r < 0.7:
+            secs = rng.choice(["10.48", "3", "1234567890", "2.", "5.1234567891", "x"])
+            out.append(f"[RemoteInfEngine Rank {rng.randrange(2)}] Loading weights from disk done in {secs}s.")
+        elif r < 0.8:
+            out.append(
+                rng.choice(
+                    [
+                        "{'loss': 0.1, 'grad_norm': 0.2, 'reward': 0.5, 'epoch': 0.01}",
+                        "{'loss': nan, 'reward': -inf}",
+                        "{'train_runtime': 12.5, 'train_loss': 0.3}",
+                        f"(TaskRunner pid=1) step:{step} - actor/pg_loss:0.5 - critic/score/mean:0.25",
+                        f"Train epoch [1/1]: 1%| | 1/4 [00:01<00:03, act_loss=0.1, reward={step}, gen_len=9]",
+                        "Training completes! Total time elapsed 10s",
+                    ]
+                )
+            )
+        else:
+            out.append(rng.choice(["noise", "Train step 1234567890123/9 done.", "Train step 5/7 done."]))
+    return ("\n".join(out) + "\n").encode()
+
+
+@pytest.mark.parametrize("seed", range(10))
+def test_the_trackers_read_alike(seed: int) -> None:
+    """AReaL's step lines and stats rows (rewards ranked, the update-weights timing, learning metrics by suffix),
+    TRL's dicts, verl's and OpenRLHF's lines, weight updates, a restart and a copy of the output in a second file."""
+    rng = random.Random(seed)
+    pair = Pair()
+    lineno = {"/r/trainer.log": 1, "/r/merged.log": 1}
+    for _ in range(25):
+        path = rng.choice(sorted(lineno))
+        data = _training_text(rng, rng.randint(1, 40))
+        by = rng.choice([None, NOW])
+        for chunk in fed_whole(data, path, rng.choice([100, 1 << 16])):
+            pair.feed(Chunk(path, chunk.data, lineno[path] + chunk.first_lineno - 1, chunk.nlines, backlog_mtime=by))
+        lineno[path] += count_lines(data)
+        step = rng.choice([0.0, 11.0])
+        for clock in pair.clocks:
+            clock.advance(step)
+    pair.check()
+    state = pair.training[0].state()
+    assert state.last_step is not None and state.rewards
+
+
+@settings(max_examples=2000, deadline=None)
+@given(
+    st.lists(
+        st.sampled_from(
+            ["Train step ", "Loading weights from disk done in ", "1", "12", "123456789", "123456789012", "1234567890123", "/", ".",
+             " done", "s", " ", "x", "٣", "0"]
+        ),
+        max_size=8,
+    )
+)  # fmt: skip
+def test_the_trackers_parsers_read_as_python_does(parts: list[str]) -> None:
+    text = "".join(parts)
+    assert native.py_areal_step(text) == parse_areal_step(text)
+    assert _same(native.py_weight_update(text), parse_weight_update(text))
