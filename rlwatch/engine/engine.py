@@ -164,8 +164,6 @@ class Engine:
         self.preview_sizes = (MIN_BACKLOG, TAIL_BYTES)  # (backlog that earns a preview, bytes it counts first)
         self._preview_planned = False
         self._preview_waited = False
-        self._tags: list[tuple[str, int, str]] = []
-        self.counter.tag_into(self._tags, RECENT_LINES)  # the kinds of the lines the log view can still show
         self._recent_lines = RecentLines()  # the log view's newest lines (engine/recent_lines)
         self._unreleased = 0  # log bytes counted since free heap was last returned
 
@@ -317,14 +315,14 @@ class Engine:
         """Count one chunk and keep it for the log view: what the log loop does with each chunk it reads."""
         with self._lock:
             self._unreleased += len(chunk.data)
-            self._tags.clear()
+            tags: list[tuple[str, int, str]] = []  # handed to the log view with its chunk, read only if shown
+            self.counter.tag_into(tags, RECENT_LINES)
             if self.preview is not None:
                 self.preview.before_main_chunk(chunk, self.counter)
             self.counter.feed(chunk)
             if chunk.nlines:
                 self.training.on_any_line(self.clock.time())
-                self._recent_lines.add(chunk, self._tags)
-            self._tags.clear()
+                self._recent_lines.add(chunk, tags)
 
     def drain_logs(self) -> None:
         while self.poll_logs():

@@ -19,7 +19,7 @@ from cpython.unicode cimport PyUnicode_KIND, PyUnicode_DATA, PyUnicode_GET_LENGT
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_GET_SIZE
 from libc.string cimport memchr, memcmp, memcpy
 from libc.math cimport isfinite, INFINITY, NAN, isnan
-from libc.stdint cimport uint64_t, uint16_t, uint8_t, int64_t
+from libc.stdint cimport uint64_t, uint32_t, uint16_t, uint8_t, int64_t
 
 cdef extern from "Python.h" nogil:
     Py_UCS4 PyUnicode_READ(int kind, void *data, Py_ssize_t index)
@@ -30,6 +30,7 @@ cdef extern from "Python.h" nogil:
     bint Py_UNICODE_ISPRINTABLE(Py_UCS4 ch)
 
 cdef extern from "Python.h":
+    const char *PyUnicode_AsUTF8AndSize(object o, Py_ssize_t *size) except NULL
     bint PyUnicode_IS_ASCII(object o)
     object PyUnicode_DecodeUTF8(const char *s, Py_ssize_t size, const char *errors)
     object PyUnicode_Substring(object s, Py_ssize_t start, Py_ssize_t end)
@@ -113,6 +114,80 @@ cdef inline bint starts_at(U u, Py_ssize_t pos, const char *lit, Py_ssize_t n) n
         if at(u, pos + k) != <uc>(<unsigned char>lit[k]):
             return False
     return True
+
+
+cdef extern from *:
+    """
+    /* `lit in text[a:b]` for an ASCII literal, over the text's own representation */
+    #define RLW_HAS(T) { const T *d = (const T *)data; \
+        for (Py_ssize_t i = a; i + n <= b; i++) { if (d[i] == (unsigned char)lit[0]) { Py_ssize_t k = 1; \
+            while (k < n && d[i + k] == (unsigned char)lit[k]) k++; if (k == n) return 1; } } return 0; }
+    static int rlw_span_has(int kind, const void *data, Py_ssize_t a, Py_ssize_t b, const char *lit, Py_ssize_t n) {
+        if (b - a < n) return 0;
+        if (kind == 1) return memmem((const char *)data + a, (size_t)(b - a), lit, (size_t)n) != NULL;
+        if (kind == 2) RLW_HAS(Py_UCS2)
+        RLW_HAS(Py_UCS4)
+    }
+    """
+    int rlw_span_has(int kind, const void *data, Py_ssize_t a, Py_ssize_t b, const char *lit,
+                     Py_ssize_t n) noexcept nogil
+
+
+cdef Py_ssize_t ufind_ascii(U u, const char *lit, Py_ssize_t n, Py_ssize_t start, Py_ssize_t end) noexcept nogil:
+    """The first start of the ASCII string ``lit`` in text[start:end], or -1: ``str.find`` without widening the
+    needle to the text's kind (which allocates) and, for one-byte text, glibc's memmem."""
+    cdef const unsigned char *b
+    cdef const uint16_t *w
+    cdef const uint32_t *d
+    cdef const char *r
+    cdef Py_ssize_t i, k
+    cdef unsigned char c0
+    if n == 0:
+        return start if start <= end else -1
+    if end - start < n:
+        return -1
+    c0 = <unsigned char>lit[0]
+    if u.kind == 1:
+        b = <const unsigned char *>u.data
+        r = rlw_memmem(<const char *>b + start, end - start, lit, n)
+        return -1 if r == NULL else <const unsigned char *>r - b
+    if u.kind == 2:
+        w = <const uint16_t *>u.data
+        i = start
+        while i + n <= end:
+            if w[i] == c0:
+                k = 1
+                while k < n and w[i + k] == <unsigned char>lit[k]:
+                    k += 1
+                if k == n:
+                    return i
+            i += 1
+        return -1
+    d = <const uint32_t *>u.data
+    i = start
+    while i + n <= end:
+        if d[i] == c0:
+            k = 1
+            while k < n and d[i + k] == <unsigned char>lit[k]:
+                k += 1
+            if k == n:
+                return i
+        i += 1
+    return -1
+
+
+cdef inline Py_ssize_t ufind(str hay, U u, str needle, Py_ssize_t start, int direction) except -2:
+    """``PyUnicode_Find(hay, needle, start, len, direction)`` (CPython's own search measured quicker than memmem
+    and than a loop over two-byte text, widening and all)."""
+    return PyUnicode_Find(hay, needle, start, u.n, direction)
+
+
+cdef inline bint ucontains(str hay, U u, str needle) except -1:
+    """``needle in hay``: an ASCII needle in wide text is looked for in the text's own representation (CPython would
+    first copy the needle into the text's width)."""
+    if u.kind != 1 and PyUnicode_IS_ASCII(needle):
+        return rlw_span_has(u.kind, u.data, 0, u.n, <const char *>PyUnicode_DATA(needle), PyUnicode_GET_LENGTH(needle))
+    return PyUnicode_Find(hay, needle, 0, u.n, 1) >= 0
 
 
 cdef inline bint all_space(U u, Py_ssize_t pos, Py_ssize_t end) noexcept nogil:
@@ -1354,21 +1429,21 @@ cdef bint program_search(list program, tuple needles, Out out, str body, U u) ex
         lit = <str>alt[0]
         n = PyUnicode_GET_LENGTH(lit)
         if alt[1]:
-            k = PyUnicode_Find(body, lit, 0, u.n, -1)
+            k = ufind(body, u, lit, 0, -1)
             if k >= 0 and tail_is_ws_end(u, k + n):
                 return True
             continue
         before = alt[2]
         after = alt[3]
         if not (before or after):
-            if lit in body:
+            if ucontains(body, u, lit):
                 return True
             continue
-        k = PyUnicode_Find(body, lit, 0, u.n, 1)
+        k = ufind(body, u, lit, 0, 1)
         while k >= 0:
             if (not before or boundary(u, k)) and (not after or boundary(u, k + n)):
                 return True
-            k = PyUnicode_Find(body, lit, k + 1, u.n, 1)
+            k = ufind(body, u, lit, k + 1, 1)
     return False
 
 
@@ -1436,6 +1511,7 @@ cdef class Kind:
     cdef list program  # [(str, bool, bool, bool)] or None: then the expression runs in `re`
     cdef tuple program_needles  # per alternative of program, a needle it holds (-1: none)
     cdef list plain  # the plain branches of an expression that has others (partial_program), or None
+    cdef tuple plain_needles
     cdef list others  # what each of the other branches needs
     cdef object search  # kind.regex.search
     cdef int exclude  # 0 none, 1 code lines, 2 an expression in `re`
@@ -1453,7 +1529,7 @@ cdef class Kind:
             if cond[0] is not None:
                 ok = False
                 for lit in <tuple>cond[0]:
-                    if <str>lit in body:
+                    if ucontains(body, u, <str>lit):
                         ok = True
                         break
             if ok and cond[1] is not None and not _starts_after_spaces(body, u, <str>cond[1]):
@@ -1484,7 +1560,7 @@ cdef class Kind:
                     nd = <int>self.literal_needles[j]
                     if out.has_bits and nd >= 0 and not (out.bits[nd >> 6] >> (nd & 63)) & 1:
                         continue
-                    if <str>self.literals[j] in body:
+                    if ucontains(body, u, <str>self.literals[j]):
                         found = True
                         break
             if not found:
@@ -1494,7 +1570,7 @@ cdef class Kind:
                 if not program_search(self.program, self.program_needles, out, body, u):
                     return False
             elif self.plain is not None:
-                if not program_search(self.plain, (), out, body, u):
+                if not program_search(self.plain, self.plain_needles, out, body, u):
                     if not self.others_may_match(body, u):
                         return False
                     if self.search(body) is None:
@@ -1648,7 +1724,7 @@ cdef bint header(str body, U u) except -1:
     cdef Py_ssize_t k
     if u.n < 34:
         return False
-    k = PyUnicode_Find(body, _HEADER_TEXT, 0, u.n, -1)
+    k = ufind(body, u, _HEADER_TEXT, 0, -1)
     return k >= 0 and tail_is_ws_end(u, k + 34)
 
 
@@ -2307,6 +2383,12 @@ cdef Kind make_kind(object ek, int i, list needles):
         split = partial_program(ek.regex)
         if split is not None:
             k.plain, k.others = split
+    k.plain_needles = tuple(
+        next((j for j, n in enumerate(needles) if n in alt[0].encode("utf-8", "surrogatepass")), -1)
+        if len(needles) <= 128 and "\ufffd" not in alt[0]
+        else -1
+        for alt in (k.plain or ())
+    )
     k.search = ek.regex.search
     if ek.exclude is None:
         k.exclude = 0
@@ -3445,6 +3527,7 @@ cdef void _trackers_init() except *:
     _MP_VALUE = _MetricPoint.__dict__["value"]
     _MP_TIME = _MetricPoint.__dict__["time"]
     _AREAL_SUFFIXES = list(learning.AREAL_SUFFIXES.items())
+    _SUFFIX_BYTES.extend(sfx.encode() for _, suffixes in _AREAL_SUFFIXES for sfx in suffixes)
     _learning = learning
     _training = training
 
@@ -3527,13 +3610,13 @@ cdef bint recent_add_ordered(object recent, object key) except -1:
 
 
 cdef bint recent_add_plain(object recent, object key) except -1:
-    """``learning._Recent.add``: a dict of the newest keys."""
-    cdef dict keys = recent._keys
+    """``learning._Recent.add``: an OrderedDict of the newest keys (not moved when seen again)."""
+    cdef object keys = recent._keys
     if key in keys:
         return False
     keys[key] = None
     if len(keys) > recent._size:
-        del keys[next(iter(keys))]
+        keys.popitem(last=False)
     return True
 
 
@@ -3594,6 +3677,100 @@ cdef void record_reward(object t, object slot, int rank, double value) except *:
     t._reward_slot_rank = rank
 
 
+cdef struct B:
+    # a text's UTF-8 (kept by the str itself once made), where its ASCII markers are looked for with memmem: an
+    # ASCII string occurs in the text exactly where its bytes occur in the UTF-8
+    const char *p
+    Py_ssize_t n
+    bint ok
+
+
+cdef B bview(str text):
+    cdef B b
+    b.ok = True
+    try:
+        b.p = PyUnicode_AsUTF8AndSize(text, &b.n)
+    except UnicodeError:  # a lone surrogate: no UTF-8, the text is searched as text
+        b.ok = False
+        b.p = NULL
+        b.n = 0
+    return b
+
+
+cdef inline bint bhas(B b, str text, const char *lit, Py_ssize_t n, str slit) except -1:
+    if b.ok:
+        return n <= b.n and rlw_memmem(b.p, b.n, lit, n) != NULL
+    return PyUnicode_Find(text, slit, 0, PyUnicode_GET_LENGTH(text), 1) >= 0
+
+
+DEF _MAX_BARS = 256
+
+cdef extern from *:
+    """
+    /* Where the three table bars of AReaL's stats rows are ("\u2502", "\u2503", "|"), in one pass over the text's
+       own representation (at most `cap` positions of each; the counts go on past it). */
+    #define RLW_BARS(T) { const T *d = (const T *)data; \
+        for (Py_ssize_t i = 0; i < n; i++) { Py_UCS4 c = d[i]; \
+            if (c == 0x2502) { if (*nl < cap) light[*nl] = i; (*nl)++; } \
+            else if (c == 0x2503) { if (*nh < cap) heavy[*nh] = i; (*nh)++; } \
+            else if (c == 124) { if (*np < cap) plain[*np] = i; (*np)++; } } }
+    static void rlw_bars(int kind, const void *data, Py_ssize_t n, Py_ssize_t *light, Py_ssize_t *nl,
+                         Py_ssize_t *heavy, Py_ssize_t *nh, Py_ssize_t *plain, Py_ssize_t *np, Py_ssize_t cap) {
+        *nl = *nh = *np = 0;
+        if (kind == 1) {
+            const unsigned char *d = (const unsigned char *)data, *p = d, *end = d + n;
+            while ((p = memchr(p, 124, (size_t)(end - p))) != NULL) {
+                if (*np < cap) plain[*np] = p - d;
+                (*np)++;
+                p++;
+            }
+        } else if (kind == 2) RLW_BARS(Py_UCS2) else RLW_BARS(Py_UCS4)
+    }
+    """
+    void rlw_bars(int kind, const void *data, Py_ssize_t n, Py_ssize_t *light, Py_ssize_t *nl, Py_ssize_t *heavy,
+                  Py_ssize_t *nh, Py_ssize_t *plain, Py_ssize_t *np, Py_ssize_t cap) noexcept nogil
+
+
+cdef list _SUFFIX_BYTES = []  # AREAL_SUFFIXES' suffixes, each as bytes
+
+
+cdef int find_bars(U u, uc bar, Py_ssize_t *bars) noexcept nogil:
+    """Where ``bar`` is in the text (at most _MAX_BARS; -1 when there are more)."""
+    cdef int m = 0
+    cdef Py_ssize_t i
+    for i in range(u.n):
+        if at(u, i) == bar:
+            if m == _MAX_BARS:
+                return -1
+            bars[m] = i
+            m += 1
+    return m
+
+
+cdef inline void trim(U u, Py_ssize_t *a, Py_ssize_t *b) noexcept nogil:
+    """text[a:b].strip(), as bounds."""
+    while a[0] < b[0] and uspace(at(u, a[0])):
+        a[0] += 1
+    while b[0] > a[0] and uspace(at(u, b[0] - 1)):
+        b[0] -= 1
+
+
+cdef inline bint span_has(U u, Py_ssize_t a, Py_ssize_t b, const char *lit, Py_ssize_t n) noexcept nogil:
+    """``lit in text[a:b]`` for an ASCII literal."""
+    return rlw_span_has(u.kind, u.data, a, b, lit, n)
+
+
+cdef bint suffixed(U u, Py_ssize_t a, Py_ssize_t b) except -1:
+    """Whether text[a:b] is one of AReaL's learning keys: a suffix of AREAL_SUFFIXES, alone or after a "/"."""
+    cdef bytes sfx
+    cdef Py_ssize_t n
+    for sfx in _SUFFIX_BYTES:
+        n = len(sfx)
+        if b - a >= n and starts_at(u, b - n, sfx, n) and (b - a == n or at(u, b - n - 1) == 47):
+            return True
+    return False
+
+
 cdef void training_parse(object t, object line, double offset) except *:
     """``TrainingTracker._parse``."""
     cdef str text = line.text
@@ -3610,9 +3787,11 @@ cdef void training_parse(object t, object line, double offset) except *:
     if not recent_add_ordered(t._delivered, (line.path, line.lineno, text)):
         return
     touch(t, time, offset)
-    if "Training completes!" in text:
+    cdef U u = uview(text)
+    cdef B bt = bview(text)
+    if bhas(bt, text, b"Training completes!", 19, "Training completes!"):
         t._finished = True
-    areal = areal_step(text) if "Train step " in text else None
+    areal = areal_step(text) if bhas(bt, text, b"Train step ", 11, "Train step ") else None
     if areal is not None:
         step, total = areal
         last = t._areal_step
@@ -3627,23 +3806,53 @@ cdef void training_parse(object t, object line, double offset) except *:
             t._areal_path = line.path
             t._finished = False
             mark_step(t, time, step, offset)
-    elif "{" in text:
+    elif bhas(bt, text, b"{", 1, "{"):
         metrics = _training.parse_metrics(text)
         if metrics is not None:
             t._on_metrics(line, metrics, offset)
-    light = count_char(text, 0x2502)
-    if light >= 3 or count_char(text, 124) >= 3:
-        bar = _BOX if light >= 3 else _HEAVY if count_char(text, 0x2503) >= 3 else "|"
-        # _tracked_stats and _on_stats_row: only the reward keys and the update-weights timing are read
-        cells = text.split(bar)
-        timing = _UPDATE_WEIGHTS_KEY in text
+    cdef Py_ssize_t heavy = 0, plain = 0
+    cdef Py_ssize_t lbars[_MAX_BARS]
+    cdef Py_ssize_t hbars[_MAX_BARS]
+    cdef Py_ssize_t pbars[_MAX_BARS]
+    cdef Py_ssize_t *bars
+    cdef Py_ssize_t m
+    cdef int j
+    cdef Py_ssize_t ka, kb, va, vb
+    rlw_bars(u.kind, u.data, u.n, lbars, &light, hbars, &heavy, pbars, &plain, _MAX_BARS)
+    if light >= 3 or plain >= 3:
+        bar = _BOX if light >= 3 else _HEAVY if heavy >= 3 else "|"
+        # _tracked_stats and _on_stats_row: only the reward keys and the update-weights timing are read; the cells
+        # are text.split(bar)[1:-1], found as bounds, and only those read become strings
+        timing = bhas(bt, text, b"timeperf/update_weights", 23, _UPDATE_WEIGHTS_KEY)
         slot = t._areal_step if t._areal_step is not None else t._dicts
         row = {}
-        for i in range(1, len(cells) - 2, 2):
-            key = <str>cells[i]
-            if "reward" in key or (timing and _UPDATE_WEIGHTS_KEY in key):
+        if light >= 3:
+            bars = &lbars[0]
+            m = light
+        elif heavy >= 3:
+            bars = &hbars[0]
+            m = heavy
+        else:
+            bars = &pbars[0]
+            m = plain
+        if m > _MAX_BARS:
+            m = -1
+            cells = text.split(bar)
+            for i in range(1, len(cells) - 2, 2):
+                key = <str>cells[i]
+                if "reward" in key or (timing and _UPDATE_WEIGHTS_KEY in key):
+                    try:
+                        row[strip_str(key)] = float(strip_str(<str>cells[i + 1]))
+                    except ValueError:
+                        pass
+        for j in range(0, m - 2, 2):
+            ka, kb = bars[j] + 1, bars[j + 1]
+            if span_has(u, ka, kb, b"reward", 6) or (timing and span_has(u, ka, kb, b"timeperf/update_weights", 23)):
+                va, vb = bars[j + 1] + 1, bars[j + 2]
+                trim(u, &ka, &kb)
+                trim(u, &va, &vb)
                 try:
-                    row[strip_str(key)] = float(strip_str(<str>cells[i + 1]))
+                    row[PyUnicode_Substring(text, ka, kb)] = float(PyUnicode_Substring(text, va, vb))
                 except ValueError:
                     pass
         for k, value in row.items():
@@ -3658,7 +3867,7 @@ cdef void training_parse(object t, object line, double offset) except *:
                 and t._contents.add(("timeperf", slot))
             ):
                 t._updates.append(value)  # xccl mode logs no per-update line: the step's timing stat is the one
-    if _DISK_UPDATE_TEXT in text:
+    if bhas(bt, text, b"Loading weights from disk done in ", 34, _DISK_UPDATE_TEXT):
         duration = weight_update_seconds(text)
         if duration is not None and t._contents.add(("update", strip_str(_PREFIX_SUB("", text)))):
             t._disk_updates = True
@@ -3693,34 +3902,69 @@ cdef void learning_parse(object t, object line) except *:
     cdef Py_ssize_t i
     cdef str key, suffix, name
     cdef object number, step
-    if "Train step " in text:
+    cdef U u = uview(text)
+    cdef Py_ssize_t light = 0, heavy = 0, plain = 0
+    cdef Py_ssize_t lbars[_MAX_BARS]
+    cdef Py_ssize_t hbars[_MAX_BARS]
+    cdef Py_ssize_t pbars[_MAX_BARS]
+    cdef Py_ssize_t *bars
+    cdef Py_ssize_t m
+    cdef int j
+    cdef Py_ssize_t ka, kb, va, vb
+    cdef B bt = bview(text)
+    if bhas(bt, text, b"Train step ", 11, "Train step "):
         areal = areal_step(text)
         if areal is not None:
             t._areal_step = areal[0]
         return
-    if "step:" in text or "{" in text or "act_loss=" in text:
+    if bhas(bt, text, b"step:", 5, "step:") or bhas(bt, text, b"{", 1, "{") or bhas(bt, text, b"act_loss=", 9, "act_loss="):
         t._parse(line)
         return
-    if count_char(text, 0x2502) >= 3:
+    rlw_bars(u.kind, u.data, u.n, lbars, &light, hbars, &heavy, pbars, &plain, _MAX_BARS)
+    if light >= 3:
         bar = _BOX
-    elif count_char(text, 0x2503) >= 3:
+        bars = &lbars[0]
+        m = light
+    elif heavy >= 3:
         bar = _HEAVY
-    elif count_char(text, 124) >= 3:
+        bars = &hbars[0]
+        m = heavy
+    elif plain >= 3:
         bar = "|"
+        bars = &pbars[0]
+        m = plain
     else:
         return
-    # parse_stats_row, then canonical_suffix: only keys that some suffix names can be chosen
-    cells = text.split(bar)
+    # parse_stats_row, then canonical_suffix: only keys that some suffix names can be chosen. The cells are
+    # text.split(bar)[1:-1], found as bounds; only the keys chosen and their values become strings.
     values = {}
     order = []
-    for i in range(1, len(cells) - 2, 2):
-        key = strip_str(<str>cells[i])
-        if not key or not _suffixed(key):
+    if m > _MAX_BARS:
+        m = -1
+        cells = text.split(bar)
+        for i in range(1, len(cells) - 2, 2):
+            key = strip_str(<str>cells[i])
+            if not key or not _suffixed(key):
+                continue
+            try:
+                number = float(strip_str(<str>cells[i + 1]))
+            except ValueError:
+                continue
+            if key not in values:
+                order.append(key)
+            values[key] = number
+    for j in range(0, m - 2, 2):
+        ka, kb = bars[j] + 1, bars[j + 1]
+        trim(u, &ka, &kb)
+        if ka == kb or not suffixed(u, ka, kb):
             continue
+        va, vb = bars[j + 1] + 1, bars[j + 2]
+        trim(u, &va, &vb)
         try:
-            number = float(strip_str(<str>cells[i + 1]))
+            number = float(PyUnicode_Substring(text, va, vb))
         except ValueError:
             continue
+        key = PyUnicode_Substring(text, ka, kb)
         if key not in values:
             order.append(key)
         values[key] = number

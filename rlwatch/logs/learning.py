@@ -27,7 +27,7 @@ from __future__ import annotations
 import math
 import re
 import threading
-from collections import deque
+from collections import OrderedDict, deque
 from collections.abc import Callable
 
 from rlwatch.common.state import LearningState, LogLine, MetricPoint
@@ -80,7 +80,9 @@ class _Recent:
     """A bounded set of recently seen keys: deduplication (the same output tailed twice) that cannot grow."""
 
     def __init__(self, size: int = 512) -> None:
-        self._keys: dict[object, None] = {}
+        # An OrderedDict drops its oldest key in constant time; a dict's first key is found by walking past the
+        # slots of the keys dropped before it.
+        self._keys: OrderedDict[object, None] = OrderedDict()
         self._size = size
 
     def add(self, key: object) -> bool:
@@ -89,7 +91,7 @@ class _Recent:
             return False
         self._keys[key] = None
         if len(self._keys) > self._size:
-            del self._keys[next(iter(self._keys))]
+            self._keys.popitem(last=False)
         return True
 
 
