@@ -621,8 +621,8 @@ cdef class Out:
     cdef str file
     cdef str line
     cdef str lowered
-    cdef bint has_bits
-    cdef uint64_t bits[2]
+    cdef bint has_bits  # bits hold, for each string of the core's literal set, whether the body holds it
+    cdef uint64_t bits[8]
 
 
 cdef Py_ssize_t split_at(str text, U u, Out out) except -2:
@@ -1195,13 +1195,13 @@ cdef class Needles:
         return out
 
     cdef void bits(self, const unsigned char *p, Py_ssize_t lo, Py_ssize_t hi, uint64_t *out) noexcept nogil:
-        """Which needles occur in p[lo:hi], as a bit set over the needles (``out``: two words, 128 needles)."""
+        """Which needles occur in p[lo:hi], as a bit set over the needles (``out``: (count + 63) // 64 words)."""
         cdef Py_ssize_t i, s
         cdef uint16_t b
         cdef int k, e, nd
         cdef const uint16_t *table = self.table
-        out[0] = 0
-        out[1] = 0
+        for k in range((self.count + 63) >> 6):
+            out[k] = 0
         i = lo
         while i + 1 < hi:
             b = table[p[i] | (<unsigned int>p[i + 1] << 8)]
@@ -1424,8 +1424,11 @@ cdef bint program_search(list program, tuple needles, Out out, str body, U u) ex
         alt = <tuple>program[j]
         if out.has_bits and j < len(needles):
             nd = <int>needles[j]
-            if nd >= 0 and not (out.bits[nd >> 6] >> (nd & 63)) & 1:
-                continue
+            if nd >= 0:
+                if not (out.bits[nd >> 6] >> (nd & 63)) & 1:
+                    continue  # the body does not hold the string
+                if not (alt[1] or alt[2] or alt[3]):
+                    return True  # it does, and nothing more is asked of it
         lit = <str>alt[0]
         n = PyUnicode_GET_LENGTH(lit)
         if alt[1]:
@@ -1505,11 +1508,11 @@ cdef class Kind:
     cdef public str name
     cdef int index
     cdef tuple literals  # lowered when ignore_case
-    cdef tuple literal_needles  # per literal, a needle it holds (-1: none known); only for case-sensitive kinds
+    cdef tuple literal_needles  # per literal, its index in the core's literal set (-1: none); case-sensitive kinds
     cdef bint ignore_case
     cdef bint decided
     cdef list program  # [(str, bool, bool, bool)] or None: then the expression runs in `re`
-    cdef tuple program_needles  # per alternative of program, a needle it holds (-1: none)
+    cdef tuple program_needles  # per alternative of program, its index in the core's literal set (-1: none)
     cdef list plain  # the plain branches of an expression that has others (partial_program), or None
     cdef tuple plain_needles
     cdef list others  # what each of the other branches needs
@@ -1556,11 +1559,12 @@ cdef class Kind:
                         break
             else:
                 for j in range(len(self.literals)):
-                    # a literal's needle missing from the body rules the literal out (bits: the body's needles)
                     nd = <int>self.literal_needles[j]
-                    if out.has_bits and nd >= 0 and not (out.bits[nd >> 6] >> (nd & 63)) & 1:
-                        continue
-                    if ucontains(body, u, <str>self.literals[j]):
+                    if out.has_bits and nd >= 0:  # whether the body holds it, read in one pass for every string
+                        if (out.bits[nd >> 6] >> (nd & 63)) & 1:
+                            found = True
+                            break
+                    elif ucontains(body, u, <str>self.literals[j]):
                         found = True
                         break
             if not found:
@@ -1719,13 +1723,12 @@ cdef str _HEADER_TEXT = "Traceback (most recent call last):"
 
 
 cdef bint header(str body, U u) except -1:
-    """``HEADER.search(body)``: ``Traceback \\(most recent call last\\):\\s*$``. Only the last occurrence can be
-    followed by nothing but spaces."""
-    cdef Py_ssize_t k
-    if u.n < 34:
-        return False
-    k = ufind(body, u, _HEADER_TEXT, 0, -1)
-    return k >= 0 and tail_is_ws_end(u, k + 34)
+    """``HEADER.search(body)``: ``Traceback \\(most recent call last\\):\\s*$``. The text ends in ":" and spaces, so
+    a match can only end where the spaces at the end begin: looked for there, not searched."""
+    cdef Py_ssize_t e = u.n
+    while e > 0 and uspace(at(u, e - 1)):
+        e -= 1
+    return e >= 34 and starts_at(u, e - 34, b"Traceback (most recent call last):", 34)
 
 
 cdef bint frame(str body, U u, Out out) except -1:
@@ -2351,20 +2354,35 @@ cdef inline double _gap(double a, double b) noexcept nogil:
     return b - a if (isfinite(a) and isfinite(b)) else 0.0
 
 
-cdef Kind make_kind(object ek, int i, list needles):
-    """How the compiled path decides kind ``ek`` (index i among the matcher's kinds)."""
+def literal_strings(list kinds):
+    """Every string the compiled path looks for in a line's body to decide its kinds (their literals, the strings
+    their expressions are made of, what their other branches require): one pass over the body finds them all."""
+    found = {}
+    for ek in kinds:
+        strings = [] if ek.ignore_case else list(ek.literals)
+        program = literal_program(ek.regex)
+        if program is not None:
+            strings += [alt[0] for alt in program]
+        else:
+            split = partial_program(ek.regex)
+            if split is not None:
+                strings += [alt[0] for alt in split[0]]
+        for text in strings:
+            raw = text.encode("utf-8", "surrogatepass")
+            if len(raw) >= 2 and "\ufffd" not in text and not any(0xD800 <= ord(c) <= 0xDFFF for c in text):
+                found.setdefault(text, len(found))
+    return found if len(found) <= 512 else {}
+
+
+cdef Kind make_kind(object ek, int i, dict lits):
+    """How the compiled path decides kind ``ek`` (index i among the matcher's kinds; ``lits``: the literal set)."""
     cdef Kind k = Kind()
     k.kind = ek
     k.name = ek.name
     k.index = i
     k.ignore_case = ek.ignore_case
     k.literals = tuple(s.lower() for s in ek.literals) if ek.ignore_case else tuple(ek.literals)
-    k.literal_needles = tuple(
-        next((j for j, n in enumerate(needles) if n in lit.encode("utf-8", "surrogatepass")), -1)
-        if not ek.ignore_case and len(needles) <= 128 and "\ufffd" not in lit
-        else -1
-        for lit in ek.literals
-    )
+    k.literal_needles = tuple(-1 if ek.ignore_case else lits.get(lit, -1) for lit in ek.literals)
     k.decided = (
         bool(ek.literals)
         and not ek.ignore_case
@@ -2372,23 +2390,13 @@ cdef Kind make_kind(object ek, int i, list needles):
         and ek.regex.pattern == "|".join(_re.escape(lit) for lit in ek.literals)
     )
     k.program = None if k.decided else literal_program(ek.regex)
-    k.program_needles = tuple(
-        next((j for j, n in enumerate(needles) if n in alt[0].encode("utf-8", "surrogatepass")), -1)
-        if len(needles) <= 128 and "\ufffd" not in alt[0]
-        else -1
-        for alt in (k.program or ())
-    )
+    k.program_needles = tuple(lits.get(alt[0], -1) for alt in (k.program or ()))
     k.plain = k.others = None
     if not k.decided and k.program is None:
         split = partial_program(ek.regex)
         if split is not None:
             k.plain, k.others = split
-    k.plain_needles = tuple(
-        next((j for j, n in enumerate(needles) if n in alt[0].encode("utf-8", "surrogatepass")), -1)
-        if len(needles) <= 128 and "\ufffd" not in alt[0]
-        else -1
-        for alt in (k.plain or ())
-    )
+    k.plain_needles = tuple(lits.get(alt[0], -1) for alt in (k.plain or ()))
     k.search = ek.regex.search
     if ek.exclude is None:
         k.exclude = 0
@@ -2404,12 +2412,34 @@ cdef Kind make_kind(object ek, int i, list needles):
     return k
 
 
-def py_kind_matches(object ek, str body):
-    """For the tests: whether the compiled path counts ``body`` (a line's message) as kind ``ek``."""
-    cdef Kind k = make_kind(ek, 0, [])
+def py_kind_matches(object ek, str body, bint bits=False):
+    """For the tests: whether the compiled path counts ``body`` (a line's message) as kind ``ek``; ``bits``: with
+    the strings it looks for found in one pass (as it counts), else searched one by one."""
+    cdef dict lits = literal_strings([ek]) if bits else {}
+    cdef Kind k = make_kind(ek, 0, lits)
     cdef Out out = Out()
+    cdef Needles found
     out.has_bits = False
+    if lits:
+        found = Needles([t.encode("utf-8") for t in lits], [0] * len(lits))
+        out.has_bits = body_bits(found, body, out.bits)
     return k.matches(body, uview(body), out)
+
+
+cdef bint body_bits(Needles lits, str body, uint64_t *bits) except -1:
+    """Which strings of the literal set ``body`` holds (False: not known, a lone surrogate has no UTF-8): an ASCII
+    body is searched as it is, any other in its UTF-8, where a string's bytes occur exactly where it does."""
+    cdef const char *p
+    cdef Py_ssize_t n
+    if PyUnicode_IS_ASCII(body):
+        lits.bits(<const unsigned char *>PyUnicode_DATA(body), 0, PyUnicode_GET_LENGTH(body), bits)
+        return True
+    try:
+        p = PyUnicode_AsUTF8AndSize(body, &n)
+    except UnicodeError:
+        return False
+    lits.bits(<const unsigned char *>p, 0, n, bits)
+    return True
 
 
 cdef class Core:
@@ -2420,6 +2450,7 @@ cdef class Core:
     cdef list stats  # KindStats
     cdef dict index  # name -> kind index
     cdef Needles needles
+    cdef Needles lits  # every string the kinds' decisions look for (literal_strings), or None
     cdef object clock_time
     cdef int recent_lines
     cdef double window
@@ -2471,10 +2502,12 @@ cdef class Core:
         self.progress_mask = 0
         self.restart = -1
         self.banner = -1
+        lits = literal_strings(kinds)
+        self.lits = Needles([t.encode("utf-8") for t in lits], [0] * len(lits)) if lits else None
         for i, ek in enumerate(kinds):
             if not ek.literals:
                 raise ValueError("a kind without literals: every line must be tried (the Python path does that)")
-            k = make_kind(ek, i, needles)
+            k = make_kind(ek, i, lits)
             if k.progress:
                 self.progress_mask |= (<uint64_t>1) << i
             if ek.name == "restart":
@@ -2674,17 +2707,8 @@ cdef class Core:
         body = PyUnicode_Substring(text, bpos, ut.n) if bpos else text
         ub = uview(body)
         out.lowered = None
-        # Which needles the body holds, so that a literal whose needle it lacks is not looked for: the raw line's
-        # (a superset) when no colour code was cut out of it, else the body's own when it is ASCII (its characters
-        # are its bytes).
-        out.has_bits = False
-        if mask != 0 and self.needles.count <= 128:
-            if not stripped:
-                self.needles.bits(lines.p, start, end, out.bits)
-                out.has_bits = True
-            elif PyUnicode_IS_ASCII(body):
-                self.needles.bits(<const unsigned char *>PyUnicode_DATA(body), 0, ub.n, out.bits)
-                out.has_bits = True
+        # every string the kinds it may be look for, found in one pass over the body
+        out.has_bits = mask != 0 and self.lits is not None and body_bits(self.lits, body, out.bits)
         m = mask
         while m:
             i = _lowest(m)
@@ -2696,7 +2720,7 @@ cdef class Core:
         w.mode = 0
         w.start = start
         self.cur_text = text
-        if fs.blocks or PyUnicode_Find(body, "Traceback", 0, ub.n, 1) >= 0:
+        if fs.blocks or header(body, ub):  # with no block open only a header matters (IncidentTracker.line)
             self.inc_line(fs, tag, body, ub, lineno, &w)
         if not found:
             return

@@ -503,12 +503,15 @@ def test_each_kind_decides_a_line_as_the_python_matcher_does() -> None:
         "raise ", "except ", "# ", "oops 12", "OOPS", "Watchdog caught collective operation timeout",
         "ProcessGroupNCCL's watchdog got stuck for 480 seconds", " busy or unavailable", "CUDA error: out of memory",
         "Worker proc VllmWorker-0 died unexpectedly", "Killed process 12", '"POST /reset_prefix_cache/ HTTP/1.1" 200',
+        "│", "ü", "\udcff", "NCCL errorx", "xNCCL error",
     ]  # fmt: skip
     rng = random.Random(11)
     for _ in range(4000):
         text = "".join(rng.choice(vocabulary) for _ in range(rng.randint(0, 6)))
         want = {k.name for k in matcher.match(text)}
         got = {k.name for k in kinds if native.py_kind_matches(k, text)}
+        assert got == want, text
+        got = {k.name for k in kinds if native.py_kind_matches(k, text, bits=True)}
         assert got == want, text
 
 
