@@ -1079,15 +1079,93 @@ cpdef object py_parse_time(str text, double now):
 
 from libc.stdlib cimport malloc, calloc, free
 
-# How common a byte is in training logs (matcher._COMMON): anchors are put on rare pairs.
-cdef dict _COMMON = {" ": 100, **{d: 70 for d in "0123456789"}}
-_COMMON.update(
-    zip(
-        "eaoptr/_mnc.id-s[gl:;'",
-        (75, 74, 72, 72, 71, 68, 66, 64, 60, 60, 58, 58, 58, 55, 55, 55, 50, 50, 48, 48, 45, 45),
-    )
-)
-_COMMON.update(dict.fromkeys("kuv,]fxhw", 40) | dict.fromkeys('()="|', 32) | dict.fromkeys("qby", 25))
+# How common each printable byte is in training logs, per 100 000 (AReaL's calm and incident-dense benchmark logs
+# and tests/real/**/*.log): a needle is looked for by its rarest byte, followed by the next one (its anchor).
+cdef dict _FREQ = {
+    " ": 7880, "!": 1, '"': 348, "#": 41, "$": 0, "%": 2, "&": 0, "'": 178, "(": 401, ")": 351, "*": 10, "+": 76,
+    ",": 984, "-": 561, ".": 1284, "/": 1649, "0": 1668, "1": 2055, "2": 1237, "3": 1108, "4": 572, "5": 539,
+    "6": 448, "7": 592, "8": 653, "9": 505, ":": 691, ";": 409, "<": 4, "=": 265, ">": 2, "?": 1, "@": 0, "A": 123,
+    "B": 2, "C": 209, "D": 46, "E": 180, "F": 280, "G": 26, "H": 42, "I": 99, "J": 0, "K": 14, "L": 118, "M": 36,
+    "N": 144, "O": 75, "P": 96, "Q": 1, "R": 245, "S": 69, "T": 159, "U": 24, "V": 1, "W": 31, "X": 1, "Y": 1, "Z": 0,
+    "[": 641, "\\": 2, "]": 227, "^": 477, "_": 1089, "`": 0, "a": 2706, "b": 305, "c": 1834, "d": 749, "e": 3876,
+    "f": 466, "g": 514, "h": 630, "i": 2200, "j": 8, "k": 482, "l": 1798, "m": 804, "n": 2543, "o": 2613, "p": 1625,
+    "q": 124, "r": 2247, "s": 1720, "t": 2906, "u": 676, "v": 140, "w": 341, "x": 219, "y": 563, "z": 2, "{": 21,
+    "|": 3, "}": 21, "~": 0,
+}  # fmt: skip
+
+cdef extern from *:
+    """
+    /* The set of bytes an anchor can begin with, for finding its next member 32 (or 16) bytes at a time: lo[l] holds
+       bit h when the byte (h << 4 | l) is in the set (ASCII only, h < 8). The vector versions are compiled for the
+       CPUs that have them and chosen at run time; everything else runs the byte table. */
+    #include <stdint.h>
+    typedef struct { uint8_t lo[16]; uint8_t byte[256]; int simd; } rlw_byteset;
+    #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+    #include <immintrin.h>
+    __attribute__((target("avx2")))
+    static Py_ssize_t rlw_next_avx2(const rlw_byteset *s, const unsigned char *p, Py_ssize_t i, Py_ssize_t end) {
+        const __m256i lo = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)s->lo));
+        const __m256i hi = _mm256_setr_epi8(1, 2, 4, 8, 16, 32, 64, (char)128, 0, 0, 0, 0, 0, 0, 0, 0,
+                                            1, 2, 4, 8, 16, 32, 64, (char)128, 0, 0, 0, 0, 0, 0, 0, 0);
+        const __m256i nib = _mm256_set1_epi8(0x0f), zero = _mm256_setzero_si256();
+        for (; i + 32 <= end; i += 32) {
+            __m256i v = _mm256_loadu_si256((const __m256i *)(p + i));
+            __m256i a = _mm256_shuffle_epi8(lo, _mm256_and_si256(v, nib));
+            __m256i b = _mm256_shuffle_epi8(hi, _mm256_and_si256(_mm256_srli_epi16(v, 4), nib));
+            uint32_t m = ~(uint32_t)_mm256_movemask_epi8(_mm256_cmpeq_epi8(_mm256_and_si256(a, b), zero));
+            if (m) return i + __builtin_ctz(m);
+        }
+        for (; i < end; i++) if (s->byte[p[i]]) return i;
+        return end;
+    }
+    __attribute__((target("ssse3")))
+    static Py_ssize_t rlw_next_ssse3(const rlw_byteset *s, const unsigned char *p, Py_ssize_t i, Py_ssize_t end) {
+        const __m128i lo = _mm_loadu_si128((const __m128i *)s->lo);
+        const __m128i hi = _mm_setr_epi8(1, 2, 4, 8, 16, 32, 64, (char)128, 0, 0, 0, 0, 0, 0, 0, 0);
+        const __m128i nib = _mm_set1_epi8(0x0f), zero = _mm_setzero_si128();
+        for (; i + 16 <= end; i += 16) {
+            __m128i v = _mm_loadu_si128((const __m128i *)(p + i));
+            __m128i a = _mm_shuffle_epi8(lo, _mm_and_si128(v, nib));
+            __m128i b = _mm_shuffle_epi8(hi, _mm_and_si128(_mm_srli_epi16(v, 4), nib));
+            uint32_t m = (~(uint32_t)_mm_movemask_epi8(_mm_cmpeq_epi8(_mm_and_si128(a, b), zero))) & 0xffff;
+            if (m) return i + __builtin_ctz(m);
+        }
+        for (; i < end; i++) if (s->byte[p[i]]) return i;
+        return end;
+    }
+    static int rlw_simd_level(void) {
+        __builtin_cpu_init();
+        if (__builtin_cpu_supports("avx2")) return 2;
+        if (__builtin_cpu_supports("ssse3")) return 1;
+        return 0;
+    }
+    #else
+    static int rlw_simd_level(void) { return 0; }
+    #endif
+    /* The first position in p[i:end] whose byte is in the set, or end. */
+    static inline Py_ssize_t rlw_next(const rlw_byteset *s, const unsigned char *p, Py_ssize_t i, Py_ssize_t end) {
+    #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+        if (s->simd == 2) return rlw_next_avx2(s, p, i, end);
+        if (s->simd == 1) return rlw_next_ssse3(s, p, i, end);
+    #endif
+        for (; i < end; i++) if (s->byte[p[i]]) return i;
+        return end;
+    }
+    """
+    ctypedef struct rlw_byteset:
+        uint8_t lo[16]
+        uint8_t byte[256]
+        int simd
+    Py_ssize_t rlw_next(const rlw_byteset *s, const unsigned char *p, Py_ssize_t i, Py_ssize_t end) noexcept nogil
+    int rlw_simd_level() noexcept nogil
+
+
+cdef int _SIMD = rlw_simd_level()
+
+
+def simd_level():
+    """Which needle search runs here: 2 AVX2, 1 SSSE3, 0 a byte table (for the tests and the benchmarks)."""
+    return _SIMD
 
 
 cdef class Needles:
@@ -1103,8 +1181,9 @@ cdef class Needles:
     cdef Py_ssize_t *length
     cdef uint64_t *masks
     cdef list keep  # the needles' bytes objects, alive as long as this
+    cdef rlw_byteset starts  # the bytes anchors begin with
 
-    def __cinit__(self, list needles, list masks):
+    def __cinit__(self, list needles, list masks, int simd=-1):
         cdef int i, k, n = len(needles), off, best, score, b, e
         cdef bytes nd
         cdef dict buckets = {}
@@ -1128,13 +1207,22 @@ cdef class Needles:
             self.ptr[i] = PyBytes_AS_STRING(nd)
             self.length[i] = len(nd)
             self.masks[i] = masks[i]
-            best = 0
+            best = -1
             score = 1 << 30
             for off in range(len(nd) - 1):
-                k = _COMMON.get(chr(nd[off]), 20) + _COMMON.get(chr(nd[off + 1]), 20)
+                if nd[off] >= 128:
+                    continue  # the vector search knows ASCII bytes only
+                k = _FREQ.get(chr(nd[off]), 1000) * 100 + _FREQ.get(chr(nd[off + 1]), 1000) // 100
                 if k < score:
                     score, best = k, off
+            if best < 0:
+                simd = 0  # no ASCII byte to begin an anchor: the byte table only
+                best = 0
+            self.starts.byte[nd[best]] = 1
+            if nd[best] < 128:
+                self.starts.lo[nd[best] & 15] |= 1 << (nd[best] >> 4)
             buckets.setdefault(nd[best] | (nd[best + 1] << 8), []).append((i, best))
+        self.starts.simd = _SIMD if simd < 0 else min(simd, _SIMD)
         e = 0
         for b, (key, items) in enumerate(buckets.items()):
             self.table[key] = b + 1
@@ -1162,7 +1250,10 @@ cdef class Needles:
         cdef int k, e, nd
         cdef const uint16_t *table = self.table
         i = lo
-        while i + 1 < hi:
+        while True:
+            i = rlw_next(&self.starts, p, i, hi - 1)
+            if i >= hi - 1:
+                return -1
             b = table[p[i] | (<unsigned int>p[i + 1] << 8)]
             if b:
                 e = self.bucket_start[b - 1]
@@ -1172,7 +1263,6 @@ cdef class Needles:
                     if s >= lo and s + self.length[nd] <= hi and memcmp(p + s, self.ptr[nd], self.length[nd]) == 0:
                         return s
             i += 1
-        return -1
 
     cdef uint64_t mask(self, const unsigned char *p, Py_ssize_t lo, Py_ssize_t hi) noexcept nogil:
         """The kinds of every needle that occurs in p[lo:hi]."""
@@ -1182,7 +1272,10 @@ cdef class Needles:
         cdef uint64_t out = 0
         cdef const uint16_t *table = self.table
         i = lo
-        while i + 1 < hi:
+        while True:
+            i = rlw_next(&self.starts, p, i, hi - 1)
+            if i >= hi - 1:
+                break
             b = table[p[i] | (<unsigned int>p[i + 1] << 8)]
             if b:
                 e = self.bucket_start[b - 1]
@@ -1203,7 +1296,10 @@ cdef class Needles:
         for k in range((self.count + 63) >> 6):
             out[k] = 0
         i = lo
-        while i + 1 < hi:
+        while True:
+            i = rlw_next(&self.starts, p, i, hi - 1)
+            if i >= hi - 1:
+                break
             b = table[p[i] | (<unsigned int>p[i + 1] << 8)]
             if b:
                 e = self.bucket_start[b - 1]
@@ -1213,6 +1309,16 @@ cdef class Needles:
                     if s >= lo and s + self.length[nd] <= hi and memcmp(p + s, self.ptr[nd], self.length[nd]) == 0:
                         out[nd >> 6] |= (<uint64_t>1) << (nd & 63)
             i += 1
+
+    def first_of(self, bytes data, Py_ssize_t lo, Py_ssize_t hi):
+        """For the tests: ``first`` over data[lo:hi]."""
+        hi = min(hi, len(data))
+        return self.first(<const unsigned char *>PyBytes_AS_STRING(data), lo, hi)
+
+    def mask_of(self, bytes data, Py_ssize_t lo, Py_ssize_t hi):
+        """For the tests: ``mask`` over data[lo:hi]."""
+        hi = min(hi, len(data))
+        return self.mask(<const unsigned char *>PyBytes_AS_STRING(data), lo, hi)
 
     def hits(self, bytes data, Py_ssize_t lo, Py_ssize_t hi):
         """For the tests: (start, needle) of every occurrence in data[lo:hi], by start."""
