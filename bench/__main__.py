@@ -12,12 +12,12 @@ import sys
 import time
 from pathlib import Path
 
-from bench import backlog, incidents, latency, overhead, soak, startup
+from bench import backlog, incidents, latency, overhead, soak, startup, storm
 from bench.common import DATA, ROOT, machine
 from bench.datagen import ensure_dataset
 from bench.results import GPU_RESULTS, Results, render
 
-SECTIONS = ("backlog", "latency", "overhead", "soak", "startup", "incidents", "first_diagnosis")
+SECTIONS = ("backlog", "latency", "overhead", "soak", "startup", "incidents", "first_diagnosis", "storm")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -97,6 +97,9 @@ def main(argv: list[str] | None = None) -> int:
         log("first_diagnosis: the dashboard over a 2 GiB incident-dense backlog (generated once, then reused)")
         big = ensure_dataset(DATA / "trainer-dense-2048MiB.log", 2048 << 20, dense=True)
         res.first_diagnosis = incidents.first_diagnosis(big, DATA, runs=3 if quick else 5)
+    if "storm" in only:
+        log("storm: 100 logs x 1000 lines/s for 20 s under watch --prometheus, compiled and Python event paths")
+        res.storm = storm.run(seconds=5.0 if quick else 20.0, quiet=20.0 if quick else 60.0)
     res.elapsed_s = time.monotonic() - t0
     with saved.open("wb") as out:
         pickle.dump(res, out)

@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from bench import backlog, incidents, latency, overhead, soak, startup
+from bench import backlog, incidents, latency, overhead, soak, startup, storm
 from bench.common import fmt, median
 from bench.datagen import Dataset
 
@@ -31,6 +31,7 @@ class Results:
     startup: startup.StartupResult | None = None
     incidents: list[incidents.LogResult] | None = None
     first_diagnosis: incidents.FirstDiagnosis | None = None
+    storm: storm.StormResult | None = None
     elapsed_s: float = 0.0
     rows: list[tuple[str, str, str]] = field(default_factory=list)
     # section -> "date, rlwatch" of the run that measured it; sections of an earlier run are kept when a later run
@@ -39,7 +40,7 @@ class Results:
 
     def merge_from(self, old: Results, sections: list[str]) -> None:
         """Keep ``old``'s figures for every section this run did not measure."""
-        for name in ("backlog", "latency", "overhead", "soak", "startup", "incidents", "first_diagnosis"):
+        for name in ("backlog", "latency", "overhead", "soak", "startup", "incidents", "first_diagnosis", "storm"):
             if name in sections or getattr(old, name, None) is None:
                 continue
             setattr(self, name, getattr(old, name))
@@ -122,6 +123,9 @@ def _targets(r: Results) -> list[tuple[str, str, str]]:
         if r.startup.report:
             rep = median([t.seconds for t in r.startup.report])
             rows.append((f"`rlwatch report` over {gib} ≤ 1.5 s", fmt(rep, 2, " s"), _verdict(rep <= 1.5)))
+    if getattr(r, "storm", None):
+        assert r.storm is not None
+        rows += [(a, b, _verdict(c)) for a, b, c in storm.targets(r.storm)]
     return rows
 
 
@@ -183,6 +187,9 @@ def render(r: Results, *, embed_gpu: bool = True) -> str:
         out += ["| target | measured | |", "| --- | --- | --- |"]
         out += [f"| {a} | {b} | {_verdict(c)} |" for a, b, c in incidents.first_diagnosis_targets(fd)]
         out += ["", *incidents.first_diagnosis_markdown(fd)]
+    if getattr(r, "storm", None):
+        assert r.storm is not None
+        out += ["", "## 8. A storm on many workers", "", *storm.markdown(r.storm)]
     if FINDINGS.exists() and embed_gpu:
         out += ["", FINDINGS.read_text().strip()]
     return "\n".join(out) + "\n"

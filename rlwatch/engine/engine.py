@@ -51,7 +51,7 @@ from rlwatch.discover.knobs import read_knobs
 from rlwatch.discover.load import missing_paths, resolve
 from rlwatch.engine.diagnosis import Context, assess_run, diagnose, timeline
 from rlwatch.engine.preview import MIN_BACKLOG, TAIL_BYTES, Counting, TailPreview
-from rlwatch.engine.recent_lines import RecentLines
+from rlwatch.engine.recent_lines import RECENT_LINES, RecentLines
 from rlwatch.logs.ending import read_ending
 from rlwatch.logs.events import EventCounter, build_kinds
 from rlwatch.logs.learning import LearningTracker
@@ -166,9 +166,6 @@ class Engine:
         self.preview_sizes = (MIN_BACKLOG, TAIL_BYTES)  # (backlog that earns a preview, bytes it counts first)
         self._preview_planned = False
         self._preview_waited = False
-        self._tags: list[tuple[str, int, str]] = []
-        for kind in self.counter.kinds:
-            self.counter.subscribe(kind.name, self._tagger(kind.name))
         self._recent_lines = RecentLines()  # the log view's newest lines (engine/recent_lines)
         self._unreleased = 0  # log bytes counted since free heap was last returned
 
@@ -294,12 +291,6 @@ class Engine:
             counter.subscribe(name, learning.on_line)
         return counting
 
-    def _tagger(self, kind: str) -> Callable[[LogLine], None]:
-        def tag(line: LogLine) -> None:
-            self._tags.append((line.path, line.lineno, kind))
-
-        return tag
-
     def _note_log_errors(self) -> None:
         """The tailer's troubles (a log turned into a directory or a FIFO, permission denied) as the "logs" source.
 
@@ -330,14 +321,14 @@ class Engine:
         """Count one chunk and keep it for the log view: what the log loop does with each chunk it reads."""
         with self._lock:
             self._unreleased += len(chunk.data)
-            self._tags.clear()
+            tags: list[tuple[str, int, str]] = []  # handed to the log view with its chunk, read only if shown
+            self.counter.tag_into(tags, RECENT_LINES)
             if self.preview is not None:
                 self.preview.before_main_chunk(chunk, self.counter)
             self.counter.feed(chunk)
             if chunk.nlines:
                 self.training.on_any_line(self.clock.time())
-                self._recent_lines.add(chunk, self._tags)
-            self._tags.clear()
+                self._recent_lines.add(chunk, tags)
 
     def drain_logs(self) -> None:
         while self.poll_logs():

@@ -29,25 +29,22 @@ class RecentLines:
 
     def __init__(self) -> None:
         self._recent: deque[TaggedLine] = deque(maxlen=RECENT_LINES)
-        self._pending: deque[tuple[Chunk, dict[int, set[str]]]] = deque()  # raw chunks not yet in _recent
+        self._pending: deque[tuple[Chunk, Iterable[tuple[str, int, str]]]] = deque()  # raw, not yet in _recent
         self._pending_lines = 0
         self._seq = 0
         self._lock = threading.Lock()
 
     def add(self, chunk: Chunk, tags_seen: Iterable[tuple[str, int, str]]) -> None:
-        """Keep a chunk, raw, with the ``(path, line number, kind)`` tags its lines got when they were counted;
-        decode it only when a view asks (:meth:`after`).
+        """Keep a chunk, raw, with the ``(path, line number, kind)`` tags its lines got when they were counted
+        (``tags_seen`` is kept as it is: the caller hands over a list it no longer changes); decode both only when a
+        view asks (:meth:`after`).
 
         Only the newest RECENT_LINES lines can ever be shown, so while a backlog streams in, older pending chunks
-        are dropped undecoded: cleaning every line of a 1 GiB log just to throw it away was half of `report`'s time.
+        are dropped undecoded, and their tags unread: cleaning every line of a 1 GiB log just to throw it away was
+        half of `report`'s time, and reading a tag per event of a storm was Python per event.
         """
-        first_kept = chunk.first_lineno + max(0, chunk.nlines - RECENT_LINES)
-        tags: dict[int, set[str]] = {}
-        for path, lineno, kind in tags_seen:
-            if path == chunk.path and lineno >= first_kept:
-                tags.setdefault(lineno, set()).add(kind)
         with self._lock:
-            self._pending.append((chunk, tags))
+            self._pending.append((chunk, tags_seen))
             self._pending_lines += chunk.nlines
             while len(self._pending) > 1 and self._pending_lines - self._pending[0][0].nlines >= RECENT_LINES:
                 self._pending_lines -= self._pending.popleft()[0].nlines
@@ -66,7 +63,12 @@ class RecentLines:
 
     def _flush(self) -> None:
         while self._pending:
-            chunk, tags = self._pending.popleft()
+            chunk, tags_seen = self._pending.popleft()
+            first_kept = chunk.first_lineno + max(0, chunk.nlines - RECENT_LINES)
+            tags: dict[int, set[str]] = {}
+            for path, lineno, kind in tags_seen:
+                if path == chunk.path and lineno >= first_kept:
+                    tags.setdefault(lineno, set()).add(kind)
             self._remember(chunk, tags)
         self._pending_lines = 0
 

@@ -3,6 +3,12 @@
 The counter never splits a chunk into lines. It asks the matcher for the next literal hit, works out that one
 line's bounds and number from the bytes around it, and jumps past it; only while a traceback block is open in a
 file does it walk that file line by line (its frames match no literal). A line counts at most once per kind.
+
+Two implementations do this. :class:`PyEventCounter`, here, is the reference; ``rlwatch.logs._eventpath`` (Cython,
+built at install where a compiler is found) is the same counter, incident tracker and line reading compiled, some
+ten times faster. :class:`EventCounter` runs the compiled one when it is built and can take the kinds (at most 64,
+each with literals), else this one; ``RLWATCH_NATIVE=0`` picks this one always.
+``tests/logs/test_native_equivalence.py`` feeds both the same chunks and compares every answer.
 """
 
 from __future__ import annotations
@@ -10,8 +16,9 @@ from __future__ import annotations
 import math
 import re
 from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, MutableSequence, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from rlwatch.common.clock import Clock
 from rlwatch.common.state import EventSummary, Incident, IncidentTally, LogLine, line_ref
@@ -19,11 +26,12 @@ from rlwatch.common.textsafe import clean_line, strip_ansi
 from rlwatch.logs.incidents import EVENT_KINDS, HEADER_WORD, IncidentTracker, Span
 from rlwatch.logs.kinds import EventKind, build_kinds
 from rlwatch.logs.matcher import Matcher
+from rlwatch.logs.native import event_path
 from rlwatch.logs.prefixes import prepare
 from rlwatch.logs.tailer import Chunk
 from rlwatch.logs.timestamps import HMS_BYTES, parse_time
 
-__all__ = ["DISPLAY_CHARS", "EventCounter", "EventKind", "build_kinds"]
+__all__ = ["DISPLAY_CHARS", "NATIVE", "EventCounter", "EventKind", "PyEventCounter", "build_kinds"]
 
 DISPLAY_CHARS = 2000  # evidence lines are capped: a multi-megabyte line is shown by its start
 _TERMINATOR = re.compile(rb"\r\n?|\n")
@@ -214,8 +222,8 @@ class _Lines:
         return i + 1
 
 
-class EventCounter:
-    """Counts event kinds in chunks from the tailer and groups incidents.
+class PyEventCounter:
+    """Counts event kinds in chunks from the tailer and groups incidents (the Python implementation).
 
     Times are the lines' own timestamps when they carry one (or that of a line just above). A line without one
     appended while followed takes the timestamp of the nearest earlier line of the same chunk, else the clock's
@@ -251,6 +259,9 @@ class EventCounter:
         self._streaking: dict[str, set[str]] = {}  # path -> kinds with a streak going in it
         self._progress_lines: dict[str, int] = {}  # path -> progress lines counted in it
         self.errors: deque[str] = deque(maxlen=20)
+        self._tag_sink: MutableSequence[tuple[str, int, str]] | None = None
+        self._tag_keep = 0
+        self._tag_from = 0
 
     @property
     def kinds(self) -> tuple[EventKind, ...]:
@@ -262,6 +273,16 @@ class EventCounter:
             raise KeyError(f"unknown event kind {kind!r}")
         self._subs.setdefault(kind, []).append(callback)
 
+    def tag_into(self, sink: MutableSequence[tuple[str, int, str]], keep: int) -> None:
+        """Append (path, line number, kind) of every line counted among the newest ``keep`` of each chunk to
+        ``sink`` (the log view tags only the lines it can still show)."""
+        self._tag_sink = sink
+        self._tag_keep = keep
+
+    def open_files(self) -> dict[str, set[str]]:
+        """Paths with a traceback block open, and the writer tags of those blocks."""
+        return {path: set(tags) for path, tags in self._incidents.open_paths.items()}
+
     # ------------------------------------------------------------------------------------------------ feeding
     def feed(self, chunk: Chunk) -> None:
         """Count everything in one chunk. Arbitrary bytes are fine: nothing here raises on content."""
@@ -269,6 +290,7 @@ class EventCounter:
         path = chunk.path
         state = self._files.setdefault(path, _File())
         now = self._clock.time()
+        self._tag_from = chunk.first_lineno + max(0, chunk.nlines - self._tag_keep)
         by = chunk.backlog_mtime
         lines = _Lines(data, by, state.stamp if by is not None else None)
         size = len(data)
@@ -496,6 +518,8 @@ class EventCounter:
             st.recent.append(line)
         if name in EVENT_KINDS:
             self._incidents.event(name, path, lineno, span, shown)
+        if self._tag_sink is not None and lineno >= self._tag_from:
+            self._tag_sink.append((path, lineno, name))
         if subs:
             assert line is not None
             for callback in subs:
@@ -566,3 +590,67 @@ class EventCounter:
 
     def dropped_incidents(self) -> tuple[IncidentTally, ...]:
         return self._incidents.dropped()
+
+
+# ------------------------------------------------------------------------------------------------ the choice
+_core = event_path()
+NATIVE = _core is not None  # whether the compiled event path is there (the benchmarks say which one ran)
+
+
+class EventCounter:
+    """Counts event kinds in chunks from the tailer and groups incidents: the compiled counter where it is built and
+    can take these kinds, else :class:`PyEventCounter` (``native=False`` asks for it). Both give the same answers."""
+
+    def __init__(
+        self,
+        kinds: Sequence[EventKind],
+        clock: Clock,
+        *,
+        recent_lines: int = 20,
+        rate_window_s: float = 300.0,
+        storm_threshold: int = 5,
+        storm_window_s: float = 60.0,
+        native: bool = True,
+    ) -> None:
+        unique = list({k.name: k for k in kinds}.values())
+        impl: Any = None
+        if native and _core is not None:
+            matcher = Matcher(unique)
+            needles = matcher.needle_kinds()
+            if needles is not None and len(unique) <= 64:
+                impl = _core.Core(
+                    unique,
+                    clock,
+                    [n for n, _ in needles],
+                    [sum(1 << i for i in ks) for _, ks in needles],
+                    recent_lines=recent_lines,
+                    rate_window_s=rate_window_s,
+                    storm_threshold=storm_threshold,
+                    storm_window_s=storm_window_s,
+                )
+        if impl is None:
+            impl = PyEventCounter(
+                unique,
+                clock,
+                recent_lines=recent_lines,
+                rate_window_s=rate_window_s,
+                storm_threshold=storm_threshold,
+                storm_window_s=storm_window_s,
+            )
+        self.native = not isinstance(impl, PyEventCounter)
+        self._impl = impl
+        self._kinds = tuple(unique)
+        # The implementation's own methods, called without a frame of this class in between.
+        self.feed: Callable[[Chunk], None] = impl.feed
+        self.subscribe: Callable[[str, Callable[[LogLine], None]], None] = impl.subscribe
+        self.tag_into: Callable[[MutableSequence[tuple[str, int, str]], int], None] = impl.tag_into
+        self.summaries: Callable[[], dict[str, EventSummary]] = impl.summaries
+        self.streaks: Callable[[str], dict[str, int]] = impl.streaks
+        self.incidents: Callable[[], tuple[Incident, ...]] = impl.incidents
+        self.dropped_incidents: Callable[[], tuple[IncidentTally, ...]] = impl.dropped_incidents
+        self.open_files: Callable[[], dict[str, set[str]]] = impl.open_files
+        self.errors: deque[str] = impl.errors
+
+    @property
+    def kinds(self) -> tuple[EventKind, ...]:
+        return self._kinds

@@ -23,7 +23,7 @@ import os
 import re
 from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from rlwatch.common.state import ChildFailure, CollectiveTimeout, Incident, IncidentTally, line_ref
@@ -176,7 +176,11 @@ class _Block:
 
 @dataclass(slots=True)
 class _Storm:
-    times: deque[tuple[float, int]] = field(default_factory=deque)
+    """A file's lines of one storm kind: the newest ``threshold`` within the window (time, line number), which is
+    all a new storm needs (its first line and how many), and the storm going on. Bounded: a storm of thousands of
+    lines a second keeps a handful of them, not every line of its window."""
+
+    times: deque[tuple[float, int]]
     record: _Record | None = None
 
 
@@ -492,7 +496,9 @@ class IncidentTracker:
 
     def _storm(self, kind: str, path: str, lineno: int, span: Span) -> None:
         time = span[0]
-        storm = self._storms.setdefault((path, kind), _Storm())
+        storm = self._storms.get((path, kind))
+        if storm is None:
+            storm = self._storms[(path, kind)] = _Storm(deque(maxlen=self._storm_threshold))
         storm.times.append((time, lineno))
         while storm.times and storm.times[0][0] < time - self._storm_window:
             storm.times.popleft()

@@ -27,10 +27,11 @@ from __future__ import annotations
 import math
 import re
 import threading
-from collections import deque
+from collections import OrderedDict, deque
 from collections.abc import Callable
 
 from rlwatch.common.state import LearningState, LogLine, MetricPoint
+from rlwatch.logs.native import event_path
 from rlwatch.logs.training import parse_areal_step, parse_metrics, parse_stats_row
 
 HISTORY = 256
@@ -79,7 +80,9 @@ class _Recent:
     """A bounded set of recently seen keys: deduplication (the same output tailed twice) that cannot grow."""
 
     def __init__(self, size: int = 512) -> None:
-        self._keys: dict[object, None] = {}
+        # An OrderedDict drops its oldest key in constant time; a dict's first key is found by walking past the
+        # slots of the keys dropped before it.
+        self._keys: OrderedDict[object, None] = OrderedDict()
         self._size = size
 
     def add(self, key: object) -> bool:
@@ -88,7 +91,7 @@ class _Recent:
             return False
         self._keys[key] = None
         if len(self._keys) > self._size:
-            del self._keys[next(iter(self._keys))]
+            self._keys.popitem(last=False)
         return True
 
 
@@ -141,7 +144,9 @@ class LearningTracker:
     """Keeps each learning metric's recent values with the step they were logged at. Thread-safe; every handler
     runs every parser, so it does not matter which event kind delivers a line."""
 
-    def __init__(self, step_of: Callable[[], int | None] | None = None, history: int = HISTORY) -> None:
+    def __init__(
+        self, step_of: Callable[[], int | None] | None = None, history: int = HISTORY, *, native: bool = True
+    ) -> None:
         self._step_of = step_of  # the training tracker's step, for formats that print none (TRL)
         self._history = history
         self._lock = threading.Lock()
@@ -154,14 +159,18 @@ class LearningTracker:
         self._steps_exact = True
         self._version = 0  # bumped by every recorded value: state() is rebuilt only after one
         self._state: tuple[int, LearningState | None] = (0, None)
+        # The handler of every kind that delivers lines (step, _reward, _learning): compiled where the event path is
+        # built (AReaL's stats rows read in C, every other format by _parse), else _on_line. Lines are read as they
+        # come: a TRL dict takes the training tracker's step at that moment.
+        compiled = event_path() if native else None
+        self.on_line: Callable[[LogLine], None] = self._on_line if compiled is None else compiled.LearningFeed(self)
+        self.on_step = self.on_reward = self.on_learning = self.on_line
 
-    def on_line(self, line: LogLine) -> None:
+    def _on_line(self, line: LogLine) -> None:
         with self._lock:
             if not self._delivered.add((line.path, line.lineno, line.text)):
                 return
             self._parse(line)
-
-    on_step = on_reward = on_learning = on_line
 
     def _parse(self, line: LogLine) -> None:
         text = line.text

@@ -253,6 +253,13 @@ class Matcher:
         }
         # Kinds to try on a line, by the set of needles found in it (most lines hold one needle).
         self._tries: dict[bytes | frozenset[bytes], tuple[int, ...]] = {n: ks for n, ks in self._by_needle.items()}
+        # needle -> (offset, other needle) where the other may begin inside it and run past its end
+        self._overlaps: dict[bytes, list[tuple[int, bytes]]] = {}
+        for a in minimal:
+            for b in minimal:
+                for cut in range(1, min(len(a), len(b))):
+                    if a[len(a) - cut :] == b[:cut]:
+                        self._overlaps.setdefault(a, []).append((len(a) - cut, b))
 
     @property
     def scanner(self) -> str:
@@ -265,12 +272,21 @@ class Matcher:
             self._native = _native_scanner(self._needles)
         return self._native
 
+    def needle_kinds(self) -> list[tuple[bytes, tuple[int, ...]]] | None:
+        """Every needle with the indices of the kinds it points to (None: kinds without literals, every line is
+        tried): what the compiled event path searches for."""
+        if self.every_line:
+            return None
+        return [(n, self._by_needle[n]) for n in self._needles]
+
     def hits(self, data: bytes, pos: int, endpos: int) -> list[tuple[int, bytes]]:
         """Needles in ``data[pos:endpos]`` as (offset, needle), ordered by offset: one pass over a whole chunk.
 
         No needle holds a line terminator, so every needle a search of one line alone would find is among those
-        inside that line's bounds (the native scanner also reports needles that overlap one another: trying a
-        few more kinds on a line never changes what it is counted as).
+        inside that line's bounds. Every occurrence is reported, those that overlap another too ("Train step:"
+        holds "Train step" and "step:"): the expression's search skips past what it found, so a needle that begins
+        inside another is looked for there (``_overlaps``), and a kind is never left untried on a line that holds
+        its needle.
         """
         if self._prefilter is None or self.every_line:
             return []
@@ -278,7 +294,19 @@ class Matcher:
             native = self._big_scanner()
             if native is not None:
                 return native.hits(data, pos, endpos)
-        return [(m.start(), m.group()) for m in self._prefilter.finditer(data, pos, endpos)]
+        found = [(m.start(), m.group()) for m in self._prefilter.finditer(data, pos, endpos)]
+        overlaps = self._overlaps
+        extra: list[tuple[int, bytes]] = []
+        for at, needle in found:
+            inside = overlaps.get(needle)
+            if inside is not None:
+                for offset, other in inside:
+                    start = at + offset
+                    if data.startswith(other, start) and start + len(other) <= endpos:
+                        extra.append((start, other))
+        if extra:
+            found = sorted({*found, *extra})
+        return found
 
     def match_hits(self, body: str, hits: Sequence[tuple[int, bytes]]) -> list[EventKind]:
         """Like :meth:`match`, trying only the kinds that ``hits`` (the needles found in the line) point to."""

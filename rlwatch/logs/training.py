@@ -19,10 +19,12 @@ import re
 import threading
 import tokenize
 from collections import OrderedDict, deque
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from rlwatch.common.clock import Clock
 from rlwatch.common.state import LogLine, TrainingState, line_ref
+from rlwatch.logs.native import event_path
 
 _AREAL_STEP = re.compile(r"Train step ([0-9]{1,12})/([0-9]{1,12}) done")
 _AREAL_DONE = "Training completes!"
@@ -49,7 +51,6 @@ _UPDATE_WEIGHTS_KEY = "timeperf/update_weights"
 MAX_DICT_CHARS = 64_000
 MAX_NESTING = 64
 _RECENT = 512
-_BATCH = 1024  # lines queued at most before they are parsed unasked
 
 
 def parse_areal_step(text: str) -> tuple[int, int] | None:
@@ -202,8 +203,10 @@ class TrainingTracker:
     each metric dict (one per ``logging_steps``) advances a counter; with a checkpoint hint
     (:meth:`set_checkpoint_hint`, from ``trainer_state.json``) the step is the hint's ``global_step`` plus
     ``logging_steps`` per dict logged since, otherwise the number of dicts logged.
-    Thread-safe: the tailer feeds it while the engine reads it. Delivered lines are parsed in batches, before any
-    read (:meth:`_apply_pending`); ``errors`` keeps the last few that a parser failed on.
+    Thread-safe: the tailer feeds it while the engine reads it. Delivered lines are queued (the handlers are the
+    queue's own ``append``: the event counter calls it directly, with no Python in between) and parsed in order
+    before any read (:meth:`_apply_pending`), by compiled code where the event path is built; ``errors`` keeps the
+    last few that a parser failed on.
     """
 
     def __init__(
@@ -214,13 +217,23 @@ class TrainingTracker:
         weight_update_timeout_s: float,
         total_steps: int | None = None,
         history: int = 50,
+        native: bool = True,
     ) -> None:
         self._clock = clock
         self._stall_s = stall_s
         self._timeout_s = weight_update_timeout_s
         self._configured_total = total_steps
         self._lock = threading.Lock()
-        self._pending: list[LogLine] = []  # delivered, not parsed yet (see _apply_pending)
+        self._queue: deque[LogLine] = deque()  # delivered, not parsed yet (see _apply_pending)
+        compiled = event_path() if native else None
+        self._native_apply: Callable[[TrainingTracker, float], None] | None = (
+            None if compiled is None else compiled.training_apply
+        )
+        # The handlers of the ``step``, ``_reward``, ``weight_update`` and ``_finished`` kinds: any of them, since
+        # all run the same parsers. A line is queued, and parsed with the rest before anything reads or changes the
+        # tracker (:meth:`_apply_pending`).
+        self.on_line: Callable[[LogLine], None] = self._queue.append
+        self.on_step = self.on_reward = self.on_weight_update = self.on_line
         self.errors: deque[str] = deque(maxlen=20)  # lines a parser raised on (a bug): the rest are still parsed
         self._delivered = _Recent()
         self._contents = _Recent()
@@ -247,19 +260,6 @@ class TrainingTracker:
         self._bar_rate: float | None = None  # steps per hour from a progress bar's own speed (verl's tqdm)
 
     # -- feeding ---------------------------------------------------------------------------------------------
-
-    def on_line(self, line: LogLine) -> None:
-        """A line of the ``step``, ``_reward``, ``weight_update`` or ``_finished`` kind: any of them, since all run
-        the same parsers. It is queued, and parsed with the rest of its batch before anything reads or changes the
-        tracker (:meth:`_apply_pending`)."""
-        with self._lock:
-            pending = self._pending
-            pending.append(line)
-            if len(pending) >= _BATCH:
-                self._apply_pending()
-
-    # One method under four names: the counter calls it for every matched line, without an extra call in between.
-    on_step = on_reward = on_weight_update = on_line
 
     def on_any_line(self, time: float) -> None:
         with self._lock:
@@ -301,16 +301,20 @@ class TrainingTracker:
         """Parse the queued lines in order (the lock held). A backlog delivers a line every few microseconds, and
         parsing a batch in one go is measurably quicker than parsing each line between two of the counter's; the
         clock offset is read once per batch. Every method that reads or changes the tracker calls this first, so
-        nothing can tell a queued line from a parsed one."""
-        pending = self._pending
-        if not pending:
+        nothing can tell a queued line from a parsed one. The engine calls it after every chunk, which bounds the
+        queue by what one chunk delivers."""
+        queue = self._queue
+        if not queue:
             return
-        self._pending = []
         offset = self._offset()
-        for line in pending:
+        if self._native_apply is not None:
+            self._native_apply(self, offset)  # the same parsing, compiled (rlwatch/logs/_eventpath.pyx)
+            return
+        while queue:
+            line = queue.popleft()
             try:
                 self._parse(line, offset)
-            except Exception as exc:  # a parser's bug must not stop the tracking (nor lose the rest of the batch)
+            except Exception as exc:  # a parser's bug must not stop the tracking (nor lose the rest of the queue)
                 self.errors.append(f"{line_ref(line.path, line.lineno)}: {type(exc).__name__}: {exc}")
 
     def _parse(self, line: LogLine, offset: float) -> None:

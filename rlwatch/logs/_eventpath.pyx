@@ -1,0 +1,4153 @@
+# cython: language_level=3, boundscheck=False, wraparound=False, cdivision=True, initializedcheck=False
+# cython: nonecheck=False, embedsignature=False, binding=False
+"""The event path, compiled: what rlwatch does with each line that can be an event, in one pass over a chunk.
+
+This is the second implementation of ``rlwatch.logs.events`` (the counter), ``incidents`` (the incident tracker),
+``prefixes`` (a line's writer prefixes), ``timestamps`` (the time a line says) and the per-line parsing of
+``training`` and ``learning``. The Python modules are the reference and the fallback (``RLWATCH_NATIVE=0``, or no
+compiler at install): ``tests/logs/test_native_equivalence.py`` feeds both the same chunks (real logs, random and
+hostile ones, cut anywhere) and compares every answer.
+
+Where the cut is: everything per line is here (the needle search over the chunk's bytes, line numbers, decoding,
+colour codes, prefixes, timestamps, which kinds match, code-line exclusion, counts, times, streaks, rates, evidence,
+traceback blocks, storms, crashes, the trackers' parsing). What stays in Python is called per chunk or on a rare
+line: the kinds' own regular expressions where they are more than literals, torchrun's report, NCCL timeouts, an
+incident's signature the first time it is seen, local-time conversion of a minute not seen before.
+"""
+
+from cpython.unicode cimport PyUnicode_KIND, PyUnicode_DATA, PyUnicode_GET_LENGTH
+from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_GET_SIZE
+from libc.string cimport memchr, memcmp, memcpy
+from libc.math cimport isfinite, INFINITY, NAN, isnan
+from libc.stdint cimport uint64_t, uint32_t, uint16_t, uint8_t, int64_t
+
+cdef extern from "Python.h" nogil:
+    Py_UCS4 PyUnicode_READ(int kind, void *data, Py_ssize_t index)
+    bint Py_UNICODE_ISSPACE(Py_UCS4 ch)
+    bint Py_UNICODE_ISDECIMAL(Py_UCS4 ch)
+    bint Py_UNICODE_ISDIGIT(Py_UCS4 ch)
+    bint Py_UNICODE_ISALNUM(Py_UCS4 ch)
+    bint Py_UNICODE_ISPRINTABLE(Py_UCS4 ch)
+
+cdef extern from "Python.h":
+    const char *PyUnicode_AsUTF8AndSize(object o, Py_ssize_t *size) except NULL
+    bint PyUnicode_IS_ASCII(object o)
+    object PyUnicode_DecodeUTF8(const char *s, Py_ssize_t size, const char *errors)
+    object PyUnicode_Substring(object s, Py_ssize_t start, Py_ssize_t end)
+    Py_ssize_t PyUnicode_FindChar(object s, Py_UCS4 ch, Py_ssize_t start, Py_ssize_t end, int direction) except -2
+    Py_ssize_t PyUnicode_Find(object s, object sub, Py_ssize_t start, Py_ssize_t end, int direction) except -2
+
+cdef extern from *:
+    """
+    #include <string.h>
+    static inline const char *rlw_memrchr(const char *s, int c, Py_ssize_t n) {
+        return (const char *)memrchr(s, c, (size_t)n);
+    }
+    static inline const char *rlw_memmem(const char *h, Py_ssize_t hn, const char *n, Py_ssize_t nn) {
+        return (const char *)memmem(h, (size_t)hn, n, (size_t)nn);
+    }
+    """
+    const char *rlw_memrchr(const char *s, int c, Py_ssize_t n) nogil
+    const char *rlw_memmem(const char *h, Py_ssize_t hn, const char *n, Py_ssize_t nn) nogil
+    ctypedef unsigned int uc "Py_UCS4"
+
+
+# ================================================================================================ text, as sre reads it
+cdef struct U:
+    int kind
+    void *data
+    Py_ssize_t n
+
+
+cdef inline U uview(str s):
+    cdef U u
+    u.kind = PyUnicode_KIND(s)
+    u.data = PyUnicode_DATA(s)
+    u.n = PyUnicode_GET_LENGTH(s)
+    return u
+
+
+cdef inline uc at(U u, Py_ssize_t i) noexcept nogil:
+    return PyUnicode_READ(u.kind, u.data, i)
+
+
+# `re` on str patterns without re.ASCII: \s is str.isspace, \d a decimal digit, \w alphanumeric or "_".
+cdef inline bint uspace(uc c) noexcept nogil:
+    return Py_UNICODE_ISSPACE(c)
+
+
+cdef inline bint udigit(uc c) noexcept nogil:
+    if c < 128:
+        return 48 <= c <= 57
+    return Py_UNICODE_ISDECIMAL(c)
+
+
+cdef inline bint uword(uc c) noexcept nogil:
+    if c < 128:
+        return (48 <= c <= 57) or (65 <= c <= 90) or (97 <= c <= 122) or c == 95
+    return Py_UNICODE_ISALNUM(c)
+
+
+# With re.ASCII (and on bytes): the ASCII classes only.
+cdef inline bint aspace(uc c) noexcept nogil:
+    return c == 32 or (9 <= c <= 13)
+
+
+cdef inline bint adigit(uc c) noexcept nogil:
+    return 48 <= c <= 57
+
+
+cdef inline bint aalpha(uc c) noexcept nogil:
+    return (65 <= c <= 90) or (97 <= c <= 122)
+
+
+cdef inline bint aword(uc c) noexcept nogil:
+    return aalpha(c) or adigit(c) or c == 95
+
+
+cdef inline bint starts_at(U u, Py_ssize_t pos, const char *lit, Py_ssize_t n) noexcept nogil:
+    """text[pos:pos+n] == lit (an ASCII literal)."""
+    cdef Py_ssize_t k
+    if pos < 0 or pos + n > u.n:
+        return False
+    for k in range(n):
+        if at(u, pos + k) != <uc>(<unsigned char>lit[k]):
+            return False
+    return True
+
+
+cdef extern from *:
+    """
+    /* `lit in text[a:b]` for an ASCII literal, over the text's own representation */
+    #define RLW_HAS(T) { const T *d = (const T *)data; \
+        for (Py_ssize_t i = a; i + n <= b; i++) { if (d[i] == (unsigned char)lit[0]) { Py_ssize_t k = 1; \
+            while (k < n && d[i + k] == (unsigned char)lit[k]) k++; if (k == n) return 1; } } return 0; }
+    static int rlw_span_has(int kind, const void *data, Py_ssize_t a, Py_ssize_t b, const char *lit, Py_ssize_t n) {
+        if (b - a < n) return 0;
+        if (kind == 1) return memmem((const char *)data + a, (size_t)(b - a), lit, (size_t)n) != NULL;
+        if (kind == 2) RLW_HAS(Py_UCS2)
+        RLW_HAS(Py_UCS4)
+    }
+    """
+    int rlw_span_has(int kind, const void *data, Py_ssize_t a, Py_ssize_t b, const char *lit,
+                     Py_ssize_t n) noexcept nogil
+
+
+cdef Py_ssize_t ufind_ascii(U u, const char *lit, Py_ssize_t n, Py_ssize_t start, Py_ssize_t end) noexcept nogil:
+    """The first start of the ASCII string ``lit`` in text[start:end], or -1: ``str.find`` without widening the
+    needle to the text's kind (which allocates) and, for one-byte text, glibc's memmem."""
+    cdef const unsigned char *b
+    cdef const uint16_t *w
+    cdef const uint32_t *d
+    cdef const char *r
+    cdef Py_ssize_t i, k
+    cdef unsigned char c0
+    if n == 0:
+        return start if start <= end else -1
+    if end - start < n:
+        return -1
+    c0 = <unsigned char>lit[0]
+    if u.kind == 1:
+        b = <const unsigned char *>u.data
+        r = rlw_memmem(<const char *>b + start, end - start, lit, n)
+        return -1 if r == NULL else <const unsigned char *>r - b
+    if u.kind == 2:
+        w = <const uint16_t *>u.data
+        i = start
+        while i + n <= end:
+            if w[i] == c0:
+                k = 1
+                while k < n and w[i + k] == <unsigned char>lit[k]:
+                    k += 1
+                if k == n:
+                    return i
+            i += 1
+        return -1
+    d = <const uint32_t *>u.data
+    i = start
+    while i + n <= end:
+        if d[i] == c0:
+            k = 1
+            while k < n and d[i + k] == <unsigned char>lit[k]:
+                k += 1
+            if k == n:
+                return i
+        i += 1
+    return -1
+
+
+cdef inline Py_ssize_t ufind(str hay, U u, str needle, Py_ssize_t start, int direction) except -2:
+    """``PyUnicode_Find(hay, needle, start, len, direction)`` (CPython's own search measured quicker than memmem
+    and than a loop over two-byte text, widening and all)."""
+    return PyUnicode_Find(hay, needle, start, u.n, direction)
+
+
+cdef inline bint ucontains(str hay, U u, str needle) except -1:
+    """``needle in hay``: an ASCII needle in wide text is looked for in the text's own representation (CPython would
+    first copy the needle into the text's width)."""
+    if u.kind != 1 and PyUnicode_IS_ASCII(needle):
+        return rlw_span_has(u.kind, u.data, 0, u.n, <const char *>PyUnicode_DATA(needle), PyUnicode_GET_LENGTH(needle))
+    return PyUnicode_Find(hay, needle, 0, u.n, 1) >= 0
+
+
+cdef inline bint all_space(U u, Py_ssize_t pos, Py_ssize_t end) noexcept nogil:
+    cdef Py_ssize_t k
+    for k in range(pos, end):
+        if not uspace(at(u, k)):
+            return False
+    return True
+
+
+cdef Py_ssize_t rfind_ascii(U u, const char *lit, Py_ssize_t n, Py_ssize_t lo, Py_ssize_t hi) noexcept nogil:
+    """The last start of ``lit`` in text[lo:hi], or -1."""
+    cdef Py_ssize_t i = hi - n
+    while i >= lo:
+        if starts_at(u, i, lit, n):
+            return i
+        i -= 1
+    return -1
+
+
+cdef bint tail_is_ws_end(U u, Py_ssize_t pos) noexcept nogil:
+    """``\\s*$`` matches at pos (``$``: the end, or before a final newline, which is a space anyway)."""
+    return all_space(u, pos, u.n)
+
+
+cdef str rstrip_str(str s):
+    cdef U u = uview(s)
+    cdef Py_ssize_t end = u.n
+    while end > 0 and uspace(at(u, end - 1)):
+        end -= 1
+    return s if end == u.n else PyUnicode_Substring(s, 0, end)
+
+
+cdef str strip_str(str s):
+    cdef U u = uview(s)
+    cdef Py_ssize_t a = 0, b = u.n
+    while a < b and uspace(at(u, a)):
+        a += 1
+    while b > a and uspace(at(u, b - 1)):
+        b -= 1
+    return s if (a == 0 and b == u.n) else PyUnicode_Substring(s, a, b)
+
+
+cdef str decode(const char *p, Py_ssize_t n):
+    return PyUnicode_DecodeUTF8(p, n, "replace")
+
+
+cdef extern from "Python.h":
+    object PyUnicode_FromKindAndData(int kind, const void *buffer, Py_ssize_t size)
+
+
+cdef str strip_sgr(str text):
+    """``strip_ansi``: every ``ESC [ [0-9;]* m`` removed, nothing else."""
+    cdef U u = uview(text)
+    cdef const unsigned char *src
+    cdef unsigned char *dst
+    cdef bytearray buf
+    cdef Py_ssize_t w, i, j, start = 0
+    cdef uc c
+    cdef list keep
+    if u.kind == 1:  # one byte a character: copied without the codes into a buffer
+        src = <const unsigned char *>u.data
+        buf = bytearray(u.n)
+        dst = <unsigned char *>(<char *>buf)
+        w = 0
+        i = 0
+        while i < u.n:
+            if src[i] == 27 and i + 1 < u.n and src[i + 1] == 91:
+                j = i + 2
+                while j < u.n and ((48 <= src[j] <= 57) or src[j] == 59):
+                    j += 1
+                if j < u.n and src[j] == 109:
+                    i = j + 1
+                    continue
+            dst[w] = src[i]
+            w += 1
+            i += 1
+        if w == u.n:
+            return text
+        return PyUnicode_FromKindAndData(1, dst, w)
+    keep = []
+    i = 0
+    while i < u.n:
+        c = at(u, i)
+        if c == 27 and i + 1 < u.n and at(u, i + 1) == 91:
+            j = i + 2
+            while j < u.n:
+                c = at(u, j)
+                if (48 <= c <= 57) or c == 59:
+                    j += 1
+                else:
+                    break
+            if j < u.n and at(u, j) == 109:
+                if i > start:
+                    keep.append((start, i))
+                start = j + 1
+                i = j + 1
+                continue
+        i += 1
+    if start == 0:
+        return text
+    if start < u.n:
+        keep.append((start, u.n))
+    return "".join([PyUnicode_Substring(text, a, b) for a, b in keep])
+
+
+cpdef str py_strip_ansi(str text):
+    """For the tests: the compiled ``strip_ansi``."""
+    if PyUnicode_FindChar(text, 27, 0, PyUnicode_GET_LENGTH(text), 1) < 0:
+        return text
+    return strip_sgr(text)
+
+
+# ========================================================================================================= prefixes
+# rlwatch/logs/prefixes.py: split_prefix, with each of its expressions (all re.ASCII) matched by hand.
+
+cdef Py_ssize_t _rank_writer(U u, Py_ssize_t pos) noexcept nogil:
+    """``\\[rank\\d+\\]:\\s?`` at pos: its end, or -1."""
+    cdef Py_ssize_t i
+    if not starts_at(u, pos, b"[rank", 5):
+        return -1
+    i = pos + 5
+    if i >= u.n or not adigit(at(u, i)):
+        return -1
+    while i < u.n and adigit(at(u, i)):
+        i += 1
+    if not starts_at(u, i, b"]:", 2):
+        return -1
+    i += 2
+    if i < u.n and aspace(at(u, i)):
+        i += 1
+    return i
+
+
+cdef Py_ssize_t _role_writer(U u, Py_ssize_t pos) noexcept nogil:
+    """``\\[[A-Za-z][\\w./-]*\\]`` at pos."""
+    cdef Py_ssize_t i
+    cdef uc c
+    if pos + 1 >= u.n or at(u, pos) != 91 or not aalpha(at(u, pos + 1)):
+        return -1
+    i = pos + 2
+    while i < u.n:
+        c = at(u, i)
+        if aword(c) or c == 46 or c == 47 or c == 45:
+            i += 1
+        else:
+            break
+    if i < u.n and at(u, i) == 93:
+        return i + 1
+    return -1
+
+
+cdef inline bint _v(uc c) noexcept nogil:
+    # [^\s,()] under re.ASCII
+    return not (aspace(c) or c == 44 or c == 40 or c == 41)
+
+
+cdef Py_ssize_t _kv_writer(U u, Py_ssize_t pos) noexcept nogil:
+    """``\\((?:[A-Za-z][\\w.:-]*(?: [A-Za-z]\\w*)* )?\\w+=[^\\s,()]+(?:,? \\w+=[^\\s,()]+)*\\) ?`` at pos.
+
+    No part of it can hold ``)``, so a match ends at the first ``)``; whether the text before it fits is decided
+    by running the expression's automaton over it (its states a bit set), which is exact whatever it backtracks."""
+    cdef Py_ssize_t i, close
+    cdef uc c
+    cdef unsigned int s, t
+    if pos >= u.n or at(u, pos) != 40:
+        return -1
+    close = -1
+    i = pos + 1
+    while i < u.n:
+        if at(u, i) == 41:
+            close = i
+            break
+        i += 1
+    if close < 0:
+        return -1
+    # states: 1 name start, 2 in name, 3 part start, 4 in part, 5 key start, 6 in key, 7 value start, 8 in value
+    # (accepting), 9 after a comma.
+    s = (1 << 1) | (1 << 5)
+    for i in range(pos + 1, close):
+        c = at(u, i)
+        t = 0
+        if s & (1 << 1) and aalpha(c):
+            t |= 1 << 2
+        if s & (1 << 2):
+            if aword(c) or c == 46 or c == 58 or c == 45:
+                t |= 1 << 2
+            if c == 32:
+                t |= (1 << 3) | (1 << 5)
+        if s & (1 << 3) and aalpha(c):
+            t |= 1 << 4
+        if s & (1 << 4):
+            if aword(c):
+                t |= 1 << 4
+            if c == 32:
+                t |= (1 << 3) | (1 << 5)
+        if s & (1 << 5) and aword(c):
+            t |= 1 << 6
+        if s & (1 << 6):
+            if aword(c):
+                t |= 1 << 6
+            if c == 61:
+                t |= 1 << 7
+        if s & ((1 << 7) | (1 << 8)) and _v(c):
+            t |= 1 << 8
+        if s & (1 << 8):
+            if c == 44:
+                t |= 1 << 9
+            if c == 32:
+                t |= 1 << 5
+        if s & (1 << 9) and c == 32:
+            t |= 1 << 5
+        s = t
+        if s == 0:
+            return -1
+    if not (s & (1 << 8)):
+        return -1
+    i = close + 1
+    if i < u.n and at(u, i) == 32:
+        i += 1
+    return i
+
+
+cdef Py_ssize_t _ray_writer(U u, Py_ssize_t pos) noexcept nogil:
+    """``\\((?:raylet|autoscaler(?: \\+\\w+)?)\\) `` at pos."""
+    cdef Py_ssize_t i
+    if starts_at(u, pos, b"(raylet) ", 9):
+        return pos + 9
+    if not starts_at(u, pos, b"(autoscaler", 11):
+        return -1
+    i = pos + 11
+    if starts_at(u, i, b" +", 2) and i + 2 < u.n and aword(at(u, i + 2)):
+        i += 3
+        while i < u.n and aword(at(u, i)):
+            i += 1
+        if starts_at(u, i, b") ", 2):
+            return i + 2
+        i = pos + 11
+    if starts_at(u, i, b") ", 2):
+        return i + 2
+    return -1
+
+
+cdef Py_ssize_t _writer(U u, Py_ssize_t pos) noexcept nogil:
+    """``_WRITER.match(text, pos)``: its end, or -1 (the alternatives in order)."""
+    cdef Py_ssize_t e
+    e = _rank_writer(u, pos)
+    if e >= 0:
+        return e
+    e = _role_writer(u, pos)
+    if e >= 0:
+        return e
+    e = _kv_writer(u, pos)
+    if e >= 0:
+        return e
+    return _ray_writer(u, pos)
+
+
+cdef Py_ssize_t _digits(U u, Py_ssize_t i, int n) noexcept nogil:
+    """i + n when text[i:i+n] are n ASCII digits, else -1."""
+    cdef int k
+    if i + n > u.n:
+        return -1
+    for k in range(n):
+        if not adigit(at(u, i + k)):
+            return -1
+    return i + n
+
+
+cdef Py_ssize_t _stamp(U u, Py_ssize_t pos) noexcept nogil:
+    """``_STAMP.match(text, pos)``: a container runtime's RFC 3339 stamp and what follows it."""
+    cdef Py_ssize_t i = pos, j, k
+    cdef uc c
+    if i < u.n and at(u, i) == 91:
+        i += 1
+    i = _digits(u, i, 4)
+    if i < 0 or i >= u.n or at(u, i) != 45:
+        return -1
+    i = _digits(u, i + 1, 2)
+    if i < 0 or i >= u.n or at(u, i) != 45:
+        return -1
+    i = _digits(u, i + 1, 2)
+    if i < 0 or i >= u.n or at(u, i) != 84:
+        return -1
+    i = _digits(u, i + 1, 2)
+    if i < 0 or i >= u.n or at(u, i) != 58:
+        return -1
+    i = _digits(u, i + 1, 2)
+    if i < 0 or i >= u.n or at(u, i) != 58:
+        return -1
+    i = _digits(u, i + 1, 2)
+    if i < 0:
+        return -1
+    if i < u.n and (at(u, i) == 46 or at(u, i) == 44):
+        j = i + 1
+        while j < u.n and adigit(at(u, j)):
+            j += 1
+        k = j - i - 1
+        if k < 1 or k > 9:
+            return -1  # without the fraction a zone cannot follow the separator; with it, no zone after 9 digits
+        i = j
+    if i >= u.n:
+        return -1
+    c = at(u, i)
+    if c == 90:
+        i += 1
+    elif c == 43 or c == 45:
+        i = _digits(u, i + 1, 2)
+        if i < 0:
+            return -1
+        if i < u.n and at(u, i) == 58:
+            i = _digits(u, i + 1, 2)
+        else:
+            i = _digits(u, i, 2)
+        if i < 0:
+            return -1
+    else:
+        return -1
+    if i < u.n and at(u, i) == 93:
+        i += 1
+    if i >= u.n or at(u, i) != 32:
+        return -1
+    i += 1
+    if (starts_at(u, i, b"stdout ", 7) or starts_at(u, i, b"stderr ", 7)) and i + 9 <= u.n:
+        c = at(u, i + 7)
+        if (c == 70 or c == 80) and at(u, i + 8) == 32:
+            i += 9
+    return i
+
+
+cdef Py_ssize_t _record(U u, Py_ssize_t pos) noexcept nogil:
+    """``_RECORD.match(text, pos)``: vLLM's record prefix."""
+    cdef Py_ssize_t i, j
+    cdef uc c
+    if starts_at(u, pos, b"DEBUG", 5):
+        i = pos + 5
+    elif starts_at(u, pos, b"INFO", 4):
+        i = pos + 4
+    elif starts_at(u, pos, b"WARNING", 7):
+        i = pos + 7
+    elif starts_at(u, pos, b"ERROR", 5):
+        i = pos + 5
+    elif starts_at(u, pos, b"CRITICAL", 8):
+        i = pos + 8
+    else:
+        return -1
+    if i >= u.n or at(u, i) != 32:
+        return -1
+    i = _digits(u, i + 1, 2)
+    if i < 0 or i >= u.n or at(u, i) != 45:
+        return -1
+    i = _digits(u, i + 1, 2)
+    if i < 0 or i >= u.n or at(u, i) != 32:
+        return -1
+    i = _digits(u, i + 1, 2)
+    if i < 0 or i >= u.n or at(u, i) != 58:
+        return -1
+    i = _digits(u, i + 1, 2)
+    if i < 0 or i >= u.n or at(u, i) != 58:
+        return -1
+    i = _digits(u, i + 1, 2)
+    if i < 0:
+        return -1
+    if i < u.n and at(u, i) == 46:
+        j = i + 1
+        while j < u.n and adigit(at(u, j)):
+            j += 1
+        if j > i + 1 and j < u.n and at(u, j) == 32:
+            i = j
+    if i >= u.n or at(u, i) != 32:
+        return -1
+    i += 1
+    if i < u.n and at(u, i) == 91:
+        i += 1
+    j = i
+    while j < u.n:
+        c = at(u, j)
+        if aword(c) or c == 46 or c == 47 or c == 45:
+            j += 1
+        else:
+            break
+    if j == i or j >= u.n or at(u, j) != 58:
+        return -1
+    i = j + 1
+    j = i
+    while j < u.n and adigit(at(u, j)):
+        j += 1
+    if j == i or not starts_at(u, j, b"] ", 2):
+        return -1
+    return j + 2
+
+
+cdef Py_ssize_t _compose(U u, Py_ssize_t pos, Py_ssize_t *name_end) noexcept nogil:
+    """``_COMPOSE.match(text, pos)``: ``name +| ``; name_end set to the end of the name."""
+    cdef Py_ssize_t i
+    cdef uc c
+    if pos >= u.n:
+        return -1
+    c = at(u, pos)
+    if not (aalpha(c) or adigit(c)):
+        return -1
+    i = pos + 1
+    while i < u.n:
+        c = at(u, i)
+        if aword(c) or c == 46 or c == 45:
+            i += 1
+        else:
+            break
+    name_end[0] = i
+    if i >= u.n or at(u, i) != 32:
+        return -1
+    while i < u.n and at(u, i) == 32:
+        i += 1
+    if not starts_at(u, i, b"| ", 2):
+        return -1
+    return i + 2
+
+
+cdef inline bint _may_start(uc c) noexcept nogil:
+    # "[(0123456789" and ASCII letters
+    return c == 91 or c == 40 or adigit(c) or aalpha(c)
+
+
+cdef str _NO_TAG = ""
+
+
+cdef class Out:
+    """What a matcher found besides its answer: a line's writer tag, a frame's file and line, a lowered body."""
+
+    cdef str tag
+    cdef str file
+    cdef str line
+    cdef str lowered
+    cdef bint has_bits  # bits hold, for each string of the core's literal set, whether the body holds it
+    cdef uint64_t bits[8]
+
+
+cdef Py_ssize_t split_at(str text, U u, Out out) except -2:
+    """``split_prefix``: the tag is written to out.tag, and where the body starts is returned."""
+    cdef uc first, c
+    cdef Py_ssize_t pos = 0, end, stop, m, name_end = 0, k
+    cdef list tag
+    out.tag = _NO_TAG
+    if u.n == 0:
+        return 0
+    first = at(u, 0)
+    if not _may_start(first):
+        return 0
+    if first == 91 or first == 40 or first == 68 or first == 73 or first == 87 or first == 69 or first == 67:
+        if first == 40 and PyUnicode_FindChar(text, 61, 0, u.n, 1) < 0 and not (
+            starts_at(u, 0, b"(raylet)", 8) or starts_at(u, 0, b"(autoscaler", 11)
+        ):
+            return 0
+    elif adigit(first):
+        if u.n < 11 or at(u, 10) != 84 or at(u, 4) != 45:
+            return 0
+    else:
+        if PyUnicode_Find(text, " | ", 0, 96 if u.n > 96 else u.n, 1) < 0:
+            return 0
+    tag = []
+    for k in range(6):
+        c = at(u, pos) if pos < u.n else 0
+        if pos >= u.n or c == 91 or c == 40:
+            m = _writer(u, pos) if pos < u.n else -1
+            if m >= 0:
+                end = m
+                # the match stripped: it ends in at most one ASCII space (from \s? or " ?")
+                stop = end
+                if stop > pos and aspace(at(u, stop - 1)):
+                    stop -= 1
+                tag.append(PyUnicode_Substring(text, pos, stop))
+                if at(u, end - 1) == 93:
+                    stop = pos + 10
+                    if end + 1 > stop:
+                        stop = end + 1
+                    while end < stop and end < u.n and at(u, end) == 32:
+                        end += 1
+                pos = end
+                continue
+            m = _stamp(u, pos) if (pos < u.n and c == 91) else -1
+        elif adigit(c):
+            m = _stamp(u, pos)
+        elif Py_UNICODE_ISDIGIT(c):
+            m = -1  # str.isdigit of a digit _STAMP (ASCII) never matches
+        elif (c == 68 or c == 73 or c == 87 or c == 69 or c == 67) and _record(u, pos) >= 0:
+            m = _record(u, pos)
+        elif pos == 0 and Py_UNICODE_ISALNUM(c):
+            m = _compose(u, pos, &name_end)
+            if m >= 0:
+                tag.append(PyUnicode_Substring(text, pos, name_end))
+                tag.append("|")
+        else:
+            break
+        if m < 0:
+            break
+        pos = m
+    if tag:
+        out.tag = "".join(tag)
+    return pos
+
+
+cpdef tuple py_split_prefix(str text):
+    """For the tests: the compiled ``split_prefix``."""
+    cdef Out out = Out()
+    cdef U u = uview(text)
+    cdef Py_ssize_t pos = split_at(text, u, out)
+    return out.tag, (PyUnicode_Substring(text, pos, u.n) if pos else text)
+
+
+# ======================================================================================================= timestamps
+# rlwatch/logs/timestamps.py: parse_time, each format's expression (all re.ASCII) matched by hand, searched as
+# `re` searches them (look-behinds see before the window, the window's end is the text's end).
+
+import time as _time_module
+from rlwatch.logs import timestamps as _timestamps
+
+cdef object _py_minute = _timestamps._minute  # local time of a minute: datetime's rules (zones, folds), in Python
+cdef dict _minutes = {}  # packed (year, month, day, hour, minute) -> epoch seconds or None
+cdef double _year_for = NAN  # time.localtime(now).tm_year, remembered for one `now`
+cdef long _year_value = 0
+cdef bint _year_ok = False
+
+DEF _SEARCH_CHARS = 200
+DEF _FUTURE_SLACK_S = 86400.0
+
+
+cdef struct G:
+    # what a match found: fields as integers, the fraction as digits, and where the match ends
+    int64_t f[6]
+    int64_t frac
+    int frac_len  # 0: none
+    int zone_sign  # 0: "Z" (or no zone), +1 / -1
+    int64_t zone_min
+    Py_ssize_t end
+
+
+cdef inline int64_t _num(U u, Py_ssize_t i, int n) noexcept nogil:
+    cdef int64_t v = 0
+    cdef int k
+    for k in range(n):
+        v = v * 10 + (at(u, i + k) - 48)
+    return v
+
+
+cdef inline bint _dig(U u, Py_ssize_t i, int n, Py_ssize_t end) noexcept nogil:
+    cdef int k
+    if i + n > end:
+        return False
+    for k in range(n):
+        if not adigit(at(u, i + k)):
+            return False
+    return True
+
+
+cdef inline bint _ch(U u, Py_ssize_t i, uc c, Py_ssize_t end) noexcept nogil:
+    return i < end and at(u, i) == c
+
+
+cdef inline Py_ssize_t _run(U u, Py_ssize_t i, Py_ssize_t end) noexcept nogil:
+    """Length of the run of ASCII digits at i (up to end)."""
+    cdef Py_ssize_t j = i
+    while j < end and adigit(at(u, j)):
+        j += 1
+    return j - i
+
+
+cdef bint _frac_then_no_digit(U u, Py_ssize_t i, Py_ssize_t end, bint comma, int most, G *g) noexcept nogil:
+    """``(?:[.,](\\d{1,most}))?(?!\\d)`` at i (``[.,]`` when comma, else ``\\.``): sets g.frac and g.end."""
+    cdef Py_ssize_t r
+    cdef uc c
+    g.frac_len = 0
+    if i < end:
+        c = at(u, i)
+        if c == 46 or (comma and c == 44):
+            r = _run(u, i + 1, end)
+            if 1 <= r <= most:
+                g.frac = _num(u, i + 1, <int>r)
+                g.frac_len = <int>r
+                g.end = i + 1 + r
+                return True
+            # more digits than allowed, or none: the fraction is not taken, and a separator is no digit
+            g.end = i
+            return True
+        if adigit(c):
+            return False
+    g.end = i
+    return True
+
+
+cdef bint _rfc3339_at(U u, Py_ssize_t s, Py_ssize_t end, G *g) noexcept nogil:
+    cdef Py_ssize_t i = s, r
+    cdef uc c
+    if s > 0 and adigit(at(u, s - 1)):
+        return False
+    if not (_dig(u, i, 4, end) and _ch(u, i + 4, 45, end) and _dig(u, i + 5, 2, end) and _ch(u, i + 7, 45, end)
+            and _dig(u, i + 8, 2, end) and _ch(u, i + 10, 84, end) and _dig(u, i + 11, 2, end)
+            and _ch(u, i + 13, 58, end) and _dig(u, i + 14, 2, end) and _ch(u, i + 16, 58, end)
+            and _dig(u, i + 17, 2, end)):
+        return False
+    g.f[0] = _num(u, i, 4)
+    g.f[1] = _num(u, i + 5, 2)
+    g.f[2] = _num(u, i + 8, 2)
+    g.f[3] = _num(u, i + 11, 2)
+    g.f[4] = _num(u, i + 14, 2)
+    g.f[5] = _num(u, i + 17, 2)
+    i += 19
+    g.frac_len = 0
+    if i < end and (at(u, i) == 46 or at(u, i) == 44):
+        r = _run(u, i + 1, end)
+        if r < 1 or r > 9:
+            return False
+        g.frac = _num(u, i + 1, <int>r)
+        g.frac_len = <int>r
+        i += 1 + r
+    if i >= end:
+        return False
+    c = at(u, i)
+    if c == 90:
+        g.zone_sign = 0
+        g.zone_min = 0
+        i += 1
+    elif c == 43 or c == 45:
+        g.zone_sign = 1 if c == 43 else -1
+        if not _dig(u, i + 1, 2, end):
+            return False
+        if _ch(u, i + 3, 58, end):
+            if not _dig(u, i + 4, 2, end):
+                return False
+            g.zone_min = _num(u, i + 1, 2) * 60 + _num(u, i + 4, 2)
+            i += 6
+        else:
+            if not _dig(u, i + 3, 2, end):
+                return False
+            g.zone_min = _num(u, i + 1, 2) * 60 + _num(u, i + 3, 2)
+            i += 5
+    else:
+        return False
+    if i < end and (adigit(at(u, i)) or at(u, i) == 58):
+        return False
+    g.end = i
+    return True
+
+
+cdef bint _areal_at(U u, Py_ssize_t s, Py_ssize_t end, G *g) noexcept nogil:
+    # (?<!\d)(\d{4})(\d\d)(\d\d)-(\d\d):(\d\d):(\d\d)(?:\.(\d{1,6}))?(?!\d)
+    if s > 0 and adigit(at(u, s - 1)):
+        return False
+    if not (_dig(u, s, 8, end) and _ch(u, s + 8, 45, end) and _dig(u, s + 9, 2, end) and _ch(u, s + 11, 58, end)
+            and _dig(u, s + 12, 2, end) and _ch(u, s + 14, 58, end) and _dig(u, s + 15, 2, end)):
+        return False
+    g.f[0] = _num(u, s, 4)
+    g.f[1] = _num(u, s + 4, 2)
+    g.f[2] = _num(u, s + 6, 2)
+    g.f[3] = _num(u, s + 9, 2)
+    g.f[4] = _num(u, s + 12, 2)
+    g.f[5] = _num(u, s + 15, 2)
+    return _frac_then_no_digit(u, s + 17, end, False, 6, g)
+
+
+cdef bint _iso_at(U u, Py_ssize_t s, Py_ssize_t end, G *g) noexcept nogil:
+    # (?<!\d)(\d{4})-(\d\d)-(\d\d)[ T](\d\d):(\d\d):(\d\d)(?:[.,](\d{1,6}))?(?!\d)
+    cdef uc c
+    if s > 0 and adigit(at(u, s - 1)):
+        return False
+    if not (_dig(u, s, 4, end) and _ch(u, s + 4, 45, end) and _dig(u, s + 5, 2, end) and _ch(u, s + 7, 45, end)
+            and _dig(u, s + 8, 2, end) and s + 10 < end):
+        return False
+    c = at(u, s + 10)
+    if c != 32 and c != 84:
+        return False
+    if not (_dig(u, s + 11, 2, end) and _ch(u, s + 13, 58, end) and _dig(u, s + 14, 2, end)
+            and _ch(u, s + 16, 58, end) and _dig(u, s + 17, 2, end)):
+        return False
+    g.f[0] = _num(u, s, 4)
+    g.f[1] = _num(u, s + 5, 2)
+    g.f[2] = _num(u, s + 8, 2)
+    g.f[3] = _num(u, s + 11, 2)
+    g.f[4] = _num(u, s + 14, 2)
+    g.f[5] = _num(u, s + 17, 2)
+    return _frac_then_no_digit(u, s + 19, end, True, 6, g)
+
+
+cdef bint _vllm_at(U u, Py_ssize_t s, Py_ssize_t end, G *g) noexcept nogil:
+    # \b(?:DEBUG|INFO|WARNING|ERROR|CRITICAL)\s+(\d\d)-(\d\d) (\d\d):(\d\d):(\d\d)(?:\.(\d{1,6}))?(?!\d)
+    cdef Py_ssize_t i, n
+    if s > 0 and aword(at(u, s - 1)):
+        return False
+    if s + 8 <= end and starts_at(u, s, b"CRITICAL", 8):
+        n = 8
+    elif s + 7 <= end and starts_at(u, s, b"WARNING", 7):
+        n = 7
+    elif s + 5 <= end and (starts_at(u, s, b"DEBUG", 5) or starts_at(u, s, b"ERROR", 5)):
+        n = 5
+    elif s + 4 <= end and starts_at(u, s, b"INFO", 4):
+        n = 4
+    else:
+        return False
+    i = s + n
+    if not (i < end and aspace(at(u, i))):
+        return False
+    while i < end and aspace(at(u, i)):
+        i += 1
+    if not (_dig(u, i, 2, end) and _ch(u, i + 2, 45, end) and _dig(u, i + 3, 2, end) and _ch(u, i + 5, 32, end)
+            and _dig(u, i + 6, 2, end) and _ch(u, i + 8, 58, end) and _dig(u, i + 9, 2, end)
+            and _ch(u, i + 11, 58, end) and _dig(u, i + 12, 2, end)):
+        return False
+    g.f[0] = 0
+    g.f[1] = _num(u, i, 2)
+    g.f[2] = _num(u, i + 3, 2)
+    g.f[3] = _num(u, i + 6, 2)
+    g.f[4] = _num(u, i + 9, 2)
+    g.f[5] = _num(u, i + 12, 2)
+    return _frac_then_no_digit(u, i + 14, end, False, 6, g)
+
+
+cdef bint _glog_at(U u, Py_ssize_t s, Py_ssize_t end, G *g) noexcept nogil:
+    # (?<![^\s\[:])[IWEF](\d\d)(\d\d) (\d\d):(\d\d):(\d\d)(?:\.(\d{1,9}))?(?!\d)
+    cdef uc c
+    if s > 0:
+        c = at(u, s - 1)
+        if not (aspace(c) or c == 91 or c == 58):
+            return False
+    if s >= end:
+        return False
+    c = at(u, s)
+    if not (c == 73 or c == 87 or c == 69 or c == 70):
+        return False
+    if not (_dig(u, s + 1, 4, end) and _ch(u, s + 5, 32, end) and _dig(u, s + 6, 2, end) and _ch(u, s + 8, 58, end)
+            and _dig(u, s + 9, 2, end) and _ch(u, s + 11, 58, end) and _dig(u, s + 12, 2, end)):
+        return False
+    g.f[0] = 0
+    g.f[1] = _num(u, s + 1, 2)
+    g.f[2] = _num(u, s + 3, 2)
+    g.f[3] = _num(u, s + 6, 2)
+    g.f[4] = _num(u, s + 9, 2)
+    g.f[5] = _num(u, s + 12, 2)
+    return _frac_then_no_digit(u, s + 14, end, False, 9, g)
+
+
+cdef inline bint _leap(int64_t y) noexcept nogil:
+    return y % 4 == 0 and (y % 100 != 0 or y % 400 == 0)
+
+
+cdef int64_t _days_in_month(int64_t y, int64_t m) noexcept nogil:
+    if m == 2:
+        return 29 if _leap(y) else 28
+    if m == 4 or m == 6 or m == 9 or m == 11:
+        return 30
+    return 31
+
+
+cdef bint _valid(int64_t y, int64_t mo, int64_t d, int64_t h, int64_t mi) noexcept nogil:
+    """What ``datetime(y, mo, d, h, mi)`` accepts."""
+    return 1 <= y <= 9999 and 1 <= mo <= 12 and 1 <= d <= _days_in_month(y, mo) and 0 <= h <= 23 and 0 <= mi <= 59
+
+
+cdef int64_t _ordinal(int64_t y, int64_t m, int64_t d) noexcept nogil:
+    """``date(y, m, d).toordinal()``."""
+    cdef int64_t yy = y - 1
+    cdef int64_t days = yy * 365 + yy // 4 - yy // 100 + yy // 400
+    cdef int64_t k
+    for k in range(1, m):
+        days += _days_in_month(y, k)
+    return days + d
+
+
+cdef object _local_minute(int64_t y, int64_t mo, int64_t d, int64_t h, int64_t mi):
+    """``timestamps._minute``: local-time epoch seconds of a minute's start (None: impossible), remembered."""
+    cdef object key
+    cdef object v
+    if not (0 <= y <= 99999 and 0 <= mo <= 99 and 0 <= d <= 99 and 0 <= h <= 99 and 0 <= mi <= 99):
+        return _py_minute(y, mo, d, h, mi)
+    key = (((y * 100 + mo) * 100 + d) * 100 + h) * 100 + mi
+    v = _minutes.get(key, _minutes)
+    if v is _minutes:
+        v = _py_minute(y, mo, d, h, mi)
+        if len(_minutes) >= 8192:
+            _minutes.clear()
+        _minutes[key] = v
+    return v
+
+
+cdef inline double _in_minute(double start, int64_t second, G *g) noexcept nogil:
+    """``_in_minute``: the caller has checked start; NAN for an impossible second."""
+    cdef double stamp
+    cdef double scale = 1.0
+    cdef int k
+    if not (0 <= second <= 60):
+        return NAN
+    stamp = start + <double>(second if second < 59 else 59)
+    if g.frac_len:
+        for k in range(g.frac_len):
+            scale *= 10.0
+        stamp += (<double>g.frac) / scale
+    return stamp
+
+
+cdef double _dated(G *g):
+    cdef object start = _local_minute(g.f[0], g.f[1], g.f[2], g.f[3], g.f[4])
+    if start is None:
+        return NAN
+    return _in_minute(<double>start, g.f[5], g)
+
+
+cdef double _yearless(G *g, double now):
+    global _year_for, _year_value, _year_ok
+    cdef double stamp
+    cdef object start
+    if not (now == _year_for):
+        _year_for = now
+        try:
+            _year_value = _time_module.localtime(now).tm_year
+            _year_ok = True
+        except (ValueError, OverflowError, OSError):
+            _year_ok = False
+    if not _year_ok:
+        return NAN
+    start = _local_minute(_year_value, g.f[1], g.f[2], g.f[3], g.f[4])
+    stamp = NAN if start is None else _in_minute(<double>start, g.f[5], g)
+    if not isnan(stamp) and stamp > now + _FUTURE_SLACK_S:
+        start = _local_minute(_year_value - 1, g.f[1], g.f[2], g.f[3], g.f[4])
+        stamp = NAN if start is None else _in_minute(<double>start, g.f[5], g)
+    return stamp
+
+
+cdef Py_ssize_t find_hms(U u, Py_ssize_t lo, Py_ssize_t hi) noexcept nogil:
+    """The first ``\\d\\d:\\d\\d:\\d\\d`` (ASCII digits) in text[lo:hi], or -1."""
+    cdef Py_ssize_t i = lo
+    while i + 8 <= hi:
+        if at(u, i + 2) == 58 and at(u, i + 5) == 58 and adigit(at(u, i)) and adigit(at(u, i + 1)) and adigit(
+            at(u, i + 3)
+        ) and adigit(at(u, i + 4)) and adigit(at(u, i + 6)) and adigit(at(u, i + 7)):
+            return i
+        i += 1
+    return -1
+
+
+cdef double parse_time_u(U full, double now):
+    """``parse_time(text, now)``; NAN for None."""
+    cdef U u = full
+    cdef Py_ssize_t cs, ce, lo, hi, s, e
+    cdef G g
+    cdef object start
+    if u.n > _SEARCH_CHARS:
+        u.n = _SEARCH_CHARS
+    cs = find_hms(u, 0, u.n)
+    if cs < 0:
+        return NAN
+    ce = cs + 8
+    lo = cs - 24 if cs > 24 else 0
+    hi = ce + 12 if ce + 12 < u.n else u.n
+    if cs >= 1 and at(u, cs - 1) == 84:
+        e = ce + 18 if ce + 18 < u.n else u.n
+        for s in range(lo, e):
+            if _rfc3339_at(u, s, e, &g):
+                if not _valid(g.f[0], g.f[1], g.f[2], g.f[3], g.f[4]):
+                    return NAN
+                return _in_minute(
+                    <double>((_ordinal(g.f[0], g.f[1], g.f[2]) - 719163) * 86400 + g.f[3] * 3600 + g.f[4] * 60
+                             - g.zone_sign * g.zone_min * 60),
+                    g.f[5],
+                    &g,
+                )
+    for s in range(lo, hi):
+        if _areal_at(u, s, hi, &g):
+            return _dated(&g)
+    for s in range(lo, hi):
+        if _iso_at(u, s, hi, &g):
+            return _dated(&g)
+    for s in range(lo, hi):
+        if _vllm_at(u, s, hi, &g):
+            return _yearless(&g, now)
+    for s in range(lo, hi):
+        if _glog_at(u, s, hi, &g):
+            return _yearless(&g, now)
+    return NAN
+
+
+cpdef object py_parse_time(str text, double now):
+    """For the tests: the compiled ``parse_time``."""
+    cdef double t = parse_time_u(uview(text), now)
+    return None if isnan(t) else t
+
+
+# =================================================================================================== needle search
+# Matcher.hits: the kinds' needles in a chunk's raw bytes. Every occurrence is found (as Hyperscan finds them, and as
+# Matcher.hits finds them in Python): a two-byte anchor inside each needle, looked up in a table at every position,
+# then the whole needle compared.
+
+from libc.stdlib cimport malloc, calloc, free
+
+# How common each printable byte is in training logs, per 100 000 (AReaL's calm and incident-dense benchmark logs
+# and tests/real/**/*.log): a needle is looked for by its rarest byte, followed by the next one (its anchor).
+cdef dict _FREQ = {
+    " ": 7880, "!": 1, '"': 348, "#": 41, "$": 0, "%": 2, "&": 0, "'": 178, "(": 401, ")": 351, "*": 10, "+": 76,
+    ",": 984, "-": 561, ".": 1284, "/": 1649, "0": 1668, "1": 2055, "2": 1237, "3": 1108, "4": 572, "5": 539,
+    "6": 448, "7": 592, "8": 653, "9": 505, ":": 691, ";": 409, "<": 4, "=": 265, ">": 2, "?": 1, "@": 0, "A": 123,
+    "B": 2, "C": 209, "D": 46, "E": 180, "F": 280, "G": 26, "H": 42, "I": 99, "J": 0, "K": 14, "L": 118, "M": 36,
+    "N": 144, "O": 75, "P": 96, "Q": 1, "R": 245, "S": 69, "T": 159, "U": 24, "V": 1, "W": 31, "X": 1, "Y": 1, "Z": 0,
+    "[": 641, "\\": 2, "]": 227, "^": 477, "_": 1089, "`": 0, "a": 2706, "b": 305, "c": 1834, "d": 749, "e": 3876,
+    "f": 466, "g": 514, "h": 630, "i": 2200, "j": 8, "k": 482, "l": 1798, "m": 804, "n": 2543, "o": 2613, "p": 1625,
+    "q": 124, "r": 2247, "s": 1720, "t": 2906, "u": 676, "v": 140, "w": 341, "x": 219, "y": 563, "z": 2, "{": 21,
+    "|": 3, "}": 21, "~": 0,
+}  # fmt: skip
+
+cdef extern from *:
+    """
+    /* The set of bytes an anchor can begin with, for finding its next member 32 (or 16) bytes at a time: lo[l] holds
+       bit h when the byte (h << 4 | l) is in the set (ASCII only, h < 8). The vector versions are compiled for the
+       CPUs that have them and chosen at run time; everything else runs the byte table. */
+    #include <stdint.h>
+    typedef struct { uint8_t lo[16]; uint8_t byte[256]; int simd; } rlw_byteset;
+    #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+    #include <immintrin.h>
+    __attribute__((target("avx2")))
+    static Py_ssize_t rlw_next_avx2(const rlw_byteset *s, const unsigned char *p, Py_ssize_t i, Py_ssize_t end) {
+        const __m256i lo = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)s->lo));
+        const __m256i hi = _mm256_setr_epi8(1, 2, 4, 8, 16, 32, 64, (char)128, 0, 0, 0, 0, 0, 0, 0, 0,
+                                            1, 2, 4, 8, 16, 32, 64, (char)128, 0, 0, 0, 0, 0, 0, 0, 0);
+        const __m256i nib = _mm256_set1_epi8(0x0f), zero = _mm256_setzero_si256();
+        for (; i + 32 <= end; i += 32) {
+            __m256i v = _mm256_loadu_si256((const __m256i *)(p + i));
+            __m256i a = _mm256_shuffle_epi8(lo, _mm256_and_si256(v, nib));
+            __m256i b = _mm256_shuffle_epi8(hi, _mm256_and_si256(_mm256_srli_epi16(v, 4), nib));
+            uint32_t m = ~(uint32_t)_mm256_movemask_epi8(_mm256_cmpeq_epi8(_mm256_and_si256(a, b), zero));
+            if (m) return i + __builtin_ctz(m);
+        }
+        for (; i < end; i++) if (s->byte[p[i]]) return i;
+        return end;
+    }
+    __attribute__((target("ssse3")))
+    static Py_ssize_t rlw_next_ssse3(const rlw_byteset *s, const unsigned char *p, Py_ssize_t i, Py_ssize_t end) {
+        const __m128i lo = _mm_loadu_si128((const __m128i *)s->lo);
+        const __m128i hi = _mm_setr_epi8(1, 2, 4, 8, 16, 32, 64, (char)128, 0, 0, 0, 0, 0, 0, 0, 0);
+        const __m128i nib = _mm_set1_epi8(0x0f), zero = _mm_setzero_si128();
+        for (; i + 16 <= end; i += 16) {
+            __m128i v = _mm_loadu_si128((const __m128i *)(p + i));
+            __m128i a = _mm_shuffle_epi8(lo, _mm_and_si128(v, nib));
+            __m128i b = _mm_shuffle_epi8(hi, _mm_and_si128(_mm_srli_epi16(v, 4), nib));
+            uint32_t m = (~(uint32_t)_mm_movemask_epi8(_mm_cmpeq_epi8(_mm_and_si128(a, b), zero))) & 0xffff;
+            if (m) return i + __builtin_ctz(m);
+        }
+        for (; i < end; i++) if (s->byte[p[i]]) return i;
+        return end;
+    }
+    static int rlw_simd_level(void) {
+        __builtin_cpu_init();
+        if (__builtin_cpu_supports("avx2")) return 2;
+        if (__builtin_cpu_supports("ssse3")) return 1;
+        return 0;
+    }
+    #else
+    static int rlw_simd_level(void) { return 0; }
+    #endif
+    /* The first position in p[i:end] whose byte is in the set, or end. */
+    static inline Py_ssize_t rlw_next(const rlw_byteset *s, const unsigned char *p, Py_ssize_t i, Py_ssize_t end) {
+    #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+        if (s->simd == 2) return rlw_next_avx2(s, p, i, end);
+        if (s->simd == 1) return rlw_next_ssse3(s, p, i, end);
+    #endif
+        for (; i < end; i++) if (s->byte[p[i]]) return i;
+        return end;
+    }
+    """
+    ctypedef struct rlw_byteset:
+        uint8_t lo[16]
+        uint8_t byte[256]
+        int simd
+    Py_ssize_t rlw_next(const rlw_byteset *s, const unsigned char *p, Py_ssize_t i, Py_ssize_t end) noexcept nogil
+    int rlw_simd_level() noexcept nogil
+
+
+cdef int _SIMD = rlw_simd_level()
+
+
+def simd_level():
+    """Which needle search runs here: 2 AVX2, 1 SSSE3, 0 a byte table (for the tests and the benchmarks)."""
+    return _SIMD
+
+
+cdef class Needles:
+    """The needle set of one matcher: each needle's bytes, the kinds it points to (a bit set), its anchor."""
+
+    cdef uint16_t *table  # bigram -> bucket + 1 (0: none)
+    cdef int *bucket_start
+    cdef int *bucket_len
+    cdef int *entry_needle
+    cdef int *entry_off
+    cdef int count
+    cdef const char **ptr
+    cdef Py_ssize_t *length
+    cdef uint64_t *masks
+    cdef list keep  # the needles' bytes objects, alive as long as this
+    cdef rlw_byteset starts  # the bytes anchors begin with
+
+    def __cinit__(self, list needles, list masks, int simd=-1):
+        cdef int i, k, n = len(needles), off, best, score, b, e
+        cdef bytes nd
+        cdef dict buckets = {}
+        self.count = n
+        self.keep = list(needles)
+        self.table = <uint16_t *>calloc(65536, sizeof(uint16_t))
+        self.ptr = <const char **>malloc(sizeof(char *) * (n + 1))
+        self.length = <Py_ssize_t *>malloc(sizeof(Py_ssize_t) * (n + 1))
+        self.masks = <uint64_t *>malloc(sizeof(uint64_t) * (n + 1))
+        self.entry_needle = <int *>malloc(sizeof(int) * (n + 1))
+        self.entry_off = <int *>malloc(sizeof(int) * (n + 1))
+        self.bucket_start = <int *>malloc(sizeof(int) * (n + 1))
+        self.bucket_len = <int *>malloc(sizeof(int) * (n + 1))
+        if not (self.table and self.ptr and self.length and self.masks and self.entry_needle and self.entry_off
+                and self.bucket_start and self.bucket_len):
+            raise MemoryError()
+        for i in range(n):
+            nd = self.keep[i]
+            if len(nd) < 2:
+                raise ValueError("needles are at least two bytes long")
+            self.ptr[i] = PyBytes_AS_STRING(nd)
+            self.length[i] = len(nd)
+            self.masks[i] = masks[i]
+            best = -1
+            score = 1 << 30
+            for off in range(len(nd) - 1):
+                if nd[off] >= 128:
+                    continue  # the vector search knows ASCII bytes only
+                k = _FREQ.get(chr(nd[off]), 1000) * 100 + _FREQ.get(chr(nd[off + 1]), 1000) // 100
+                if k < score:
+                    score, best = k, off
+            if best < 0:
+                simd = 0  # no ASCII byte to begin an anchor: the byte table only
+                best = 0
+            self.starts.byte[nd[best]] = 1
+            if nd[best] < 128:
+                self.starts.lo[nd[best] & 15] |= 1 << (nd[best] >> 4)
+            buckets.setdefault(nd[best] | (nd[best + 1] << 8), []).append((i, best))
+        self.starts.simd = _SIMD if simd < 0 else min(simd, _SIMD)
+        e = 0
+        for b, (key, items) in enumerate(buckets.items()):
+            self.table[key] = b + 1
+            self.bucket_start[b] = e
+            self.bucket_len[b] = len(items)
+            for i, off in items:
+                self.entry_needle[e] = i
+                self.entry_off[e] = off
+                e += 1
+
+    def __dealloc__(self):
+        free(self.table)
+        free(<void *>self.ptr)
+        free(self.length)
+        free(self.masks)
+        free(self.entry_needle)
+        free(self.entry_off)
+        free(self.bucket_start)
+        free(self.bucket_len)
+
+    cdef Py_ssize_t first(self, const unsigned char *p, Py_ssize_t lo, Py_ssize_t hi) noexcept nogil:
+        """Where a needle occurs first in p[lo:hi] (by its anchor: the earliest line that holds one), or -1."""
+        cdef Py_ssize_t i, s
+        cdef uint16_t b
+        cdef int k, e, nd
+        cdef const uint16_t *table = self.table
+        i = lo
+        while True:
+            i = rlw_next(&self.starts, p, i, hi - 1)
+            if i >= hi - 1:
+                return -1
+            b = table[p[i] | (<unsigned int>p[i + 1] << 8)]
+            if b:
+                e = self.bucket_start[b - 1]
+                for k in range(self.bucket_len[b - 1]):
+                    nd = self.entry_needle[e + k]
+                    s = i - self.entry_off[e + k]
+                    if s >= lo and s + self.length[nd] <= hi and memcmp(p + s, self.ptr[nd], self.length[nd]) == 0:
+                        return s
+            i += 1
+
+    cdef uint64_t mask(self, const unsigned char *p, Py_ssize_t lo, Py_ssize_t hi) noexcept nogil:
+        """The kinds of every needle that occurs in p[lo:hi]."""
+        cdef Py_ssize_t i, s
+        cdef uint16_t b
+        cdef int k, e, nd
+        cdef uint64_t out = 0
+        cdef const uint16_t *table = self.table
+        i = lo
+        while True:
+            i = rlw_next(&self.starts, p, i, hi - 1)
+            if i >= hi - 1:
+                break
+            b = table[p[i] | (<unsigned int>p[i + 1] << 8)]
+            if b:
+                e = self.bucket_start[b - 1]
+                for k in range(self.bucket_len[b - 1]):
+                    nd = self.entry_needle[e + k]
+                    s = i - self.entry_off[e + k]
+                    if s >= lo and s + self.length[nd] <= hi and memcmp(p + s, self.ptr[nd], self.length[nd]) == 0:
+                        out |= self.masks[nd]
+            i += 1
+        return out
+
+    cdef void bits(self, const unsigned char *p, Py_ssize_t lo, Py_ssize_t hi, uint64_t *out) noexcept nogil:
+        """Which needles occur in p[lo:hi], as a bit set over the needles (``out``: (count + 63) // 64 words)."""
+        cdef Py_ssize_t i, s
+        cdef uint16_t b
+        cdef int k, e, nd
+        cdef const uint16_t *table = self.table
+        for k in range((self.count + 63) >> 6):
+            out[k] = 0
+        i = lo
+        while True:
+            i = rlw_next(&self.starts, p, i, hi - 1)
+            if i >= hi - 1:
+                break
+            b = table[p[i] | (<unsigned int>p[i + 1] << 8)]
+            if b:
+                e = self.bucket_start[b - 1]
+                for k in range(self.bucket_len[b - 1]):
+                    nd = self.entry_needle[e + k]
+                    s = i - self.entry_off[e + k]
+                    if s >= lo and s + self.length[nd] <= hi and memcmp(p + s, self.ptr[nd], self.length[nd]) == 0:
+                        out[nd >> 6] |= (<uint64_t>1) << (nd & 63)
+            i += 1
+
+    def first_of(self, bytes data, Py_ssize_t lo, Py_ssize_t hi):
+        """For the tests: ``first`` over data[lo:hi]."""
+        hi = min(hi, len(data))
+        return self.first(<const unsigned char *>PyBytes_AS_STRING(data), lo, hi)
+
+    def mask_of(self, bytes data, Py_ssize_t lo, Py_ssize_t hi):
+        """For the tests: ``mask`` over data[lo:hi]."""
+        hi = min(hi, len(data))
+        return self.mask(<const unsigned char *>PyBytes_AS_STRING(data), lo, hi)
+
+    def hits(self, bytes data, Py_ssize_t lo, Py_ssize_t hi):
+        """For the tests: (start, needle) of every occurrence in data[lo:hi], by start."""
+        cdef const unsigned char *p = <const unsigned char *>PyBytes_AS_STRING(data)
+        cdef Py_ssize_t i, s
+        cdef uint16_t b
+        cdef int k, e, nd
+        cdef list out = []
+        if hi > len(data):
+            hi = len(data)
+        i = lo
+        while i + 1 < hi:
+            b = self.table[p[i] | (<unsigned int>p[i + 1] << 8)]
+            if b:
+                e = self.bucket_start[b - 1]
+                for k in range(self.bucket_len[b - 1]):
+                    nd = self.entry_needle[e + k]
+                    s = i - self.entry_off[e + k]
+                    if s >= lo and s + self.length[nd] <= hi and memcmp(p + s, self.ptr[nd], self.length[nd]) == 0:
+                        out.append((s, self.keep[nd]))
+            i += 1
+        out.sort()
+        return out
+
+
+# ======================================================================================================= kind checks
+# Matcher._match: a kind's literals in the line's body, then its expression (unless its literals decide it), then its
+# exclusion. An expression that is an alternation of plain strings (optionally each followed by ``\s*$``) is decided
+# here; any other runs in `re`.
+
+import re as _re
+import warnings as _warnings
+
+with _warnings.catch_warnings():
+    _warnings.simplefilter("ignore", DeprecationWarning)
+    import sre_constants as _C
+    import sre_parse as _P
+
+_MAXREPEAT = _C.MAXREPEAT
+
+
+_B = object()  # a word boundary, in an expanded alternative
+_W = object()  # spaces to the end (\\s*$)
+
+
+def _is_ws_star(item):
+    op, av = item
+    return (
+        op is _C.MAX_REPEAT
+        and av[0] == 0
+        and av[1] is _MAXREPEAT
+        and list(av[2]) == [(_C.IN, [(_C.CATEGORY, _C.CATEGORY_SPACE)])]
+    )
+
+
+def _expand(items, limit=64):
+    """The alternatives a sequence of parsed items matches exactly, each a tuple of characters, boundaries (_B)
+    and spaces to the end (_W); None when the items are more than that."""
+    out = [()]
+    i = 0
+    items = list(items)
+    while i < len(items):
+        op, av = items[i]
+        if _is_ws_star(items[i]) and i + 1 < len(items) and items[i + 1] == (_C.AT, _C.AT_END):
+            out = [s + (_W,) for s in out]
+            i += 2
+            continue
+        if op is _C.LITERAL:
+            out = [s + (chr(av),) for s in out]
+        elif op is _C.AT and av is _C.AT_BOUNDARY:
+            out = [s + (_B,) for s in out]
+        elif op is _C.IN:
+            chars = []
+            for iop, iav in av:
+                if iop is not _C.LITERAL:
+                    return None
+                chars.append(chr(iav))
+            out = [s + (c,) for s in out for c in chars]
+        elif op is _C.SUBPATTERN:
+            if av[1] or av[2]:
+                return None
+            sub = _expand(av[3], limit)
+            if sub is None:
+                return None
+            out = [s + t for s in out for t in sub]
+        elif op is _C.BRANCH:
+            alts = []
+            for branch in av[1]:
+                sub = _expand(branch, limit)
+                if sub is None:
+                    return None
+                alts.extend(sub)
+            out = [s + t for s in out for t in alts]
+        elif op in (_C.MAX_REPEAT, _C.MIN_REPEAT):
+            lo, hi, sub_items = av
+            sub = _expand(sub_items, limit)
+            if sub is None or hi is _MAXREPEAT or hi > 8:
+                return None
+            reps = []
+            for k in range(lo, hi + 1):
+                acc = [()]
+                for _ in range(k):
+                    acc = [a + t for a in acc for t in sub]
+                reps.extend(acc)
+            out = [s + t for s in out for t in reps]
+        else:
+            return None
+        if len(out) > limit:
+            return None
+        i += 1
+    return out
+
+
+def literal_program(regex):
+    """[(string, followed by \\s* to the end, a word boundary before it, one after it)] whose search decides
+    ``regex.search`` exactly, or None."""
+    if regex.flags & ~_re.UNICODE:
+        return None
+    try:
+        parsed = _P.parse(regex.pattern, regex.flags)
+    except Exception:
+        return None
+    return _program(_expand(parsed.data))
+
+
+def partial_program(regex):
+    """For an expression that is an alternation of which only some branches are plain strings: (the program of
+    those, [(strings one of which any match of another branch holds, or None; the text such a match starts with,
+    after spaces, when it is anchored at the start, or None)]). A line that none of the strings matches and that
+    meets no other branch's conditions cannot match: the expression need not run. None: no such split."""
+    from rlwatch.logs.matcher import _required
+
+    if regex.flags & ~_re.UNICODE:
+        return None
+    try:
+        parsed = _P.parse(regex.pattern, regex.flags)
+    except Exception:
+        return None
+    items = list(parsed.data)
+    branches = [list(b) for b in items[0][1][1]] if len(items) == 1 and items[0][0] is _C.BRANCH else [items]
+    plain = []
+    others = []
+    for branch in branches:
+        done = _program(_expand(branch))
+        if done is not None:
+            plain.extend(done)
+            continue
+        state = [False]
+        try:
+            required = _required(list(branch), state)
+        except RecursionError:
+            required = None
+        if state[0] or (required is not None and not all(required)):
+            required = None  # case-insensitive parts: no case-sensitive containment to test
+        prefix = None
+        if branch and branch[0] == (_C.AT, _C.AT_BEGINNING):
+            k = 1
+            if k < len(branch) and _is_ws_star(branch[k]):
+                k += 1
+            chars = []
+            while k < len(branch) and branch[k][0] is _C.LITERAL:
+                chars.append(chr(branch[k][1]))
+                k += 1
+            prefix = "".join(chars) or None
+        others.append((tuple(required) if required else None, prefix))
+    return plain, others
+
+
+def _program(alternatives):
+    if alternatives is None:
+        return None
+    program = []
+    for tokens in alternatives:
+        before = bool(tokens) and tokens[0] is _B
+        if before:
+            tokens = tokens[1:]
+        after = bool(tokens) and tokens[len(tokens) - 1] is _B
+        tail = bool(tokens) and tokens[len(tokens) - 1] is _W
+        if after or tail:
+            tokens = tokens[: len(tokens) - 1]
+        if any(t is _B or t is _W for t in tokens):
+            return None
+        text = "".join(tokens)
+        if (tail and not text.strip()) or ((before or after) and not text) or (tail and before):
+            return None
+        program.append((text, tail, before, after))
+    return program
+
+
+cdef inline bint boundary(U u, Py_ssize_t i) noexcept nogil:
+    """``\\b`` at i (unicode words; none in an empty text)."""
+    cdef bint that, this
+    if u.n == 0:
+        return False
+    that = i > 0 and uword(at(u, i - 1))
+    this = i < u.n and uword(at(u, i))
+    return this != that
+
+
+cdef bint program_search(list program, tuple needles, Out out, str body, U u) except -1:
+    """Whether ``body`` holds one of the program's strings, under its conditions (``needles``: per string, a needle
+    it holds, which out.bits say the body lacks or may hold)."""
+    cdef tuple alt
+    cdef str lit
+    cdef Py_ssize_t k, n, j
+    cdef int nd
+    cdef bint before, after
+    for j in range(len(program)):
+        alt = <tuple>program[j]
+        if out.has_bits and j < len(needles):
+            nd = <int>needles[j]
+            if nd >= 0:
+                if not (out.bits[nd >> 6] >> (nd & 63)) & 1:
+                    continue  # the body does not hold the string
+                if not (alt[1] or alt[2] or alt[3]):
+                    return True  # it does, and nothing more is asked of it
+        lit = <str>alt[0]
+        n = PyUnicode_GET_LENGTH(lit)
+        if alt[1]:
+            k = ufind(body, u, lit, 0, -1)
+            if k >= 0 and tail_is_ws_end(u, k + n):
+                return True
+            continue
+        before = alt[2]
+        after = alt[3]
+        if not (before or after):
+            if ucontains(body, u, lit):
+                return True
+            continue
+        k = ufind(body, u, lit, 0, 1)
+        while k >= 0:
+            if (not before or boundary(u, k)) and (not after or boundary(u, k + n)):
+                return True
+            k = ufind(body, u, lit, k + 1, 1)
+    return False
+
+
+def py_program_search(list program, str body):
+    cdef Out out = Out()
+    out.has_bits = False
+    return program_search(program, (), out, body, uview(body))
+
+
+cdef bint code_line(U u) noexcept nogil:
+    """``kinds._CODE_LINE.search(body)``: ``^\\s*(?:#|(?:raise|except|if|elif|assert|return|def|class|await|yield|
+    lambda)\\b)`` (unicode classes)."""
+    cdef Py_ssize_t i = 0, e
+    while i < u.n and uspace(at(u, i)):
+        i += 1
+    if i >= u.n:
+        return False
+    if at(u, i) == 35:
+        return True
+    e = -1
+    if starts_at(u, i, b"raise", 5):
+        e = i + 5
+    elif starts_at(u, i, b"except", 6):
+        e = i + 6
+    elif starts_at(u, i, b"if", 2):
+        e = i + 2
+    elif starts_at(u, i, b"elif", 4):
+        e = i + 4
+    elif starts_at(u, i, b"assert", 6):
+        e = i + 6
+    elif starts_at(u, i, b"return", 6):
+        e = i + 6
+    elif starts_at(u, i, b"def", 3):
+        e = i + 3
+    elif starts_at(u, i, b"class", 5):
+        e = i + 5
+    elif starts_at(u, i, b"await", 5):
+        e = i + 5
+    elif starts_at(u, i, b"yield", 5):
+        e = i + 5
+    elif starts_at(u, i, b"lambda", 6):
+        e = i + 6
+    if e < 0:
+        return False
+    return e >= u.n or not uword(at(u, e))
+
+
+cdef bint _starts_after_spaces(str body, U u, str prefix) except -1:
+    cdef Py_ssize_t i = 0
+    while i < u.n and uspace(at(u, i)):
+        i += 1
+    return body.startswith(prefix, i)
+
+
+cdef class Kind:
+    """One event kind as the compiled path checks it."""
+
+    cdef public object kind  # the EventKind
+    cdef public str name
+    cdef int index
+    cdef tuple literals  # lowered when ignore_case
+    cdef tuple literal_needles  # per literal, its index in the core's literal set (-1: none); case-sensitive kinds
+    cdef bint ignore_case
+    cdef bint decided
+    cdef list program  # [(str, bool, bool, bool)] or None: then the expression runs in `re`
+    cdef tuple program_needles  # per alternative of program, its index in the core's literal set (-1: none)
+    cdef list plain  # the plain branches of an expression that has others (partial_program), or None
+    cdef tuple plain_needles
+    cdef list others  # what each of the other branches needs
+    cdef object search  # kind.regex.search
+    cdef int exclude  # 0 none, 1 code lines, 2 an expression in `re`
+    cdef object exclude_search
+    cdef bint internal
+    cdef bint progress
+    cdef bint storm  # connection_refused or timeout
+    cdef bint event  # handed to the incident tracker (EVENT_KINDS)
+
+    cdef bint others_may_match(self, str body, U u) except -1:
+        cdef tuple cond
+        cdef bint ok
+        for cond in self.others:
+            ok = True
+            if cond[0] is not None:
+                ok = False
+                for lit in <tuple>cond[0]:
+                    if ucontains(body, u, <str>lit):
+                        ok = True
+                        break
+            if ok and cond[1] is not None and not _starts_after_spaces(body, u, <str>cond[1]):
+                ok = False
+            if ok:
+                return True
+        return False
+
+    cdef bint matches(self, str body, U u, Out out) except -1:
+        cdef str hay
+        cdef str lit
+        cdef bint found
+        cdef Py_ssize_t j
+        cdef int nd
+        if self.literals:
+            found = False
+            if self.ignore_case:
+                if out.lowered is None:
+                    out.lowered = body.lower()
+                hay = out.lowered
+                for lit in self.literals:
+                    if lit in hay:
+                        found = True
+                        break
+            else:
+                for j in range(len(self.literals)):
+                    nd = <int>self.literal_needles[j]
+                    if out.has_bits and nd >= 0:  # whether the body holds it, read in one pass for every string
+                        if (out.bits[nd >> 6] >> (nd & 63)) & 1:
+                            found = True
+                            break
+                    elif ucontains(body, u, <str>self.literals[j]):
+                        found = True
+                        break
+            if not found:
+                return False
+        if not self.decided:
+            if self.program is not None:
+                if not program_search(self.program, self.program_needles, out, body, u):
+                    return False
+            elif self.plain is not None:
+                if not program_search(self.plain, self.plain_needles, out, body, u):
+                    if not self.others_may_match(body, u):
+                        return False
+                    if self.search(body) is None:
+                        return False
+            elif self.search(body) is None:
+                return False
+        if self.exclude == 1:
+            if code_line(u):
+                return False
+        elif self.exclude == 2:
+            if self.exclude_search(body) is not None:
+                return False
+        return True
+
+
+# ============================================================================================ shared Python pieces
+from rlwatch.common.state import UNCOUNTED as _UNCOUNTED
+from rlwatch.common.state import EventSummary, Incident, IncidentTally, LogLine
+from rlwatch.common.textsafe import clean_line as _clean_line
+from rlwatch.common.textsafe import strip_ansi as _py_strip_ansi
+from rlwatch.logs import incidents as _inc
+from rlwatch.logs import torchrun_report as _tr
+from rlwatch.logs.signatures import signature as _py_signature
+
+cdef int64_t UNCOUNTED = _UNCOUNTED
+cdef object _GUTTER_SUB = _inc._GUTTER.sub
+cdef object _WORK_SEARCH = _inc._WORK.search
+cdef object _WORK_RANK_SEARCH = _inc._WORK_RANK.search
+cdef object _WORK_TIMEOUT_SEARCH = _inc._WORK_TIMEOUT.search
+cdef object _PG_SEARCH = _inc._PG.search
+cdef object _crash_title = _inc._crash_title
+cdef object _timeout_title = _inc._timeout_title
+cdef object _CollectiveTimeout = _inc.CollectiveTimeout
+cdef object _Report = _tr.Report
+cdef object _report_line = _tr.report_line
+cdef object _failure_text = _tr.failure_text
+cdef tuple _CHILD_TITLES = tuple(_tr.CHILD_TITLES)
+cdef str _TB = "Traceback (most recent call last):"
+cdef dict _signatures = {}  # (parts) -> signature: the same failure comes back tens of thousands of times
+
+DEF _DISPLAY_CHARS = 2000
+DEF _OVERLAP = 4096
+DEF _HEAD = 8192
+DEF _LOOK_BACK_LINES = 3
+DEF _LOOK_BACK_BYTES = 8192
+DEF _TIME_SEARCH_BYTES = 400
+DEF _STALL_LINES = 80
+DEF _AFTER_LINES = 40
+DEF _SILENT_LINES = 200
+DEF _NCCL_SAME_BURST = 5000
+DEF _MAX_TALLIES = 10000
+DEF _WINDOW = 16384
+DEF _TITLE_MSG_CHARS = 200
+
+cdef object _object_new = object.__new__
+cdef object _LL_PATH = LogLine.__dict__["path"]
+cdef object _LL_LINENO = LogLine.__dict__["lineno"]
+cdef object _LL_TEXT = LogLine.__dict__["text"]
+cdef object _LL_TIME = LogLine.__dict__["time"]
+
+cdef extern from *:
+    """
+    static int rlw_set_slot(PyObject *descr, PyObject *obj, PyObject *value) {
+        return Py_TYPE(descr)->tp_descr_set(descr, obj, value);
+    }
+    """
+    int rlw_set_slot(object descr, object obj, object value) except -1
+
+
+cdef object log_line(str path, int64_t lineno, str text, double time):
+    """``LogLine(path, lineno, text, time)``, made without its generated ``__init__`` (four slots set directly)."""
+    cdef object line = _object_new(LogLine)
+    rlw_set_slot(_LL_PATH, line, path)
+    rlw_set_slot(_LL_LINENO, line, lineno)
+    rlw_set_slot(_LL_TEXT, line, text)
+    rlw_set_slot(_LL_TIME, line, time)
+    return line
+
+
+cdef inline double pymax(double a, double b) noexcept nogil:
+    """``max(a, b)`` as Python has it: b only when b > a."""
+    return b if b > a else a
+
+
+cdef inline double pymin(double a, double b) noexcept nogil:
+    return b if b < a else a
+
+
+cdef str base_name(str path):
+    cdef Py_ssize_t i = PyUnicode_FindChar(path, 47, 0, PyUnicode_GET_LENGTH(path), -1)
+    return path if i < 0 else PyUnicode_Substring(path, i + 1, PyUnicode_GET_LENGTH(path))
+
+
+cdef str line_ref(str base, int64_t lineno):
+    """``state.line_ref`` with the file's base name known."""
+    if lineno >= UNCOUNTED:
+        return base + ":?"
+    return f"{base}:{lineno}"
+
+
+cdef str signature(tuple parts):
+    cdef object sig = _signatures.get(parts)
+    if sig is None:
+        sig = _py_signature(*parts)
+        if len(_signatures) >= 4096:
+            _signatures.clear()
+        _signatures[parts] = sig
+    return <str>sig
+
+
+cdef bint printable(str t) except -1:
+    """``t.isprintable()``, without a call for ASCII text (printable: 0x20 to 0x7e)."""
+    cdef const unsigned char *p
+    cdef Py_ssize_t i, n
+    cdef U u
+    cdef uc c
+    if not PyUnicode_IS_ASCII(t):
+        u = uview(t)
+        for i in range(u.n):
+            c = at(u, i)
+            if 32 <= c <= 126 or 0x2500 <= c <= 0x257F:  # ASCII, box drawing (AReaL's stats tables)
+                continue
+            if not Py_UNICODE_ISPRINTABLE(c):
+                return False
+        return True
+    p = <const unsigned char *>PyUnicode_DATA(t)
+    n = PyUnicode_GET_LENGTH(t)
+    for i in range(n):
+        if p[i] < 32 or p[i] > 126:
+            return False
+    return True
+
+
+cdef str shown(str text):
+    """``events._shown``: capped, with every control sequence removed."""
+    cdef str t = text if PyUnicode_GET_LENGTH(text) <= _DISPLAY_CHARS * 2 else PyUnicode_Substring(
+        text, 0, _DISPLAY_CHARS * 2
+    )
+    if not printable(t):
+        t = _clean_line(t)
+    return t if PyUnicode_GET_LENGTH(t) <= _DISPLAY_CHARS else PyUnicode_Substring(t, 0, _DISPLAY_CHARS)
+
+
+# =========================================================================================== signatures, by hand
+cdef str _HEADER_TEXT = "Traceback (most recent call last):"
+
+
+cdef bint header(str body, U u) except -1:
+    """``HEADER.search(body)``: ``Traceback \\(most recent call last\\):\\s*$``. The text ends in ":" and spaces, so
+    a match can only end where the spaces at the end begin: looked for there, not searched."""
+    cdef Py_ssize_t e = u.n
+    while e > 0 and uspace(at(u, e - 1)):
+        e -= 1
+    return e >= 34 and starts_at(u, e - 34, b"Traceback (most recent call last):", 34)
+
+
+cdef bint frame(str body, U u, Out out) except -1:
+    """``_FRAME.match(body)``: ``^\\s*File "([^"]*)", line (\\d+)`` (unicode classes)."""
+    cdef Py_ssize_t i = 0, a, b, c
+    while i < u.n and uspace(at(u, i)):
+        i += 1
+    if not starts_at(u, i, b'File "', 6):
+        return False
+    a = i + 6
+    b = a
+    while b < u.n and at(u, b) != 34:
+        b += 1
+    if not starts_at(u, b, b'", line ', 8):
+        return False
+    c = b + 8
+    i = c
+    while i < u.n and udigit(at(u, i)):
+        i += 1
+    if i == c:
+        return False
+    out.file = PyUnicode_Substring(body, a, b)
+    out.line = PyUnicode_Substring(body, c, i)
+    return True
+
+
+cdef str location(str file, str line):
+    """``signatures.location``: the frame's file (its base name) and line number."""
+    cdef str base = base_name(file)
+    return f"{base or file}:{line}"
+
+
+cdef bint chain_line(U u) noexcept nogil:
+    """``_CHAIN.match(body)``."""
+    cdef Py_ssize_t i = 0
+    while i < u.n and uspace(at(u, i)):
+        i += 1
+    if starts_at(u, i, b"During handling of the above exception, another exception occurred:", 67):
+        return tail_is_ws_end(u, i + 67)
+    if starts_at(u, i, b"The above exception was the direct cause of the following exception:", 68):
+        return tail_is_ws_end(u, i + 68)
+    return False
+
+
+cdef bint _ident_start(uc c) noexcept nogil:
+    return aalpha(c) or c == 95
+
+
+cdef object exception(str line):
+    """``signatures.exception(line)``: (type, message) when the line ends a traceback, else None."""
+    cdef U u = uview(line)
+    cdef Py_ssize_t i, name_end, last_start, k
+    cdef uc c
+    cdef str name, last, msg
+    cdef bint lower
+    if u.n == 0 or not _ident_start(at(u, 0)):
+        return None
+    i = 1
+    last_start = 0
+    while True:
+        while i < u.n and uword(at(u, i)):
+            i += 1
+        if i + 1 < u.n and at(u, i) == 46 and _ident_start(at(u, i + 1)):
+            last_start = i + 1
+            i += 2
+            continue
+        break
+    name_end = i
+    if i == u.n - 1 and at(u, i) == 10:
+        msg = ""
+    elif i < u.n:
+        if at(u, i) != 58:
+            return None
+        i += 1
+        if i < u.n and uspace(at(u, i)):
+            i += 1
+        # (.*)$: `.` is anything but a newline; `$` the end or before a final newline
+        k = PyUnicode_FindChar(line, 10, i, u.n, 1)
+        if k >= 0 and k != u.n - 1:
+            return None
+        msg = PyUnicode_Substring(line, i, k if k >= 0 else u.n)
+    else:
+        msg = ""
+    name = PyUnicode_Substring(line, 0, name_end)
+    last = PyUnicode_Substring(line, last_start, name_end)
+    if last.isascii():
+        lower = False
+        for k in range(last_start, name_end):
+            c = at(u, k)
+            if 97 <= c <= 122:
+                lower = True
+                break
+        if not lower:
+            return None
+    elif last.upper() == last:
+        return None
+    c = at(u, last_start)
+    if not (65 <= c <= 90 or last.endswith(("error", "exception", "timeout", "exit"))):
+        return None
+    return name, strip_str(msg)
+
+
+def py_exception(str line):
+    """For the tests: the compiled ``signatures.exception``."""
+    return exception(line)
+
+
+def py_header(str body):
+    return header(body, uview(body))
+
+
+def py_chain(str body):
+    return chain_line(uview(body))
+
+
+def py_frame(str body):
+    cdef Out out = Out()
+    if frame(body, uview(body), out):
+        return out.file, out.line
+    return None
+
+
+def py_code_line(str body):
+    return code_line(uview(body))
+
+
+# ========================================================================================================= incidents
+# rlwatch/logs/incidents.py, IncidentTracker: the same rules, state and answers.
+
+cdef class Record:
+    """incidents._Record."""
+
+    cdef public str kind
+    cdef public str path
+    cdef public int64_t lineno
+    cdef public double first
+    cdef public double last
+    cdef public int64_t count
+    cdef public str title
+    cdef public object location
+    cdef public str signature
+    cdef public double hi
+    cdef public bint approximate
+    cdef public object position
+    cdef public bint first_exact
+    cdef public object rank
+    cdef public int64_t last_line
+    cdef public object root_cause
+    cdef public tuple victims
+    cdef public object cause
+    cdef public object collective
+    cdef str storm_label  # a storm's title is made when read
+
+    cdef void stretch(self, double t, double by, bint has_by, int64_t lineno) noexcept:
+        if has_by:
+            self.approximate = True
+        self.last = pymax(self.last, t)
+        self.hi = pymax(by if has_by else t, self.last)
+        if lineno > self.last_line:
+            self.last_line = lineno
+
+    cpdef object freeze(self):
+        cdef object by = None
+        if self.title is None:
+            self.title = f"{self.count} {self.storm_label} errors ({base_name(self.path)})"
+        if self.approximate and self.hi != self.last and isfinite(self.hi):
+            by = self.hi
+        return Incident(
+            kind=self.kind,
+            path=self.path,
+            lineno=self.lineno,
+            first=self.first,
+            last=self.last,
+            count=self.count,
+            title=self.title,
+            location=self.location,
+            signature=self.signature,
+            approximate=self.approximate,
+            by=by,
+            position=self.position if self.approximate else None,
+            first_exact=self.first_exact,
+            rank=self.rank,
+            root_cause=self.root_cause,
+            victims=self.victims,
+            cause=None if self.cause is None else (<Record>self.cause).freeze(),
+            collective=self.collective,
+        )
+
+
+cdef class Block:
+    """incidents._Block: a traceback being read."""
+
+    cdef int64_t lineno
+    cdef double first_t
+    cdef double first_by
+    cdef bint first_has_by
+    cdef int64_t seen
+    cdef int64_t lines
+    cdef object location
+    cdef int state  # 0 frames, 1 after, 2 chain
+    cdef int64_t idle
+    cdef int64_t gap
+    cdef Record record
+    cdef str exc_type
+    cdef str exc_msg
+    cdef object rank
+    cdef object report
+
+
+cdef class Storm:
+    """incidents._Storm, bounded: the newest ``threshold`` (time, line) of the window (older ones are never read)."""
+
+    cdef double *times
+    cdef int64_t *lines
+    cdef int cap
+    cdef int head  # index of the oldest
+    cdef int size
+    cdef Record record
+
+    def __cinit__(self, int cap):
+        self.cap = cap if cap > 0 else 1
+        self.times = <double *>malloc(sizeof(double) * self.cap)
+        self.lines = <int64_t *>malloc(sizeof(int64_t) * self.cap)
+        if not (self.times and self.lines):
+            raise MemoryError()
+        self.head = 0
+        self.size = 0
+
+    def __dealloc__(self):
+        free(self.times)
+        free(self.lines)
+
+
+cdef class LongLine:
+    """events._LongLine: an over-long line whose pieces are still arriving."""
+
+    cdef int64_t lineno
+    cdef bytes head
+    cdef bytes tail
+    cdef set seen
+    cdef bint has_span
+    cdef double span_t
+    cdef double span_by
+    cdef bint span_has_by
+
+
+cdef class FileKind:
+    """What one kind keeps of one file: its count, streak and latest occurrence."""
+
+    cdef int64_t files
+    cdef bint has_files
+    cdef int64_t streak
+    cdef bint has_streak
+    cdef bint has_last
+    cdef double last_lo
+    cdef double last_hi
+    cdef bint last_placed  # the latest occurrence was undated: placed by position
+    cdef int64_t last_lineno
+    cdef object last_step  # the file's step when it was counted (str or None)
+
+
+cdef class FileState:
+    """events._File and everything else kept per file (counts per kind, blocks, storms, the crash, the step)."""
+
+    cdef str path
+    cdef str base
+    cdef int fid
+    cdef int64_t banners
+    cdef LongLine long
+    cdef bint has_stamp
+    cdef double stamp
+    cdef int64_t progress_lines
+    cdef object step  # incidents.steps[path]: "step 1869" (None: none yet)
+    cdef uint64_t streaking
+    cdef list kinds  # FileKind per kind
+    cdef dict blocks  # writer tag -> Block (open traceback blocks; open_paths[path] is its keys)
+    cdef Storm storm_refused
+    cdef Storm storm_timeout
+    cdef Record crash
+
+
+cdef class KindStats:
+    """events._Stats of one kind."""
+
+    cdef int64_t count
+    cdef double first_lo
+    cdef double first_hi
+    cdef bint approximate
+    cdef list file_order  # fids in the order they were first counted (files and last)
+    cdef list streak_order  # fids in the order their streak began
+    cdef dict buckets
+    # recent lines, a ring: path, line number, text, own time (or the LogLine once made)
+    cdef list ring_path
+    cdef list ring_text
+    cdef list ring_line
+    cdef int64_t *ring_lineno
+    cdef double *ring_time
+    cdef int ring_cap
+    cdef int ring_head
+    cdef int ring_size
+
+    def __cinit__(self, int cap):
+        self.ring_cap = cap
+        self.ring_lineno = <int64_t *>malloc(sizeof(int64_t) * cap)
+        self.ring_time = <double *>malloc(sizeof(double) * cap)
+        if not (self.ring_lineno and self.ring_time):
+            raise MemoryError()
+        self.ring_path = [None] * cap
+        self.ring_text = [None] * cap
+        self.ring_line = [None] * cap
+        self.ring_head = 0
+        self.ring_size = 0
+        self.count = 0
+        self.first_lo = INFINITY
+        self.first_hi = INFINITY
+        self.file_order = []
+        self.streak_order = []
+        self.buckets = {}
+
+    def __dealloc__(self):
+        free(self.ring_lineno)
+        free(self.ring_time)
+
+    cdef void remember(self, str path, int64_t lineno, str text, double own):
+        cdef int i
+        if self.ring_size < self.ring_cap:
+            i = (self.ring_head + self.ring_size) % self.ring_cap
+            self.ring_size += 1
+        else:
+            i = self.ring_head
+            self.ring_head = (self.ring_head + 1) % self.ring_cap
+        self.ring_path[i] = path
+        self.ring_text[i] = text
+        self.ring_line[i] = None
+        self.ring_lineno[i] = lineno
+        self.ring_time[i] = own
+
+    cdef tuple recent(self):
+        cdef list out = []
+        cdef int k, i
+        cdef object line
+        for k in range(self.ring_size):
+            i = (self.ring_head + k) % self.ring_cap
+            line = self.ring_line[i]
+            if line is None:
+                line = log_line(self.ring_path[i], self.ring_lineno[i], self.ring_text[i], self.ring_time[i])
+                self.ring_line[i] = line
+            out.append(line)
+        return tuple(out)
+
+
+# ============================================================================================= line arithmetic
+cdef extern from *:
+    """
+    #include <stdint.h>
+    #include <string.h>
+    #define RLW_ONES 0x0101010101010101ULL
+    #define RLW_LOW7 0x7F7F7F7F7F7F7F7FULL
+    #define RLW_HIGH 0x8080808080808080ULL
+    static inline uint64_t rlw_equal_bytes(uint64_t w, uint64_t pattern) {
+        uint64_t x = w ^ pattern;
+        uint64_t t = ((x & RLW_LOW7) + RLW_LOW7) | x;
+        return (~t & RLW_HIGH) >> 7;
+    }
+    static inline uint64_t rlw_lane_sum(uint64_t acc) {
+        uint64_t pairs = (acc & 0x00FF00FF00FF00FFULL) + ((acc >> 8) & 0x00FF00FF00FF00FFULL);
+        return (pairs * 0x0001000100010001ULL) >> 48;
+    }
+    /* bytes equal to c in p[0:n], eight at a time */
+    static Py_ssize_t rlw_count_byte(const unsigned char *p, Py_ssize_t n, unsigned char c) {
+        uint64_t total = 0, pattern = RLW_ONES * c;
+        Py_ssize_t i = 0;
+        while (n - i >= 8) {
+            uint64_t acc = 0;
+            Py_ssize_t words = (n - i) / 8;
+            if (words > 255) words = 255;
+            for (Py_ssize_t k = 0; k < words; k++, i += 8) {
+                uint64_t w;
+                memcpy(&w, p + i, 8);
+                acc += rlw_equal_bytes(w, pattern);
+            }
+            total += rlw_lane_sum(acc);
+        }
+        for (; i < n; i++) total += p[i] == c;
+        return (Py_ssize_t)total;
+    }
+    """
+    Py_ssize_t rlw_count_byte(const unsigned char *p, Py_ssize_t n, unsigned char c) nogil
+
+
+cdef inline Py_ssize_t find_byte(const unsigned char *p, unsigned char c, Py_ssize_t a, Py_ssize_t b) noexcept nogil:
+    """``data.find(c, a, b)``."""
+    cdef const void *r
+    if b <= a:
+        return -1
+    r = memchr(p + a, c, <size_t>(b - a))
+    return -1 if r == NULL else <const unsigned char *>r - p
+
+
+cdef inline Py_ssize_t rfind_byte(const unsigned char *p, unsigned char c, Py_ssize_t a, Py_ssize_t b) noexcept nogil:
+    """``data.rfind(c, a, b)``."""
+    cdef const char *r
+    if b <= a:
+        return -1
+    r = rlw_memrchr(<const char *>p + a, c, b - a)
+    return -1 if r == NULL else <const unsigned char *>r - p
+
+
+cdef inline Py_ssize_t count_byte(const unsigned char *p, unsigned char c, Py_ssize_t a, Py_ssize_t b) noexcept nogil:
+    if b <= a:
+        return 0
+    return rlw_count_byte(p + a, b - a, c)
+
+
+cdef Py_ssize_t find_hms_bytes(const unsigned char *p, Py_ssize_t a, Py_ssize_t b) noexcept nogil:
+    """``HMS_BYTES.search(data, a, b)`` is not None: ``\\d\\d:\\d\\d:\\d\\d`` in p[a:b]."""
+    cdef Py_ssize_t i = a
+    while i + 8 <= b:
+        if p[i + 2] == 58 and p[i + 5] == 58 and 48 <= p[i] <= 57 and 48 <= p[i + 1] <= 57 and 48 <= p[
+            i + 3
+        ] <= 57 and 48 <= p[i + 4] <= 57 and 48 <= p[i + 6] <= 57 and 48 <= p[i + 7] <= 57:
+            return i
+        i += 1
+    return -1
+
+
+cdef class Lines:
+    """events._Lines: line arithmetic over one chunk (universal newlines) and the time of a line."""
+
+    cdef bytes data
+    cdef const unsigned char *p
+    cdef Py_ssize_t n
+    cdef bint cr
+    cdef Py_ssize_t stamp_pos  # -1: no line of this chunk known to have a time
+    cdef double stamp_t
+    cdef bint has_by
+    cdef double by
+    cdef bint has_before
+    cdef double before
+    cdef bint approximate
+
+    cdef void setup(self, bytes data, object by, object before) except *:
+        self.data = data
+        self.p = <const unsigned char *>PyBytes_AS_STRING(data)
+        self.n = PyBytes_GET_SIZE(data)
+        self.cr = memchr(self.p, 13, <size_t>self.n) != NULL
+        self.stamp_pos = -1
+        self.stamp_t = 0.0
+        self.has_by = by is not None
+        self.by = <double>by if self.has_by else 0.0
+        self.has_before = before is not None
+        self.before = <double>before if self.has_before else 0.0
+        self.approximate = False
+
+    cdef double time_of(self, Py_ssize_t start, str text, double now) except? -1.5:
+        cdef double ref = self.by if self.has_by else now
+        cdef double own = NAN
+        cdef Py_ssize_t floor, top, pos, end, begin, head_end, r
+        cdef int k
+        cdef const unsigned char *p = self.p
+        cdef str found_text
+        if PyUnicode_FindChar(text, 58, 0, PyUnicode_GET_LENGTH(text), 1) >= 0:
+            own = parse_time_u(uview(text), ref)
+        if not isnan(own):
+            self.stamp_pos = start
+            self.stamp_t = own
+            self.approximate = False
+            return own
+        floor = start - _LOOK_BACK_BYTES if start > _LOOK_BACK_BYTES else 0
+        if self.stamp_pos >= 0 and self.stamp_pos < start and self.stamp_pos + 1 > floor:
+            floor = self.stamp_pos + 1
+        if not self.cr:
+            top = start
+            for k in range(_LOOK_BACK_LINES):
+                if top <= floor:
+                    break
+                r = rfind_byte(p, 10, floor, top - 1)
+                top = r + 1 if r >= 0 else floor
+            if find_byte(p, 58, top, start) < 0:
+                return self.fallback(start, now)
+        pos = start
+        for k in range(_LOOK_BACK_LINES):
+            if pos <= floor:
+                break
+            end = pos - 1
+            if self.cr and end > floor and p[end - 1] == 13 and p[end] == 10:
+                end -= 1
+            if self.cr:
+                begin = self.line_start(end, floor)
+            else:
+                r = rfind_byte(p, 10, floor, end)
+                begin = r + 1 if r >= 0 else floor
+            head_end = end if end < begin + _TIME_SEARCH_BYTES else begin + _TIME_SEARCH_BYTES
+            if find_byte(p, 58, begin, head_end) >= 0 and find_hms_bytes(p, begin, head_end) >= 0:
+                found_text = decode(<const char *>p + begin, end - begin)
+                if PyUnicode_FindChar(found_text, 27, 0, PyUnicode_GET_LENGTH(found_text), 1) >= 0:
+                    found_text = strip_sgr(found_text)
+                own = parse_time_u(uview(found_text), ref)
+                if not isnan(own):
+                    self.stamp_pos = begin
+                    self.stamp_t = own
+                    self.approximate = False
+                    return own
+            pos = begin
+        return self.fallback(start, now)
+
+    cdef double fallback(self, Py_ssize_t start, double now) noexcept:
+        cdef bint earlier = self.stamp_pos >= 0 and self.stamp_pos < start
+        if not self.has_by:
+            self.approximate = False
+            return self.stamp_t if earlier else now
+        self.approximate = True
+        if earlier:
+            return self.stamp_t
+        return self.before if self.has_before else -INFINITY
+
+    cdef Py_ssize_t line_start(self, Py_ssize_t hit, Py_ssize_t floor) noexcept nogil:
+        """Start of the line containing ``hit``, no earlier than ``floor``."""
+        cdef Py_ssize_t i = rfind_byte(self.p, 10, floor, hit)
+        cdef Py_ssize_t j
+        if self.cr:
+            j = rfind_byte(self.p, 13, floor, hit)
+            if j > i:
+                i = j
+        return i + 1 if i >= 0 else floor
+
+    cdef Py_ssize_t line_end(self, Py_ssize_t pos, Py_ssize_t limit, Py_ssize_t *nxt) noexcept nogil:
+        """End of the line starting at or containing ``pos``; the next line's start in nxt."""
+        cdef Py_ssize_t i, j
+        i = find_byte(self.p, 10, pos, limit)
+        if self.cr:
+            j = find_byte(self.p, 13, pos, limit if i < 0 else i)
+            if j >= 0:
+                nxt[0] = j + 2 if (j + 1 < limit and self.p[j + 1] == 10) else j + 1
+                return j
+        if i < 0:
+            nxt[0] = limit
+            return limit
+        nxt[0] = i + 1
+        return i
+
+    cdef Py_ssize_t count(self, Py_ssize_t a, Py_ssize_t b) noexcept nogil:
+        """Line terminators in data[a:b] (both ends at line starts)."""
+        cdef Py_ssize_t n = count_byte(self.p, 10, a, b)
+        cdef Py_ssize_t i
+        if self.cr:
+            n += count_byte(self.p, 13, a, b)
+            i = find_byte(self.p, 13, a, b)
+            while i >= 0:
+                if i + 1 < b and self.p[i + 1] == 10:
+                    n -= 1
+                i = find_byte(self.p, 13, i + 1, b)
+        return n
+
+    cdef Py_ssize_t last_start(self) noexcept nogil:
+        cdef Py_ssize_t i = rfind_byte(self.p, 10, 0, self.n)
+        cdef Py_ssize_t j
+        if self.cr:
+            j = rfind_byte(self.p, 13, 0, self.n)
+            if j > i:
+                i = j
+        return i + 1
+
+
+cdef struct Span:
+    double t
+    double by
+    bint has_by
+
+
+cdef struct When:
+    # a line's (time, by), read at most once and only if someone needs it
+    bint have
+    Span span
+    int mode  # 0: the line at `start` of the current chunk; 1: the current over-long line
+    Py_ssize_t start
+
+
+# ============================================================================================== step numbers
+cdef inline bint _ci(uc c, uc lower) noexcept nogil:
+    # `re` with IGNORECASE: s matches S, s and U+017F; t, e, p their two cases
+    if c == lower or c == lower - 32:
+        return True
+    return lower == 115 and c == 0x17F
+
+
+cdef str step_number(str text):
+    """``_STEP_NUMBER.match(text).group(1)``: the digits after the last "step" (3 non-word characters at most
+    between), or None."""
+    cdef U u = uview(text)
+    cdef Py_ssize_t i, j, k, d
+    i = u.n - 4
+    while i >= 0:
+        if _ci(at(u, i), 115) and _ci(at(u, i + 1), 116) and _ci(at(u, i + 2), 101) and _ci(at(u, i + 3), 112):
+            j = i + 4
+            k = 0
+            while k < 3 and j < u.n and not uword(at(u, j)):
+                j += 1
+                k += 1
+            if j < u.n and udigit(at(u, j)):
+                d = j
+                while d < u.n and udigit(at(u, d)):
+                    d += 1
+                return PyUnicode_Substring(text, j, d)
+        i -= 1
+    return None
+
+
+def py_step_number(str text):
+    return step_number(text)
+
+
+# ============================================================================================================ core
+from collections import deque as _deque
+
+cdef str _STORM_REFUSED = "connection_refused"
+cdef str _STORM_TIMEOUT = "timeout"
+cdef frozenset _CRASH_KINDS = frozenset(("child_failed", "engine_dead", "_server_exit"))
+cdef frozenset _EVENT_KINDS = frozenset(_inc.EVENT_KINDS)
+
+
+cdef inline double _gap(double a, double b) noexcept nogil:
+    return b - a if (isfinite(a) and isfinite(b)) else 0.0
+
+
+def literal_strings(list kinds):
+    """Every string the compiled path looks for in a line's body to decide its kinds (their literals, the strings
+    their expressions are made of, what their other branches require): one pass over the body finds them all."""
+    found = {}
+    for ek in kinds:
+        strings = [] if ek.ignore_case else list(ek.literals)
+        program = literal_program(ek.regex)
+        if program is not None:
+            strings += [alt[0] for alt in program]
+        else:
+            split = partial_program(ek.regex)
+            if split is not None:
+                strings += [alt[0] for alt in split[0]]
+        for text in strings:
+            raw = text.encode("utf-8", "surrogatepass")
+            if len(raw) >= 2 and "\ufffd" not in text and not any(0xD800 <= ord(c) <= 0xDFFF for c in text):
+                found.setdefault(text, len(found))
+    return found if len(found) <= 512 else {}
+
+
+cdef Kind make_kind(object ek, int i, dict lits):
+    """How the compiled path decides kind ``ek`` (index i among the matcher's kinds; ``lits``: the literal set)."""
+    cdef Kind k = Kind()
+    k.kind = ek
+    k.name = ek.name
+    k.index = i
+    k.ignore_case = ek.ignore_case
+    k.literals = tuple(s.lower() for s in ek.literals) if ek.ignore_case else tuple(ek.literals)
+    k.literal_needles = tuple(-1 if ek.ignore_case else lits.get(lit, -1) for lit in ek.literals)
+    k.decided = (
+        bool(ek.literals)
+        and not ek.ignore_case
+        and ek.regex.flags == _re.UNICODE
+        and ek.regex.pattern == "|".join(_re.escape(lit) for lit in ek.literals)
+    )
+    k.program = None if k.decided else literal_program(ek.regex)
+    k.program_needles = tuple(lits.get(alt[0], -1) for alt in (k.program or ()))
+    k.plain = k.others = None
+    if not k.decided and k.program is None:
+        split = partial_program(ek.regex)
+        if split is not None:
+            k.plain, k.others = split
+    k.plain_needles = tuple(lits.get(alt[0], -1) for alt in (k.plain or ()))
+    k.search = ek.regex.search
+    if ek.exclude is None:
+        k.exclude = 0
+    elif ek.exclude.pattern == _CODE_LINE_PATTERN and ek.exclude.flags == _re.UNICODE:
+        k.exclude = 1
+    else:
+        k.exclude = 2
+        k.exclude_search = ek.exclude.search
+    k.internal = ek.internal
+    k.progress = ek.progress
+    k.storm = ek.name == _STORM_REFUSED or ek.name == _STORM_TIMEOUT
+    k.event = ek.name in _EVENT_KINDS
+    return k
+
+
+def py_kind_matches(object ek, str body, bint bits=False):
+    """For the tests: whether the compiled path counts ``body`` (a line's message) as kind ``ek``; ``bits``: with
+    the strings it looks for found in one pass (as it counts), else searched one by one."""
+    cdef dict lits = literal_strings([ek]) if bits else {}
+    cdef Kind k = make_kind(ek, 0, lits)
+    cdef Out out = Out()
+    cdef Needles found
+    out.has_bits = False
+    if lits:
+        found = Needles([t.encode("utf-8") for t in lits], [0] * len(lits))
+        out.has_bits = body_bits(found, body, out.bits)
+    return k.matches(body, uview(body), out)
+
+
+cdef bint body_bits(Needles lits, str body, uint64_t *bits) except -1:
+    """Which strings of the literal set ``body`` holds (False: not known, a lone surrogate has no UTF-8): an ASCII
+    body is searched as it is, any other in its UTF-8, where a string's bytes occur exactly where it does."""
+    cdef const char *p
+    cdef Py_ssize_t n
+    if PyUnicode_IS_ASCII(body):
+        lits.bits(<const unsigned char *>PyUnicode_DATA(body), 0, PyUnicode_GET_LENGTH(body), bits)
+        return True
+    try:
+        p = PyUnicode_AsUTF8AndSize(body, &n)
+    except UnicodeError:
+        return False
+    lits.bits(<const unsigned char *>p, 0, n, bits)
+    return True
+
+
+cdef class Core:
+    """The event counter and its incident tracker, compiled (``EventCounter`` and ``IncidentTracker``)."""
+
+    cdef list kinds  # Kind
+    cdef int nk
+    cdef list stats  # KindStats
+    cdef dict index  # name -> kind index
+    cdef Needles needles
+    cdef Needles lits  # every string the kinds' decisions look for (literal_strings), or None
+    cdef object clock_time
+    cdef int recent_lines
+    cdef double window
+    cdef dict files  # path -> FileState
+    cdef list subs  # per kind: list of callbacks, or None
+    cdef public object errors
+    cdef uint64_t progress_mask
+    cdef int restart
+    cdef int banner
+    cdef list tag_sink
+    cdef int tag_keep
+    cdef int64_t tag_from
+    cdef Out out
+    cdef Lines lines  # the chunk being counted
+    cdef str cur_text  # the line being counted, for its time
+    cdef FileState cur_long_fs
+    cdef double cur_now
+    cdef double cur_long_by
+    cdef bint cur_long_has_by
+    # incidents
+    cdef int storm_threshold
+    cdef double storm_window
+    cdef double crash_window
+    cdef object records  # deque of Record
+    cdef int max_incidents
+    cdef dict dropped
+    cdef dict timeouts
+
+    def __init__(
+        self,
+        list kinds,
+        object clock,
+        list needles,
+        list needle_masks,
+        *,
+        int recent_lines=20,
+        double rate_window_s=300.0,
+        int storm_threshold=5,
+        double storm_window_s=60.0,
+        double crash_window_s=60.0,
+        int max_incidents=500,
+    ):
+        cdef Kind k
+        cdef int i
+        if len(kinds) > 64:
+            raise ValueError("the compiled path counts at most 64 kinds")
+        self.kinds = []
+        self.index = {}
+        self.progress_mask = 0
+        self.restart = -1
+        self.banner = -1
+        lits = literal_strings(kinds)
+        self.lits = Needles([t.encode("utf-8") for t in lits], [0] * len(lits)) if lits else None
+        for i, ek in enumerate(kinds):
+            if not ek.literals:
+                raise ValueError("a kind without literals: every line must be tried (the Python path does that)")
+            k = make_kind(ek, i, lits)
+            if k.progress:
+                self.progress_mask |= (<uint64_t>1) << i
+            if ek.name == "restart":
+                self.restart = i
+            if ek.name == "_banner":
+                self.banner = i
+            self.kinds.append(k)
+            self.index[k.name] = i
+        self.nk = len(self.kinds)
+        self.recent_lines = recent_lines if recent_lines > 1 else 1
+        self.window = rate_window_s if rate_window_s > 1.0 else 1.0
+        self.stats = [KindStats(self.recent_lines) for _ in range(self.nk)]
+        self.needles = Needles(needles, needle_masks)
+        self.clock_time = clock.time
+        self.files = {}
+        self.subs = [None] * self.nk
+        self.errors = _deque(maxlen=20)
+        self.tag_sink = None
+        self.tag_keep = 0
+        self.lines = Lines()
+        self.out = Out()
+        self.storm_threshold = storm_threshold if storm_threshold > 1 else 1
+        self.storm_window = storm_window_s
+        self.crash_window = crash_window_s
+        self.max_incidents = max_incidents
+        self.records = _deque(maxlen=max_incidents)
+        self.dropped = {}
+        self.timeouts = {}
+
+    # ------------------------------------------------------------------------------------------------ set-up
+    def subscribe(self, str kind, object callback):
+        cdef object i = self.index.get(kind)
+        if i is None:
+            raise KeyError(f"unknown event kind {kind!r}")
+        if self.subs[i] is None:
+            self.subs[i] = []
+        self.subs[i].append(callback)
+
+    def tag_into(self, object sink, int keep):
+        """Append (path, line number, kind) of every counted line among the newest ``keep`` of each chunk."""
+        self.tag_sink = sink
+        self.tag_keep = keep
+
+    cdef FileState file(self, str path):
+        cdef FileState fs = self.files.get(path)
+        cdef FileKind fk
+        if fs is None:
+            fs = FileState()
+            fs.path = path
+            fs.base = base_name(path)
+            fs.fid = len(self.files)
+            fs.kinds = []
+            for _ in range(self.nk):
+                fk = FileKind()
+                fk.last_step = None
+                fs.kinds.append(fk)
+            fs.blocks = {}
+            fs.step = None
+            self.files[path] = fs
+        return fs
+
+    # ------------------------------------------------------------------------------------------------ feeding
+    def feed(self, chunk):
+        cdef bytes data = chunk.data
+        cdef str path = chunk.path
+        cdef FileState fs = self.file(path)
+        cdef double now = self.clock_time()
+        cdef object by = chunk.backlog_mtime
+        cdef Lines lines = self.lines
+        cdef Py_ssize_t size = PyBytes_GET_SIZE(data), pos = 0, limit, end, nxt = 0, start
+        cdef int64_t lineno = chunk.first_lineno
+        cdef int64_t nlines = chunk.nlines
+        cdef bint final, first, continued = chunk.continued
+        lines.setup(data, by, (fs.stamp if fs.has_stamp else None) if by is not None else None)
+        self.cur_now = now
+        self.tag_from = lineno + (nlines - self.tag_keep if nlines > self.tag_keep else 0)
+        if chunk.continues_line:
+            end = lines.line_end(0, size, &nxt)
+            final = end < size or not continued
+            first = fs.long is None or fs.long.lineno != lineno
+            if first:
+                fs.long = LongLine()
+                fs.long.lineno = lineno
+                fs.long.head = b""
+                fs.long.tail = b""
+                fs.long.seen = set()
+            self.piece(fs, data[:end], first, final, now, by)
+            if not final:
+                return
+            pos = nxt
+            lineno += 1
+        else:
+            fs.long = None
+        limit = lines.last_start() if continued else size
+        if pos < limit:
+            self.scan(fs, lines, pos, limit, lineno, now)
+        if lines.stamp_pos >= 0:
+            fs.stamp = lines.stamp_t
+            fs.has_stamp = True
+        start = pos if pos > limit else limit
+        if continued and start < size:
+            fs.long = LongLine()
+            fs.long.lineno = chunk.first_lineno + nlines
+            fs.long.head = b""
+            fs.long.tail = b""
+            fs.long.seen = set()
+            self.piece(fs, data[start:], True, False, now, by)
+
+    cdef void scan(self, FileState fs, Lines lines, Py_ssize_t pos, Py_ssize_t limit, int64_t lineno,
+                   double now) except *:
+        """events.EventCounter._scan."""
+        cdef const unsigned char *p = lines.p
+        cdef bint cr = lines.cr
+        cdef Py_ssize_t nh = -2, stop, end, nxt = 0, start, hit, after
+        cdef int64_t moved
+        cdef Needles needles = self.needles
+        while pos < limit:
+            if fs.blocks:
+                if not cr:
+                    if nh == -2 or (nh >= 0 and nh < pos):
+                        nh = needles.first(p, pos, limit)
+                    stop = nh if nh >= 0 else limit
+                    moved = lineno
+                    after = self.skip_frames(fs, p, pos, stop, &moved)
+                    if after != pos:
+                        pos = after
+                        lineno = moved
+                        continue
+                end = lines.line_end(pos, limit, &nxt)
+                self.line(fs, lines, pos, end, lineno, now, needles.mask(p, pos, end))
+                lineno += 1
+                pos = nxt
+                continue
+            if nh == -2 or (nh >= 0 and nh < pos):
+                nh = needles.first(p, pos, limit)
+            if nh < 0:
+                return
+            hit = nh
+            if cr:
+                start = lines.line_start(hit, pos)
+                lineno += lines.count(pos, start)
+                end = lines.line_end(hit, limit, &nxt)
+            else:
+                start = rfind_byte(p, 10, pos, hit)
+                start = start + 1 if start >= 0 else pos
+                lineno += count_byte(p, 10, pos, start)
+                end = find_byte(p, 10, hit, limit)
+                if end < 0:
+                    end = nxt = limit
+                else:
+                    nxt = end + 1
+            self.line(fs, lines, start, end, lineno, now, needles.mask(p, start, end))
+            lineno += 1
+            pos = nxt
+
+    cdef Span when(self, When *w) except *:
+        cdef Lines lines
+        cdef double t
+        if not w.have:
+            if w.mode == 0:
+                lines = self.lines
+                t = lines.time_of(w.start, self.cur_text, self.cur_now)
+                w.span.t = t
+                if not lines.approximate:
+                    w.span.has_by = False
+                    w.span.by = 0.0
+                else:
+                    w.span.has_by = True
+                    w.span.by = lines.by if (lines.has_by and lines.by >= t) else INFINITY
+            else:
+                w.span = self.long_time(self.cur_long_fs, self.cur_now, self.cur_long_by, self.cur_long_has_by)
+            w.have = True
+        return w.span
+
+    cdef void line(self, FileState fs, Lines lines, Py_ssize_t start, Py_ssize_t end, int64_t lineno, double now,
+                   uint64_t mask) except *:
+        """events.EventCounter._line: incidents see the line, then each kind it matches counts."""
+        cdef str text, tag, body
+        cdef Py_ssize_t bpos
+        cdef U ut, ub
+        cdef uint64_t found = 0, m
+        cdef int i
+        cdef Kind k
+        cdef When w
+        cdef str sh
+        cdef bint restart = False
+        cdef Out out = self.out
+        cdef bint stripped = False
+        text = decode(<const char *>lines.p + start, end - start)
+        ut = uview(text)
+        if PyUnicode_FindChar(text, 27, 0, ut.n, 1) >= 0:
+            text = strip_sgr(text)
+            stripped = True
+            ut = uview(text)
+        bpos = split_at(text, ut, out)
+        tag = out.tag
+        body = PyUnicode_Substring(text, bpos, ut.n) if bpos else text
+        ub = uview(body)
+        out.lowered = None
+        # every string the kinds it may be look for, found in one pass over the body
+        out.has_bits = mask != 0 and self.lits is not None and body_bits(self.lits, body, out.bits)
+        m = mask
+        while m:
+            i = _lowest(m)
+            m &= m - 1
+            k = <Kind>self.kinds[i]
+            if k.matches(body, ub, out):
+                found |= (<uint64_t>1) << i
+        w.have = False
+        w.mode = 0
+        w.start = start
+        self.cur_text = text
+        if fs.blocks or header(body, ub):  # with no block open only a header matters (IncidentTracker.line)
+            self.inc_line(fs, tag, body, ub, lineno, &w)
+        if not found:
+            return
+        if self.banner >= 0 and found & ((<uint64_t>1) << self.banner):
+            fs.banners += 1
+            # a second start banner in the same file is the process starting again (counted after the others)
+            restart = fs.banners > 1 and self.restart >= 0 and not (found & ((<uint64_t>1) << self.restart))
+        sh = shown(text)
+        self.when(&w)
+        m = found
+        while m:
+            i = _lowest(m)
+            m &= m - 1
+            self.count(i, fs, lineno, w.span, sh, now)
+        if restart:
+            self.count(self.restart, fs, lineno, w.span, sh, now)
+
+    cdef void piece(self, FileState fs, bytes piece, bint first, bint final, double now, object by) except *:
+        """events.EventCounter._piece: one piece of an over-long line, counted once per kind."""
+        cdef LongLine long = fs.long
+        cdef bytes window
+        cdef str text, tag, body, head, sh
+        cdef Out out = self.out
+        cdef Py_ssize_t bpos, hl
+        cdef U ut, ub
+        cdef When w
+        cdef Kind k
+        cdef int i
+        cdef list found = []
+        if long is None:
+            return
+        hl = len(long.head)
+        if hl < _HEAD:
+            long.head = long.head + piece[: _HEAD - hl]
+        window = long.tail + piece
+        text = decode(PyBytes_AS_STRING(window), PyBytes_GET_SIZE(window))
+        if PyUnicode_FindChar(text, 27, 0, PyUnicode_GET_LENGTH(text), 1) >= 0:
+            text = strip_sgr(text)
+        ut = uview(text)
+        bpos = split_at(text, ut, out)
+        tag = out.tag
+        body = PyUnicode_Substring(text, bpos, ut.n) if bpos else text
+        self.cur_long_fs = fs
+        self.cur_now = now
+        self.cur_long_has_by = by is not None
+        self.cur_long_by = <double>by if by is not None else 0.0
+        w.have = False
+        w.mode = 1
+        if first:  # prefixes exist only at the start of a line; incidents see the line once, by its head
+            head = body[:_HEAD]
+            self.inc_line(fs, tag, head, uview(head), long.lineno, &w)
+        else:
+            body = text
+        ub = uview(body)
+        out.lowered = None
+        out.has_bits = False
+        for i in range(self.nk):
+            k = <Kind>self.kinds[i]
+            if k.name not in long.seen and k.matches(body, ub, out):
+                found.append(i)
+        if found:
+            self.when(&w)
+            sh = shown(self.prepare_text(long.head))
+            for i in found:
+                long.seen.add((<Kind>self.kinds[i]).name)
+                self.count(i, fs, long.lineno, w.span, sh, now)
+        long.tail = window[len(window) - _OVERLAP :] if len(window) > _OVERLAP else window
+        if final:
+            fs.long = None
+
+    cdef str prepare_text(self, bytes raw):
+        cdef str text = decode(PyBytes_AS_STRING(raw), PyBytes_GET_SIZE(raw))
+        if PyUnicode_FindChar(text, 27, 0, PyUnicode_GET_LENGTH(text), 1) >= 0:
+            text = strip_sgr(text)
+        return text
+
+    cdef Span long_time(self, FileState fs, double now, double by, bint has_by) except *:
+        """events.EventCounter._long_time."""
+        cdef LongLine long = fs.long
+        cdef double parsed, lo
+        cdef Span s
+        if not long.has_span:
+            parsed = parse_time_u(uview(self.prepare_text(long.head)), by if has_by else now)
+            if not isnan(parsed):
+                long.span_t, long.span_has_by = parsed, False
+                fs.stamp, fs.has_stamp = parsed, True
+            elif not has_by:
+                long.span_t, long.span_has_by = now, False
+            else:
+                lo = fs.stamp if fs.has_stamp else -INFINITY
+                long.span_t, long.span_has_by = lo, True
+                long.span_by = by if by >= lo else INFINITY
+            long.has_span = True
+        s.t = long.span_t
+        s.has_by = long.span_has_by
+        s.by = long.span_by if long.span_has_by else 0.0
+        return s
+
+    cdef void count(self, int i, FileState fs, int64_t lineno, Span span, str sh, double now) except *:
+        """events.EventCounter._count: one occurrence of kind i."""
+        cdef KindStats st = <KindStats>self.stats[i]
+        cdef Kind k = <Kind>self.kinds[i]
+        cdef FileKind fk = <FileKind>fs.kinds[i]
+        cdef FileKind other
+        cdef double when = span.t, hi, lo, own
+        cdef str digits
+        cdef int j
+        cdef uint64_t m
+        cdef int64_t second
+        cdef object line = None
+        cdef list subs = self.subs[i]
+        cdef object cb
+        st.count += 1
+        if k.progress:
+            digits = step_number(sh)
+            fs.progress_lines += 1
+            fs.step = f"step {digits}" if digits is not None else f"progress line {fs.progress_lines}"
+            m = fs.streaking
+            fs.streaking = 0
+            while m:
+                j = _lowest(m)
+                m &= m - 1
+                (<FileKind>fs.kinds[j]).streak = 0
+        else:
+            if not fk.has_streak:
+                fk.has_streak = True
+                st.streak_order.append(fs)
+            fk.streak += 1
+            fs.streaking |= (<uint64_t>1) << i
+        own = NAN if span.has_by else when
+        if k.internal:
+            if subs:
+                line = log_line(fs.path, lineno, sh, own)
+        else:
+            if not fk.has_files:
+                fk.has_files = True
+                st.file_order.append(fs)
+            fk.files += 1
+            hi = span.by if span.has_by else when
+            st.first_lo = pymin(st.first_lo, when)
+            st.first_hi = pymin(st.first_hi, hi)
+            if not span.has_by:
+                if not fk.has_last or when >= fk.last_lo:
+                    fk.has_last = True
+                    fk.last_lo = fk.last_hi = when
+                    fk.last_placed = False
+                    fk.last_step = None
+                second = <int64_t>when
+                if <double>second >= now - self.window:
+                    st.buckets[second] = st.buckets.get(second, 0) + 1
+                    if len(st.buckets) > 2 * self.window + 16:
+                        self.prune(st, now)
+            else:
+                st.approximate = True
+                lo = when if (not fk.has_last or when > fk.last_lo) else fk.last_lo
+                fk.has_last = True
+                fk.last_lo = lo
+                fk.last_hi = hi if hi > lo else lo
+                fk.last_placed = True
+                fk.last_lineno = lineno
+                fk.last_step = fs.step
+            st.remember(fs.path, lineno, sh, own)
+            if subs:
+                line = log_line(fs.path, lineno, sh, own)
+        if k.event:
+            self.inc_event(k, fs, lineno, span, sh)
+        if self.tag_sink is not None and lineno >= self.tag_from:
+            self.tag_sink.append((fs.path, lineno, k.name))
+        if subs:
+            for cb in subs:
+                try:
+                    cb(line)
+                except Exception as exc:
+                    self.errors.append(f"subscriber of {k.name} failed: {type(exc).__name__}: {exc}")
+
+    cdef void prune(self, KindStats st, double now) except *:
+        cdef object floor = int(now - self.window)
+        for second in [s for s in st.buckets if s < floor]:
+            del st.buckets[second]
+
+    # ------------------------------------------------------------------------------------------------ reading
+    def summaries(self):
+        cdef double now = self.clock_time()
+        cdef dict out = {}
+        cdef Kind k
+        cdef KindStats st
+        cdef int i
+        cdef int64_t in_window
+        for i in range(self.nk):
+            k = <Kind>self.kinds[i]
+            if k.internal:
+                continue
+            st = <KindStats>self.stats[i]
+            self.prune(st, now)
+            in_window = 0
+            for s, n in st.buckets.items():
+                if s >= now - self.window:
+                    in_window += n
+            first, first_by, last, last_by, position = self.bounds(i, st)
+            out[k.name] = EventSummary(
+                kind=k.name,
+                severity=k.kind.severity,
+                count=st.count,
+                first=first,
+                last=last,
+                rate_per_min=in_window * 60.0 / self.window,
+                streak=0 if k.progress else self.max_streak(i, st),
+                files={(<FileState>fs).path: (<FileKind>(<FileState>fs).kinds[i]).files for fs in st.file_order},
+                recent=st.recent(),
+                approximate=st.approximate,
+                first_by=first_by,
+                last_by=last_by,
+                position=position,
+            )
+        return out
+
+    cdef int64_t max_streak(self, int i, KindStats st):
+        cdef int64_t best = 0
+        cdef FileKind fk
+        for fs in st.streak_order:
+            fk = <FileKind>(<FileState>fs).kinds[i]
+            if fk.streak > best:
+                best = fk.streak
+        return best
+
+    cdef tuple bounds(self, int i, KindStats st):
+        cdef FileKind fk, latest = None
+        cdef FileState fs, latest_fs = None
+        cdef double last_lo = 0.0, last_hi
+        cdef bint any_last = False
+        cdef str where
+        if not st.count:
+            return None, None, None, None, None
+        for f in st.file_order:
+            fs = <FileState>f
+            fk = <FileKind>fs.kinds[i]
+            if not fk.has_last:
+                continue
+            if not any_last:
+                last_lo = fk.last_lo
+                any_last = True
+            elif fk.last_lo > last_lo:
+                last_lo = fk.last_lo
+            if latest is None or (fk.last_hi, fk.last_lo) > (latest.last_hi, latest.last_lo):
+                latest, latest_fs = fk, fs
+        if not any_last:
+            return None, None, None, None, None
+        if not st.approximate:
+            return _finite(st.first_lo), None, _finite(last_lo), None, None
+        last_hi = pymax(latest.last_hi, last_lo)
+        if last_hi == last_lo:
+            where = None
+        elif latest.last_placed:
+            where = line_ref(latest_fs.base, latest.last_lineno)
+            if latest.last_step:
+                where = f"{where}, after {latest.last_step}"
+        else:
+            where = None
+        return _finite(st.first_lo), _finite(st.first_hi), _finite(last_lo), _finite(last_hi), where
+
+    def streaks(self, str kind):
+        cdef object i = self.index.get(kind)
+        cdef KindStats st
+        cdef FileKind fk
+        if i is None:
+            return {}
+        st = <KindStats>self.stats[i]
+        out = {}
+        for fs in st.streak_order:
+            fk = <FileKind>(<FileState>fs).kinds[i]
+            if fk.streak:
+                out[(<FileState>fs).path] = fk.streak
+        return out
+
+    def incidents(self):
+        cdef Record rec
+        for r in self.records:
+            rec = <Record>r
+            if rec.root_cause is not None and rec.cause is None:
+                rec.cause = self.cause_of(rec)
+        return tuple([(<Record>r).freeze() for r in self.records])
+
+    def dropped_incidents(self):
+        return tuple(IncidentTally(kind, sig, *tally) for (kind, sig), tally in self.dropped.items())
+
+    def open_files(self):
+        """Paths with a traceback block open (``IncidentTracker.open_paths``)."""
+        return {path: set((<FileState>fs).blocks) for path, fs in self.files.items() if (<FileState>fs).blocks}
+
+    # ------------------------------------------------------------------------------------------- tracebacks
+    cdef void inc_open(self, FileState fs, str tag, int64_t lineno, When *w) except *:
+        cdef Block b = Block()
+        cdef Span s = self.when(w)
+        b.lineno = lineno
+        b.first_t, b.first_by, b.first_has_by = s.t, s.by, s.has_by
+        b.seen = lineno
+        b.lines = 1
+        b.location = None
+        b.state = 0
+        b.exc_type = ""
+        b.exc_msg = ""
+        b.rank = _inc._rank_of(tag) if "rank" in tag else None
+        fs.blocks[tag] = b
+
+    cdef inline void inc_close(self, FileState fs, str tag) except *:
+        fs.blocks.pop(tag, None)
+
+    cdef void expire(self, FileState fs, str tag, int64_t lineno) except *:
+        """Close the blocks of other writers in the file that have been silent for too long."""
+        cdef Block b
+        cdef int64_t d
+        if len(fs.blocks) == 1 and tag in fs.blocks:
+            return
+        for other in [t for t in fs.blocks if t != tag]:
+            b = <Block>fs.blocks[other]
+            d = lineno - b.seen
+            if not (0 <= d <= _SILENT_LINES):
+                del fs.blocks[other]
+
+    cdef void inc_line(self, FileState fs, str tag, str body, U u, int64_t lineno, When *w) except *:
+        """IncidentTracker.line."""
+        cdef Block block
+        cdef Py_ssize_t k, lim
+        cdef bint gutter = False
+        if not fs.blocks:
+            if header(body, u):
+                self.inc_open(fs, tag, lineno, w)
+            return
+        self.expire(fs, tag, lineno)
+        block = <Block>fs.blocks.get(tag)
+        lim = 12 if u.n > 12 else u.n
+        for k in range(lim):
+            if at(u, k) == 124 or at(u, k) == 43:
+                gutter = True
+                break
+        if gutter:
+            body = _GUTTER_SUB("", body, count=1)
+            u = uview(body)
+        if block is None:
+            if header(body, u):
+                self.inc_open(fs, tag, lineno, w)
+            return
+        block.seen = lineno
+        if block.state == 0:
+            self.in_frames(fs, tag, block, body, u, lineno, w)
+        else:
+            self.after(fs, tag, block, body, u, lineno, w)
+
+    cdef void in_frames(self, FileState fs, str tag, Block block, str body, U u, int64_t lineno, When *w) except *:
+        cdef object exc
+        cdef Span s
+        block.lines += 1
+        if frame(body, u, self.out):
+            block.location = location(self.out.file, self.out.line)
+            block.idle = 0
+            return
+        if header(body, u):
+            self.inc_open(fs, tag, lineno, w)
+            return
+        if (u.n and uspace(at(u, 0))) or all_space(u, 0, u.n):
+            block.idle += 1
+        else:
+            exc = exception(rstrip_str(body))
+            if exc is not None:
+                block.exc_type, block.exc_msg = exc
+                block.state = 1
+                block.idle = 0
+                if block.exc_type.endswith("ChildFailedError"):
+                    block.report = _Report()
+                s = self.when(w)
+                self.publish(fs, block, s, lineno)
+                return
+            block.idle += 1
+        if block.idle > _STALL_LINES:
+            self.inc_close(fs, tag)
+
+    cdef void after(self, FileState fs, str tag, Block block, str body, U u, int64_t lineno, When *w) except *:
+        cdef object report = block.report
+        cdef Span s
+        block.idle += 1
+        block.gap += 1
+        if report is not None and not report.done and block.state == 1 and _report_line(report, body):
+            block.idle = 0
+            s = self.when(w)
+            self.publish(fs, block, s, lineno)
+            if report.done:
+                self.inc_close(fs, tag)
+            return
+        if chain_line(u):
+            block.state = 2
+            return
+        if header(body, u):
+            if block.state == 2:
+                block.state = 0
+                block.location = None
+                block.idle = 0
+                block.lines += block.gap
+                block.gap = 0
+                return
+            self.inc_close(fs, tag)
+            self.inc_open(fs, tag, lineno, w)
+            return
+        if block.idle > _AFTER_LINES:
+            self.inc_close(fs, tag)
+
+    cdef void publish(self, FileState fs, Block block, Span s, int64_t lineno) except *:
+        cdef str message = block.exc_msg, title, sig
+        cdef object report = block.report, root = None
+        cdef tuple victims = ()
+        cdef Record rec
+        cdef list parts
+        if report is not None and report.failures:
+            frozen = [(f.root, f.freeze()) for f in report.failures]
+            roots = [c for is_root, c in frozen if is_root]
+            root = roots[0] if roots else None
+            victims = tuple(c for is_root, c in frozen if not is_root)
+        if report is not None and (report.name or root):
+            parts = [f"{report.name} FAILED" if report.name else ""]
+            if root is not None:
+                parts.append(_failure_text(root))
+            message = ", ".join(p for p in parts if p)
+        title = block.exc_type + (": " + message[:_TITLE_MSG_CHARS] if message else "")
+        sig = signature(("traceback", block.exc_type, message, block.location))
+        rec = block.record
+        if rec is None:
+            rec = self.new_record("traceback", fs, block.lineno, block.first_t, block.first_by, block.first_has_by,
+                                  block.lines, title, sig)
+            rec.rank = block.rank
+            rec.stretch(s.t, s.by, s.has_by, lineno)
+            block.record = rec
+        else:
+            rec.stretch(s.t, s.by, s.has_by, lineno)
+            rec.count = block.lines
+        rec.title = title
+        rec.location = block.location
+        rec.signature = sig
+        rec.root_cause = root
+        rec.victims = victims
+
+    cdef Py_ssize_t skip_frames(self, FileState fs, const unsigned char *p, Py_ssize_t pos, Py_ssize_t stop,
+                                int64_t *lineno) except -2:
+        """IncidentTracker.skip_frames: the frame lines at p[pos:stop] read in bulk, with the effect that reading
+        each would have; returns where the lines read end (pos: none read)."""
+        cdef Block block = <Block>fs.blocks.get("")
+        cdef Py_ssize_t window, k, end, q, nl, after
+        cdef int64_t first = lineno[0], n, room
+        if block is None:
+            return pos
+        if block.state != 0:
+            return self.skip_between(fs, block, p, pos, stop, lineno)
+        window = stop if stop < pos + _WINDOW else pos + _WINDOW
+        k = find_traceback(p, pos, window)
+        if k >= 0:
+            k = rfind_byte(p, 10, pos, k)
+            window = k + 1 if k >= 0 else pos
+        end = frame_run(p, pos, window)
+        if end < 0:
+            return pos
+        while pos < end:
+            room = _STALL_LINES - block.idle
+            if room <= 0:
+                break
+            q = nth_line_end(p, pos, end, room if room < 80 else 80)
+            n = count_byte(p, 10, pos, q)
+            after = self.last_frame(p, pos, q)
+            if after < 0:
+                block.idle += n
+            else:
+                block.location = location(self.out.file, self.out.line)
+                block.idle = count_byte(p, 10, after, q)
+            block.lines += n
+            lineno[0] += n
+            block.seen = lineno[0] - 1
+            pos = q
+        if lineno[0] > first and len(fs.blocks) > 1:
+            self.expire_over(fs, first, lineno[0] - 1)
+        return pos
+
+    cdef Py_ssize_t skip_between(self, FileState fs, Block block, const unsigned char *p, Py_ssize_t pos,
+                                 Py_ssize_t stop, int64_t *lineno) except -2:
+        cdef Py_ssize_t end
+        cdef int64_t n
+        if block.report is not None:
+            return pos
+        end = between_run(p, pos, stop)
+        if end < 0:
+            return pos
+        n = count_byte(p, 10, pos, end)
+        if block.idle + n > _AFTER_LINES:
+            return pos
+        block.idle += n
+        block.gap += n
+        if find_exception_word(p, pos, end):
+            block.state = 2
+        block.seen = lineno[0] + n - 1
+        if len(fs.blocks) > 1:
+            self.expire_over(fs, lineno[0], lineno[0] + n - 1)
+        lineno[0] += n
+        return end
+
+    cdef void expire_over(self, FileState fs, int64_t first, int64_t last) except *:
+        cdef Block b
+        for other in [t for t in fs.blocks if t != ""]:
+            b = <Block>fs.blocks[other]
+            if first < b.seen or last - b.seen > _SILENT_LINES:
+                del fs.blocks[other]
+
+    cdef Py_ssize_t last_frame(self, const unsigned char *p, Py_ssize_t pos, Py_ssize_t q) except -2:
+        """IncidentTracker._last_frame: the last frame line of p[pos:q] (its file and line in self.out), and where
+        the next line starts; -1: none."""
+        cdef Py_ssize_t hi = q, i, start, nl, k
+        cdef bint blank
+        cdef str text, body
+        cdef U u
+        while True:
+            i = rfind_frame_word(p, pos, hi)
+            if i < 0:
+                return -1
+            start = rfind_byte(p, 10, pos, i)
+            start = start + 1 if start >= 0 else pos
+            blank = True
+            for k in range(start, i):
+                if p[k] != 32 and p[k] != 9:
+                    blank = False
+                    break
+            if blank:
+                nl = find_byte(p, 10, i, q)
+                if nl < 0:  # not in a frame run, whose lines all end before q
+                    nl = q
+                text = decode(<const char *>p + start, nl - start)
+                if PyUnicode_FindChar(text, 27, 0, PyUnicode_GET_LENGTH(text), 1) >= 0:
+                    text = strip_sgr(text)
+                u = uview(text)
+                k = split_at(text, u, self.out)
+                body = PyUnicode_Substring(text, k, u.n) if k else text
+                if frame(body, uview(body), self.out):
+                    return nl + 1
+            hi = start
+
+    # ------------------------------------------------------------------------------------- storms and crashes
+    cdef void inc_event(self, Kind k, FileState fs, int64_t lineno, Span span, str text) except *:
+        """IncidentTracker.event."""
+        if k.storm:
+            self.storm(k, fs, lineno, span)
+        elif k.name == "nccl_timeout":
+            self.timeout(fs, lineno, span, text)
+        elif k.name in _CRASH_KINDS:
+            self.crash(k.name, fs, lineno, span, text)
+
+    cdef void storm(self, Kind k, FileState fs, int64_t lineno, Span span) except *:
+        cdef Storm storm
+        cdef double t = span.t
+        cdef Record rec
+        cdef int last
+        cdef str sig
+        if k.name == _STORM_REFUSED:
+            if fs.storm_refused is None:
+                fs.storm_refused = Storm(self.storm_threshold)
+            storm = fs.storm_refused
+        else:
+            if fs.storm_timeout is None:
+                fs.storm_timeout = Storm(self.storm_threshold)
+            storm = fs.storm_timeout
+        # append, the oldest dropped when full (a deque with maxlen = threshold)
+        if storm.size < storm.cap:
+            last = (storm.head + storm.size) % storm.cap
+            storm.size += 1
+        else:
+            last = storm.head
+            storm.head = (storm.head + 1) % storm.cap
+        storm.times[last] = t
+        storm.lines[last] = lineno
+        while storm.size and storm.times[storm.head] < t - self.storm_window:
+            storm.head = (storm.head + 1) % storm.cap
+            storm.size -= 1
+        rec = storm.record
+        if rec is not None and _gap(rec.last, t) <= self.storm_window:
+            rec.count += 1
+            rec.stretch(t, span.by, span.has_by, lineno)
+        elif storm.size >= self.storm_threshold:
+            sig = signature(("retry_storm", k.name, fs.base))
+            rec = self.new_record("retry_storm", fs, storm.lines[storm.head], storm.times[storm.head], span.by,
+                                  span.has_by, storm.size, None, sig)
+            rec.stretch(t, span.by, span.has_by, lineno)
+            rec.storm_label = "connection-refused" if k.name == _STORM_REFUSED else "timeout"
+            storm.record = rec
+        else:
+            return
+        rec.title = None  # made when read: "<count> connection-refused errors (trainer.log)"
+
+    cdef void crash(self, str kind, FileState fs, int64_t lineno, Span span, str text) except *:
+        cdef Record rec = fs.crash
+        cdef str title
+        if rec is not None and _gap(rec.last, span.t) <= self.crash_window:
+            rec.count += 1
+            rec.stretch(span.t, span.by, span.has_by, lineno)
+            return
+        title = _crash_title(kind, text)
+        fs.crash = self.new_record("crash", fs, lineno, span.t, span.by, span.has_by, 1, title,
+                                   signature(("crash", title)))
+
+    cdef void timeout(self, FileState fs, int64_t lineno, Span span, str text) except *:
+        """IncidentTracker._timeout: the first printing of a timed-out collective makes the incident."""
+        cdef Record rec
+        work = _WORK_SEARCH(text)
+        if work is None:
+            return
+        m = _WORK_RANK_SEARCH(text)
+        rank = int(m.group(1)) if m else _inc._rank_of(text[: max(0, work.start())])
+        seq, op = int(work.group(1)), work.group(2)
+        key = (fs.path, rank, seq, op)
+        found = self.timeouts.get(key)
+        if found is not None:
+            rec = <Record>found
+            if 0 <= lineno - rec.last_line <= _NCCL_SAME_BURST:
+                rec.count += 1
+                rec.stretch(span.t, span.by, span.has_by, lineno)
+                rec.title = _timeout_title(rec)
+                return
+        limit = _WORK_TIMEOUT_SEARCH(work.group(3))
+        pg = _PG_SEARCH(text)
+        coll = _CollectiveTimeout(
+            rank=rank,
+            seq=seq,
+            op=op,
+            timeout_ms=int(limit.group(1)) if limit else None,
+            ran_ms=int(work.group(4)) if work.group(4) else None,
+            group=pg.group(1) if pg else None,
+        )
+        sig = signature(("nccl_timeout", op, "" if limit is None else limit.group(1)))
+        rec = self.new_record("nccl_timeout", fs, lineno, span.t, span.by, span.has_by, 1, "", sig)
+        rec.rank = rank
+        rec.collective = coll
+        rec.title = _timeout_title(rec)
+        self.timeouts[key] = rec
+
+    cdef Record new_record(self, str kind, FileState fs, int64_t lineno, double t, double by, bint has_by,
+                           int64_t count, str title, str sig):
+        cdef Record rec = Record()
+        rec.kind = kind
+        rec.path = fs.path
+        rec.lineno = lineno
+        rec.first = t
+        rec.last = t
+        rec.count = count
+        rec.title = title
+        rec.location = None
+        rec.signature = sig
+        rec.hi = pymax(by, t) if has_by else t
+        rec.approximate = has_by
+        rec.first_exact = not has_by
+        rec.last_line = lineno
+        rec.victims = ()
+        if has_by:
+            rec.position = line_ref(fs.base, lineno)
+            if fs.step:
+                rec.position = f"{rec.position}, after {fs.step}"
+        if len(self.records) == self.max_incidents:
+            self.drop(<Record>self.records[0])
+        self.records.append(rec)
+        return rec
+
+    cdef void drop(self, Record rec) except *:
+        """Tally an incident that the kept ones push out (its lines long read: its signature is final)."""
+        cdef tuple key = (rec.kind, rec.signature)
+        cdef list tally = self.dropped.get(key)
+        if tally is not None:
+            tally[0] += 1
+            tally[1] += rec.count
+        elif len(self.dropped) < _MAX_TALLIES:
+            self.dropped[key] = [1, rec.count, rec.first if rec.first_exact and isfinite(rec.first) else None]
+
+    cdef object cause_of(self, Record failure):
+        root = failure.root_cause
+        if root is None or root.rank is None:
+            return None
+        best = None
+        cdef Record rec, b
+        cdef bint same
+        for r in self.records:
+            rec = <Record>r
+            if rec is failure or rec.rank != root.rank or rec.kind not in ("traceback", "nccl_timeout"):
+                continue
+            if rec.root_cause is not None or rec.title.startswith(_CHILD_TITLES):
+                continue
+            same = rec.path == failure.path
+            if same and rec.lineno > failure.lineno:
+                continue
+            if best is None:
+                best = rec
+                continue
+            b = <Record>best
+            if (same, rec.last, rec.lineno) > (b.path == failure.path, b.last, b.lineno):
+                best = rec
+        return best
+
+
+# ================================================================================================ bulk byte runs
+cdef Py_ssize_t find_traceback(const unsigned char *p, Py_ssize_t a, Py_ssize_t b) noexcept nogil:
+    cdef const char *r
+    if b - a < 9:
+        return -1
+    r = rlw_memmem(<const char *>p + a, b - a, b"Traceback", 9)
+    return -1 if r == NULL else <const unsigned char *>r - p
+
+
+cdef Py_ssize_t rfind_frame_word(const unsigned char *p, Py_ssize_t a, Py_ssize_t b) noexcept nogil:
+    """``data.rfind(b'File "', a, b)``."""
+    cdef Py_ssize_t i = b - 6
+    while i >= a:
+        if p[i] == 70 and memcmp(p + i, b'File "', 6) == 0:
+            return i
+        i -= 1
+    return -1
+
+
+cdef bint find_exception_word(const unsigned char *p, Py_ssize_t a, Py_ssize_t b) noexcept nogil:
+    return b - a >= 9 and rlw_memmem(<const char *>p + a, b - a, b"exception", 9) != NULL
+
+
+cdef inline bint _frame_char(unsigned char c) noexcept nogil:
+    return (0x21 <= c <= 0x2A) or (0x2C <= c <= 0x7B) or c == 0x7D or c == 0x7E
+
+
+cdef Py_ssize_t frame_run(const unsigned char *p, Py_ssize_t pos, Py_ssize_t window) noexcept nogil:
+    """``_FRAME_RUN.match(data, pos, window).end()``: complete lines of a blank or tab, then a printable ASCII
+    character other than ``|`` and ``+``, then no escape; -1: none."""
+    cdef Py_ssize_t i = pos, j, good = -1
+    while i < window:
+        j = i
+        while j < window and (p[j] == 32 or p[j] == 9):
+            j += 1
+        if j == i or j >= window or not _frame_char(p[j]):
+            break
+        j += 1
+        while j < window and p[j] != 10 and p[j] != 27:
+            j += 1
+        if j >= window or p[j] != 10:
+            break
+        i = j + 1
+        good = i
+    return good
+
+
+cdef Py_ssize_t nth_line_end(const unsigned char *p, Py_ssize_t pos, Py_ssize_t end, int64_t k) noexcept nogil:
+    """``_N_LINES[k].match(data, pos, end)``: after the k-th line of p[pos:end]; end when there are fewer."""
+    cdef Py_ssize_t i = pos, r
+    cdef int64_t n
+    for n in range(k):
+        r = find_byte(p, 10, i, end)
+        if r < 0:
+            return end
+        i = r + 1
+    return i
+
+
+cdef Py_ssize_t between_run(const unsigned char *p, Py_ssize_t pos, Py_ssize_t stop) noexcept nogil:
+    """``_BETWEEN_RUN.match(data, pos, stop).end()``: blank lines and chain messages; -1: none."""
+    cdef Py_ssize_t i = pos, j, good = -1
+    while i < stop:
+        j = i
+        while j < stop and (p[j] == 32 or p[j] == 9):
+            j += 1
+        if j + 67 <= stop and memcmp(p + j, b"During handling of the above exception, another exception occurred:",
+                                      67) == 0:
+            j += 67
+        elif j + 68 <= stop and memcmp(
+            p + j, b"The above exception was the direct cause of the following exception:", 68
+        ) == 0:
+            j += 68
+        while j < stop and (p[j] == 32 or p[j] == 9):
+            j += 1
+        if j >= stop or p[j] != 10:
+            break
+        i = j + 1
+        good = i
+    return good
+
+
+cdef object _finite(double t):
+    return t if isfinite(t) else None
+
+
+cdef extern from *:
+    """
+    static inline int rlw_lowest(uint64_t m) { return __builtin_ctzll(m); }
+    """
+    int _lowest "rlw_lowest"(uint64_t m) noexcept nogil
+
+
+from rlwatch.logs.kinds import _CODE_LINE as _CODE_LINE_RE
+
+cdef str _CODE_LINE_PATTERN = _CODE_LINE_RE.pattern
+
+
+# ========================================================================================================= trackers
+# rlwatch/logs/training.py (TrainingTracker._parse) and learning.py (LearningTracker.on_line): the lines the counter
+# delivers, read in C where they are AReaL's (step lines, stats rows, weight updates); other formats (TRL's dicts,
+# verl's step lines, OpenRLHF's bar) go to the trackers' own Python, at the same point of the same order.
+
+cdef object _training = None
+cdef object _learning = None
+cdef object _PREFIX_SUB = None
+cdef object _line_ref_py = None
+cdef object _MetricPoint = None
+cdef object _MP_STEP = None
+cdef object _MP_VALUE = None
+cdef object _MP_TIME = None
+cdef list _AREAL_SUFFIXES = None  # [(name, (suffix, ...))]
+cdef str _BOX = "\u2502"  # │
+cdef str _HEAVY = "\u2503"  # ┃
+cdef str _UPDATE_WEIGHTS_KEY = "timeperf/update_weights"
+cdef str _DISK_UPDATE_TEXT = "Loading weights from disk done in "
+
+
+cdef void _trackers_init() except *:
+    global _training, _learning, _PREFIX_SUB, _line_ref_py, _MetricPoint, _MP_STEP, _MP_VALUE, _MP_TIME
+    global _AREAL_SUFFIXES
+    if _training is not None:
+        return
+    from rlwatch.common import state
+    from rlwatch.logs import learning, training
+
+    _PREFIX_SUB = training._PREFIX.sub
+    _line_ref_py = state.line_ref
+    _MetricPoint = state.MetricPoint
+    _MP_STEP = _MetricPoint.__dict__["step"]
+    _MP_VALUE = _MetricPoint.__dict__["value"]
+    _MP_TIME = _MetricPoint.__dict__["time"]
+    _AREAL_SUFFIXES = list(learning.AREAL_SUFFIXES.items())
+    _SUFFIX_BYTES.extend(sfx.encode() for _, suffixes in _AREAL_SUFFIXES for sfx in suffixes)
+    _learning = learning
+    _training = training
+
+
+cdef object metric_point(object step, double value, double time):
+    cdef object p = _object_new(_MetricPoint)
+    rlw_set_slot(_MP_STEP, p, step)
+    rlw_set_slot(_MP_VALUE, p, value)
+    rlw_set_slot(_MP_TIME, p, time)
+    return p
+
+
+cdef Py_ssize_t count_char(str text, uc c) except -1:
+    """``text.count(c)`` of one character."""
+    cdef U u
+    cdef Py_ssize_t i, n = 0
+    if c >= 128 and PyUnicode_IS_ASCII(text):
+        return 0
+    u = uview(text)
+    for i in range(u.n):
+        if at(u, i) == c:
+            n += 1
+    return n
+
+
+cdef object areal_step(str text):
+    """``parse_areal_step``: ``Train step ([0-9]{1,12})/([0-9]{1,12}) done`` searched: (step, total) or None."""
+    cdef U u = uview(text)
+    cdef Py_ssize_t k = PyUnicode_Find(text, "Train step ", 0, u.n, 1)
+    cdef Py_ssize_t i, a, b
+    while k >= 0:
+        i = k + 11
+        a = i
+        while i < u.n and adigit(at(u, i)):
+            i += 1
+        if 1 <= i - a <= 12 and i < u.n and at(u, i) == 47:
+            i += 1
+            b = i
+            while i < u.n and adigit(at(u, i)):
+                i += 1
+            if 1 <= i - b <= 12 and starts_at(u, i, b" done", 5):
+                return int(PyUnicode_Substring(text, a, b - 1)), int(PyUnicode_Substring(text, b, i))
+        k = PyUnicode_Find(text, "Train step ", k + 1, u.n, 1)
+    return None
+
+
+cdef object weight_update_seconds(str text):
+    """``parse_weight_update``: ``Loading weights from disk done in ([0-9]{1,9}(?:\\.[0-9]{0,9})?)s``, or None."""
+    cdef U u = uview(text)
+    cdef Py_ssize_t k = PyUnicode_Find(text, _DISK_UPDATE_TEXT, 0, u.n, 1)
+    cdef Py_ssize_t i, a, f
+    while k >= 0:
+        a = k + 34
+        i = a
+        while i < u.n and adigit(at(u, i)):
+            i += 1
+        if 1 <= i - a <= 9 and i < u.n:
+            if at(u, i) == 115:
+                return float(PyUnicode_Substring(text, a, i))
+            if at(u, i) == 46:
+                f = i + 1
+                while f < u.n and adigit(at(u, f)):
+                    f += 1
+                if f - i - 1 <= 9 and f < u.n and at(u, f) == 115:
+                    return float(PyUnicode_Substring(text, a, f))
+        k = PyUnicode_Find(text, _DISK_UPDATE_TEXT, k + 1, u.n, 1)
+    return None
+
+
+cdef bint recent_add_ordered(object recent, object key) except -1:
+    """``training._Recent.add``: an OrderedDict of the newest keys."""
+    cdef object keys = recent._keys
+    if key in keys:
+        keys.move_to_end(key)
+        return False
+    keys[key] = None
+    if len(keys) > recent._size:
+        keys.popitem(last=False)
+    return True
+
+
+cdef bint recent_add_plain(object recent, object key) except -1:
+    """``learning._Recent.add``: an OrderedDict of the newest keys (not moved when seen again)."""
+    cdef object keys = recent._keys
+    if key in keys:
+        return False
+    keys[key] = None
+    if len(keys) > recent._size:
+        keys.popitem(last=False)
+    return True
+
+
+cdef int reward_rank(str key) except -1:
+    if key.endswith("task_reward/avg"):
+        return 2
+    if key == "rollout/reward" or key.endswith(("/rollout/reward", "rollout/reward/avg")):
+        return 1
+    return 0
+
+
+def training_apply(object t, double offset):
+    """``TrainingTracker._apply_pending`` after its offset is read: every queued line parsed, in order."""
+    cdef object queue = t._queue
+    cdef object line
+    _trackers_init()
+    popleft = queue.popleft
+    while queue:
+        line = popleft()
+        try:
+            training_parse(t, line, offset)
+        except Exception as exc:  # a parser's bug must not stop the tracking (nor lose the rest of the queue)
+            t.errors.append(f"{_line_ref_py(line.path, line.lineno)}: {type(exc).__name__}: {exc}")
+
+
+cdef void touch(object t, double time, double offset) except *:
+    cdef double m
+    if not isfinite(time):
+        return
+    m = time - offset
+    last = t._last_line_m
+    if last is None or m > <double>last:
+        t._last_line_at = time
+        t._last_line_m = m
+
+
+cdef void mark_step(object t, double time, object counter, double offset) except *:
+    cdef double m
+    if isfinite(time):
+        m = time - offset
+        last = t._last_step_m
+        if last is None or m >= <double>last:
+            t._last_step_at = time
+            t._last_step_m = m
+        t._rate_points.append((time, counter))
+
+
+cdef void record_reward(object t, object slot, int rank, double value) except *:
+    if not isfinite(value):
+        return
+    if slot == t._reward_slot:
+        if rank <= t._reward_slot_rank:
+            return
+        if t._rewards:
+            t._rewards.pop()
+    t._rewards.append(value)
+    t._reward_slot = slot
+    t._reward_slot_rank = rank
+
+
+cdef struct B:
+    # a text's UTF-8 (kept by the str itself once made), where its ASCII markers are looked for with memmem: an
+    # ASCII string occurs in the text exactly where its bytes occur in the UTF-8
+    const char *p
+    Py_ssize_t n
+    bint ok
+
+
+cdef B bview(str text):
+    cdef B b
+    b.ok = True
+    try:
+        b.p = PyUnicode_AsUTF8AndSize(text, &b.n)
+    except UnicodeError:  # a lone surrogate: no UTF-8, the text is searched as text
+        b.ok = False
+        b.p = NULL
+        b.n = 0
+    return b
+
+
+cdef inline bint bhas(B b, str text, const char *lit, Py_ssize_t n, str slit) except -1:
+    if b.ok:
+        return n <= b.n and rlw_memmem(b.p, b.n, lit, n) != NULL
+    return PyUnicode_Find(text, slit, 0, PyUnicode_GET_LENGTH(text), 1) >= 0
+
+
+DEF _MAX_BARS = 256
+
+cdef extern from *:
+    """
+    /* Where the three table bars of AReaL's stats rows are ("\u2502", "\u2503", "|"), in one pass over the text's
+       own representation (at most `cap` positions of each; the counts go on past it). */
+    #define RLW_BARS(T) { const T *d = (const T *)data; \
+        for (Py_ssize_t i = 0; i < n; i++) { Py_UCS4 c = d[i]; \
+            if (c == 0x2502) { if (*nl < cap) light[*nl] = i; (*nl)++; } \
+            else if (c == 0x2503) { if (*nh < cap) heavy[*nh] = i; (*nh)++; } \
+            else if (c == 124) { if (*np < cap) plain[*np] = i; (*np)++; } } }
+    static void rlw_bars(int kind, const void *data, Py_ssize_t n, Py_ssize_t *light, Py_ssize_t *nl,
+                         Py_ssize_t *heavy, Py_ssize_t *nh, Py_ssize_t *plain, Py_ssize_t *np, Py_ssize_t cap) {
+        *nl = *nh = *np = 0;
+        if (kind == 1) {
+            const unsigned char *d = (const unsigned char *)data, *p = d, *end = d + n;
+            while ((p = memchr(p, 124, (size_t)(end - p))) != NULL) {
+                if (*np < cap) plain[*np] = p - d;
+                (*np)++;
+                p++;
+            }
+        } else if (kind == 2) RLW_BARS(Py_UCS2) else RLW_BARS(Py_UCS4)
+    }
+    """
+    void rlw_bars(int kind, const void *data, Py_ssize_t n, Py_ssize_t *light, Py_ssize_t *nl, Py_ssize_t *heavy,
+                  Py_ssize_t *nh, Py_ssize_t *plain, Py_ssize_t *np, Py_ssize_t cap) noexcept nogil
+
+
+cdef list _SUFFIX_BYTES = []  # AREAL_SUFFIXES' suffixes, each as bytes
+
+
+cdef int find_bars(U u, uc bar, Py_ssize_t *bars) noexcept nogil:
+    """Where ``bar`` is in the text (at most _MAX_BARS; -1 when there are more)."""
+    cdef int m = 0
+    cdef Py_ssize_t i
+    for i in range(u.n):
+        if at(u, i) == bar:
+            if m == _MAX_BARS:
+                return -1
+            bars[m] = i
+            m += 1
+    return m
+
+
+cdef inline void trim(U u, Py_ssize_t *a, Py_ssize_t *b) noexcept nogil:
+    """text[a:b].strip(), as bounds."""
+    while a[0] < b[0] and uspace(at(u, a[0])):
+        a[0] += 1
+    while b[0] > a[0] and uspace(at(u, b[0] - 1)):
+        b[0] -= 1
+
+
+cdef inline bint span_has(U u, Py_ssize_t a, Py_ssize_t b, const char *lit, Py_ssize_t n) noexcept nogil:
+    """``lit in text[a:b]`` for an ASCII literal."""
+    return rlw_span_has(u.kind, u.data, a, b, lit, n)
+
+
+cdef bint suffixed(U u, Py_ssize_t a, Py_ssize_t b) except -1:
+    """Whether text[a:b] is one of AReaL's learning keys: a suffix of AREAL_SUFFIXES, alone or after a "/"."""
+    cdef bytes sfx
+    cdef Py_ssize_t n
+    for sfx in _SUFFIX_BYTES:
+        n = len(sfx)
+        if b - a >= n and starts_at(u, b - n, sfx, n) and (b - a == n or at(u, b - n - 1) == 47):
+            return True
+    return False
+
+
+cdef void training_parse(object t, object line, double offset) except *:
+    """``TrainingTracker._parse``."""
+    cdef str text = line.text
+    cdef object step, areal, metrics, duration
+    cdef double time = line.time
+    cdef Py_ssize_t light
+    cdef str bar
+    cdef list cells
+    cdef bint timing
+    cdef Py_ssize_t i
+    cdef str key, k
+    cdef int rank
+    cdef object value
+    if not recent_add_ordered(t._delivered, (line.path, line.lineno, text)):
+        return
+    touch(t, time, offset)
+    cdef U u = uview(text)
+    cdef B bt = bview(text)
+    if bhas(bt, text, b"Training completes!", 19, "Training completes!"):
+        t._finished = True
+    areal = areal_step(text) if bhas(bt, text, b"Train step ", 11, "Train step ") else None
+    if areal is not None:
+        step, total = areal
+        last = t._areal_step
+        if last is not None and step <= last:
+            if line.path != t._areal_path:
+                areal = None  # a copy of the same output in another file, lagging behind
+            else:
+                t._rate_points.clear()  # the run restarted and appends to the same log
+        if areal is not None:
+            t._areal_step = step
+            t._areal_total = total if total > 0 else None
+            t._areal_path = line.path
+            t._finished = False
+            mark_step(t, time, step, offset)
+    elif bhas(bt, text, b"{", 1, "{"):
+        metrics = _training.parse_metrics(text)
+        if metrics is not None:
+            t._on_metrics(line, metrics, offset)
+    cdef Py_ssize_t heavy = 0, plain = 0
+    cdef Py_ssize_t lbars[_MAX_BARS]
+    cdef Py_ssize_t hbars[_MAX_BARS]
+    cdef Py_ssize_t pbars[_MAX_BARS]
+    cdef Py_ssize_t *bars
+    cdef Py_ssize_t m
+    cdef int j
+    cdef Py_ssize_t ka, kb, va, vb
+    rlw_bars(u.kind, u.data, u.n, lbars, &light, hbars, &heavy, pbars, &plain, _MAX_BARS)
+    if light >= 3 or plain >= 3:
+        bar = _BOX if light >= 3 else _HEAVY if heavy >= 3 else "|"
+        # _tracked_stats and _on_stats_row: only the reward keys and the update-weights timing are read; the cells
+        # are text.split(bar)[1:-1], found as bounds, and only those read become strings
+        timing = bhas(bt, text, b"timeperf/update_weights", 23, _UPDATE_WEIGHTS_KEY)
+        slot = t._areal_step if t._areal_step is not None else t._dicts
+        row = {}
+        if light >= 3:
+            bars = &lbars[0]
+            m = light
+        elif heavy >= 3:
+            bars = &hbars[0]
+            m = heavy
+        else:
+            bars = &pbars[0]
+            m = plain
+        if m > _MAX_BARS:
+            m = -1
+            cells = text.split(bar)
+            for i in range(1, len(cells) - 2, 2):
+                key = <str>cells[i]
+                if "reward" in key or (timing and _UPDATE_WEIGHTS_KEY in key):
+                    try:
+                        row[strip_str(key)] = float(strip_str(<str>cells[i + 1]))
+                    except ValueError:
+                        pass
+        for j in range(0, m - 2, 2):
+            ka, kb = bars[j] + 1, bars[j + 1]
+            if span_has(u, ka, kb, b"reward", 6) or (timing and span_has(u, ka, kb, b"timeperf/update_weights", 23)):
+                va, vb = bars[j + 1] + 1, bars[j + 2]
+                trim(u, &ka, &kb)
+                trim(u, &va, &vb)
+                try:
+                    row[PyUnicode_Substring(text, ka, kb)] = float(PyUnicode_Substring(text, va, vb))
+                except ValueError:
+                    pass
+        for k, value in row.items():
+            rank = reward_rank(k)
+            if rank:
+                record_reward(t, slot, rank, <double>value)
+            elif (
+                k == _UPDATE_WEIGHTS_KEY
+                and not t._disk_updates
+                and isfinite(<double>value)
+                and <double>value >= 0
+                and t._contents.add(("timeperf", slot))
+            ):
+                t._updates.append(value)  # xccl mode logs no per-update line: the step's timing stat is the one
+    if bhas(bt, text, b"Loading weights from disk done in ", 34, _DISK_UPDATE_TEXT):
+        duration = weight_update_seconds(text)
+        if duration is not None and t._contents.add(("update", strip_str(_PREFIX_SUB("", text)))):
+            t._disk_updates = True
+            t._updates.append(duration)
+
+
+cdef class LearningFeed:
+    """``LearningTracker.on_line``, compiled: called by the counter for every line it delivers."""
+
+    cdef object t
+    cdef object lock
+
+    def __init__(self, tracker):
+        _trackers_init()
+        self.t = tracker
+        self.lock = tracker._lock
+
+    def __call__(self, line):
+        cdef object t = self.t
+        with self.lock:
+            if not recent_add_plain(t._delivered, (line.path, line.lineno, line.text)):
+                return
+            learning_parse(t, line)
+
+
+cdef void learning_parse(object t, object line) except *:
+    """``LearningTracker._parse``: AReaL's stats rows here, every other format in its Python."""
+    cdef str text = line.text
+    cdef str bar
+    cdef list cells, order
+    cdef dict values, found
+    cdef Py_ssize_t i
+    cdef str key, suffix, name
+    cdef object number, step
+    cdef U u = uview(text)
+    cdef Py_ssize_t light = 0, heavy = 0, plain = 0
+    cdef Py_ssize_t lbars[_MAX_BARS]
+    cdef Py_ssize_t hbars[_MAX_BARS]
+    cdef Py_ssize_t pbars[_MAX_BARS]
+    cdef Py_ssize_t *bars
+    cdef Py_ssize_t m
+    cdef int j
+    cdef Py_ssize_t ka, kb, va, vb
+    cdef B bt = bview(text)
+    if bhas(bt, text, b"Train step ", 11, "Train step "):
+        areal = areal_step(text)
+        if areal is not None:
+            t._areal_step = areal[0]
+        return
+    if bhas(bt, text, b"step:", 5, "step:") or bhas(bt, text, b"{", 1, "{") or bhas(bt, text, b"act_loss=", 9, "act_loss="):
+        t._parse(line)
+        return
+    rlw_bars(u.kind, u.data, u.n, lbars, &light, hbars, &heavy, pbars, &plain, _MAX_BARS)
+    if light >= 3:
+        bar = _BOX
+        bars = &lbars[0]
+        m = light
+    elif heavy >= 3:
+        bar = _HEAVY
+        bars = &hbars[0]
+        m = heavy
+    elif plain >= 3:
+        bar = "|"
+        bars = &pbars[0]
+        m = plain
+    else:
+        return
+    # parse_stats_row, then canonical_suffix: only keys that some suffix names can be chosen. The cells are
+    # text.split(bar)[1:-1], found as bounds; only the keys chosen and their values become strings.
+    values = {}
+    order = []
+    if m > _MAX_BARS:
+        m = -1
+        cells = text.split(bar)
+        for i in range(1, len(cells) - 2, 2):
+            key = strip_str(<str>cells[i])
+            if not key or not _suffixed(key):
+                continue
+            try:
+                number = float(strip_str(<str>cells[i + 1]))
+            except ValueError:
+                continue
+            if key not in values:
+                order.append(key)
+            values[key] = number
+    for j in range(0, m - 2, 2):
+        ka, kb = bars[j] + 1, bars[j + 1]
+        trim(u, &ka, &kb)
+        if ka == kb or not suffixed(u, ka, kb):
+            continue
+        va, vb = bars[j + 1] + 1, bars[j + 2]
+        trim(u, &va, &vb)
+        try:
+            number = float(PyUnicode_Substring(text, va, vb))
+        except ValueError:
+            continue
+        key = PyUnicode_Substring(text, ka, kb)
+        if key not in values:
+            order.append(key)
+        values[key] = number
+    if not values:
+        return
+    found = {}
+    for name, suffixes in _AREAL_SUFFIXES:
+        for suffix in suffixes:
+            chosen = None
+            for key in order:
+                if key == suffix or (key.endswith(suffix) and len(key) > len(suffix) and key[len(key) - len(suffix) - 1] == "/"):
+                    chosen = key
+                    break
+            if chosen is not None:
+                found[name] = (chosen, values[chosen])
+                break
+    if not found:
+        return
+    step = t._areal_step if t._areal_step is not None else t._ordinal
+    if recent_add_plain(t._contents, ("areal", step, tuple(sorted(found)))):
+        learning_record(t, step, found, line.time)
+
+
+cdef bint _suffixed(str key) except -1:
+    cdef str suffix
+    for _, suffixes in _AREAL_SUFFIXES:
+        for suffix in suffixes:
+            if key == suffix or (key.endswith(suffix) and len(key) > len(suffix) and key[len(key) - len(suffix) - 1] == "/"):
+                return True
+    return False
+
+
+cdef void learning_record(object t, object step, dict found, double time) except *:
+    """``LearningTracker._record``."""
+    cdef dict series_of = t._series
+    cdef double when = time if isfinite(time) else NAN
+    for name, pair in found.items():
+        key, value = pair
+        series = series_of.get(name)
+        if series is None:
+            series = series_of[name] = _deque(maxlen=t._history)
+        if series and series[len(series) - 1].step == step:  # the same step told again: the newest wins
+            series.pop()
+        series.append(metric_point(step, value, when))
+        t._keys[name] = key
+    t._version += 1
+
+
+def py_areal_step(str text):
+    """For the tests: the compiled ``parse_areal_step``."""
+    return areal_step(text)
+
+
+def py_weight_update(str text):
+    """For the tests: the compiled ``parse_weight_update``."""
+    return weight_update_seconds(text)

@@ -1,0 +1,670 @@
+"""The compiled event path (``rlwatch.logs._eventpath``) gives the answers of the Python one, exactly.
+
+Both counters are fed the same chunks, cut where the tailer cuts them and anywhere else (small blocks, a line
+longer than a block arriving in pieces, backlog and live), and every answer is compared: each kind's summary (count,
+first and last times and their bounds, position, rate, streak, files, recent lines), every file's streaks, the
+incidents (titles, signatures, locations, ranks, causes, torchrun's report, NCCL collectives, bounds, positions),
+those dropped, the files with a traceback open, the lines handed to subscribers and the log view's tags. Inputs:
+every real log under ``tests/real`` (frameworks, torchrun, NCCL, Ray, the host's kernel logs), the dense and calm
+benchmark logs, hostile random text (Hypothesis), and the lines each helper reads (prefixes, times, exceptions,
+frames, chain messages, code lines, step numbers), compared one by one.
+
+Floats are compared by ``repr`` (a NaN time equals a NaN time there, and every digit counts).
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from rlwatch.common.clock import FakeClock
+from rlwatch.common.textsafe import strip_ansi
+from rlwatch.config.models import CustomEvent, EventsConfig
+from rlwatch.logs import events as events_module
+from rlwatch.logs.events import _STEP_NUMBER, EventCounter, build_kinds
+from rlwatch.logs.incidents import _CHAIN, _FRAME
+from rlwatch.logs.kinds import _CODE_LINE, builtin_kinds
+from rlwatch.logs.learning import LearningTracker
+from rlwatch.logs.newlines import count_lines
+from rlwatch.logs.prefixes import split_prefix
+from rlwatch.logs.signatures import HEADER, exception
+from rlwatch.logs.tailer import Chunk, Tailer
+from rlwatch.logs.timestamps import parse_time
+from rlwatch.logs.training import TrainingTracker, parse_areal_step, parse_weight_update
+
+native = pytest.importorskip("rlwatch.logs._eventpath", reason="the compiled event path is not built here")
+if not events_module.NATIVE:  # RLWATCH_NATIVE=0
+    pytest.skip("the compiled event path is switched off", allow_module_level=True)
+
+ROOT = Path(__file__).resolve().parents[2]
+REAL = ROOT / "tests" / "real"
+NOW = 1_767_600_000.0  # 2026-01-05, the benchmark logs' day
+
+
+# ---------------------------------------------------------------------------------------------------- harness
+class Pair:
+    """The two counters, fed alike, with what each handed its subscribers and the log view."""
+
+    def __init__(self, cfg: EventsConfig | None = None, **kw: object) -> None:
+        kinds = build_kinds(cfg or EventsConfig())
+        self.clocks = [FakeClock(NOW), FakeClock(NOW)]
+        self.counters = [
+            EventCounter(kinds, self.clocks[0], native=True, **kw),  # type: ignore[arg-type]
+            EventCounter(kinds, self.clocks[1], native=False, **kw),  # type: ignore[arg-type]
+        ]
+        assert self.counters[0].native and not self.counters[1].native
+        self.calls: list[list[tuple[str, str, int, str, float]]] = [[], []]
+        self.tags: list[list[tuple[str, int, str]]] = [[], []]
+        for i, counter in enumerate(self.counters):
+            for kind in counter.kinds:
+                counter.subscribe(
+                    kind.name,
+                    lambda line, k=kind.name, i=i: self.calls[i].append(
+                        (k, line.path, line.lineno, line.text, line.time)
+                    ),
+                )
+            counter.tag_into(self.tags[i], 50)
+        # the trackers, wired as the engine wires them (engine._counting), compiled on one side only
+        self.training = [
+            TrainingTracker(self.clocks[i], stall_s=600.0, weight_update_timeout_s=300.0, native=i == 0) for i in (0, 1)
+        ]
+        self.learning = [
+            LearningTracker(step_of=lambda t=t: t.state().last_step, native=i == 0) for i, t in enumerate(self.training)
+        ]
+        for i, counter in enumerate(self.counters):
+            training, learning = self.training[i], self.learning[i]
+            counter.subscribe("step", training.on_step)
+            counter.subscribe("_reward", training.on_reward)
+            counter.subscribe("weight_update", training.on_weight_update)
+            counter.subscribe("_finished", training.on_step)
+            for name in ("step", "_reward", "_learning"):
+                counter.subscribe(name, learning.on_line)
+
+    def feed(self, chunk: Chunk) -> None:
+        for i, counter in enumerate(self.counters):
+            counter.feed(chunk)
+            if chunk.nlines:
+                self.training[i].on_any_line(self.clocks[i].time())
+
+    def outcome(self, i: int) -> str:
+        counter = self.counters[i]
+        summaries = counter.summaries()
+        streaks = {kind.name: counter.streaks(kind.name) for kind in counter.kinds}
+        return repr(
+            (
+                summaries,
+                streaks,
+                counter.incidents(),
+                counter.dropped_incidents(),
+                sorted((path, sorted(tags)) for path, tags in counter.open_files().items()),
+                self.calls[i],
+                self.tags[i],
+                list(counter.errors),
+                self.training[i].state(),
+                list(self.training[i].errors),
+                self.learning[i].state(),
+            )
+        )
+
+    def check(self) -> None:
+        a, b = self.outcome(0), self.outcome(1)
+        if a != b:  # say where they part
+            k = next(i for i, (x, y) in enumerate(zip(a, b, strict=False)) if x != y)
+            raise AssertionError(
+                f"compiled and Python differ at {k}:\n  C:  {a[k - 300 : k + 300]}\n  Py: {b[k - 300 : k + 300]}"
+            )
+
+
+def tailed(tmp: Path, name: str, data: bytes, rng: random.Random, *, live: bool) -> Iterator[Chunk]:
+    """The chunks the real tailer makes of ``data`` in ``tmp/name``: a backlog read in random blocks, or the same
+    bytes appended while followed, in random pieces (then every chunk is live)."""
+    path = tmp / name
+    block = rng.choice([64, 333, 4096, 1 << 16, 1 << 20])
+    max_line = rng.choice([97, 1000, 1 << 20])
+    if not live:
+        path.write_bytes(data)
+        tailer = Tailer([str(path)], block_bytes=block, max_line_bytes=max_line, max_poll_bytes=block * 3)
+        while chunks := tailer.poll():
+            yield from chunks
+        tailer.close()
+        return
+    path.write_bytes(b"")
+    tailer = Tailer([str(path)], block_bytes=block, max_line_bytes=max_line, max_poll_bytes=block * 3)
+    tailer.poll()
+    pos = 0
+    with path.open("ab") as fh:
+        while pos < len(data):
+            step = rng.choice([1, 7, 100, 5000, 1 << 16])
+            fh.write(data[pos : pos + step])
+            fh.flush()
+            pos += step
+            yield from tailer.poll()
+    while chunks := tailer.poll():
+        yield from chunks
+    tailer.close()
+
+
+def both_on(pair: Pair, chunks: Iterator[Chunk], rng: random.Random | None = None) -> None:
+    for chunk in chunks:
+        pair.feed(chunk)
+        if rng is not None and rng.random() < 0.05:
+            step = rng.choice([0.5, 30.0, 400.0])
+            for clock in pair.clocks:
+                clock.advance(step)
+    pair.check()
+
+
+def fed_whole(data: bytes, path: str = "/run/logs/trainer.log", block: int = 1 << 20) -> Iterator[Chunk]:
+    """Complete lines in chunks of about ``block`` bytes, as the bench's count feeds them."""
+    lineno, pos = 1, 0
+    while pos < len(data):
+        piece = data[pos : pos + block]
+        cut = max(piece.rfind(b"\n"), piece.rfind(b"\r")) + 1
+        if cut == 0 or pos + block >= len(data):
+            cut = len(piece)
+        chunk = piece[:cut]
+        n = count_lines(chunk) + (0 if chunk.endswith((b"\n", b"\r")) else 1)
+        yield Chunk(path, chunk, lineno, n, backlog_mtime=NOW + 3600)
+        lineno += n
+        pos += cut
+
+
+# ------------------------------------------------------------------------------------------------- real logs
+def _real_logs() -> list[Path]:
+    return sorted(p for p in REAL.rglob("*") if p.is_file() and p.suffix in {"", ".log", ".txt", ".out", ".err"})
+
+
+@pytest.mark.parametrize("live", [False, True])
+def test_every_real_log_counts_alike(tmp_path: Path, live: bool) -> None:
+    """All of tests/real (tests/real/threads, ray, host included) through one pair of counters, file by file."""
+    logs = _real_logs()
+    assert len(logs) > 100
+    pair = Pair()
+    rng = random.Random(5 if live else 4)
+    for n, log in enumerate(logs):
+        for chunk in tailed(tmp_path, f"{n}.log", log.read_bytes(), rng, live=live):
+            pair.feed(chunk)
+    pair.check()
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_real_logs_in_random_cuts(tmp_path: Path, seed: int) -> None:
+    rng = random.Random(seed)
+    logs = _real_logs()
+    pair = Pair(EventsConfig(custom=[CustomEvent(name="fatal", pattern=r"(?i)fatal|panic")]), storm_threshold=3)
+    for log in rng.sample(logs, 60):
+        both_on(
+            pair,
+            tailed(tmp_path, rng.choice(["a.log", "b.log", "c.log"]), log.read_bytes(), rng, live=rng.random() < 0.5),
+            rng,
+        )
+
+
+# -------------------------------------------------------------------------------------------- benchmark logs
+@pytest.mark.parametrize("dense", [True, False])
+def test_benchmark_logs_count_alike(tmp_path: Path, dense: bool) -> None:
+    from bench.datagen import generate
+
+    ds = generate(tmp_path / "bench.log", (2 << 20) if dense else (4 << 20), dense=dense)
+    data = ds.path.read_bytes()
+    pair = Pair()
+    for chunk in fed_whole(data, block=rng_block(dense)):
+        pair.feed(chunk)
+    pair.check()
+    counts = {k: s.count for k, s in pair.counters[0].summaries().items() if k in ds.expected}
+    assert counts == {k: v for k, v in ds.expected.items() if k in counts}
+    # and live, appended in pieces
+    pair = Pair()
+    both_on(pair, tailed(tmp_path, "live.log", data[: 1 << 20], random.Random(1), live=True))
+
+
+def rng_block(dense: bool) -> int:
+    return 1 << 16 if dense else 1 << 20
+
+
+# ----------------------------------------------------------------------------------------------- hostile text
+_PIECES = [
+    "\x1b[92m\x1b[1;38;2;180;140;80m(AReaL)\x1b[0m \x1b[92m20251121-09:15:{s:02d}.652 StatsLogger INFO: Epoch 1/2 Step 3/4 Train step {n}/60 done.\x1b[0m",
+    "\x1b[33m(AReaL)\x1b[0m 20260105-08:02:{s:02d}.881 HTTPUtils WARNING: failed with ClientConnectorError: Cannot connect to host 127.0.0.1:17331",
+    "│ ppo_actor/task_reward/avg │ 1.0e+00 │ rollout/reward │ {n}.0 │ timeperf/update_weights │ 3 │",
+    "HTTPUtils WARNING: failed with ClientConnectorError: [Connect call failed ('10.0.0.1', 1)] (attempt 1/3)",
+    "Traceback (most recent call last):",
+    '  File "/x/y.py", line {n}, in f',
+    "    raise TimeoutError('late')",
+    "    ^^^^^^^^^^^",
+    "TimeoutError: Timeout waiting for key 'k'",
+    "ConnectionRefusedError: [Errno 111] Connect call failed ('127.0.0.1', 17331)",
+    "aiohttp.client_exceptions.ClientConnectorError: Cannot connect to host 127.0.0.1:17331 ssl:default",
+    "RuntimeError: Failed after 3 retries each.",
+    "",
+    "The above exception was the direct cause of the following exception:",
+    "During handling of the above exception, another exception occurred:",
+    "[rank0]: Traceback (most recent call last):",
+    '[rank0]:   File "/x/z.py", line 9, in g',
+    "[rank0]: torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 3.15 GiB.",
+    "[rank1]:[E1121 06:24:{s:02d}.903881913 ProcessGroupNCCL.cpp:616] [Rank 1] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=4, OpType=ALLREDUCE, NumelIn=1, NumelOut=1, Timeout(ms)=10000) ran for 10035 milliseconds before timing out.",
+    "torch.distributed.elastic.multiprocessing.errors.ChildFailedError: ",
+    "============================================================",
+    "train.py FAILED",
+    "------------------------------------------------------------",
+    "Failures:",
+    "  <NO_OTHER_FAILURES>",
+    "Root Cause (first observed failure):",
+    "[0]:",
+    "  time      : 2025-11-21_06:24:{s:02d}",
+    "  host      : node-a",
+    "  rank      : 0 (local_rank: 0)",
+    "  exitcode  : -6 (pid: 4242)",
+    "  error_file: <N/A>",
+    "  traceback : Signal 6 (SIGABRT) received by PID 4242",
+    "{'loss': 0.1, 'grad_norm': 0.2, 'reward': 0.{n}, 'epoch': 0.01}",
+    "{'train_runtime': 12.5, 'train_loss': 0.3}",
+    "worker WARNING EMERGENCY brake engaged; Emergency-Brake again",
+    "Killed process {n} (python3) total-vm:1kB",
+    "ConnectionRefusedErrorTimeoutError NCCL error CUDA EngineCore",
+    "INFO 11-24 05:09:{s:02d} [api_server.py:1234] Starting vLLM API server 0 on http://0.0.0.0:8000",
+    "(EngineCore_DP0 pid=456) ERROR 11-24 05:09:{s:02d} [core.py:700] EngineCore encountered a fatal error.",
+    "(TaskRunner pid=123) step:{n} - actor/pg_loss:nan - critic/score/mean:0.5",
+    "2026-01-05T08:00:{s:02d}.123456789Z stdout F Loading weights from disk done in 10.48s.",
+    "svc_1  | Saved recover checkpoint to /ckpt/{n}",
+    "rlwatch-sim start run_id={n}",
+    "***** Running training *****",
+    "LocalLauncher: starting trial run_id={n}",
+    "Recovering from StepInfo(epoch=1, epoch_step=2, global_step={n})",
+    "[2025-03-14 02:15:{s:02d} TP0] Scheduler hit an exception: Traceback (most recent call last):",
+    "sglang.launch_server exits, returncode=-9",
+    "  + Exception Group Traceback (most recent call last):",
+    '  |   File "/srv/app/g.py", line 4, in h',
+    "  | ValueError: inside a group",
+    "    except ConnectionRefusedError:",
+    "    # Connection refused is retried",
+    '\tFile "/tab.py", line 3, in t',
+    "noise \udcff \x00 \x0b \x1c \x85 ü ſtep 7",
+    "W1121 09:22:{s:02d}.944000 40112 torch/distributed/elastic/multiprocessing/api.py:897] Sending process 1 closing signal SIGTERM",
+    "Train step:{n} - x",
+    "x" * 3000 + " Connection refused " + "y" * 3000,
+    "fatal: PANIC",
+    "act_loss=0.5, reward={n}, gen_len=100, kl=0.01, grad_norm=1.0",
+    "│ ppo_actor/update/actor_loss/avg │ 0.{n} │ ppo_actor/no_eos_ratios/avg │ 0.1 │",
+]
+_TERMS = ["\n", "\n", "\n", "\r\n", "\r"]
+
+
+def _hostile(rng: random.Random, n: int) -> bytes:
+    out = []
+    for _ in range(n):
+        if rng.random() < 0.02:
+            out.append(bytes(rng.randrange(256) for _ in range(rng.randint(0, 40))))
+        else:
+            text = (
+                rng.choice(_PIECES)
+                .replace("{s:02d}", f"{rng.randrange(60):02d}")
+                .replace("{n}", str(rng.randrange(100)))
+            )
+            if rng.random() < 0.03:
+                cut = rng.randrange(len(text) + 1)
+                text = text[:cut] + rng.choice(["\x1b[31m", "\x1b[0m", "[rank2]: ", "(pid=1) ", " | "]) + text[cut:]
+            out.append(text.encode("utf-8", "surrogateescape"))
+        out.append(rng.choice(_TERMS).encode())
+    return b"".join(out)
+
+
+def _edges(rng: random.Random, n: int) -> bytes:
+    """Text at the tracker's edges: other writers' blocks silent for about _SILENT_LINES lines, blank runs of about
+    _AFTER_LINES after an exception, indented runs of about _STALL_LINES, times just inside and outside the
+    look-back's reach, deep stacks (tests/logs/test_counting_paths.py's frame pieces)."""
+    from tests.logs.test_counting_paths import _frames_text
+
+    out: list[bytes] = []
+    for _ in range(n):
+        r = rng.random()
+        if r < 0.15:  # rank 1 opens a block, then the unprefixed writer talks for about 200 lines
+            out.append(b'[rank1]: Traceback (most recent call last):\n[rank1]:   File "/r.py", line 1, in r\n')
+            out.append(b"noise\n" * rng.randint(195, 205))
+            out.append(rng.choice([b"[rank1]: ValueError: late\n", b"Traceback (most recent call last):\n"]))
+        elif r < 0.3:  # an exception line, then a run of blank lines around the limit, then a chain or a header
+            out.append(b'Traceback (most recent call last):\n  File "/a.py", line 2, in a\nValueError: x\n')
+            out.append(rng.choice([b"\n", b"  \n", b"\t\n"]) * rng.randint(36, 44))
+            out.append(
+                rng.choice(
+                    [
+                        b"During handling of the above exception, another exception occurred:\n\n",
+                        b"Traceback (most recent call last):\n",
+                        b"plain\n",
+                    ]
+                )
+            )
+        elif r < 0.4:  # indented lines without a frame, about as many as stall a block
+            out.append(b'Traceback (most recent call last):\n  File "/b.py", line 3, in b\n')
+            out.append(b"    source\n" * rng.randint(76, 84))
+            out.append(b"KeyError: k\n")
+        elif r < 0.55:  # a time the look-back finds or not: 3 lines up, 400 bytes (not characters) into a line
+            pad = rng.choice([b" ", "│".encode()]) * rng.randint(125, 140)
+            out.append(pad + b"2026-01-05 08:0%d:00,000 head\n" % rng.randrange(10))
+            out.append(b"x\n" * rng.randint(0, 3))
+            out.append(b"Connection refused\n")
+        elif r < 0.6:  # a time of its own later than the next chunk's modification time: its bound is lower
+            out.append(b"2026-01-05 1%d:00:00,000 Connection refused\n" % rng.randrange(10))
+        elif r < 0.7:
+            out.append(_frames_text(rng, rng.randint(5, 40)))
+        else:
+            out.append(_hostile(rng, rng.randint(1, 20)))
+    return b"".join(out)
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_the_trackers_edges_count_alike(seed: int) -> None:
+    """Chunks cut anywhere, each live or a backlog of its own modification time (earlier or later than its lines)."""
+    rng = random.Random(seed)
+    pair = Pair(storm_threshold=rng.choice([1, 3, 5]))
+    lineno = {"/x/a.log": 1, "/x/b.log": 1}
+    for _ in range(30):
+        path = rng.choice(sorted(lineno))
+        data = _edges(rng, rng.randint(1, 12))
+        by = rng.choice([None, None, NOW - 10_000, NOW, NOW + 10_000])
+        for chunk in fed_whole(data, path, rng.choice([200, 4096, 1 << 16])):
+            pair.feed(Chunk(path, chunk.data, lineno[path] + chunk.first_lineno - 1, chunk.nlines, backlog_mtime=by))
+        lineno[path] += count_lines(data) + (0 if data.endswith((b"\n", b"\r")) else 1)
+        if rng.random() < 0.3:
+            step = rng.choice([0.5, 30.0, 400.0])
+            for clock in pair.clocks:
+                clock.advance(step)
+    pair.check()
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_hostile_text_counts_alike(tmp_path: Path, seed: int) -> None:
+    rng = random.Random(seed)
+    pair = Pair(storm_threshold=rng.choice([1, 2, 5]), recent_lines=rng.choice([1, 3, 20]))
+    for k in range(4):
+        data = _hostile(rng, 800)
+        both_on(pair, tailed(tmp_path, f"{k % 2}.log", data, rng, live=rng.random() < 0.5), rng)
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    st.lists(st.tuples(st.sampled_from(_PIECES), st.sampled_from(_TERMS), st.integers(0, 99)), max_size=60),
+    st.integers(1, 400),
+    st.booleans(),
+)
+def test_any_lines_cut_anywhere_count_alike(lines: list[tuple[str, str, int]], block: int, backlog: bool) -> None:
+    data = "".join(text.replace("{s:02d}", f"{n % 60:02d}").replace("{n}", str(n)) + term for text, term, n in lines)
+    raw = data.encode("utf-8", "surrogateescape")
+    pair = Pair()
+    lineno, pos = 1, 0
+    while pos < len(raw):  # complete lines only, in blocks of about `block` bytes
+        piece = raw[pos : pos + block]
+        cut = max(piece.rfind(b"\n"), piece.rfind(b"\r")) + 1
+        if cut == 0 or pos + block >= len(raw):
+            cut = len(piece)
+        chunk = piece[:cut]
+        n = count_lines(chunk) + (0 if chunk.endswith((b"\n", b"\r")) else 1)
+        pair.feed(Chunk("/run/t.log", chunk, lineno, n, backlog_mtime=NOW if backlog else None))
+        lineno += n
+        pos += cut
+    pair.check()
+
+
+# ------------------------------------------------------------------------------------------ each helper alone
+# fmt: off
+_PARTS = [
+    "[rank3]:", "[rank12]: ", "[actor]", "[actor]   ", "(TaskRunner pid=123) ", "(WorkerDict pid=616, ip=192.168.1.1) ",
+    "(pid=12) ", "(raylet) ", "(autoscaler +1m2s) ", "(autoscaler) ", "(VllmWorker rank=0 pid=2120280) ",
+    "2026-11-24T05:09:01.123456789Z ", "2026-11-24T05:09:01Z stdout F ", "[2026-01-31T04:40:19Z] ",
+    "INFO 11-24 05:09:01 [api_server.py:1234] ", "WARNING 11-24 05:09:01.5 core.py:70] ", "svc_1  | ", "web | ",
+    "a", "=", " ", "(", ")", "[", "]", ":", "rank", "0", "9", "-", ".", ",", "T", "Z", "+01:00", "\t", "x", "ü", "٣", "²",
+    "\u3000", "20251121-09:15:30.652", "2025-03-14 02:15:58,123", "INFO 05-06 20:59:57", "[E1121 06:24:44.903881913",
+    "W1121 09:22:41.944000 40112 ", "2026-11-24T05:09:01+0100 ", "12:34:56", "T12:00:00",
+    "Traceback (most recent call last):", '  File "/x/y.py", line 3, in f',
+    "During handling of the above exception, another exception occurred:", "ValueError: bad", "a.b.CError: m",
+    "raise ", "except", "#", "step", "STEP", "ſtep", " 12", ": 7", "\x1b[31m", "\x1b[0m", "\x1b[1;38;2;180;140;80m",
+    "\x1b[", "m", "|", "+", "\n", "\x1c", "\x85", "ﬀ", "İ", "ß", "Error", "error", "Exit", "timeout", "CUDA",
+    "2026-13-40T25:61:61Z ", "2026-02-29T00:00:00Z ", "1999-12-31 23:59:60.999999", "0000-01-01T00:00:00Z ",
+    "9999-12-31T23:59:59.123456789-23:59 ", "1234567", ".1234567", "-", "\r",
+]
+# fmt: on
+
+
+def _same(a: object, b: object) -> bool:
+    if isinstance(a, float) and isinstance(b, float) and math.isnan(a) and math.isnan(b):
+        return True
+    return repr(a) == repr(b)
+
+
+@settings(max_examples=3000, deadline=None)
+@given(st.lists(st.sampled_from(_PARTS), max_size=10), st.floats(1.6e9, 1.9e9))
+def test_each_helper_reads_a_line_as_python_does(parts: list[str], now: float) -> None:
+    text = "".join(parts)
+    assert _same(native.py_split_prefix(text), split_prefix(text))
+    assert _same(native.py_parse_time(text, now), parse_time(text, now))
+    assert _same(native.py_exception(text), exception(text))
+    assert native.py_header(text) == (HEADER.search(text) is not None)
+    assert native.py_chain(text) == (_CHAIN.match(text) is not None)
+    frame = _FRAME.match(text)
+    assert native.py_frame(text) == (frame and (frame.group(1), frame.group(2)))
+    assert native.py_code_line(text) == (_CODE_LINE.search(text) is not None)
+    step = _STEP_NUMBER.match(text)
+    assert native.py_step_number(text) == (step and step.group(1))
+    assert native.py_strip_ansi(text) == strip_ansi(text)
+
+
+@settings(max_examples=500, deadline=None)
+@given(st.text(max_size=60))
+def test_each_helper_reads_any_text_as_python_does(text: str) -> None:
+    assert _same(native.py_split_prefix(text), split_prefix(text))
+    assert _same(native.py_parse_time(text, 1.8e9), parse_time(text, 1.8e9))
+    assert _same(native.py_exception(text), exception(text))
+    assert native.py_header(text) == (HEADER.search(text) is not None)
+    assert native.py_code_line(text) == (_CODE_LINE.search(text) is not None)
+
+
+def test_kinds_that_are_alternatives_of_strings_are_decided_without_re() -> None:
+    """Which built-in kinds the compiled path decides by their strings (with ``\\s*$`` or ``\\b`` around them), and
+    that each decision is the expression's, on text made of their strings, word characters and spaces."""
+    decided = {k.name: native.literal_program(k.regex) for k in builtin_kinds()}
+    assert decided["connection_refused"] is not None
+    assert decided["traceback"] == [("Traceback (most recent call last):", True, False, False)]
+    assert decided["timeout"] is not None and ("timed out after", False, False, False) in decided["timeout"]
+    assert decided["nccl_error"] is not None and ("NCCL error", False, True, True) in decided["nccl_error"]
+    assert decided["step"] is None  # anchored and repeated: left to `re`
+    rng = random.Random(3)
+    vocabulary = [s for k in builtin_kinds() for s in k.literals]
+    vocabulary += ["Timed out after", "timed out", "NCCL error", "ncclSystemError", " ", "\t", "x", "_", "é", "\u2028"]
+    for kind in builtin_kinds():
+        program = decided[kind.name]
+        if program is None:
+            continue
+        for _ in range(600):
+            text = "".join(rng.choice(vocabulary) for _ in range(rng.randint(0, 5)))
+            assert native.py_program_search(program, text) == (kind.regex.search(text) is not None), (kind.name, text)
+
+
+def test_each_kind_decides_a_line_as_the_python_matcher_does() -> None:
+    """Literals, then the expression (its plain branches in C, the others in `re` only when they may match), then
+    the code-line exclusion: the compiled decision of every built-in kind and a few custom ones, on random text."""
+    from rlwatch.logs.matcher import Matcher
+
+    cfg = EventsConfig(
+        custom=[
+            CustomEvent(name="fatal", pattern=r"(?i)fatal|panic"),
+            CustomEvent(name="oops", pattern=r"\boops\b \d+|^\s*OOPS|plain oops"),
+        ]
+    )
+    kinds = build_kinds(cfg)
+    matcher = Matcher(kinds)
+    vocabulary = [s for k in kinds for s in k.literals] + [
+        "Train step 3/9 done.", "{'loss': 1, 'x': 2}", "step:5 - ", ") step:7 - ", "  ", "\t", "x", "_", "é", "5",
+        "raise ", "except ", "# ", "oops 12", "OOPS", "Watchdog caught collective operation timeout",
+        "ProcessGroupNCCL's watchdog got stuck for 480 seconds", " busy or unavailable", "CUDA error: out of memory",
+        "Worker proc VllmWorker-0 died unexpectedly", "Killed process 12", '"POST /reset_prefix_cache/ HTTP/1.1" 200',
+        "│", "ü", "\udcff", "NCCL errorx", "xNCCL error",
+    ]  # fmt: skip
+    rng = random.Random(11)
+    for _ in range(4000):
+        text = "".join(rng.choice(vocabulary) for _ in range(rng.randint(0, 6)))
+        want = {k.name for k in matcher.match(text)}
+        got = {k.name for k in kinds if native.py_kind_matches(k, text)}
+        assert got == want, text
+        got = {k.name for k in kinds if native.py_kind_matches(k, text, bits=True)}
+        assert got == want, text
+
+
+def test_needles_are_found_where_the_python_matcher_finds_them() -> None:
+    from rlwatch.logs.matcher import Matcher
+
+    matcher = Matcher(builtin_kinds())
+    pairs = matcher.needle_kinds()
+    assert pairs is not None
+    needles = native.Needles([n for n, _ in pairs], [sum(1 << i for i in ks) for _, ks in pairs])
+    rng = random.Random(9)
+    for _ in range(200):
+        data = _hostile(rng, 30) + b"Train step:5 - Connection refusedConnect call failed"
+        assert needles.hits(data, 0, len(data)) == matcher.hits(data, 0, len(data))
+
+
+def test_the_vector_search_finds_what_the_byte_table_finds() -> None:
+    """The needle search skips to the bytes anchors begin with, 32 or 16 at a time where the CPU can: at every start,
+    end and alignment it finds what the plain byte loop finds (and what the Python matcher does)."""
+    from rlwatch.logs.matcher import Matcher
+
+    pairs = Matcher(builtin_kinds()).needle_kinds()
+    assert pairs is not None
+    needles, masks = [n for n, _ in pairs], [sum(1 << i for i in ks) for _, ks in pairs]
+    searches = [native.Needles(needles, masks, simd=level) for level in (0, 1, 2)]
+    rng = random.Random(21)
+    for _ in range(300):
+        data = _hostile(rng, rng.randint(1, 12))
+        for _ in range(5):
+            lo = rng.randrange(len(data) + 1)
+            hi = rng.randint(lo, len(data))
+            firsts = {s.first_of(data, lo, hi) for s in searches}
+            masks_found = {s.mask_of(data, lo, hi) for s in searches}
+            assert len(firsts) == 1 and len(masks_found) == 1, (data[lo:hi], firsts, masks_found)
+            hits = searches[0].hits(data, lo, hi)
+            assert firsts.pop() == (min(at for at, _ in hits) if hits else -1) or hits  # the earliest line, by anchor
+
+
+def test_a_regex_word_in_a_custom_kind_goes_to_re() -> None:
+    cfg = EventsConfig(custom=[CustomEvent(name="oops", pattern=r"\boops\b \d+")])
+    pair = Pair(cfg)
+    data = b"oops 1\nxoops 2\noops x\n  oops 3 \n"
+    pair.feed(Chunk("/a.log", data, 1, 4))
+    pair.check()
+    assert pair.counters[0].summaries()["oops"].count == 2
+
+
+def test_too_many_kinds_or_kinds_without_literals_run_in_python() -> None:
+    many = EventsConfig(custom=[CustomEvent(name=f"k{i}", pattern=f"word{i}x") for i in range(60)])
+    assert not EventCounter(build_kinds(many), FakeClock()).native
+    bare = EventsConfig(custom=[CustomEvent(name="any", pattern=r".")])
+    assert not EventCounter(build_kinds(bare), FakeClock()).native
+    assert EventCounter(build_kinds(EventsConfig()), FakeClock()).native
+
+
+def test_a_storm_keeps_a_handful_of_lines_not_its_window(tmp_path: Path) -> None:
+    """Bounded storms: 20 000 refused lines in one second each way, and the incident is the same."""
+    line = "2026-01-05 08:00:{s:02d},000 WARNING Connection refused\n"
+    data = "".join(line.format(s=i * 60 // 20000) for i in range(20000)).encode()
+    pair = Pair()
+    for chunk in fed_whole(data, block=1 << 16):
+        pair.feed(chunk)
+    pair.check()
+    (storm,) = [i for i in pair.counters[0].incidents() if i.kind == "retry_storm"]
+    assert storm.count == 20000 and storm.title == "20000 connection-refused errors (trainer.log)"
+
+
+# ------------------------------------------------------------------------------------------------- the trackers
+_KEYS = [
+    "ppo_actor/task_reward/avg", "task_reward/avg", "rollout/reward", "x/rollout/reward", "rollout/reward/avg",
+    "ppo_actor/rollout/reward/avg", "timeperf/update_weights", "ppo_actor/update/actor_loss/avg", "update/grad_norm",
+    "ppo_actor/update/grad_norm", "update/entropy/avg", "update/approx_kl/avg", "no_eos_ratios/avg", "reward",
+    "rewardish", "a/task_reward/avg2", "", "  ",
+]  # fmt: skip
+_VALUES = ["1.0", "-2.5e-01", "nan", "inf", "-inf", "x", "", " 3 ", "1_000", "٣", "0", "7"]
+
+
+def _row(rng: random.Random) -> str:
+    bar = rng.choice(["│", "│", "┃", "|"])
+    cells = []
+    for _ in range(rng.randint(1, 4)):
+        cells += [rng.choice(_KEYS), rng.choice(_VALUES)]
+    if rng.random() < 0.2:
+        cells.append(rng.choice(_KEYS))  # a key without its value
+    return bar + bar.join(f" {c} " for c in cells) + bar
+
+
+def _training_text(rng: random.Random, n: int) -> bytes:
+    out = []
+    step = rng.randint(1, 5)
+    for _ in range(n):
+        r = rng.random()
+        if r < 0.15:
+            step += rng.choice([1, 1, 1, 0, -3])
+            out.append(
+                f"20260105-08:{rng.randrange(60):02d}:00.000 Epoch 1/2 Step 1/9 Train step {step}/{step + 9} done."
+            )
+        elif r < 0.6:
+            out.append(_row(rng))
+        elif r < 0.7:
+            secs = rng.choice(["10.48", "3", "1234567890", "2.", "5.1234567891", "x"])
+            out.append(f"[RemoteInfEngine Rank {rng.randrange(2)}] Loading weights from disk done in {secs}s.")
+        elif r < 0.8:
+            out.append(
+                rng.choice(
+                    [
+                        "{'loss': 0.1, 'grad_norm': 0.2, 'reward': 0.5, 'epoch': 0.01}",
+                        "{'loss': nan, 'reward': -inf}",
+                        "{'train_runtime': 12.5, 'train_loss': 0.3}",
+                        f"(TaskRunner pid=1) step:{step} - actor/pg_loss:0.5 - critic/score/mean:0.25",
+                        f"Train epoch [1/1]: 1%| | 1/4 [00:01<00:03, act_loss=0.1, reward={step}, gen_len=9]",
+                        "Training completes! Total time elapsed 10s",
+                    ]
+                )
+            )
+        else:
+            out.append(rng.choice(["noise", "Train step 1234567890123/9 done.", "Train step 5/7 done."]))
+    return ("\n".join(out) + "\n").encode()
+
+
+@pytest.mark.parametrize("seed", range(10))
+def test_the_trackers_read_alike(seed: int) -> None:
+    """AReaL's step lines and stats rows (rewards ranked, the update-weights timing, learning metrics by suffix),
+    TRL's dicts, verl's and OpenRLHF's lines, weight updates, a restart and a copy of the output in a second file."""
+    rng = random.Random(seed)
+    pair = Pair()
+    lineno = {"/r/trainer.log": 1, "/r/merged.log": 1}
+    for _ in range(25):
+        path = rng.choice(sorted(lineno))
+        data = _training_text(rng, rng.randint(1, 40))
+        by = rng.choice([None, NOW])
+        for chunk in fed_whole(data, path, rng.choice([100, 1 << 16])):
+            pair.feed(Chunk(path, chunk.data, lineno[path] + chunk.first_lineno - 1, chunk.nlines, backlog_mtime=by))
+        lineno[path] += count_lines(data)
+        step = rng.choice([0.0, 11.0])
+        for clock in pair.clocks:
+            clock.advance(step)
+    pair.check()
+    state = pair.training[0].state()
+    assert state.last_step is not None and state.rewards
+
+
+@settings(max_examples=2000, deadline=None)
+@given(
+    st.lists(
+        st.sampled_from(
+            ["Train step ", "Loading weights from disk done in ", "1", "12", "123456789", "123456789012", "1234567890123", "/", ".",
+             " done", "s", " ", "x", "٣", "0"]
+        ),
+        max_size=8,
+    )
+)  # fmt: skip
+def test_the_trackers_parsers_read_as_python_does(parts: list[str]) -> None:
+    text = "".join(parts)
+    assert native.py_areal_step(text) == parse_areal_step(text)
+    assert _same(native.py_weight_update(text), parse_weight_update(text))
