@@ -3919,8 +3919,12 @@ cdef void training_parse(object t, object line, double offset) except *:
     touch(t, time, offset)
     cdef U u = uview(text)
     cdef B bt = bview(text)
-    if bhas(bt, text, b"Training completes!", 19, "Training completes!"):
-        t._finished = True
+    if (
+        bhas(bt, text, b"Training completes!", 19, "Training completes!")
+        or bhas(bt, text, b"Final validation metrics", 24, "Final validation metrics")
+        or bhas(bt, text, b"' succeeded", 11, "' succeeded")
+    ):
+        t._finished = True  # AReaL's last line; verl's last pprint; `ray job submit`'s Job '...' succeeded
     areal = areal_step(text) if bhas(bt, text, b"Train step ", 11, "Train step ") else None
     if areal is not None:
         step, total = areal
@@ -3936,10 +3940,14 @@ cdef void training_parse(object t, object line, double offset) except *:
             t._areal_path = line.path
             t._finished = False
             mark_step(t, time, step, offset)
-    elif bhas(bt, text, b"{", 1, "{"):
-        metrics = _training.parse_metrics(text)
-        if metrics is not None:
-            t._on_metrics(line, metrics, offset)
+    elif (
+        bhas(bt, text, b"{", 1, "{")
+        or bhas(bt, text, b"step:", 5, "step:")
+        or bhas(bt, text, b"Global step ", 12, "Global step ")
+        or bhas(bt, text, b"Training Progress:", 18, "Training Progress:")
+        or bhas(bt, text, b"Total training steps: ", 22, "Total training steps: ")
+    ):
+        t._parse_other_formats(line, text, offset)  # verl, OpenRLHF, verl's bar, TRL's dicts: in Python
     cdef Py_ssize_t heavy = 0, plain = 0
     cdef Py_ssize_t lbars[_MAX_BARS]
     cdef Py_ssize_t hbars[_MAX_BARS]

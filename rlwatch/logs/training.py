@@ -329,7 +329,15 @@ class TrainingTracker:
         step = parse_areal_step(text) if "Train step " in text else None
         if step is not None:
             self._on_areal_step(line, *step, offset)
-        elif "step:" in text and (verl := _VERL_STEP.search(text)) is not None:
+        else:
+            self._parse_other_formats(line, text, offset)
+        self._parse_rest(line, text, offset)
+
+    def _parse_other_formats(self, line: LogLine, text: str, offset: float) -> None:
+        """The step and metric lines of every framework but AReaL's step line (verl, OpenRLHF, verl's bar, TRL's
+        dicts). The compiled path (rlwatch/logs/_eventpath.pyx) calls this too, for lines holding one of their
+        fixed texts: rarer than AReaL's rows, and kept in one place."""
+        if "step:" in text and (verl := _VERL_STEP.search(text)) is not None:
             self._on_verl_step(line, int(verl.group(1)), verl.group(2), offset)
         elif "Global step " in text and (orlhf := _ORLHF_STEP.search(text)) is not None:
             self._on_numbered_step(line, int(orlhf.group(1)), None, offset)
@@ -343,6 +351,9 @@ class TrainingTracker:
             metrics = parse_metrics(text)
             if metrics is not None:
                 self._on_metrics(line, metrics, offset)
+
+    def _parse_rest(self, line: LogLine, text: str, offset: float) -> None:
+        """What any line may also hold: a stats row's cells, a weight update read from disk."""
         light = text.count("│")
         if light >= 3 or text.count("|") >= 3:  # the first of _TABLE_BARS found three times splits it
             bar = "│" if light >= 3 else "┃" if text.count("┃") >= 3 else "|"
