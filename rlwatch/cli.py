@@ -77,6 +77,11 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("watch", help="headless engine; prints changes as they happen")
     _common(p)
     p.add_argument("--json", action="store_true", help="JSON lines")
+    p.add_argument(
+        "--complete-only",
+        action="store_true",
+        help="no partial records: over a big backlog, nothing until it is read (not what its newest part shows first)",
+    )
     p.add_argument("--interval", type=float, default=None, metavar="SECONDS")
     p.add_argument(
         "--duration",
@@ -310,7 +315,7 @@ def cmd_watch(args: argparse.Namespace) -> int:
 
     from rlwatch.engine.engine import Engine
     from rlwatch.export.exporter import Exporter, ExporterError, parse_listen, start_exporter
-    from rlwatch.export.stream import changes, plain
+    from rlwatch.export.stream import Partial, changes, plain
     from rlwatch.remedy.watchdog import Watchdog, WatchdogError
     from rlwatch.remedy.watchdog import plain as plain_watchdog
 
@@ -324,20 +329,44 @@ def cmd_watch(args: argparse.Namespace) -> int:
     streaming = threading.Event()  # the stream has started: the backlog is read
     lock = threading.Lock()
     prev: list[Snapshot | None] = [None]
+    # Over a big backlog, what its newest part shows, before the complete stream starts (unless --complete-only).
+    partial = None if args.complete_only else Partial()
+    waiting = _Waiting(sys.stderr) if is_terminal(sys.stderr) else None
+    # stdout and stderr on one terminal: a line printed while stderr's progress line is shown would run on from it
+    shared_terminal = waiting is not None and is_terminal(sys.stdout)
 
     def show(rec: dict[str, object], text: str) -> None:
         with lock:
             safe_print(json.dumps(redacted(rec)) if args.json else text, json_text=args.json)
 
+    def show_partial(snap: Snapshot) -> None:
+        """Under ``lock``: the partial records due for ``snap``, while the complete stream has not begun. The first
+        does not wait for the host's first sample (on two busy cores that came with a 19 MB backlog 43 % read, and a
+        smaller one could be read whole before it): what the sources add later is a change, said a second later."""
+        if partial is None or prev[0] is not None:
+            return
+        records = partial.records(snap)
+        if records and shared_terminal and waiting is not None:
+            waiting.close()  # it comes back on the next progress tick
+        for rec in records:
+            line = json.dumps(redacted(rec)) if args.json else plain(rec)
+            if line is not None:
+                safe_print(line, json_text=args.json)
+
     def emit(snap: Snapshot) -> None:
         if not snap.logs_read:
-            return  # the stream starts once the whole backlog is read: its counts are then totals, not a part
+            # The complete stream starts once the whole backlog is read: its counts are then totals, not a part.
+            with lock:
+                show_partial(snap)
+            return
         own = snap.watchdog
         # This watchdog's state file may not say yet that the backlog is read (written on its next round): the
         # stream waits for it, unless the file cannot be written (a full disk), when it would wait for ever.
         if own is not None and own.pid == os.getpid() and own.reading_backlog is not None and not watchdog.state_error:
             return
         with lock:
+            if prev[0] is None and shared_terminal and waiting is not None:
+                waiting.close()  # the complete stream's first line must not run on from the progress line
             for rec in changes(prev[0], snap):
                 line = json.dumps(redacted(rec)) if args.json else plain(rec)
                 if line is not None:
@@ -368,7 +397,9 @@ def cmd_watch(args: argparse.Namespace) -> int:
     watchdog.start()
     engine.start()
     try:
-        _wait_for_backlog(engine, done, streaming, _Waiting(sys.stderr) if is_terminal(sys.stderr) else None)
+        # The stream's lock only where its lines share the terminal: a stalled reader of stdout must not stop the
+        # progress line, nor keep Ctrl-C waiting on a lock.
+        _wait_for_backlog(engine, done, streaming, waiting, lock if shared_terminal else threading.Lock())
         done.wait(args.duration)  # counted once the backlog is read, as the stream is
     finally:
         watchdog.stop()
@@ -379,10 +410,15 @@ def cmd_watch(args: argparse.Namespace) -> int:
 
 
 def _wait_for_backlog(
-    engine: Engine, done: threading.Event, streaming: threading.Event, waiting: _Waiting | None
+    engine: Engine,
+    done: threading.Event,
+    streaming: threading.Event,
+    waiting: _Waiting | None,
+    lock: threading.Lock,
 ) -> None:
     """Until the logs' backlog is read and the stream has started (or `watch` is told to stop). At a terminal
-    (``waiting``): the diagnosis of the backlog's newest part and how far the rest is read, on stderr."""
+    (``waiting``): the diagnosis of the backlog's newest part and how far the rest is read, on stderr, written under
+    ``lock``, the stream's where its partial lines go to the same terminal meanwhile."""
     shown = False
     try:
         while not done.is_set() and not streaming.is_set():
@@ -391,19 +427,22 @@ def _wait_for_backlog(
             snap = engine.snapshot()
             if snap.logs_read:
                 if waiting is not None:
-                    waiting.close()  # the progress line goes before the stream's first line comes
+                    with lock:
+                        waiting.close()  # the progress line goes before the stream's first line comes
                 done.wait(0.05)
                 continue  # the stream starts with the next snapshot
             if waiting is not None:
-                if not shown and snap.preview is not None:
-                    waiting.first_look(snap, "watch", "the stream of changes, and the watchdog's acting,")
-                    shown = True
-                if snap.backlog is not None:
-                    waiting.progress(*snap.backlog)
+                with lock:
+                    if not shown and snap.preview is not None:
+                        waiting.first_look(snap, "watch", "the stream of changes, and the watchdog's acting,")
+                        shown = True
+                    if snap.backlog is not None:
+                        waiting.progress(*snap.backlog)
             done.wait(0.1)
     finally:
         if waiting is not None:
-            waiting.close()
+            with lock:
+                waiting.close()
 
 
 def _notifications(cfg: Config, run_dir: Path, host: str, cli: list[str], heartbeat: str | None) -> Notifications:

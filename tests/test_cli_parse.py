@@ -38,3 +38,9 @@ def test_a_stray_argument_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -
         parse(["report", "runs/a", "runs/b"])
     assert exc.value.code == 2
     assert "unrecognized arguments: runs/b" in capsys.readouterr().err
+
+
+def test_watch_complete_only_is_a_flag_off_by_default() -> None:
+    """`watch --complete-only` suppresses the partial records of a big backlog's newest part; without it they come."""
+    assert parse(["watch", "runs/a", "--json", "--complete-only"]).complete_only is True
+    assert parse(["watch", "runs/a", "--json"]).complete_only is False

@@ -11,6 +11,7 @@ import subprocess
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
+from itertools import pairwise
 from pathlib import Path
 from typing import Any
 
@@ -140,5 +141,73 @@ def test_watch_at_a_terminal_says_what_is_wrong_now_and_stops_on_ctrl_c_while_re
     assert "Traceback (most recent" not in stderr  # findings, no crash of its own
     assert stderr.endswith("\r\x1b[K")  # the progress line cleared
     assert proc.stdout is not None
-    types = [json.loads(line)["type"] for line in proc.stdout.read().decode().splitlines()]
-    assert types == ["watchdog"]  # no counts: the backlog was not read whole
+    records = [json.loads(line) for line in proc.stdout.read().decode().splitlines()]
+    # no complete record: the backlog was not read whole (what its newest part shows may have come, marked partial)
+    assert [r["type"] for r in records if not r.get("partial")] == ["watchdog"]
+
+
+def _watch_records(run: Path, out: Path, *flags: str) -> list[dict[str, Any]]:
+    """`watch --json RUN` with stdout to a file, until its first complete state record (or its end): its records.
+
+    Read as the file grows, whole lines only: the test must not stop the stream before the backlog is read."""
+
+    def records() -> list[dict[str, Any]]:
+        whole = out.read_text().rpartition("\n")[0]
+        return [json.loads(line) for line in whole.splitlines() if line]
+
+    def complete() -> bool:
+        return any(r["type"] == "state" and not r.get("partial") for r in records())
+
+    with out.open("w") as fh:
+        proc = subprocess.Popen(
+            rlwatch_cmd("watch", "--json", *flags, str(run)),
+            stdout=fh,
+            stderr=subprocess.PIPE,
+            stdin=subprocess.DEVNULL,
+        )
+        try:
+            wait_until(lambda: complete() or proc.poll() is not None, 120)
+            assert proc.poll() is None, proc.communicate()[1]
+            proc.send_signal(signal.SIGTERM)
+            _, err = proc.communicate(timeout=15)
+            assert proc.returncode == 0, err
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+    assert b"Traceback" not in err, err
+    return [r for r in records() if r["type"] != "watchdog"]  # the watchdog's own word comes first, as ever
+
+
+def test_watch_json_says_first_what_the_newest_part_shows_then_the_whole(tmp_path: Path) -> None:
+    """Over a big backlog the stream does not stay silent until everything is read: a partial state record (and its
+    findings) says at once what the newest part shows, the crash at its end included; the complete records follow
+    once the backlog is read, with the full counts and no `partial` key."""
+    run = _run_dir(tmp_path)
+    records = _watch_records(run, tmp_path / "watch.jsonl")
+    first = records[0]
+    assert first["type"] == "state" and first["partial"] is True, records[:3]
+    assert 0 <= first["read"] < 1
+    assert "run_crashed" in first["findings"] and first["run_state"]["state"] == "crashed"
+    full = next(i for i, r in enumerate(records) if r["type"] == "state" and not r.get("partial"))
+    early, late = records[:full], records[full:]
+    assert all(r["partial"] is True and 0 <= r["read"] <= 1 for r in early)
+    assert {r["type"] for r in early} <= {"state", "finding", "finding_cleared", "backlog"}  # no partial counts
+    crash = [r for r in early if r["type"] == "finding" and r["code"] == "run_crashed"]
+    assert crash and "RuntimeError: weight update to the server failed" in crash[0]["message"]
+    reads = [r["read"] for r in early]
+    assert reads == sorted(reads)  # how far reading is never goes back
+    states = [(r["status"], r["run_state"], sorted(r["findings"])) for r in early if r["type"] == "state"]
+    assert all(a != b for a, b in pairwise(states))  # an unchanged partial state is not repeated
+    assert not any("partial" in r or "read" in r for r in late)
+    assert late[0]["events"]["step"] == 2_000  # the complete state: the whole backlog counted
+    assert "run_crashed" in late[0]["findings"]
+    assert {r["code"] for r in late if r["type"] == "finding"} >= {"run_crashed"}
+
+
+def test_watch_json_complete_only_gives_no_partial_record(tmp_path: Path) -> None:
+    """`--complete-only`: a consumer that wants only totals gets the stream as it was, complete records alone."""
+    run = _run_dir(tmp_path)
+    records = _watch_records(run, tmp_path / "watch.jsonl", "--complete-only")
+    assert not any("partial" in r or "read" in r for r in records), records[:3]
+    assert records[0]["type"] == "state" and records[0]["events"]["step"] == 2_000

@@ -1,12 +1,18 @@
 """Changes between two snapshots, as records: what `rlwatch watch` prints (JSON lines or plain lines).
 
 Only changes are emitted, so a quiet healthy run prints nothing after its first state record.
+
+Over a big backlog (one that earns a preview: engine/preview) the complete records wait until everything is read,
+which over gigabytes is a minute; :class:`Partial` says meanwhile what the newest part shows, as the dashboard does,
+in records marked ``"partial": true`` with the share of the backlog ``read``. Complete records carry no ``partial``
+key, so a consumer that predates partial records reads the stream it always read once it skips those marked.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from rlwatch.common.state import Snapshot, SourceStatus, line_number
@@ -31,20 +37,25 @@ def _trouble(src: SourceStatus | None) -> str | None:
     return _NUMBERS.sub("#", src.error or "failed")
 
 
+def _state(cur: Snapshot) -> dict[str, Any]:
+    """The whole picture in one record: the stream's first, and each partial one (a consumer rebuilds from it)."""
+    return {
+        "type": "state",
+        "time": iso(cur.time),
+        "host": cur.host,
+        "run_dir": cur.run_dir,
+        "profile": cur.profile,
+        "status": status_word(cur).lower().replace(" ", "_"),
+        "run_state": _run_state(cur),
+        "findings": [f.code for f in cur.findings],
+        "events": {k: e.count for k, e in cur.events.items() if e.count},
+    }
+
+
 def changes(prev: Snapshot | None, cur: Snapshot) -> Iterator[dict[str, Any]]:
     t = iso(cur.time)
     if prev is None:
-        yield {
-            "type": "state",
-            "time": t,
-            "host": cur.host,
-            "run_dir": cur.run_dir,
-            "profile": cur.profile,
-            "status": status_word(cur).lower().replace(" ", "_"),
-            "run_state": _run_state(cur),
-            "findings": [f.code for f in cur.findings],
-            "events": {k: e.count for k, e in cur.events.items() if e.count},
-        }
+        yield _state(cur)
     for kind, e in cur.events.items():
         before = prev.events[kind].count if prev and kind in prev.events else 0
         if e.count > before:
@@ -115,8 +126,74 @@ def changes(prev: Snapshot | None, cur: Snapshot) -> Iterator[dict[str, Any]]:
                 yield {"type": "process_gone", "time": t, "name": p.name, "role": p.role, "pid": p.pid}
 
 
+def read_share(snap: Snapshot) -> float:
+    """How much of the logs' backlog is read, 0..1 to 3 decimals: 1 once the main count has read it all (the
+    preview may still be shown for a moment after)."""
+    if snap.backlog is None:
+        return 1.0
+    done, total = snap.backlog
+    return round(min(1.0, max(0.0, done / total)), 3) if total > 0 else 1.0
+
+
+_PARTIAL_TYPES = ("finding", "finding_cleared")
+
+
+class Partial:
+    """The records `watch` writes while a big backlog is read: what its newest part shows (the preview), at once.
+
+    The first preview snapshot gives a ``state`` record and its ``finding`` records, as :func:`changes` would for a
+    first snapshot, less the per-kind ``event`` records (their counts are of the part read so far, and the complete
+    stream gives them in full). Later, when the preview's status, run state or findings change, a new ``state``
+    record and the ``finding`` / ``finding_cleared`` records against the last partial one written: at most one such
+    burst every ``every_s`` (the preview's findings may flicker while its line numbers and the host's sources come
+    in, and each burst is a page of JSON), and none for a state already written. With nothing new, a ``backlog``
+    record says how far reading is, at most every ``progress_every_s``. Every record carries ``"partial": true`` and
+    ``"read"`` (:func:`read_share`).
+
+    Not thread-safe: `watch` calls it under the lock that keeps its output lines whole."""
+
+    def __init__(
+        self, every_s: float = 1.0, progress_every_s: float = 5.0, monotonic: Callable[[], float] = time.monotonic
+    ) -> None:
+        self.every_s = every_s
+        self.progress_every_s = progress_every_s
+        self._monotonic = monotonic
+        self._shown: Snapshot | None = None  # the preview snapshot the last partial state record came from
+        self._key: tuple[str, str | None, frozenset[str]] | None = None  # what that record said
+        self._at = 0.0  # when a partial record was last written (monotonic)
+
+    def records(self, snap: Snapshot) -> list[dict[str, Any]]:
+        """The partial records ``snap`` calls for now; [] when it has no preview (a small backlog, one read whole,
+        or a preview not counted yet) or nothing new is due."""
+        if snap.preview is None:
+            return []
+        now = self._monotonic()
+        key = (status_word(snap), _state_of(snap), frozenset(f.code for f in snap.findings))
+        out: list[dict[str, Any]] = []
+        if key != self._key and (self._key is None or now - self._at >= self.every_s):
+            out = [_state(snap)] + [r for r in changes(self._shown, snap) if r["type"] in _PARTIAL_TYPES]
+            self._shown, self._key = snap, key
+        elif self._key is not None and now - self._at >= self.progress_every_s:
+            out = [{"type": "backlog", "time": iso(snap.time)}]
+        if out:
+            self._at = now
+        read = read_share(snap)
+        return [{**rec, "partial": True, "read": read} for rec in out]
+
+
 def plain(record: dict[str, Any]) -> str | None:
-    """One line for a person, or None for what only a machine wants (progress events: steps, trials, …)."""
+    """One line for a person, or None for what only a machine wants (progress events: steps, trials, …). A partial
+    record's line begins with how much of the backlog is read: it speaks of the newest part only."""
+    line = _plain(record)
+    if line is None or not record.get("partial"):
+        return line
+    pct = f"{100 * float(record.get('read') or 0):.0f}% read"
+    if record["type"] == "backlog":
+        return f"{line}: {pct}"
+    return f"(newest part, {pct}) {line}"
+
+
+def _plain(record: dict[str, Any]) -> str | None:
     kind = record["type"]
     if kind == "event" and record.get("severity") == "info":
         return None
@@ -136,6 +213,8 @@ def plain(record: dict[str, Any]) -> str | None:
         return f"{t} step {record['step']}" + (f"/{record['total']}" if record.get("total") else "")
     if kind == "source":
         return f"{t} {record['name']}: " + ("available again" if record["ok"] else f"NOT AVAILABLE: {record['error']}")
+    if kind == "backlog":
+        return f"{t} reading the backlog"
     if kind in ("process_started", "process_gone"):
         return f"{t} {record['name']} (pid {record['pid']}) {'started' if kind == 'process_started' else 'gone'}"
     return f"{t} watching {record.get('run_dir')} ({record.get('profile')}): {len(record.get('findings', []))} findings"
