@@ -2521,15 +2521,26 @@ cdef Kind make_kind(object ek, int i, dict lits):
 def py_kind_matches(object ek, str body, bint bits=False):
     """For the tests: whether the compiled path counts ``body`` (a line's message) as kind ``ek``; ``bits``: with
     the strings it looks for found in one pass (as it counts), else searched one by one."""
-    cdef dict lits = literal_strings([ek]) if bits else {}
-    cdef Kind k = make_kind(ek, 0, lits)
+    cdef dict lits
+    cdef Kind k
     cdef Out out = Out()
-    cdef Needles found
+    cdef Needles found = None
+    key = (ek, bits)
+    made = _TEST_KINDS.get(key)
+    if made is None:  # built once per kind: building compiles its expression's parts, which is the slow part
+        lits = literal_strings([ek]) if bits else {}
+        k = make_kind(ek, 0, lits)
+        if lits:
+            found = Needles([t.encode("utf-8") for t in lits], [0] * len(lits))
+        made = _TEST_KINDS[key] = (k, found)
+    k, found = made
     out.has_bits = False
-    if lits:
-        found = Needles([t.encode("utf-8") for t in lits], [0] * len(lits))
+    if found is not None:
         out.has_bits = body_bits(found, body, out.bits)
     return k.matches(body, uview(body), out)
+
+
+cdef dict _TEST_KINDS = {}
 
 
 cdef bint body_bits(Needles lits, str body, uint64_t *bits) except -1:
