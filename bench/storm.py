@@ -36,6 +36,7 @@ LINE = (
 KIND = "connection_refused"
 WRITER = r"""
 import sys, time
+from pathlib import Path
 line, logs, rate, seconds = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), float(sys.argv[4])
 files = [open(Path(sys.argv[5]) / f"worker-{w}.log", "a") for w in range(logs)]
 tick = 0.05
