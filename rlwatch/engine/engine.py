@@ -236,7 +236,10 @@ class Engine:
         self._member_pids: set[int] = set()  # every pid seen as the run's
         self._role_procs: tuple[ProcessInfo, ...] = ()  # every process a role rule selects, the run's or not
         self._progress_kinds = tuple(k.name for k in cfg.events.custom if k.progress)
-        self._ending_cache: dict[str, tuple[tuple[int, int, int, int, bool], LogEnding | None]] = {}
+        # path -> (what the file was when read, its ending, when read (monotonic)); a growing file is read again at
+        # most every _ending_every_s, one that stopped changing once more when it stops.
+        self._ending_cache: dict[str, tuple[tuple[int, int, int, int, bool], LogEnding | None, float]] = {}
+        self._ending_every_s = max(1.0, 5 * cfg.interval_s)
         self._status: dict[str, SourceStatus] = {}
         self._hist_gpu_util: dict[int, Ring] = {}
         self._hist_gpu_mem: dict[int, Ring] = {}
@@ -434,8 +437,18 @@ class Engine:
             key = (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, position is not None and position[0] == st.st_size)
             seen.add(path)
             cached = self._ending_cache.get(path)
+            mono = self.clock.monotonic()
+            recent = cached is not None and mono - cached[2] < self._ending_every_s
+            numbered = key[4] and cached is not None and not cached[0][4]  # the count reached its end: line numbers
+            if cached is not None and recent and not numbered and cached[0] != key and cached[0][:2] == key[:2]:
+                # The same file, still growing, read moments ago: its newest 64 KiB again every round is most of
+                # what watching a growing run costs. What it said stands a little longer, with the file's new time.
+                ending = cached[1]
+                if ending is not None:
+                    out.append(replace(ending, mtime=st.st_mtime))
+                continue
             if cached is None or cached[0] != key:
-                cached = (key, read_ending(path, now, position))
+                cached = (key, read_ending(path, now, position), mono)
                 self._ending_cache[path] = cached
             if cached[1] is not None:
                 out.append(cached[1])
