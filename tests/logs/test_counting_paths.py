@@ -24,6 +24,7 @@ from rlwatch.logs.kinds import builtin_kinds
 from rlwatch.logs.matcher import Matcher
 from rlwatch.logs.newlines import count_lines
 from rlwatch.logs.tailer import Chunk
+from tests.logs.chunking import whole_line_chunks
 
 TRAINER = "/run/logs/trainer.log"
 AREAL = "\x1b[92m\x1b[1;38;2;180;140;80m(AReaL)\x1b[0m \x1b[92m20251121-09:15:{s:02d}.652 {logger} INFO: {msg}\x1b[0m"
@@ -52,18 +53,8 @@ TERMINATORS = ["\n", "\n", "\n", "\r\n", "\r"]
 
 
 def _feed_all(counter: EventCounter, data: bytes, block: int) -> None:
-    lineno = 1
-    pos = 0
-    while pos < len(data):
-        piece = data[pos : pos + block]
-        cut = max(piece.rfind(b"\n"), piece.rfind(b"\r")) + 1
-        if cut == 0 or pos + block >= len(data):
-            cut = len(piece)
-        chunk = piece[:cut]
-        n = count_lines(chunk) + (0 if chunk.endswith((b"\n", b"\r")) else 1)
-        counter.feed(Chunk(TRAINER, chunk, lineno, n))
-        lineno += n
-        pos += cut
+    for chunk in whole_line_chunks(data, TRAINER, block):
+        counter.feed(chunk)
 
 
 def _outcome(counter: EventCounter, calls: list[tuple[str, int, str, float]]) -> object:

@@ -37,6 +37,7 @@ from rlwatch.logs.signatures import HEADER, exception
 from rlwatch.logs.tailer import Chunk, Tailer
 from rlwatch.logs.timestamps import parse_time
 from rlwatch.logs.training import TrainingTracker, parse_areal_step, parse_weight_update
+from tests.logs.chunking import whole_line_chunks
 
 native = pytest.importorskip("rlwatch.logs._eventpath", reason="the compiled event path is not built here")
 if not events_module.NATIVE:  # RLWATCH_NATIVE=0
@@ -162,17 +163,7 @@ def both_on(pair: Pair, chunks: Iterator[Chunk], rng: random.Random | None = Non
 
 def fed_whole(data: bytes, path: str = "/run/logs/trainer.log", block: int = 1 << 20) -> Iterator[Chunk]:
     """Complete lines in chunks of about ``block`` bytes, as the bench's count feeds them."""
-    lineno, pos = 1, 0
-    while pos < len(data):
-        piece = data[pos : pos + block]
-        cut = max(piece.rfind(b"\n"), piece.rfind(b"\r")) + 1
-        if cut == 0 or pos + block >= len(data):
-            cut = len(piece)
-        chunk = piece[:cut]
-        n = count_lines(chunk) + (0 if chunk.endswith((b"\n", b"\r")) else 1)
-        yield Chunk(path, chunk, lineno, n, backlog_mtime=NOW + 3600)
-        lineno += n
-        pos += cut
+    return whole_line_chunks(data, path, block, backlog_mtime=NOW + 3600)
 
 
 # ------------------------------------------------------------------------------------------------- real logs
@@ -397,17 +388,8 @@ def test_any_lines_cut_anywhere_count_alike(lines: list[tuple[str, str, int]], b
     data = "".join(text.replace("{s:02d}", f"{n % 60:02d}").replace("{n}", str(n)) + term for text, term, n in lines)
     raw = data.encode("utf-8", "surrogateescape")
     pair = Pair()
-    lineno, pos = 1, 0
-    while pos < len(raw):  # complete lines only, in blocks of about `block` bytes
-        piece = raw[pos : pos + block]
-        cut = max(piece.rfind(b"\n"), piece.rfind(b"\r")) + 1
-        if cut == 0 or pos + block >= len(raw):
-            cut = len(piece)
-        chunk = piece[:cut]
-        n = count_lines(chunk) + (0 if chunk.endswith((b"\n", b"\r")) else 1)
-        pair.feed(Chunk("/run/t.log", chunk, lineno, n, backlog_mtime=NOW if backlog else None))
-        lineno += n
-        pos += cut
+    for chunk in whole_line_chunks(raw, "/run/t.log", block, backlog_mtime=NOW if backlog else None):
+        pair.feed(chunk)
     pair.check()
 
 
