@@ -3,7 +3,7 @@ real Ray head node this test starts, and ``rlwatch report`` reads the run while 
 with Ray 2.60's token authentication on) and after it is gone (the driver's log and Ray's session logs).
 
 It needs a Python with ``ray[default]`` (the project itself never does): ``$RLWATCH_RAY_PYTHON``, else
-/work/raytmp/venv/bin/python; it is skipped when neither can ``import ray``. The cluster gets a temp dir and ports of
+the interpreter running the tests; it is skipped when neither can ``import ray``. The cluster gets a temp dir and ports of
 its own, and only its processes (found by that temp dir, and their descendants) are stopped at the end: never a
 ``ray stop``, which would stop every cluster of the host.
 """
@@ -30,7 +30,7 @@ from rlwatch.sources import procfs
 pytestmark = [pytest.mark.ray, pytest.mark.slow, pytest.mark.timeout(600)]
 
 JOBS = Path(__file__).parent / "real" / "ray" / "jobs"
-CANDIDATES = [os.environ.get("RLWATCH_RAY_PYTHON", ""), "/work/raytmp/venv/bin/python"]
+CANDIDATES = [os.environ.get("RLWATCH_RAY_PYTHON", ""), sys.executable]
 
 
 def _ray_python() -> str | None:
@@ -44,7 +44,7 @@ def _ray_python() -> str | None:
 
 RAY_PYTHON = _ray_python()
 if RAY_PYTHON is None:
-    pytest.skip("no Python with ray[default] (RLWATCH_RAY_PYTHON, /work/raytmp/venv)", allow_module_level=True)
+    pytest.skip("no Python with ray[default] (set RLWATCH_RAY_PYTHON)", allow_module_level=True)
 
 
 def _free_port() -> int:

@@ -16,12 +16,12 @@
 #
 #   capture.sh OUT_DIR [case ...]      (default: every case)
 #
-# Scratch: /work/raytmp (venv in /work/raytmp/venv, runs in /work/raytmp/runs/<case>). Afterwards the scratch
+# Scratch: $SCRATCH (default /srv/scratch; venv in $SCRATCH/venv, runs in $SCRATCH/runs/<case>). Afterwards the scratch
 # paths are written as /srv/run (the case's run dir) and /srv/run/venv; nothing else is edited.
 set -u
 OUT=$(realpath "${1:?OUT_DIR}")
 shift
-SCRATCH=/work/raytmp
+SCRATCH=${SCRATCH:-/srv/scratch}  # a scratch directory: a venv with ray[default] and the runs
 VENV=$SCRATCH/venv
 JOBS=$(cd "$(dirname "$0")" && pwd)
 PY=$VENV/bin/python
