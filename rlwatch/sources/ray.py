@@ -82,15 +82,20 @@ class Cluster:
 
 def find_cluster(proc_root: str = procfs.PROC) -> Cluster:
     """The Ray processes of this host: ``…/ray/core/src/ray/raylet/raylet --log_dir=… --webui=…``,
-    ``…/gcs_server --log_dir=…``, ``python …/ray/dashboard/dashboard.py --host=H --port=P``."""
+    ``…/gcs_server --log_dir=…``, ``python …/ray/dashboard/dashboard.py --host=H --port=P`` — those owned by the
+    user running rlwatch or root only: another user's process named like a raylet would otherwise choose where
+    rlwatch sends Ray's token and which session logs it reads."""
     dirs: list[str] = []
     dashboard = None
     pids = []
     nodes: list[str] = []
+    trusted = {os.geteuid(), 0}
     for pid in procfs.list_pids(proc_root):
         argv = procfs.read_cmdline(pid, proc_root)
         if not argv:
             continue
+        if procfs.owner(pid, proc_root) not in trusted:
+            continue  # anyone can name a process raylet: only this user's or root's is this host's cluster
         exe = os.path.basename(argv[0])
         if exe in ("raylet", "gcs_server") and "/ray/" in argv[0]:
             pids.append(pid)
@@ -370,13 +375,13 @@ class RaySource:
     # ---------------------------------------------------------------------------------------------- the State API
     def _dashboard(self) -> tuple[str | None, bool]:
         """(the dashboard's address, whether the token may be sent there)."""
-        if self.rc.dashboard:
-            trusted = self.cfg.provenance.distrust is None
-            host = urllib.parse.urlsplit(self.rc.dashboard).hostname or ""
-            return self.rc.dashboard.rstrip("/"), trusted or _loopback(host)
+        if self.rc.dashboard and self.cfg.provenance.distrust is None:
+            return self.rc.dashboard.rstrip("/"), True  # a trusted file names the host: the token may go there
+        # An untrusted file names no dashboard at all: its address would receive the token, or be fetched on its
+        # say-so. This user's (or root's) own Ray process names its address; the token goes only to loopback.
         cluster = self.cluster()
         if cluster.dashboard:
-            return cluster.dashboard, True  # the dashboard process of this host named its own address
+            return cluster.dashboard, _loopback(urllib.parse.urlsplit(cluster.dashboard).hostname or "")
         if cluster.running:
             return f"http://127.0.0.1:{DEFAULT_DASHBOARD_PORT}", True
         return None, False
