@@ -99,8 +99,11 @@ def _read_text(path: Path, name: str) -> str:
         # without waiting, and read only when it is a regular file.
         fd = open_followed(path, os.O_RDONLY | os.O_NONBLOCK)
         try:
-            if not stat.S_ISREG(os.fstat(fd).st_mode):
-                raise ConfigError(name, "cannot read: not a regular file")
+            mode = os.fstat(fd).st_mode
+            if not stat.S_ISREG(mode):
+                raise ConfigError(
+                    name, f"cannot read: {'Is a directory' if stat.S_ISDIR(mode) else 'not a regular file'}"
+                )
             os.set_blocking(fd, True)
         except BaseException:
             os.close(fd)
