@@ -28,6 +28,7 @@ import sys
 import tempfile
 import threading
 from collections.abc import Iterator
+from dataclasses import replace
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
@@ -37,7 +38,15 @@ from rlwatch.common.clock import SystemClock
 from rlwatch.common.redact import for_others, redact
 from rlwatch.common.textsafe import clean_line
 from rlwatch.common.trust import LinkRefused, open_read
-from rlwatch.config.models import ActionsConfig, Config, GpuConfig, ProcessRule, Provenance, RayConfig
+from rlwatch.config.models import (
+    ActionsConfig,
+    Config,
+    GpuConfig,
+    ProcessRule,
+    Provenance,
+    RayConfig,
+    TrainingConfig,
+)
 from rlwatch.discover.load import ConfigError, load_config, missing_paths, resolve_config
 from rlwatch.engine.engine import Engine
 from rlwatch.remedy.actions.api import Actions
@@ -49,12 +58,11 @@ from rlwatch.sources.ray import RaySource, find_cluster
 from tests.simhost import wait_until
 
 try:
-    NOBODY = pwd.getpwnam("nobody").pw_uid
-    NOGROUP = pwd.getpwnam("nobody").pw_gid
+    NOBODY, NOGROUP = pwd.getpwnam("nobody").pw_uid, pwd.getpwnam("nobody").pw_gid
 except KeyError:  # pragma: no cover - every Debian has it
-    NOBODY = NOGROUP = None
+    NOBODY = NOGROUP = -1
 
-pytestmark = pytest.mark.skipif(os.geteuid() != 0 or NOBODY is None, reason="needs root and a second user (nobody)")
+pytestmark = pytest.mark.skipif(os.geteuid() != 0 or NOBODY < 0, reason="needs root and a second user (nobody)")
 
 TOKEN = "0c1dfe3a22b94a0e9b7d4e1f9a6c5b4d"  # a token as Ray makes one (uuid4().hex)
 
@@ -145,12 +153,9 @@ def test_a_launch_record_keeps_its_owner_and_a_plan_shows_whose_command_and_envi
     why = plan.start[0].reason or ""
     assert "as this user (uid 0), the command line of pid 4242 of root (uid 0)" in why, why
     assert "PYTHONPATH=/home/someone/lib" in why and "HOME unset" in why and "HF_TOKEN=***" in why, why
-    assert LaunchBook(book).remember("launcher", LaunchBook(book).get("trainer")) is True  # root's own: kept
-    foreign = LaunchBook(book).get("trainer")
-    assert foreign is not None
-    from dataclasses import replace
-
-    assert not LaunchBook(book).remember("server", replace(foreign, uid=NOBODY))  # another's: never recorded
+    own = LaunchBook(book).get("trainer")
+    assert own is not None and LaunchBook(book).remember("launcher", own)  # root's own: kept
+    assert not LaunchBook(book).remember("server", replace(own, uid=NOBODY))  # another's: never recorded
 
 
 def test_membership_counts_only_the_users_processes(run: Path, started: list[subprocess.Popen[bytes]]) -> None:
@@ -310,7 +315,7 @@ def test_a_tree_1500_levels_deep_ends_in_no_traceback(tmp_path: Path) -> None:
     os.write(log, b"step 1\n")
     os.close(log)
     os.close(fd)
-    cfg = Config(training={"logs": ["**/*.log"]}).model_copy(update={"run_dir": str(tmp_path)})
+    cfg = Config(training=TrainingConfig(logs=["**/*.log"])).model_copy(update={"run_dir": str(tmp_path)})
     assert missing_paths(cfg, tmp_path) == []  # found at the bottom, no RecursionError
 
 
