@@ -219,6 +219,37 @@ def test_rays_token_goes_only_to_the_users_own_ray(tmp_path: Path, listener: tup
     assert seen and seen[-1]["authorization"] == f"Bearer {TOKEN}"  # the user's own raylet, on loopback: yes
 
 
+LISTEN = (
+    "import socket, sys; s = socket.socket(); s.bind(('127.0.0.1', 0)); s.listen(); "
+    "print(s.getsockname()[1], flush=True); c, _ = s.accept(); sys.stdout.write(repr(c.recv(4096))); sys.stdout.flush()"
+)
+
+
+@pytest.mark.skipif(not os.access("/usr/bin/python3", os.X_OK), reason="needs /usr/bin/python3 for nobody")
+def test_a_port_another_user_listens_on_is_never_asked(tmp_path: Path, started: list[subprocess.Popen[bytes]]) -> None:
+    """The user's own raylet names a loopback port that another user got to first (Ray's dashboard died, or was
+    never started): their listener is neither sent the token nor asked for actors."""
+    proc = subprocess.Popen(
+        ["/usr/bin/python3", "-c", LISTEN], cwd="/", user=NOBODY, group=NOGROUP, extra_groups=[],
+        stdout=subprocess.PIPE, stdin=subprocess.DEVNULL, start_new_session=True,
+    )  # fmt: skip
+    started.append(proc)
+    assert proc.stdout is not None
+    port = int(proc.stdout.readline())
+    procs = tmp_path / "proc"
+    raylet = "/srv/venv/lib/python3.11/site-packages/ray/core/src/ray/raylet/raylet"
+    _fake_proc(procs, 800, os.geteuid(), raylet, f"--webui=127.0.0.1:{port}")
+    src = RaySource(
+        Config(profile="verl"), tmp_path, SystemClock(), proc_root=str(procs), env={"RAY_AUTH_TOKEN": TOKEN}
+    )
+    src.poll_api(force=True)
+    state = src.sample([])
+    assert state is not None and f"served by uid {NOBODY}, not by this user or root: not asked" in (state.api or "")
+    os.killpg(proc.pid, signal.SIGKILL)
+    out, _ = proc.communicate(timeout=10)
+    assert out == b""  # nothing ever reached it
+
+
 def test_an_untrusted_config_names_no_dashboard(
     run: Path, tmp_path: Path, listener: tuple[str, list[dict[str, str]]]
 ) -> None:

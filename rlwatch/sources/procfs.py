@@ -228,6 +228,30 @@ def owner(pid: int, proc_root: str = PROC) -> int | None:
     return uids[0] if uids and len(set(uids)) == 1 else None
 
 
+def listening_uids(port: int, proc_root: str = PROC) -> set[int] | None:
+    """The users whose TCP sockets listen on ``port`` (``/proc/net/tcp`` and ``tcp6``: state ``0A``, the ``uid``
+    column), or None when neither table can be read. Whose listener a loopback port is decides whether a secret may
+    be sent there: any local user can listen on a free port."""
+    found: set[int] = set()
+    read = False
+    for table in ("tcp", "tcp6"):
+        text = _read_text(f"{proc_root}/net/{table}")
+        if text is None:
+            continue
+        read = True
+        for line in text.splitlines()[1:]:
+            fields = line.split()
+            if len(fields) < 8 or fields[3] != "0A":
+                continue
+            try:
+                local_port = int(fields[1].rsplit(":", 1)[1], 16)
+            except (IndexError, ValueError):
+                continue
+            if local_port == port and (uid := parse_count(fields[7])) is not None:
+                found.add(uid)
+    return found if read else None
+
+
 def user_name(uid_value: int | None) -> str | None:
     """The login name of a uid, or the number itself where the container's passwd does not know it."""
     if uid_value is None:

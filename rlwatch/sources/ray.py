@@ -152,6 +152,24 @@ def _loopback(host: str) -> bool:
         return False
 
 
+def _foreign_listener(base: str) -> str | None:
+    """Why the loopback address ``base`` must not be asked: another user's socket listens on its port (any local user
+    can listen on a port Ray left free, and would get Ray's token and answer with actors of its own). None for a
+    remote host, an unreadable socket table, or a port this user or root listens on."""
+    parts = urllib.parse.urlsplit(base)
+    try:
+        port = parts.port or 80
+    except ValueError:
+        return None
+    if not _loopback(parts.hostname or ""):
+        return None
+    owners = procfs.listening_uids(port)  # the network is this host's whatever proc root the processes come from
+    strangers = sorted(u for u in owners or () if u not in (os.geteuid(), 0))
+    if not strangers:
+        return None
+    return f"{base} is served by uid {strangers[0]}, not by this user or root: not asked"
+
+
 def query_state_api(base: str, path: str, *, token: str | None, timeout_s: float) -> tuple[object | None, str | None]:
     """GET ``base + path`` (the dashboard's State API) → (the JSON answer, None) or (None, why not, in one line).
 
@@ -397,6 +415,9 @@ class RaySource:
         base, may_send = self._dashboard()
         if base is None:
             self._api = _Api(error="no Ray cluster runs on this host (no raylet, GCS or dashboard process)")
+            return
+        if (foreign := _foreign_listener(base)) is not None:
+            self._api = _Api(error=foreign, url=base)  # another user's listener: not asked, nothing sent
             return
         token = auth_token(self.env, self.home) if may_send else None
         q = f"?limit=10000&timeout={max(1, int(self.rc.timeout_s))}&detail=1"
