@@ -158,6 +158,15 @@ def test_a_launch_record_keeps_its_owner_and_a_plan_shows_whose_command_and_envi
     assert not LaunchBook(book).remember("server", replace(own, uid=NOBODY))  # another's: never recorded
 
 
+def test_discovery_takes_nothing_from_another_users_process(run: Path, started: list[subprocess.Popen[bytes]]) -> None:
+    """Their `python3 -m sglang.launch_server --port 18302` in root's run directory names no server to probe."""
+    from rlwatch.discover.discovery import discover
+
+    pid = _as_nobody(started, ["python3 -m sglang.launch_server --port 18302", "300"], run)
+    cfg = discover(run, "auto")
+    assert cfg.server.url is None and not any(f"pid {pid}" in why for why in cfg.provenance.server), cfg.provenance
+
+
 def test_membership_counts_only_the_users_processes(run: Path, started: list[subprocess.Popen[bytes]]) -> None:
     pid = _as_nobody(started, ["sleep", "300"], run)
     view = assess(str(run), roles={pid: "trainer"})

@@ -223,9 +223,14 @@ def owner(pid: int, proc_root: str = PROC) -> int | None:
     """The one user a process runs as — its real, effective, saved and filesystem uids all that user — or None when
     they differ (a set-uid program) or cannot be read. Whose process it is decides whether rlwatch may count it as
     the run's, record its command, or send it a secret: a mixed identity is nobody's for that purpose."""
-    text = _read_text(f"{proc_root}/{pid}/status")
-    uids = None if text is None else parse_status_uids(text)
+    uids = all_uids(pid, proc_root)
     return uids[0] if uids and len(set(uids)) == 1 else None
+
+
+def all_uids(pid: int, proc_root: str = PROC) -> tuple[int, ...] | None:
+    """Real, effective, saved and filesystem uid of ``pid``; None when its status cannot be read."""
+    text = _read_text(f"{proc_root}/{pid}/status")
+    return None if text is None else parse_status_uids(text)
 
 
 def listening_uids(port: int, proc_root: str = PROC) -> set[int] | None:
