@@ -53,7 +53,7 @@ from rlwatch.remedy.actions.api import Actions
 from rlwatch.remedy.actions.plan import RESUME
 from rlwatch.remedy.service import install, supervisor_snippet
 from rlwatch.sources.launches import LaunchBook
-from rlwatch.sources.membership import assess
+from rlwatch.sources.membership import assess, run_owners
 from rlwatch.sources.ray import RaySource, find_cluster
 from tests.simhost import wait_until
 
@@ -172,6 +172,10 @@ def test_membership_counts_only_the_users_processes(run: Path, started: list[sub
     view = assess(str(run), roles={pid: "trainer"})
     assert pid not in view.members and pid not in view.roles
     assert pid in assess(str(run), roles={pid: "trainer"}, owners={0, NOBODY}).members  # a user a config names
+    # root, allow_other_users, a trusted file naming the user: theirs count; an untrusted file names nobody
+    assert run_owners(allow_other_users=True, other_users=["nobody"], trusted=True) == {0, NOBODY}
+    assert run_owners(allow_other_users=True, other_users=["nobody"], trusted=False) == {0}
+    assert run_owners(allow_other_users=False, other_users=["nobody"], trusted=True) == {0}
 
 
 # ------------------------------------------------------------------------------------------------ 2 and 3 (Ray)
