@@ -53,7 +53,7 @@ from rlwatch.remedy.actions.api import Actions
 from rlwatch.remedy.actions.plan import RESUME
 from rlwatch.remedy.service import install, supervisor_snippet
 from rlwatch.sources.launches import LaunchBook
-from rlwatch.sources.membership import assess, run_owners
+from rlwatch.sources.membership import assess
 from rlwatch.sources.ray import RaySource, find_cluster
 from tests.simhost import wait_until
 
@@ -168,6 +168,8 @@ def test_discovery_takes_nothing_from_another_users_process(run: Path, started: 
 
 
 def test_membership_counts_only_the_users_processes(run: Path, started: list[subprocess.Popen[bytes]]) -> None:
+    from rlwatch.sources.membership import run_owners
+
     pid = _as_nobody(started, ["sleep", "300"], run)
     view = assess(str(run), roles={pid: "trainer"})
     assert pid not in view.members and pid not in view.roles
