@@ -18,8 +18,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, TextIO
 
 from rlwatch import __version__
-from rlwatch.common.redact import redact, redacted
+from rlwatch.common.redact import clean_text, redact, redacted
 from rlwatch.common.state import ActionPlan, Snapshot
+from rlwatch.common.statefiles import StateFileError, write_file
 from rlwatch.common.textsafe import clean_line
 from rlwatch.common.trust import config_distrust
 from rlwatch.config.models import Config
@@ -597,17 +598,22 @@ def cmd_init(args: argparse.Namespace) -> int:
     if not run_dir.is_dir():
         raise UsageError(f"{run_dir}: no such directory")
     cfg = discover(run_dir, args.profile)
-    text = dump_config(cfg)
+    # Its comments quote the evidence — command lines that may carry a --hf_token — in a file others can read: they
+    # pass the redaction every other exit does.
+    text = "".join(
+        clean_text(redact(line)) if line.lstrip().startswith("#") else line
+        for line in dump_config(cfg).splitlines(keepends=True)
+    )
     if args.stdout:
         safe_print(text)
         return 0
     target = run_dir / "rlwatch.yaml"
-    if target.exists() and not args.force:
+    if os.path.lexists(target) and not args.force:
         raise UsageError(f"{target}: already exists (use --force to overwrite)")
-    try:
-        target.write_text(text)
-    except OSError as exc:
-        raise UsageError(f"{target}: cannot write: {exc.strerror}") from None
+    try:  # never through a link planted at the name: a private temporary file renamed into place
+        write_file(target, text.encode())
+    except StateFileError as exc:
+        raise UsageError(str(exc)) from None
     for line in describe(cfg):
         safe_print(f"  {line}")
     safe_print(f"wrote {target}")

@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 from rlwatch.cli import HANDLERS, UsageError, is_terminal, load, parse, run
 from rlwatch.common.redact import clean_text, redact_lines, redacted
+from rlwatch.common.statefiles import StateFileError, write_file
 from rlwatch.discover.load import resolve_config
 from rlwatch.engine.engine import Engine
 from rlwatch.engine.feed import StaticFeed
@@ -236,28 +237,35 @@ def cmd_snapshot(args: argparse.Namespace) -> int:
             raise UsageError(f"{run_dir}: no such directory")
         feed = _feed(run_dir, resolve_config(run_dir, args.config, args.profile)[0], warmup_s=0.0)
     for out, size in zip(outs, sizes, strict=True):
-        try:
-            out.write_text(render_svg(feed, size=size))
-        except OSError as exc:
-            raise UsageError(f"{out}: cannot write: {exc.strerror}") from None
+        try:  # never through a link planted at the name
+            write_file(out, render_svg(feed, size=size).encode())
+        except StateFileError as exc:
+            raise UsageError(str(exc)) from None
         print(f"wrote {out}")
     return 0
 
 
 def cmd_fleet(args: argparse.Namespace) -> int:
+    from rlwatch.common.trust import config_distrust
     from rlwatch.config.models import FleetConfig
     from rlwatch.discover.load import load_config
     from rlwatch.export.fleet import FleetError, make_fleet_source
     from rlwatch.tui.fleet import FleetApp
 
     cfg = FleetConfig()
+    distrust: str | None = None
     if args.config is not None:
         if not args.config.exists():
             raise UsageError(f"{args.config}: no such file")
         cfg = load_config(args.config).fleet
+        distrust = config_distrust(args.config, args.config.parent)
+        if distrust is not None:  # another user's file names no URL for this user's rlwatch to fetch
+            cfg = cfg.model_copy(update={"prometheus": None, "exporters": []})
     if args.prometheus:
         cfg = cfg.model_copy(update={"prometheus": args.prometheus})
     if not cfg.prometheus and not cfg.exporters:
+        if distrust is not None:
+            raise UsageError(f"fleet: {distrust.replace('actions are off', 'nothing it names is fetched')}")
         raise UsageError("fleet: give --prometheus URL, or --config FILE with fleet.prometheus or fleet.exporters")
     try:
         source = make_fleet_source(cfg)

@@ -96,7 +96,7 @@ _BENIGN_NAME = re.compile(
 )
 _VALUE = r"(?:\"[^\"\n]*\"|'[^'\n]*'|[^\s,;&'\"}\])]+)"
 # K=V, K: V, "K": "V", 'K': 'V' (the name quoted or not, the value quoted or not).
-_KEY_VALUE = re.compile(rf"(?i)(?<![A-Za-z0-9])([\"']?)({_NAME})\1(\s*[=:]\s*)({_VALUE})")
+_KEY_VALUE = re.compile(rf"(?i)(?<![A-Za-z0-9])([\"']?)({_NAME})\1(\s*(?:=>|->|[=:])\s*)({_VALUE})")
 # --k v, --k=v, -k v (command lines): the value is the next word.
 _FLAG = re.compile(rf"(?i)(?<!\S)(--?)({_NAME})(=|\s+)(?!-)({_VALUE})")
 _AUTH_HEADER = re.compile(
@@ -104,6 +104,15 @@ _AUTH_HEADER = re.compile(
 )
 _BEARER = re.compile(r"(?i)\b(bearer|basic)(\s+)([A-Za-z0-9._~+/=-]{8,})")
 _URL_USERINFO = re.compile(r"\b([A-Za-z][A-Za-z0-9+.-]*://)([^\s/@'\"<>]+)@")
+# A secret written as prose, its name and its value apart by a space ("API key 3f2a… is invalid", "PASSWORD
+# hunter3", "ray auth token 0c1d…", "the token is …"): the word after the name is masked when it looks like a
+# credential, never when it is a word of the sentence ("API key must be 40 characters long").
+_PROSE_NAME = (
+    r"(?:api|auth|access|secret|private|session|refresh|client)[ _-]?(?:key|token|secret)|auth(?:entication)?\s+token"
+    r"|token|secret|password|passwd|passphrase"
+)
+_PROSE = re.compile(rf"(?i)(?<![A-Za-z0-9_.-])({_PROSE_NAME})(\s+(?:(?:is|was|of)\s+)?)([^\s,;'\"()\[\]{{}}<>]+)")
+_PASSWORDS = ("password", "passwd", "passphrase")
 
 
 @functools.cache
@@ -138,7 +147,8 @@ def _key_value(m: re.Match[str]) -> str:
     quote, name, sep, value = m.group(1), m.group(2), m.group(3), m.group(4)
     if _BENIGN_NAME.search(name) or value.strip("\"'") in ("", MASK) or value.startswith("<"):
         return m.group(0)
-    if name.lower() in ("key", "sig") and not _looks_secret(value):
+    in_query = m.start() > 0 and m.string[m.start() - 1] in "?&"  # a URL's ?sig=…&: a signature however short
+    if name.lower() in ("key", "sig") and not _looks_secret(value) and not (in_query and sep == "="):
         return m.group(0)  # "key: actor/loss" is a name, not a secret; a bare "key" must look like one
     return f"{quote}{name}{quote}{sep}{_mask_value(value)}"
 
@@ -150,6 +160,22 @@ def _flag(m: re.Match[str]) -> str:
     if name.lower() in ("key", "sig") and not _looks_secret(value):
         return m.group(0)
     return f"{dashes}{name}{sep}{_mask_value(value)}"
+
+
+def _prose(m: re.Match[str]) -> str:
+    name, sep, value = m.groups()
+    word = value.rstrip(".:!?")
+    tail = value[len(word) :]
+    if not word or MASK in word or word.startswith(("-", "*")):
+        return m.group(0)
+    if name.lower() in _PASSWORDS:
+        # A password is any word that is not one of the sentence: it holds a digit or a sign ("hunter3").
+        secret = len(word) >= 4 and any(not c.isalpha() for c in word) and not word.isdigit()
+    else:
+        secret = (
+            len(word) >= 8 and "/" not in word and any(c.isdigit() for c in word) and any(c.isalpha() for c in word)
+        )
+    return f"{name}{sep}{MASK}{tail}" if secret else m.group(0)
 
 
 def _looks_secret(value: str) -> bool:
@@ -195,7 +221,8 @@ def redact(text: str) -> str:
     text = _BEARER.sub(lambda m: f"{m.group(1)}{m.group(2)}{MASK}", text)
     text = _formats().sub(_format_match, text)
     text = _FLAG.sub(_flag, text)
-    return _KEY_VALUE.sub(_key_value, text)
+    text = _KEY_VALUE.sub(_key_value, text)
+    return _PROSE.sub(_prose, text)
 
 
 # Every control character but tab and newline, and whole escape sequences (not only their ESC byte).
@@ -207,6 +234,9 @@ _CONTROL = re.compile(
     r"|\x9b[0-?]*[ -/]*[@-~]"
     r"|[\x90\x98\x9d\x9e\x9f][^\x07\x1b\x9c]*(?:\x07|\x9c)?"
     r"|[\x00-\x08\x0b-\x1f\x7f-\x9f]"
+    # Bidirectional controls (LRE…RLO, LRI…PDI, LRM, RLM): U+202E turns "exe.txt" into what reads "txt.exe", and
+    # reorders a line, a notification or a label so that it says something other than its bytes.
+    r"|[\u200e\u200f\u202a-\u202e\u2066-\u2069]"
 )
 
 

@@ -31,7 +31,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from rlwatch.common.trust import trusted_owner
+from rlwatch.common.trust import open_followed, trusted_owner
 
 STATE_DIR = ".rlwatch"
 PRIVATE = 0o600
@@ -386,3 +386,47 @@ def open_append(path: Path, *, mode: int = PRIVATE) -> int:
     except OSError as exc:
         raise _open_error(exc, Path(path)) from None
     return _checked_own(fd, Path(path))
+
+
+def write_file(path: Path, data: bytes, *, mode: int = 0o644) -> None:
+    """Write a file rlwatch makes outside ``.rlwatch/`` (``init``'s rlwatch.yaml, a service unit, an SVG) without
+    ever writing through a link: a private temporary name in the same directory (``O_EXCL|O_NOFOLLOW``), flushed,
+    then renamed over the target. A target that exists and is not a regular file — a symbolic link planted at the
+    name, a FIFO, a directory — is refused (:class:`StateFileError`, one line), never replaced or followed."""
+    path = Path(os.path.abspath(path))
+    try:
+        dfd = open_followed(path.parent, os.O_RDONLY | os.O_DIRECTORY)
+    except OSError as exc:
+        raise StateFileError(f"{path}: cannot write: {_why(exc)}") from None
+    try:
+        try:
+            st = os.lstat(path.name, dir_fd=dfd)
+        except FileNotFoundError:
+            st = None
+        except OSError as exc:
+            raise StateFileError(f"{path}: cannot write: {_why(exc)}") from None
+        if st is not None and not stat.S_ISREG(st.st_mode):
+            what = "a symbolic link" if stat.S_ISLNK(st.st_mode) else "not a regular file"
+            raise StateFileError(f"{path} is {what}: not replaced")
+        tmp = f".{path.name}.{secrets.token_hex(8)}.tmp"
+        flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+        try:
+            fd = os.open(tmp, flags, PRIVATE, dir_fd=dfd)
+        except OSError as exc:
+            raise StateFileError(f"{path}: cannot write: {_why(exc)}") from None
+        try:
+            try:
+                os.fchmod(fd, mode)
+                _write_all(fd, data)
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+            os.replace(tmp, path.name, src_dir_fd=dfd, dst_dir_fd=dfd)
+        except OSError as exc:
+            try:
+                os.unlink(tmp, dir_fd=dfd)
+            except OSError:
+                pass
+            raise StateFileError(f"{path}: cannot write: {_why(exc)}") from None
+    finally:
+        os.close(dfd)

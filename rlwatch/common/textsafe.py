@@ -23,6 +23,9 @@ _CONTROL = re.compile(
     r"|\x9b[0-?]*[ -/]*[@-~]"  # 8-bit CSI
     r"|[\x90\x98\x9d\x9e\x9f][^\x07\x1b\x9c]*(?:\x07|\x9c)?"  # 8-bit string controls (DCS, SOS, OSC, PM, APC)
     r"|[\x00-\x08\x0a-\x1f\x7f-\x9f]"  # any remaining C0 control except tab, DEL, any remaining C1 control
+    # Bidirectional controls (LRE…RLO, LRI…PDI, LRM, RLM): U+202E turns "exe.txt" into what reads "txt.exe", and
+    # reorders a line, a notification or a label so that it says something other than its bytes.
+    r"|[\u200e\u200f\u202a-\u202e\u2066-\u2069]"
 )
 
 

@@ -10,6 +10,10 @@ Two rules follow, both taken from practice that has held for decades:
   why ``/tmp`` is safe for root's own files). Above the run directory the walk goes on to ``/`` only for a file
   outside the run directory. An untrusted file is still read — monitoring goes on — but every action is refused
   with :func:`distrust`'s line.
+- **Links are followed only to what their owner could read.** A symbolic link in a directory another user owns (not
+  this user, not root) — their own 0755 directory too, not only one others can write — is followed only when that
+  user and the link's owner could read the file it leads to (by its mode, every directory above it searchable),
+  checked on the open descriptor.
 - **Links others planted are not followed, as the kernel's ``protected_symlinks``.** In a directory that others can
   write, a symbolic link is followed only when its owner is the user running rlwatch or owns what it points to:
   otherwise ``nobody`` could link ``train.log`` to ``/root/.ssh/id_rsa`` and have root's rlwatch show it on a
@@ -23,6 +27,7 @@ from __future__ import annotations
 
 import errno
 import os
+import pwd
 import stat
 from pathlib import Path
 from typing import BinaryIO
@@ -128,9 +133,14 @@ class LinkRefused(OSError):
     """A symbolic link that another user planted where others can write: not followed. One line, naming it."""
 
 
-def _check_links(path: str) -> None:
+def _check_links(path: str) -> dict[int, str]:
     """Walk ``path`` as the kernel would and refuse a link in a directory others can write whose owner is neither
-    this user nor the owner of what it points to (:class:`LinkRefused`). Other errors are left to the open."""
+    this user nor the owner of what it points to (:class:`LinkRefused`). Other errors are left to the open.
+
+    Returns, for each link on the way in a directory of another user (neither this user nor root), that user and the
+    link's owner, each with the link: the file opened must be one each of them could read
+    (:func:`_refuse_unreadable`)."""
+    owners: dict[int, str] = {}
     pending = [p for p in path.split("/") if p]
     current = "/" if path.startswith("/") else os.getcwd()
     followed = 0
@@ -145,7 +155,7 @@ def _check_links(path: str) -> None:
         try:
             lst = os.lstat(candidate)
         except OSError:
-            return
+            return owners
         if not stat.S_ISLNK(lst.st_mode):
             current = candidate
             continue
@@ -156,7 +166,11 @@ def _check_links(path: str) -> None:
             parent = os.stat(current)
             target_owner = os.stat(candidate).st_uid
         except OSError:
-            return
+            return owners
+        if not trusted_owner(parent.st_uid):  # another user's directory: its owner (and the link's) decide
+            for uid in (lst.st_uid, parent.st_uid):
+                if not trusted_owner(uid):
+                    owners.setdefault(uid, candidate)
         if writable_by_others(parent) and lst.st_uid != os.geteuid() and lst.st_uid != target_owner:
             raise LinkRefused(
                 errno.EACCES,
@@ -167,6 +181,58 @@ def _check_links(path: str) -> None:
         if target.startswith("/"):
             current = "/"
         pending = [p for p in target.split("/") if p] + pending
+    return owners
+
+
+def _groups(uid: int) -> set[int]:
+    try:
+        entry = pwd.getpwuid(uid)
+        return {entry.pw_gid, *os.getgrouplist(entry.pw_name, entry.pw_gid)}
+    except (KeyError, OSError):
+        return set()
+
+
+def _may(st: os.stat_result, uid: int, groups: set[int], bits: tuple[int, int, int]) -> bool:
+    """Whether ``uid`` has the access ``bits`` (owner, group, other) to a file by its mode, as the kernel decides:
+    the owner's class first, then the group's, then the others'."""
+    if uid == 0:
+        return True
+    if st.st_uid == uid:
+        return bool(st.st_mode & bits[0])
+    if st.st_gid in groups:
+        return bool(st.st_mode & bits[1])
+    return bool(st.st_mode & bits[2])
+
+
+def _refuse_unreadable(fd: int, name: str, owners: dict[int, str]) -> None:
+    """Refuse (:class:`LinkRefused`) the file open on ``fd`` unless each owner of a link on the way could have read it
+    themselves: the file readable by them, and every directory above it searchable. Checked on the descriptor, so a
+    name swapped after the walk changes nothing. Otherwise ``nobody``'s ``train.log -> /root/secret.txt``, in
+    ``nobody``'s own directory, would have root's rlwatch read and show what ``nobody`` may not."""
+    if not owners:
+        return
+    st = os.fstat(fd)
+    try:
+        real = os.readlink(f"/proc/self/fd/{fd}")
+    except OSError:
+        real = os.path.realpath(name)
+    for uid, link in owners.items():
+        groups = _groups(uid)
+        ok = _may(st, uid, groups, (stat.S_IRUSR, stat.S_IRGRP, stat.S_IROTH))
+        for directory in Path(real).parents if ok else ():
+            try:
+                dst = os.stat(directory)
+            except OSError:
+                ok = False
+                break
+            if not _may(dst, uid, groups, (stat.S_IXUSR, stat.S_IXGRP, stat.S_IXOTH)):
+                ok = False
+                break
+        if not ok:
+            raise LinkRefused(
+                errno.EACCES,
+                f"{link} is a symbolic link of uid {uid} to {real}, which uid {uid} cannot read: not followed",
+            )
 
 
 def open_followed(path: str | os.PathLike[str], flags: int = os.O_RDONLY) -> int:
@@ -174,10 +240,11 @@ def open_followed(path: str | os.PathLike[str], flags: int = os.O_RDONLY) -> int
     kernel's ``protected_symlinks`` rule would follow (raises :class:`LinkRefused`, an ``OSError``), and making sure
     the name still leads to the file opened. The caller checks the descriptor for what it needs (a regular file)."""
     name = os.fspath(path)
-    _check_links(os.path.abspath(name))
+    owners = _check_links(os.path.abspath(name))
     fd = os.open(name, flags | os.O_CLOEXEC)
     try:
         opened = os.fstat(fd)
+        _refuse_unreadable(fd, name, owners)
         _check_links(os.path.abspath(name))
         now = os.stat(name)
     except OSError:

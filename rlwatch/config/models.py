@@ -176,6 +176,9 @@ class ActionsConfig(Strict):
     readonly: bool = False
     grace_s: PositiveFloat = 10.0
     allow_other_users: bool = False  # only honoured when running as root
+    # With allow_other_users, under root, from a trusted file: the users (names or uids) whose processes may be the
+    # run's. Nobody else's process is ever a member, recorded or started again.
+    other_users: list[str | int] = []
     audit_log: str | None = None  # default: <run_dir>/.rlwatch/audit.jsonl
     resume_command: list[str] | None = None
     resume_cwd: str | None = None

@@ -8,12 +8,12 @@ defaults as YAML that loads back (:func:`rlwatch.discover.load.parse_config`), w
 
 from __future__ import annotations
 
-import glob
 import os
 from pathlib import Path
 
 import yaml
 
+from rlwatch.common.globbing import iglob
 from rlwatch.config.models import Config
 
 
@@ -25,7 +25,7 @@ def _abs(cfg: Config, path: str) -> str:
 def _count(pattern: str, limit: int = 1000) -> int:
     n = 0
     try:
-        for _ in glob.iglob(pattern, recursive=True):
+        for _ in iglob(pattern):
             n += 1
             if n >= limit:
                 break

@@ -306,6 +306,9 @@ def scan_processes(proc_root: str = "/proc") -> list[Proc]:
     for pid in procfs.list_pids(proc_root):
         if pid == own:
             continue
+        uids = procfs.all_uids(pid, proc_root)
+        if uids is not None and set(uids) != {os.geteuid()}:
+            continue  # another user's process says nothing of this user's run: no profile, no server URL to probe
         argv = procfs.read_cmdline(pid, proc_root)
         cmdline = " ".join(argv)
         kinds = _classify(cmdline) if argv and not RLWATCH_CLI.search(cmdline) else frozenset()

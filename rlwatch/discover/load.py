@@ -22,6 +22,7 @@ import difflib
 import glob
 import os
 import re
+import stat
 from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
@@ -31,6 +32,7 @@ import yaml
 from pydantic import BaseModel, ValidationError
 from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
 
+from rlwatch.common.globbing import iglob
 from rlwatch.common.textsafe import redact
 from rlwatch.common.trust import LinkRefused, config_distrust, open_followed
 from rlwatch.config.models import Config, Provenance
@@ -93,7 +95,19 @@ def _one_line(text: str) -> str:
 
 def _read_text(path: Path, name: str) -> str:
     try:
-        fd = open_followed(path)  # a link another user planted where others can write is not followed
+        # A link another user planted is not followed; a FIFO would block the open (and rlwatch) for ever: opened
+        # without waiting, and read only when it is a regular file.
+        fd = open_followed(path, os.O_RDONLY | os.O_NONBLOCK)
+        try:
+            mode = os.fstat(fd).st_mode
+            if not stat.S_ISREG(mode):
+                raise ConfigError(
+                    name, f"cannot read: {'Is a directory' if stat.S_ISDIR(mode) else 'not a regular file'}"
+                )
+            os.set_blocking(fd, True)
+        except BaseException:
+            os.close(fd)
+            raise
         with os.fdopen(fd, "rb") as fh:
             data = fh.read(MAX_CONFIG_BYTES + 1)
     except LinkRefused as exc:
@@ -442,11 +456,21 @@ def _defanged(cfg: Config, run_dir: Path) -> Config:
     logs outside the run directory (``/etc/shadow`` named as a log would be shown as one) are dropped; its
     actions are refused by the actions API, which reads ``provenance.distrust``."""
     base = os.path.abspath(Path(cfg.run_dir).expanduser() if cfg.run_dir else run_dir)
-    inside = [p for p in cfg.training.logs if os.path.abspath(resolve(Path(base), p)).startswith(base + os.sep)]
+
+    def inside(paths: list[str]) -> list[str]:  # normalised first: "../../../root/x.log" is outside
+        return [p for p in paths if os.path.abspath(resolve(Path(base), p)).startswith(base + os.sep)]
+
+    session = cfg.ray.session_logs
     return cfg.model_copy(
         update={
             "notify": cfg.notify.model_copy(update={"targets": [], "heartbeat": None}),
-            "training": cfg.training.model_copy(update={"logs": inside}),
+            "training": cfg.training.model_copy(update={"logs": inside(cfg.training.logs)}),
+            "host": cfg.host.model_copy(update={"kernel_log_files": inside(cfg.host.kernel_log_files)}),
+            # Nothing it names is fetched: not its server's URL, not its Ray dashboard (Ray's token would go there).
+            "server": cfg.server.model_copy(update={"url": None}),
+            "ray": cfg.ray.model_copy(
+                update={"dashboard": None, "session_logs": session if session and inside([session]) else None}
+            ),
         }
     )
 
@@ -482,7 +506,7 @@ def _exists(pattern: Path) -> bool:
     text = str(pattern)
     if not glob.has_magic(text):
         return os.path.lexists(text)
-    matches: Iterator[str] = glob.iglob(text, recursive=True)
+    matches: Iterator[str] = iglob(text)
     return next(matches, None) is not None
 
 

@@ -9,7 +9,6 @@ latest reference, so the UI thread never waits on I/O.
 
 from __future__ import annotations
 
-import glob
 import math
 import os
 import socket
@@ -21,6 +20,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from rlwatch.common.clock import Clock, SystemClock
+from rlwatch.common.globbing import glob_paths
 from rlwatch.common.heap import release_free_heap
 from rlwatch.common.state import (
     CheckpointState,
@@ -66,7 +66,7 @@ from rlwatch.sources.holders import HolderScanner, attribute, classify_holders
 from rlwatch.sources.kernel import KernelLog, with_gpus
 from rlwatch.sources.launches import LaunchBook
 from rlwatch.sources.limits import LimitsSource
-from rlwatch.sources.membership import STRAY, RunView, assess, first_stamp, open_files
+from rlwatch.sources.membership import STRAY, RunView, assess, first_stamp, open_files, run_owners
 from rlwatch.sources.memory import MemorySource
 from rlwatch.sources.processes import LaunchRecord, ProcessTable, member_info, program_label
 from rlwatch.sources.procfs import container_uptime_s
@@ -185,6 +185,12 @@ class Engine:
             shm_path=hcfg.shm_path, simulated_shm_bytes=hcfg.simulated_shm_bytes, proc_root=proc_root
         )
         self.launches = LaunchBook(self.run_dir / ".rlwatch" / "launches.json")
+        # Whose processes may be the run's: never another user's, whose command a resume would run as this user.
+        self.owners = run_owners(
+            allow_other_users=cfg.actions.allow_other_users,
+            other_users=cfg.actions.other_users,
+            trusted=cfg.provenance.distrust is None,
+        )
         self.holder_scanner = HolderScanner(cfg.gpu.device_glob, self.clock, proc_root=proc_root)
         self.checkpoints = CheckpointScanner(
             [resolve(self.run_dir, d) for d in cfg.training.checkpoint_dirs], self.clock
@@ -571,8 +577,10 @@ class Engine:
         return starts
 
     def launch_record(self, name: str) -> LaunchRecord | None:
-        """How ``name`` was started: as seen by this engine, else as remembered by an earlier rlwatch."""
-        return self.processes.launch_record(name) or self.launches.get(name)
+        """How ``name`` was started: as seen by this engine, else as remembered by an earlier rlwatch — a record of
+        this user's process first; another's is returned only for the planner to refuse it, saying whose it is."""
+        found = [r for r in (self.processes.launch_record(name), self.launches.get(name)) if r is not None]
+        return next((r for r in found if r.uid == os.geteuid()), found[0] if found else None)
 
     def started_by(self, name: str) -> str | None:
         """The named process ``name`` was first seen started under, by this engine or an earlier rlwatch (a server
@@ -628,6 +636,7 @@ class Engine:
             proc_root=self._proc_root,
             files=files,
             named=self.ray_source.named_members(),
+            owners=self.owners,
         )
 
     def _latest_attempt(self) -> tuple[str, float] | None:
@@ -708,7 +717,7 @@ class Engine:
         if path_s:
             path: Path | None = resolve(self.run_dir, path_s)
             if any(ch in path_s for ch in "*?["):
-                path = _newest(Path(p) for p in glob.glob(str(path), recursive=True))
+                path = _newest(Path(p) for p in glob_paths(str(path)))
         else:
             roots = [resolve(self.run_dir, d) for d in self.cfg.training.checkpoint_dirs]
             path = next((p for p in (find_step_info(r) for r in roots) if p), None)

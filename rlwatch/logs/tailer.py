@@ -28,7 +28,6 @@ between two polls is not noticed.
 from __future__ import annotations
 
 import errno
-import glob
 import os
 import re
 import stat
@@ -37,6 +36,7 @@ from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+from rlwatch.common.globbing import glob_paths
 from rlwatch.common.trust import LinkRefused, open_followed
 from rlwatch.logs.newlines import complete_end, count_lines
 
@@ -256,7 +256,7 @@ class Tailer:
         for pattern in self._patterns:
             literal = _MAGIC.search(pattern) is None
             try:
-                paths = [pattern] if literal else sorted(glob.glob(pattern, recursive=True))
+                paths = [pattern] if literal else sorted(glob_paths(pattern))
             except (OSError, ValueError, RecursionError) as exc:
                 self.errors[pattern] = f"cannot expand pattern: {exc}"
                 continue

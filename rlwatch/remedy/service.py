@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
-from rlwatch.common.statefiles import StateDir, StateFileError
+from rlwatch.common.statefiles import StateDir, StateFileError, write_file
 from rlwatch.sources.watchdog_state import state_dir
 
 Mode = Literal["auto", "systemd", "hook"]
@@ -78,15 +78,31 @@ def watch_argv(rlwatch: list[str], run_dir: Path, config: Path | None) -> list[s
     return argv
 
 
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029]")
+
+
+def _one_line(text: str) -> str:
+    """Text put on one line of a generated file (a comment, ``Description=``, ``directory=``): a newline in a run
+    directory's name must not start a line of its own — in a hook that line would be a shell command."""
+    return _CONTROL.sub(lambda m: f"\\x{ord(m.group(0)):02x}", text)
+
+
+def unsafe_path(*texts: str) -> str | None:
+    """The first of ``texts`` holding a control character (a newline), which no service file can hold safely."""
+    return next((t for t in texts if _CONTROL.search(t)), None)
+
+
 def _systemd_quote(argv: list[str]) -> str:
-    """ExecStart= words: double-quoted where needed; ``%`` and ``$`` escaped so systemd substitutes nothing."""
+    """ExecStart= words: double-quoted where needed; ``%`` and ``$`` escaped so systemd substitutes nothing, and
+    control characters written as C escapes (systemd unquotes ``\\n``), never raw."""
     out = []
     for raw in argv:
         word = raw.replace("%", "%%").replace("$", "$$")
         if re.fullmatch(r"[A-Za-z0-9_./:=@+-]+", word):
             out.append(word)
         else:
-            out.append('"' + word.replace("\\", "\\\\").replace('"', '\\"') + '"')
+            quoted = word.replace("\\", "\\\\").replace('"', '\\"')
+            out.append('"' + _CONTROL.sub(lambda m: f"\\x{ord(m.group(0)):02x}", quoted) + '"')
     return " ".join(out)
 
 
@@ -95,7 +111,7 @@ def unit_text(argv: list[str], run_dir: Path, *, user: bool) -> str:
     lines = [
         "# Written by `rlwatch service install`: the rlwatch watchdog of one training run.",
         "[Unit]",
-        f"Description=rlwatch watchdog for {run_dir}",
+        f"Description=rlwatch watchdog for {_one_line(str(run_dir)).replace('%', '%%')}",
         f"StartLimitIntervalSec={START_LIMIT_INTERVAL_S}",
         f"StartLimitBurst={START_LIMIT_BURST}",
     ]
@@ -107,7 +123,7 @@ def unit_text(argv: list[str], run_dir: Path, *, user: bool) -> str:
         "Type=notify",
         "NotifyAccess=main",
         f"ExecStart={_systemd_quote(argv)}",
-        f"WorkingDirectory={str(run_dir).replace('%', '%%')}",
+        f"WorkingDirectory={_one_line(str(run_dir)).replace('%', '%%')}",
         "Environment=PYTHONUNBUFFERED=1",
         # The decision loop pings every half of this; a hung loop is killed (SIGABRT) and restarted.
         f"WatchdogSec={WATCHDOG_SEC}",
@@ -127,8 +143,9 @@ def unit_text(argv: list[str], run_dir: Path, *, user: bool) -> str:
 def hook_text(argv: list[str], run_dir: Path, *, first_delay_s: float = 1.0, max_delay_s: float = 60.0) -> str:
     """A POSIX sh respawn loop for hosts without systemd: restarts ``argv`` when it fails, with a backoff."""
     rundir = state_dir(run_dir)
+    shown = _one_line(str(run_dir))
     return f"""#!/bin/sh
-# Written by `rlwatch service install`: keeps the rlwatch watchdog of {run_dir} running on a host without systemd.
+# Written by `rlwatch service install`: keeps the rlwatch watchdog of {shown} running on a host without systemd.
 # It restarts `rlwatch watch` whenever it fails (exit status not 0, or killed), waiting {first_delay_s:g} s, doubling
 # to {max_delay_s:g} s, back to {first_delay_s:g} s after a minute of running. A clean exit (someone stopped the
 # watchdog) ends the loop. One copy per run: a second start of this hook exits at once.
@@ -174,8 +191,8 @@ def supervisor_snippet(argv: list[str], run_dir: Path) -> str:
     return "\n".join(
         [
             f"[program:{name}]",
-            f"command={' '.join(shlex.quote(a) for a in argv)}",
-            f"directory={run_dir}",
+            f"command={_one_line(' '.join(shlex.quote(a) for a in argv))}",
+            f"directory={_one_line(str(run_dir))}",
             "autorestart=unexpected",
             "exitcodes=0",
             "startsecs=10",
@@ -183,7 +200,7 @@ def supervisor_snippet(argv: list[str], run_dir: Path) -> str:
             "stopsignal=TERM",
             "stopwaitsecs=30",
             "redirect_stderr=true",
-            f"stdout_logfile={state_dir(run_dir) / HOOK_LOG}",
+            f"stdout_logfile={_one_line(str(state_dir(run_dir) / HOOK_LOG))}",
         ]
     )
 
@@ -210,6 +227,8 @@ def install(
     """
     run_dir = run_dir.resolve()
     argv = watch_argv(rlwatch or rlwatch_argv(), run_dir, config.resolve() if config else None)
+    if (bad := unsafe_path(*argv)) is not None:
+        raise OSError(f"{bad!r} holds a control character (a newline): no service file is written for it")
     use_systemd = systemd_is_init() if mode == "auto" else mode == "systemd"
     if use_systemd:
         return _install_unit(run_dir, argv, user=user, dry=dry)
@@ -224,7 +243,10 @@ def _install_unit(run_dir: Path, argv: list[str], *, user: bool, dry: bool) -> I
     if dry:
         return Installed("systemd", {}, (f"# {path}", text))
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(text)
+    try:  # never through a link planted at the unit's name
+        write_file(path, text.encode())
+    except StateFileError as exc:
+        raise OSError(str(exc)) from None
     lines = [
         f"wrote {path}",
         "systemd keeps the watchdog alive: it restarts it when it fails or stops answering "

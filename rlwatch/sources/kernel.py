@@ -45,6 +45,7 @@ from typing import Any
 from rlwatch.common.clock import Clock, SystemClock
 from rlwatch.common.state import GpuState, HostEvent, KernelLogState
 from rlwatch.common.textsafe import clean_line
+from rlwatch.common.trust import LinkRefused, open_followed
 from rlwatch.sources import one_line
 
 KEEP_EVENTS = 500
@@ -591,7 +592,10 @@ class KernelLog:
     def _read_one(self, path: Path) -> str | None:
         """Read what was added to one saved log: a regular file, opened without following a link."""
         try:
-            fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+            # Not through a link at its name; through a directory link only to what that link's owner could read.
+            fd = open_followed(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+        except LinkRefused as exc:
+            return exc.strerror or one_line(exc)
         except OSError as exc:
             if exc.errno == errno.ELOOP:
                 return "a symbolic link: not read"

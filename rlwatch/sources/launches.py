@@ -8,6 +8,8 @@ It holds command lines rlwatch will execute and environments that may carry toke
 through :mod:`rlwatch.common.statefiles` (no symbolic link followed, a checked ``.rlwatch/``), is private to its owner
 (mode 0600 in a 0700 directory), and its records are used only when the file belongs to the user running rlwatch
 and nobody else can write it or its directory: anything else could make rlwatch run someone else's command.
+Each record keeps the uid its process ran as; only records of the user running rlwatch are ever added, and the
+planner executes none of another uid (or of none: a record written before owners were kept).
 A book refused for that reason is ``distrust``, one line that a refused plan shows.
 """
 
@@ -72,8 +74,8 @@ class LaunchBook:
 
     def remember(self, name: str, record: LaunchRecord) -> bool:
         """Add a name seen for the first time; returns True when the book changed (it is saved when it may be)."""
-        if name in self._records or not record.argv:
-            return False
+        if name in self._records or not record.argv or record.uid != os.geteuid():
+            return False  # another user's process: its command is never this user's to run again
         self._records[name] = record
         self._save()
         return True
@@ -100,6 +102,7 @@ def _record(raw: Any) -> LaunchRecord | None:
             pid=int(raw["pid"]),
             create_time=float(raw["create_time"]),
             started_by=None if raw.get("started_by") is None else str(raw["started_by"]),
+            uid=None if raw.get("uid") is None else int(raw["uid"]),
         )
     except (AttributeError, KeyError, TypeError, ValueError):
         return None

@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import itertools
 import os
+import pwd
 from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass, field
 
@@ -67,6 +68,7 @@ class Proc:
     comm: str
     cwd: str | None
     state: str = "S"  # "Z": exited, waiting to be reaped — gone for every purpose here
+    uid: int | None = None  # the one user it runs as (procfs.owner); None: mixed or unreadable
 
 
 @dataclass(frozen=True, slots=True)
@@ -248,6 +250,24 @@ class RunView:
         return None
 
 
+def run_owners(*, allow_other_users: bool, other_users: Iterable[str | int], trusted: bool) -> frozenset[int]:
+    """The users whose processes may be the run's: the user rlwatch runs as — and, under root with
+    ``actions.allow_other_users`` in a trusted file, the users that file names (a name this host does not know is
+    nobody)."""
+    me = os.geteuid()
+    out = {me}
+    if me == 0 and allow_other_users and trusted:
+        for user in other_users:
+            if isinstance(user, int) or str(user).isdigit():
+                out.add(int(user))
+                continue
+            try:
+                out.add(pwd.getpwnam(str(user)).pw_uid)
+            except KeyError:
+                pass
+    return frozenset(out)
+
+
 def first_stamp(head: bytes, now: float) -> tuple[int, float] | None:
     """(line number, time) of the first line in ``head`` (a log file's first bytes) that carries a timestamp."""
     for lineno, raw in enumerate(head.splitlines()[:_HEAD_LINES], start=1):
@@ -269,7 +289,8 @@ def _read_procs(proc_root: str) -> dict[int, Proc]:
         if start is None or pid == 2 or stat.ppid == 2:  # kernel threads
             continue
         cwd = procfs.read_cwd(pid, proc_root)
-        procs[pid] = Proc(pid, stat.ppid, stat.pgrp, stat.session, start, stat.comm, cwd, stat.state)
+        owner = procfs.owner(pid, proc_root)
+        procs[pid] = Proc(pid, stat.ppid, stat.pgrp, stat.session, start, stat.comm, cwd, stat.state, owner)
     return procs
 
 
@@ -327,6 +348,7 @@ def assess(
     attempt: tuple[str, float] | None = None,
     observer: int | None = None,
     named: Mapping[int, str] = {},
+    owners: Collection[int] | None = None,
 ) -> RunView:
     """Find the live run in ``run_dir``. ``roles`` (pid → role) are the live processes role rules selected;
     ``launched`` the (pid, start time) of processes rlwatch started; ``exclude`` paths under the run directory
@@ -335,11 +357,16 @@ def assess(
     the newest trainer or launcher rlwatch saw; ``observer`` rlwatch's own pid (default: this process): it and its
     parents read the run's files and work in its directory, which proves nothing about the run; ``named`` processes
     the run's logs name with evidence (pid → why: a Ray actor whose output the driver's log relays), core evidence.
+    ``owners`` the users whose processes may be the run's (default: the user running rlwatch): another user's
+    process that works in the directory or matches a role is never a member, so it is never recorded, stack-read,
+    executed again or a reason to refuse — it could be anyone's, planted to be taken for the run.
     """
     root = os.path.realpath(run_dir)
     procs = _read_procs(proc_root)
     me = os.getpid() if observer is None else observer
     watchers = {me, *procfs.ancestors(me, parents={pid: p.ppid for pid, p in procs.items()})}
+    allowed = frozenset({os.geteuid()} if owners is None else owners)
+    foreign = {pid for pid, p in procs.items() if p.uid is None or p.uid not in allowed}
     searched = (
         f"no process works in {root}, holds a file under it open, was started by rlwatch, "
         "or matches a configured role and touches it"
@@ -354,7 +381,7 @@ def assess(
         cwd_in = {pid for pid, p in procs.items() if _under(p.cwd, root)}
     direct: dict[int, str] = {}
     weak_direct: dict[int, str] = {}
-    touches = set(cwd_in) | {pid for pid in files if pid in procs}
+    touches = (set(cwd_in) | {pid for pid in files if pid in procs}) - foreign
     for pid, fs in files.items():
         if pid not in procs:
             continue
@@ -389,6 +416,7 @@ def assess(
     # Other rlwatch processes (the watchdog, a dashboard, a report) read the run's logs and write its .rlwatch/:
     # observers too, never the run.
     watchers |= {pid for pid in {*direct, *weak_direct} if _is_rlwatch(procfs.read_cmdline(pid, proc_root))}
+    watchers |= foreign  # never a member, and nothing comes into the run through them
     for pid in watchers:
         direct.pop(pid, None)
         weak_direct.pop(pid, None)
@@ -405,7 +433,7 @@ def assess(
         members=members,
         core=direct,
         weak=frozenset(weak_members),
-        roles={pid: role for pid, role in roles.items() if pid in procs},
+        roles={pid: role for pid, role in roles.items() if pid in procs and pid not in foreign},
         container_started_at=_container_start(procs, proc_root),
         searched=searched,
         proc_root=proc_root,

@@ -26,6 +26,7 @@ from pathlib import Path
 from rlwatch.common import forecast
 from rlwatch.common.clock import Clock
 from rlwatch.common.state import ProcessInfo, Series
+from rlwatch.common.trust import open_read
 from rlwatch.config.models import ProcessRule
 from rlwatch.sources import procfs
 
@@ -47,6 +48,10 @@ class LaunchRecord:
     # launcher starts the inference server, so a resume that runs the launcher again brings a server of its own.
     # None when it had no such ancestor, or when that was not seen.
     started_by: str | None = None
+    # The one user the process ran as (procfs.owner); None when it was mixed or unread, or the record is older than
+    # this field. rlwatch executes a record only when this is the user running it: anyone else's command line and
+    # environment (a PYTHONPATH of theirs) would run with this user's rights.
+    uid: int | None = None
 
 
 @dataclass(slots=True)
@@ -84,8 +89,9 @@ class _Seen:
 
 
 def _read_pidfile(path: Path) -> int | None:
-    try:
-        text = path.read_text(encoding="utf-8", errors="replace").strip()
+    try:  # a FIFO at its name would block the read for ever; a planted link is not followed
+        with open_read(path) as fh:
+            text = fh.read(4096).decode("utf-8", "replace").strip()
     except (OSError, ValueError):
         return None
     pid = procfs.parse_count(text.split()[0]) if text.split() else None
@@ -201,6 +207,7 @@ class ProcessTable:
             first_seen=now_wall,
             pid=proc.pid,
             create_time=proc.create_time,
+            uid=procfs.owner(proc.pid, self._proc_root),
         )
         slot = _Slot(
             role=role,
@@ -307,6 +314,17 @@ class ProcessTable:
             self._note_end(slot.role, slot.create_time, self._clock.time())
         slot.pid, slot.create_time, slot.cmdline = proc.pid, proc.create_time, proc.cmdline
         slot.cwd = procfs.read_cwd(proc.pid, self._proc_root)
+        owner = procfs.owner(proc.pid, self._proc_root)
+        if owner != slot.launch.uid:  # another user's process held the slot first: its record is no launch of ours
+            slot.launch = LaunchRecord(
+                argv=proc.cmdline,
+                cwd=slot.cwd,
+                env=procfs.read_environ(proc.pid, self._proc_root),
+                first_seen=self._clock.time(),
+                pid=proc.pid,
+                create_time=proc.create_time,
+                uid=owner,
+            )
         slot.user = procfs.user(proc.pid, self._proc_root)
         slot.alive, slot.gone_at, slot.rss = True, None, None
         slot.restarts += 1

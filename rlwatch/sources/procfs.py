@@ -110,6 +110,17 @@ def parse_status_uid(text: str) -> int | None:
     return None
 
 
+def parse_status_uids(text: str) -> tuple[int, ...] | None:
+    """Every uid of the ``Uid:`` line of ``/proc/<pid>/status``: real, effective, saved, filesystem."""
+    for line in text.splitlines():
+        if line.startswith("Uid:"):
+            found = tuple(parse_count(part) for part in line.split()[1:5])
+            return (
+                None if len(found) != 4 or any(u is None for u in found) else tuple(u for u in found if u is not None)
+            )
+    return None
+
+
 def parse_environ(data: bytes) -> dict[str, str]:
     """``/proc/<pid>/environ``: NUL-separated ``KEY=value`` entries; entries without ``=`` are skipped."""
     env: dict[str, str] = {}
@@ -206,6 +217,44 @@ def comm(pid: int, proc_root: str = PROC) -> str | None:
 def uid(pid: int, proc_root: str = PROC) -> int | None:
     text = _read_text(f"{proc_root}/{pid}/status")
     return None if text is None else parse_status_uid(text)
+
+
+def owner(pid: int, proc_root: str = PROC) -> int | None:
+    """The one user a process runs as — its real, effective, saved and filesystem uids all that user — or None when
+    they differ (a set-uid program) or cannot be read. Whose process it is decides whether rlwatch may count it as
+    the run's, record its command, or send it a secret: a mixed identity is nobody's for that purpose."""
+    uids = all_uids(pid, proc_root)
+    return uids[0] if uids and len(set(uids)) == 1 else None
+
+
+def all_uids(pid: int, proc_root: str = PROC) -> tuple[int, ...] | None:
+    """Real, effective, saved and filesystem uid of ``pid``; None when its status cannot be read."""
+    text = _read_text(f"{proc_root}/{pid}/status")
+    return None if text is None else parse_status_uids(text)
+
+
+def listening_uids(port: int, proc_root: str = PROC) -> set[int] | None:
+    """The users whose TCP sockets listen on ``port`` (``/proc/net/tcp`` and ``tcp6``: state ``0A``, the ``uid``
+    column), or None when neither table can be read. Whose listener a loopback port is decides whether a secret may
+    be sent there: any local user can listen on a free port."""
+    found: set[int] = set()
+    read = False
+    for table in ("tcp", "tcp6"):
+        text = _read_text(f"{proc_root}/net/{table}")
+        if text is None:
+            continue
+        read = True
+        for line in text.splitlines()[1:]:
+            fields = line.split()
+            if len(fields) < 8 or fields[3] != "0A":
+                continue
+            try:
+                local_port = int(fields[1].rsplit(":", 1)[1], 16)
+            except (IndexError, ValueError):
+                continue
+            if local_port == port and (uid := parse_count(fields[7])) is not None:
+                found.add(uid)
+    return found if read else None
 
 
 def user_name(uid_value: int | None) -> str | None:

@@ -82,15 +82,20 @@ class Cluster:
 
 def find_cluster(proc_root: str = procfs.PROC) -> Cluster:
     """The Ray processes of this host: ``…/ray/core/src/ray/raylet/raylet --log_dir=… --webui=…``,
-    ``…/gcs_server --log_dir=…``, ``python …/ray/dashboard/dashboard.py --host=H --port=P``."""
+    ``…/gcs_server --log_dir=…``, ``python …/ray/dashboard/dashboard.py --host=H --port=P`` — those owned by the
+    user running rlwatch or root only: another user's process named like a raylet would otherwise choose where
+    rlwatch sends Ray's token and which session logs it reads."""
     dirs: list[str] = []
     dashboard = None
     pids = []
     nodes: list[str] = []
+    trusted = {os.geteuid(), 0}
     for pid in procfs.list_pids(proc_root):
         argv = procfs.read_cmdline(pid, proc_root)
         if not argv:
             continue
+        if procfs.owner(pid, proc_root) not in trusted:
+            continue  # anyone can name a process raylet: only this user's or root's is this host's cluster
         exe = os.path.basename(argv[0])
         if exe in ("raylet", "gcs_server") and "/ray/" in argv[0]:
             pids.append(pid)
@@ -145,6 +150,24 @@ def _loopback(host: str) -> bool:
         return ipaddress.ip_address(host).is_loopback
     except ValueError:
         return False
+
+
+def _foreign_listener(base: str) -> str | None:
+    """Why the loopback address ``base`` must not be asked: another user's socket listens on its port (any local user
+    can listen on a port Ray left free, and would get Ray's token and answer with actors of its own). None for a
+    remote host, an unreadable socket table, or a port this user or root listens on."""
+    parts = urllib.parse.urlsplit(base)
+    try:
+        port = parts.port or 80
+    except ValueError:
+        return None
+    if not _loopback(parts.hostname or ""):
+        return None
+    owners = procfs.listening_uids(port)  # the network is this host's whatever proc root the processes come from
+    strangers = sorted(u for u in owners or () if u not in (os.geteuid(), 0))
+    if not strangers:
+        return None
+    return f"{base} is served by uid {strangers[0]}, not by this user or root: not asked"
 
 
 def query_state_api(base: str, path: str, *, token: str | None, timeout_s: float) -> tuple[object | None, str | None]:
@@ -370,13 +393,13 @@ class RaySource:
     # ---------------------------------------------------------------------------------------------- the State API
     def _dashboard(self) -> tuple[str | None, bool]:
         """(the dashboard's address, whether the token may be sent there)."""
-        if self.rc.dashboard:
-            trusted = self.cfg.provenance.distrust is None
-            host = urllib.parse.urlsplit(self.rc.dashboard).hostname or ""
-            return self.rc.dashboard.rstrip("/"), trusted or _loopback(host)
+        if self.rc.dashboard and self.cfg.provenance.distrust is None:
+            return self.rc.dashboard.rstrip("/"), True  # a trusted file names the host: the token may go there
+        # An untrusted file names no dashboard at all: its address would receive the token, or be fetched on its
+        # say-so. This user's (or root's) own Ray process names its address; the token goes only to loopback.
         cluster = self.cluster()
         if cluster.dashboard:
-            return cluster.dashboard, True  # the dashboard process of this host named its own address
+            return cluster.dashboard, _loopback(urllib.parse.urlsplit(cluster.dashboard).hostname or "")
         if cluster.running:
             return f"http://127.0.0.1:{DEFAULT_DASHBOARD_PORT}", True
         return None, False
@@ -392,6 +415,9 @@ class RaySource:
         base, may_send = self._dashboard()
         if base is None:
             self._api = _Api(error="no Ray cluster runs on this host (no raylet, GCS or dashboard process)")
+            return
+        if (foreign := _foreign_listener(base)) is not None:
+            self._api = _Api(error=foreign, url=base)  # another user's listener: not asked, nothing sent
             return
         token = auth_token(self.env, self.home) if may_send else None
         q = f"?limit=10000&timeout={max(1, int(self.rc.timeout_s))}&detail=1"

@@ -204,7 +204,7 @@ def test_checkpoints_deleted_while_scanned(tmp_path: Path, fault_row: Callable[[
 
 # ------------------------------------------------------------------------------------------ rlwatch's own files
 PRECIOUS = b"precious: must never change\n"
-RECORD = LaunchRecord(("python3", "launch.py"), "/srv/run", {"TOKEN": "t0k3n"}, 1.0, 42, 2.0)
+RECORD = LaunchRecord(("python3", "launch.py"), "/srv/run", {"TOKEN": "t0k3n"}, 1.0, 42, 2.0, uid=os.geteuid())
 
 
 def saw(row: FaultRow, tmp_path: Path, text: str) -> None:

@@ -27,7 +27,9 @@ from tests.simhost import wait_until
 
 
 def record(argv: tuple[str, ...] = ("python3", "-m", "trainer")) -> LaunchRecord:
-    return LaunchRecord(argv=argv, cwd="/srv/run", env={"TOKEN": "x"}, first_seen=1.0, pid=42, create_time=2.0)
+    return LaunchRecord(
+        argv=argv, cwd="/srv/run", env={"TOKEN": "x"}, first_seen=1.0, pid=42, create_time=2.0, uid=os.geteuid()
+    )
 
 
 def test_book_round_trips_and_is_private(tmp_path: Path) -> None:

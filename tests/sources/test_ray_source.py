@@ -19,10 +19,12 @@ from rlwatch.sources.ray import RaySource, auth_token, find_cluster, query_state
 SESSION = "/tmp/ray/session_2026-11-26_13-08-50_697416_19311"
 
 
-def _proc(root: Path, pid: int, *argv: str) -> None:
+def _proc(root: Path, pid: int, *argv: str, uid: int | None = None) -> None:
     d = root / str(pid)
     d.mkdir(parents=True)
     (d / "cmdline").write_bytes(b"\0".join(a.encode() for a in argv) + b"\0")
+    who = os.geteuid() if uid is None else uid
+    (d / "status").write_text(f"Name:\t{os.path.basename(argv[0])}\nUid:\t{who}\t{who}\t{who}\t{who}\n")
 
 
 def test_the_cluster_from_its_command_lines(tmp_path: Path) -> None:
@@ -149,9 +151,10 @@ def test_the_token_goes_only_to_this_hosts_dashboard_or_a_trusted_configurations
         cfg = cfg.with_provenance(Provenance(source="rlwatch.yaml", distrust=distrust))
         return RaySource(cfg, tmp_path, FakeClock(), proc_root=str(tmp_path / "p"), env={}, home=None)._dashboard()
 
-    assert dashboard("http://127.0.0.1:8265/", "owned by uid 1001") == ("http://127.0.0.1:8265", True)
+    # An untrusted file names no dashboard at all, not even on loopback (another user's listener may be there).
+    assert dashboard("http://127.0.0.1:8265/", "owned by uid 1001") == (None, False)
     assert dashboard("http://10.0.0.5:8265", None) == ("http://10.0.0.5:8265", True)
-    assert dashboard("http://10.0.0.5:8265", "owned by uid 1001") == ("http://10.0.0.5:8265", False)
+    assert dashboard("http://10.0.0.5:8265", "owned by uid 1001") == (None, False)
     # No cluster here and none configured: nothing is asked at all.
     cfg = Config(profile="verl")
     src = RaySource(cfg, tmp_path, FakeClock(), proc_root=str(tmp_path / "p"), env={}, home=None)

@@ -16,10 +16,12 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from rlwatch.common.redact import redact
 from rlwatch.common.state import ActionPlan, ActionTarget, GpuHolder, GpuState, ProcessInfo, Snapshot
 from rlwatch.discover.load import resolve
 from rlwatch.engine.engine import Engine
 from rlwatch.sources import procfs
+from rlwatch.sources.processes import LaunchRecord
 from rlwatch.sources.recover import agree
 
 RESTART_WORKERS = "restart-workers"
@@ -67,6 +69,9 @@ class Launch:
     env: dict[str, str] | None = None
     log: str | None = None
     source: str = CONFIGURED  # CONFIGURED | RECORDED
+    # The record its command line, working directory or environment came from: whose process that was is shown in
+    # the plan, and a record of any other user than the one running rlwatch is refused.
+    record: LaunchRecord | None = None
 
 
 @dataclass(frozen=True)
@@ -141,8 +146,46 @@ def target_of_holder(h: GpuHolder, now: float, *, named: bool = False) -> Action
     )
 
 
+def _who(uid: int | None) -> str:
+    return "an unknown user" if uid is None else f"{procfs.user_name(uid)} (uid {uid})"
+
+
+def env_difference(env: dict[str, str] | None, own: dict[str, str] | None = None) -> str | None:
+    """How an environment a launch brings differs from rlwatch's own, in words, values redacted: what a person must
+    see before a recorded environment (a ``PYTHONPATH``, an ``LD_PRELOAD``) runs with their rights. None when it
+    brings none or the same."""
+    if env is None:
+        return None
+    own = dict(os.environ) if own is None else own
+    changed = [f"{k}={v}" for k, v in sorted(env.items()) if own.get(k) != v]
+    unset = [f"{k} unset" for k in sorted(set(own) - set(env))]
+    if not changed and not unset:
+        return None
+    words = changed + unset
+    shown = "; ".join(w if len(w) <= 120 else w[:119] + "…" for w in words[:12])
+    more = f" (+{len(words) - 12} more)" if len(words) > 12 else ""
+    return redact(f"its environment differs from rlwatch's by: {shown}{more}")
+
+
+def foreign_record(launch: Launch) -> str | None:
+    """Why ``launch`` must not run because what it would run was recorded from another user's process, or None."""
+    record = launch.record
+    if record is None or record.uid == os.geteuid():
+        return None
+    return (
+        f"the {launch.name}'s command was recorded from pid {record.pid} of {_who(record.uid)}, not of this user "
+        f"(uid {os.geteuid()}): rlwatch never runs another user's command line or environment; set the command in "
+        "your own rlwatch.yaml (actions.resume_command, processes[].command, server.command)"
+    )
+
+
 def target_of_launch(launch: Launch) -> ActionTarget:
     where = f"start ({launch.source}) in {launch.cwd or '.'}"
+    record = launch.record
+    whose = f"; as this user (uid {os.geteuid()})" + (
+        f", the command line of pid {record.pid} of {_who(record.uid)}" if record is not None else ""
+    )
+    differs = env_difference(launch.env)
     return ActionTarget(
         pid=None,
         create_time=None,
@@ -150,7 +193,10 @@ def target_of_launch(launch: Launch) -> ActionTarget:
         age_s=None,
         cmdline=launch.argv,
         role=launch.name,
-        reason=where + (f", output appended to {launch.log}" if launch.log else ""),
+        reason=where
+        + (f", output appended to {launch.log}" if launch.log else "")
+        + whose
+        + (f"; {differs}" if differs else ""),
     )
 
 
@@ -230,10 +276,15 @@ class Planner:
         if action == KILL_ZOMBIES:
             return self.kill_zombies(s, pids)
         if action == RESTART_WORKERS:
-            return self.restart_workers(s, only)
-        if action == RESTART_SERVER:
-            return self.restart_server(s)
-        return self.resume(s, force=force)
+            prepared = self.restart_workers(s, only)
+        elif action == RESTART_SERVER:
+            prepared = self.restart_server(s)
+        else:
+            prepared = self.resume(s, force=force)
+        for launch in prepared.launches:  # never another user's command, --force or not
+            if why := foreign_record(launch):
+                return refused(action, why)
+        return prepared
 
     # ------------------------------------------------------------------------------------------------ starting
     def _log_for(self, name: str, configured: str | None, pid: int | None) -> str:
@@ -250,9 +301,9 @@ class Planner:
         log = self._log_for(p.name, rule.log if rule else None, p.pid if p.alive else None)
         if rule and rule.command:
             cwd = str(resolve(self.engine.run_dir, rule.cwd)) if rule.cwd else (record.cwd if record else None)
-            return Launch(p.name, p.role, tuple(rule.command), cwd, env, log, CONFIGURED)
+            return Launch(p.name, p.role, tuple(rule.command), cwd, env, log, CONFIGURED, record)
         if record and record.argv:
-            return Launch(p.name, p.role, tuple(record.argv), record.cwd, env, log, RECORDED)
+            return Launch(p.name, p.role, tuple(record.argv), record.cwd, env, log, RECORDED, record)
         return None
 
     def _server_launch(self, live: Sequence[ProcessInfo]) -> Launch | None:
@@ -265,7 +316,7 @@ class Planner:
         if record and record.argv:
             env = dict(record.env) if record.env else None
             log = self._log_for("server", srv.log, pid)
-            return Launch("server", "server", tuple(record.argv), record.cwd, env, log, RECORDED)
+            return Launch("server", "server", tuple(record.argv), record.cwd, env, log, RECORDED, record)
         return None
 
     def _resume_launch(self, s: Snapshot) -> Launch | None:
@@ -281,7 +332,7 @@ class Planner:
                 rule = self.engine.processes.rule_for(name)
                 log = self._log_for(name, rule.log if rule else None, live.pid if live else None)
                 env = dict(record.env) if record.env else None
-                return Launch(name, name, tuple(record.argv), record.cwd, env, log, RECORDED)
+                return Launch(name, name, tuple(record.argv), record.cwd, env, log, RECORDED, record)
         return None
 
     def _unknown(self, what: str) -> str:
@@ -535,7 +586,7 @@ class Planner:
             rule = self.engine.processes.rule_for("trainer")
             env = dict(record.env) if record.env else None
             log = self._driver_log(s) or self._log_for("trainer", rule.log if rule else None, None)
-            launch = Launch("trainer", "trainer", argv, record.cwd, env, log, RECORDED)
+            launch = Launch("trainer", "trainer", argv, record.cwd, env, log, RECORDED, record)
             replaced = f"{old} replaced by trainer.resume_mode=auto" if old else "trainer.resume_mode=auto added"
         assert launch is not None
         steps: list[str] = []
