@@ -16,7 +16,7 @@ import socket
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
 
@@ -49,6 +49,7 @@ from rlwatch.common.trust import open_read
 from rlwatch.config.models import Config
 from rlwatch.discover.knobs import read_knobs
 from rlwatch.discover.load import missing_paths, resolve
+from rlwatch.engine.attempts import AttemptTracker, busy_after
 from rlwatch.engine.diagnosis import Context, assess_run, diagnose, timeline
 from rlwatch.engine.preview import MIN_BACKLOG, TAIL_BYTES, Counting, TailPreview
 from rlwatch.engine.recent_lines import RECENT_LINES, RecentLines
@@ -208,6 +209,11 @@ class Engine:
         self._holders: tuple[GpuHolder, ...] = ()
         self._holders_at: float | None = None  # monotonic time of the last /proc scan for GPU holders
         self._view: RunView | None = None  # the live run as last found, made with the holder scan
+        self._looked_at: float | None = None  # wall time of that look
+        self._gone_members: dict[int, str] = {}  # members of that look gone since (pid → their evidence)
+        # Launchers seen going, earlier attempts' writes over time (engine/attempts); quiet for the hang window's
+        # floor, an earlier attempt's processes are strays.
+        self.attempts = AttemptTracker(cfg.thresholds.hang_floor_s, proc_root)
         # path → ((dev, ino), (line, time) of its first timestamp or None, size when read): a log's head is read once
         self._log_heads: dict[str, tuple[tuple[int, int], tuple[int, float] | None, int]] = {}
         self._launched: set[tuple[int, float]] = set()  # (pid, start time) of processes rlwatch started
@@ -418,6 +424,18 @@ class Engine:
         for pid, why in sorted(members.items())[:MAX_MEMBER_ROWS]:
             if pid not in shown and (info := member_info(pid, why, self._proc_root)) is not None:
                 rows.append(info)
+        # An earlier attempt's processes still running beside the live run: shown apart, under their attempt.
+        earlier = [x for x in view.launches if not x.current]
+        for index, launch in enumerate(view.launches):
+            if launch not in earlier:
+                continue
+            for pid in launch.pids[:MAX_MEMBER_ROWS]:
+                why = view.earlier.get(pid, "")
+                known = next((p for p in rows if p.pid == pid), None)
+                if known is not None:
+                    rows[rows.index(known)] = replace(known, evidence=why, attempt=index)
+                elif (info := member_info(pid, why, self._proc_root)) is not None:
+                    rows.append(replace(info, attempt=index))
         self._member_pids |= set(members)
         return tuple(rows)
 
@@ -476,6 +494,7 @@ class Engine:
         holders = self._holders_now(procs, gpu)
         role_procs = procs
         view = self._view
+        gone = {} if view is None else self._still_alive(view)
         if view is not None:
             procs = self._table(procs, view)
         for p in procs:
@@ -524,6 +543,7 @@ class Engine:
             if self.cfg.profile == "workers" or any(r.role == "worker" for r in self.cfg.processes):
                 mem = replace(mem, brake_free_bytes=self.cfg.thresholds.brake_free_bytes)
             self._memory, self._gpu, self._procs, self._holders = mem, gpu, procs, holders
+            self._gone_members = gone
             self._checkpoint, self._recover, self._disk = ckpt, recover, disk
             self._kernel, self._limits = kernel, limits
             self._watchdog = watchdog
@@ -618,7 +638,7 @@ class Engine:
         )
         with self._lock:
             launched = set(self._launched)
-        return assess(
+        view = assess(
             str(self.run_dir),
             attempt=self._latest_attempt(),
             roles=roles,
@@ -629,6 +649,27 @@ class Engine:
             files=files,
             named=self.ray_source.named_members(),
         )
+        self._looked_at = now = self.clock.time()
+        return self.attempts.observe(view, now)
+
+    def _still_alive(self, view: RunView) -> dict[int, str]:
+        """The members of ``view`` gone since it was made (pid → their evidence): a run killed between two looks
+        is dead now, not at the next look (a pid reused since is another process: the start time decides)."""
+        btime = procfs.boot_time(self._proc_root)
+        gone: dict[int, str] = {}
+        for pid, why in view.members.items():
+            if pid in view.weak:
+                continue
+            stat = procfs.read_stat(pid, self._proc_root)
+            start = None if stat is None else procfs.start_time_from_ticks(stat.starttime_ticks, btime)
+            known = view.procs.get(pid)
+            if (
+                stat is None
+                or stat.state == "Z"
+                or (known is not None and start is not None and abs(start - known.create_time) > 1)
+            ):
+                gone[pid] = why
+        return gone
 
     def _latest_attempt(self) -> tuple[str, float] | None:
         """(what shows it, when) the run's latest attempt began, alive or gone: a leftover older than it is from an
@@ -768,6 +809,12 @@ class Engine:
             ):
                 # The refused connections in the logs tell when it really went away, better than the next probe.
                 server = replace(server, down_since=refused.first)
+            holders = self._holders
+            live_run = _live_run(self._view, gone=self._gone_members, looked_at=self._looked_at)
+            if self._view is not None and live_run is not None:
+                launch_start = min((x.started_at for x in self._view.launches if x.current), default=None)
+                attempts, holders = self.attempts.records(self._view, holders, busy_after(events, launch_start), now)
+                live_run = replace(live_run, attempts=attempts)
             snap = Snapshot(
                 host=self.host,
                 time=now,
@@ -785,7 +832,7 @@ class Engine:
                 recover=self._recover,
                 server=server,
                 gpu=self._gpu,
-                holders=self._holders,
+                holders=holders,
                 memory=self._memory,
                 processes=self._procs,
                 disk=self._disk,
@@ -796,7 +843,7 @@ class Engine:
                 preview=preview.described if preview is not None else None,
                 preview_numbered=preview is None or preview.numbered,
                 watchdog=self._watchdog,
-                live_run=_live_run(self._view),
+                live_run=live_run,
                 endings=self._endings,
                 stacks=self._stacks,
                 kernel=self._kernel,
@@ -1061,10 +1108,22 @@ def _reading(progress: tuple[int, int]) -> tuple[int, int] | None:
     return progress if done < total else None
 
 
-def _live_run(view: RunView | None, limit: int = 64) -> LiveRun | None:
-    """The view's conclusion as a snapshot record: core evidence first, at most ``limit`` members."""
+def _live_run(
+    view: RunView | None, limit: int = 64, *, gone: Mapping[int, str] = {}, looked_at: float | None = None
+) -> LiveRun | None:
+    """The view's conclusion as a snapshot record: core evidence first, at most ``limit`` members; those ``gone``
+    since the look are listed apart (the run died since), with when rlwatch looked."""
     if view is None:
         return None
+    if gone:
+        alive = {pid: why for pid, why in view.members.items() if pid not in gone}
+        view = replace(view, members=alive, core={p: w for p, w in view.core.items() if p not in gone})
+        dead = tuple(sorted(gone.items()))[:limit]
+        record = _live_run(view, limit, looked_at=looked_at)
+        if record is not None and not record.members:
+            pids = ", ".join(str(pid) for pid, _ in dead[:8])
+            record = replace(record, identified=False, why_unknown=f"no process of the run is alive: pid {pids} gone")
+        return None if record is None else replace(record, gone=dead)
     core = [(pid, view.members[pid]) for pid in sorted(view.core) if pid in view.members]
     # A member only by working in the directory may be judged a leftover of an earlier attempt: not the live run.
     rest = [
@@ -1081,6 +1140,6 @@ def _live_run(view: RunView | None, limit: int = 64) -> LiveRun | None:
             None,
             (),
         )
-    members = tuple((core + rest)[:limit])
-    weak = tuple(pid for pid, _ in members if pid in view.weak)
-    return LiveRun(view.identified, view.unknown_reason, view.started_at, members, weak)
+    shown = tuple((core + rest)[:limit])
+    weak = tuple(pid for pid, _ in shown if pid in view.weak)
+    return LiveRun(view.identified, view.unknown_reason, view.started_at, shown, weak, looked_at=looked_at)

@@ -98,6 +98,23 @@ def _under(path: str | None, root: str) -> bool:
     return path == root or path.startswith(root.rstrip("/") + "/")
 
 
+@dataclass(frozen=True, slots=True)
+class Launch:
+    """One attempt: the processes of one launch — a launcher and its descendants, or the ranks a lost launcher left.
+
+    A launch whose launcher is gone and whose processes were re-parented (to init or a subreaper) is *orphaned*,
+    whatever it still writes: a resume or restart cannot rely on it, and beside a newer launch in the same
+    directory it is an earlier attempt, not the live run."""
+
+    pids: tuple[int, ...]
+    group: int  # the process group the launch made (its launcher's pid where the launcher led it)
+    launcher: int | None  # the launcher's pid: alive (the top of the tree) or gone (the group's leader); None: unknown
+    launcher_alive: bool
+    orphaned: str | None  # why it lost its launcher, in words; None while its launcher answers for it
+    started_at: float
+    current: bool  # the live run (the newest launch that still has its launcher, else the newest)
+
+
 @dataclass(frozen=True)
 class RunView:
     """The live run as found on the host at one moment, and the means to judge any other process against it."""
@@ -115,6 +132,14 @@ class RunView:
     # launcher that rlwatch saw or launched, or the earliest line of its logs. When nothing of the run is alive, a
     # leftover is told by being older than that.
     attempt: tuple[str, float] | None = None
+    # The run's launches (attempts), the live one marked current; with one launch only, that one, orphaned or not.
+    launches: tuple[Launch, ...] = ()
+    # pid → its evidence, for the processes of earlier attempts (orphaned launches older than the live one): never
+    # members of the live run, never strays on that alone (they may still write), shown apart.
+    earlier: Mapping[int, str] = field(default_factory=dict)
+    # pid → why an earlier attempt's process is a stray after all (set by the engine, which sees it over time: it
+    # stopped writing for the hang window, or the new run failed "busy or unavailable" on a GPU it holds).
+    strays: Mapping[int, str] = field(default_factory=dict)
     _cmd: dict[int, str] = field(default_factory=dict, compare=False)
 
     @property
@@ -182,6 +207,16 @@ class RunView:
         """Whether ``pid`` is the live run's, a stray (with positive reasons), or unknown — always with why."""
         proc = self.procs.get(pid)
         started = create_time if create_time is not None else (proc.create_time if proc else None)
+        if pid in self.earlier:
+            if pid in self.strays:
+                return Verdict(STRAY, self.strays[pid])
+            launch = next((x for x in self.launches if pid in x.pids), None)
+            lost = f"; {launch.orphaned}" if launch is not None and launch.orphaned else ""
+            return Verdict(
+                UNKNOWN,
+                f"of an earlier attempt beside the live run: it {_verb(self.earlier[pid])}{lost}; "
+                "stopped only when a person names its pid",
+            )
         if pid in self.members and pid not in self.weak:
             return Verdict(RUN, self.members[pid])
         if started is not None and self.container_started_at is not None and started < self.container_started_at - 1:
@@ -380,15 +415,22 @@ def assess(
             direct.setdefault(pid, f"the {role} (named by its pidfile)")
         elif family & touches:
             direct.setdefault(pid, f"the {role} (its role rule matches, and it works with {root})")
+    # A person's shell (or multiplexer, or login) that merely stands in the directory, or reads a file there, is
+    # where the person is, not the run: it is evidence only when it writes there (a launcher script's redirect).
     for pid in cwd_in:
-        if pid not in direct:
+        if pid not in direct and not _is_root(procs[pid]):
             weak_direct[pid] = f"works in {root}"
     for pid, fs in files.items():
-        if pid in procs and pid not in direct and pid not in weak_direct:
+        if pid in procs and pid not in direct and pid not in weak_direct and not _is_root(procs[pid]):
             weak_direct[pid] = f"holds {_rel(fs[0].path, root)} open"
     # Other rlwatch processes (the watchdog, a dashboard, a report) read the run's logs and write its .rlwatch/:
-    # observers too, never the run.
-    watchers |= {pid for pid in {*direct, *weak_direct} if _is_rlwatch(procfs.read_cmdline(pid, proc_root))}
+    # observers too, never the run — and so are what started them, up to the shell (`timeout 600 rlwatch watch`).
+    for pid in [pid for pid in {*direct, *weak_direct} if _is_rlwatch(procfs.read_cmdline(pid, proc_root))]:
+        watchers.add(pid)
+        here = procs.get(pid)
+        while here is not None and (parent := procs.get(here.ppid)) is not None and not _is_root(parent):
+            watchers.add(parent.pid)
+            here = parent
     for pid in watchers:
         direct.pop(pid, None)
         weak_direct.pop(pid, None)
@@ -398,6 +440,12 @@ def assess(
     weak_members = {
         pid: why for pid, why in _closure(weak_direct, procs, children, watchers).items() if pid not in core_members
     }
+    launches = _launches(core_members, procs)
+    earlier = {pid: core_members[pid] for x in launches if not x.current for pid in x.pids}
+    for pid in earlier:
+        core_members.pop(pid, None)
+        direct.pop(pid, None)
+        weak_members.pop(pid, None)
     members = {**weak_members, **core_members}
     return RunView(
         run_dir=root,
@@ -405,6 +453,8 @@ def assess(
         members=members,
         core=direct,
         weak=frozenset(weak_members),
+        launches=launches,
+        earlier=earlier,
         roles={pid: role for pid, role in roles.items() if pid in procs},
         container_started_at=_container_start(procs, proc_root),
         searched=searched,
@@ -478,8 +528,15 @@ def _closure(
         if here is None:
             continue
         related = [(c, "a descendant of") for c in children.get(pid, ())]
-        if anchor[pid] not in lone and here.pgid in out:  # the group's leader is the run's: its group is too
-            related += [(g, "in the process group of") for g in by_group.get(here.pgid, ())]
+        # The group's leader is the run's: its group is too. So is the group of a launcher that is gone (torchrun
+        # SIGKILLed: its ranks, re-parented to init, keep its group, and only one of them may write the log).
+        gone = here.pgid > 1 and here.pgid not in procs
+        if anchor[pid] not in lone and (here.pgid in out or gone):
+            related += [
+                (g, "in the process group of")
+                for g in by_group.get(here.pgid, ())
+                if not gone or procs[g].sid == here.sid
+            ]
         for other, how in related:
             if add(other, pid, how):
                 queue.append(other)
@@ -491,8 +548,10 @@ def _is_rlwatch(argv: tuple[str, ...]) -> bool:
     sim`` and its ``rlwatch.sim.*`` pieces, stands for a training host: it is the run it simulates)."""
     if not argv:
         return False
-    if os.path.basename(argv[0]) == "rlwatch":
-        rest = list(argv[1:])
+    # The console script runs as `…/python …/bin/rlwatch watch DIR` once the kernel reads its #! line.
+    script = 1 if len(argv) > 1 and os.path.basename(argv[0]).startswith("python") else 0
+    if os.path.basename(argv[0]) == "rlwatch" or (script and os.path.basename(argv[1]) == "rlwatch"):
+        rest = list(argv[1 + script :])
     else:
         module = next((b for a, b in itertools.pairwise(argv) if a == "-m"), None)
         if module is None or module.split(".")[0] != "rlwatch":
@@ -507,3 +566,88 @@ def _is_rlwatch(argv: tuple[str, ...]) -> bool:
 def _verb(evidence: str) -> str:
     """Direct evidence as a relative clause: "writes x" stays, "the trainer (…)" becomes "is the trainer (…)"."""
     return evidence if evidence.startswith(("writes", "works", "holds", "was ")) else f"is {evidence}"
+
+
+def _lost_launcher(top: Proc, procs: Mapping[int, Proc]) -> str | None:
+    """Why the top of a launch has lost the launcher that started it, or None. A process that leads its own group
+    or session was started as itself (``nohup python train.py &``, a daemon): re-parented, it lost nothing. One that
+    did not lead its group was started by its group's leader or a process under it; re-parented to init or a
+    subreaper, that launcher is gone. init started it itself when init leads its group (a container's command)."""
+    if top.pid in (top.pgid, top.sid):
+        return None
+    parent = procs.get(top.ppid)
+    if top.ppid in (0, 1):
+        init = procs.get(1)
+        if init is not None and init.pgid == top.pgid:
+            return None
+        where = "init (pid 1)"
+    elif parent is not None and parent.comm in _REAPERS:
+        where = f"{parent.comm} (pid {top.ppid})"
+    else:
+        return None
+    leader = procs.get(top.pgid)
+    if leader is None or leader.state == "Z":
+        return f"its launcher (pid {top.pgid}, its process group's leader) is gone and it was re-parented to {where}"
+    return f"the process that started it is gone and it was re-parented to {where}"
+
+
+def _launches(members: Mapping[int, str], procs: Mapping[int, Proc]) -> tuple[Launch, ...]:
+    """The run's members grouped by launch. Every member whose family still reaches its launcher is the live run
+    (a launcher's tree, a server started apart from the trainer); the members a lost launcher left, grouped by the
+    process group they keep, are each an attempt of their own: an earlier one when older than the live run (younger,
+    it may be the live run's own), else — with no launcher left anywhere — the newest of them is the run."""
+    tops: dict[int, Proc] = {}
+    for pid in members:
+        here = procs.get(pid)
+        seen = 0
+        while here is not None and here.ppid in members and here.ppid in procs and seen < 4096:
+            here = procs[here.ppid]
+            seen += 1
+        if here is not None:
+            tops[pid] = here
+    live: list[int] = []
+    orphans: dict[tuple[int, int], list[int]] = {}
+    why: dict[tuple[int, int], str] = {}
+    for pid, top in tops.items():
+        lost = _lost_launcher(top, procs)
+        if lost is None:
+            live.append(pid)
+        else:
+            orphans.setdefault((top.sid, top.pgid), []).append(pid)
+            why.setdefault((top.sid, top.pgid), lost)
+
+    def start(pids: Iterable[int]) -> float:
+        return min(procs[p].create_time for p in pids)
+
+    out: list[Launch] = []
+    live_start = start(live) if live else None
+    if live_start is None and orphans:  # no launcher left anywhere: the newest orphaned launch is the run
+        newest = max(orphans, key=lambda k: start(orphans[k]))
+        live_start = start(orphans[newest])
+    for key, pids in sorted(orphans.items(), key=lambda kv: start(kv[1])):
+        leader = procs.get(key[1])
+        out.append(
+            Launch(
+                pids=tuple(sorted(pids)),
+                group=key[1],
+                launcher=key[1] if leader is None or leader.state == "Z" else None,
+                launcher_alive=False,
+                orphaned=why[key],
+                started_at=start(pids),
+                current=live_start is not None and start(pids) >= live_start,
+            )
+        )
+    if live:
+        heads = sorted({tops[p].pid for p in live}, key=lambda p: (procs[p].create_time, p))
+        out.append(
+            Launch(
+                pids=tuple(sorted(live)),
+                group=procs[heads[0]].pgid,
+                launcher=heads[0],
+                launcher_alive=True,
+                orphaned=None,
+                started_at=start(live),
+                current=True,
+            )
+        )
+    return tuple(sorted(out, key=lambda x: (x.started_at, x.group)))

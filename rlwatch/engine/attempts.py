@@ -1,0 +1,179 @@
+"""Attempts followed over time: which launcher went when, which earlier attempt still writes, which became strays.
+
+Membership (:mod:`rlwatch.sources.membership`) groups the run's processes by launch at one moment. What one moment
+cannot say, the engine sees across its samples, and this module keeps:
+
+- **when a launcher went**: every process of the run and the parents above it are remembered by (pid, start) with
+  their command name; one that disappears is *gone since* the first look that missed it. After the fact (a one-shot
+  report, a launcher gone before rlwatch started) only "re-parented to init" is known: its launcher *is gone*, no time.
+- **whether an earlier attempt still writes**: the file position of each descriptor it writes under the run
+  directory moves only when *that* process writes, so a log both attempts append to still tells them apart. Not seen
+  to move for the hang window (from the first look on), its processes are strays: "it has written nothing for …".
+- **whether the new run failed on their GPU**: the new run's "CUDA … busy or unavailable" after it began, while the
+  earlier attempt holds a GPU, makes its holders strays with that reason.
+
+Nothing here signals anything: strays are what ``kill-zombies`` (and a policy) may choose; an earlier attempt that
+still writes is chosen only when a person names its pids.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
+
+from rlwatch.common.state import Attempt, EventSummary, GpuHolder
+from rlwatch.engine.diagnosis.wording import hhmm, human_duration
+from rlwatch.sources import procfs
+from rlwatch.sources.membership import Launch, RunView
+
+__all__ = ["AttemptTracker", "busy_after"]
+
+
+@dataclass(slots=True)
+class _Write:
+    path: str
+    pos: int | None
+    moved_at: float | None  # None: not seen to move yet
+    first_seen: float
+
+
+def _under(path: str, root: str) -> bool:
+    return path.startswith(root.rstrip("/") + "/")
+
+
+def busy_after(events: Mapping[str, EventSummary], start: float | None) -> EventSummary | None:
+    """The run's "CUDA … busy or unavailable" failure, when its latest line came after ``start`` (the live run's
+    start): the new run could not get a GPU."""
+    ev = events.get("cuda_busy")
+    if ev is None or not ev.count or ev.last is None or start is None:
+        return None
+    return ev if ev.last >= start - 1 else None
+
+
+class AttemptTracker:
+    """What the engine remembers across samples about the run's launches (see the module's docstring)."""
+
+    def __init__(self, quiet_s: float, proc_root: str = procfs.PROC) -> None:
+        self.quiet_s = quiet_s
+        self._proc_root = proc_root
+        self._names: dict[int, tuple[float, str]] = {}  # pid → (start, command name) of the run and its parents
+        self._gone_at: dict[tuple[int, float], float] = {}  # (pid, start) → when first missed
+        self._writes: dict[tuple[int, int], _Write] = {}  # (pid, fd) of an earlier attempt's writes under the run
+
+    def observe(self, view: RunView, now: float) -> RunView:
+        """Remember what this look shows, and return the view with the earlier attempts' quiet processes as strays."""
+        seen = {pid: (p.create_time, p.comm) for pid, p in view.procs.items()}
+        watched = set(view.members) | set(view.earlier)
+        for pid in list(watched):
+            p = view.procs.get(pid)
+            if p is not None and p.ppid in view.procs:
+                watched.add(p.ppid)
+        for pid in watched:
+            if pid in seen:
+                self._names[pid] = seen[pid]
+        for pid, (start, _) in list(self._names.items()):
+            if seen.get(pid, (None,))[0] != start:
+                self._gone_at.setdefault((pid, start), now)
+                if now - self._gone_at[(pid, start)] > 24 * 3600:
+                    del self._names[pid]
+        strays = dict(view.strays)
+        live_writes: set[tuple[int, int]] = set()
+        root = os.path.realpath(view.run_dir)
+        for pid in view.earlier:
+            quiet: list[_Write] = []
+            for fd, path in procfs.fd_entries(pid, self._proc_root) or []:
+                if not _under(path, root) or not procfs.fd_writable(pid, fd, self._proc_root):
+                    continue
+                key = (pid, fd)
+                live_writes.add(key)
+                pos = procfs.fd_position(pid, fd, self._proc_root)
+                w = self._writes.get(key)
+                if w is None or w.path != path:
+                    w = self._writes[key] = _Write(path, pos, None, now)
+                elif pos is not None and pos != w.pos:
+                    w.pos, w.moved_at = pos, now
+                quiet.append(w)
+            since = [w.moved_at or w.first_seen for w in quiet]
+            if quiet and now - max(since) > self.quiet_s:
+                last = [w for w in quiet if w.moved_at is not None]
+                said = (
+                    f"last wrote {os.path.relpath(max(last, key=lambda w: w.moved_at or 0).path, root)} at "
+                    f"{hhmm(max(w.moved_at or 0 for w in last), now)}"
+                    if last
+                    else "not seen writing since rlwatch first looked"
+                )
+                strays[pid] = (
+                    f"a process of an earlier attempt whose launcher is gone: it has written nothing for "
+                    f"{human_duration(now - max(since))} ({said}), longer than the hang window "
+                    f"({human_duration(self.quiet_s)})"
+                )
+        self._writes = {k: w for k, w in self._writes.items() if k in live_writes}
+        return replace(view, strays=strays) if strays != dict(view.strays) else view
+
+    def launcher_name(self, launch: Launch) -> str | None:
+        if launch.launcher is None:
+            return None
+        known = self._names.get(launch.launcher)
+        return known[1] if known is not None else None
+
+    def gone_at(self, pid: int | None) -> float | None:
+        """When rlwatch first missed ``pid`` (the newest start it knew under that pid); None: never seen go."""
+        if pid is None:
+            return None
+        times = [t for (p, _), t in self._gone_at.items() if p == pid]
+        return max(times) if times else None
+
+    def last_write(self, pids: Sequence[int]) -> float | None:
+        moved = [w.moved_at for (pid, _), w in self._writes.items() if pid in pids and w.moved_at is not None]
+        return max(moved) if moved else None
+
+    def records(
+        self, view: RunView, holders: Sequence[GpuHolder], busy: EventSummary | None, now: float
+    ) -> tuple[tuple[Attempt, ...], tuple[GpuHolder, ...]]:
+        """The attempts as snapshot records, and the holders with an earlier attempt's made strays where the new run
+        failed "busy or unavailable" while they hold a GPU."""
+        by_pid = {h.pid: h for h in holders}
+        out: list[Attempt] = []
+        changed: dict[int, GpuHolder] = {}
+        if len(view.launches) < 2 and not any(x.orphaned for x in view.launches):
+            return (), tuple(holders)
+        for launch in view.launches:
+            mine = [by_pid[p] for p in launch.pids if p in by_pid and by_pid[p].protected is None]
+            gpus = tuple(sorted({g for h in mine for g in h.gpus}))
+            known = [h.gpu_mem_bytes for h in mine if h.gpu_mem_bytes is not None]
+            writes = sorted(
+                {why.removeprefix("writes ").split(" (+")[0] for p in launch.pids for why in [_why(view, p)] if why}
+            )
+            stray = next((view.strays[p] for p in launch.pids if p in view.strays), None)
+            if not launch.current and busy is not None and mine and stray is None:
+                stray = (
+                    f"the new run failed: {busy.recent[-1].text[:120] if busy.recent else 'CUDA busy or unavailable'} "
+                    f"({hhmm(busy.last, now)}) while this earlier attempt, whose launcher is gone, holds "
+                    f"GPU {', '.join(map(str, gpus))}"
+                )
+                for h in mine:
+                    changed[h.pid] = replace(h, reason=stray, evidence=None, in_run=False)
+            out.append(
+                Attempt(
+                    pids=launch.pids,
+                    current=launch.current,
+                    started_at=launch.started_at,
+                    launcher_pid=launch.launcher,
+                    launcher=self.launcher_name(launch),
+                    launcher_alive=launch.launcher_alive,
+                    launcher_gone_at=None if launch.launcher_alive else self.gone_at(launch.launcher),
+                    orphaned=launch.orphaned,
+                    writes=tuple(writes),
+                    last_write_at=self.last_write(launch.pids),
+                    gpus=gpus,
+                    gpu_mem_bytes=sum(known) if known else None,
+                    stray=stray,
+                )
+            )
+        return tuple(out), tuple(changed.get(h.pid, h) for h in holders)
+
+
+def _why(view: RunView, pid: int) -> str | None:
+    why = view.earlier.get(pid) or view.members.get(pid)
+    return why if why is not None and why.startswith("writes ") else None
