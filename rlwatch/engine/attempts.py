@@ -60,6 +60,12 @@ class AttemptTracker:
         self._names: dict[int, tuple[float, str]] = {}  # pid → (start, command name) of the run and its parents
         self._gone_at: dict[tuple[int, float], float] = {}  # (pid, start) → when first missed
         self._writes: dict[tuple[int, int], _Write] = {}  # (pid, fd) of an earlier attempt's writes under the run
+        self._parents: dict[int, tuple[float, int]] = {}  # pid → (start, parent) of the run's processes, last seen
+
+    def former_parents(self) -> dict[int, tuple[float, int]]:
+        """pid → (start, parent) of the run's processes as rlwatch last saw them under a parent other than init:
+        a rank re-parented since lost that launcher (see :func:`rlwatch.sources.membership.assess`)."""
+        return dict(self._parents)
 
     def observe(self, view: RunView, now: float) -> RunView:
         """Remember what this look shows, and return the view with the earlier attempts' quiet processes as strays."""
@@ -72,6 +78,13 @@ class AttemptTracker:
         for pid in watched:
             if pid in seen:
                 self._names[pid] = seen[pid]
+        for pid in set(view.members) | set(view.earlier):
+            p = view.procs.get(pid)
+            if p is not None and p.ppid > 1 and p.ppid in view.procs:
+                self._parents[pid] = (p.create_time, p.ppid)
+        self._parents = {
+            pid: v for pid, v in self._parents.items() if pid in view.procs and v[0] == view.procs[pid].create_time
+        }
         for pid, (start, _) in list(self._names.items()):
             if seen.get(pid, (None,))[0] != start:
                 self._gone_at.setdefault((pid, start), now)
@@ -112,10 +125,8 @@ class AttemptTracker:
         return replace(view, strays=strays) if strays != dict(view.strays) else view
 
     def launcher_name(self, launch: Launch) -> str | None:
-        if launch.launcher is None:
-            return None
-        known = self._names.get(launch.launcher)
-        return known[1] if known is not None else None
+        known = self._names.get(launch.launcher) if launch.launcher is not None else None
+        return known[1] if known is not None else launch.launcher_name
 
     def gone_at(self, pid: int | None) -> float | None:
         """When rlwatch first missed ``pid`` (the newest start it knew under that pid); None: never seen go."""

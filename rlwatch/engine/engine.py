@@ -648,6 +648,7 @@ class Engine:
             proc_root=self._proc_root,
             files=files,
             named=self.ray_source.named_members(),
+            former=self.attempts.former_parents(),
         )
         self._looked_at = now = self.clock.time()
         return self.attempts.observe(view, now)

@@ -34,7 +34,7 @@ from __future__ import annotations
 
 import itertools
 import os
-from collections.abc import Collection, Iterable, Mapping
+from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass, field
 
 from rlwatch.common.textsafe import strip_ansi
@@ -113,6 +113,7 @@ class Launch:
     orphaned: str | None  # why it lost its launcher, in words; None while its launcher answers for it
     started_at: float
     current: bool  # the live run (the newest launch that still has its launcher, else the newest)
+    launcher_name: str | None = None  # what the launcher was, where known otherwise than by its pid ("torchrun")
 
 
 @dataclass(frozen=True)
@@ -362,14 +363,17 @@ def assess(
     attempt: tuple[str, float] | None = None,
     observer: int | None = None,
     named: Mapping[int, str] = {},
+    former: Mapping[int, tuple[float, int]] = {},
 ) -> RunView:
     """Find the live run in ``run_dir``. ``roles`` (pid → role) are the live processes role rules selected;
     ``launched`` the (pid, start time) of processes rlwatch started; ``exclude`` paths under the run directory
     that prove nothing (rlwatch's own ``.rlwatch/``, a stand-in device file); ``files`` an already-made scan of the
     files open under the run directory (:func:`open_files`), read now when absent; ``attempt`` the (role, start) of
-    the newest trainer or launcher rlwatch saw; ``observer`` rlwatch's own pid (default: this process): it and its
-    parents read the run's files and work in its directory, which proves nothing about the run; ``named`` processes
-    the run's logs name with evidence (pid → why: a Ray actor whose output the driver's log relays), core evidence.
+    the newest trainer or launcher rlwatch saw; ``former`` pid → (start, parent) of the run's processes as an
+    earlier look saw them (a launcher gone since is known by it); ``observer`` rlwatch's own pid (default: this
+    process): it and its parents read the run's files and work in its directory, which proves nothing about the
+    run; ``named`` processes the run's logs name with evidence (pid → why: a Ray actor whose output the driver's log
+    relays), core evidence.
     """
     root = os.path.realpath(run_dir)
     procs = _read_procs(proc_root)
@@ -440,7 +444,9 @@ def assess(
     weak_members = {
         pid: why for pid, why in _closure(weak_direct, procs, children, watchers).items() if pid not in core_members
     }
-    launches = _launches(core_members, procs)
+    environ = _EnvironCache(proc_root)
+    _add_elastic_siblings(core_members, procs, watchers, environ)
+    launches = _launches(core_members, procs, former, environ)
     earlier = {pid: core_members[pid] for x in launches if not x.current for pid in x.pids}
     for pid in earlier:
         core_members.pop(pid, None)
@@ -568,30 +574,83 @@ def _verb(evidence: str) -> str:
     return evidence if evidence.startswith(("writes", "works", "holds", "was ")) else f"is {evidence}"
 
 
-def _lost_launcher(top: Proc, procs: Mapping[int, Proc]) -> str | None:
-    """Why the top of a launch has lost the launcher that started it, or None. A process that leads its own group
-    or session was started as itself (``nohup python train.py &``, a daemon): re-parented, it lost nothing. One that
-    did not lead its group was started by its group's leader or a process under it; re-parented to init or a
-    subreaper, that launcher is gone. init started it itself when init leads its group (a container's command)."""
-    if top.pid in (top.pgid, top.sid):
-        return None
+# Set by torchrun's elastic agent in every rank's environment: the ranks of one launch share them.
+_ELASTIC_KEYS = ("TORCHELASTIC_RUN_ID", "MASTER_ADDR", "MASTER_PORT")
+
+
+@dataclass(frozen=True, slots=True)
+class _Lost:
+    why: str
+    key: tuple[object, ...]  # what the ranks of one lost launch share
+    launcher: int | None  # the launcher's pid, where known
+    name: str | None = None  # what the launcher was, where known otherwise than by its pid
+
+
+def _reaped_by(top: Proc, procs: Mapping[int, Proc]) -> str | None:
+    """Where ``top`` was re-parented when it lost its parent (init, a subreaper), or None: its parent is another."""
     parent = procs.get(top.ppid)
     if top.ppid in (0, 1):
         init = procs.get(1)
         if init is not None and init.pgid == top.pgid:
-            return None
-        where = "init (pid 1)"
-    elif parent is not None and parent.comm in _REAPERS:
-        where = f"{parent.comm} (pid {top.ppid})"
-    else:
+            return None  # init leads its group: init started it (a container whose command is the launcher)
+        return "init (pid 1)"
+    if parent is not None and parent.comm in _REAPERS:
+        return f"{parent.comm} (pid {top.ppid})"
+    return None
+
+
+def _lost_launcher(
+    top: Proc,
+    procs: Mapping[int, Proc],
+    former: Mapping[int, tuple[float, int]],
+    environ: Callable[[int], Mapping[str, str] | None],
+) -> _Lost | None:
+    """Whether the top of a launch has lost the launcher that started it, how that is known, and what its lost
+    launch's processes share. Re-parented to init or a subreaper, and:
+
+    - rlwatch saw its parent before (``former``: pid → (start, parent)), and that parent is gone — any launcher;
+    - its environment is a torchrun rank's (torchrun starts each rank in a session of its own, so the tree and the
+      groups say nothing after the agent is gone; its ranks share the run id and rendezvous address);
+    - it does not lead its own group: its group's leader, or a process under it, started it.
+
+    A process that leads its own group or session and carries no rank's environment was started as itself
+    (``nohup python train.py &``, a daemon): re-parented, it lost nothing rlwatch can show."""
+    where = _reaped_by(top, procs)
+    if where is None:
+        return None
+    seen = former.get(top.pid)
+    if seen is not None and abs(seen[0] - top.create_time) < 1 and seen[1] not in procs and seen[1] > 1:
+        return _Lost(
+            f"its launcher (pid {seen[1]}) is gone and it was re-parented to {where}", ("pid", seen[1]), seen[1]
+        )
+    env = environ(top.pid) or {}
+    if env.get("TORCHELASTIC_RUN_ID") is not None and env.get("LOCAL_RANK") is not None:
+        return _Lost(
+            f"a torchrun rank whose elastic agent is gone: it was re-parented to {where}",
+            ("elastic", *(env.get(k) for k in _ELASTIC_KEYS)),
+            None,
+            "torchrun",
+        )
+    if top.pid in (top.pgid, top.sid):
         return None
     leader = procs.get(top.pgid)
     if leader is None or leader.state == "Z":
-        return f"its launcher (pid {top.pgid}, its process group's leader) is gone and it was re-parented to {where}"
-    return f"the process that started it is gone and it was re-parented to {where}"
+        return _Lost(
+            f"its launcher (pid {top.pgid}, its process group's leader) is gone and it was re-parented to {where}",
+            ("group", top.sid, top.pgid),
+            top.pgid,
+        )
+    return _Lost(
+        f"the process that started it is gone and it was re-parented to {where}", ("group", top.sid, top.pgid), None
+    )
 
 
-def _launches(members: Mapping[int, str], procs: Mapping[int, Proc]) -> tuple[Launch, ...]:
+def _launches(
+    members: Mapping[int, str],
+    procs: Mapping[int, Proc],
+    former: Mapping[int, tuple[float, int]] = {},
+    environ: Callable[[int], Mapping[str, str] | None] = lambda pid: None,
+) -> tuple[Launch, ...]:
     """The run's members grouped by launch. Every member whose family still reaches its launcher is the live run
     (a launcher's tree, a server started apart from the trainer); the members a lost launcher left, grouped by the
     process group they keep, are each an attempt of their own: an earlier one when older than the live run (younger,
@@ -606,15 +665,18 @@ def _launches(members: Mapping[int, str], procs: Mapping[int, Proc]) -> tuple[La
         if here is not None:
             tops[pid] = here
     live: list[int] = []
-    orphans: dict[tuple[int, int], list[int]] = {}
-    why: dict[tuple[int, int], str] = {}
+    orphans: dict[tuple[object, ...], list[int]] = {}
+    why: dict[tuple[object, ...], _Lost] = {}
+    judged: dict[int, _Lost | None] = {}
     for pid, top in tops.items():
-        lost = _lost_launcher(top, procs)
+        if top.pid not in judged:
+            judged[top.pid] = _lost_launcher(top, procs, former, environ)
+        lost = judged[top.pid]
         if lost is None:
             live.append(pid)
         else:
-            orphans.setdefault((top.sid, top.pgid), []).append(pid)
-            why.setdefault((top.sid, top.pgid), lost)
+            orphans.setdefault(lost.key, []).append(pid)
+            why.setdefault(lost.key, lost)
 
     def start(pids: Iterable[int]) -> float:
         return min(procs[p].create_time for p in pids)
@@ -625,16 +687,17 @@ def _launches(members: Mapping[int, str], procs: Mapping[int, Proc]) -> tuple[La
         newest = max(orphans, key=lambda k: start(orphans[k]))
         live_start = start(orphans[newest])
     for key, pids in sorted(orphans.items(), key=lambda kv: start(kv[1])):
-        leader = procs.get(key[1])
+        lost = why[key]
         out.append(
             Launch(
                 pids=tuple(sorted(pids)),
-                group=key[1],
-                launcher=key[1] if leader is None or leader.state == "Z" else None,
+                group=procs[min(pids, key=lambda p: (procs[p].create_time, p))].pgid,
+                launcher=lost.launcher,
                 launcher_alive=False,
-                orphaned=why[key],
+                orphaned=lost.why,
                 started_at=start(pids),
                 current=live_start is not None and start(pids) >= live_start,
+                launcher_name=lost.name,
             )
         )
     if live:
@@ -651,3 +714,48 @@ def _launches(members: Mapping[int, str], procs: Mapping[int, Proc]) -> tuple[La
             )
         )
     return tuple(sorted(out, key=lambda x: (x.started_at, x.group)))
+
+
+class _EnvironCache:
+    """A process's environment, read once per look (only re-parented processes' are ever read)."""
+
+    def __init__(self, proc_root: str) -> None:
+        self._root = proc_root
+        self._seen: dict[int, Mapping[str, str] | None] = {}
+
+    def __call__(self, pid: int) -> Mapping[str, str] | None:
+        if pid not in self._seen:
+            self._seen[pid] = procfs.read_environ(pid, self._root)
+        return self._seen[pid]
+
+
+def _elastic_key(env: Mapping[str, str] | None) -> tuple[str | None, ...] | None:
+    if not env or env.get("TORCHELASTIC_RUN_ID") is None or env.get("LOCAL_RANK") is None:
+        return None
+    return tuple(env.get(k) for k in _ELASTIC_KEYS)
+
+
+def _add_elastic_siblings(
+    members: dict[int, str],
+    procs: Mapping[int, Proc],
+    skip: Collection[int],
+    environ: Callable[[int], Mapping[str, str] | None],
+) -> None:
+    """The other ranks of a torchrun launch whose agent is gone, beside a rank that is the run's. Each rank runs in
+    a session of its own, so once the agent (their common parent) is gone only their environment ties them: rank 1
+    that never writes the log holds its GPU memory as surely as rank 0 that does."""
+    keys: dict[tuple[str | None, ...], int] = {}
+    for pid in list(members):
+        p = procs.get(pid)
+        if p is not None and p.pid == p.sid and _reaped_by(p, procs) is not None:
+            key = _elastic_key(environ(pid))
+            if key is not None:
+                keys.setdefault(key, pid)
+    if not keys:
+        return
+    for pid, p in procs.items():
+        if pid in members or pid in skip or p.pid != p.sid or _reaped_by(p, procs) is None:
+            continue
+        key = _elastic_key(environ(pid))
+        if key is not None and key in keys:
+            members[pid] = f"a rank of the same torchrun launch as pid {keys[key]}"
