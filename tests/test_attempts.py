@@ -205,7 +205,7 @@ def _report(run: Path) -> dict[str, Any]:
         timeout=60,
         stdin=subprocess.DEVNULL,
     )
-    return json.loads(out.stdout)
+    return dict(json.loads(out.stdout))
 
 
 def test_a_sigkilled_trainer_is_stopped_at_once_and_rlwatch_or_a_shell_in_its_directory_is_not_the_run(

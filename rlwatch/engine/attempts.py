@@ -38,6 +38,25 @@ class _Write:
     first_seen: float
 
 
+_TORCHRUN = ("torch.distributed.run", "torch.distributed.launch")
+
+
+def label(argv: Sequence[str], comm: str) -> str:
+    """What a person calls a launcher: ``torchrun`` for ``python -m torch.distributed.run``, a script's name for
+    ``python launch.py``, else the program's name."""
+    if not argv:
+        return comm
+    program = os.path.basename(argv[0])
+    if not program.startswith("python"):
+        return program or comm
+    rest = list(argv[1:])
+    if "-m" in rest and rest.index("-m") + 1 < len(rest):
+        module = rest[rest.index("-m") + 1]
+        return "torchrun" if module in _TORCHRUN else module
+    script = next((a for a in rest if not a.startswith("-")), None)
+    return os.path.basename(script) if script else program
+
+
 def _under(path: str, root: str) -> bool:
     return path.startswith(root.rstrip("/") + "/")
 
@@ -76,8 +95,8 @@ class AttemptTracker:
             if p is not None and p.ppid in view.procs:
                 watched.add(p.ppid)
         for pid in watched:
-            if pid in seen:
-                self._names[pid] = seen[pid]
+            if pid in seen and self._names.get(pid, (None,))[0] != seen[pid][0]:
+                self._names[pid] = (seen[pid][0], label(procfs.read_cmdline(pid, self._proc_root), seen[pid][1]))
         for pid in set(view.members) | set(view.earlier):
             p = view.procs.get(pid)
             if p is not None and p.ppid > 1 and p.ppid in view.procs:
