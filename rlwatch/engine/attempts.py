@@ -36,6 +36,7 @@ class _Write:
     pos: int | None
     moved_at: float | None  # None: not seen to move yet
     first_seen: float
+    mtime: float | None = None  # the file's modification time at the last look (by whichever process wrote it)
 
 
 _TORCHRUN = ("torch.distributed.run", "torch.distributed.launch")
@@ -125,6 +126,10 @@ class AttemptTracker:
                     w = self._writes[key] = _Write(path, pos, None, now)
                 elif pos is not None and pos != w.pos:
                     w.pos, w.moved_at = pos, now
+                try:
+                    w.mtime = os.stat(path).st_mtime
+                except OSError:
+                    w.mtime = None
                 quiet.append(w)
             since = [w.moved_at or w.first_seen for w in quiet]
             if quiet and now - max(since) > self.quiet_s:
@@ -158,6 +163,22 @@ class AttemptTracker:
         moved = [w.moved_at for (pid, _), w in self._writes.items() if pid in pids and w.moved_at is not None]
         return max(moved) if moved else None
 
+    def wrote(self, pids: Sequence[int], now: float) -> str | None:
+        """What an earlier attempt's processes last wrote and when, as far as rlwatch saw: a write position that
+        moved, else the file's time (which the new run may have made, in a log both write)."""
+        ws = [w for (pid, _), w in self._writes.items() if pid in pids]
+        if not ws:
+            return None
+        moved = [w for w in ws if w.moved_at is not None]
+        if moved:
+            w = max(moved, key=lambda w: w.moved_at or 0.0)
+            return f"last wrote {os.path.basename(w.path)} at {hhmm(w.moved_at, now)} (its write position moved then)"
+        w = max(ws, key=lambda w: w.mtime or 0.0)
+        return (
+            f"writes {os.path.basename(w.path)}, last written {hhmm(w.mtime, now)} (by it or by another process: "
+            "rlwatch has not watched it long enough to tell)"
+        )
+
     def records(
         self, view: RunView, holders: Sequence[GpuHolder], busy: EventSummary | None, now: float
     ) -> tuple[tuple[Attempt, ...], tuple[GpuHolder, ...]]:
@@ -176,6 +197,11 @@ class AttemptTracker:
                 {why.removeprefix("writes ").split(" (+")[0] for p in launch.pids for why in [_why(view, p)] if why}
             )
             stray = next((view.strays[p] for p in launch.pids if p in view.strays), None)
+            wrote = None if launch.current else self.wrote(launch.pids, now)
+            if wrote is not None and stray is None:
+                for h in mine:
+                    if h.reason is None:
+                        changed[h.pid] = replace(h, evidence=f"{h.evidence}; {wrote}")
             if not launch.current and busy is not None and mine and stray is None:
                 stray = (
                     f"the new run failed: {busy.recent[-1].text[:120] if busy.recent else 'CUDA busy or unavailable'} "

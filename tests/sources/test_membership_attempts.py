@@ -5,7 +5,9 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 
-from rlwatch.sources.membership import Proc, _launches
+from rlwatch.common.state import EventSummary, GpuHolder, LogLine, Severity
+from rlwatch.engine.attempts import AttemptTracker, busy_after
+from rlwatch.sources.membership import RUN, Proc, RunView, _launches
 
 T0 = 1_800_000_000.0
 BASH = Proc(500, 1, 500, 500, T0 - 3600, "bash", "/runs/a")
@@ -75,3 +77,56 @@ def test_a_younger_orphaned_launch_may_be_the_live_runs_own() -> None:
     late = Proc(950, 1, 940, 940, T0 - 10, "python3", "/runs/a")
     launches = _launches({900: "w", 950: "w"}, _procs(live, late))
     assert all(x.current for x in launches)
+
+
+def _view_with_earlier_holders() -> tuple[RunView, tuple[GpuHolder, ...]]:
+    r0 = Proc(878, 1, 878, 878, T0 - 600, "python3", "/runs/a")
+    r1 = Proc(879, 1, 879, 879, T0 - 600, "python3", "/runs/a")
+    new = Proc(923, 500, 923, 500, T0 - 30, "python3", "/runs/a")
+    procs = _procs(r0, r1, new)
+    env = {878: ELASTIC, 879: {**ELASTIC, "LOCAL_RANK": "1"}}
+    launches = _launches({878: "w", 879: "w", 923: "w"}, procs, {}, _env(env))
+    view = RunView(
+        run_dir="/runs/a",
+        procs=procs,
+        members={923: "writes train.log"},
+        core={923: "writes train.log"},
+        weak=frozenset(),
+        roles={},
+        container_started_at=None,
+        searched="",
+        launches=launches,
+        earlier={878: "writes train.log", 879: "writes train.log"},
+    )
+
+    def holder(pid: int, gpu: int) -> GpuHolder:
+        verdict = view.verdict(pid)
+        return GpuHolder(pid, T0 - 600, "root", ("python3", "train.py"), (f"/dev/nvidia{gpu}",), 7_800_000_000,
+                         in_run=verdict.status == RUN, reason=None, evidence=verdict.why, gpus=(gpu,), attribution="nvml")  # fmt: skip
+
+    return view, (holder(878, 0), holder(879, 1))
+
+
+def test_an_earlier_attempt_that_still_writes_is_unknown_never_a_stray_on_its_own() -> None:
+    view, holders = _view_with_earlier_holders()
+    assert all(h.status == "unknown" for h in holders)
+    assert "of an earlier attempt beside the live run" in (holders[0].evidence or "")
+    attempts, after = AttemptTracker(60.0).records(view, holders, None, T0)
+    assert [a.current for a in attempts] == [False, True]
+    assert attempts[0].gpus == (0, 1) and attempts[0].gpu_mem_bytes == 15_600_000_000 and attempts[0].stray is None
+    assert all(h.status == "unknown" for h in after)
+
+
+def test_the_new_run_failing_busy_on_their_gpu_makes_the_earlier_attempt_strays_with_that_reason() -> None:
+    view, holders = _view_with_earlier_holders()
+    text = "RuntimeError: CUDA error: CUDA-capable device(s) is/are busy or unavailable"
+    line = LogLine("/runs/a/train.log", 12, text, T0 - 5)
+    busy = busy_after(
+        {"cuda_busy": EventSummary("cuda_busy", Severity.CRITICAL, 1, T0 - 5, T0 - 5, 1.0, 1, {}, (line,))}, T0 - 30
+    )
+    assert busy is not None
+    assert busy_after({"cuda_busy": busy}, T0) is None  # a failure before the new run began is not the new run's
+    attempts, after = AttemptTracker(60.0).records(view, holders, busy, T0)
+    assert all(h.status == "stray" for h in after)
+    assert "busy or unavailable" in (after[0].reason or "") and "holds GPU 0, 1" in (after[0].reason or "")
+    assert attempts[0].stray is not None
