@@ -185,6 +185,7 @@ class AttemptTracker:
         """The attempts as snapshot records, and the holders with an earlier attempt's made strays where the new run
         failed "busy or unavailable" while they hold a GPU."""
         by_pid = {h.pid: h for h in holders}
+        root = os.path.realpath(view.run_dir)
         out: list[Attempt] = []
         changed: dict[int, GpuHolder] = {}
         if len(view.launches) < 2 and not any(x.orphaned for x in view.launches):
@@ -193,8 +194,10 @@ class AttemptTracker:
             mine = [by_pid[p] for p in launch.pids if p in by_pid and by_pid[p].protected is None]
             gpus = tuple(sorted({g for h in mine for g in h.gpus}))
             known = [h.gpu_mem_bytes for h in mine if h.gpu_mem_bytes is not None]
+            seen = {os.path.relpath(w.path, root) for (pid, _), w in self._writes.items() if pid in launch.pids}
             writes = sorted(
-                {why.removeprefix("writes ").split(" (+")[0] for p in launch.pids for why in [_why(view, p)] if why}
+                seen
+                or {why.removeprefix("writes ").split(" (+")[0] for p in launch.pids for why in [_why(view, p)] if why}
             )
             stray = next((view.strays[p] for p in launch.pids if p in view.strays), None)
             wrote = None if launch.current else self.wrote(launch.pids, now)

@@ -58,12 +58,13 @@ def attempts(s: Snapshot, ctx: Context) -> Iterator[Finding]:
         for a in live:
             if a.orphaned:
                 listed = ", ".join(map(str, a.pids[:6]))
+                since = f" (gone since {hhmm(a.launcher_gone_at, s.time)})" if a.launcher_gone_at is not None else ""
                 yield Finding(
                     INFO,
                     "run_lost_launcher",
-                    f"The run has lost its launcher: {launcher_words(a, s.time).removeprefix('their ')}, and its "
-                    f"{len(a.pids)} process(es) (pid {listed}) run on, re-parented ({a.orphaned}). A resume or restart "
-                    "cannot rely on it: stop these processes before starting the run again.",
+                    f"The run has lost its launcher: {a.orphaned}{since}; its {len(a.pids)} process(es) (pid "
+                    f"{listed}) run on. A resume or restart cannot rely on it: stop these processes before starting "
+                    "the run again.",
                     a.launcher_gone_at,
                 )
         return
