@@ -82,7 +82,6 @@ class Started:
                 proc = psutil.Process(pid)
                 if proc.create_time() == created:
                     proc.kill()
-                    proc.wait(5)
             except psutil.Error:
                 pass
 
@@ -141,7 +140,7 @@ def test_an_orphaned_earlier_attempt_beside_a_new_run_is_named_apart_with_its_co
         # One attempt only: the orphaned ranks still progress, so they are the run, marked as having lost it.
         assert alone.live_run is not None and set(ranks) <= {p for p, _ in alone.live_run.members}
         lost = _finding(alone, "run_lost_launcher")
-        assert lost is not None and f"pid {launcher.pid}" in lost and "is gone since" in lost, lost
+        assert lost is not None and f"pid {launcher.pid}" in lost and "(gone since " in lost, lost
 
         live = subprocess.Popen(
             [sys.executable, "live.py"], cwd=run, stdout=subprocess.PIPE, text=True, start_new_session=True
@@ -198,14 +197,14 @@ while True:
 
 
 def _report(run: Path) -> dict[str, Any]:
-    out = subprocess.run(
-        [sys.executable, "-m", "rlwatch", "report", str(run), "--json"],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        stdin=subprocess.DEVNULL,
-    )
-    return dict(json.loads(out.stdout))
+    """What ``rlwatch report --json`` says, made in this process (a fresh engine: a one-shot look)."""
+    cfg, _ = resolve_config(run, None)
+    engine = Engine(cfg, run, gpu_backend=NoGpuBackend())
+    engine.unseen_writer_wait_s = 0.5
+    try:
+        return dict(json.loads(to_json(engine.collect_once())))
+    finally:
+        engine.stop()
 
 
 def test_a_sigkilled_trainer_is_stopped_at_once_and_rlwatch_or_a_shell_in_its_directory_is_not_the_run(
@@ -226,6 +225,8 @@ def test_a_sigkilled_trainer_is_stopped_at_once_and_rlwatch_or_a_shell_in_its_di
     with out.open("wb") as sink:
         watch = subprocess.Popen([*watch_cmd, "watch", ".", "--json"], cwd=run, stdout=sink, stderr=subprocess.DEVNULL)
     started.add(watch.pid)
+    cfg, _ = resolve_config(run, None)
+    engine = Engine(cfg, run, gpu_backend=NoGpuBackend())  # a watchdog's engine, looking again and again
     try:
         wait_until(lambda: (run / "train.log").exists() and (run / "train.log").read_text().count("step") >= 3)
         before = wait_until(
@@ -234,20 +235,54 @@ def test_a_sigkilled_trainer_is_stopped_at_once_and_rlwatch_or_a_shell_in_its_di
         members = {m["pid"] for m in before["live_run"]["members"]}
         assert trainer.pid in members and watch.pid not in members and shell.pid not in members
         assert before["status"] == "ok"
+        seen = engine.collect_once()
+        assert seen.run_state is not None and seen.run_state.state == "progressing"
 
         started.signal(trainer.pid, signal.SIGKILL)
         trainer.wait(10)
-        after = _report(run)
+        after = _report(run)  # the next report, a moment after the kill
         state = after["run_state"]
         assert state["state"] == "stopped", state
         assert "Train step" in state["why"] and after["status"] != "ok"
         assert watch.pid not in {m["pid"] for m in after["live_run"]["members"]}
-
-        def watch_says_stopped() -> bool:
-            records = [json.loads(line) for line in out.read_text().splitlines() if line.startswith("{")]
-            return any((r.get("run_state") or {}).get("state") == "stopped" for r in records)
-
-        wait_until(watch_says_stopped, timeout=15, interval=0.2)  # well inside hang_floor_s (a minute)
+        # The watchdog's engine saw the trainer alive: at its next look it is gone, at once (no hang_floor_s wait).
+        now = _look(engine)
+        assert now.run_state is not None and now.run_state.state == "stopped", now.run_state
+        assert f"its processes are gone (pid {trainer.pid})" in now.run_state.why
     finally:
+        engine.stop()
         if shell.stdin is not None:
             shell.stdin.close()  # the shell ends on its own; the fixture kills the rest
+
+
+# A writer rlwatch cannot see: it opens the log only to append a line and works elsewhere (as one in another
+# container sharing the directory looks from here).
+UNSEEN = """
+import sys, time
+step = 0
+while True:
+    step += 1
+    with open(sys.argv[1], "a") as log:
+        print(f"Train step {step}/1000 done.", file=log)
+    time.sleep(0.2)
+"""
+
+
+def test_a_log_still_being_written_with_no_process_seen_is_unknown_never_progressing_nor_stopped(
+    tmp_path: Path, started: Started
+) -> None:
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "rlwatch.yaml").write_text("profile: generic\ngpu: {backend: none}\ntraining: {logs: [train.log]}\n")
+    writer = subprocess.Popen([sys.executable, "-c", UNSEEN, str(run / "train.log")], cwd=tmp_path)
+    started.add(writer.pid)
+    wait_until(lambda: (run / "train.log").exists() and (run / "train.log").read_text().count("step") >= 3)
+    cfg, _ = resolve_config(run, None)
+    engine = Engine(cfg, run, gpu_backend=NoGpuBackend())
+    try:
+        snap = engine.collect_once()
+    finally:
+        engine.stop()
+    assert snap.run_state is not None
+    assert snap.run_state.state == "unknown", snap.run_state
+    assert "after rlwatch looked" in snap.run_state.why

@@ -83,6 +83,7 @@ _LOG_HEAD_BYTES = 64 * 1024
 RELEASE_AFTER_BYTES = 64 << 20
 RELEASE_EVERY_S = 60.0  # and once a minute, for what a long run's churn leaves free (rlwatch.common.heap)
 HOLDER_SCAN_S = 5.0
+UNSEEN_WRITER_WAIT_S = 2.0
 HOST_ROLES = ("watchdog", "server")  # roles watched for what they are, not for being of the run's family
 MAX_MEMBER_ROWS = 32
 PREVIEW_WAIT_S = 3.0  # at most this long the log loop waits, once, for a preview's line numbers before reading on
@@ -210,10 +211,13 @@ class Engine:
         self._holders_at: float | None = None  # monotonic time of the last /proc scan for GPU holders
         self._view: RunView | None = None  # the live run as last found, made with the holder scan
         self._looked_at: float | None = None  # wall time of that look
-        self._gone_members: dict[int, str] = {}  # members of that look gone since (pid → their evidence)
+        self._gone_members: dict[int, str] = {}  # the run's processes seen and gone since (pid → their evidence)
+        self._seen_members: dict[int, tuple[float, str]] = {}  # pid → (start, evidence) of every member seen
         # Launchers seen going, earlier attempts' writes over time (engine/attempts); quiet for the hang window's
         # floor, an earlier attempt's processes are strays.
         self.attempts = AttemptTracker(cfg.thresholds.hang_floor_s, proc_root)
+        # How long a one-shot look watches a freshly written log of a run with no process seen (_writer_unseen).
+        self.unseen_writer_wait_s = UNSEEN_WRITER_WAIT_S
         # path → ((dev, ino), (line, time) of its first timestamp or None, size when read): a log's head is read once
         self._log_heads: dict[str, tuple[tuple[int, int], tuple[int, float] | None, int]] = {}
         self._launched: set[tuple[int, float]] = set()  # (pid, start time) of processes rlwatch started
@@ -494,7 +498,7 @@ class Engine:
         holders = self._holders_now(procs, gpu)
         role_procs = procs
         view = self._view
-        gone = {} if view is None else self._still_alive(view)
+        gone = {} if view is None else self._gone_since(view)
         if view is not None:
             procs = self._table(procs, view)
         for p in procs:
@@ -653,23 +657,24 @@ class Engine:
         self._looked_at = now = self.clock.time()
         return self.attempts.observe(view, now)
 
-    def _still_alive(self, view: RunView) -> dict[int, str]:
-        """The members of ``view`` gone since it was made (pid → their evidence): a run killed between two looks
-        is dead now, not at the next look (a pid reused since is another process: the start time decides)."""
+    def _gone_since(self, view: RunView) -> dict[int, str]:
+        """The run's processes this engine saw (at this look or an earlier one) that are gone now (pid → their
+        evidence): a run killed between two looks is dead now, not at the next look, and stays known as dead after
+        it (a pid reused since is another process: the start time decides)."""
+        for pid, why in view.members.items():
+            p = view.procs.get(pid)
+            if pid not in view.weak and p is not None:
+                self._seen_members[pid] = (p.create_time, why)
         btime = procfs.boot_time(self._proc_root)
         gone: dict[int, str] = {}
-        for pid, why in view.members.items():
-            if pid in view.weak:
-                continue
+        for pid, (created, why) in self._seen_members.items():
             stat = procfs.read_stat(pid, self._proc_root)
             start = None if stat is None else procfs.start_time_from_ticks(stat.starttime_ticks, btime)
-            known = view.procs.get(pid)
-            if (
-                stat is None
-                or stat.state == "Z"
-                or (known is not None and start is not None and abs(start - known.create_time) > 1)
-            ):
+            if stat is None or stat.state == "Z" or (start is not None and abs(start - created) > 1):
                 gone[pid] = why
+        if len(self._seen_members) > 4 * MAX_MEMBER_ROWS:  # the oldest that are gone first
+            for pid in list(gone)[: len(self._seen_members) - 4 * MAX_MEMBER_ROWS]:
+                del self._seen_members[pid]
         return gone
 
     def _latest_attempt(self) -> tuple[str, float] | None:
@@ -934,10 +939,44 @@ class Engine:
         self.sample()
         self.probe_server()
         snap = self.build()
+        if self._writer_unseen(snap):  # a log still being written proves a writer rlwatch cannot see: not stopped
+            self.sample()
+            snap = self.build()
         if self._hang_unread(snap):  # a hung run's report carries where each process waits
             self.capture_stacks("hang declared")
             snap = self.build()
         return snap
+
+    def _writer_unseen(self, snap: Snapshot) -> bool:
+        """For a one-shot look: the run seems stopped (no process of it seen here, never one seen going) while a log
+        was written within the hang window. A trainer killed a second ago looks exactly so — and so does a run whose
+        writer rlwatch cannot see (another container or host sharing the directory). Watching the logs for a
+        moment tells them apart: one that grows has a writer, and the next look says "unknown", never "stopped"."""
+        rs, run = snap.run_state, snap.live_run
+        if rs is None or rs.state != "stopped" or run is None or run.gone or self.unseen_writer_wait_s <= 0:
+            return False
+        floor = self.cfg.thresholds.hang_floor_s
+        fresh = [e.path for e in snap.endings if e.mtime is not None and snap.time - e.mtime <= floor]
+        if not fresh:
+            return False
+
+        def state() -> dict[str, tuple[int, int]]:
+            out = {}
+            for path in fresh:
+                try:
+                    st = os.stat(path)
+                except OSError:
+                    continue
+                out[path] = (st.st_size, st.st_mtime_ns)
+            return out
+
+        before = state()
+        deadline = time.monotonic() + self.unseen_writer_wait_s
+        while time.monotonic() < deadline:
+            time.sleep(0.05)
+            if state() != before:
+                return True
+        return False
 
     # ------------------------------------------------------------------------------------------------ stacks
     def stack_targets(self) -> list[StackTarget]:
