@@ -46,7 +46,7 @@ while True:
     x.fill_(1.0)
     dist.all_reduce(x)
     torch.cuda.synchronize()
-    print(f"[rank{rank}] step {step}/100000 loss {1.0 / step:.4f}", file=log)
+    print(f"[rank{rank}] Train step {step}/100000 done. loss {1.0 / step:.4f}", file=log)
     time.sleep(0.5)
 """
 LIVE = """
@@ -142,7 +142,7 @@ def test_torchrun_ranks_orphaned_beside_a_new_run_are_named_before_it_fails(tmp_
     for r in ranks:
         started.add(r.pid)
     rank_pids = sorted(r.pid for r in ranks)
-    wait_until(lambda: (run / "train.log").exists() and "[rank1] step 3/" in (run / "train.log").read_text(), 180)
+    wait_until(lambda: (run / "train.log").exists() and "[rank1] Train step 3/" in (run / "train.log").read_text(), 180)
     out = tmp_path / "watch.jsonl"
     with out.open("wb") as sink:
         watch = subprocess.Popen(
@@ -177,16 +177,25 @@ def test_torchrun_ranks_orphaned_beside_a_new_run_are_named_before_it_fails(tmp_
     print(message)
     assert live.poll() is None, "the finding must come while the new run lives, before it can fail"
     assert f"2 processes of an earlier attempt (pid {rank_pids[0]}, {rank_pids[1]}" in message
-    assert re.search(rf"their launcher [^,]*,? ?pid {agent.pid},? is gone since \d\d:\d\d:\d\d", message), message
-    assert re.search(r"hold \d+\.\d GB on GPUs 0–1", message), message
-    assert f"live.py, pid {live.pid}) shares GPU 0 with them" in message
+    assert re.search(rf"their launcher torchrun, pid {agent.pid}, is gone since \d\d:\d\d:\d\d", message), message
     assert f"rlwatch act kill-zombies --pid {rank_pids[0]} --pid {rank_pids[1]}" in message
 
-    rep = json.loads(
-        subprocess.run(
+    # Once the new run holds GPU 0, a report says what they hold and that the new run shares GPU 0 with them
+    # (after the fact: the launcher "is gone", with no time).
+    wait_until(lambda: "live step 2/" in (run / "train.log").read_text(), 120)
+
+    def report() -> dict[str, Any]:
+        out = subprocess.run(
             [*RLWATCH, "report", str(run), "--json"], capture_output=True, text=True, env=_env(), timeout=120
-        ).stdout
-    )
+        )
+        return dict(json.loads(out.stdout))
+
+    rep = report()
+    said = next(f["message"] for f in rep["findings"] if f["code"] == "earlier_attempt")
+    print(said)
+    assert re.search(r"hold \d+\.\d GB on GPUs 0–1", said), said
+    assert f"live.py, pid {live.pid}) shares GPU 0 with them" in said, said
+    assert "their launcher torchrun is gone" in said, said
     members = [m["pid"] for m in rep["live_run"]["members"]]
     assert live.pid in members and not set(rank_pids) & set(members), rep["live_run"]
     attempts = rep["live_run"]["attempts"]

@@ -446,7 +446,8 @@ def assess(
     }
     environ = _EnvironCache(proc_root)
     _add_elastic_siblings(core_members, procs, watchers, environ)
-    launches = _launches(core_members, procs, former, environ)
+    servers = {pid for pid, name in roles.items() if name.split("-")[0] == "server"}
+    launches = _launches(core_members, procs, former, environ, servers)
     earlier = {pid: core_members[pid] for x in launches if not x.current for pid in x.pids}
     for pid in earlier:
         core_members.pop(pid, None)
@@ -615,14 +616,16 @@ def _lost_launcher(
 
     A process that leads its own group or session and carries no rank's environment was started as itself
     (``nohup python train.py &``, a daemon): re-parented, it lost nothing rlwatch can show."""
+    seen = former.get(top.pid)
+    if seen is not None and abs(seen[0] - top.create_time) < 1 and seen[1] not in procs and top.ppid != seen[1]:
+        # Whoever adopted it (init, or a subreaper rlwatch cannot tell from any other parent), its launcher is gone.
+        adopter = procs.get(top.ppid)
+        adopted = _reaped_by(top, procs) or (f"{adopter.comm} (pid {top.ppid})" if adopter else f"pid {top.ppid}")
+        why = f"its launcher (pid {seen[1]}) is gone and it was re-parented to {adopted}"
+        return _Lost(why, ("pid", seen[1]), seen[1])
     where = _reaped_by(top, procs)
     if where is None:
         return None
-    seen = former.get(top.pid)
-    if seen is not None and abs(seen[0] - top.create_time) < 1 and seen[1] not in procs and seen[1] > 1:
-        return _Lost(
-            f"its launcher (pid {seen[1]}) is gone and it was re-parented to {where}", ("pid", seen[1]), seen[1]
-        )
     env = environ(top.pid) or {}
     if env.get("TORCHELASTIC_RUN_ID") is not None and env.get("LOCAL_RANK") is not None:
         return _Lost(
@@ -650,6 +653,7 @@ def _launches(
     procs: Mapping[int, Proc],
     former: Mapping[int, tuple[float, int]] = {},
     environ: Callable[[int], Mapping[str, str] | None] = lambda pid: None,
+    servers: Collection[int] = (),
 ) -> tuple[Launch, ...]:
     """The run's members grouped by launch. Every member whose family still reaches its launcher is the live run
     (a launcher's tree, a server started apart from the trainer); the members a lost launcher left, grouped by the
@@ -696,7 +700,9 @@ def _launches(
                 launcher_alive=False,
                 orphaned=lost.why,
                 started_at=start(pids),
-                current=live_start is not None and start(pids) >= live_start,
+                # An inference server left running by a script that started it and exited serves the live run:
+                # it is no earlier attempt of it.
+                current=(live_start is not None and start(pids) >= live_start) or any(p in servers for p in pids),
                 launcher_name=lost.name,
             )
         )

@@ -117,3 +117,20 @@ def test_a_launcher_gone_before_rlwatch_looked_is_gone_without_a_time() -> None:
     run = LiveRun(True, None, NOW - 30, members=((923, "writes train.log"),), looked_at=NOW - 1, attempts=attempts)
     message = next(f.message for f in diagnose(_snap(run), Context()) if f.code == "earlier_attempt")
     assert "their launcher (pid 837) is gone)" in message and "since" not in message.split("is gone")[1][:8]
+
+
+def test_torchrun_ranks_known_only_by_their_environment_name_their_launcher_without_a_pid() -> None:
+    attempts = (
+        Attempt(
+            pids=(878, 879),
+            current=False,
+            started_at=NOW - 600,
+            launcher_pid=None,
+            launcher="torchrun",
+            launcher_alive=False,
+        ),  # fmt: skip
+        Attempt(pids=(923,), current=True, started_at=NOW - 30, launcher_pid=923),
+    )
+    run = LiveRun(True, None, NOW - 30, members=((923, "writes train.log"),), looked_at=NOW - 1, attempts=attempts)
+    message = next(f.message for f in diagnose(_snap(run), Context()) if f.code == "earlier_attempt")
+    assert "(pid 878, 879; their launcher torchrun is gone)" in message

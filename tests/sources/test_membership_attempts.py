@@ -130,3 +130,11 @@ def test_the_new_run_failing_busy_on_their_gpu_makes_the_earlier_attempt_strays_
     assert all(h.status == "stray" for h in after)
     assert "busy or unavailable" in (after[0].reason or "") and "holds GPU 0, 1" in (after[0].reason or "")
     assert attempts[0].stray is not None
+
+
+def test_a_server_left_running_by_a_script_that_exited_serves_the_live_run() -> None:
+    server = Proc(600, 1, 590, 590, T0 - 900, "python3", "/runs/a")  # `nohup server &` from start_server.sh, gone
+    trainer = Proc(923, 500, 923, 500, T0 - 30, "python3", "/runs/a")
+    launches = _launches({600: "w", 923: "w"}, _procs(server, trainer), servers={600})
+    assert all(x.current for x in launches)
+    assert not all(x.current for x in _launches({600: "w", 923: "w"}, _procs(server, trainer)))

@@ -30,10 +30,12 @@ def gpu_range(gpus: tuple[int, ...]) -> str:
 
 def launcher_words(a: Attempt, now: float) -> str:
     """ "their launcher torchrun, pid 837, is gone since 12:58:10" — the time only where rlwatch saw it go."""
-    name = f"{a.launcher}, " if a.launcher else ""
-    who = f"their launcher ({name}pid {a.launcher_pid})" if a.launcher_pid is not None else "their launcher"
     if a.launcher_pid is not None and a.launcher:
         who = f"their launcher {a.launcher}, pid {a.launcher_pid},"
+    elif a.launcher_pid is not None:
+        who = f"their launcher (pid {a.launcher_pid})"
+    else:
+        who = f"their launcher {a.launcher}" if a.launcher else "their launcher"
     when = f" since {hhmm(a.launcher_gone_at, now)}" if a.launcher_gone_at is not None else ""
     return f"{who} is gone{when}"
 
