@@ -87,7 +87,9 @@ def attempts(s: Snapshot, ctx: Context) -> Iterator[Finding]:
         new = ""
         if live:
             head = live[-1]
-            lead = head.launcher_pid if head.launcher_pid is not None else head.pids[0]
+            # The new run as a person knows it: the process that writes (its trainer), not whatever started it.
+            writer = next((pid for pid, why in run.members if why.startswith("writes")), None)
+            lead = writer if writer is not None else (head.launcher_pid or head.pids[0])
             shared = sorted(new_gpus & set(a.gpus))
             beside = f"shares {gpu_range(tuple(shared))} with them" if shared else "runs beside them"
             new = f"; the new run ({_name(s, lead)}) {beside}"
