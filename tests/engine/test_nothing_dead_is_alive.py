@@ -128,7 +128,7 @@ def test_torchrun_ranks_known_only_by_their_environment_name_their_launcher_with
             launcher_pid=None,
             launcher="torchrun",
             launcher_alive=False,
-        ),  # fmt: skip
+        ),
         Attempt(pids=(923,), current=True, started_at=NOW - 30, launcher_pid=923),
     )
     run = LiveRun(True, None, NOW - 30, members=((923, "writes train.log"),), looked_at=NOW - 1, attempts=attempts)
