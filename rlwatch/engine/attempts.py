@@ -148,6 +148,18 @@ class AttemptTracker:
         self._writes = {k: w for k, w in self._writes.items() if k in live_writes}
         return replace(view, strays=strays) if strays != dict(view.strays) else view
 
+    def notice_gone(self, now: float) -> None:
+        """Between looks (every sample, cheaply): which of the processes rlwatch remembers went, and when it first
+        missed them, so a launcher's "gone since" is as close as the sampling allows."""
+        btime = procfs.boot_time(self._proc_root)
+        for pid, (start, _) in self._names.items():
+            if (pid, start) in self._gone_at:
+                continue
+            stat = procfs.read_stat(pid, self._proc_root)
+            now_start = None if stat is None else procfs.start_time_from_ticks(stat.starttime_ticks, btime)
+            if stat is None or stat.state == "Z" or (now_start is not None and abs(now_start - start) > 1):
+                self._gone_at[(pid, start)] = now
+
     def launcher_name(self, launch: Launch) -> str | None:
         known = self._names.get(launch.launcher) if launch.launcher is not None else None
         return known[1] if known is not None else launch.launcher_name

@@ -499,6 +499,7 @@ class Engine:
         role_procs = procs
         view = self._view
         gone = {} if view is None else self._gone_since(view)
+        self.attempts.notice_gone(now)
         if view is not None:
             procs = self._table(procs, view)
         for p in procs:
