@@ -25,9 +25,12 @@ import psutil
 import pytest
 
 from rlwatch.common.state import Snapshot
+from rlwatch.config.models import ActionsConfig, Config, GpuConfig, TrainingConfig
 from rlwatch.discover.load import resolve_config
 from rlwatch.engine.engine import Engine
 from rlwatch.export.report import to_json
+from rlwatch.remedy.actions.api import Actions
+from rlwatch.remedy.actions.plan import KILL_ZOMBIES
 from rlwatch.sources.gpu import NoGpuBackend
 from tests.simhost import wait_until
 
@@ -286,3 +289,79 @@ def test_a_log_still_being_written_with_no_process_seen_is_unknown_never_progres
     assert snap.run_state is not None
     assert snap.run_state.state == "unknown", snap.run_state
     assert "after rlwatch looked" in snap.run_state.why
+
+
+# A rank holding a stand-in GPU device file (the configured device glob) as a CUDA process holds /dev/nvidia0.
+HOLDING_RANK = """
+import sys, time
+dev = open(sys.argv[2], "rb")
+log = open("train.log", "a", buffering=1)
+step = 0
+while True:
+    step += 1
+    print(f"[rank{sys.argv[1]}] step {step}/1000 loss 0.0320", file=log)
+    time.sleep(0.1)
+"""
+HOLDING_LAUNCHER = """
+import subprocess, sys, time
+kids = [subprocess.Popen([sys.executable, "rank.py", str(i), sys.argv[1]]) for i in range(2)]
+print(" ".join(str(k.pid) for k in kids), flush=True)
+time.sleep(600)
+"""
+
+
+def test_kill_zombies_leaves_an_earlier_attempt_that_writes_alone_and_stops_it_when_named(
+    tmp_path: Path, started: Started
+) -> None:
+    run = tmp_path / "run"
+    run.mkdir()
+    dev = tmp_path / "dev"
+    dev.mkdir()
+    (dev / "nvidia0").write_bytes(b"\0" * 16)
+    (run / "rank.py").write_text(HOLDING_RANK)
+    (run / "launch.py").write_text(HOLDING_LAUNCHER)
+    (run / "live.py").write_text(LIVE)
+    launcher = subprocess.Popen(
+        [sys.executable, "launch.py", str(dev / "nvidia0")], cwd=run, stdout=subprocess.PIPE, text=True,
+        start_new_session=True,
+    )  # fmt: skip
+    started.add(launcher.pid)
+    assert launcher.stdout is not None
+    ranks = sorted(int(pid) for pid in launcher.stdout.readline().split())
+    for pid in ranks:
+        started.add(pid)
+    wait_until(lambda: (run / "train.log").exists() and (run / "train.log").read_text().count("[rank1]") >= 2)
+    started.signal(launcher.pid, signal.SIGKILL)
+    launcher.wait(10)
+    wait_until(lambda: all(psutil.Process(pid).ppid() != launcher.pid for pid in ranks))
+    live = subprocess.Popen(
+        [sys.executable, "live.py"], cwd=run, stdout=subprocess.PIPE, text=True, start_new_session=True
+    )
+    started.add(live.pid)
+    assert live.stdout is not None and live.stdout.readline().strip() == "ready"
+    cfg = Config(
+        profile="generic",
+        gpu=GpuConfig(backend="none", device_glob=f"{dev}/nvidia*"),
+        training=TrainingConfig(logs=["train.log"]),
+        actions=ActionsConfig(grace_s=1.0, audit_log=str(tmp_path / "audit.jsonl"), verify_timeout_s=10.0),
+    )
+    engine = Engine(cfg, run, gpu_backend=NoGpuBackend())
+    try:
+        actions = Actions(engine)
+        snap = engine.collect_once()
+        assert {h.pid: h.status for h in snap.holders} == {pid: "unknown" for pid in ranks}
+        unasked = actions.prepare(KILL_ZOMBIES)
+        assert unasked.plan.refused is not None and not unasked.stops, unasked.plan
+        named = actions.prepare(KILL_ZOMBIES, pids=ranks)
+        assert sorted(t.pid for t in named.plan.targets if t.pid is not None) == ranks
+        reason = named.plan.targets[0].reason or ""
+        assert "of an earlier attempt beside the live run" in reason and "writes train.log" in reason, reason
+        assert "holds" in reason or "uses" in reason, reason
+        result = actions.execute(named)
+        assert result.ok, result
+        wait_until(
+            lambda: not any(psutil.pid_exists(pid) and psutil.Process(pid).status() != "zombie" for pid in ranks)
+        )
+        assert live.poll() is None  # the new run was not touched
+    finally:
+        engine.stop()
