@@ -941,7 +941,9 @@ class Engine:
         self.probe_server()
         snap = self.build()
         if self._writer_unseen(snap):  # a log still being written proves a writer rlwatch cannot see: not stopped
-            self.sample()
+            endings = self._read_endings(self.clock.time())  # the logs again, not the look: it stands as it was
+            with self._lock:
+                self._endings = endings
             snap = self.build()
         if self._hang_unread(snap):  # a hung run's report carries where each process waits
             self.capture_stacks("hang declared")
