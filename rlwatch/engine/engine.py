@@ -216,8 +216,9 @@ class Engine:
         # Launchers seen going, earlier attempts' writes over time (engine/attempts); quiet for the hang window's
         # floor, an earlier attempt's processes are strays.
         self.attempts = AttemptTracker(cfg.thresholds.hang_floor_s, proc_root)
-        # How long a one-shot look watches a freshly written log of a run with no process seen (_writer_unseen).
-        self.unseen_writer_wait_s = UNSEEN_WRITER_WAIT_S
+        # How long a one-shot look watches a freshly written log of a run with no process seen (_writer_unseen);
+        # RLWATCH_UNSEEN_WRITER_WAIT_S sets it (0: never watch, as the test suite does for logs no process writes).
+        self.unseen_writer_wait_s = _seconds(os.environ.get("RLWATCH_UNSEEN_WRITER_WAIT_S"), UNSEEN_WRITER_WAIT_S)
         # path → ((dev, ino), (line, time) of its first timestamp or None, size when read): a log's head is read once
         self._log_heads: dict[str, tuple[tuple[int, int], tuple[int, float] | None, int]] = {}
         self._launched: set[tuple[int, float]] = set()  # (pid, start time) of processes rlwatch started
@@ -1143,6 +1144,15 @@ class Engine:
 
 def _log_start(starts: dict[str, deque[float]], role: str, line: LogLine) -> None:
     starts.setdefault(role, deque(maxlen=50)).append(line.time)
+
+
+def _seconds(text: str | None, default: float) -> float:
+    """A duration from the environment: a finite number of seconds, at least 0; else ``default``."""
+    try:
+        value = float(text) if text is not None else default
+    except ValueError:
+        return default
+    return value if math.isfinite(value) and value >= 0 else default
 
 
 def _reading(progress: tuple[int, int]) -> tuple[int, int] | None:

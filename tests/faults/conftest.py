@@ -62,10 +62,7 @@ def source_error(snap: Snapshot, name: str) -> str | None:
 def make_engine(run_dir: Path, data: dict[str, Any] | None = None, **kwargs: Any) -> Engine:
     """An engine over ``run_dir`` with a configuration given as the YAML file would hold it."""
     cfg = Config.model_validate({"gpu": {"backend": "none"}, "interval_s": 0.05, **(data or {})})
-    engine = Engine(cfg, run_dir, **kwargs)
-    # The faults' logs are written by the test, never by a process: a one-shot look need not watch them grow.
-    engine.unseen_writer_wait_s = 0.0
-    return engine
+    return Engine(cfg, run_dir, **kwargs)
 
 
 @pytest.fixture
