@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ipaddress
+import os
 import signal
 import socket
 from collections.abc import Iterator
@@ -11,6 +12,10 @@ from typing import Any
 import pytest
 
 from tests.simhost import Sim, with_id
+
+# The suite's logs are written by the tests, never by a process of a run: a one-shot report need not watch them grow
+# for a writer it cannot see (two seconds each). The tests of that watch set it on their engine.
+os.environ.setdefault("RLWATCH_UNSEEN_WRITER_WAIT_S", "0")
 
 
 @pytest.fixture

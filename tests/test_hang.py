@@ -26,7 +26,7 @@ from tests.simhost import Sim, settled, start, wait_until
 pytestmark = [pytest.mark.slow, pytest.mark.skipif(py_spy() is None, reason="py-spy is not installed")]
 
 TRAINER = """
-import sys, time
+import os, sys, time
 log = open("train.log", "a", buffering=1)
 
 def wait_for_rollout_workers():
@@ -34,8 +34,10 @@ def wait_for_rollout_workers():
         print("waiting for rollout workers...", file=log)
         time.sleep(0.2)
 
-for step in range(1, 16):
-    print(f"Train step {step}/100 done.", file=log)
+step = 0
+while not os.path.exists("stop-stepping"):  # steps until the watchdog has seen it progress, however slow its start
+    step += 1
+    print(f"Train step {step}/1000 done.", file=log)
     time.sleep(0.2)
 open("hung-now", "w").close()
 wait_for_rollout_workers()
@@ -69,6 +71,7 @@ def test_a_run_that_prints_but_makes_no_progress_is_hung_with_its_stack(tmp_path
             60,
         )
         assert progressing
+        (run / "stop-stepping").touch()
         wait_until(lambda: (run / "hung-now").exists(), 30)
         hung_at = time.time()
 

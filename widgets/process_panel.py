@@ -146,7 +146,31 @@ def live_run_line(run: LiveRun | None) -> Text | None:
     if others:
         line.append(f" and {others} other process{'es' if others > 1 else ''}", style="bold")
     line.append(": " + clean_text(why, 100), style="green")
+    earlier = [a for a in run.attempts if not a.current and a.pids]
+    if earlier:
+        n = sum(len(a.pids) for a in earlier)
+        line.append(
+            f"  + {len(earlier)} earlier attempt{'s' if len(earlier) > 1 else ''} still running "
+            f"({n} process{'es' if n > 1 else ''}), listed apart",
+            style="bold red",
+        )
     return line
+
+
+def attempt_heading(run: LiveRun | None, index: int | None, now: float) -> Text:
+    """The row that opens an attempt's group in the processes table: the live run, or an earlier attempt with its
+    launcher (gone since when, where rlwatch saw it go) and what it holds."""
+    if index is None or run is None or index >= len(run.attempts):
+        return Text("live run", style="bold green")
+    a = run.attempts[index]
+    name = f"{a.launcher} " if a.launcher else ""
+    who = f"launcher {name}pid {a.launcher_pid}" if a.launcher_pid is not None else "launcher"
+    gone = f" since {fmt_clock(a.launcher_gone_at, now=now)}" if a.launcher_gone_at is not None else ""
+    head = "strays of an earlier attempt" if a.stray else "earlier attempt"
+    text = Text(f"{head} ({who} gone{gone})", style="bold red")
+    if a.gpus:
+        text.append(f" holds GPU {','.join(map(str, a.gpus))} {fmt_bytes(a.gpu_mem_bytes)}", style="red")
+    return text
 
 
 class ProcessPanel(Panel):
@@ -178,8 +202,18 @@ class ProcessPanel(Panel):
         self.query_one("#server-line", Static).update(text)
         table = self.query_one("#process-table", DataTable)
         table.clear()
-        order = sorted(snap.processes, key=lambda p: (not p.alive, p.role, p.name, p.pid))
+        # Grouped by attempt: the live run first, then each earlier attempt still running beside it under a heading.
+        order = sorted(
+            snap.processes,
+            key=lambda p: (p.attempt is not None, p.attempt or 0, not p.alive, p.role, p.name, p.pid),
+        )
+        grouped = any(p.attempt is not None for p in order)
+        group: object = object()
         for p in order:
+            if grouped and p.attempt != group:
+                group = p.attempt
+                heading = attempt_heading(snap.live_run, p.attempt, snap.time)
+                table.add_row(heading, *(Text("") for _ in range(7)), key=f"attempt:{p.attempt}")
             table.add_row(*process_row(p, snap.time), key=f"{p.pid}:{p.create_time}")
         if not order:
             table.add_row(Text("no processes found", style="dim"), *(Text("") for _ in range(7)))

@@ -273,6 +273,7 @@ class ProcessInfo:
     user: str | None
     alive: bool = True
     evidence: str | None = None  # how it was recognised as the run's; None: only its role rule matched
+    attempt: int | None = None  # None: the live run's; else the index of its earlier attempt in LiveRun.attempts
 
 
 @dataclass(frozen=True, slots=True)
@@ -572,6 +573,26 @@ class WatchdogStatus:
 
 
 @dataclass(frozen=True, slots=True)
+class Attempt:
+    """One launch of the run (a launcher and its descendants, or the ranks a lost launcher left): the live one, or an
+    earlier one whose processes still run beside it (see :mod:`rlwatch.sources.membership`)."""
+
+    pids: tuple[int, ...]  # its processes alive now
+    current: bool  # the live run
+    started_at: float
+    launcher_pid: int | None  # None: not known (a launcher gone before rlwatch looked, and not its group's leader)
+    launcher: str | None = None  # its command name, where rlwatch saw it ("torchrun")
+    launcher_alive: bool = True
+    launcher_gone_at: float | None = None  # when rlwatch saw it go; None: gone before rlwatch looked (or alive)
+    orphaned: str | None = None  # why it lost its launcher, in words
+    writes: tuple[str, ...] = ()  # what its processes write under the run directory
+    last_write_at: float | None = None  # when one of its write positions last moved, as rlwatch saw it
+    gpus: tuple[int, ...] = ()  # the GPUs its processes hold
+    gpu_mem_bytes: int | None = None  # what they hold there (NVML), None where unknown
+    stray: str | None = None  # why its processes are strays now (it stopped writing; the new run failed "busy")
+
+
+@dataclass(frozen=True, slots=True)
 class LiveRun:
     """What rlwatch found to be the live run, and on what evidence (see :mod:`rlwatch.sources.membership`)."""
 
@@ -580,6 +601,10 @@ class LiveRun:
     started_at: float | None  # the oldest process with core evidence
     members: tuple[tuple[int, str], ...] = ()  # (pid, how it was recognised), core evidence first
     weak: tuple[int, ...] = ()  # members only by working in or reading the run directory (a `tail -f` does that)
+    # Members found at the last look that are gone now (pid, how they were recognised): the run died since.
+    gone: tuple[tuple[int, str], ...] = ()
+    looked_at: float | None = None  # when rlwatch last looked for the run's processes (wall time)
+    attempts: tuple[Attempt, ...] = ()  # the run's launches, oldest first: more than one when an earlier one lives on
 
 
 @dataclass(frozen=True, slots=True)

@@ -15,7 +15,7 @@ import socket
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
 
@@ -49,6 +49,7 @@ from rlwatch.common.trust import open_read
 from rlwatch.config.models import Config
 from rlwatch.discover.knobs import read_knobs
 from rlwatch.discover.load import missing_paths, resolve
+from rlwatch.engine.attempts import AttemptTracker, busy_after
 from rlwatch.engine.diagnosis import Context, assess_run, diagnose, timeline
 from rlwatch.engine.preview import MIN_BACKLOG, TAIL_BYTES, Counting, TailPreview
 from rlwatch.engine.recent_lines import RECENT_LINES, RecentLines
@@ -82,6 +83,7 @@ _LOG_HEAD_BYTES = 64 * 1024
 RELEASE_AFTER_BYTES = 64 << 20
 RELEASE_EVERY_S = 60.0  # and once a minute, for what a long run's churn leaves free (rlwatch.common.heap)
 HOLDER_SCAN_S = 5.0
+UNSEEN_WRITER_WAIT_S = 2.0
 HOST_ROLES = ("watchdog", "server")  # roles watched for what they are, not for being of the run's family
 MAX_MEMBER_ROWS = 32
 PREVIEW_WAIT_S = 3.0  # at most this long the log loop waits, once, for a preview's line numbers before reading on
@@ -214,6 +216,15 @@ class Engine:
         self._holders: tuple[GpuHolder, ...] = ()
         self._holders_at: float | None = None  # monotonic time of the last /proc scan for GPU holders
         self._view: RunView | None = None  # the live run as last found, made with the holder scan
+        self._looked_at: float | None = None  # wall time of that look
+        self._gone_members: dict[int, str] = {}  # the run's processes seen and gone since (pid → their evidence)
+        self._seen_members: dict[int, tuple[float, str]] = {}  # pid → (start, evidence) of every member seen
+        # Launchers seen going, earlier attempts' writes over time (engine/attempts); quiet for the hang window's
+        # floor, an earlier attempt's processes are strays.
+        self.attempts = AttemptTracker(cfg.thresholds.hang_floor_s, proc_root)
+        # How long a one-shot look watches a freshly written log of a run with no process seen (_writer_unseen);
+        # RLWATCH_UNSEEN_WRITER_WAIT_S sets it (0: never watch, as the test suite does for logs no process writes).
+        self.unseen_writer_wait_s = _seconds(os.environ.get("RLWATCH_UNSEEN_WRITER_WAIT_S"), UNSEEN_WRITER_WAIT_S)
         # path → ((dev, ino), (line, time) of its first timestamp or None, size when read): a log's head is read once
         self._log_heads: dict[str, tuple[tuple[int, int], tuple[int, float] | None, int]] = {}
         self._launched: set[tuple[int, float]] = set()  # (pid, start time) of processes rlwatch started
@@ -424,6 +435,18 @@ class Engine:
         for pid, why in sorted(members.items())[:MAX_MEMBER_ROWS]:
             if pid not in shown and (info := member_info(pid, why, self._proc_root)) is not None:
                 rows.append(info)
+        # An earlier attempt's processes still running beside the live run: shown apart, under their attempt.
+        earlier = [x for x in view.launches if not x.current]
+        for index, launch in enumerate(view.launches):
+            if launch not in earlier:
+                continue
+            for pid in launch.pids[:MAX_MEMBER_ROWS]:
+                why = view.earlier.get(pid, "")
+                known = next((p for p in rows if p.pid == pid), None)
+                if known is not None:
+                    rows[rows.index(known)] = replace(known, evidence=why, attempt=index)
+                elif (info := member_info(pid, why, self._proc_root)) is not None:
+                    rows.append(replace(info, attempt=index))
         self._member_pids |= set(members)
         return tuple(rows)
 
@@ -482,6 +505,8 @@ class Engine:
         holders = self._holders_now(procs, gpu)
         role_procs = procs
         view = self._view
+        gone = {} if view is None else self._gone_since(view)
+        self.attempts.notice_gone(now)
         if view is not None:
             procs = self._table(procs, view)
         for p in procs:
@@ -530,6 +555,7 @@ class Engine:
             if self.cfg.profile == "workers" or any(r.role == "worker" for r in self.cfg.processes):
                 mem = replace(mem, brake_free_bytes=self.cfg.thresholds.brake_free_bytes)
             self._memory, self._gpu, self._procs, self._holders = mem, gpu, procs, holders
+            self._gone_members = gone
             self._checkpoint, self._recover, self._disk = ckpt, recover, disk
             self._kernel, self._limits = kernel, limits
             self._watchdog = watchdog
@@ -626,7 +652,7 @@ class Engine:
         )
         with self._lock:
             launched = set(self._launched)
-        return assess(
+        view = assess(
             str(self.run_dir),
             attempt=self._latest_attempt(),
             roles=roles,
@@ -637,7 +663,30 @@ class Engine:
             files=files,
             named=self.ray_source.named_members(),
             owners=self.owners,
+            former=self.attempts.former_parents(),
         )
+        self._looked_at = now = self.clock.time()
+        return self.attempts.observe(view, now)
+
+    def _gone_since(self, view: RunView) -> dict[int, str]:
+        """The run's processes this engine saw (at this look or an earlier one) that are gone now (pid → their
+        evidence): a run killed between two looks is dead now, not at the next look, and stays known as dead after
+        it (a pid reused since is another process: the start time decides)."""
+        for pid, why in view.members.items():
+            p = view.procs.get(pid)
+            if pid not in view.weak and p is not None:
+                self._seen_members[pid] = (p.create_time, why)
+        btime = procfs.boot_time(self._proc_root)
+        gone: dict[int, str] = {}
+        for pid, (created, why) in self._seen_members.items():
+            stat = procfs.read_stat(pid, self._proc_root)
+            start = None if stat is None else procfs.start_time_from_ticks(stat.starttime_ticks, btime)
+            if stat is None or stat.state == "Z" or (start is not None and abs(start - created) > 1):
+                gone[pid] = why
+        if len(self._seen_members) > 4 * MAX_MEMBER_ROWS:  # the oldest that are gone first
+            for pid in list(gone)[: len(self._seen_members) - 4 * MAX_MEMBER_ROWS]:
+                del self._seen_members[pid]
+        return gone
 
     def _latest_attempt(self) -> tuple[str, float] | None:
         """(what shows it, when) the run's latest attempt began, alive or gone: a leftover older than it is from an
@@ -777,6 +826,12 @@ class Engine:
             ):
                 # The refused connections in the logs tell when it really went away, better than the next probe.
                 server = replace(server, down_since=refused.first)
+            holders = self._holders
+            live_run = _live_run(self._view, gone=self._gone_members, looked_at=self._looked_at)
+            if self._view is not None and live_run is not None:
+                launch_start = min((x.started_at for x in self._view.launches if x.current), default=None)
+                attempts, holders = self.attempts.records(self._view, holders, busy_after(events, launch_start), now)
+                live_run = replace(live_run, attempts=attempts)
             snap = Snapshot(
                 host=self.host,
                 time=now,
@@ -794,7 +849,7 @@ class Engine:
                 recover=self._recover,
                 server=server,
                 gpu=self._gpu,
-                holders=self._holders,
+                holders=holders,
                 memory=self._memory,
                 processes=self._procs,
                 disk=self._disk,
@@ -805,7 +860,7 @@ class Engine:
                 preview=preview.described if preview is not None else None,
                 preview_numbered=preview is None or preview.numbered,
                 watchdog=self._watchdog,
-                live_run=_live_run(self._view),
+                live_run=live_run,
                 endings=self._endings,
                 stacks=self._stacks,
                 kernel=self._kernel,
@@ -895,10 +950,46 @@ class Engine:
         self.sample()
         self.probe_server()
         snap = self.build()
+        if self._writer_unseen(snap):  # a log still being written proves a writer rlwatch cannot see: not stopped
+            endings = self._read_endings(self.clock.time())  # the logs again, not the look: it stands as it was
+            with self._lock:
+                self._endings = endings
+            snap = self.build()
         if self._hang_unread(snap):  # a hung run's report carries where each process waits
             self.capture_stacks("hang declared")
             snap = self.build()
         return snap
+
+    def _writer_unseen(self, snap: Snapshot) -> bool:
+        """For a one-shot look: the run seems stopped (no process of it seen here, never one seen going) while a log
+        was written within the hang window. A trainer killed a second ago looks exactly so — and so does a run whose
+        writer rlwatch cannot see (another container or host sharing the directory). Watching the logs for a
+        moment tells them apart: one that grows has a writer, and the next look says "unknown", never "stopped"."""
+        rs, run = snap.run_state, snap.live_run
+        if rs is None or rs.state != "stopped" or run is None or run.gone or self.unseen_writer_wait_s <= 0:
+            return False
+        floor = self.cfg.thresholds.hang_floor_s
+        fresh = [e.path for e in snap.endings if e.mtime is not None and snap.time - e.mtime <= floor]
+        if not fresh:
+            return False
+
+        def state() -> dict[str, tuple[int, int]]:
+            out = {}
+            for path in fresh:
+                try:
+                    st = os.stat(path)
+                except OSError:
+                    continue
+                out[path] = (st.st_size, st.st_mtime_ns)
+            return out
+
+        before = state()
+        deadline = time.monotonic() + self.unseen_writer_wait_s
+        while time.monotonic() < deadline:
+            time.sleep(0.05)
+            if state() != before:
+                return True
+        return False
 
     # ------------------------------------------------------------------------------------------------ stacks
     def stack_targets(self) -> list[StackTarget]:
@@ -1064,16 +1155,37 @@ def _log_start(starts: dict[str, deque[float]], role: str, line: LogLine) -> Non
     starts.setdefault(role, deque(maxlen=50)).append(line.time)
 
 
+def _seconds(text: str | None, default: float) -> float:
+    """A duration from the environment: a finite number of seconds, at least 0; else ``default``."""
+    try:
+        value = float(text) if text is not None else default
+    except ValueError:
+        return default
+    return value if math.isfinite(value) and value >= 0 else default
+
+
 def _reading(progress: tuple[int, int]) -> tuple[int, int] | None:
     """The backlog's progress while it is being read; None once read."""
     done, total = progress
     return progress if done < total else None
 
 
-def _live_run(view: RunView | None, limit: int = 64) -> LiveRun | None:
-    """The view's conclusion as a snapshot record: core evidence first, at most ``limit`` members."""
+def _live_run(
+    view: RunView | None, limit: int = 64, *, gone: Mapping[int, str] = {}, looked_at: float | None = None
+) -> LiveRun | None:
+    """The view's conclusion as a snapshot record: core evidence first, at most ``limit`` members; those ``gone``
+    since the look are listed apart (the run died since), with when rlwatch looked."""
     if view is None:
         return None
+    if gone:
+        alive = {pid: why for pid, why in view.members.items() if pid not in gone}
+        view = replace(view, members=alive, core={p: w for p, w in view.core.items() if p not in gone})
+        dead = tuple(sorted(gone.items()))[:limit]
+        record = _live_run(view, limit, looked_at=looked_at)
+        if record is not None and not record.members:
+            pids = ", ".join(str(pid) for pid, _ in dead[:8])
+            record = replace(record, identified=False, why_unknown=f"no process of the run is alive: pid {pids} gone")
+        return None if record is None else replace(record, gone=dead)
     core = [(pid, view.members[pid]) for pid in sorted(view.core) if pid in view.members]
     # A member only by working in the directory may be judged a leftover of an earlier attempt: not the live run.
     rest = [
@@ -1090,6 +1202,6 @@ def _live_run(view: RunView | None, limit: int = 64) -> LiveRun | None:
             None,
             (),
         )
-    members = tuple((core + rest)[:limit])
-    weak = tuple(pid for pid, _ in members if pid in view.weak)
-    return LiveRun(view.identified, view.unknown_reason, view.started_at, members, weak)
+    shown = tuple((core + rest)[:limit])
+    weak = tuple(pid for pid, _ in shown if pid in view.weak)
+    return LiveRun(view.identified, view.unknown_reason, view.started_at, shown, weak, looked_at=looked_at)

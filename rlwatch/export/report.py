@@ -148,6 +148,8 @@ def to_json_dict(s: Snapshot) -> dict[str, Any]:
             "restarts": p.restarts,
             "cmdline": " ".join(p.cmdline),
             "evidence": p.evidence,
+            # null: the live run's; else the index of its earlier attempt in live_run.attempts
+            "attempt": p.attempt,
         }
         for p in s.processes
     ]
@@ -179,6 +181,30 @@ def to_json_dict(s: Snapshot) -> dict[str, Any]:
             "why_unknown": lr.why_unknown,
             "started_at": iso(lr.started_at),
             "members": [{"pid": pid, "evidence": why} for pid, why in lr.members],
+            "gone": [{"pid": pid, "evidence": why} for pid, why in lr.gone],
+            "looked_at": iso(lr.looked_at),
+            # the run's launches, oldest first; more than one while an earlier attempt still runs beside the live one
+            "attempts": [
+                {
+                    "pids": list(a.pids),
+                    "current": a.current,
+                    "state": "live run" if a.current else ("stray" if a.stray else "earlier attempt"),
+                    "started_at": iso(a.started_at),
+                    "launcher": {
+                        "pid": a.launcher_pid,
+                        "name": a.launcher,
+                        "alive": a.launcher_alive,
+                        "gone_at": iso(a.launcher_gone_at),
+                    },
+                    "orphaned": a.orphaned,
+                    "writes": list(a.writes),
+                    "last_write_at": iso(a.last_write_at),
+                    "gpus": list(a.gpus),
+                    "gpu_mem_bytes": a.gpu_mem_bytes,
+                    "stray": a.stray,
+                }
+                for a in lr.attempts
+            ],
         }
     )
     findings = [
@@ -807,6 +833,15 @@ def _holder_lines(s: Snapshot) -> list[str]:
             lines.append(f"Live run: pid {pid}{more}: {why}")
         elif not lr.identified:
             lines.append(f"Live run: unknown — {lr.why_unknown}")
+    if lr is not None and len(lr.attempts) > 1:
+        lines.append("Attempts:")
+        for a in lr.attempts:
+            what = "live run" if a.current else ("STRAYS" if a.stray else "EARLIER")
+            name = f"{a.launcher} " if a.launcher else ""
+            launcher = f"launcher {name}pid {a.launcher_pid}" if a.launcher_pid is not None else "launcher unknown"
+            if not a.launcher_alive:
+                launcher += " gone" + (f" since {hhmm(a.launcher_gone_at, s.time)}" if a.launcher_gone_at else "")
+            lines.append(f"  {what:9} pid {', '.join(map(str, a.pids[:8]))}  ({launcher})")
     if s.holders:
         lines.append("GPU holders:")
         for h in s.holders:

@@ -254,7 +254,8 @@ def classify_holders(
         if protected is None and _nvml_client_only(tuple(raw[pid]), mapped, gpu_mem):
             protected = MONITOR
         verdict = view.verdict(pid, create_time)
-        in_run = verdict.status == RUN
+        # A monitor that only opened the device nodes (no CUDA context) holds no GPU, whatever run it sits in.
+        in_run = verdict.status == RUN and protected != MONITOR
         if per_gpu:
             gpus, attribution = tuple(sorted(per_gpu)), "nvml"
         else:

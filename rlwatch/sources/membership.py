@@ -35,7 +35,7 @@ from __future__ import annotations
 import itertools
 import os
 import pwd
-from collections.abc import Collection, Iterable, Mapping
+from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass, field
 
 from rlwatch.common.textsafe import strip_ansi
@@ -100,6 +100,24 @@ def _under(path: str | None, root: str) -> bool:
     return path == root or path.startswith(root.rstrip("/") + "/")
 
 
+@dataclass(frozen=True, slots=True)
+class Launch:
+    """One attempt: the processes of one launch — a launcher and its descendants, or the ranks a lost launcher left.
+
+    A launch whose launcher is gone and whose processes were re-parented (to init or a subreaper) is *orphaned*,
+    whatever it still writes: a resume or restart cannot rely on it, and beside a newer launch in the same
+    directory it is an earlier attempt, not the live run."""
+
+    pids: tuple[int, ...]
+    group: int  # the process group the launch made (its launcher's pid where the launcher led it)
+    launcher: int | None  # the launcher's pid: alive (the top of the tree) or gone (the group's leader); None: unknown
+    launcher_alive: bool
+    orphaned: str | None  # why it lost its launcher, in words; None while its launcher answers for it
+    started_at: float
+    current: bool  # the live run (the newest launch that still has its launcher, else the newest)
+    launcher_name: str | None = None  # what the launcher was, where known otherwise than by its pid ("torchrun")
+
+
 @dataclass(frozen=True)
 class RunView:
     """The live run as found on the host at one moment, and the means to judge any other process against it."""
@@ -117,6 +135,14 @@ class RunView:
     # launcher that rlwatch saw or launched, or the earliest line of its logs. When nothing of the run is alive, a
     # leftover is told by being older than that.
     attempt: tuple[str, float] | None = None
+    # The run's launches (attempts), the live one marked current; with one launch only, that one, orphaned or not.
+    launches: tuple[Launch, ...] = ()
+    # pid → its evidence, for the processes of earlier attempts (orphaned launches older than the live one): never
+    # members of the live run, never strays on that alone (they may still write), shown apart.
+    earlier: Mapping[int, str] = field(default_factory=dict)
+    # pid → why an earlier attempt's process is a stray after all (set by the engine, which sees it over time: it
+    # stopped writing for the hang window, or the new run failed "busy or unavailable" on a GPU it holds).
+    strays: Mapping[int, str] = field(default_factory=dict)
     _cmd: dict[int, str] = field(default_factory=dict, compare=False)
 
     @property
@@ -184,6 +210,16 @@ class RunView:
         """Whether ``pid`` is the live run's, a stray (with positive reasons), or unknown — always with why."""
         proc = self.procs.get(pid)
         started = create_time if create_time is not None else (proc.create_time if proc else None)
+        if pid in self.earlier:
+            if pid in self.strays:
+                return Verdict(STRAY, self.strays[pid])
+            launch = next((x for x in self.launches if pid in x.pids), None)
+            lost = f"; {launch.orphaned}" if launch is not None and launch.orphaned else ""
+            return Verdict(
+                UNKNOWN,
+                f"of an earlier attempt beside the live run: it {_verb(self.earlier[pid])}{lost}; "
+                "stopped only when a person names its pid",
+            )
         if pid in self.members and pid not in self.weak:
             return Verdict(RUN, self.members[pid])
         if started is not None and self.container_started_at is not None and started < self.container_started_at - 1:
@@ -349,17 +385,19 @@ def assess(
     observer: int | None = None,
     named: Mapping[int, str] = {},
     owners: Collection[int] | None = None,
+    former: Mapping[int, tuple[float, int]] = {},
 ) -> RunView:
     """Find the live run in ``run_dir``. ``roles`` (pid → role) are the live processes role rules selected;
     ``launched`` the (pid, start time) of processes rlwatch started; ``exclude`` paths under the run directory
     that prove nothing (rlwatch's own ``.rlwatch/``, a stand-in device file); ``files`` an already-made scan of the
     files open under the run directory (:func:`open_files`), read now when absent; ``attempt`` the (role, start) of
-    the newest trainer or launcher rlwatch saw; ``observer`` rlwatch's own pid (default: this process): it and its
-    parents read the run's files and work in its directory, which proves nothing about the run; ``named`` processes
-    the run's logs name with evidence (pid → why: a Ray actor whose output the driver's log relays), core evidence.
-    ``owners`` the users whose processes may be the run's (default: the user running rlwatch): another user's
-    process that works in the directory or matches a role is never a member, so it is never recorded, stack-read,
-    executed again or a reason to refuse — it could be anyone's, planted to be taken for the run.
+    the newest trainer or launcher rlwatch saw; ``former`` pid → (start, parent) of the run's processes as an
+    earlier look saw them (a launcher gone since is known by it); ``observer`` rlwatch's own pid (default: this
+    process): it and its parents read the run's files and work in its directory, which proves nothing about the
+    run; ``named`` processes the run's logs name with evidence (pid → why: a Ray actor whose output the driver's log
+    relays), core evidence. ``owners`` the users whose processes may be the run's (default: the user running
+    rlwatch): another user's process that works in the directory or matches a role is never a member, so it is never
+    recorded, stack-read, executed again or a reason to refuse — it could be anyone's, planted to be taken for the run.
     """
     root = os.path.realpath(run_dir)
     procs = _read_procs(proc_root)
@@ -407,15 +445,22 @@ def assess(
             direct.setdefault(pid, f"the {role} (named by its pidfile)")
         elif family & touches:
             direct.setdefault(pid, f"the {role} (its role rule matches, and it works with {root})")
+    # A person's shell (or multiplexer, or login) that merely stands in the directory, or reads a file there, is
+    # where the person is, not the run: it is evidence only when it writes there (a launcher script's redirect).
     for pid in cwd_in:
-        if pid not in direct:
+        if pid not in direct and not _is_root(procs[pid]):
             weak_direct[pid] = f"works in {root}"
     for pid, fs in files.items():
-        if pid in procs and pid not in direct and pid not in weak_direct:
+        if pid in procs and pid not in direct and pid not in weak_direct and not _is_root(procs[pid]):
             weak_direct[pid] = f"holds {_rel(fs[0].path, root)} open"
     # Other rlwatch processes (the watchdog, a dashboard, a report) read the run's logs and write its .rlwatch/:
-    # observers too, never the run.
-    watchers |= {pid for pid in {*direct, *weak_direct} if _is_rlwatch(procfs.read_cmdline(pid, proc_root))}
+    # observers too, never the run — and so are what started them, up to the shell (`timeout 600 rlwatch watch`).
+    for pid in [pid for pid in {*direct, *weak_direct} if _is_rlwatch(procfs.read_cmdline(pid, proc_root))]:
+        watchers.add(pid)
+        here = procs.get(pid)
+        while here is not None and (parent := procs.get(here.ppid)) is not None and not _is_root(parent):
+            watchers.add(parent.pid)
+            here = parent
     watchers |= foreign  # never a member, and nothing comes into the run through them
     for pid in watchers:
         direct.pop(pid, None)
@@ -426,6 +471,15 @@ def assess(
     weak_members = {
         pid: why for pid, why in _closure(weak_direct, procs, children, watchers).items() if pid not in core_members
     }
+    environ = _EnvironCache(proc_root)
+    _add_elastic_siblings(core_members, procs, watchers, environ)
+    servers = {pid for pid, name in roles.items() if name.split("-")[0] == "server"}
+    launches = _launches(core_members, procs, former, environ, servers)
+    earlier = {pid: core_members[pid] for x in launches if not x.current for pid in x.pids}
+    for pid in earlier:
+        core_members.pop(pid, None)
+        direct.pop(pid, None)
+        weak_members.pop(pid, None)
     members = {**weak_members, **core_members}
     return RunView(
         run_dir=root,
@@ -433,6 +487,8 @@ def assess(
         members=members,
         core=direct,
         weak=frozenset(weak_members),
+        launches=launches,
+        earlier=earlier,
         roles={pid: role for pid, role in roles.items() if pid in procs and pid not in foreign},
         container_started_at=_container_start(procs, proc_root),
         searched=searched,
@@ -506,8 +562,15 @@ def _closure(
         if here is None:
             continue
         related = [(c, "a descendant of") for c in children.get(pid, ())]
-        if anchor[pid] not in lone and here.pgid in out:  # the group's leader is the run's: its group is too
-            related += [(g, "in the process group of") for g in by_group.get(here.pgid, ())]
+        # The group's leader is the run's: its group is too. So is the group of a launcher that is gone (torchrun
+        # SIGKILLed: its ranks, re-parented to init, keep its group, and only one of them may write the log).
+        gone = here.pgid > 1 and here.pgid not in procs
+        if anchor[pid] not in lone and (here.pgid in out or gone):
+            related += [
+                (g, "in the process group of")
+                for g in by_group.get(here.pgid, ())
+                if not gone or procs[g].sid == here.sid
+            ]
         for other, how in related:
             if add(other, pid, how):
                 queue.append(other)
@@ -519,8 +582,10 @@ def _is_rlwatch(argv: tuple[str, ...]) -> bool:
     sim`` and its ``rlwatch.sim.*`` pieces, stands for a training host: it is the run it simulates)."""
     if not argv:
         return False
-    if os.path.basename(argv[0]) == "rlwatch":
-        rest = list(argv[1:])
+    # The console script runs as `…/python …/bin/rlwatch watch DIR` once the kernel reads its #! line.
+    script = 1 if len(argv) > 1 and os.path.basename(argv[0]).startswith("python") else 0
+    if os.path.basename(argv[0]) == "rlwatch" or (script and os.path.basename(argv[1]) == "rlwatch"):
+        rest = list(argv[1 + script :])
     else:
         module = next((b for a, b in itertools.pairwise(argv) if a == "-m"), None)
         if module is None or module.split(".")[0] != "rlwatch":
@@ -535,3 +600,195 @@ def _is_rlwatch(argv: tuple[str, ...]) -> bool:
 def _verb(evidence: str) -> str:
     """Direct evidence as a relative clause: "writes x" stays, "the trainer (…)" becomes "is the trainer (…)"."""
     return evidence if evidence.startswith(("writes", "works", "holds", "was ")) else f"is {evidence}"
+
+
+# Set by torchrun's elastic agent in every rank's environment: the ranks of one launch share them.
+_ELASTIC_KEYS = ("TORCHELASTIC_RUN_ID", "MASTER_ADDR", "MASTER_PORT")
+
+
+@dataclass(frozen=True, slots=True)
+class _Lost:
+    why: str
+    key: tuple[object, ...]  # what the ranks of one lost launch share
+    launcher: int | None  # the launcher's pid, where known
+    name: str | None = None  # what the launcher was, where known otherwise than by its pid
+
+
+def _reaped_by(top: Proc, procs: Mapping[int, Proc]) -> str | None:
+    """Where ``top`` was re-parented when it lost its parent (init, a subreaper), or None: its parent is another."""
+    parent = procs.get(top.ppid)
+    if top.ppid in (0, 1):
+        init = procs.get(1)
+        if init is not None and init.pgid == top.pgid:
+            return None  # init leads its group: init started it (a container whose command is the launcher)
+        return "init (pid 1)"
+    if parent is not None and parent.comm in _REAPERS:
+        return f"{parent.comm} (pid {top.ppid})"
+    return None
+
+
+def _lost_launcher(
+    top: Proc,
+    procs: Mapping[int, Proc],
+    former: Mapping[int, tuple[float, int]],
+    environ: Callable[[int], Mapping[str, str] | None],
+) -> _Lost | None:
+    """Whether the top of a launch has lost the launcher that started it, how that is known, and what its lost
+    launch's processes share. Re-parented to init or a subreaper, and:
+
+    - rlwatch saw its parent before (``former``: pid → (start, parent)), and that parent is gone — any launcher;
+    - its environment is a torchrun rank's (torchrun starts each rank in a session of its own, so the tree and the
+      groups say nothing after the agent is gone; its ranks share the run id and rendezvous address);
+    - it does not lead its own group: its group's leader, or a process under it, started it.
+
+    A process that leads its own group or session and carries no rank's environment was started as itself
+    (``nohup python train.py &``, a daemon): re-parented, it lost nothing rlwatch can show."""
+    seen = former.get(top.pid)
+    if seen is not None and abs(seen[0] - top.create_time) < 1 and seen[1] not in procs and top.ppid != seen[1]:
+        # Whoever adopted it (init, or a subreaper rlwatch cannot tell from any other parent), its launcher is gone.
+        adopter = procs.get(top.ppid)
+        adopted = _reaped_by(top, procs) or (f"{adopter.comm} (pid {top.ppid})" if adopter else f"pid {top.ppid}")
+        why = f"its launcher (pid {seen[1]}) is gone and it was re-parented to {adopted}"
+        return _Lost(why, ("pid", seen[1]), seen[1])
+    where = _reaped_by(top, procs)
+    if where is None:
+        return None
+    env = environ(top.pid) or {}
+    if env.get("TORCHELASTIC_RUN_ID") is not None and env.get("LOCAL_RANK") is not None:
+        return _Lost(
+            f"a torchrun rank whose elastic agent is gone: it was re-parented to {where}",
+            ("elastic", *(env.get(k) for k in _ELASTIC_KEYS)),
+            None,
+            "torchrun",
+        )
+    if top.pid in (top.pgid, top.sid):
+        return None
+    leader = procs.get(top.pgid)
+    if leader is None or leader.state == "Z":
+        return _Lost(
+            f"its launcher (pid {top.pgid}, its process group's leader) is gone and it was re-parented to {where}",
+            ("group", top.sid, top.pgid),
+            top.pgid,
+        )
+    return _Lost(
+        f"the process that started it is gone and it was re-parented to {where}", ("group", top.sid, top.pgid), None
+    )
+
+
+def _launches(
+    members: Mapping[int, str],
+    procs: Mapping[int, Proc],
+    former: Mapping[int, tuple[float, int]] = {},
+    environ: Callable[[int], Mapping[str, str] | None] = lambda pid: None,
+    servers: Collection[int] = (),
+) -> tuple[Launch, ...]:
+    """The run's members grouped by launch. Every member whose family still reaches its launcher is the live run
+    (a launcher's tree, a server started apart from the trainer); the members a lost launcher left, grouped by the
+    process group they keep, are each an attempt of their own: an earlier one when older than the live run (younger,
+    it may be the live run's own), else — with no launcher left anywhere — the newest of them is the run."""
+    tops: dict[int, Proc] = {}
+    for pid in members:
+        here = procs.get(pid)
+        seen = 0
+        while here is not None and here.ppid in members and here.ppid in procs and seen < 4096:
+            here = procs[here.ppid]
+            seen += 1
+        if here is not None:
+            tops[pid] = here
+    live: list[int] = []
+    orphans: dict[tuple[object, ...], list[int]] = {}
+    why: dict[tuple[object, ...], _Lost] = {}
+    judged: dict[int, _Lost | None] = {}
+    for pid, top in tops.items():
+        if top.pid not in judged:
+            judged[top.pid] = _lost_launcher(top, procs, former, environ)
+        lost = judged[top.pid]
+        if lost is None:
+            live.append(pid)
+        else:
+            orphans.setdefault(lost.key, []).append(pid)
+            why.setdefault(lost.key, lost)
+
+    def start(pids: Iterable[int]) -> float:
+        return min(procs[p].create_time for p in pids)
+
+    out: list[Launch] = []
+    live_start = start(live) if live else None
+    if live_start is None and orphans:  # no launcher left anywhere: the newest orphaned launch is the run
+        newest = max(orphans, key=lambda k: start(orphans[k]))
+        live_start = start(orphans[newest])
+    for key, pids in sorted(orphans.items(), key=lambda kv: start(kv[1])):
+        lost = why[key]
+        out.append(
+            Launch(
+                pids=tuple(sorted(pids)),
+                group=procs[min(pids, key=lambda p: (procs[p].create_time, p))].pgid,
+                launcher=lost.launcher,
+                launcher_alive=False,
+                orphaned=lost.why,
+                started_at=start(pids),
+                # An inference server left running by a script that started it and exited serves the live run:
+                # it is no earlier attempt of it.
+                current=(live_start is not None and start(pids) >= live_start) or any(p in servers for p in pids),
+                launcher_name=lost.name,
+            )
+        )
+    if live:
+        heads = sorted({tops[p].pid for p in live}, key=lambda p: (procs[p].create_time, p))
+        out.append(
+            Launch(
+                pids=tuple(sorted(live)),
+                group=procs[heads[0]].pgid,
+                launcher=heads[0],
+                launcher_alive=True,
+                orphaned=None,
+                started_at=start(live),
+                current=True,
+            )
+        )
+    return tuple(sorted(out, key=lambda x: (x.started_at, x.group)))
+
+
+class _EnvironCache:
+    """A process's environment, read once per look (only re-parented processes' are ever read)."""
+
+    def __init__(self, proc_root: str) -> None:
+        self._root = proc_root
+        self._seen: dict[int, Mapping[str, str] | None] = {}
+
+    def __call__(self, pid: int) -> Mapping[str, str] | None:
+        if pid not in self._seen:
+            self._seen[pid] = procfs.read_environ(pid, self._root)
+        return self._seen[pid]
+
+
+def _elastic_key(env: Mapping[str, str] | None) -> tuple[str | None, ...] | None:
+    if not env or env.get("TORCHELASTIC_RUN_ID") is None or env.get("LOCAL_RANK") is None:
+        return None
+    return tuple(env.get(k) for k in _ELASTIC_KEYS)
+
+
+def _add_elastic_siblings(
+    members: dict[int, str],
+    procs: Mapping[int, Proc],
+    skip: Collection[int],
+    environ: Callable[[int], Mapping[str, str] | None],
+) -> None:
+    """The other ranks of a torchrun launch whose agent is gone, beside a rank that is the run's. Each rank runs in
+    a session of its own, so once the agent (their common parent) is gone only their environment ties them: rank 1
+    that never writes the log holds its GPU memory as surely as rank 0 that does."""
+    keys: dict[tuple[str | None, ...], int] = {}
+    for pid in list(members):
+        p = procs.get(pid)
+        if p is not None and p.pid == p.sid and _reaped_by(p, procs) is not None:
+            key = _elastic_key(environ(pid))
+            if key is not None:
+                keys.setdefault(key, pid)
+    if not keys:
+        return
+    for pid, p in procs.items():
+        if pid in members or pid in skip or p.pid != p.sid or _reaped_by(p, procs) is None:
+            continue
+        key = _elastic_key(environ(pid))
+        if key is not None and key in keys:
+            members[pid] = f"a rank of the same torchrun launch as pid {keys[key]}"

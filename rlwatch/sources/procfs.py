@@ -376,6 +376,19 @@ def fd_writable(pid: int, fd: int, proc_root: str = PROC) -> bool | None:
     return None if text is None else parse_fdinfo_writable(text)
 
 
+def fd_position(pid: int, fd: int, proc_root: str = PROC) -> int | None:
+    """A descriptor's file position (``pos`` of its fdinfo); None when it cannot be read. It moves only when this
+    process writes (or seeks) through it, so two readings tell whether *this* process wrote a shared log."""
+    text = _read_text(f"{proc_root}/{pid}/fdinfo/{fd}")
+    for line in (text or "").splitlines():
+        if line.startswith("pos:"):
+            try:
+                return int(line.split(":", 1)[1].strip())
+            except ValueError:
+                return None
+    return None
+
+
 def exe_name(pid: int, proc_root: str = PROC) -> str | None:
     """The basename of the running executable (``/proc/<pid>/exe``), without a ``(deleted)`` suffix."""
     try:

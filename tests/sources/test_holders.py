@@ -334,3 +334,20 @@ def test_a_process_opening_gpu_nodes_without_mapping_them_is_protected() -> None
     finally:
         child.kill()
         child.wait()
+
+
+def test_a_monitor_in_the_run_directory_is_never_the_runs_gpu_holder(tmp_path: Path) -> None:
+    """A watchdog or nvitop working in the run directory, holding the device nodes through NVML only: a monitor, not a
+    holder of the run's GPU (and so not counted as the run's on the GPU)."""
+    run = tmp_path / "run"
+    run.mkdir()
+    child = subprocess.Popen([sys.executable, "-c", "f = open('train.log', 'a'); import time; time.sleep(60)"], cwd=run)
+    try:
+        wait_until(lambda: (run / "train.log").exists())
+        wait_until(lambda: any(p.path.endswith("train.log") for p in psutil.Process(child.pid).open_files()))
+        held = classify({child.pid: ("/dev/nvidia-uvm", "/dev/nvidia0", "/dev/nvidiactl")}, run_dir=run)[child.pid]
+        assert held.protected and "NVML" in held.protected
+        assert not held.in_run and held.status == "protected"
+    finally:
+        child.kill()
+        child.wait()

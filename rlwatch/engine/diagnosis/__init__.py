@@ -12,6 +12,7 @@ them.
 from __future__ import annotations
 
 from rlwatch.common.state import Finding, RunState, Snapshot
+from rlwatch.engine.diagnosis.attempts import attempts
 from rlwatch.engine.diagnosis.base import CRIT, INFO, WARN, Context, Rule
 from rlwatch.engine.diagnosis.crashes import crashes, failure_text, failures, occurrences, torchrun_failure
 from rlwatch.engine.diagnosis.disk import disk
@@ -104,6 +105,7 @@ RULES: tuple[Rule, ...] = (
     watchdog,
     watchdog_state,
     gpu,
+    attempts,
     training,
     crashes,
     failures,

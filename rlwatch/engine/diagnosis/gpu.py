@@ -30,7 +30,9 @@ def gpu(s: Snapshot, ctx: Context) -> Iterator[Finding]:
     """GPU holders and held memory. Killing is advised only for strays — holders with positive reasons — and
     never for memory held outside this container, which no kill from here can reach."""
     strays = s.zombies
-    unknown = s.unknown_holders
+    # An earlier attempt's processes still writing are named by their own finding (diagnosis/attempts).
+    earlier = {pid for a in s.live_run.attempts if not a.current for pid in a.pids} if s.live_run else set()
+    unknown = tuple(h for h in s.unknown_holders if h.pid not in earlier)
     busy = count_of(s, "cuda_busy")
     busy_now = bool(busy) and not only_history(s, "cuda_busy")
     modes = {g.compute_mode for g in s.gpus if g.compute_mode}

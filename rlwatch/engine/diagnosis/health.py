@@ -13,6 +13,12 @@ Otherwise:
 - *stopped*: no process of it is alive and its logs end without an error — the last lines, and when;
 - *unknown*: the evidence does not say (a run that started and has not stepped yet, nothing seen at all).
 
+*Progressing* needs a process of the run alive now: a log's fresh modification time is no life (a trainer the OOM
+killer SIGKILLed leaves a log written a second ago). With none alive the run is stopped, crashed or finished at
+once, with its last line and its time. Only where a log was written *after* rlwatch looked for the run's processes
+and found none here (its writer runs in another container or on another host sharing the directory, or opens the
+file only to write a line) is a writer proven that rlwatch cannot see: the state is then unknown, never progressing.
+
 Each state carries the lines it rests on, and every view shows the same one (the report, ``watch --json``, the
 exporter, the dashboard's header).
 """
@@ -59,7 +65,33 @@ def _alive(s: Snapshot) -> list[int]:
     if s.live_run is None:
         return []
     dead = {p.pid for p in s.processes if not p.alive} | set(s.live_run.weak)  # reading the logs proves no life
+    dead |= {pid for pid, _ in s.live_run.gone}
     return [pid for pid, _ in s.live_run.members if pid not in dead]
+
+
+# A log's modification time later than the look by more than this was written after it: the kernel stamps files
+# with a coarse clock (a tick behind the wall clock at most).
+_AFTER_LOOK_S = 0.05
+
+
+def _unseen_writer(s: Snapshot, writers: list[LogEnding]) -> str | None:
+    """Why a writer of the run's logs exists that rlwatch cannot see, or None: rlwatch has not looked for the run's
+    processes yet, or a log was written after it looked and found none here. A run whose processes rlwatch saw go
+    is dead whatever its logs' times say (their last lines were written before they went)."""
+    run = s.live_run
+    if run is None or run.looked_at is None:
+        return "rlwatch has not looked for its processes yet"
+    if run.gone:
+        return None
+    after = [e for e in writers if e.mtime is not None and e.mtime > run.looked_at + _AFTER_LOOK_S]
+    if not after:
+        return None
+    newest = max(after, key=lambda e: e.mtime or 0.0)
+    return (
+        f"{os.path.basename(newest.path)} was written at {hhmm(newest.mtime, s.time)}, after rlwatch looked for the "
+        f"run's processes ({hhmm(run.looked_at, s.time)}) and found none writing it here: its writer runs where "
+        "rlwatch cannot see (another container or host sharing the directory)"
+    )
 
 
 def _exact(t: float | None) -> float | None:
@@ -198,7 +230,7 @@ def assess_run(s: Snapshot, ctx: Context) -> RunState:
         return RunState("finished", f"its progress bar reached its end ({where}: {done.progress_line})", done.mtime)
     writers = [e for e in s.endings if e.mtime is not None and now - e.mtime <= allowance]
     cadence = f", about every {human_duration(interval)}" if interval else ""
-    if progress_at is not None and now - progress_at <= allowance and (alive or writers):
+    if progress_at is not None and now - progress_at <= allowance and alive:
         return RunState("progressing", f"{step} at {hhmm(progress_at, now)}{cadence}", progress_at)
     quiet_since = progress_by if progress_by is not None else started
     last_line = max(s.endings, key=lambda e: e.mtime or 0.0, default=None)
@@ -234,22 +266,31 @@ def assess_run(s: Snapshot, ctx: Context) -> RunState:
                 progress_by,
             )
         return RunState("unknown", f"its processes are alive (pid {pids}); no progress seen yet{said}", started)
-    if writers:
+    unseen = _unseen_writer(s, writers) if writers else None
+    if unseen is not None:
         newest = max(writers, key=lambda e: e.mtime or 0.0)
+        seen_step = f"its {step} came at {hhmm(progress_at, now)}" if progress_at is not None else "no progress seen"
         return RunState(
             "unknown",
-            f"no process of the run is visible here, but {os.path.basename(newest.path)} is being written "
-            f"(last {hhmm(newest.mtime, now)}); no progress seen in it{said}",
+            f"no process of the run is alive here, but {unseen}; {seen_step}, and whether it still progresses "
+            f"cannot be told without a process to see{said}",
             newest.mtime,
         )
     if not s.endings:
         return RunState("unknown", "no log of the run and no process of it seen", None)
     since = f"no progress since {hhmm(progress_at, now)}" if progress_at is not None else "no progress seen"
     assert last_line is not None
+    run = s.live_run
+    dead = ", ".join(str(pid) for pid, _ in run.gone[:4]) if run is not None else ""
+    nobody = (
+        f"its processes are gone (pid {dead})"
+        if dead
+        else "no process of the run is alive here (none writes its logs, works in its directory or was started "
+        "by rlwatch)"
+    )
     return RunState(
         "stopped",
-        f"{since}; no process of the run is alive here and its logs end without an error{said} "
-        f"(written {hhmm(last_line.mtime, now)})",
+        f"{since}; {nobody} and its logs end without an error{said} (written {hhmm(last_line.mtime, now)})",
         last_line.mtime,
     )
 
