@@ -81,33 +81,37 @@ def cost(exe: str, seconds: float) -> list[str]:
                 )
         dump_cpu = (_children_cpu() - before) / (rounds * len(pids))
         dump_wall = (time.monotonic() - wall) / (rounds * len(pids))
-        duration = 10
-        before = _children_cpu()
-        recorders = [
-            subprocess.Popen(
-                [
-                    exe,
-                    "record",
-                    "--pid",
-                    str(pid),
-                    "--rate",
-                    "1",
-                    "--nonblocking",
-                    "--duration",
-                    str(duration),
-                    "--format",
-                    "raw",
-                    "--output",
-                    os.devnull,
-                ],
-                stdout=subprocess.DEVNULL,
-                stderr=subprocess.DEVNULL,
-            )
-            for pid in pids
-        ]
-        for r in recorders:
-            r.wait()
-        record_cpu = (_children_cpu() - before) / (duration * len(pids))
+        record = {}
+        for duration in (3, 20):  # the start-up and the cost of each further sample, from two lengths
+            before = _children_cpu()
+            recorders = [
+                subprocess.Popen(
+                    [
+                        exe,
+                        "record",
+                        "--pid",
+                        str(pid),
+                        "--rate",
+                        "1",
+                        "--nonblocking",
+                        "--idle",
+                        "--duration",
+                        str(duration),
+                        "--format",
+                        "raw",
+                        "--output",
+                        os.devnull,
+                    ],
+                    stdout=subprocess.DEVNULL,
+                    stderr=subprocess.DEVNULL,
+                )
+                for pid in pids
+            ]
+            for r in recorders:
+                r.wait()
+            record[duration] = (_children_cpu() - before) / len(pids)
+        per_sample = (record[20] - record[3]) / 17
+        start_up = record[3] - 3 * per_sample
         targets = [StackTarget(pid, f"rank {i}") for i, pid in enumerate(pids)]
         sampler = StackSampler(lambda: targets, SystemClock(), interval_s=StacksConfig().interval_s)
         cpu0, t0 = _self_cpu() + _children_cpu(), time.monotonic()
@@ -123,11 +127,13 @@ def cost(exe: str, seconds: float) -> list[str]:
         "| --- | --- | --- | --- |",
         f"| `py-spy dump --nonblocking --json` | {dump_cpu * 1000:.1f} ms | {dump_wall * 1000:.1f} ms | "
         f"every {8 * dump_cpu / budget:.0f} s |",
-        f"| `py-spy record --rate 1 --nonblocking` (one per rank, {duration} s) | {record_cpu * 1000:.1f} ms | "
-        f"— | every {8 * record_cpu / budget:.0f} s (its process stays resident) |",
+        f"| `py-spy record --rate 1 --nonblocking`, resident | {per_sample * 1000:.2f} ms (+ {start_up * 1000:.1f} ms "
+        f"to start) | — | every {8 * per_sample / budget:.1f} s, but its samples come out only when it ends |",
+        f"| `py-spy record --rate 1` in 30 s windows | {(start_up / 30 + per_sample) * 1000:.2f} ms | — | "
+        f"every {8 * (start_up / 30 + per_sample) / budget:.1f} s, aggregated per window |",
         "",
-        f"rlwatch's sampler over the 8 ranks for {elapsed:.0f} s: {used:.2f} CPU s = {100 * used / elapsed:.2f} % "
-        f"of one core (its own measure: {100 * (st.cpu_fraction or 0):.2f} %), paced to one round every "
+        f"rlwatch's sampler (`py-spy dump`) over the 8 ranks for {elapsed:.0f} s: {used:.2f} CPU s = {100 * used / elapsed:.2f} % "
+        f"of one core (its own measure, py-spy's CPU and its thread's: {100 * (st.cpu_fraction or 0):.2f} %), paced to one round every "
         f"{st.interval_s:.1f} s; {sum(len(p.samples) for p in st.processes)} reads.",
         "",
     ]

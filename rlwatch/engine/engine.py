@@ -923,9 +923,9 @@ class Engine:
         with self._lock:
             procs = {p.pid: p for p in self._procs if p.alive}
         pids = set(view.members) - view.weak  # a process that only reads the logs is not a rank
-        for p in procs.values():
-            if p.role == "server":
-                pids |= {p.pid, *_children(p.pid, self._proc_root)}
+        for server in procs.values():
+            if server.role == "server":
+                pids |= {server.pid, *_children(server.pid, self._proc_root)}
         out = []
         for pid in sorted(pids):
             argv = procfs.read_cmdline(pid, self._proc_root)

@@ -24,6 +24,7 @@ import re
 import resource
 import subprocess
 import threading
+import time
 from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -193,9 +194,11 @@ def may_read(pid: int, run_owner: int | None, proc_root: str = procfs.PROC, euid
     return uid == me or (me == 0 and run_owner is not None and uid == run_owner)
 
 
-def _children_cpu() -> float:
+def _round_cpu() -> float:
+    """CPU seconds a round spends: py-spy's (the children waited for; another thread's children in the same time
+    count too, so the pace errs on the slow side) and this thread's own (reading /proc, parsing)."""
     ru = resource.getrusage(resource.RUSAGE_CHILDREN)
-    return ru.ru_utime + ru.ru_stime
+    return ru.ru_utime + ru.ru_stime + time.thread_time()
 
 
 @dataclass
@@ -216,7 +219,7 @@ def _rank(pid: int, proc_root: str) -> int | None:
         value = env.get(key)
         if value is not None and value.isdigit():
             return int(value)
-    argv = procfs.read_cmdline(pid, proc_root) or []
+    argv: tuple[str, ...] = procfs.read_cmdline(pid, proc_root)
     for i, arg in enumerate(argv):
         for flag in ("--local-rank", "--local_rank"):
             if arg == flag and i + 1 < len(argv) and argv[i + 1].isdigit():
@@ -256,7 +259,7 @@ class StackSampler:
         self._proc_root = proc_root
         exe = py_spy() if reader is None else "given"
         self._reader = reader if reader is not None else (read_dump(exe) if exe else None)
-        self._cpu = cpu or _children_cpu
+        self._cpu = cpu or _round_cpu
         self._thread_clock = thread_clock or (lambda pid: main_thread_clock(pid, proc_root))
         self._lock = threading.Lock()
         self._procs: dict[tuple[int, float], _History] = {}

@@ -253,3 +253,9 @@ def test_root_never_reads_another_users_process(tmp_path: Path) -> None:
     assert not may_read(11, 1000, str(tmp_path), euid=0)  # another user's, even for root
     assert may_read(11, None, str(tmp_path), euid=1001)  # one's own
     assert not may_read(12, 1000, str(tmp_path), euid=0)  # gone
+
+
+def test_without_ranks_a_process_running_in_one_frame_is_a_long_step_beside_idle_helpers() -> None:
+    trainer = SampledProcess(10, 1.0, "python train.py (pid 10)", None, tuple(_still(COMPUTE, NOW - 240, False)))
+    worker = SampledProcess(11, 1.0, "pt_data_worker (pid 11)", None, tuple(_still(FETCH, NOW - 240)))
+    assert stack_run_state(_snap(trainer, worker), CTX, UNKNOWN).state == "unknown"

@@ -91,6 +91,7 @@ def _describe(still: Sequence[Still], now: float) -> tuple[str, tuple[str, ...]]
     for. The evidence: each rank's innermost frames."""
     waiting = [x for x in still if x.latest.collective]
     others = [x for x in still if not x.latest.collective]
+    odd: Sequence[Still]
     if waiting and others:
         odd, rest = others, waiting
     else:
@@ -139,6 +140,11 @@ def stack_run_state(s: Snapshot, ctx: Context, state: RunState) -> RunState:
         return state
     if not (any(x.blocked for x in still) or all(x.latest.collective for x in still)):
         return state  # standing in the same frames but running: a long step that computes, or a busy wait
+    ranked = any(x.proc.rank is not None for x in still)
+    if not ranked and any(not x.blocked and x.latest.wait is None for x in still):
+        # Without ranks, the processes are a trainer and its helpers (data workers wait in their queues for as
+        # long as a step lasts): one that keeps running in one frame is a long step, not a wait.
+        return state
     _, progress_by = last_progress(s, ctx)
     latest_still = max(x.since for x in still)
     if progress_by is not None and progress_by > latest_still:
