@@ -13,7 +13,7 @@
 3. **straggler**: 2 ranks, rank 1 spending 0.6 s more per step in ``decode_and_augment``: the seconds until it is
    named (window: the default ``straggler_window_s``, 90 s; ``--quick``: 20 s), and what it says.
 
-Writes ``bench/data/stacks.md`` (and prints it). Timings are evidence to read, never asserted in tests.
+Writes ``bench/RESULTS-stacks.md`` (and prints it). Timings are evidence to read, never asserted in tests.
 """
 
 from __future__ import annotations
@@ -40,7 +40,7 @@ from rlwatch.sources.stacks import StackTarget, py_spy
 
 ROOT = Path(__file__).resolve().parent.parent
 RANKS = ROOT / "bench" / "stack_ranks.py"
-OUT = ROOT / "bench" / "data" / "stacks.md"
+OUT = ROOT / "bench" / "RESULTS-stacks.md"
 
 
 def _children_cpu() -> float:
@@ -132,9 +132,10 @@ def cost(exe: str, seconds: float) -> list[str]:
         f"| `py-spy record --rate 1` in 30 s windows | {(start_up / 30 + per_sample) * 1000:.2f} ms | — | "
         f"every {8 * (start_up / 30 + per_sample) / budget:.1f} s, aggregated per window |",
         "",
-        f"rlwatch's sampler (`py-spy dump`) over the 8 ranks for {elapsed:.0f} s: {used:.2f} CPU s = {100 * used / elapsed:.2f} % "
-        f"of one core (its own measure, py-spy's CPU and its thread's: {100 * (st.cpu_fraction or 0):.2f} %), paced to one round every "
-        f"{st.interval_s:.1f} s; {sum(len(p.samples) for p in st.processes)} reads.",
+        f"rlwatch's sampler (`py-spy dump`) over the 8 ranks for {elapsed:.0f} s: {used:.2f} CPU s = "
+        f"{100 * used / elapsed:.2f} % of one core (its own measure, py-spy's CPU and its thread's: "
+        f"{100 * (st.cpu_fraction or 0):.2f} %), paced to one round every {st.interval_s:.1f} s; "
+        f"{sum(len(p.samples) for p in st.processes)} reads.",
         "",
     ]
     return lines
