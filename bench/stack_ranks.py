@@ -10,7 +10,7 @@ heartbeat thread of it logs every half second whatever the ranks do.
   never answers (``fetch_batch_from_service``); the others wait for it in ``all_reduce``.
 - ``straggler``: rank 1 spends ``--extra-s`` (0.6 s) more per step in ``decode_and_augment``; the others wait for it
   in ``all_reduce``.
-- ``steady``: every rank computes ``--step-s`` per step.
+- ``steady``: every rank computes a little and waits out the rest of ``--step-s`` per step, as a GPU rank does.
 
 The launcher prints one JSON line, ``{"ranks": [pid, …]}``, once every rank is up, and waits for them (SIGTERM ends
 them all). Used by tests/sources/test_sampler_processes.py and bench/stacks.py.
@@ -103,7 +103,8 @@ def rank_main(args: argparse.Namespace) -> None:
         step += 1
         if args.mode == "hang" and rank == 1 and step > args.hang_after:
             fetch_batch_from_service(args.service_port)
-        compute(args.step_s)
+        compute(min(args.step_s, 0.005))  # a little work on the CPU; the rest of the step waits, as on a GPU
+        time.sleep(max(0.0, args.step_s - 0.005))
         if args.mode == "straggler" and rank == 1:
             decode_and_augment(args.extra_s)
         all_reduce(peers, hub)

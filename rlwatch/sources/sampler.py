@@ -280,6 +280,8 @@ class StackSampler:
             self._first_round = self._clock.monotonic()
         before = self._cpu()
         targets = [t for t in self._targets() if may_read(t.pid, self._run_owner, self._proc_root)]
+        if not targets and not self._procs:
+            return min(self.interval_s, 1.0)  # the run not found yet: look again soon, it costs nothing
         seen: set[tuple[int, float]] = set()
         errors: list[str] = []
         for target in targets:

@@ -79,7 +79,10 @@ def _window(s: Snapshot, ctx: Context) -> float:
     tr = s.training
     interval = 3600.0 / tr.steps_per_hour if tr is not None and tr.steps_per_hour else None
     allowance = max(th.hang_factor * interval, th.hang_floor_s) if interval else th.hang_floor_s
-    return min(allowance, ctx.stacks.hang_max_s)
+    # A hang is seen up to two rounds of reads after it began (the first read of the still frames, the read that
+    # passes the window): the window leaves room for them under hang_max_s, however many ranks slow the rounds.
+    rounds = 2 * s.sampling.interval_s if s.sampling is not None else 0.0
+    return min(allowance, max(ctx.stacks.hang_max_s - rounds, ctx.stacks.hang_max_s / 2))
 
 
 def _where(x: Still) -> str:
