@@ -259,3 +259,11 @@ def test_without_ranks_a_process_running_in_one_frame_is_a_long_step_beside_idle
     trainer = SampledProcess(10, 1.0, "python train.py (pid 10)", None, tuple(_still(COMPUTE, NOW - 240, False)))
     worker = SampledProcess(11, 1.0, "pt_data_worker (pid 11)", None, tuple(_still(FETCH, NOW - 240)))
     assert stack_run_state(_snap(trainer, worker), CTX, UNKNOWN).state == "unknown"
+
+
+def test_a_rank_gone_mid_collective_is_named_beside_the_rank_that_waits_for_it() -> None:
+    gone = SampledProcess(101, 1.0, "rank 1", 1, tuple(_still(DECODE, NOW - 200)[:3]), alive=False)
+    snap = _snap(_proc(0, _still(ALLREDUCE, NOW - 120)), gone)
+    rs = stack_run_state(snap, CTX, UNKNOWN)
+    assert rs.state == "hung", rs
+    assert "rank 1 (pid 101) is gone, last seen in decode_and_augment (data.py:40)" in rs.why, rs.why

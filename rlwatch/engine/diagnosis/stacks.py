@@ -69,6 +69,14 @@ def _still(p: SampledProcess) -> Still:
     return Still(p, since, reads, blocked, latest)
 
 
+def _gone(s: Snapshot) -> list[SampledProcess]:
+    """Ranks read before that are no longer alive: the ones the others may wait for in vain."""
+    sampling = s.sampling
+    if sampling is None:
+        return []
+    return [p for p in sampling.processes if not p.alive and p.rank is not None and p.samples]
+
+
 def still_ranks(s: Snapshot) -> list[Still]:
     """Every rank's current stillness (a rank read once has stood still for no time)."""
     return [_still(p) for p in _ranks(s)]
@@ -89,7 +97,7 @@ def _where(x: Still) -> str:
     return x.latest.where or (x.latest.frames[0] if x.latest.frames else "outside Python code")
 
 
-def _describe(still: Sequence[Still], now: float) -> tuple[str, tuple[str, ...]]:
+def _describe(still: Sequence[Still], now: float, gone: Sequence[SampledProcess] = ()) -> tuple[str, tuple[str, ...]]:
     """Who waits where, the odd one out first: the ranks outside a collective (or blocked) are what the others wait
     for. The evidence: each rank's innermost frames."""
     waiting = [x for x in still if x.latest.collective]
@@ -116,6 +124,9 @@ def _describe(still: Sequence[Still], now: float) -> tuple[str, tuple[str, ...]]
         frame = _where(xs[0])
         at = frame if frame.startswith(place) else f"{place} ({frame})"
         parts.append(f"{_who([x.proc for x in xs])} {'waits' if len(xs) == 1 else 'wait'} for it in {at}")
+    for p in gone:
+        last = p.samples[-1]
+        parts.append(f"{p.label} (pid {p.pid}) is gone, last seen in {last.where} {human_duration(now - last.at)} ago")
     stages = Counter(x.latest.stage for x in still if x.latest.stage)
     if stages:
         parts.append(f"stage: {stages.most_common(1)[0][0]}")
@@ -136,7 +147,7 @@ def stack_run_state(s: Snapshot, ctx: Context, state: RunState) -> RunState:
         moved = [x for x in still if x.reads < 2]
         if moved:
             return state
-        text, _ = _describe(still, now)
+        text, _ = _describe(still, now, _gone(s))
         return RunState(state.state, f"{state.why}; where the ranks stand: {text}", state.since, state.evidence)
     window = _window(s, ctx)
     if any(x.reads < 2 or now - x.since < window for x in still):
@@ -155,7 +166,7 @@ def stack_run_state(s: Snapshot, ctx: Context, state: RunState) -> RunState:
     since = min(x.since for x in still)
     if progress_by is not None and progress_by <= since:
         since = progress_by
-    text, evidence = _describe(still, now)
+    text, evidence = _describe(still, now, _gone(s))
     why = (
         f"its ranks' stacks have not moved for {human_duration(now - min(x.since for x in still))} (more than the "
         f"{human_duration(window)} its cadence allows) while they wait: {text}"
@@ -240,7 +251,7 @@ def stragglers(s: Snapshot, ctx: Context) -> StragglerReport | None:
         f"{_who(waiting)} {'spends' if len(waiting) == 1 else 'spend'} {mean:.0f} % of "
         f"{'its' if len(waiting) == 1 else 'their'} time waiting in "
         f"{wait_in} for {' and '.join(places)} ({n}+ reads of each over the last "
-        f"{human_duration(cfg.straggler_window_s)}{'; ' + gpu if gpu else ''})"
+        f"{cfg.straggler_window_s:g} s{'; ' + gpu if gpu else ''})"
     )
     return StragglerReport(shares, tuple(p.label for p in slow), message)
 
