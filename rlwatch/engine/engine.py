@@ -548,8 +548,9 @@ class Engine:
             self._endings = endings
             if kept is not None:
                 self._stacks = kept  # another rlwatch (the watchdog, the dashboard) read them since
-            if self.stack_sampler is not None and self.running:
-                self._ok("stacks", self.stack_sampler.state().reason)
+            sampled = self.stack_sampler.state() if self.stack_sampler is not None and self.running else None
+            if sampled is not None and (sampled.reason is not None or "stacks" in self._status):
+                self._ok("stacks", sampled.reason)  # py-spy missing or refused: shown, never hidden
             self._ray = ray
             for g in gpu.gpus:
                 self._hist_gpu_util.setdefault(g.index, Ring()).add(now, g.util)
