@@ -101,7 +101,7 @@ def test_a_rank_blocked_on_a_socket_is_a_hang_from_the_stacks_in_a_format_never_
         assert _steps(run)[-1] == "24"
     message = finding["message"]
     assert declared < 300, f"declared {declared:.0f} s after the last step"
-    assert "rank 1 has been in fetch_batch_from_service (stack_ranks_gpu.py:" in message, message
+    assert "rank 1 has been in fetch_batch_from_service (" in message and "stack_ranks_gpu.py:" in message, message
     assert "rank 0 waits for it in" in message, message
     print(json.dumps({"hang_declared_after_s": round(declared, 1), "finding": message}))
 
@@ -133,6 +133,7 @@ def test_a_rank_slower_by_0_6_s_a_step_is_named_the_straggler_within_two_minutes
         named = time.time() - appeared
     message = finding["message"]
     assert named < 120 + 15, f"named {named:.0f} s after it appeared"
-    assert "for rank 1, which is in decode_and_augment (stack_ranks_gpu.py:" in message, message
+    assert "for rank 1, which is in decode_and_augment (" in message, message
+    assert "rank 0 on GPU 0 at" in message and "rank 1 on GPU 1 at" in message, message
     assert _finding(out, "hung") is None
     print(json.dumps({"straggler_named_after_s": round(named, 1), "finding": message}))

@@ -73,7 +73,7 @@ from rlwatch.sources.processes import LaunchRecord, ProcessTable, member_info, p
 from rlwatch.sources.procfs import container_uptime_s
 from rlwatch.sources.ray import RaySource
 from rlwatch.sources.recover import find_step_info, read_recover
-from rlwatch.sources.sampler import StackSampler
+from rlwatch.sources.sampler import StackSampler, may_read
 from rlwatch.sources.server import ServerProbe
 from rlwatch.sources.stacks import StackTarget, capture, latest_kept, rank_label
 from rlwatch.sources.watchdog_state import read_status
@@ -928,7 +928,10 @@ class Engine:
             if server.role == "server":
                 pids |= {server.pid, *_children(server.pid, self._proc_root)}
         out = []
+        owner = _owner(self.run_dir)
         for pid in sorted(pids):
+            if not may_read(pid, owner, self._proc_root):
+                continue  # another user's process: never read, even by root
             argv = procfs.read_cmdline(pid, self._proc_root)
             exe = os.path.basename(argv[0]) if argv else ""
             titled = bool(argv) and argv[0].lower().startswith(("ray::", "sglang::", "vllm::"))

@@ -41,6 +41,7 @@ __all__ = [
     "ThreadClock",
     "classify",
     "main_thread_clock",
+    "may_read",
     "read_dump",
     "stage_of",
 ]
