@@ -187,6 +187,8 @@ def _gpu_of(s: Snapshot, p: SampledProcess) -> tuple[int, float] | None:
     """The GPU the process holds (by the GPU holders' pids) and its utilisation, where known."""
     util = {g.index: g.util for g in s.gpus}
     gpus = next((h.gpus for h in s.holders if h.pid == p.pid and h.gpus), ())
+    if p.rank in gpus:  # a rank that maps its peers' memory (NCCL) shows on their GPUs too: its own comes first
+        gpus = (p.rank, *(i for i in gpus if i != p.rank))
     for i in gpus:
         value = util.get(i)
         if value is not None:
