@@ -3,13 +3,13 @@
 ``python -m bench.stacks`` (``--quick``: shorter windows) runs, on this machine:
 
 1. **cost**: 8 rank processes stepping through a barrier (bench/stack_ranks.py); one ``py-spy dump --nonblocking``
-   of each, many times, against one ``py-spy record --nonblocking --rate 1`` per rank for the same number of
-   samples: CPU seconds per sample (the children's rusage). Then rlwatch's sampler itself (sources/sampler) over
-   the 8 ranks at its default budget: its CPU (this process's and its children's) as a share of one core, and the
-   cadence it paced itself to.
-2. **hang**: 2 ranks; rank 1 waits for ever on a socket after 5 steps while rank 0 logs a heartbeat: the seconds
-   from the last logged step until the stacks declare the run hung (window: the default ``hang_floor_s``, 60 s;
-   ``--quick``: 10 s), and what it says.
+   of each, many times, against ``py-spy record --nonblocking --rate 1`` per rank for 3 s and for 20 s (its start
+   and each further sample): CPU seconds per sample (the children's rusage). Then rlwatch's sampler itself
+   (sources/sampler) over the 8 ranks at its default budget: its CPU (this process's and its children's) as a share
+   of one core, and the cadence it paced itself to.
+2. **hang**: 2 ranks; rank 1 waits for ever on a socket after 150 steps (seconds into the reads, at no particular
+   moment of their cadence) while rank 0 logs a heartbeat: the seconds from the last logged step until the stacks
+   declare the run hung (window: the default ``hang_floor_s``, 60 s; ``--quick``: 10 s), and what it says.
 3. **straggler**: 2 ranks, rank 1 spending 0.6 s more per step in ``decode_and_augment``: the seconds until it is
    named (window: the default ``straggler_window_s``, 90 s; ``--quick``: 20 s), and what it says.
 
@@ -153,9 +153,10 @@ def _last_step_at(log: Path) -> float | None:
 
 
 def hang(window: float, interval: float) -> list[str]:
-    lines = [f"## 2. hang: 2 ranks, rank 1 waits on a socket (window {window:g} s, reads every {interval:g} s)", ""]
+    title = f"## 2. hang: 2 ranks, rank 1 waits on a socket after 150 steps (window {window:g} s, reads every "
+    lines = [f"{title}{interval:g} s)", ""]
     ctx = Context(thresholds=Thresholds(hang_floor_s=window), stacks=StacksConfig(interval_s=interval))
-    with tempfile.TemporaryDirectory() as tmp, ranks(2, "hang", Path(tmp), hang_after=5) as pids:
+    with tempfile.TemporaryDirectory() as tmp, ranks(2, "hang", Path(tmp), hang_after=150) as pids:
         targets = [StackTarget(pid, f"rank {i}") for i, pid in enumerate(pids)]
         sampler = StackSampler(lambda: targets, SystemClock(), interval_s=interval)
         sampler.start()
