@@ -618,6 +618,7 @@ class WatchdogStatus:
     # What the run is doing as the watchdog, which reads its logs live (each line timed as it comes), sees it:
     # (state, why, since). Evidence another view can lean on where its own lines carry no time (a one-shot report).
     run_state: tuple[str, str, float | None] | None = None
+    straggler: str | None = None  # the straggler finding its stacks, sampled live, name (a one-shot report has none)
 
 
 @dataclass(frozen=True, slots=True)

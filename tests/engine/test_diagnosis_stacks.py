@@ -22,6 +22,7 @@ from rlwatch.common.state import (
     Snapshot,
     StackSample,
     StackSampling,
+    WatchdogStatus,
 )
 from rlwatch.config.models import StacksConfig, Thresholds
 from rlwatch.engine.diagnosis import diagnose
@@ -267,3 +268,13 @@ def test_a_rank_gone_mid_collective_is_named_beside_the_rank_that_waits_for_it()
     rs = stack_run_state(snap, CTX, UNKNOWN)
     assert rs.state == "hung", rs
     assert "rank 1 (pid 101) is gone, last seen in decode_and_augment (data.py:40)" in rs.why, rs.why
+
+
+def test_a_one_shot_report_shows_the_straggler_the_running_watchdog_names() -> None:
+    said = "A straggler slows the run (rank 1): rank 0 spends 80 % of its time waiting in all_reduce for rank 1."
+    wd = WatchdogStatus(True, os.getpid() + 1, NOW - 600, 1.0, straggler=said)
+    snap = Snapshot(host="h", time=NOW, profile="generic", run_dir="/r", watchdog=wd)
+    (found,) = [f for f in diagnose(snap, CTX) if f.code == "straggler"]
+    assert found.message.startswith(said.rstrip(".")) and f"as the watchdog, pid {wd.pid}" in found.message
+    stale = replace(wd, stale=True)
+    assert not [f for f in diagnose(replace(snap, watchdog=stale), CTX) if f.code == "straggler"]

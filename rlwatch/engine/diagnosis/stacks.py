@@ -16,6 +16,7 @@
 
 from __future__ import annotations
 
+import os
 from collections import Counter
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
@@ -266,3 +267,11 @@ def straggler(s: Snapshot, ctx: Context) -> Iterator[Finding]:
     if report is not None:
         slow = ", ".join(report.slow)
         yield Finding(WARN, "straggler", f"A straggler slows the run ({slow}): {report.message}.", None)
+        return
+    wd = s.watchdog
+    if s.sampling is None and wd is not None and wd.running and not wd.stale and wd.straggler and wd.pid != os.getpid():
+        # A one-shot report samples no stacks: the running watchdog, which does, says it.
+        said = wd.straggler.rstrip(".")
+        yield Finding(
+            WARN, "straggler", f"{said} (as the watchdog, pid {wd.pid}, sampling the stacks live, sees it).", None
+        )
