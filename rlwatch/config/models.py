@@ -146,6 +146,9 @@ class StacksConfig(Strict):
     ranks stand, whatever the logs print, and stragglers (rlwatch/engine/diagnosis/stacks.py)."""
 
     sample: bool = True  # false: stacks are read only once a hang is declared, or on key t
+    # dump: one `py-spy dump` a process a round (each read known at once); record: a `py-spy record --rate 1` a
+    # process for each interval (about 15 times cheaper a sample, its samples known at the window's end).
+    method: Literal["dump", "record"] = "dump"
     interval_s: PositiveFloat = 10.0  # the shortest time between two rounds of reads
     # The CPU the reads may cost, as a fraction of one core: a round that cost more waits longer (1 %: on an 8-rank
     # host py-spy's dumps then come every ~20 s; bench/stacks.py measures it).

@@ -246,6 +246,7 @@ class Engine:
                 history=scfg.history,
                 run_owner=_owner(self.run_dir),
                 proc_root=proc_root,
+                method=scfg.method,
             )
             if scfg.sample
             else None

@@ -23,6 +23,7 @@ import os
 import re
 import resource
 import subprocess
+import tempfile
 import threading
 import time
 from collections import deque
@@ -36,17 +37,21 @@ from rlwatch.sources.stacks import StackTarget, parse_dump, py_spy
 
 __all__ = [
     "METHOD",
+    "METHODS",
     "Reader",
     "StackSampler",
     "ThreadClock",
     "classify",
     "main_thread_clock",
     "may_read",
+    "parse_raw",
     "read_dump",
+    "record_window",
     "stage_of",
 ]
 
-METHOD = "py-spy dump --nonblocking"
+METHODS = {"dump": "py-spy dump --nonblocking", "record": "py-spy record --rate 1 --idle --nonblocking"}
+METHOD = METHODS["dump"]
 TIMEOUT_S = 10.0
 _NO_PTRACE_WORDS = ("ermission denied", "not permitted", "EPERM", "ptrace")
 
@@ -213,6 +218,97 @@ class _History:
     alive: bool = True
 
 
+Window = Callable[
+    [Sequence[StackTarget], float, threading.Event], dict[int, tuple[list[tuple[tuple[str, ...], int]], str | None]]
+]
+_LIBRARY_TOP = (
+    "torch/",
+    "vllm/",
+    "sglang/",
+    "ray/",
+    "transformers/",
+    "deepspeed/",
+    "accelerate/",
+    "multiprocessing/",
+    "concurrent/",
+    "asyncio/",
+    "threading.py",
+    "socket.py",
+    "selectors.py",
+    "queue.py",
+    "subprocess.py",
+)
+
+
+def parse_raw(pid: int, text: str) -> list[tuple[tuple[str, ...], int]]:
+    """``py-spy record --threads --format raw`` output, the main thread's (tid == pid) stacks, innermost frame first,
+    with how many samples each had."""
+    out = []
+    prefix = f"thread ({pid}):"
+    for line in text.splitlines():
+        if not line.startswith(prefix):
+            continue
+        stack, _, count = line.rpartition(" ")
+        frames = stack.split(";")[1:]  # the first is the thread's name
+        if count.isdigit() and frames:
+            out.append((tuple(reversed(frames)), int(count)))
+    return out
+
+
+def _where_short(frames: Sequence[str]) -> str:
+    """Where a stack stands, from short file names: its innermost function, and the run's own frame that led there."""
+    own = next((f for f in frames if not f.split(" (", 1)[-1].startswith(_LIBRARY_TOP)), None)
+    if own is None or own is frames[0]:
+        return frames[0]
+    return f"{_name(frames[0])} ({own.split(' (', 1)[-1]}"
+
+
+def record_window(exe: str) -> Window:
+    """Every target's stacks over a window of ``py-spy record --rate 1 --idle --threads --nonblocking``, run side by
+    side (a resident recorder costs far less a sample than a dump: bench/stacks.py), stopped early on ``stop``. Its
+    first sample comes a second in: a window of N seconds holds N - 1 samples, so it lasts two at least."""
+
+    def read(
+        targets: Sequence[StackTarget], seconds: float, stop: threading.Event
+    ) -> dict[int, tuple[list[tuple[tuple[str, ...], int]], str | None]]:
+        out: dict[int, tuple[list[tuple[tuple[str, ...], int]], str | None]] = {}
+        with tempfile.TemporaryDirectory(prefix="rlwatch-stacks-") as tmp:
+            procs = {}
+            for t in targets:
+                argv = [exe, "record", "--pid", str(t.pid), "--rate", "1", "--idle", "--threads", "--nonblocking"]
+                argv += ["--duration", str(max(2, round(seconds))), "--format", "raw", "--output", f"{tmp}/{t.pid}"]
+                try:
+                    procs[t.pid] = subprocess.Popen(
+                        argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
+                    )
+                except OSError as exc:
+                    out[t.pid] = ([], f"cannot run py-spy: {exc.strerror or exc}")
+            deadline = time.monotonic() + seconds + TIMEOUT_S
+            while any(p.poll() is None for p in procs.values()) and time.monotonic() < deadline:
+                if stop.wait(0.2):
+                    break
+            for pid, p in procs.items():
+                if p.poll() is None:
+                    p.kill()
+                _, err = p.communicate()
+                said = err.decode(errors="replace").strip().splitlines()
+                try:
+                    with open(f"{tmp}/{pid}", encoding="utf-8", errors="replace") as fh:
+                        stacks = parse_raw(pid, fh.read())
+                except OSError:
+                    stacks = []
+                if stacks:
+                    out[pid] = (stacks, None)
+                else:
+                    line = said[-1] if said else "py-spy recorded no stack"
+                    if any(w in line for w in _NO_PTRACE_WORDS):
+                        line = "ptrace not permitted: " + line
+                    out[pid] = ([], line[:300])
+        return out
+
+    return read
+
+
 def _rank(pid: int, proc_root: str) -> int | None:
     """RANK (else LOCAL_RANK) from the process's environment, else ``--local-rank N`` / ``--local_rank=N`` in argv."""
     env = procfs.read_environ(pid, proc_root) or {}
@@ -250,6 +346,8 @@ class StackSampler:
         reader: Reader | None = None,
         cpu: Callable[[], float] | None = None,
         thread_clock: Callable[[int], ThreadClock | None] | None = None,
+        method: str = "dump",
+        window: Window | None = None,
     ) -> None:
         self._targets = targets
         self._clock = clock
@@ -260,6 +358,9 @@ class StackSampler:
         self._proc_root = proc_root
         exe = py_spy() if reader is None else "given"
         self._reader = reader if reader is not None else (read_dump(exe) if exe else None)
+        # `record`: windows of a resident py-spy record per target, the interval long (cheaper a sample, each
+        # window's samples known only at its end).
+        self._window = window if window is not None else (record_window(exe) if exe and method == "record" else None)
         self._cpu = cpu or _round_cpu
         self._thread_clock = thread_clock or (lambda pid: main_thread_clock(pid, proc_root))
         self._lock = threading.Lock()
@@ -279,21 +380,28 @@ class StackSampler:
             return self.interval_s
         if self._first_round is None:
             self._first_round = self._clock.monotonic()
-        before = self._cpu()
+        cpu_before = self._cpu()
         targets = [t for t in self._targets() if may_read(t.pid, self._run_owner, self._proc_root)]
         if not targets and not self._procs:
             return min(self.interval_s, 1.0)  # the run not found yet: look again soon, it costs nothing
         seen: set[tuple[int, float]] = set()
         errors: list[str] = []
+        keyed = []
         for target in targets:
             stat = procfs.read_stat(target.pid, self._proc_root)
-            if stat is None:
-                continue  # gone since the membership was read
-            key = (target.pid, float(stat.starttime_ticks))
+            if stat is not None:  # else gone since the membership was read
+                keyed.append((target, (target.pid, float(stat.starttime_ticks))))
+        if self._window is not None:
+            reads = self._read_window([t for t, _ in keyed])
+        else:
+            reads = {}
+            for target, _ in keyed:
+                clock = self._thread_clock(target.pid)
+                frames, where, error = self._reader(target)
+                reads[target.pid] = ([(self._clock.time(), frames, where)], error, None, clock)
+        for target, key in keyed:
             seen.add(key)
-            clock_before = self._thread_clock(target.pid)
-            frames, where, error = self._reader(target)
-            at = self._clock.time()
+            taken, error, clock_before, clock_after = reads.get(target.pid, ([], "not read", None, None))
             with self._lock:
                 hist = self._procs.get(key)
                 if hist is None:
@@ -307,12 +415,13 @@ class StackSampler:
                 if error is not None:
                     errors.append(error)
                     continue
-                blocked = None
-                if hist.last_clock is not None and clock_before is not None:
-                    blocked = clock_before == hist.last_clock
-                hist.last_clock = clock_before
-                wait, collective = classify(frames)
-                hist.samples.append(StackSample(at, frames, where, wait, collective, blocked, stage_of(frames)))
+                # Blocked: the main thread neither ran nor woke since the previous read (a window: over it).
+                before = clock_before if clock_before is not None else hist.last_clock
+                blocked = None if before is None or clock_after is None else before == clock_after
+                hist.last_clock = clock_after
+                for at, frames, where in taken:
+                    wait, collective = classify(frames)
+                    hist.samples.append(StackSample(at, frames, where, wait, collective, blocked, stage_of(frames)))
         with self._lock:
             for key, hist in list(self._procs.items()):
                 if key not in seen:
@@ -328,12 +437,34 @@ class StackSampler:
                 self._reason = refused[0] if refused else errors[0]
             else:
                 self._reason = None
-            cost = max(0.0, self._cpu() - before)
+            cost = max(0.0, self._cpu() - cpu_before)
             self._spent += cost
-            # Wait long enough that this round's cost stays within the budget, never less than the interval.
-            self._wait_s = max(self.interval_s, cost / self.cpu_budget)
+            # Wait long enough that this round's cost stays within the budget, never less than the interval (a
+            # window of `py-spy record` already lasted the interval: it waits only what the budget asks beyond).
+            pace = max(self.interval_s, cost / self.cpu_budget)
+            self._wait_s = pace if self._window is None else max(0.0, pace - self.interval_s)
             self._record = None
         return self._wait_s
+
+    def _read_window(
+        self, targets: Sequence[StackTarget]
+    ) -> dict[int, tuple[list[tuple[float, tuple[str, ...], str]], str | None, ThreadClock | None, ThreadClock | None]]:
+        """One window of every target: its main thread's samples spread over the window, the most frequent stack
+        last (the order within a window is not known), with the thread's clocks at its start and end."""
+        assert self._window is not None
+        start = {t.pid: self._thread_clock(t.pid) for t in targets}
+        t0 = self._clock.time()
+        got = self._window(targets, self.interval_s, self._stop)
+        t1 = self._clock.time()
+        out = {}
+        for t in targets:
+            stacks, error = got.get(t.pid, ([], "not read"))
+            ordered = sorted(stacks, key=lambda sc: sc[1])
+            frames_list = [frames for frames, n in ordered for _ in range(n)]
+            step = (t1 - t0) / max(1, len(frames_list))
+            taken = [(t0 + (i + 1) * step, f, _where_short(f)) for i, f in enumerate(frames_list)]
+            out[t.pid] = (taken, error, start.get(t.pid), self._thread_clock(t.pid))
+        return out
 
     # ---------------------------------------------------------------------------------------------- the record
     def state(self) -> StackSampling:
@@ -350,7 +481,7 @@ class StackSampler:
             self._record = StackSampling(
                 available=self._reason is None,
                 reason=self._reason,
-                method=METHOD,
+                method=METHODS["record"] if self._window is not None else METHOD,
                 interval_s=self._wait_s,
                 cpu_fraction=fraction,
                 processes=procs,

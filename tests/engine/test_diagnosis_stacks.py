@@ -278,3 +278,39 @@ def test_a_one_shot_report_shows_the_straggler_the_running_watchdog_names() -> N
     assert found.message.startswith(said.rstrip(".")) and f"as the watchdog, pid {wd.pid}" in found.message
     stale = replace(wd, stale=True)
     assert not [f for f in diagnose(replace(snap, watchdog=stale), CTX) if f.code == "straggler"]
+
+
+def test_py_spy_records_raw_lines_are_the_main_threads_stacks_innermost_first() -> None:
+    raw = (
+        "thread (14882): Thread-1 (heartbeat);Thread.run (threading.py:982);heartbeat (train.py:78) 5\n"
+        "thread (14875): MainThread;<module> (train.py:166);rank_main (train.py:110);all_reduce (train.py:64) 4\n"
+        "thread (14875): MainThread;<module> (train.py:166);rank_main (train.py:106);compute (train.py:40) 1\n"
+    )
+    assert sampler_mod.parse_raw(14875, raw) == [
+        (("all_reduce (train.py:64)", "rank_main (train.py:110)", "<module> (train.py:166)"), 4),
+        (("compute (train.py:40)", "rank_main (train.py:106)", "<module> (train.py:166)"), 1),
+    ]
+
+
+def test_a_window_of_records_becomes_reads_the_most_frequent_last_with_the_windows_clocks() -> None:
+    clock = FakeClock(NOW)
+    clocks = iter([ThreadClock(5, 9), ThreadClock(5, 9)])
+
+    def window(targets: Sequence[StackTarget], seconds: float, stop: object) -> dict[int, object]:
+        clock.advance(seconds)
+        return {t.pid: ([(COMPUTE, 1), (ALLREDUCE, 3)], None) for t in targets}
+
+    sampler = StackSampler(
+        lambda: [StackTarget(os.getpid(), "rank 0")],
+        clock,
+        interval_s=4.0,
+        reader=lambda t: ((), "", None),
+        window=window,  # type: ignore[arg-type]
+        cpu=lambda: 0.0,
+        thread_clock=lambda pid: next(clocks),
+    )
+    assert sampler.round() == 0.0  # the window itself was the interval
+    (proc,) = sampler.state().processes
+    assert [x.frames for x in proc.samples] == [COMPUTE, ALLREDUCE, ALLREDUCE, ALLREDUCE]
+    assert [x.at - NOW for x in proc.samples] == [1.0, 2.0, 3.0, 4.0]
+    assert all(x.blocked for x in proc.samples)  # the main thread neither ran nor woke over the window

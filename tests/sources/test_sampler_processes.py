@@ -77,12 +77,16 @@ def test_a_rank_that_stops_joining_is_hung_within_the_window_with_both_stacks(tm
     assert {line.split(":", 1)[0] for line in rs.evidence} == {"rank 0", "rank 1"}
 
 
-def test_a_rank_slower_by_0_6_s_a_step_is_named_the_straggler(tmp_path: Path) -> None:
-    ctx = Context(stacks=StacksConfig(straggler_window_s=6.0, straggler_min_samples=5))
+# record: windows of 4 s hold 3 samples each (its first comes a second in)
+@pytest.mark.parametrize(("method", "interval", "window"), [("dump", 0.3, 6.0), ("record", 4.0, 8.0)])
+def test_a_rank_slower_by_0_6_s_a_step_is_named_the_straggler(
+    tmp_path: Path, method: str, interval: float, window: float
+) -> None:
+    ctx = Context(stacks=StacksConfig(straggler_window_s=window, straggler_min_samples=5))
     with _ranks(tmp_path, "straggler") as pids:
         wait_until(lambda: _readable(pids[1]), 20, 0.2)
         targets = [StackTarget(pid, f"rank {i}") for i, pid in enumerate(pids)]
-        sampler = StackSampler(lambda: targets, SystemClock(), interval_s=0.3, cpu_budget=1.0)
+        sampler = StackSampler(lambda: targets, SystemClock(), interval_s=interval, cpu_budget=1.0, method=method)
         sampler.start()
         try:
             report = wait_until(lambda: stragglers(_snap(sampler), ctx), 60, 0.2)
