@@ -5,8 +5,8 @@
 1. **cost**: 8 rank processes stepping through a barrier (bench/stack_ranks.py); one ``py-spy dump --nonblocking``
    of each, many times, against ``py-spy record --nonblocking --rate 1`` per rank for 3 s and for 20 s (its start
    and each further sample): CPU seconds per sample (the children's rusage). Then rlwatch's sampler itself
-   (sources/sampler) over the 8 ranks at its default budget: its CPU (this process's and its children's) as a share
-   of one core, and the cadence it paced itself to.
+   (sources/sampler) over the 8 ranks at its default budget, with each ``stacks.method``: its CPU (this process's
+   and its children's) as a share of one core, and how many reads it made.
 2. **hang**: 2 ranks; rank 1 waits for ever on a socket after 150 steps (seconds into the reads, at no particular
    moment of their cadence) while rank 0 logs a heartbeat: the seconds from the last logged step until the stacks
    declare the run hung (window: the default ``hang_floor_s``, 60 s; ``--quick``: 10 s), and what it says.
@@ -113,14 +113,15 @@ def cost(exe: str, seconds: float) -> list[str]:
         per_sample = (record[20] - record[3]) / 17
         start_up = record[3] - 3 * per_sample
         targets = [StackTarget(pid, f"rank {i}") for i, pid in enumerate(pids)]
-        sampler = StackSampler(lambda: targets, SystemClock(), interval_s=StacksConfig().interval_s)
-        cpu0, t0 = _self_cpu() + _children_cpu(), time.monotonic()
-        sampler.start()
-        time.sleep(seconds)
-        sampler.stop()
-        used = _self_cpu() + _children_cpu() - cpu0
-        elapsed = time.monotonic() - t0
-        st = sampler.state()
+        runs = []
+        for method in ("dump", "record"):
+            sampler = StackSampler(lambda: targets, SystemClock(), interval_s=StacksConfig().interval_s, method=method)
+            cpu0, t0 = _self_cpu() + _children_cpu(), time.monotonic()
+            sampler.start()
+            time.sleep(seconds)
+            sampler.stop()
+            used = _self_cpu() + _children_cpu() - cpu0
+            runs.append((method, used, time.monotonic() - t0, sampler.state()))
     budget = StacksConfig().cpu_budget
     lines += [
         "| reading | CPU per sample | wall per sample | cadence for 8 ranks at 1 % of a core |",
@@ -132,10 +133,12 @@ def cost(exe: str, seconds: float) -> list[str]:
         f"| `py-spy record --rate 1` in 30 s windows | {(start_up / 30 + per_sample) * 1000:.2f} ms | — | "
         f"every {8 * (start_up / 30 + per_sample) / budget:.1f} s, aggregated per window |",
         "",
-        f"rlwatch's sampler (`py-spy dump`) over the 8 ranks for {elapsed:.0f} s: {used:.2f} CPU s = "
-        f"{100 * used / elapsed:.2f} % of one core (its own measure, py-spy's CPU and its thread's: "
-        f"{100 * (st.cpu_fraction or 0):.2f} %), paced to one round every {st.interval_s:.1f} s; "
-        f"{sum(len(p.samples) for p in st.processes)} reads.",
+        *(
+            f"rlwatch's sampler (`stacks.method: {method}`) over the 8 ranks for {elapsed:.0f} s: {used:.2f} CPU s "
+            f"= {100 * used / elapsed:.2f} % of one core (its own measure, py-spy's CPU and its thread's: "
+            f"{100 * (st.cpu_fraction or 0):.2f} %); {sum(len(p.samples) for p in st.processes)} reads.\n"
+            for method, used, elapsed, st in runs
+        ),
         "",
     ]
     return lines

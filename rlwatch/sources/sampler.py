@@ -6,7 +6,8 @@ main thread stands, read again and again, says it whatever the logs print: the s
 wait (a collective, a socket, a lock, a queue) with the thread never woken, is a rank that does not move
 (:mod:`rlwatch.engine.diagnosis.stacks` says what that means).
 
-Each round reads every target with ``py-spy dump --nonblocking --json`` (nothing paused, nothing signalled), beside
+Each round reads every target with ``py-spy dump --nonblocking --json`` (nothing paused, nothing signalled; with
+``stacks.method: record``, a window of ``py-spy record --rate 1 --idle --threads`` per target instead), beside
 its main thread's CPU time and context switches from ``/proc/PID/task/PID/`` (the main thread only: a heartbeat
 thread's work does not make the main thread move). A round costs what py-spy costs (bench/stacks.py measures it);
 the sampler measures its children's CPU and waits long enough after each round to stay within ``cpu_budget`` of one
@@ -53,6 +54,9 @@ __all__ = [
 METHODS = {"dump": "py-spy dump --nonblocking", "record": "py-spy record --rate 1 --idle --nonblocking"}
 METHOD = METHODS["dump"]
 TIMEOUT_S = 10.0
+# Rounds are paced to this part of the budget: a measure that ends just after a round (or another thread's child
+# counted in a round) stays within the budget.
+BUDGET_MARGIN = 0.9
 _NO_PTRACE_WORDS = ("ermission denied", "not permitted", "EPERM", "ptrace")
 
 # A collective: torch.distributed's (all_reduce, barrier …, a work's wait), NCCL/gloo's, DeepSpeed's and Ray
@@ -441,7 +445,7 @@ class StackSampler:
             self._spent += cost
             # Wait long enough that this round's cost stays within the budget, never less than the interval (a
             # window of `py-spy record` already lasted the interval: it waits only what the budget asks beyond).
-            pace = max(self.interval_s, cost / self.cpu_budget)
+            pace = max(self.interval_s, cost / (BUDGET_MARGIN * self.cpu_budget))
             self._wait_s = pace if self._window is None else max(0.0, pace - self.interval_s)
             self._record = None
         return self._wait_s

@@ -212,10 +212,11 @@ def test_the_sampler_keeps_a_bounded_history_per_process_and_paces_itself_to_its
     for _ in range(6):
         wait = sampler.round()
         clock.advance(wait)
-    assert wait == pytest.approx(5.0)  # 50 ms a round at 1 % of a core: a round every 5 s, not every 2 s
+    # 50 ms a round at 1 % of a core (paced to 90 % of it): a round every 5.6 s, not every 2 s
+    assert wait == pytest.approx(0.05 / 0.009)
     st = sampler.state()
-    assert st.available and st.interval_s == pytest.approx(5.0)
-    assert st.cpu_fraction == pytest.approx(0.01)
+    assert st.available and st.interval_s == pytest.approx(0.05 / 0.009)
+    assert st.cpu_fraction == pytest.approx(0.009)
     (proc,) = st.processes
     assert proc.pid == os.getpid() and len(proc.samples) == 4 and proc.samples[-1].collective
     assert [x.blocked for x in proc.samples] == [True, False, True, False] or [x.blocked for x in proc.samples] == [
