@@ -13,7 +13,8 @@
 3. **straggler**: 2 ranks, rank 1 spending 0.6 s more per step in ``decode_and_augment``: the seconds until it is
    named (window: the default ``straggler_window_s``, 90 s; ``--quick``: 20 s), and what it says.
 
-Writes ``bench/RESULTS-stacks.md`` (and prints it). Timings are evidence to read, never asserted in tests.
+Writes ``bench/RESULTS-stacks.md`` (a part or ``--quick``: ``bench/data/stacks.md``) and prints it. Timings are
+evidence to read, never asserted in tests.
 """
 
 from __future__ import annotations
@@ -223,8 +224,10 @@ def main(argv: list[str] | None = None) -> int:
         out += straggler(20.0 if args.quick else defaults.straggler_window_s, interval)
     text = "\n".join(out)
     print(text)
-    OUT.parent.mkdir(parents=True, exist_ok=True)
-    OUT.write_text(text + "\n")
+    # Only a whole run (every section, full windows) replaces the results; a part or a quick run goes under data/.
+    out = OUT if only >= {"cost", "hang", "straggler"} and not args.quick else ROOT / "bench" / "data" / "stacks.md"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(text + "\n")
     return 0
 
 
