@@ -225,9 +225,9 @@ def main(argv: list[str] | None = None) -> int:
     text = "\n".join(out)
     print(text)
     # Only a whole run (every section, full windows) replaces the results; a part or a quick run goes under data/.
-    out = OUT if only >= {"cost", "hang", "straggler"} and not args.quick else ROOT / "bench" / "data" / "stacks.md"
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(text + "\n")
+    path = OUT if only >= {"cost", "hang", "straggler"} and not args.quick else ROOT / "bench" / "data" / "stacks.md"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text + "\n")
     return 0
 
 
