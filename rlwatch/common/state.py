@@ -407,6 +407,55 @@ class StackReport:
     error: str | None = None  # why none could be read (py-spy missing, ptrace not permitted)
 
 
+@dataclass(frozen=True, slots=True)
+class StackSample:
+    """One read of one process's main thread while the run lives (rlwatch/sources/sampler.py)."""
+
+    at: float  # wall time of the read
+    frames: tuple[str, ...]  # "all_reduce (distributed_c10d.py:2501)", innermost first
+    where: str  # its innermost function and the run's own frame that led there
+    wait: str | None  # the wait it stands in ("all_reduce", "socket recv", "sleep", …), None: not a known wait
+    collective: bool  # that wait is a collective (all_reduce, barrier, broadcast, a process group's wait)
+    blocked: bool | None  # its main thread used no CPU and never woke since the previous read; None: first read
+    stage: str | None = None  # generation, reward, training, weight sync: where the frames tell
+
+
+@dataclass(frozen=True, slots=True)
+class SampledProcess:
+    """One process of the run and its recent stacks, oldest first (bounded), known by (pid, create_time)."""
+
+    pid: int
+    create_time: float
+    label: str  # "rank 1", "trainer (pid 812)"
+    rank: int | None
+    samples: tuple[StackSample, ...]
+    error: str | None = None  # why its latest read failed
+    alive: bool = True
+
+
+@dataclass(frozen=True, slots=True)
+class StackSampling:
+    """The stacks sampled while the run lives: every process's recent history, and what the sampling costs."""
+
+    available: bool
+    reason: str | None  # why not available (py-spy missing, ptrace refused), one line
+    method: str  # "py-spy dump --nonblocking"
+    interval_s: float  # the cadence now: the configured one, or longer to stay within the CPU budget
+    cpu_fraction: float | None  # measured CPU the sampling costs, as a fraction of one core
+    processes: tuple[SampledProcess, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class RankTime:
+    """Where one rank spent its time over the straggler window, from its sampled stacks (engine/diagnosis/stacks)."""
+
+    label: str  # "rank 1"
+    collective_share: float  # share of its reads standing in a collective (0 to 1)
+    reads: int
+    straggler: bool  # the others wait for it
+    gpu_util: float | None = None  # its GPU's utilisation (%), where the GPU it holds is known
+
+
 RUN_STATES = ("progressing", "finished", "crashed", "hung", "stopped", "unknown")
 
 
@@ -570,6 +619,7 @@ class WatchdogStatus:
     # What the run is doing as the watchdog, which reads its logs live (each line timed as it comes), sees it:
     # (state, why, since). Evidence another view can lean on where its own lines carry no time (a one-shot report).
     run_state: tuple[str, str, float | None] | None = None
+    straggler: str | None = None  # the straggler finding its stacks, sampled live, name (a one-shot report has none)
 
 
 @dataclass(frozen=True, slots=True)
@@ -722,6 +772,8 @@ class Snapshot:
     endings: tuple[LogEnding, ...] = ()  # how each followed log ends (its newest lines)
     run_state: RunState | None = None  # what the run is doing, from evidence (engine/diagnosis/health)
     stacks: StackReport | None = None  # the run's processes' stacks, when last read (a hang, a person asking)
+    sampling: StackSampling | None = None  # the stacks sampled while the run lives (sources/sampler); None: not run
+    rank_times: tuple[RankTime, ...] = ()  # where each rank spent its time over the straggler window
     kernel: KernelLogState | None = None  # None: not read (yet)
     limits: HostLimits | None = None  # None: not read (yet)
     learning: LearningState | None = None  # None: no learning metric seen

@@ -141,6 +141,30 @@ class Thresholds(Strict):
     startup_s: PositiveFloat = 1800.0
 
 
+class StacksConfig(Strict):
+    """The run's stacks sampled while it lives (rlwatch/sources/sampler.py) and what they say: a hang from where the
+    ranks stand, whatever the logs print, and stragglers (rlwatch/engine/diagnosis/stacks.py)."""
+
+    sample: bool = True  # false: stacks are read only once a hang is declared, or on key t
+    # dump: one `py-spy dump` a process a round (each read known at once); record: a `py-spy record --rate 1` a
+    # process for each interval (about 15 times cheaper a sample, its samples known at the window's end).
+    method: Literal["dump", "record"] = "dump"
+    interval_s: PositiveFloat = 10.0  # the shortest time between two rounds of reads
+    # The CPU the reads may cost, as a fraction of one core: a round that cost more waits longer (1 %: on an 8-rank
+    # host py-spy's dumps then come every ~20 s; bench/stacks.py measures it).
+    cpu_budget: Annotated[float, Field(gt=0, le=1)] = 0.01
+    history: Annotated[int, Field(ge=4)] = 64  # reads kept per process
+    # Ranks standing still in their waits for longer than the run's hang window are hung; never later than this, so
+    # their stacks are read before a framework's watchdog (SGLang's at 300 s) kills them.
+    hang_max_s: PositiveFloat = 240.0
+    straggler_window_s: PositiveFloat = 90.0  # where each rank spent its time is taken over this window ...
+    straggler_min_samples: Annotated[int, Field(ge=2)] = 5  # ... from at least this many reads of each rank
+    # A rank is a straggler when the others spend at least this share of their reads waiting in a collective ...
+    straggler_wait_share: Annotated[float, Field(gt=0, le=1)] = 0.5
+    # ... and it spends at most this share there itself.
+    straggler_own_share: Annotated[float, Field(ge=0, lt=1)] = 0.25
+
+
 class HostConfig(Strict):
     """The machine under the run: the kernel's log, the pod's limits (rlwatch.sources.kernel, rlwatch.sources.limits).
 
@@ -359,6 +383,7 @@ class Config(Strict):
     events: EventsConfig = EventsConfig()
     thresholds: Thresholds = Thresholds()
     host: HostConfig = HostConfig()
+    stacks: StacksConfig = StacksConfig()
     learning: LearningConfig = LearningConfig()
     actions: ActionsConfig = ActionsConfig()
     policies: list[Policy] = []

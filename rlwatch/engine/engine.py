@@ -51,6 +51,7 @@ from rlwatch.discover.knobs import read_knobs
 from rlwatch.discover.load import missing_paths, resolve
 from rlwatch.engine.attempts import AttemptTracker, busy_after
 from rlwatch.engine.diagnosis import Context, assess_run, diagnose, timeline
+from rlwatch.engine.diagnosis.stacks import rank_times
 from rlwatch.engine.preview import MIN_BACKLOG, TAIL_BYTES, Counting, TailPreview
 from rlwatch.engine.recent_lines import RECENT_LINES, RecentLines
 from rlwatch.logs.ending import read_ending
@@ -73,6 +74,7 @@ from rlwatch.sources.processes import LaunchRecord, ProcessTable, member_info, p
 from rlwatch.sources.procfs import container_uptime_s
 from rlwatch.sources.ray import RaySource
 from rlwatch.sources.recover import find_step_info, read_recover
+from rlwatch.sources.sampler import StackSampler, may_read
 from rlwatch.sources.server import ServerProbe
 from rlwatch.sources.stacks import StackTarget, capture, latest_kept, rank_label
 from rlwatch.sources.watchdog_state import read_status
@@ -249,6 +251,23 @@ class Engine:
         self._endings: tuple[LogEnding, ...] = ()
         self._stacks: StackReport | None = None
         self._stacks_for: float | None = None  # the hang (its since) whose stacks were read
+        # The stacks sampled while the run lives, on a thread of its own (sources/sampler): never in the way of this
+        # engine's loops, whatever py-spy takes.
+        scfg = cfg.stacks
+        self.stack_sampler = (
+            StackSampler(
+                self._sampled_targets,
+                self.clock,
+                interval_s=scfg.interval_s,
+                cpu_budget=scfg.cpu_budget,
+                history=scfg.history,
+                run_owner=_owner(self.run_dir),
+                proc_root=proc_root,
+                method=scfg.method,
+            )
+            if scfg.sample
+            else None
+        )
         self._member_starts: dict[str, set[float]] = {}  # role -> start times of processes seen as the run's
         self._member_pids: set[int] = set()  # every pid seen as the run's
         self._role_procs: tuple[ProcessInfo, ...] = ()  # every process a role rule selects, the run's or not
@@ -562,6 +581,9 @@ class Engine:
             self._endings = endings
             if kept is not None:
                 self._stacks = kept  # another rlwatch (the watchdog, the dashboard) read them since
+            sampled = self.stack_sampler.state() if self.stack_sampler is not None and self.running else None
+            if sampled is not None and (sampled.reason is not None or "stacks" in self._status):
+                self._ok("stacks", sampled.reason)  # py-spy missing or refused: shown, never hidden
             self._ray = ray
             for g in gpu.gpus:
                 self._hist_gpu_util.setdefault(g.index, Ring()).add(now, g.util)
@@ -863,6 +885,7 @@ class Engine:
                 live_run=live_run,
                 endings=self._endings,
                 stacks=self._stacks,
+                sampling=self.stack_sampler.state() if self.stack_sampler is not None and self.running else None,
                 kernel=self._kernel,
                 limits=self._limits,
                 learning=self.learning.state() if preview is None else preview.learning(self.learning.state()),
@@ -882,8 +905,11 @@ class Engine:
                 progress_kinds=self._progress_kinds,
                 host=self.cfg.host,
                 learning=self.cfg.learning,
+                stacks=self.cfg.stacks,
             )
             snap = replace(snap, run_state=assess_run(snap, ctx))
+            if snap.sampling is not None:
+                snap = replace(snap, rank_times=rank_times(snap, ctx))
             snap = replace(snap, findings=diagnose(snap, ctx), timeline=timeline(snap))
             self._snapshot = snap
         for listener in list(self._listeners):
@@ -992,22 +1018,37 @@ class Engine:
         return False
 
     # ------------------------------------------------------------------------------------------------ stacks
-    def stack_targets(self) -> list[StackTarget]:
-        """The live run's Python processes (its members, with evidence), each labelled by its rank where known."""
-        view = self.live_run()
+    def stack_targets(self, view: RunView | None = None) -> list[StackTarget]:
+        """The live run's Python processes (its members, with evidence), each labelled by its rank where known, and
+        the host's inference server's Python processes (its scheduler: SGLang's and vLLM's are its children)."""
+        view = view or self.live_run()
         with self._lock:
             procs = {p.pid: p for p in self._procs if p.alive}
+        pids = set(view.members) - view.weak  # a process that only reads the logs is not a rank
+        for server in procs.values():
+            if server.role == "server":
+                pids |= {server.pid, *_children(server.pid, self._proc_root)}
         out = []
-        for pid in sorted(set(view.members) - view.weak):  # a process that only reads the logs is not a rank
+        owner = _owner(self.run_dir)
+        for pid in sorted(pids):
+            if not may_read(pid, owner, self._proc_root):
+                continue  # another user's process: never read, even by root
             argv = procfs.read_cmdline(pid, self._proc_root)
             exe = os.path.basename(argv[0]) if argv else ""
-            if not (exe.startswith("python") or (argv and argv[0].startswith("ray::")) or "python" in exe):
+            titled = bool(argv) and argv[0].lower().startswith(("ray::", "sglang::", "vllm::"))
+            if not (exe.startswith("python") or titled or "python" in exe):
                 continue
             p = procs.get(pid)
             name = p.name if p is not None else program_label(argv) if argv else "?"
             fallback = name if str(pid) in name else f"{name} (pid {pid})"
             out.append(StackTarget(pid, rank_label(pid, fallback, self._proc_root)))
         return out
+
+    def _sampled_targets(self) -> list[StackTarget]:
+        """The sampler's targets: the run as the sampling loop last found it (never assessed on the sampler's
+        thread), none before it has."""
+        view = self._view
+        return [] if view is None else self.stack_targets(view)
 
     def capture_stacks(self, why: str) -> StackReport:
         """Read every Python process of the run's stack now (py-spy, never pausing them), keep the dump in the run's
@@ -1067,6 +1108,8 @@ class Engine:
             t = threading.Thread(target=target, name=f"rlwatch-{name}", daemon=True)
             t.start()
             self._threads.append(t)
+        if self.stack_sampler is not None:
+            self.stack_sampler.start()
 
     def wait_first_look(self, timeout: float) -> bool:
         """Wait up to ``timeout`` seconds until the running engine has published its first look: the host sources
@@ -1085,6 +1128,8 @@ class Engine:
         self._first_look.set()
         self._first_sample.set()
         self.waker.stop()
+        if self.stack_sampler is not None:
+            self.stack_sampler.stop()
         for t in self._threads:
             t.join(timeout=5)
         if self.preview is not None:
@@ -1149,6 +1194,23 @@ class Engine:
             self._guard("server", self.probe_server)
             self._guard("build", self.build)
             self._stop.wait(self.cfg.server.interval_s)
+
+
+def _owner(path: Path) -> int | None:
+    """The run directory's owner: the only user besides rlwatch's own whose processes the sampler may read."""
+    try:
+        return path.stat().st_uid
+    except OSError:
+        return None
+
+
+def _children(pid: int, proc_root: str) -> list[int]:
+    """A process's direct children, from /proc/PID/task/PID/children (none where the kernel does not keep it)."""
+    try:
+        with open(f"{proc_root}/{pid}/task/{pid}/children", "rb") as fh:
+            return [int(x) for x in fh.read().split()]
+    except (OSError, ValueError):
+        return []
 
 
 def _log_start(starts: dict[str, deque[float]], role: str, line: LogLine) -> None:

@@ -221,6 +221,7 @@ class SnapshotCollector(Collector):
         self._machine(f, snap)
         self._processes(f, snap)
         self._findings(f, snap)
+        self._stacks(f, snap)
         self._sources(f, snap, now)
         if extras is not None:
             self._extras(f, extras)
@@ -488,6 +489,36 @@ class SnapshotCollector(Collector):
                 None,
                 occurrences(snap.incidents, snap.dropped_incidents, "traceback", inc.signature),
             )
+
+    @staticmethod
+    def _stacks(f: _Families, snap: Snapshot) -> None:
+        """Where each rank spends its time, from its sampled stacks: the straggler, with its numbers."""
+        sampling = snap.sampling
+        if sampling is not None:
+            f.gauge(
+                "stack_sampling_up",
+                "1 while the run's stacks can be sampled (py-spy present, ptrace allowed).",
+                None,
+                sampling.available,
+            )
+            f.gauge(
+                "stack_sampling_cpu_ratio",
+                "CPU the stack sampling costs, as a share of one core.",
+                None,
+                sampling.cpu_fraction,
+            )
+            f.gauge(
+                "stack_sampling_interval_seconds", "Time between two rounds of stack reads.", None, sampling.interval_s
+            )
+        for r in snap.rank_times:
+            lab = {"rank": r.label}
+            f.gauge(
+                "rank_collective_wait_ratio",
+                "Share of the rank's stack reads waiting in a collective, over the straggler window.",
+                lab,
+                r.collective_share,
+            )
+            f.gauge("rank_straggler", "1 when the other ranks wait for this one (a straggler).", lab, r.straggler)
 
     @staticmethod
     def _sources(f: _Families, snap: Snapshot, now: float) -> None:

@@ -655,7 +655,12 @@ class Watchdog:
                 ],
                 "notify": self.notifications.state() if self.notifications is not None else None,
                 "run_state": self._run_state(),
+                "straggler": self._straggler(),
             }
+
+    def _straggler(self) -> str | None:
+        """The straggler the stacks sampled live name, for a one-shot report (which samples none) to show."""
+        return next((f.message for f in self.engine.snapshot().findings if f.code == "straggler"), None)
 
     def _run_state(self) -> dict[str, Any] | None:
         rs = self.engine.snapshot().run_state

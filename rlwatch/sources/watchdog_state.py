@@ -117,6 +117,7 @@ def status_from(data: dict[str, Any], now: float) -> WatchdogStatus:
         notify=_notify_from(data.get("notify")),
         reading_backlog=_progress(data.get("reading_backlog")) if alive else None,
         run_state=_run_state(data.get("run_state")) if alive else None,
+        straggler=str(data["straggler"])[:1000] if alive and isinstance(data.get("straggler"), str) else None,
     )
 
 

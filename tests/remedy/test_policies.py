@@ -669,3 +669,17 @@ class StreakPolicyModel(RuleBasedStateMachine):
 
 TestStreakPolicyModel = StreakPolicyModel.TestCase
 TestStreakPolicyModel.settings = settings(max_examples=100, stateful_step_count=30, deadline=None)
+
+
+def test_the_state_file_carries_the_straggler_the_live_stacks_name(brake_loop: Loop) -> None:
+    from dataclasses import replace
+
+    from rlwatch.common.state import Finding, Severity
+
+    loop = brake_loop
+    said = "A straggler slows the run (rank 1): rank 0 spends 80 % of its time waiting in all_reduce for rank 1."
+    snap = loop.engine.collect_once()
+    loop.engine._snapshot = replace(snap, findings=(Finding(Severity.WARNING, "straggler", said, None),))
+    loop.wd._write_state()
+    status, error = read_status(loop.dir, loop.clock.time())
+    assert error is None and status is not None and status.straggler == said

@@ -26,6 +26,7 @@ from rlwatch.engine.diagnosis.memory import brake, memory
 from rlwatch.engine.diagnosis.ray import RAY_CODES, ray, ray_run_state
 from rlwatch.engine.diagnosis.restarts import restart_loop
 from rlwatch.engine.diagnosis.server import server_down
+from rlwatch.engine.diagnosis.stacks import stack_run_state, straggler
 from rlwatch.engine.diagnosis.timeline import timeline
 from rlwatch.engine.diagnosis.training import training
 from rlwatch.engine.diagnosis.trust import actions_off
@@ -121,12 +122,15 @@ RULES: tuple[Rule, ...] = (
     memlock,
     checkpoint_space,
     learning,
+    # where each rank stands (issue #33): stragglers from the stacks sampled while the run lives
+    straggler,
 )
 
 
 def assess_run(s: Snapshot, ctx: Context) -> RunState:
-    """The run's state from evidence (:mod:`.health`), with what Ray says of a Ray-based run (:mod:`.ray`)."""
-    return ray_run_state(s, _assess_health(s, ctx))
+    """The run's state from evidence (:mod:`.health`), with what Ray says of a Ray-based run (:mod:`.ray`) and what
+    the ranks' stacks say (:mod:`.stacks`: a hang whatever the logs print, who waits where)."""
+    return stack_run_state(s, ctx, ray_run_state(s, _assess_health(s, ctx)))
 
 
 def diagnose(s: Snapshot, ctx: Context) -> tuple[Finding, ...]:

@@ -12,7 +12,7 @@ from rlwatch.common.state import (
     Severity,
     Snapshot,
 )
-from rlwatch.config.models import HostConfig, LearningConfig, Thresholds
+from rlwatch.config.models import HostConfig, LearningConfig, StacksConfig, Thresholds
 
 CRIT, WARN, INFO = Severity.CRITICAL, Severity.WARNING, Severity.INFO
 
@@ -34,6 +34,7 @@ class Context:
     progress_kinds: tuple[str, ...] = ()  # the configuration's own kinds whose lines prove progress
     host: HostConfig = field(default_factory=HostConfig)  # the machine's limits (host.py, hardware.py)
     learning: LearningConfig = field(default_factory=LearningConfig)  # when learning broke (learning.py)
+    stacks: StacksConfig = field(default_factory=StacksConfig)  # hangs and stragglers from the stacks (stacks.py)
 
 
 Rule = Callable[[Snapshot, Context], Iterator[Finding]]
