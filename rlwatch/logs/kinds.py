@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from rlwatch.common.state import Severity
 from rlwatch.config.models import EventsConfig
 from rlwatch.logs.matcher import required_literals
+from rlwatch.logs.progress_shape import CANDIDATE, CANDIDATE_LITERALS
 
 __all__ = ["PROGRESS_KINDS", "EventKind", "build_kinds", "builtin_kinds"]
 
@@ -299,6 +300,16 @@ _BUILTIN: tuple[EventKind, ...] = (
         _I,
         r"Training Progress:\s+\d+%\|[^\n]*\| *\d+/\d+ \[|^Total training steps: \d+",
         ("Training Progress:", "Total training steps: "),
+        internal=True,
+    ),
+    # Progress known by its shape, in any framework: a step-like name before a number, a fraction in a bar or in
+    # brackets, a Keras bar, an epoch line (rlwatch/logs/progress_shape.py says which are steps; the training
+    # tracker follows them).
+    _kind(
+        "_steplike",
+        _I,
+        CANDIDATE,
+        CANDIDATE_LITERALS,
         internal=True,
     ),
     _kind(
