@@ -187,7 +187,37 @@ _BUILTIN: tuple[EventKind, ...] = (
         code_lines_excluded=True,
     ),
     # emergency_brake comes from the configuration: see build_kinds.
-    _kind("oom_kill", _C, r"Killed process \d+", ("Killed process",)),
+    # The kernel's OOM killer (`Killed process 1234 (python)`), and as Slurm reports it: slurmstepd's cgroup
+    # plugins `Detected 1 oom-kill event(s) in StepId=191.batch cgroup. Some of your processes may have been killed
+    # by the cgroup out-of-memory handler.` (src/plugins/task/cgroup, src/plugins/cgroup/v2), since Slurm 23.02
+    # `Detected 2 oom_kill events in StepId=…. Some of the step tasks have been OOM Killed.`, and srun's
+    # `srun: error: node107: task 0: Out Of Memory` (src/srun/step_ctx.c, launch.c).
+    _kind(
+        "oom_kill",
+        _C,
+        r"Killed process \d+|Detected \d+ oom[-_]kill event|\btask \d+: Out Of Memory",
+        ("Killed process", "oom-kill event", "oom_kill event", ": Out Of Memory"),
+    ),
+    # Slurm ending a job or step (src/slurmd/slurmstepd/req.c, _handle_signal_container; srun's own for a step):
+    # `*** JOB 494583 ON node1 CANCELLED AT 2024-04-20T09:09:37 DUE TO TIME LIMIT ***`, `… DUE TO PREEMPTION ***`,
+    # `… DUE TO JOB REQUEUE ***`, `*** STEP 494583.0 ON node1 CANCELLED AT … ***` (scancel); the node's failure is
+    # a kind of its own.
+    _kind(
+        "slurm_cancelled",
+        _C,
+        r"\*\*\* (?:JOB|STEP) \S+ (?:ON \S+ )?CANCELLED AT \S+ (?:DUE TO (?:TIME LIMIT|PREEMPTION|JOB REQUEUE) )?"
+        r"(?:ON \S+ )?\*\*\*",
+        ("CANCELLED AT",),
+    ),
+    # Slurm: `*** JOB 1 ON n1 CANCELLED AT … DUE TO NODE FAILURE, SEE SLURMCTLD LOG FOR DETAILS ***` (req.c; before
+    # 20.02 `… DUE TO NODE FAILURE ***`), srun's and salloc's `error: Node failure on worker-1` (srun_job.c,
+    # allocate.c), the NODE_FAIL state sacct reports.
+    _kind(
+        "node_failure",
+        _C,
+        r"CANCELLED AT \S+ DUE TO NODE FAILURE|\bNode failure on \S+|\bNODE_FAIL\b",
+        ("DUE TO NODE FAILURE", "Node failure on", "NODE_FAIL"),
+    ),
     _kind(
         "shm_error",
         _C,

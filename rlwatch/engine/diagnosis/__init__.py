@@ -81,6 +81,8 @@ NAMED_FAILURES = frozenset(
         "child_failed",
         "engine_dead",
         "oom_kill",
+        "slurm_cancelled",
+        "node_failure",
         "server_down",
         "connection_refused",
         "restart_loop",
