@@ -89,8 +89,7 @@ def test_after_the_fact_the_step_is_named_and_nothing_is_critical(tmp_path: Path
     os.utime(log, (an_hour_ago, an_hour_ago))
     engine = _engine(run)
     try:
-        engine.drain_logs()
-        snap = engine.build()
+        snap = engine.collect_once()
     finally:
         engine.stop()
     tr = snap.training

@@ -113,7 +113,8 @@ TRL_KEYS = frozenset(
     {"use_vllm", "vllm_mode", "num_generations", "max_completion_length", "vllm_server_host", "vllm_server_port"}
 )
 LOOKED_FOR = (
-    "*.log files (and captured output: slurm-*.out, nohup.out, *.out, *.err) written in the last 24 h, AReaL's logs/ checkpoints/ recover_info/ layout, HF/TRL "
+    "*.log files (and captured output: slurm-*.out, nohup.out, *.out, *.err) written in the last 24 h, "
+    "AReaL's logs/ checkpoints/ recover_info/ layout, HF/TRL "
     "checkpoint-N/trainer_state.json, and training processes (torchrun, accelerate, DeepSpeed, python, AReaL, TRL, "
     "SGLang, vLLM) working in or naming this directory"
 )

@@ -250,6 +250,24 @@ _BUILTIN: tuple[EventKind, ...] = (
         ("uncorrectable", "GPU is lost", "fallen off the bus"),
         code_lines_excluded=True,
     ),
+    # fp16 dynamic loss scaling skipping a step on an overflow, each framework in its own words: fairseq
+    # (fairseq/trainer.py) `NOTE: overflow detected, setting loss scale to: 16384.0`, Megatron-LM's `WARNING:
+    # Overflow detected, setting loss scale to 32768.0`, apex amp (apex/amp/handle.py) `Gradient overflow.  Skipping
+    # step, loss scaler 0 reducing loss scale to 32768.0`, DeepSpeed (runtime/fp16/loss_scaler.py, the ZeRO and fused
+    # optimizers) `[deepspeed] OVERFLOW! Rank 0 Skipping step. Attempted loss scale: 65536, reducing to 32768` and
+    # `[deepspeed] fp16 dynamic loss scale overflow! Rank 0 Skipping step. …`; and the end of the road: fairseq's
+    # `FloatingPointError: Minimum loss scale reached (0.0001).`, DeepSpeed's `Current loss scale already at minimum -
+    # cannot decrease scale anymore. Exiting run.`. A few at the start of every fp16 run are normal; the rule
+    # (engine/diagnosis/loss_scale.py) names a storm and a collapse from their repetition.
+    _kind(
+        "loss_scale_overflow",
+        _I,
+        r"[Oo]verflow detected, setting loss scale to|Gradient overflow\.\s+Skipping step, loss scaler"
+        r"|OVERFLOW! Rank \d+ Skipping step|loss scale overflow! Rank \d+ Skipping step"
+        r"|Minimum loss scale reached|Current loss scale already at minimum",
+        ("verflow detected, setting loss scale", "Skipping step", "Minimum loss scale reached", "loss scale already"),
+        code_lines_excluded=True,
+    ),
     _kind(
         "weight_update",
         _I,

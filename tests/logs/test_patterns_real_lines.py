@@ -342,6 +342,19 @@ REAL: list[tuple[str, str, tuple[Callable[[str], str], ...]]] = [
         "slurmstepd: error: Detected 2 oom_kill events in StepId=JOBID.13. Some of the step tasks have been OOM Killed.",
         ALL,
     ),
+    # fp16 overflows: fairseq's trainer, apex amp (NVIDIA/apex#318), DeepSpeed's loss scaler (deepspeedai/DeepSpeed#5779)
+    ("loss_scale_overflow", "NOTE: overflow detected, setting loss scale to: 16384.0", ALL),
+    (
+        "loss_scale_overflow",
+        "Gradient overflow. Skipping step, loss scaler 0 reducing loss scale to 8.165126103939127e-202",
+        ALL,
+    ),
+    (
+        "loss_scale_overflow",
+        "[2024-07-17 19:44:06,945] [INFO] [loss_scaler.py:183:update_scale] [deepspeed] OVERFLOW! Rank 0 Skipping step. "
+        "Attempted loss scale: 65536, reducing to 32768",
+        ALL,
+    ),
     # Slurm's slurmstepd ending a job (ZettaAI/zetta_utils#671, marbl/canu#1052)
     (
         "slurm_cancelled",

@@ -21,6 +21,7 @@ from rlwatch.engine.diagnosis.health import assess_run as _assess_health
 from rlwatch.engine.diagnosis.health import health
 from rlwatch.engine.diagnosis.host import checkpoint_space, kernel_kills, memlock, shared_memory
 from rlwatch.engine.diagnosis.learning import learning
+from rlwatch.engine.diagnosis.loss_scale import loss_scale
 from rlwatch.engine.diagnosis.memory import brake, memory
 from rlwatch.engine.diagnosis.ray import RAY_CODES, ray, ray_run_state
 from rlwatch.engine.diagnosis.restarts import restart_loop
@@ -121,6 +122,7 @@ RULES: tuple[Rule, ...] = (
     memlock,
     checkpoint_space,
     learning,
+    loss_scale,
 )
 
 
