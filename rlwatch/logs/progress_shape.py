@@ -118,10 +118,16 @@ def read(text: str) -> Reading | None:
     em, epoch, epochs, base = _epoch(text)
     pair = _PAIR.search(text)
     if pair is not None:
-        total = int(pair.group("total"))
+        per_epoch = int(pair.group("total"))
         base = 1 if "][" in pair.group(0) else 0
         return Reading(
-            _template(text, "pair", total), "pair", int(pair.group("n")), total, int(pair.group("e")), epochs, base
+            _template(text, "pair", per_epoch),
+            "pair",
+            int(pair.group("n")),
+            per_epoch,
+            int(pair.group("e")),
+            epochs,
+            base,
         )
     best: tuple[int, str, int, int | None] | None = None
     for m in _NAMED.finditer(text):
@@ -133,16 +139,16 @@ def read(text: str) -> Reading | None:
         if name == "it" and not m.group("total") and ":" not in m.group(0) and "=" not in m.group(0):
             continue  # `it` only as `it: 12` / `it=12` / `it 12/100`, not the word
         rank = _RANK.get(name, 6)
-        total = int(m.group("total")) if m.group("total") else None
-        if total is not None and int(m.group("n")) > total:
-            total = None
+        shown = int(m.group("total")) if m.group("total") else None
+        if shown is not None and int(m.group("n")) > shown:
+            shown = None
         if best is None or rank < best[0]:
-            best = (rank, name, int(m.group("n")), total)
+            best = (rank, name, int(m.group("n")), shown)
     if best is not None:
-        _, name, value, total = best
-        if total is None and (tm := _TOTAL_KEY.search(text)) is not None and int(tm.group(1)) >= value:
-            total = int(tm.group(1))
-        return Reading(_template(text, name, total), name, value, total, epoch, epochs, base)
+        _, name, value, of = best
+        if of is None and (tm := _TOTAL_KEY.search(text)) is not None and int(tm.group(1)) >= value:
+            of = int(tm.group(1))
+        return Reading(_template(text, name, of), name, value, of, epoch, epochs, base)
     for m in _FRACTION.finditer(text):
         if em is not None and em.start() <= m.start() < em.end():
             continue
