@@ -164,3 +164,47 @@ def test_a_bar_that_starts_over_and_over_is_not_the_steps() -> None:
         for n in range(1, 9):
             steps.feed(f"{n * 12}%|█   | {n}/8 [00:0{n}<00:01,  6.00it/s]")
     assert steps.step() is None
+
+
+def test_a_run_logging_through_python_logging_is_hung_once_its_steps_stop(tmp_path: Path) -> None:
+    """Issue 32's first run: two ranks log `step N/1000` through Python's logging every 1.2 s, then hang, rank 0
+    printing a heartbeat every 10 s. The steps' own times give the cadence; the heartbeat is no step; with its
+    processes alive the run is hung once the cadence's allowance has passed, and progressing before."""
+    run = tmp_path / "run"
+    run.mkdir()
+    log = run / "train.log"
+    log.write_bytes(b"")
+    t0 = time.mktime((2026, 11, 27, 11, 29, 0, 0, 0, -1))
+
+    def stamp(t: float) -> str:
+        return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(t)) + f",{int(t % 1 * 1000):03d}"
+
+    lines = []
+    for n in range(1, 25):
+        t = t0 + n * 1.2
+        lines += [f"{stamp(t)} INFO [rank{r}] step {n}/1000 loss 0.0320 tokens/s 51200" for r in (0, 1)]
+    last_step = t0 + 24 * 1.2
+    beats = [f"{stamp(last_step + 10 * k)} INFO [rank0] heartbeat {k}: waiting" for k in range(1, 37)]
+    cfg, _ = resolve_config(run, None, "auto")
+    clock = FakeClock(start=last_step + 2)
+    engine = Engine(cfg, run, clock=clock)
+    writer = LiveRun(True, None, t0 - 30, members=((os.getpid(), "rank 0"),))
+    try:
+        engine.drain_logs()
+        log.write_text("".join(f"{line}\n" for line in lines))
+        engine.drain_logs()
+        snap = engine.build()
+        moving = assess_run(replace(snap, live_run=writer), Context(thresholds=cfg.thresholds))
+        clock.advance(360)
+        with log.open("a") as out:
+            out.write("".join(f"{line}\n" for line in beats))
+        engine.drain_logs()
+        snap = engine.build()
+        stuck = assess_run(replace(snap, live_run=writer), Context(thresholds=cfg.thresholds))
+    finally:
+        engine.stop()
+    assert moving.state == "progressing", moving
+    assert snap.training is not None and snap.training.last_step == 24
+    assert snap.training.last_step_at == pytest.approx(last_step, abs=0.01)
+    assert snap.training.steps_per_hour == pytest.approx(3000, rel=0.01)  # every 1.2 s, from the lines' own times
+    assert stuck.state == "hung", stuck
