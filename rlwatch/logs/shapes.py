@@ -21,6 +21,8 @@ import re
 import signal as _signal
 from dataclasses import dataclass
 
+from rlwatch.logs.progress_shape import read as read_step
+
 __all__ = ["PROGRESS", "RECORD_LEVEL", "Shape", "is_progress", "shape_of", "signal_name"]
 
 EXCEPTION, ERROR, EXIT, SIGNAL, KERNEL = "exception", "error", "exit", "signal", "kernel"
@@ -63,7 +65,14 @@ PROGRESS = re.compile(
 
 
 def is_progress(body: str) -> bool:
-    return PROGRESS.search(body) is not None
+    """A line that proves the run moved: a step line of the frameworks above, or any framework's step line known by
+    its shape (rlwatch/logs/progress_shape.py) that is no failure of its own (`RuntimeError: … at step 52` is one)
+    and no quoted source line (a traceback's `    for step in …`)."""
+    if PROGRESS.search(body) is not None:
+        return True
+    if body.startswith(("  ", "\t")) and not body.lstrip()[:1].isdigit():
+        return False  # indented: a frame or a quoted source line (a bar's `  45%|…` and Megatron's ` iteration` pass)
+    return read_step(body) is not None and shape_of(body) is None
 
 
 # ---------------------------------------------------------------------------------------------- exceptions
