@@ -113,7 +113,8 @@ TRL_KEYS = frozenset(
     {"use_vllm", "vllm_mode", "num_generations", "max_completion_length", "vllm_server_host", "vllm_server_port"}
 )
 LOOKED_FOR = (
-    "*.log files written in the last 24 h, AReaL's logs/ checkpoints/ recover_info/ layout, HF/TRL "
+    "*.log files (and captured output: slurm-*.out, nohup.out, *.out, *.err) written in the last 24 h, "
+    "AReaL's logs/ checkpoints/ recover_info/ layout, HF/TRL "
     "checkpoint-N/trainer_state.json, and training processes (torchrun, accelerate, DeepSpeed, python, AReaL, TRL, "
     "SGLang, vLLM) working in or naming this directory"
 )
@@ -249,12 +250,21 @@ def _see_dir(found: Found, path: Path, name: str, siblings: set[str]) -> None:
         found.hf_output_dirs.add(path.parent)
 
 
+# What launchers and schedulers write a run's output to besides `*.log`: Slurm's `slurm-<job>.out` (and
+# `slurm-<job>_<task>.out`, `--error` files), `nohup.out`, Ray's `raylet.out`, `worker-*.out` / `*.err` and
+# `python-core-*` outputs, and any `*.out` / `*.err` a person redirected stdout and stderr to. The failures the
+# scheduler itself reports (an OOM kill, a time limit, a node failure) are only in these files.
+def is_output_capture(name: str) -> bool:
+    """A captured stdout or stderr (see OUTPUT_CAPTURES)."""
+    return name.endswith((".out", ".err"))
+
+
 def _see_file(found: Found, path: Path, name: str, depth: int, now: float) -> None:
     if name == "step_info.json" and path.parent.name == "recover_info":
         found.step_infos[path] = _mtime(str(path)) or 0.0
         found.areal_trials.setdefault(path.parent.parent, 0.0)
     elif (
-        name.endswith(".log")
+        (name.endswith(".log") or is_output_capture(name))
         and not (name.startswith("debug") and "wandb" in path.parts)
         and not any(fnmatch.fnmatch(name, k) for k in KERNEL_LOGS)
     ):

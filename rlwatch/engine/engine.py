@@ -325,6 +325,7 @@ class Engine:
         counter.subscribe("weight_update", training.on_weight_update)
         counter.subscribe("_finished", training.on_step)
         counter.subscribe("_progress", training.on_step)
+        counter.subscribe("_steplike", training.on_step)
         counter.subscribe("_banner", lambda line: _log_start(counting.starts, "container", line))
         for name in ("step", "_reward", "_learning"):  # after the training tracker: it has the line's step then
             counter.subscribe(name, learning.on_line)

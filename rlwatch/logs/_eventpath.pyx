@@ -3951,14 +3951,17 @@ cdef void training_parse(object t, object line, double offset) except *:
             t._areal_path = line.path
             t._finished = False
             mark_step(t, time, step, offset)
-    elif (
-        bhas(bt, text, b"{", 1, "{")
-        or bhas(bt, text, b"step:", 5, "step:")
-        or bhas(bt, text, b"Global step ", 12, "Global step ")
-        or bhas(bt, text, b"Training Progress:", 18, "Training Progress:")
-        or bhas(bt, text, b"Total training steps: ", 22, "Total training steps: ")
-    ):
-        t._parse_other_formats(line, text, offset)  # verl, OpenRLHF, verl's bar, TRL's dicts: in Python
+    else:
+        if (
+            bhas(bt, text, b"{", 1, "{")
+            or bhas(bt, text, b"step:", 5, "step:")
+            or bhas(bt, text, b"Global step ", 12, "Global step ")
+            or bhas(bt, text, b"Training Progress:", 18, "Training Progress:")
+            or bhas(bt, text, b"Total training steps: ", 22, "Total training steps: ")
+        ):
+            t._parse_other_formats(line, text, offset)  # verl, OpenRLHF, verl's bar, TRL's dicts: in Python
+        if count_char(text, 0x2502) < 3:  # not one of AReaL's stats rows
+            t._parse_shape(line, text, offset)  # progress known by its shape (logs/progress_shape.py): in Python
     cdef Py_ssize_t heavy = 0, plain = 0
     cdef Py_ssize_t lbars[_MAX_BARS]
     cdef Py_ssize_t hbars[_MAX_BARS]

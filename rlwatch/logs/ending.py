@@ -104,7 +104,7 @@ def ending_of(
             failures.append((i, found))
     if header is not None and not any(i > header and s.kind == EXCEPTION for i, s in failures):
         # A traceback whose exception line never came: the process died (or the paste ended) while printing it.
-        cut = Shape(EXCEPTION, "a traceback whose exception line is not in the log", "Traceback", detail=_CUT)
+        cut = Shape(EXCEPTION, "a crash: a traceback whose exception line is not in the log", "Traceback", detail=_CUT)
         failures.append((header, cut))
         failures.sort(key=lambda f: f[0])
     ended_in = None
@@ -154,7 +154,7 @@ def ending_of(
         detail=detail,
         evidence=evidence,
         count=len(ended_in),
-        from_outside=all(_from_outside(s) for _, s in ended_in),
+        from_outside=_stopped_from_outside(ended_in),
         **base,  # type: ignore[arg-type]
     )
 
@@ -163,10 +163,16 @@ _OUTSIDE_SIGNALS = ("SIGTERM", "SIGINT", "SIGHUP")
 _OUTSIDE_TYPES = ("KeyboardInterrupt", "SignalException")  # Ctrl-C; torch elastic's signal-to-exception
 
 
+def _stopped_from_outside(ended_in: list[tuple[int, Shape]]) -> bool:
+    """Whether every line the log ended in says the process was stopped from outside. A traceback cut before its
+    exception line says nothing either way (a stop prints one on its way out, and so does a crash whose last line
+    never reached the log): beside a stop it is the stop's; alone it is a crash whose exception line is missing."""
+    said = [s for _, s in ended_in if s.detail != _CUT]
+    return bool(said) and all(_from_outside(s) for s in said)
+
+
 def _from_outside(s: Shape) -> bool:
     """A line of a process being stopped from outside (a person, a scheduler), not of one failing by itself."""
-    if s.detail == _CUT:
-        return True  # the traceback such a stop prints on its way out
     if s.kind == SIGNAL and s.signal in _OUTSIDE_SIGNALS:
         return True
     return s.exc_type is not None and s.exc_type.endswith(_OUTSIDE_TYPES)

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from rlwatch.common.state import Severity
 from rlwatch.config.models import EventsConfig
 from rlwatch.logs.matcher import required_literals
+from rlwatch.logs.progress_shape import CANDIDATE, CANDIDATE_LITERALS
 
 __all__ = ["PROGRESS_KINDS", "EventKind", "build_kinds", "builtin_kinds"]
 
@@ -186,7 +187,37 @@ _BUILTIN: tuple[EventKind, ...] = (
         code_lines_excluded=True,
     ),
     # emergency_brake comes from the configuration: see build_kinds.
-    _kind("oom_kill", _C, r"Killed process \d+", ("Killed process",)),
+    # The kernel's OOM killer (`Killed process 1234 (python)`), and as Slurm reports it: slurmstepd's cgroup
+    # plugins `Detected 1 oom-kill event(s) in StepId=191.batch cgroup. Some of your processes may have been killed
+    # by the cgroup out-of-memory handler.` (src/plugins/task/cgroup, src/plugins/cgroup/v2), since Slurm 23.02
+    # `Detected 2 oom_kill events in StepId=…. Some of the step tasks have been OOM Killed.`, and srun's
+    # `srun: error: node107: task 0: Out Of Memory` (src/srun/step_ctx.c, launch.c).
+    _kind(
+        "oom_kill",
+        _C,
+        r"Killed process \d+|Detected \d+ oom[-_]kill event|\btask \d+: Out Of Memory",
+        ("Killed process", "oom-kill event", "oom_kill event", ": Out Of Memory"),
+    ),
+    # Slurm ending a job or step (src/slurmd/slurmstepd/req.c, _handle_signal_container; srun's own for a step):
+    # `*** JOB 494583 ON node1 CANCELLED AT 2024-04-20T09:09:37 DUE TO TIME LIMIT ***`, `… DUE TO PREEMPTION ***`,
+    # `… DUE TO JOB REQUEUE ***`, `*** STEP 494583.0 ON node1 CANCELLED AT … ***` (scancel); the node's failure is
+    # a kind of its own.
+    _kind(
+        "slurm_cancelled",
+        _C,
+        r"\*\*\* (?:JOB|STEP) \S+ (?:ON \S+ )?CANCELLED AT \S+ (?:DUE TO (?:TIME LIMIT|PREEMPTION|JOB REQUEUE) )?"
+        r"(?:ON \S+ )?\*\*\*",
+        ("CANCELLED AT",),
+    ),
+    # Slurm: `*** JOB 1 ON n1 CANCELLED AT … DUE TO NODE FAILURE, SEE SLURMCTLD LOG FOR DETAILS ***` (req.c; before
+    # 20.02 `… DUE TO NODE FAILURE ***`), srun's and salloc's `error: Node failure on worker-1` (srun_job.c,
+    # allocate.c), the NODE_FAIL state sacct reports.
+    _kind(
+        "node_failure",
+        _C,
+        r"CANCELLED AT \S+ DUE TO NODE FAILURE|\bNode failure on \S+|\bNODE_FAIL\b",
+        ("DUE TO NODE FAILURE", "Node failure on", "NODE_FAIL"),
+    ),
     _kind(
         "shm_error",
         _C,
@@ -217,6 +248,24 @@ _BUILTIN: tuple[EventKind, ...] = (
         # execution", NVML_ERROR_GPU_IS_LOST "GPU is lost", and the driver's "GPU has fallen off the bus".
         r"uncorrectable ECC error encountered|uncorrectable NVLink error|\bGPU is lost\b|GPU has fallen off the bus",
         ("uncorrectable", "GPU is lost", "fallen off the bus"),
+        code_lines_excluded=True,
+    ),
+    # fp16 dynamic loss scaling skipping a step on an overflow, each framework in its own words: fairseq
+    # (fairseq/trainer.py) `NOTE: overflow detected, setting loss scale to: 16384.0`, Megatron-LM's `WARNING:
+    # Overflow detected, setting loss scale to 32768.0`, apex amp (apex/amp/handle.py) `Gradient overflow.  Skipping
+    # step, loss scaler 0 reducing loss scale to 32768.0`, DeepSpeed (runtime/fp16/loss_scaler.py, the ZeRO and fused
+    # optimizers) `[deepspeed] OVERFLOW! Rank 0 Skipping step. Attempted loss scale: 65536, reducing to 32768` and
+    # `[deepspeed] fp16 dynamic loss scale overflow! Rank 0 Skipping step. …`; and the end of the road: fairseq's
+    # `FloatingPointError: Minimum loss scale reached (0.0001).`, DeepSpeed's `Current loss scale already at minimum -
+    # cannot decrease scale anymore. Exiting run.`. A few at the start of every fp16 run are normal; the rule
+    # (engine/diagnosis/loss_scale.py) names a storm and a collapse from their repetition.
+    _kind(
+        "loss_scale_overflow",
+        _I,
+        r"[Oo]verflow detected, setting loss scale to|Gradient overflow\.\s+Skipping step, loss scaler"
+        r"|OVERFLOW! Rank \d+ Skipping step|loss scale overflow! Rank \d+ Skipping step"
+        r"|Minimum loss scale reached|Current loss scale already at minimum",
+        ("verflow detected, setting loss scale", "Skipping step", "Minimum loss scale reached", "loss scale already"),
         code_lines_excluded=True,
     ),
     _kind(
@@ -299,6 +348,16 @@ _BUILTIN: tuple[EventKind, ...] = (
         _I,
         r"Training Progress:\s+\d+%\|[^\n]*\| *\d+/\d+ \[|^Total training steps: \d+",
         ("Training Progress:", "Total training steps: "),
+        internal=True,
+    ),
+    # Progress known by its shape, in any framework: a step-like name before a number, a fraction in a bar or in
+    # brackets, a Keras bar, an epoch line (rlwatch/logs/progress_shape.py says which are steps; the training
+    # tracker follows them).
+    _kind(
+        "_steplike",
+        _I,
+        CANDIDATE,
+        CANDIDATE_LITERALS,
         internal=True,
     ),
     _kind(

@@ -21,6 +21,8 @@ import re
 import signal as _signal
 from dataclasses import dataclass
 
+from rlwatch.logs.progress_shape import read as read_step
+
 __all__ = ["PROGRESS", "RECORD_LEVEL", "Shape", "is_progress", "shape_of", "signal_name"]
 
 EXCEPTION, ERROR, EXIT, SIGNAL, KERNEL = "exception", "error", "exit", "signal", "kernel"
@@ -63,7 +65,14 @@ PROGRESS = re.compile(
 
 
 def is_progress(body: str) -> bool:
-    return PROGRESS.search(body) is not None
+    """A line that proves the run moved: a step line of the frameworks above, or any framework's step line known by
+    its shape (rlwatch/logs/progress_shape.py) that is no failure of its own (`RuntimeError: … at step 52` is one)
+    and no quoted source line (a traceback's `    for step in …`)."""
+    if PROGRESS.search(body) is not None:
+        return True
+    if body.startswith(("  ", "\t")) and not body.lstrip()[:1].isdigit():
+        return False  # indented: a frame or a quoted source line (a bar's `  45%|…` and Megatron's ` iteration` pass)
+    return read_step(body) is not None and shape_of(body) is None
 
 
 # ---------------------------------------------------------------------------------------------- exceptions
@@ -165,6 +174,15 @@ _KERNEL_OOM = re.compile(r"(?:Out of memory|Memory cgroup out of memory): Killed
 _OOM_KILL = re.compile(r"oom-kill:.*\btask=([^,\s]+),pid=(\d+)")
 _XID = re.compile(r"NVRM: Xid \(PCI:([0-9a-fA-F:.]+)\): (\d+)")
 _OFF_BUS = re.compile(r"fallen off the bus")
+# Slurm's own records of how a job ended (see the oom_kill, slurm_cancelled and node_failure kinds in kinds.py for
+# where each wording comes from): the cgroup's OOM kills, srun's `task N: Out Of Memory`, a job cancelled at its
+# time limit, by preemption, requeue or scancel (stopped from outside: Slurm sends SIGTERM, then SIGKILL), a node
+# that failed under it.
+_SLURM_OOM = re.compile(r"Detected (\d+) oom[-_]kill event|\btask \d+: Out Of Memory")
+_SLURM_CANCELLED = re.compile(
+    r"\*\*\* (?:JOB|STEP) \S+ (?:ON \S+ )?CANCELLED AT \S+(?: DUE TO (TIME LIMIT|PREEMPTION|JOB REQUEUE|NODE FAILURE))?"
+)
+_NODE_FAILURE = re.compile(r"\bNode failure on (\S+)")
 
 
 def _code_shape(code: int, pid: int | None, text: str) -> Shape:
@@ -195,6 +213,14 @@ def shape_of(body: str) -> Shape | None:
         return Shape(KERNEL, text, pid=int(m.group(1)), detail=f"oom_kill {m.group(2)}")
     if "oom-kill:" in text and (m := _OOM_KILL.search(text)):
         return Shape(KERNEL, text, pid=int(m.group(2)), detail=f"oom_kill {m.group(1)}")
+    if ("oom" in text or "Out Of Memory" in text) and _SLURM_OOM.search(text):
+        return Shape(KERNEL, text, signal="SIGKILL", detail="slurm oom_kill")
+    if "CANCELLED AT" in text and (m := _SLURM_CANCELLED.search(text)):
+        if m.group(1) == "NODE FAILURE":
+            return Shape(EXIT, text, detail="slurm node failure")
+        return Shape(SIGNAL, text, signal="SIGTERM", detail=f"slurm {(m.group(1) or 'scancel').lower()}")
+    if "Node failure on" in text and (m := _NODE_FAILURE.search(text)):
+        return Shape(EXIT, text, detail="slurm node failure")
     if "NVRM" in text:
         if m := _XID.search(text):
             return Shape(KERNEL, text, detail=f"xid {m.group(2)}")

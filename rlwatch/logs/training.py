@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from rlwatch.common.clock import Clock
 from rlwatch.common.state import LogLine, TrainingState, line_ref
 from rlwatch.logs.native import event_path
+from rlwatch.logs.progress_shape import ShapeSteps
 
 _AREAL_STEP = re.compile(r"Train step ([0-9]{1,12})/([0-9]{1,12}) done")
 _AREAL_DONE = "Training completes!"
@@ -258,6 +259,12 @@ class TrainingTracker:
         self._disk_updates = False
         self._finished = False
         self._bar_rate: float | None = None  # steps per hour from a progress bar's own speed (verl's tqdm)
+        # Progress known by its shape (rlwatch/logs/progress_shape.py): the step of any framework's recurring step
+        # line, used where none of the frameworks above has said one; its own rate points, never mixed with theirs.
+        self._shape = ShapeSteps()
+        self._shape_step: int | None = None
+        self._shape_total: int | None = None
+        self._shape_points: deque[tuple[float, int]] = deque(maxlen=max(2, history))
 
     # -- feeding ---------------------------------------------------------------------------------------------
 
@@ -331,6 +338,8 @@ class TrainingTracker:
             self._on_areal_step(line, *step, offset)
         else:
             self._parse_other_formats(line, text, offset)
+            if text.count("\u2502") < 3:  # not one of AReaL's stats rows (the compiled path tests the same)
+                self._parse_shape(line, text, offset)
         self._parse_rest(line, text, offset)
 
     def _parse_other_formats(self, line: LogLine, text: str, offset: float) -> None:
@@ -351,6 +360,28 @@ class TrainingTracker:
             metrics = parse_metrics(text)
             if metrics is not None:
                 self._on_metrics(line, metrics, offset)
+
+    def _parse_shape(self, line: LogLine, text: str, offset: float) -> None:
+        """A step known by its shape (any framework's recurring step line). It is the run's step only while no
+        framework of the catalogue has said one: those know their step for sure. The compiled path calls this too."""
+        if not self._shape.feed(text):
+            return
+        step = self._shape.step()
+        if step is None:
+            return
+        if self._shape.restarted() or (self._shape_step is not None and step < self._shape_step):
+            self._shape_points.clear()  # the run started over, appending to the same log
+        self._shape_step = step
+        self._shape_total = self._shape.total()
+        if self._areal_step is not None or self._dicts:
+            return
+        self._finished = False
+        time = line.time
+        if math.isfinite(time):
+            m = time - offset
+            if self._last_step_m is None or m >= self._last_step_m:
+                self._last_step_at, self._last_step_m = time, m
+            self._shape_points.append((time, step))
 
     def _parse_rest(self, line: LogLine, text: str, offset: float) -> None:
         """What any line may also hold: a stats row's cells, a weight update read from disk."""
@@ -484,6 +515,8 @@ class TrainingTracker:
         hint = self._hint
         if hint is not None:
             return hint.global_step + (self._dicts - hint.dicts_at_hint) * (self._logging_steps or 1)
+        if self._shape_step is not None:  # TRL's dicts carry no number; the Trainer's own bar does
+            return self._shape_step
         return self._dicts or None
 
     def _total_now(self) -> int | None:
@@ -491,9 +524,15 @@ class TrainingTracker:
             return self._configured_total
         if self._areal_total is not None:
             return self._areal_total
+        if self._hint_total is None and self._areal_step is None:
+            return self._shape_total
         return self._hint_total
 
     def _steps_per_hour(self) -> float | None:
+        if self._areal_step is None and not self._dicts and len(self._shape_points) >= 2:
+            (t0, c0), (t1, c1) = self._shape_points[0], self._shape_points[-1]
+            if t1 > t0 and c1 > c0:
+                return (c1 - c0) * 3600.0 / (t1 - t0)
         if len(self._rate_points) < 2:
             return self._bar_rate
         (t0, c0), (t1, c1) = self._rate_points[0], self._rate_points[-1]

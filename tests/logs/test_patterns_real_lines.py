@@ -328,6 +328,52 @@ REAL: list[tuple[str, str, tuple[Callable[[str], str], ...]]] = [
         ALL,
     ),
     ("oom_kill", "Memory cgroup out of memory: Killed process 4242 (python3)", ALL),
+    # Slurm's cgroup plugin and srun (ArjunaCluster/ArjunaUsers#52, brain-score/vision#950, and Slurm 23.02's
+    # newer wording in snakemake/snakemake-executor-plugin-slurm#371)
+    (
+        "oom_kill",
+        "slurmstepd: error: Detected 1 oom-kill event(s) in StepId=191.batch cgroup. Some of your processes may have "
+        "been killed by the cgroup out-of-memory handler.",
+        ALL,
+    ),
+    ("oom_kill", "srun: error: node107: task 0: Out Of Memory", ALL),
+    (
+        "oom_kill",
+        "slurmstepd: error: Detected 2 oom_kill events in StepId=JOBID.13. Some of the step tasks have been OOM Killed.",
+        ALL,
+    ),
+    # fp16 overflows: fairseq's trainer, apex amp (NVIDIA/apex#318), DeepSpeed's loss scaler (deepspeedai/DeepSpeed#5779)
+    ("loss_scale_overflow", "NOTE: overflow detected, setting loss scale to: 16384.0", ALL),
+    (
+        "loss_scale_overflow",
+        "Gradient overflow. Skipping step, loss scaler 0 reducing loss scale to 8.165126103939127e-202",
+        ALL,
+    ),
+    (
+        "loss_scale_overflow",
+        "[2024-07-17 19:44:06,945] [INFO] [loss_scaler.py:183:update_scale] [deepspeed] OVERFLOW! Rank 0 Skipping step. "
+        "Attempted loss scale: 65536, reducing to 32768",
+        ALL,
+    ),
+    # Slurm's slurmstepd ending a job (ZettaAI/zetta_utils#671, marbl/canu#1052)
+    (
+        "slurm_cancelled",
+        "slurmstepd: error: *** JOB 494583 ON ... CANCELLED AT 2024-04-20T09:09:37 DUE TO TIME LIMIT ***",
+        ALL,
+    ),
+    (
+        "slurm_cancelled",
+        "slurmstepd: error: *** JOB 3884617 ON node023 CANCELLED AT 2018-08-19T16:30:21 DUE TO TIME LIMIT ***",
+        ALL,
+    ),
+    # Slurm's req.c wording for a failed node, and salloc's (nebius/soperator#854)
+    (
+        "node_failure",
+        "slurmstepd: error: *** JOB 1449 ON gpu-07 CANCELLED AT 2025-01-01T00:00:00 DUE TO NODE FAILURE, SEE SLURMCTLD "
+        "LOG FOR DETAILS ***",
+        ALL,
+    ),
+    ("node_failure", "salloc: error: Node failure on worker-1", ALL),
     # open-mmlab/mmsegmentation#1356 (PyTorch DataLoader over a 64 MiB /dev/shm)
     (
         "shm_error",
@@ -453,6 +499,19 @@ REAL: list[tuple[str, str, tuple[Callable[[str], str], ...]]] = [
     ),
     # verl's tqdm bar as Ray relays it (tests/real/ray/verl-healthy/driver.log) and its total.
     ("_progress", "Training Progress:  33%|███▎      | 4/12 [00:04<00:09,  1.17s/it]", ALL),
+    # progress known by its shape (tests/real/healthy: nanoGPT, Megatron-LM, mmengine, detectron2, Keras, tinygrad)
+    ("_steplike", "iter 100: loss 2.4049, time 929.71ms, mfu 16.59%", ALL),
+    ("_steplike", " 12%|█▏        | 60/500 [03:12<23:28,  3.20s/it]", ALL),
+    ("_steplike", " iteration      201/  250000 | consumed samples:       205824 | lm loss: 2.373574E+00 |", ALL),
+    ("_steplike", "Epoch(train) [1][10/90]  lr: 1.000e-02  eta: 0:00:25  time: 0.010  loss: 11.4723", ALL),
+    ("_steplike", "eta: 8:05:12  iter: 1259  total_loss: 1.012  loss_cls: 0.714  lr: 0.010000  max_mem: 3961M", ALL),
+    ("_steplike", "1079/1079 - 21s - loss: 0.2431 - 21s/epoch - 19ms/step", ALL),
+    # a counter that leads its record is read at the start of the message: not behind a logger's own prefix
+    (
+        "_steplike",
+        "   10 4.40 s run, 11.8750 loss, 0.000000000005 LR, 1454.57 GB used, 394520.83 GFLOPS",
+        (plain, rank, merged, *TRANSPORT),
+    ),
     ("_progress", "Total training steps: 12", WHOLE_LINE),
     ("_finished", "(\"Final validation metrics: {'val-aux/openai/gsm8k/reward/mean@1': 0.5352, \"", WHOLE_LINE),
     ("_finished", "2026-11-26 13:14:41,221\tSUCC cli.py:67 -- Job 'raysubmit_MWpJ1Vfjj7JLXN1d' succeeded", ALL),
@@ -583,7 +642,7 @@ def test_custom_kinds() -> None:
             CustomEvent(name="anything_digit", pattern=r"\d{3}"),  # no literal: tried on every line
         ]
     )
-    assert counted("step 7: reward=nan reward_std=nan", cfg) == ["reward_nan"]
+    assert counted("step 7: reward=nan reward_std=nan", cfg) == ["_steplike", "reward_nan"]  # a step line too
     assert counted("TRIAL 12 FINISHED in 3s", cfg) == ["trial_done"]
     assert counted("code 123", cfg) == ["anything_digit"]
     kinds = {k.name: k for k in build_kinds(cfg)}
@@ -762,8 +821,7 @@ UNREMARKABLE = [
     "(EngineCore_DP0 pid=456) INFO 11-24 05:09:01 [gpu_worker.py:255] Available KV cache memory: 18.83 GiB",
     "INFO:     Waiting for application startup.",
     "INFO:     Uvicorn running on http://0.0.0.0:8000 (Press CTRL+C to quit)",
-    # TRL/transformers progress bar, AReaL's noise, torch's harmless warning
-    " 12%|█▏        | 60/500 [03:12<23:28,  3.20s/it]",
+    # AReaL's noise, torch's harmless warning (the TRL/transformers progress bar is the `_steplike` candidate now)
     "[FSDPEngine Rank 1] INFO: Microbatch #tokens (rank 1): [4096, 4096], padded to: [4096, 4096], padding lengths: "
     "[0, 0]",
     "[rank4]:[W823 09:11:05.020988021 ProcessGroupNCCL.cpp:1624] Warning: WARNING: destroy_process_group() was not "

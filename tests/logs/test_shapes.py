@@ -208,3 +208,12 @@ def test_a_vllm_error_record_spread_over_lines_is_one_failure_named_by_its_first
         ]
     )
     assert e.failed and e.title == "EngineCore failed to start."  # type: ignore[attr-defined]
+
+
+def test_any_frameworks_step_line_is_progress_but_not_a_failure_or_a_quoted_line() -> None:
+    assert is_progress(" iteration      204/  250000 | consumed samples:       208896 | lm loss: 2.425973E+00 |")
+    assert is_progress("iter 240: loss 1.6524, time 895.31ms, mfu 16.62%")
+    assert is_progress(" 45%|████▌     | 45/100 [00:05<00:06,  8.20it/s]")
+    assert not is_progress("RuntimeError: loss is nan at step 52")
+    assert not is_progress("    for step in range(1, 1001):")
+    assert not is_progress("Retry 3/5: step 12 of the barrier timed out")

@@ -22,6 +22,7 @@ from rlwatch.engine.diagnosis.health import assess_run as _assess_health
 from rlwatch.engine.diagnosis.health import health
 from rlwatch.engine.diagnosis.host import checkpoint_space, kernel_kills, memlock, shared_memory
 from rlwatch.engine.diagnosis.learning import learning
+from rlwatch.engine.diagnosis.loss_scale import loss_scale
 from rlwatch.engine.diagnosis.memory import brake, memory
 from rlwatch.engine.diagnosis.ray import RAY_CODES, ray, ray_run_state
 from rlwatch.engine.diagnosis.restarts import restart_loop
@@ -83,6 +84,8 @@ NAMED_FAILURES = frozenset(
         "child_failed",
         "engine_dead",
         "oom_kill",
+        "slurm_cancelled",
+        "node_failure",
         "server_down",
         "connection_refused",
         "restart_loop",
@@ -122,7 +125,8 @@ RULES: tuple[Rule, ...] = (
     memlock,
     checkpoint_space,
     learning,
-    # where each rank stands (issue #33): stragglers from the stacks sampled while the run lives
+    loss_scale,
+    # where each rank stands: stragglers from the stacks sampled while the run lives
     straggler,
 )
 

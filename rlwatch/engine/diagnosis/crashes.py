@@ -175,6 +175,8 @@ def failures(s: Snapshot, ctx: Context) -> Iterator[Finding]:
         "child_failed": "torchrun child failures",
         "engine_dead": "inference-engine deaths",
         "oom_kill": "kernel OOM kills in the logs",
+        "slurm_cancelled": "Slurm cancellations (a time limit, a preemption, a requeue or scancel)",
+        "node_failure": "node failures Slurm reported",
         "server_wait": "retries waiting for the vLLM server to come up",
     }
     # torchrun's report read whole (torchrun_failed) says what its ChildFailedError lines say, and more.

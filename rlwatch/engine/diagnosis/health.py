@@ -107,7 +107,7 @@ def last_progress(s: Snapshot, ctx: Context) -> tuple[float | None, float | None
     bound: list[float] = []
     tr = s.training
     if tr is not None and (t := _exact(tr.last_step_at)) is not None:
-        bound.append(t)
+        sure.append(t)  # the tracker's step time is a line's own time or when it was read live, never a bound
     for kind in (*_PROGRESS_KINDS, *ctx.progress_kinds):
         ev = s.events.get(kind)
         if ev is None or not ev.count:

@@ -1,0 +1,270 @@
+"""Training progress known by its shape, in whatever framework prints it.
+
+The catalogue (``rlwatch.logs.training``) reads the step lines of the frameworks it was taught; every other loop
+still prints *something* once per step: a record that recurs with one template and carries a counter that advances
+(``iter 100: loss 4.2``, `` iteration  100/ 1000 | …``, ``Epoch(train) [1][ 50/500] …``, ``{"step": 100, …}``,
+a tqdm or Keras bar). This module reads one such line (:func:`read`) and follows the counters over the lines
+(:class:`ShapeSteps`), so that the step a person names comes out:
+
+- a counter *named* like a step (global_step, iteration, iter, step, update, batch: best first) wins over a bare
+  fraction or a bar; an epoch's own number or fraction is never the step;
+- a counter that starts over while the epoch advances is a batch index within the epoch: the steps of the epochs
+  before are added (``(e - e0) * N + i`` where the line shows N), so the step is the global one;
+- several ranks printing the same step are one step (an equal counter is a copy, a slightly smaller one a rank or a
+  copied log lagging behind);
+- a template is progress only once it recurred with its counter advancing; a template whose counter starts over
+  again and again without an epoch advancing (an evaluation bar, a generation bar) is not the run's steps;
+- lines that count something else are not read at all: retries and attempts, downloads and loading bars (checkpoint
+  shards, a dataset's map or tokenising), a heartbeat's counter, a warning's repeat count, evaluation loops (the
+  run's activity, not its training steps).
+
+Only lines that the ``_steplike`` kind (``rlwatch.logs.kinds``) lets through reach this: lines holding one of a few
+literals, found by the counter's bulk scan of a chunk, with no expression run over each line on the way.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+__all__ = ["CANDIDATE", "CANDIDATE_LITERALS", "Reading", "ShapeSteps", "read"]
+
+# The lines the ``_steplike`` kind hands the training tracker: those holding one of these literals, found by the
+# counter's bulk literal scan with no expression run over the line (the kind's expression is their alternation, see
+# kinds.py). Chosen to be rare in other lines: every literal costs the bulk scan a little, and every line holding
+# one is read by :func:`read` (an AReaL stats row holds `update/` and `microbatch` by the dozen: those words are left
+# out; the tracker passes over the stats rows and AReaL's own step lines before reading). A literal starting with a
+# space slows the bulk scan of `re` most. Each names the formats it is there for.
+CANDIDATE_LITERALS = (
+    "step", "Step", "STEP",  # step N, step: N, global_step=N, "step": N, current_steps, ms/step (Keras), Step N |
+    "iter", "Iter", "ITER",  # iter N:, iter: N, iteration N/M, Iter N:, Acc_iter
+    "num_updates",  # fairseq
+    "Batch",  # MXNet's Epoch[e] Batch [i]
+    "%|",  # tqdm bars: HF Trainer, Lightning, torchtune
+    "Epoch",  # [e][i/N] pairs (mmcv, mmengine, torchvision), Keras's epoch lines, Epoch e | Iter i
+    "| loss", "loss, ",  # a counter leading its record: llama2.c, tinygrad
+)  # fmt: skip
+CANDIDATE = "|".join(re.escape(lit) for lit in CANDIDATE_LITERALS)
+
+# Lines that count something other than training steps (matched anywhere in the line, whatever its case).
+_NOT_STEPS = re.compile(
+    r"\b(?:retry|retries|retrying|attempts?|download\w*|fetching|uploading|loading|load(?:ed)? checkpoint"
+    r"|checkpoint shards|shards?|map|tokeni[sz]\w*|heartbeat|repeated|occurrences?|times|filter|resolving"
+    r"|extracting|generating|processed prompts|adding requests|capturing|compiling|sanity checking"
+    r"|val|valid|validation|validating|eval|evaluation|evaluating|test|testing|predict(?:ing|ions?)?|inference"
+    r"|running tokenizer|converting)\b"
+    r"|\beval_\w*[\"']?\s*[:=]\s*-?\d"  # an evaluation's metric with a value (`"eval_loss": null` is none)
+)  # searched in the line made lower-case: quicker than a case-insensitive expression
+# The total a line states beside its counter: LLaMA-Factory's `"total_steps": 82`, `max_steps=1000`.
+_TOTAL_KEY = re.compile(r"(?i)\b(?:total|max|num)_?(?:steps|iters|iterations)[\"']?\s*[:=]\s*(\d{1,12})")
+# A counter named like a step: the name (not the tail of another word: `total_steps`, `warmup_steps`, `ms/step`),
+# an optional quote and separator, an optional bracket, the number, an optional `/ total` or ` of total`.
+_NAMED = re.compile(
+    r"(?<![\w/.-])(?P<name>global[_ ]?steps?|current_steps|num_updates|iterations?|iters?|steps?|updates?"
+    r"|batch(?:_idx|es)?|it)(?![\w/])[\"']?\s*(?:[:=#]\s*)?\[?\s*(?P<n>\d{1,12})(?![\d.])"
+    r"(?:\s*(?:/|of)\s*(?P<total>\d{1,12})(?!\d))?",
+    re.IGNORECASE,
+)
+_RANK = {"global": 0, "current_steps": 1, "num_updates": 1, "iter": 2, "it": 2, "step": 3, "update": 4, "batch": 5}
+# An epoch's own number: `Epoch 3/10`, `epoch 001:`, `Epoch: [0]`, `Epoch(train) [1]`, `"epoch": 2` (not a float).
+_EPOCH = re.compile(
+    r"(?i)(?<![\w])epoch(?:\(\w+\))?[\"']?\s*[:=]?\s*\[?\s*(?P<e>\d{1,6})(?![\d.])(?:\s*\]?\s*/\s*(?P<of>\d{1,6}))?"
+)
+# A bare fraction in a bar or in brackets: tqdm's `| 45/100 [`, Keras's `45/100 [====`, `[ 50/500]`, `[50/1251 (`.
+_FRACTION = re.compile(
+    r"(?:\|\s*|^\s*|\[\s*)(?P<n>\d{1,12})\s*/\s*(?P<total>\d{1,12})(?=\s*(?:\[|\]|\(|$)|\s+-\s)", re.MULTILINE
+)
+# `[e][i/N]`: the epoch, then the batch within it. mmcv's `Epoch [1][50/500]` and mmengine's `Epoch(train) [1][50/500]`
+# (brackets side by side) count epochs from 1; torchvision's reference scripts' `Epoch: [0]  [ 50/500]` from 0.
+_PAIR = re.compile(r"\[\s*(?P<e>\d{1,6})\s*\]\s*\[\s*(?P<n>\d{1,12})\s*/\s*(?P<total>\d{1,12})\s*\]")
+# llama2.c's `100 | loss 4.2 | lr …`, tinygrad's `  12 4.36 s run, 11.87 loss, …`: the counter leads the record.
+_LEADING = re.compile(r"^\s*(?P<n>\d{1,12})\s+(?:\|\s*)?[^\n]*?\b[Ll]oss\b")
+_WORDS = re.compile(r"[A-Za-z_]{2,}")
+_TEMPLATE_WORDS = 16
+
+
+@dataclass(frozen=True, slots=True)
+class Reading:
+    """What one line says of its counter. ``epoch``: the epoch the line names (None: none named), counted from
+    ``base`` (1 where it is shown as ``e/E`` or as mmcv's and mmengine's ``[e][i/N]``, else 0); ``epochs``: how
+    many there are, where shown; ``template``: the line's words, which the same record repeats."""
+
+    template: str
+    name: str  # the counter's name (global, iter, step, update, batch, num_updates, fraction, pair, leading)
+    value: int
+    total: int | None
+    epoch: int | None
+    epochs: int | None
+    base: int = 0
+
+
+def _template(text: str, name: str, total: int | None) -> str:
+    words = _WORDS.findall(text)[:_TEMPLATE_WORDS]
+    return f"{name}|{total or ''}|{' '.join(words)}"
+
+
+def _epoch(text: str) -> tuple[re.Match[str] | None, int | None, int | None, int]:
+    em = _EPOCH.search(text)
+    if em is None:
+        return None, None, None, 0
+    epochs = int(em.group("of")) if em.group("of") else None
+    return em, int(em.group("e")), epochs, 1 if epochs else 0
+
+
+def read(text: str) -> Reading | None:
+    """The counter a step-like line carries, or None (not step-like, or a line counting something else)."""
+    if _NOT_STEPS.search(text.lower()) is not None:
+        return None
+    em, epoch, epochs, base = _epoch(text)
+    pair = _PAIR.search(text)
+    if pair is not None:
+        per_epoch = int(pair.group("total"))
+        base = 1 if "][" in pair.group(0) else 0
+        return Reading(
+            _template(text, "pair", per_epoch),
+            "pair",
+            int(pair.group("n")),
+            per_epoch,
+            int(pair.group("e")),
+            epochs,
+            base,
+        )
+    best: tuple[int, str, int, int | None] | None = None
+    for m in _NAMED.finditer(text):
+        if em is not None and em.start() <= m.start() < em.end():
+            continue
+        raw = m.group("name").lower().replace(" ", "_")
+        name = "global" if raw.startswith("global") else raw.rstrip("s") if raw != "num_updates" else raw
+        name = "iter" if name.startswith("iter") else "batch" if name.startswith("batch") else name
+        if name == "it" and not m.group("total") and ":" not in m.group(0) and "=" not in m.group(0):
+            continue  # `it` only as `it: 12` / `it=12` / `it 12/100`, not the word
+        rank = _RANK.get(name, 6)
+        shown = int(m.group("total")) if m.group("total") else None
+        if shown is not None and int(m.group("n")) > shown:
+            shown = None
+        if best is None or rank < best[0]:
+            best = (rank, name, int(m.group("n")), shown)
+    if best is not None:
+        _, name, value, of = best
+        if of is None and (tm := _TOTAL_KEY.search(text)) is not None and int(tm.group(1)) >= value:
+            of = int(tm.group(1))
+        return Reading(_template(text, name, of), name, value, of, epoch, epochs, base)
+    for m in _FRACTION.finditer(text):
+        if em is not None and em.start() <= m.start() < em.end():
+            continue
+        value, total = int(m.group("n")), int(m.group("total"))
+        if 0 <= value <= total and total > 0:
+            return Reading(_template(text, "fraction", total), "fraction", value, total, epoch, epochs, base)
+    lead = _LEADING.match(text)
+    if lead is not None:
+        return Reading(_template(text, "leading", None), "leading", int(lead.group("n")), None, epoch, epochs, base)
+    return None
+
+
+class _Series:
+    """One template's counter over the lines: ``last`` as printed, ``step`` the global step it stands for."""
+
+    __slots__ = ("advances", "epoch", "epochs", "last", "low", "offset", "resets", "step", "total")
+
+    def __init__(self, r: Reading, epoch: int | None) -> None:
+        self.last = self.low = r.value
+        self.offset = 0  # the steps of the epochs before (a counter that starts over each epoch, no total shown)
+        self.epoch = epoch
+        self.epochs = r.epochs
+        self.total = r.total
+        self.step = r.value
+        self.advances = 0
+        self.resets = 0  # starts over with no epoch advancing: an evaluation or generation loop's bar
+
+
+_MAX_SERIES = 64
+_PER_EPOCH = ("pair", "fraction")  # a bar's or a bracket's i/N counts within the epoch
+
+
+class ShapeSteps:
+    """Counters followed by template; ``feed`` says whether the line moved the run's step on (``step``, ``total``).
+
+    Not thread-safe: the training tracker calls it under its lock.
+    """
+
+    def __init__(self) -> None:
+        self._series: dict[str, _Series] = {}
+        self._primary: _Series | None = None
+        self._epoch: tuple[int, int, int | None] | None = None  # (epoch, base, epochs) named on a line of its own
+
+    def _global(self, r: Reading, epoch: int | None, base: int) -> int:
+        """The step a person names: a bar's or a bracket's ``i/N`` within epoch ``e`` is ``(e - base) * N + i``."""
+        if r.name in _PER_EPOCH and r.total and epoch is not None and epoch >= base:
+            return (epoch - base) * r.total + r.value
+        return r.value
+
+    def feed(self, text: str) -> bool:
+        """Read one line; True when it advanced the series whose counter is the run's step."""
+        r = read(text)
+        if r is None:
+            _, epoch, epochs, base = _epoch(text)
+            if epoch is not None and _NOT_STEPS.search(text.lower()) is None:
+                self._epoch = (epoch, base, epochs)
+            return False
+        epoch, base, epochs = r.epoch, r.base, r.epochs
+        if epoch is None and self._epoch is not None:
+            epoch, base, epochs = self._epoch
+        g = self._global(r, epoch, base)
+        s = self._series.get(r.template)
+        if s is None:
+            if len(self._series) >= _MAX_SERIES:
+                return False
+            s = self._series[r.template] = _Series(r, epoch)
+            s.step = g
+            s.epochs = epochs
+            return False
+        s.epochs = epochs or s.epochs
+        advanced_epoch = epoch is not None and s.epoch is not None and epoch > s.epoch
+        if g != r.value:  # a per-epoch counter placed by its epoch
+            if g <= s.step:
+                return False  # a copy, or a rank lagging behind
+            s.step, s.last = g, r.value
+        elif r.value > s.last:
+            s.last = r.value
+            s.step = s.offset + r.value
+        elif r.value <= s.last and advanced_epoch:
+            s.offset = s.step  # the counter starts over each epoch: the epochs before are added
+            s.last = r.value
+            s.step = s.offset + r.value
+        elif r.value < s.last and r.value <= s.low + 1:
+            s.resets += 1  # it started over: a relaunch (once), or a loop that is not the training steps
+            s.last = s.low = r.value
+            s.offset = 0
+            s.step = r.value
+            s.epoch = epoch
+            return False
+        else:
+            return False  # a copy (another rank, another file with the same output) or one lagging behind
+        s.advances += 1
+        s.epoch = epoch
+        self._primary = self._choose()
+        return self._primary is s
+
+    def _choose(self) -> _Series | None:
+        best: _Series | None = None
+        for s in self._series.values():
+            if s.advances and s.resets < 2 and (best is None or s.advances > best.advances):
+                best = s
+        return best
+
+    def restarted(self) -> bool:
+        """Whether the run's series started over (a relaunch appending to the same log) and has not moved since."""
+        return self._primary is not None and self._primary.resets > 0 and self._primary.advances == 0
+
+    def step(self) -> int | None:
+        s = self._primary
+        return None if s is None else s.step
+
+    def total(self) -> int | None:
+        """The total the lines show: a global counter's, or a per-epoch counter's times the epochs."""
+        s = self._primary
+        if s is None or s.total is None:
+            return None
+        if s.epoch is not None:
+            return s.total * s.epochs if s.epochs else None
+        return s.total
