@@ -176,6 +176,14 @@ def main(argv: list[str] | None = None) -> int:
         root = _trial("sparse", path)
         row("all NUL (sparse)", root)
         first = [_first_record(root) for _ in range(args.runs)]
+        small = _trial("small", _write(ODD / "small.log", b"Train step 1/10 done.\n"))
+        plain = [_first_record(small) for _ in range(args.runs)]
+        rows.append(
+            f"| `watch --json` first record, a one-line log (the start alone, same run) | | "
+            f"{fmt(statistics.median([f or 1e9 for f in plain]), 2, ' s')} | "
+            + ", ".join(fmt(f, 2) for f in plain)
+            + " | | | | |"
+        )
         rows.append(
             f"| `watch --json` first record, all NUL | | {fmt(statistics.median([f or 1e9 for f in first]), 2, ' s')} "
             + "| "
