@@ -45,6 +45,7 @@ __all__ = ["Backlog", "Chunk", "Tailer"]
 _MAGIC = re.compile(r"[*?\[]")
 _HEAD_BYTES = 128  # first bytes kept per file: a changed head means the file was replaced in place
 _RETIRED_MAX = 64
+_NUL_BLOCK = 1 << 16  # a read this long and NUL from end to end is passed over (a few stray NULs are text)
 _NUL_WEIGHT = 16  # a block of NUL bytes, passed over, costs a poll's budget this many times less than text
 
 
@@ -422,9 +423,9 @@ class Tailer:
         """Read from the handle's offset, at most one poll's worth: "eof", "more" (budget spent) or "error".
 
         Runs of NUL bytes are not text: a hole of a sparse file is stepped over without reading it (``SEEK_DATA``),
-        and a block that is NUL from end to end (a zero-filled or preallocated file) is read but not delivered. They
-        hold no line terminator, so no line number moves; bytes of a line around them are joined. A gigabyte of them
-        costs a few milliseconds instead of being counted as one endless line (issue 35)."""
+        and a block of 64 KiB or more that is NUL from end to end (a zero-filled or preallocated file) is read but not
+        delivered. They hold no line terminator, so no line number moves; bytes of a line around them are joined. A
+        gigabyte of them costs a few milliseconds instead of being counted as one endless line (issue 35)."""
         budget = self._max_poll
         while budget > 0:
             if handle.size - handle.offset >= self._block:
@@ -445,7 +446,7 @@ class Tailer:
             if len(handle.head) < _HEAD_BYTES and handle.offset - len(block) <= len(handle.head):
                 start = len(handle.head) - (handle.offset - len(block))
                 handle.head += block[start : start + _HEAD_BYTES - len(handle.head)]
-            if len(block) == self._block and not block.strip(b"\0"):
+            if len(block) == self._block >= _NUL_BLOCK and not block.strip(b"\0"):
                 budget += len(block) - len(block) // _NUL_WEIGHT  # cheap to pass over: more of it fits a poll
                 self.nul_skipped[path] = self.nul_skipped.get(path, 0) + len(block)
                 continue
