@@ -15,7 +15,6 @@ from rlwatch.common.state import LiveRun, ProcessInfo, ServerState, Snapshot, Wa
 from rlwatch.engine.diagnosis import percent_read
 from rlwatch.widgets.format import clean_text, fmt_age, fmt_bytes, fmt_clock, fmt_cmdline, fmt_duration
 from rlwatch.widgets.panel import Panel
-from rlwatch.widgets.table_fill import fill_rows
 from rlwatch.widgets.text_block import TextBlock
 
 COMMAND_WIDTH = 60
@@ -178,10 +177,9 @@ class ProcessPanel(Panel):
             text.append_text(run)
         self.query_one("#server-line", Static).update(text)
         table = self.query_one("#process-table", DataTable)
+        table.clear()
         order = sorted(snap.processes, key=lambda p: (not p.alive, p.role, p.name, p.pid))
-        rows: list[tuple[str, tuple[object, ...]]] = [
-            (f"{p.pid}:{p.create_time}", tuple(process_row(p, snap.time))) for p in order
-        ]
+        for p in order:
+            table.add_row(*process_row(p, snap.time), key=f"{p.pid}:{p.create_time}")
         if not order:
-            rows.append(("", (Text("no processes found", style="dim"), *(Text("") for _ in range(7)))))
-        fill_rows(table, rows)  # the same processes: only the cells that changed are set
+            table.add_row(Text("no processes found", style="dim"), *(Text("") for _ in range(7)))
