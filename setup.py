@@ -3,27 +3,34 @@
 ``rlwatch.logs._newlines`` (rlwatch/logs/newlines.py) counts lines; ``rlwatch.logs._eventpath`` (a Cython module,
 rlwatch/logs/_eventpath.pyx) is the compiled event path (rlwatch/logs/events.py). Both are optional: where no C
 compiler, no Python headers or no Cython are found the build goes on without them, and the same rules run in
-Python (``RLWATCH_NATIVE=0`` picks those too).
+Python (``RLWATCH_NATIVE=0`` picks those too). A platform wheel (``[tool.cibuildwheel]`` in pyproject.toml) sets
+``RLWATCH_REQUIRE_NATIVE=1``: there a failed compile fails the build, so no wheel ships without them.
 """
 
+import os
+
 from setuptools import Extension, setup
+
+OPTIONAL = os.environ.get("RLWATCH_REQUIRE_NATIVE", "0") != "1"
 
 
 def _event_path() -> list[Extension]:
     try:
         from Cython.Build import cythonize
     except ImportError:  # a build without Cython (build isolation off and none installed): the Python path runs
+        if not OPTIONAL:
+            raise
         return []
-    ext = Extension("rlwatch.logs._eventpath", ["rlwatch/logs/_eventpath.pyx"], optional=True)
+    ext = Extension("rlwatch.logs._eventpath", ["rlwatch/logs/_eventpath.pyx"], optional=OPTIONAL)
     built = cythonize([ext], compiler_directives={"language_level": "3"}, quiet=True)
     for e in built:
-        e.optional = True
+        e.optional = OPTIONAL
     return list(built)
 
 
 setup(
     ext_modules=[
-        Extension("rlwatch.logs._newlines", ["rlwatch/logs/_newlines.c"], optional=True),
+        Extension("rlwatch.logs._newlines", ["rlwatch/logs/_newlines.c"], optional=OPTIONAL),
         *_event_path(),
     ]
 )

@@ -49,6 +49,21 @@ def _common(p: argparse.ArgumentParser, *, run_dir: bool = True) -> None:
     )
 
 
+class _Version(argparse.Action):
+    """``--version``: the version and which event path runs (compiled or Python), looked up only when asked."""
+
+    def __call__(
+        self,
+        parser: argparse.ArgumentParser,
+        namespace: argparse.Namespace,
+        values: object,
+        option_string: str | None = None,
+    ) -> None:
+        from rlwatch.logs.native import which
+
+        parser.exit(message=f"rlwatch {__version__} ({which()})\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="rlwatch",
@@ -58,7 +73,7 @@ def build_parser() -> argparse.ArgumentParser:
             "With none, opens the dashboard."
         ),
     )
-    parser.add_argument("--version", action="version", version=f"rlwatch {__version__}")
+    parser.add_argument("--version", action=_Version, nargs=0, help="the version, and which event path runs")
     sub = parser.add_subparsers(dest="command")
 
     p = sub.add_parser("dashboard", help="the dashboard (default when no command is given)")

@@ -89,3 +89,21 @@ def test_several_sizes_need_a_place_for_each(tmp_path: Path, capsys: pytest.Capt
     code = main(["snapshot", str(tmp_path), "--out", str(tmp_path / "x.svg"), "--size", "80x24,200x60"])
     assert code == 2
     assert "--out must hold {size}" in capsys.readouterr().err
+
+
+def test_version_says_which_event_path_runs(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 35: a person (or tests/test_wheel.py) can ask whether the compiled event path runs, and why not."""
+    from rlwatch.logs import events
+
+    with pytest.raises(SystemExit) as stop:
+        build_parser().parse_args(["--version"])
+    assert stop.value.code == 0
+    said = capsys.readouterr().err
+    assert said.startswith("rlwatch ")
+    assert ("event path: compiled" in said) == events.NATIVE
+    monkeypatch.setenv("RLWATCH_NATIVE", "0")
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["--version"])
+    assert "event path: Python (RLWATCH_NATIVE=0)" in capsys.readouterr().err

@@ -19,6 +19,7 @@ from rlwatch.common.state import EventSummary, Incident, IncidentTally, Snapshot
 from rlwatch.engine.diagnosis import failure_text, first_text, incident_text, last_text, occurrences
 from rlwatch.widgets.format import SEVERITY_STYLE, basename, clean_text, fmt_age, fmt_clock
 from rlwatch.widgets.panel import Panel
+from rlwatch.widgets.table_fill import fill_rows
 from rlwatch.widgets.text_block import TextBlock
 
 RECENT_SHOWN = 3
@@ -182,9 +183,7 @@ class EventsPanel(Panel):
         cells: list[tuple[str, tuple[Text, ...]]] = [(e.kind, event_row(e, self._now)) for e in rows]
         if cells != self._rows:  # refilling a table redraws it: most seconds it reads the same
             self._rows = cells
-            table.clear()
-            for kind, row in cells:
-                table.add_row(*row, key=kind)
+            fill_rows(table, cells)
         if not rows:
             self._highlighted = None
             quiet = "no events counted yet" if not self._events else "no events (a to show kinds at zero)"

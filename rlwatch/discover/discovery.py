@@ -15,10 +15,12 @@ from __future__ import annotations
 
 import fnmatch
 import glob
+import itertools
 import os
 import re
+import time
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import BinaryIO
@@ -64,6 +66,8 @@ from rlwatch.sources import procfs
 
 MAX_DEPTH = 8
 MAX_ENTRIES = 20_000
+MAX_DIR_ENTRIES = 4_096  # of one directory (a dataset of a million files beside the logs)
+MAX_WALK_S = 1.5
 RECENT_S = 24 * 3600.0
 KERNEL_LOGS = tuple(HostConfig().kernel_log_files)  # saved kernel logs: the machine's, not the run's
 MAX_LOGS = 32
@@ -160,6 +164,7 @@ class Found:
     ray_sessions: list[Path] = field(default_factory=list)  # Ray session log directories (copies) under the run
     entries: int = 0
     truncated: bool = False
+    cut: list[str] = field(default_factory=list)  # what the bounds of the walk left unread
 
 
 @dataclass(frozen=True)
@@ -194,15 +199,30 @@ def _is_areal_log_dir(directory: Path, names: set[str]) -> bool:
     return len(parts) >= 4 and parts[-4] == "logs"
 
 
-def walk_run_dir(run_dir: Path, now: float) -> Found:
-    """Breadth-first, depth ≤ MAX_DEPTH, at most MAX_ENTRIES entries, symlinked dirs not followed, never raises."""
+def walk_run_dir(
+    run_dir: Path, now: float, *, budget_s: float = MAX_WALK_S, monotonic: Callable[[], float] = time.monotonic
+) -> Found:
+    """Breadth-first, depth ≤ MAX_DEPTH, at most MAX_ENTRIES entries in all and MAX_DIR_ENTRIES of any one directory,
+    for at most ``budget_s`` seconds; symlinked dirs not followed; never raises.
+
+    A run directory can hold a dataset or a cache of a million files beside its logs: a directory is read as a
+    stream and only its first MAX_DIR_ENTRIES entries are looked at, so the walk goes on to its siblings (where the
+    logs are) with its memory bounded by that, not by the directory's size. Only names are read (the kernel's
+    d_type); what can be a log is stat'ed. Where anything was left unread, ``found.cut`` says what."""
     found = Found()
     queue: deque[tuple[Path, int]] = deque([(run_dir, 0)])
+    deadline = monotonic() + budget_s
     while queue:
         directory, depth = queue.popleft()
+        if monotonic() > deadline:
+            found.truncated = True
+            found.cut.append(f"the walk stopped after {budget_s:g} s ({found.entries:,} entries)")
+            return found
         try:
             with os.scandir(directory) as it:
-                entries = list(it)
+                entries = list(itertools.islice(it, MAX_DIR_ENTRIES))
+                if len(entries) == MAX_DIR_ENTRIES and next(it, None) is not None:
+                    found.cut.append(f"{directory.name or directory}/: only its first {MAX_DIR_ENTRIES:,} entries")
         except OSError:
             continue
         names = {e.name for e in entries}
@@ -213,6 +233,7 @@ def walk_run_dir(run_dir: Path, now: float) -> Found:
             found.entries += 1
             if found.entries > MAX_ENTRIES:
                 found.truncated = True
+                found.cut.append(f"the walk stopped after {MAX_ENTRIES:,} entries")
                 return found
             path = Path(entry.path)
             try:
@@ -798,6 +819,8 @@ def discover(run_dir: Path, profile: str = "auto", *, proc_root: str = "/proc", 
     name = forced or chosen
     if forced is not None:
         evidence = [f"--profile {forced}", *(evidence if forced == chosen else [])]
+    if found.cut:  # what was not looked at may hold what would have decided otherwise
+        evidence = [*evidence, "run directory not walked whole: " + "; ".join(found.cut[:3])]
     base = profile_defaults(name, run_dir)
     training = base.training
 

@@ -286,6 +286,19 @@ class TailPreview:
         return {r: sorted(set(main.get(r, ())) | set(self.counting.starts.get(r, ()))) for r in roles}
 
 
+def _first_line_start(data: bytes) -> int:
+    """Where the first whole line of ``data`` starts (0: none): after its first terminator, a "\\r\\n" taken whole
+    and a "\\r" only with the next byte known, so a "\\r\\n" is never cut in two. CR-only logs (a bar redrawn in
+    place) have no "\\n" at all, and are previewed too."""
+    nl = data.find(b"\n")
+    cr = data.find(b"\r", 0, nl if nl >= 0 else len(data))
+    if cr < 0:
+        return nl + 1
+    if cr + 1 >= len(data):
+        return 0
+    return cr + 2 if data[cr + 1] == 0x0A else cr + 1
+
+
 def _read_tail(backlog: Backlog, tail_bytes: int) -> _Tail | None:
     """The newest complete lines of a backlog, at most ``tail_bytes`` from a line start; None when unreadable."""
     start = max(backlog.offset, backlog.end - tail_bytes)
@@ -302,7 +315,7 @@ def _read_tail(backlog: Backlog, tail_bytes: int) -> _Tail | None:
         return None
     finally:
         os.close(fd)
-    first = data.find(b"\n") + 1  # the first whole line: after a "\n", so "\r\n" is never cut in two
+    first = _first_line_start(data)
     last = complete_end(data)  # a final "\r" waits: a "\n" may follow
     if first <= 0 or last <= first:
         return None  # no whole line in it (one line longer than the part): nothing to preview

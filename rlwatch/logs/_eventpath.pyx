@@ -16,7 +16,7 @@ incident's signature the first time it is seen, local-time conversion of a minut
 """
 
 from cpython.unicode cimport PyUnicode_KIND, PyUnicode_DATA, PyUnicode_GET_LENGTH
-from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_GET_SIZE
+from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_GET_SIZE, PyBytes_FromStringAndSize
 from libc.string cimport memchr, memcmp, memcpy
 from libc.math cimport isfinite, INFINITY, NAN, isnan
 from libc.stdint cimport uint64_t, uint32_t, uint16_t, uint8_t, int64_t
@@ -2261,6 +2261,30 @@ cdef Py_ssize_t find_hms_bytes(const unsigned char *p, Py_ssize_t a, Py_ssize_t 
     return -1
 
 
+cdef bytes bare_cr_as_lf(bytes data):
+    """``data`` with every "\\r" not followed by "\\n" turned into "\\n" (the same length; ``data`` itself when none
+    is bare)."""
+    cdef const unsigned char *src = <const unsigned char *>PyBytes_AS_STRING(data)
+    cdef Py_ssize_t n = PyBytes_GET_SIZE(data), i
+    cdef bytes out = None
+    cdef unsigned char *dst = NULL
+    i = find_byte(src, 13, 0, n)
+    while i >= 0:
+        if i + 1 >= n or src[i + 1] != 10:
+            if out is None:
+                # a fresh object (NULL: never the interpreter's shared one-byte bytes, which must not change)
+                out = PyBytes_FromStringAndSize(NULL, n)
+                dst = <unsigned char *>PyBytes_AS_STRING(out)
+                memcpy(dst, src, <size_t>n)
+            dst[i] = 10
+        i = find_byte(src, 13, i + 1, n)
+    return data if out is None else out
+
+
+def py_bare_cr_as_lf(bytes data):
+    return bare_cr_as_lf(data)
+
+
 cdef class Lines:
     """events._Lines: line arithmetic over one chunk (universal newlines) and the time of a line."""
 
@@ -2281,6 +2305,14 @@ cdef class Lines:
         self.p = <const unsigned char *>PyBytes_AS_STRING(data)
         self.n = PyBytes_GET_SIZE(data)
         self.cr = memchr(self.p, 13, <size_t>self.n) != NULL
+        if self.cr:
+            # A bare "\r" ends a line as "\n" does: in a copy where each is a "\n" the lines, their text and their
+            # offsets are the same, and the line walk takes the LF path (memchr for one byte, frames in bulk)
+            # unless a "\r\n" is left. Finding the end of a line in the "\r" path looks for "\n" up to the
+            # chunk's end: once per line over a chunk without any, that was quadratic (issue 35).
+            self.data = bare_cr_as_lf(data)
+            self.p = <const unsigned char *>PyBytes_AS_STRING(self.data)
+            self.cr = memchr(self.p, 13, <size_t>self.n) != NULL
         self.stamp_pos = -1
         self.stamp_t = 0.0
         self.has_by = by is not None
@@ -3565,19 +3597,19 @@ cdef inline bint _frame_char(unsigned char c) noexcept nogil:
 cdef Py_ssize_t frame_run(const unsigned char *p, Py_ssize_t pos, Py_ssize_t window) noexcept nogil:
     """``_FRAME_RUN.match(data, pos, window).end()``: complete lines of a blank or tab, then a printable ASCII
     character other than ``|`` and ``+``, then no escape; -1: none."""
-    cdef Py_ssize_t i = pos, j, good = -1
+    cdef Py_ssize_t i = pos, j, nl, good = -1
     while i < window:
         j = i
         while j < window and (p[j] == 32 or p[j] == 9):
             j += 1
         if j == i or j >= window or not _frame_char(p[j]):
             break
-        j += 1
-        while j < window and p[j] != 10 and p[j] != 27:
-            j += 1
-        if j >= window or p[j] != 10:
+        # the rest of the line: its end and no escape before it, each found by memchr (a byte loop was a tenth of
+        # the dense log's time, its tracebacks being most of its lines)
+        nl = find_byte(p, 10, j + 1, window)
+        if nl < 0 or memchr(p + j + 1, 27, <size_t>(nl - j - 1)) != NULL:
             break
-        i = j + 1
+        i = nl + 1
         good = i
     return good
 

@@ -11,7 +11,7 @@ import os
 from functools import cache
 from types import ModuleType
 
-__all__ = ["event_path"]
+__all__ = ["event_path", "which"]
 
 
 @cache
@@ -24,3 +24,16 @@ def event_path() -> ModuleType | None:
     except ImportError:  # not built: no compiler or no Cython at install
         return None
     return _eventpath
+
+
+def which() -> str:
+    """Which event path and line counter run, in words (``rlwatch --version`` says it): so a person can tell whether
+    the wheel or the build gave them the compiled ones, and why not."""
+    from rlwatch.logs.newlines import NATIVE as COUNTER
+
+    counter = "line counter: " + ("compiled" if COUNTER else "Python")
+    if os.environ.get("RLWATCH_NATIVE", "1") == "0":
+        return f"event path: Python (RLWATCH_NATIVE=0); {counter}"
+    if event_path() is None:
+        return f"event path: Python (not built: no C compiler at install and no wheel for this platform); {counter}"
+    return f"event path: compiled; {counter}"

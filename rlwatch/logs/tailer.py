@@ -45,6 +45,8 @@ __all__ = ["Backlog", "Chunk", "Tailer"]
 _MAGIC = re.compile(r"[*?\[]")
 _HEAD_BYTES = 128  # first bytes kept per file: a changed head means the file was replaced in place
 _RETIRED_MAX = 64
+_NUL_BLOCK = 1 << 16  # a read this long and NUL from end to end is passed over (a few stray NULs are text)
+_NUL_WEIGHT = 16  # a block of NUL bytes, passed over, costs a poll's budget this many times less than text
 
 
 @dataclass(frozen=True, slots=True)
@@ -179,6 +181,7 @@ class Tailer:
         self._watches: dict[str, _Watch] = {}
         self._retired: OrderedDict[tuple[int, int], _Retired] = OrderedDict()
         self.errors: dict[str, str] = {}
+        self.nul_skipped: dict[str, int] = {}  # path -> NUL bytes passed over (holes, zero-filled blocks)
 
     @property
     def files(self) -> tuple[str, ...]:
@@ -417,9 +420,16 @@ class Tailer:
             return None
 
     def _read(self, path: str, handle: _Handle, chunks: list[Chunk]) -> str:
-        """Read from the handle's offset, at most one poll's worth: "eof", "more" (budget spent) or "error"."""
+        """Read from the handle's offset, at most one poll's worth: "eof", "more" (budget spent) or "error".
+
+        Runs of NUL bytes are not text: a hole of a sparse file is stepped over without reading it (``SEEK_DATA``),
+        and a block of 64 KiB or more that is NUL from end to end (a zero-filled or preallocated file) is read but not
+        delivered. They hold no line terminator, so no line number moves; bytes of a line around them are joined. A
+        gigabyte of them costs a few milliseconds instead of being counted as one endless line (issue 35)."""
         budget = self._max_poll
         while budget > 0:
+            if handle.size - handle.offset >= self._block:
+                self._skip_hole(path, handle)
             want = min(self._block, budget)
             if handle.offset < handle.backlog_end:  # a block is all backlog or all live, never both
                 want = min(want, handle.backlog_end - handle.offset)
@@ -436,8 +446,24 @@ class Tailer:
             if len(handle.head) < _HEAD_BYTES and handle.offset - len(block) <= len(handle.head):
                 start = len(handle.head) - (handle.offset - len(block))
                 handle.head += block[start : start + _HEAD_BYTES - len(handle.head)]
+            if len(block) == self._block >= _NUL_BLOCK and not block.strip(b"\0"):
+                budget += len(block) - len(block) // _NUL_WEIGHT  # cheap to pass over: more of it fits a poll
+                self.nul_skipped[path] = self.nul_skipped.get(path, 0) + len(block)
+                continue
             self._split(path, handle, block, chunks)
         return "more"
+
+    def _skip_hole(self, path: str, handle: _Handle) -> None:
+        """Step over a hole of a sparse file at the handle's offset (to the next data, or to the size last seen)."""
+        try:
+            data = os.lseek(handle.fd, handle.offset, os.SEEK_DATA)
+        except OSError as exc:
+            if exc.errno != errno.ENXIO:  # EINVAL: the file system cannot say; read on
+                return
+            data = handle.size  # no data after the offset: the rest is a hole
+        if data > handle.offset:
+            self.nul_skipped[path] = self.nul_skipped.get(path, 0) + data - handle.offset
+            handle.offset = data
 
     def _split(self, path: str, handle: _Handle, block: bytes, chunks: list[Chunk]) -> None:
         data = handle.pending + block if handle.pending else block

@@ -150,6 +150,35 @@ def test_walk_is_bounded_and_skips_what_it_should(
     assert found.entries == 41
 
 
+def test_a_huge_directory_beside_the_logs_is_read_in_part_and_said(
+    tmp_path: Path, no_procs: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 35: a dataset of a million files in the run directory made discovery read every entry of it into
+    memory (11.7 s, 321 MB) and, once the walk's entry budget was spent in it, miss the logs beside it. Only the
+    first MAX_DIR_ENTRIES of a directory are looked at, the walk goes on to the logs, and the report says so."""
+    areal_tree(tmp_path)
+    for i in range(300):
+        write(tmp_path / "aaa-data" / f"sample-{i:04d}.json")
+    monkeypatch.setattr(discovery, "MAX_DIR_ENTRIES", 50)
+    monkeypatch.setattr(discovery, "MAX_ENTRIES", 200)
+    found = walk_run_dir(tmp_path, time.time())
+    assert found.cut == ["aaa-data/: only its first 50 entries"]
+    assert not found.truncated and found.entries < 200
+    cfg = discover(tmp_path, proc_root=no_procs)
+    assert cfg.training.logs[0] == "logs/root/gsm8k-grpo/trial0/*.log"
+    assert any("not walked whole: aaa-data/: only its first 50 entries" in e for e in cfg.provenance.profile)
+
+
+def test_the_walk_stops_at_its_time_budget(tmp_path: Path) -> None:
+    for i in range(5):
+        write(tmp_path / f"d{i}" / "x.log", "x\n")
+    ticks = iter(range(100))
+    found = walk_run_dir(tmp_path, time.time(), budget_s=2.5, monotonic=lambda: float(next(ticks)))
+    assert found.truncated
+    assert found.cut == [f"the walk stopped after 2.5 s ({found.entries:,} entries)"]
+    assert len(found.recent_logs) < 5
+
+
 def test_unreadable_and_odd_names(tmp_path: Path, no_procs: str) -> None:
     write(tmp_path / "logs" / "u" / "exp[1]" / "t" / "trainer.log", "x\n")
     write(tmp_path / "logs" / "u" / "exp[1]" / "t" / "llm_server.log", "x\n")

@@ -422,3 +422,16 @@ def test_report_s_first_look_does_not_wait_for_the_line_count(monkeypatch: pytes
     assert looks[0].incidents[-1].title.startswith("RuntimeError: weight update to the server failed")
     assert answer.preview is None and answer.incidents[-1].lineno == last_line - len(LAST) + 1
     assert {k: e.count for k, e in answer.events.items()} == {k: e.count for k, e in expected.events.items()}
+
+
+def test_the_part_starts_after_any_line_end_a_crlf_whole() -> None:
+    """Issue 35: a CR-only log (a bar redrawn in place) has no "\\n" to start the newest part after: it is previewed
+    too; a "\\r" at the very end waits for its next byte, so a "\\r\\n" is never cut in two."""
+    from rlwatch.engine.preview import _first_line_start
+
+    assert _first_line_start(b"ab\ncd") == 3
+    assert _first_line_start(b"ab\rcd\rx") == 3
+    assert _first_line_start(b"ab\r\ncd") == 4
+    assert _first_line_start(b"\ncd") == 1  # the "\n" of a "\r\n" cut at the part's first byte
+    assert _first_line_start(b"ab\r") == 0
+    assert _first_line_start(b"no end") == 0

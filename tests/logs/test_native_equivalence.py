@@ -650,3 +650,34 @@ def test_the_trackers_parsers_read_as_python_does(parts: list[str]) -> None:
     text = "".join(parts)
     assert native.py_areal_step(text) == parse_areal_step(text)
     assert _same(native.py_weight_update(text), parse_weight_update(text))
+
+
+# ------------------------------------------------------------------------------------------- CR-only line ends
+def test_a_bare_cr_becomes_a_newline_and_a_crlf_stays() -> None:
+    import re
+
+    rng = random.Random(35)
+    for _ in range(200):
+        data = bytes(rng.choice(b"ab\r\n\r") for _ in range(rng.randint(0, 40)))
+        assert native.py_bare_cr_as_lf(data) == re.sub(rb"\r(?!\n)", b"\n", data)
+    plain = b"no carriage return\n"
+    assert native.py_bare_cr_as_lf(plain) is plain  # nothing to change: no copy
+    assert native.py_bare_cr_as_lf(b"\r") == b"\n"
+    assert bytes([13]) == b"\r"  # the interpreter's shared one-byte object was copied, not changed
+
+
+def test_the_dense_log_with_cr_only_ends_counts_as_with_lf(tmp_path: Path) -> None:
+    """Issue 35: CR-only line ends (each "\\n" of the dense log a "\\r") give the same counts, line numbers and
+    incidents as the LF original, on both paths (the compiled one reads them as LF, in bulk)."""
+    from bench.datagen import generate
+
+    lf = generate(tmp_path / "dense.log", 1 << 20, dense=True).path.read_bytes()
+    outcomes = []
+    for data in (lf, lf.replace(b"\n", b"\r")):
+        pair = Pair()
+        for chunk in fed_whole(data, block=1 << 16):
+            pair.feed(chunk)
+        pair.check()
+        counter = pair.counters[0]
+        outcomes.append(repr((counter.summaries(), counter.incidents(), pair.calls[0])))
+    assert outcomes[0] == outcomes[1]

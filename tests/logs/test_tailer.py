@@ -388,3 +388,37 @@ def test_stop_is_prompt(tmp_path: Path) -> None:
     waker.stop()
     assert time.monotonic() - started < 1.0
     assert waker.wait(1.0) is False
+
+
+def _drain(tailer: Tailer) -> list[Chunk]:
+    out: list[Chunk] = []
+    while chunks := tailer.poll():
+        out.extend(chunks)
+    return out
+
+
+def test_a_hole_of_a_sparse_file_is_stepped_over_unread(tmp_path: Path) -> None:
+    """Issue 35: a gigabyte of NUL was counted as one endless line, piece by piece (32 s). A hole is skipped with
+    ``SEEK_DATA``: nothing of it is delivered, the line numbers are those of the text around it."""
+    path = tmp_path / "sparse.log"
+    with path.open("wb") as fh:
+        fh.write(b"first\n")
+        fh.seek(64 << 20)
+        fh.write(b"Connection refused\nlast\n")
+    tailer = Tailer([str(path)], block_bytes=1 << 20)
+    chunks = _drain(tailer)
+    lines = lines_of(chunks)
+    assert [(n, t.strip(b"\0")) for _, n, t in lines] == [(1, b"first\n"), (2, b"Connection refused\n"), (3, b"last\n")]
+    assert sum(len(c.data) for c in chunks) < 2 << 20  # the hole was not read into chunks
+    assert tailer.nul_skipped[str(path)] >= 62 << 20
+
+
+def test_blocks_of_written_nul_bytes_are_passed_over(tmp_path: Path) -> None:
+    """A zero-filled file (written NULs, no hole): a block NUL from end to end is not delivered; text in a block
+    beside NULs is, and a line around skipped NULs keeps its number."""
+    path = tmp_path / "zeros.log"
+    path.write_bytes(b"a\n" + b"\0" * (5 << 16) + b"b\nc\n")
+    tailer = Tailer([str(path)], block_bytes=1 << 16)
+    lines = lines_of(_drain(tailer))
+    assert [(n, t.strip(b"\0")) for _, n, t in lines] == [(1, b"a\n"), (2, b"b\n"), (3, b"c\n")]
+    assert tailer.nul_skipped[str(path)] == 4 << 16  # four whole blocks; the NULs beside text were read
