@@ -15,6 +15,7 @@ from rlwatch.common.state import LiveRun, ProcessInfo, ServerState, Snapshot, Wa
 from rlwatch.engine.diagnosis import percent_read
 from rlwatch.widgets.format import clean_text, fmt_age, fmt_bytes, fmt_clock, fmt_cmdline, fmt_duration
 from rlwatch.widgets.panel import Panel
+from rlwatch.widgets.table_fill import fill_rows
 from rlwatch.widgets.text_block import TextBlock
 
 COMMAND_WIDTH = 60
@@ -201,7 +202,6 @@ class ProcessPanel(Panel):
             text.append_text(run)
         self.query_one("#server-line", Static).update(text)
         table = self.query_one("#process-table", DataTable)
-        table.clear()
         # Grouped by attempt: the live run first, then each earlier attempt still running beside it under a heading.
         order = sorted(
             snap.processes,
@@ -209,11 +209,13 @@ class ProcessPanel(Panel):
         )
         grouped = any(p.attempt is not None for p in order)
         group: object = object()
+        rows: list[tuple[str, tuple[object, ...]]] = []
         for p in order:
             if grouped and p.attempt != group:
                 group = p.attempt
                 heading = attempt_heading(snap.live_run, p.attempt, snap.time)
-                table.add_row(heading, *(Text("") for _ in range(7)), key=f"attempt:{p.attempt}")
-            table.add_row(*process_row(p, snap.time), key=f"{p.pid}:{p.create_time}")
+                rows.append((f"attempt:{p.attempt}", (heading, *(Text("") for _ in range(7)))))
+            rows.append((f"{p.pid}:{p.create_time}", tuple(process_row(p, snap.time))))
         if not order:
-            table.add_row(Text("no processes found", style="dim"), *(Text("") for _ in range(7)))
+            rows.append(("", (Text("no processes found", style="dim"), *(Text("") for _ in range(7)))))
+        fill_rows(table, rows)  # the same processes: only the cells that changed are set
