@@ -653,11 +653,11 @@ def _lost_launcher(
     where = _reaped_by(top, procs)
     if where is None:
         return None
-    env = environ(top.pid) or {}
-    if env.get("TORCHELASTIC_RUN_ID") is not None and env.get("LOCAL_RANK") is not None:
+    elastic = _elastic_key(environ(top.pid), top.cwd)
+    if elastic is not None:
         return _Lost(
             f"a torchrun rank whose elastic agent is gone: it was re-parented to {where}",
-            ("elastic", *(env.get(k) for k in _ELASTIC_KEYS)),
+            ("elastic", *elastic),
             None,
             "torchrun",
         )
@@ -762,10 +762,13 @@ class _EnvironCache:
         return self._seen[pid]
 
 
-def _elastic_key(env: Mapping[str, str] | None) -> tuple[str | None, ...] | None:
-    if not env or env.get("TORCHELASTIC_RUN_ID") is None or env.get("LOCAL_RANK") is None:
+def _elastic_key(env: Mapping[str, str] | None, cwd: str | None) -> tuple[str | None, ...] | None:
+    """What the ranks of one torchrun launch share: its run id and rendezvous address — which every launch on the
+    host started the same way shares too (a plain ``torchrun`` has run id ``none`` and port 29500) — and the
+    directory the agent started them in. Without a readable directory nothing ties a rank to another."""
+    if not env or env.get("TORCHELASTIC_RUN_ID") is None or env.get("LOCAL_RANK") is None or cwd is None:
         return None
-    return tuple(env.get(k) for k in _ELASTIC_KEYS)
+    return (*(env.get(k) for k in _ELASTIC_KEYS), cwd)
 
 
 def _add_elastic_siblings(
@@ -781,7 +784,7 @@ def _add_elastic_siblings(
     for pid in list(members):
         p = procs.get(pid)
         if p is not None and p.pid == p.sid and _reaped_by(p, procs) is not None:
-            key = _elastic_key(environ(pid))
+            key = _elastic_key(environ(pid), p.cwd)
             if key is not None:
                 keys.setdefault(key, pid)
     if not keys:
@@ -789,6 +792,6 @@ def _add_elastic_siblings(
     for pid, p in procs.items():
         if pid in members or pid in skip or p.pid != p.sid or _reaped_by(p, procs) is None:
             continue
-        key = _elastic_key(environ(pid))
+        key = _elastic_key(environ(pid), p.cwd)
         if key is not None and key in keys:
             members[pid] = f"a rank of the same torchrun launch as pid {keys[key]}"

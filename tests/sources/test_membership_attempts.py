@@ -7,7 +7,7 @@ from collections.abc import Callable, Mapping
 
 from rlwatch.common.state import EventSummary, GpuHolder, LogLine, Severity
 from rlwatch.engine.attempts import AttemptTracker, busy_after
-from rlwatch.sources.membership import RUN, Proc, RunView, _launches
+from rlwatch.sources.membership import RUN, Proc, RunView, _add_elastic_siblings, _launches
 
 T0 = 1_800_000_000.0
 BASH = Proc(500, 1, 500, 500, T0 - 3600, "bash", "/runs/a")
@@ -36,6 +36,21 @@ def test_torchrun_ranks_whose_agent_is_gone_are_one_earlier_attempt_beside_a_new
     earlier = launches[0]
     assert earlier.launcher is None and earlier.launcher_name == "torchrun" and not earlier.launcher_alive
     assert earlier.orphaned is not None and "elastic agent is gone" in earlier.orphaned
+
+
+def test_ranks_of_another_directorys_torchrun_with_the_same_rendezvous_are_not_this_runs() -> None:
+    """A plain ``torchrun`` gives every launch run id ``none`` and port 29500: the environment alone would tie a
+    leftover rank of a run elsewhere on the host to this run's ranks (seen on a GPU host, where an earlier test's
+    orphaned ranks joined the next run's earlier attempt). The directory the agent started them in tells them apart."""
+    r0 = Proc(878, 1, 878, 878, T0 - 600, "python3", "/runs/a")
+    r1 = Proc(879, 1, 879, 879, T0 - 600, "python3", "/runs/a")
+    other = Proc(700, 1, 700, 700, T0 - 900, "python3", "/runs/b")
+    env = {878: ELASTIC, 879: {**ELASTIC, "LOCAL_RANK": "1"}, 700: ELASTIC}
+    members = {878: "writes train.log"}
+    _add_elastic_siblings(members, _procs(r0, r1, other), (), _env(env))
+    assert sorted(members) == [878, 879]
+    launches = _launches({878: "w", 879: "w", 700: "w"}, _procs(r0, r1, other), {}, _env(env))
+    assert sorted(x.pids for x in launches) == [(700,), (878, 879)]
 
 
 def test_a_launcher_seen_before_and_gone_since_is_named_by_its_pid() -> None:
