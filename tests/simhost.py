@@ -31,6 +31,22 @@ def wait_until(pred: Callable[[], Any], timeout: float = 10.0, interval: float =
         time.sleep(interval)
 
 
+def kill_job(job: subprocess.Popen[bytes]) -> None:
+    """SIGKILL a job this test started and every process under it, its own process group and the sessions its
+    children started (torchrun starts each rank in a session of its own, which a group's SIGKILL never reaches), so
+    no rank lives on into the next test holding its GPU."""
+    try:
+        tree = psutil.Process(job.pid).children(recursive=True)
+    except psutil.Error:
+        tree = []
+    for p in [psutil.Process(job.pid), *tree] if job.poll() is None else tree:
+        try:
+            p.send_signal(signal.SIGKILL)
+        except psutil.Error:
+            pass
+    job.wait(timeout=60)
+
+
 def younger_from_now_on(pid: int) -> None:
     """Wait until a process started from now on has a later start time than ``pid``. Start times count clock ticks
     since boot (10 ms), as /proc/uptime does; the wall clock is no guide, since a start time is the boot time (whole

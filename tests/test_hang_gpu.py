@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 
 from rlwatch.sources.stacks import py_spy
-from tests.simhost import wait_until
+from tests.simhost import kill_job, wait_until
 
 CAPTURE = Path(__file__).resolve().parent / "real" / "capture"
 
@@ -111,5 +111,4 @@ def test_a_rank_that_never_reaches_its_collective_is_a_hang_with_both_stacks(tmp
     finally:
         watch.send_signal(signal.SIGTERM)
         watch.communicate(timeout=60)
-        os.killpg(job.pid, signal.SIGKILL)
-        job.wait(timeout=60)
+        kill_job(job)

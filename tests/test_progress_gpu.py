@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 
-from tests.simhost import wait_until
+from tests.simhost import kill_job, wait_until
 
 
 def _gpus() -> int:
@@ -107,5 +107,4 @@ def test_ranks_logging_through_python_logging_progress_then_hang(tmp_path: Path)
     finally:
         watch.send_signal(signal.SIGTERM)
         watch.communicate(timeout=60)
-        os.killpg(job.pid, signal.SIGKILL)
-        job.wait(timeout=60)
+        kill_job(job)

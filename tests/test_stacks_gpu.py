@@ -30,7 +30,7 @@ from typing import Any
 import pytest
 
 from rlwatch.sources.stacks import py_spy
-from tests.simhost import wait_until
+from tests.simhost import kill_job, wait_until
 
 SCRIPT = Path(__file__).resolve().parent / "stack_ranks_gpu.py"
 
@@ -66,6 +66,14 @@ def _steps(run: Path) -> list[str]:
 
 
 @contextmanager
+def _text(path: Path) -> str:
+    """The file's text, or nothing before its writer has made it."""
+    try:
+        return path.read_text()
+    except FileNotFoundError:
+        return ""
+
+
 def _job(tmp_path: Path, mode: str) -> Iterator[tuple[Path, Path]]:
     run = tmp_path / "run"
     run.mkdir()
@@ -86,8 +94,7 @@ def _job(tmp_path: Path, mode: str) -> Iterator[tuple[Path, Path]]:
     finally:
         watch.send_signal(signal.SIGTERM)
         watch.communicate(timeout=60)
-        os.killpg(job.pid, signal.SIGKILL)
-        job.wait(timeout=60)
+        kill_job(job)
 
 
 def test_a_rank_blocked_on_a_socket_is_a_hang_from_the_stacks_in_a_format_never_taught(tmp_path: Path) -> None:
@@ -108,7 +115,7 @@ def test_a_rank_blocked_on_a_socket_is_a_hang_from_the_stacks_in_a_format_never_
 
 def test_a_rank_killed_mid_collective_is_a_crash_naming_it_never_a_hang(tmp_path: Path) -> None:
     with _job(tmp_path, "kill") as (run, out):
-        said = wait_until(lambda: re.search(r"rank 1 pid (\d+) waits", (run / "torchrun.out").read_text()), 300, 0.5)
+        said = wait_until(lambda: re.search(r"rank 1 pid (\d+) waits", _text(run / "torchrun.out")), 300, 0.5)
         time.sleep(3)  # rank 0 is in its all-reduce by now (its step takes well under a second)
         os.kill(int(said.group(1)), signal.SIGKILL)  # a rank of the job this test started
         killed = time.time()
