@@ -65,7 +65,6 @@ def _steps(run: Path) -> list[str]:
     return re.findall(r"step (\d+)/1000", log.read_text()) if log.exists() else []
 
 
-@contextmanager
 def _text(path: Path) -> str:
     """The file's text, or nothing before its writer has made it."""
     try:
@@ -74,6 +73,7 @@ def _text(path: Path) -> str:
         return ""
 
 
+@contextmanager
 def _job(tmp_path: Path, mode: str) -> Iterator[tuple[Path, Path]]:
     run = tmp_path / "run"
     run.mkdir()
