@@ -306,6 +306,8 @@ def health(s: Snapshot, ctx: Context) -> Iterator[Finding]:
         st = s.stacks
         if st is not None and rs.since is not None and st.taken_at >= rs.since and (st.summary or st.error):
             where = f" Where each waits: {st.summary}." if st.summary else f" Its stacks could not be read: {st.error}."
+        elif "; where the ranks stand: " in rs.why:  # the sampler's reading already says it
+            where = ""
         else:
             where = " Its stacks are read once the hang is declared (key t reads them now)."
         yield Finding(CRIT, "hung", f"The run is hung: {rs.why}.{where}", rs.since)
