@@ -434,9 +434,34 @@ class Finding:
     # elsewhere) or, when no action does, the command that does (``rlwatch act rearm``); None when neither does.
     action: str | None = None
     command: str | None = None
+    # Where neither a key nor a command fixes it, what does, in a few words the banner keeps whole ("drain the node").
+    fix: str | None = None
 
     def fix_command(self) -> str | None:
         """The shell command that fixes it, if any: the action's ``rlwatch act`` line, or the command."""
+        return f"rlwatch act {self.action}" if self.action else self.command
+
+
+@dataclass(frozen=True, slots=True)
+class Verdict:
+    """The run's state, its worst finding and the one remedy for it, decided once per snapshot from what is alive
+    (:mod:`rlwatch.engine.diagnosis.verdict`). Every view renders this record; none derives a state, a status or a
+    remedy of its own, so no two of them can disagree about a run."""
+
+    status: str  # "CRITICAL" | "WARNING" | "OK" | "UNKNOWN" | "NO RUN"
+    state: str  # one of RUN_STATES
+    why: str  # the state in words: the headline's when a finding names the cause
+    since: float | None = None
+    finding: str | None = None  # the headline finding's code (the worst, a restart loop first); None: none
+    message: str | None = None  # its message
+    action: str | None = None  # the one remedy: an action (a key on the dashboard, ``rlwatch act ACTION``)…
+    command: str | None = None  # …or, when no action fixes it, the command that does
+    fix: str | None = None  # …or, when neither does, what does in a few words ("drain the node")
+    next_step: str | None = None  # what to do next, in words (where no key or command does it, what does)
+    step: int | None = None  # the run's step, from the best evidence
+    step_from: str | None = None  # "log" (the log's own counter or bar) | "checkpoint"
+
+    def fix_command(self) -> str | None:
         return f"rlwatch act {self.action}" if self.action else self.command
 
 
@@ -701,6 +726,7 @@ class Snapshot:
     limits: HostLimits | None = None  # None: not read (yet)
     learning: LearningState | None = None  # None: no learning metric seen
     ray: RayState | None = None  # a Ray-based run (verl, OpenRLHF): what Ray says of it (sources/ray)
+    verdict: Verdict | None = None  # state, headline and remedy, decided once (engine/diagnosis/verdict)
 
     @property
     def gpus(self) -> tuple[GpuState, ...]:

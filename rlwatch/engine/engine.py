@@ -49,7 +49,7 @@ from rlwatch.common.trust import open_read
 from rlwatch.config.models import Config
 from rlwatch.discover.knobs import read_knobs
 from rlwatch.discover.load import missing_paths, resolve
-from rlwatch.engine.diagnosis import Context, assess_run, diagnose, timeline
+from rlwatch.engine.diagnosis import Context, assess_run, decide, diagnose, timeline
 from rlwatch.engine.preview import MIN_BACKLOG, TAIL_BYTES, Counting, TailPreview
 from rlwatch.engine.recent_lines import RECENT_LINES, RecentLines
 from rlwatch.logs.ending import read_ending
@@ -821,6 +821,8 @@ class Engine:
             )
             snap = replace(snap, run_state=assess_run(snap, ctx))
             snap = replace(snap, findings=diagnose(snap, ctx), timeline=timeline(snap))
+            verdict, findings = decide(snap, ctx)  # the one state, headline and remedy every view renders
+            snap = replace(snap, verdict=verdict, findings=findings)
             self._snapshot = snap
         for listener in list(self._listeners):
             listener(snap)

@@ -193,6 +193,7 @@ def to_json_dict(s: Snapshot) -> dict[str, Any]:
         for f in s.findings
     ]
     rs = s.run_state
+    v = s.verdict
     return {
         "host": s.host,
         "time": iso(s.time),
@@ -200,7 +201,13 @@ def to_json_dict(s: Snapshot) -> dict[str, Any]:
         "status": status_word(s).lower().replace(" ", "_"),
         "run_state": None
         if rs is None
-        else {"state": rs.state, "why": rs.why, "since": iso(rs.since), "evidence": list(rs.evidence)},
+        else {
+            "state": v.state if v is not None else rs.state,  # the verdict's: a crash loop is crashed, never hung
+            "why": v.why if v is not None else rs.why,
+            "since": iso(rs.since),
+            "evidence": list(rs.evidence),
+        },
+        "verdict": verdict_json(s),
         "profile": s.profile,
         "profile_evidence": list(s.profile_evidence),
         "run_dir": s.run_dir,
@@ -248,6 +255,27 @@ def to_json_dict(s: Snapshot) -> dict[str, Any]:
             {"name": src.name, "ok": src.ok, "error": src.error, "last_sample": iso(src.last_sample)}
             for src in sorted(s.sources, key=lambda src: src.name)
         ],
+    }
+
+
+def verdict_json(s: Snapshot) -> dict[str, Any] | None:
+    """The engine's one decision (engine/diagnosis/verdict): state, headline finding, the one remedy, the step."""
+    v = s.verdict
+    if v is None:
+        return None
+    return {
+        "status": v.status.lower().replace(" ", "_"),
+        "state": v.state,
+        "why": v.why,
+        "since": iso(v.since),
+        "finding": v.finding,
+        "message": v.message,
+        "action": v.action,
+        "command": v.fix_command(),
+        "fix": v.fix,
+        "next_step": v.next_step,
+        "step": v.step,
+        "step_from": v.step_from,
     }
 
 
@@ -554,6 +582,8 @@ def _ending_json(e: LogEnding) -> dict[str, Any]:
 def status_word(s: Snapshot) -> str:
     """CRITICAL or WARNING by the worst finding; otherwise OK only with evidence that the run progresses (or
     finished): a run whose state is unknown is UNKNOWN, never OK for the lack of a known failure."""
+    if s.verdict is not None:  # decided once by the engine (engine/diagnosis/verdict): every view says the same
+        return s.verdict.status
     if any(f.code == "no_run" for f in s.findings):
         return "NO RUN"
     worst = s.worst
@@ -626,7 +656,14 @@ def to_text(s: Snapshot) -> str:
     if s.profile_evidence:
         lines.append("  because: " + "; ".join(s.profile_evidence[:4]) + (" …" if len(s.profile_evidence) > 4 else ""))
     lines.append(f"status: {status_word(s)}")
-    if s.run_state is not None:
+    v = s.verdict
+    if v is not None:
+        lines.append(f"run: {v.state} — {v.why}")
+        if v.finding is not None and v.message and v.finding not in ("run_crashed", "hung", "run_stopped"):
+            lines.append(f"  cause: {v.message}")  # the headline, where the state's words do not name it
+        if s.run_state is not None:
+            lines.extend(f"  {line}" for line in s.run_state.evidence[:5] if line not in v.why)
+    elif s.run_state is not None:
         lines.append(f"run: {s.run_state.state} — {s.run_state.why}")
         lines.extend(f"  {line}" for line in s.run_state.evidence[:5])
     lines.append("")
@@ -688,9 +725,14 @@ def to_text(s: Snapshot) -> str:
                 f"  {kind:20} {e.count:7}  first {first_text(e, s.time)}  last {last_text(e, s.time)}  ({files})"
             )
     codes = {f.code for f in s.findings}
+    head = v.finding if v is not None and v.next_step else None
     steps = [
-        NEXT_STEPS[f.code] for f in s.findings if f.code in NEXT_STEPS and not (SUPERSEDED.get(f.code, set()) & codes)
+        NEXT_STEPS[f.code]
+        for f in s.findings
+        if f.code in NEXT_STEPS and f.code != head and not (SUPERSEDED.get(f.code, set()) & codes)
     ]
+    if head is not None and v is not None and v.next_step:
+        steps.insert(0, v.next_step)  # the verdict's remedy first, said for what is alive now
     if steps:
         lines.append("")
         lines.append("Next steps:")

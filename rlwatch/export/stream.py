@@ -16,18 +16,23 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from rlwatch.common.state import Snapshot, SourceStatus, line_number
-from rlwatch.export.report import iso, status_word
+from rlwatch.export.report import iso, status_word, verdict_json
 
 _NUMBERS = re.compile(r"[0-9]+(?:\.[0-9]+)?")
 
 
 def _state_of(s: Snapshot) -> str | None:
+    if s.verdict is not None:
+        return s.verdict.state
     return s.run_state.state if s.run_state is not None else None
 
 
 def _run_state(s: Snapshot) -> dict[str, Any] | None:
     rs = s.run_state
-    return None if rs is None else {"state": rs.state, "why": rs.why, "since": iso(rs.since)}
+    if rs is None:
+        return None
+    v = s.verdict  # the engine's one decision: the state every view says (a crash loop is crashed, never hung)
+    return {"state": _state_of(s), "why": v.why if v is not None else rs.why, "since": iso(rs.since)}
 
 
 def _trouble(src: SourceStatus | None) -> str | None:
@@ -47,6 +52,7 @@ def _state(cur: Snapshot) -> dict[str, Any]:
         "profile": cur.profile,
         "status": status_word(cur).lower().replace(" ", "_"),
         "run_state": _run_state(cur),
+        "verdict": verdict_json(cur),
         "findings": [f.code for f in cur.findings],
         "events": {k: e.count for k, e in cur.events.items() if e.count},
     }
@@ -84,6 +90,7 @@ def changes(prev: Snapshot | None, cur: Snapshot) -> Iterator[dict[str, Any]]:
             "time": t,
             "status": status_word(cur).lower().replace(" ", "_"),
             "run_state": _run_state(cur),
+            "verdict": verdict_json(cur),
         }
     old = {f.code: f for f in prev.findings} if prev else {}
     new = {f.code: f for f in cur.findings}
@@ -117,9 +124,20 @@ def changes(prev: Snapshot | None, cur: Snapshot) -> Iterator[dict[str, Any]]:
                 "total": cur.training.total_steps if cur.training else None,
             }
         before_ids = {(p.pid, p.create_time) for p in prev.processes if p.alive}
+        looked = prev.polled("processes")
         for p in cur.processes:
             if p.alive and (p.pid, p.create_time) not in before_ids:
-                yield {"type": "process_started", "time": t, "name": p.name, "role": p.role, "pid": p.pid}
+                # One running before the previous snapshot, or before the host's processes were first looked at,
+                # was there already: seen, not started (a minute-old trainer is no start at rlwatch's).
+                seen = not looked or p.started_at < prev.time - 1.0
+                yield {
+                    "type": "process_seen" if seen else "process_started",
+                    "time": t,
+                    "name": p.name,
+                    "role": p.role,
+                    "pid": p.pid,
+                    "started_at": iso(p.started_at),
+                }
         after_ids = {(p.pid, p.create_time) for p in cur.processes if p.alive}
         for p in prev.processes:
             if p.alive and (p.pid, p.create_time) not in after_ids:
@@ -215,6 +233,7 @@ def _plain(record: dict[str, Any]) -> str | None:
         return f"{t} {record['name']}: " + ("available again" if record["ok"] else f"NOT AVAILABLE: {record['error']}")
     if kind == "backlog":
         return f"{t} reading the backlog"
-    if kind in ("process_started", "process_gone"):
-        return f"{t} {record['name']} (pid {record['pid']}) {'started' if kind == 'process_started' else 'gone'}"
+    if kind in ("process_started", "process_gone", "process_seen"):
+        said = {"process_started": "started", "process_gone": "gone", "process_seen": "running"}[kind]
+        return f"{t} {record['name']} (pid {record['pid']}) {said}"
     return f"{t} watching {record.get('run_dir')} ({record.get('profile')}): {len(record.get('findings', []))} findings"

@@ -137,6 +137,8 @@ class ProcessTable:
             if stat is None:
                 continue
             parents[pid] = stat.ppid
+            if stat.state == "Z":
+                continue  # defunct: it ended and waits to be reaped; never a live member of anything
             start = procfs.start_time_from_ticks(stat.starttime_ticks, btime)
             # Kernel threads (children of kthreadd, pid 2) have no command line and can never be a rule's match.
             if start is not None and stat.ppid != 2 and pid != 2:

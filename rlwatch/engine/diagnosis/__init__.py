@@ -28,6 +28,7 @@ from rlwatch.engine.diagnosis.server import server_down
 from rlwatch.engine.diagnosis.timeline import timeline
 from rlwatch.engine.diagnosis.training import training
 from rlwatch.engine.diagnosis.trust import actions_off
+from rlwatch.engine.diagnosis.verdict import decide, loop_state
 from rlwatch.engine.diagnosis.watchdog import watchdog, watchdog_state
 from rlwatch.engine.diagnosis.wording import (
     backlog_text,
@@ -53,6 +54,7 @@ __all__ = [
     "Rule",
     "assess_run",
     "backlog_text",
+    "decide",
     "diagnose",
     "exact_first",
     "exact_time",
@@ -123,8 +125,15 @@ RULES: tuple[Rule, ...] = (
 
 
 def assess_run(s: Snapshot, ctx: Context) -> RunState:
-    """The run's state from evidence (:mod:`.health`), with what Ray says of a Ray-based run (:mod:`.ray`)."""
-    return ray_run_state(s, _assess_health(s, ctx))
+    """The run's state from evidence (:mod:`.health`), with what Ray says of a Ray-based run (:mod:`.ray`); a run
+    caught in a restart loop is crashed, in the loop's words (:func:`.verdict.loop_state`)."""
+    rs = ray_run_state(s, _assess_health(s, ctx))
+    if rs.state in ("hung", "unknown", "stopped"):
+        loop = next(iter(restart_loop(s, ctx)), None)
+        if loop is None and rs.state == "hung":
+            loop = next((f for f in crashes(s, ctx) if f.code == "crash_repeating" and f.severity is CRIT), None)
+        rs = loop_state(rs, loop)
+    return rs
 
 
 def diagnose(s: Snapshot, ctx: Context) -> tuple[Finding, ...]:

@@ -106,7 +106,8 @@ def server_down(s: Snapshot, ctx: Context) -> Iterator[Finding]:
         yield Finding(
             CRIT,
             "server_down",
-            f"Inference server {srv.url} is down since {hhmm(since, s.time)} ({srv.error or 'no answer'}){extra}.",
+            # The state word before the address: a one-line banner cut to fit keeps "down", not the URL.
+            f"Inference server down since {hhmm(since, s.time)} ({srv.error or 'no answer'}) at {srv.url}{extra}.",
             since,
             action=_bring_back(s, ctx),
         )
