@@ -460,6 +460,7 @@ class Verdict:
     next_step: str | None = None  # what to do next, in words (where no key or command does it, what does)
     step: int | None = None  # the run's step, from the best evidence
     step_from: str | None = None  # "log" (the log's own counter or bar) | "checkpoint"
+    steps: tuple[tuple[str, str], ...] = ()  # (finding code, what to do) said for what is alive now, headline first
 
     def fix_command(self) -> str | None:
         return f"rlwatch act {self.action}" if self.action else self.command

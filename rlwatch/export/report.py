@@ -725,14 +725,13 @@ def to_text(s: Snapshot) -> str:
                 f"  {kind:20} {e.count:7}  first {first_text(e, s.time)}  last {last_text(e, s.time)}  ({files})"
             )
     codes = {f.code for f in s.findings}
-    head = v.finding if v is not None and v.next_step else None
+    # The verdict's words for what is alive now (the headline's first), else each finding's general advice.
+    decided = dict(v.steps) if v is not None else {}
     steps = [
-        NEXT_STEPS[f.code]
+        decided.get(f.code) or NEXT_STEPS[f.code]
         for f in s.findings
-        if f.code in NEXT_STEPS and f.code != head and not (SUPERSEDED.get(f.code, set()) & codes)
+        if (f.code in decided or f.code in NEXT_STEPS) and not (SUPERSEDED.get(f.code, set()) & codes)
     ]
-    if head is not None and v is not None and v.next_step:
-        steps.insert(0, v.next_step)  # the verdict's remedy first, said for what is alive now
     if steps:
         lines.append("")
         lines.append("Next steps:")

@@ -100,6 +100,8 @@ def _record(raw: Any) -> LaunchRecord | None:
             pid=int(raw["pid"]),
             create_time=float(raw["create_time"]),
             started_by=None if raw.get("started_by") is None else str(raw["started_by"]),
+            stdout=None if raw.get("stdout") is None else str(raw["stdout"]),
+            stderr=None if raw.get("stderr") is None else str(raw["stderr"]),
         )
     except (AttributeError, KeyError, TypeError, ValueError):
         return None

@@ -47,6 +47,10 @@ class LaunchRecord:
     # launcher starts the inference server, so a resume that runs the launcher again brings a server of its own.
     # None when it had no such ancestor, or when that was not seen.
     started_by: str | None = None
+    # Where its output went when first seen (/proc/PID/fd/1 and /2, regular files only): a process rlwatch starts
+    # again appends there, so the log the person reads (and the views follow) goes on. None: a terminal, a pipe.
+    stdout: str | None = None
+    stderr: str | None = None
 
 
 @dataclass(slots=True)
@@ -203,6 +207,8 @@ class ProcessTable:
             first_seen=now_wall,
             pid=proc.pid,
             create_time=proc.create_time,
+            stdout=procfs.output_file(proc.pid, 1, self._proc_root),
+            stderr=procfs.output_file(proc.pid, 2, self._proc_root),
         )
         slot = _Slot(
             role=role,

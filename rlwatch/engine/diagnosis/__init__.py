@@ -128,7 +128,7 @@ def assess_run(s: Snapshot, ctx: Context) -> RunState:
     """The run's state from evidence (:mod:`.health`), with what Ray says of a Ray-based run (:mod:`.ray`); a run
     caught in a restart loop is crashed, in the loop's words (:func:`.verdict.loop_state`)."""
     rs = ray_run_state(s, _assess_health(s, ctx))
-    if rs.state in ("hung", "unknown", "stopped"):
+    if rs.state not in ("crashed", "finished"):
         loop = next(iter(restart_loop(s, ctx)), None)
         if loop is None and rs.state == "hung":
             loop = next((f for f in crashes(s, ctx) if f.code == "crash_repeating" and f.severity is CRIT), None)

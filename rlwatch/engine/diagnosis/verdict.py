@@ -81,8 +81,10 @@ def status_of(s: Snapshot) -> str:
 def loop_state(rs: RunState, loop: Finding | None) -> RunState:
     """A run that keeps failing at its start is crashed, in the loop's words, never hung or unknown: its processes
     live only because something starts them again."""
-    if loop is None or rs.state not in ("hung", "unknown", "stopped"):
+    if loop is None or rs.state in ("crashed", "finished"):
         return rs
+    if rs.state == "progressing" and (loop.since is None or rs.since is None or rs.since > loop.since):
+        return rs  # it stepped after the loop began: the loop is over (its finding says when it was)
     return RunState("crashed", loop.message.rstrip("."), loop.since, rs.evidence)
 
 
@@ -177,11 +179,11 @@ def decide(s: Snapshot, ctx: Context) -> tuple[Verdict, tuple[Finding, ...]]:
     if not shown or shown[0].severity is Severity.INFO:
         verdict = Verdict(status, state, _why(rs), rs.since if rs else None, step=step, step_from=step_from)
         return verdict, tuple(shown)
-    steps: list[str | None] = []
+    steps: list[tuple[str, str | None]] = []
     for i, f in enumerate(shown):
         if f.severity is not Severity.INFO:
             shown[i], step_words = _remedy(f, s, ctx)
-            steps.append(step_words)
+            steps.append((f.code, step_words))
     head = shown[0]
     verdict = Verdict(
         status,
@@ -193,7 +195,8 @@ def decide(s: Snapshot, ctx: Context) -> tuple[Verdict, tuple[Finding, ...]]:
         action=head.action,
         command=head.command,
         fix=head.fix,
-        next_step=steps[0],
+        next_step=steps[0][1],
+        steps=tuple((code, words) for code, words in steps if words),
         step=step,
         step_from=step_from,
     )

@@ -20,6 +20,7 @@ from rlwatch.common.state import ActionPlan, ActionTarget, GpuHolder, GpuState, 
 from rlwatch.discover.load import resolve
 from rlwatch.engine.engine import Engine
 from rlwatch.sources import procfs
+from rlwatch.sources.processes import LaunchRecord
 from rlwatch.sources.recover import agree
 
 RESTART_WORKERS = "restart-workers"
@@ -67,6 +68,7 @@ class Launch:
     env: dict[str, str] | None = None
     log: str | None = None
     source: str = CONFIGURED  # CONFIGURED | RECORDED
+    err_log: str | None = None  # stderr, where it went to another file than stdout (None: beside stdout in log)
 
 
 @dataclass(frozen=True)
@@ -150,7 +152,9 @@ def target_of_launch(launch: Launch) -> ActionTarget:
         age_s=None,
         cmdline=launch.argv,
         role=launch.name,
-        reason=where + (f", output appended to {launch.log}" if launch.log else ""),
+        reason=where
+        + (f", output appended to {launch.log}" if launch.log else "")
+        + (f", stderr appended to {launch.err_log}" if launch.err_log else ""),
     )
 
 
@@ -236,23 +240,37 @@ class Planner:
         return self.resume(s, force=force)
 
     # ------------------------------------------------------------------------------------------------ starting
-    def _log_for(self, name: str, configured: str | None, pid: int | None) -> str:
+    def _log_for(self, name: str, configured: str | None, pid: int | None, record: LaunchRecord | None = None) -> str:
+        """Where the started process's output goes: the configured log; else where the process it replaces writes
+        now (a live one), or wrote when first seen (the launch book: ``python train.py >> train.log``), appended to,
+        so the log the person reads goes on; else rlwatch's own ``.rlwatch/logs/NAME.log``."""
         if configured:
             return str(resolve(self.engine.run_dir, configured))
         if pid is not None and (current := stdout_file(pid)):
             return current
+        if record is not None and record.stdout and os.path.isfile(record.stdout):
+            return record.stdout
         return str(self.engine.run_dir / DEFAULT_LOG_DIR / f"{name}.log")
+
+    @staticmethod
+    def _err_for(log: str, configured: str | None, record: LaunchRecord | None) -> str | None:
+        """Where its stderr goes when not beside its stdout: where the replaced process's went (``2> err.log``)."""
+        if configured or record is None or not record.stderr or record.stderr == log:
+            return None
+        return record.stderr if os.path.isfile(record.stderr) else None
 
     def _launch_for(self, p: ProcessInfo) -> Launch | None:
         rule = self.engine.processes.rule_for(p.name)
         record = self.engine.launch_record(p.name)
         env = dict(record.env) if record and record.env else None
-        log = self._log_for(p.name, rule.log if rule else None, p.pid if p.alive else None)
+        configured = rule.log if rule else None
+        log = self._log_for(p.name, configured, p.pid if p.alive else None, record)
+        err = self._err_for(log, configured, record)
         if rule and rule.command:
             cwd = str(resolve(self.engine.run_dir, rule.cwd)) if rule.cwd else (record.cwd if record else None)
-            return Launch(p.name, p.role, tuple(rule.command), cwd, env, log, CONFIGURED)
+            return Launch(p.name, p.role, tuple(rule.command), cwd, env, log, CONFIGURED, err)
         if record and record.argv:
-            return Launch(p.name, p.role, tuple(record.argv), record.cwd, env, log, RECORDED)
+            return Launch(p.name, p.role, tuple(record.argv), record.cwd, env, log, RECORDED, err)
         return None
 
     def _server_launch(self, live: Sequence[ProcessInfo]) -> Launch | None:
@@ -264,8 +282,9 @@ class Planner:
         record = self.engine.launch_record(live[0].name if live else "server")
         if record and record.argv:
             env = dict(record.env) if record.env else None
-            log = self._log_for("server", srv.log, pid)
-            return Launch("server", "server", tuple(record.argv), record.cwd, env, log, RECORDED)
+            log = self._log_for("server", srv.log, pid, record)
+            err = self._err_for(log, srv.log, record)
+            return Launch("server", "server", tuple(record.argv), record.cwd, env, log, RECORDED, err)
         return None
 
     def _resume_launch(self, s: Snapshot) -> Launch | None:
@@ -279,9 +298,11 @@ class Planner:
             if record and record.argv:
                 live = next((p for p in s.processes if p.name == name and p.alive), None)
                 rule = self.engine.processes.rule_for(name)
-                log = self._log_for(name, rule.log if rule else None, live.pid if live else None)
+                configured = rule.log if rule else None
+                log = self._log_for(name, configured, live.pid if live else None, record)
                 env = dict(record.env) if record.env else None
-                return Launch(name, name, tuple(record.argv), record.cwd, env, log, RECORDED)
+                err = self._err_for(log, configured, record)
+                return Launch(name, name, tuple(record.argv), record.cwd, env, log, RECORDED, err)
         return None
 
     def _unknown(self, what: str) -> str:
