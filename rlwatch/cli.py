@@ -36,6 +36,10 @@ DASHBOARD = ("dashboard", "demo", "snapshot", "fleet")
 COMMANDS = HEADLESS + DASHBOARD + ("act",)
 
 
+# How long `watch` waits for the host's processes and the server's probe before its first record.
+FIRST_STATE_WAIT_S = 10.0
+
+
 class UsageError(Exception):
     """A mistake on the command line or in the config: one line, exit 2."""
 
@@ -333,7 +337,7 @@ def cmd_watch(args: argparse.Namespace) -> int:
 
     from rlwatch.engine.engine import Engine
     from rlwatch.export.exporter import Exporter, ExporterError, parse_listen, start_exporter
-    from rlwatch.export.stream import Partial, changes, plain
+    from rlwatch.export.stream import Partial, changes, plain, unsettled
     from rlwatch.remedy.watchdog import Watchdog, WatchdogError
     from rlwatch.remedy.watchdog import plain as plain_watchdog
 
@@ -347,6 +351,7 @@ def cmd_watch(args: argparse.Namespace) -> int:
     streaming = threading.Event()  # the stream has started: the backlog is read
     lock = threading.Lock()
     prev: list[Snapshot | None] = [None]
+    first_read: list[float] = []  # when the backlog was first seen read, while the first state record waits
     # Over a big backlog, what its newest part shows, before the complete stream starts (unless --complete-only).
     partial = None if args.complete_only else Partial()
     waiting = _Waiting(sys.stderr) if is_terminal(sys.stderr) else None
@@ -382,10 +387,18 @@ def cmd_watch(args: argparse.Namespace) -> int:
         # stream waits for it, unless the file cannot be written (a full disk), when it would wait for ever.
         if own is not None and own.pid == os.getpid() and own.reading_backlog is not None and not watchdog.state_error:
             return
+        missing = unsettled(snap) if prev[0] is None else []
+        if missing:
+            if not first_read:
+                first_read.append(time.monotonic())
+            if time.monotonic() - first_read[0] < FIRST_STATE_WAIT_S:
+                return  # the first state record is a whole picture: the processes looked at, the server probed
         with lock:
             if prev[0] is None and shared_terminal and waiting is not None:
                 waiting.close()  # the complete stream's first line must not run on from the progress line
             for rec in changes(prev[0], snap):
+                if rec["type"] == "state" and missing:
+                    rec["incomplete"] = missing  # not looked at yet, after waiting for them
                 line = json.dumps(redacted(rec)) if args.json else plain(rec)
                 if line is not None:
                     safe_print(line, json_text=args.json)

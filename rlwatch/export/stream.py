@@ -55,7 +55,26 @@ def _state(cur: Snapshot) -> dict[str, Any]:
         "verdict": verdict_json(cur),
         "findings": [f.code for f in cur.findings],
         "events": {k: e.count for k, e in cur.events.items() if e.count},
+        # The run's processes already running: seen, not started (later ones come as process_started records).
+        "processes": [
+            {"name": p.name, "role": p.role, "pid": p.pid, "started_at": iso(p.started_at)}
+            for p in cur.processes
+            if p.alive
+        ],
     }
+
+
+def unsettled(s: Snapshot) -> list[str]:
+    """What the first ``state`` record would still miss: the host's processes not looked at yet, an expected server
+    not probed yet. Written before they come, it says "no process of the run seen" and findings it clears the same
+    second; so `watch` waits for them a little, and marks the record ``incomplete`` when it cannot wait longer."""
+    missing = []
+    if not s.polled("processes"):
+        missing.append("processes")
+    srv = s.server
+    if srv is not None and srv.expected and srv.url is not None and srv.up is None:
+        missing.append("server")
+    return missing
 
 
 def changes(prev: Snapshot | None, cur: Snapshot) -> Iterator[dict[str, Any]]:
