@@ -250,6 +250,9 @@ class MemoryState:
     oom_kills: int | None  # cgroup counter; None when no cgroup file is readable
     forecast_exhausted_at: float | None  # when available memory reaches zero at the current trend
     brake_free_bytes: int | None = None  # configured free-memory level at which workers' emergency brake fires
+    # What the forecast rests on: None (the host's RAM trend), or the processes that grow, in words
+    # ("worker-0, worker-1 growing 6.5 GB/h"), when their growth runs RAM out sooner than the trend says.
+    forecast_from: str | None = None
     # The container's own memory limit (cgroup v2 memory.max, v1 memory.limit_in_bytes): a Kubernetes or Docker
     # limit is what the OOM killer enforces, not the host's RAM. None: no limit (or not readable).
     cgroup_limit_bytes: int | None = None

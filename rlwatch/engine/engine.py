@@ -67,7 +67,7 @@ from rlwatch.sources.kernel import KernelLog, with_gpus
 from rlwatch.sources.launches import LaunchBook
 from rlwatch.sources.limits import LimitsSource
 from rlwatch.sources.membership import STRAY, RunView, assess, first_stamp, open_files
-from rlwatch.sources.memory import MemorySource
+from rlwatch.sources.memory import MemorySource, with_growth_forecast
 from rlwatch.sources.processes import LaunchRecord, ProcessTable, member_info, program_label
 from rlwatch.sources.procfs import container_uptime_s
 from rlwatch.sources.ray import RaySource
@@ -523,6 +523,7 @@ class Engine:
                         self._member_starts.setdefault(p.role, set()).add(round(p.started_at, 2))
             if self.cfg.profile == "workers" or any(r.role == "worker" for r in self.cfg.processes):
                 mem = replace(mem, brake_free_bytes=self.cfg.thresholds.brake_free_bytes)
+            mem = with_growth_forecast(mem, procs, self.cfg.thresholds.leak_bytes_per_hour, now)
             self._memory, self._gpu, self._procs, self._holders = mem, gpu, procs, holders
             self._checkpoint, self._recover, self._disk = ckpt, recover, disk
             self._kernel, self._limits = kernel, limits
