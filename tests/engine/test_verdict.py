@@ -148,3 +148,18 @@ def test_processes_running_before_the_stream_are_seen_not_started() -> None:
     third = replace(second, time=NOW + 2, processes=(trainer, young))
     records = [r for r in changes(second, third) if r["type"].startswith("process")]
     assert [(r["type"], r["pid"]) for r in records] == [("process_started", 78)]
+
+
+def test_right_after_a_resume_the_server_is_starting_not_down() -> None:
+    """The resumed launcher brings its own server: the banner must not ask for `s` while it comes up."""
+    from rlwatch.common.state import EventSummary
+    from rlwatch.engine.diagnosis.server import server_down
+
+    steps = EventSummary("step", Severity.INFO, 30, NOW - 900, NOW - 100, 1.0, 0, {})
+    launcher = replace(proc(90, "launcher"), started_at=NOW - 5, create_time=NOW - 5)
+    srv = ServerState("sglang", URL, False, NOW - 120, None, error="connection refused")
+    found = {f.code: f for f in server_down(snap(events={"step": steps}, processes=(launcher,), server=srv), Context())}
+    assert set(found) == {"server_starting"} and found["server_starting"].severity is Severity.INFO
+    before = replace(launcher, started_at=NOW - 1000, create_time=NOW - 1000)  # it stepped since it started
+    found = {f.code for f in server_down(snap(events={"step": steps}, processes=(before,), server=srv), Context())}
+    assert found == {"server_down"}
