@@ -176,3 +176,14 @@ def test_a_flat_process_draws_a_level_line_half_way_up() -> None:
     now = 10_000.0
     flat = Series(tuple(now - 600 + 10 * i for i in range(61)), tuple(25e6 for _ in range(61)))
     assert process_line(proc, flat, now).plain.endswith("▄▄▄▄▄▄")
+
+
+def test_a_lost_gpu_shows_no_stale_numbers() -> None:
+    from rlwatch.common.state import GpuHealth, GpuState
+    from rlwatch.widgets.gpu_panel import gpu_line
+
+    g = GpuState(0, "NVIDIA H100", None, 97.0, 61_400_000_000, 85_500_000_000, 71.0, 612.0, "DEFAULT")
+    assert "97%" in gpu_line(g, None, 0.0).plain
+    lost = dataclasses.replace(g, health=GpuHealth(lost="GPU is lost"))
+    said = gpu_line(lost, None, 0.0).plain
+    assert "LOST" in said and "97%" not in said and "612 W" not in said

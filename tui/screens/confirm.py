@@ -46,7 +46,8 @@ def targets_table(targets: tuple[ActionTarget, ...]) -> Table:
         ("role", "left", 16),
     ):
         table.add_column(name, justify=justify, no_wrap=True, min_width=width)  # type: ignore[arg-type]
-    table.add_column("command", justify="left", no_wrap=True, overflow="ellipsis", ratio=1)
+    # The command is cut at the edge; the reason under it wraps whole (a path cut mid-way says nothing).
+    table.add_column("command", justify="left", ratio=1)
     for t in targets:
         table.add_row(
             Text(str(t.pid) if t.pid is not None else "new", style="bold"),
@@ -54,11 +55,11 @@ def targets_table(targets: tuple[ActionTarget, ...]) -> Table:
             Text(fmt_duration(t.age_s)),
             Text(fmt_bytes(t.gpu_mem_bytes)),
             Text(clean_text(t.role or "–")),
-            Text(fmt_cmdline(t.cmdline, COMMAND_WIDTH)),
+            Text(fmt_cmdline(t.cmdline, COMMAND_WIDTH), no_wrap=True, overflow="ellipsis"),
         )
         if t.reason:
             table.add_row(
-                Text(""), Text(""), Text(""), Text(""), Text(""), Text("↳ " + clean_text(t.reason, 120), style="yellow")
+                Text(""), Text(""), Text(""), Text(""), Text(""), Text("↳ " + clean_text(t.reason, 400), style="yellow")
             )
     return table
 

@@ -18,6 +18,7 @@ from pathlib import Path
 
 from rlwatch.common.state import ActionPlan, ActionTarget, GpuHolder, GpuState, ProcessInfo, Snapshot
 from rlwatch.discover.load import resolve
+from rlwatch.engine.diagnosis.wording import human_bytes
 from rlwatch.engine.engine import Engine
 from rlwatch.sources import procfs
 from rlwatch.sources.processes import LaunchRecord
@@ -429,10 +430,26 @@ class Planner:
             "output appended to its log",
             "check each is running again with fresh memory",
         )
-        targets = tuple(target_of_process(p, s.time, "worker") for p in live)
+        targets = tuple(target_of_process(p, s.time, self._worker_why(p, s)) for p in live)
         plan = ActionPlan(RESTART_WORKERS, targets, steps, start=tuple(target_of_launch(x) for x in launches))
         stops = tuple(Stop(p.pid, p.create_time, p.name, p.role, rss_bytes=p.rss_bytes) for p in live)
         return Prepared(plan, stops=stops, launches=tuple(launches), rolling=True, only=only)
+
+    def _worker_why(self, p: ProcessInfo, s: Snapshot) -> str:
+        """Why this worker is restarted, in the numbers the findings rest on: over its limit, how fast it grows,
+        how often the emergency brake fired."""
+        why = []
+        rule = self.engine.processes.rule_for(p.name)
+        limit = rule.memory_limit_bytes if rule is not None else None
+        if limit and p.rss_bytes and p.rss_bytes > limit:
+            why.append(f"{human_bytes(p.rss_bytes)}, over its {human_bytes(limit)} limit")
+        growth = p.rss_growth_bytes_per_hour
+        if growth is not None and growth >= self.cfg.thresholds.leak_bytes_per_hour:
+            why.append(f"grows {human_bytes(growth)}/h")
+        brake = s.events.get("emergency_brake")
+        if brake is not None and brake.count:
+            why.append(f"the emergency brake fired {brake.count} times ({brake.streak} in a row)")
+        return "worker: " + "; ".join(why) if why else "worker"
 
     def restart_server(self, s: Snapshot) -> Prepared:
         url = self.cfg.server.url
