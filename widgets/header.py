@@ -46,7 +46,8 @@ def header_text(snap: Snapshot, width: int, stale_s: float | None = None) -> Tex
     right.append(fmt_clock(snap.time), style="bold")
     right.append(" ")
     v = snap.verdict
-    state = v.state if v is not None else snap.run_state.state if snap.run_state is not None else None
+    # The verdict's state, once the run was assessed at all (a snapshot without an assessment says no state).
+    state = None if snap.run_state is None else v.state if v is not None else snap.run_state.state
     if state is not None and state != "progressing":  # the verdict's state, as report says it
         right.append(f"run {state} ", style="bold" if state in ("crashed", "hung", "stopped") else "dim")
     worst = snap.worst

@@ -28,6 +28,7 @@ from rlwatch.common.state import (
     line_number,
 )
 from rlwatch.engine.diagnosis import first_text, hhmm, human_bytes, human_duration, last_text, when_text
+from rlwatch.engine.diagnosis.verdict import without_payload
 
 
 def iso(t: float | None) -> str | None:
@@ -662,7 +663,7 @@ def to_text(s: Snapshot) -> str:
         if v.finding is not None and v.message and v.finding not in ("run_crashed", "hung", "run_stopped"):
             lines.append(f"  cause: {v.message}")  # the headline, where the state's words do not name it
         if s.run_state is not None:
-            lines.extend(f"  {line}" for line in s.run_state.evidence[:5] if line not in v.why)
+            lines.extend(f"  {without_payload(line)}" for line in s.run_state.evidence[:5] if line not in v.why)
     elif s.run_state is not None:
         lines.append(f"run: {s.run_state.state} — {s.run_state.why}")
         lines.extend(f"  {line}" for line in s.run_state.evidence[:5])
@@ -675,11 +676,13 @@ def to_text(s: Snapshot) -> str:
             lines.append(f"  {when_text(entry.time, entry.by, entry.approximate, s.time)}  {entry.text}")
     lines.append("")
     tr = s.training
-    if tr and tr.last_step is not None:
+    step = v.step if v is not None and v.step is not None else tr.last_step if tr else None
+    if tr and step is not None:
         total = f"/{tr.total_steps}" if tr.total_steps else ""
         rate = f", {tr.steps_per_hour:.0f} steps/h" if tr.steps_per_hour else ""
         reward = f", reward {tr.reward:.4g}" if tr.reward is not None else ""
-        lines.append(f"Training: step {tr.last_step}{total}{rate}{reward}{'  STALLED' if tr.stalled else ''}")
+        ckpt = " (from the checkpoint)" if v is not None and v.step_from == "checkpoint" else ""
+        lines.append(f"Training: step {step}{total}{ckpt}{rate}{reward}{'  STALLED' if tr.stalled else ''}")
     latest = s.checkpoint.latest if s.checkpoint else None
     if latest:
         age = human_duration(s.time - latest.saved_at) if latest.saved_at else "?"

@@ -35,6 +35,13 @@ def _run_state(s: Snapshot) -> dict[str, Any] | None:
     return {"state": _state_of(s), "why": v.why if v is not None else rs.why, "since": iso(rs.since)}
 
 
+def _step(s: Snapshot) -> int | None:
+    """The step every view says: the verdict's (the best evidence), else the log's."""
+    if s.verdict is not None and s.verdict.step is not None:
+        return s.verdict.step
+    return s.training.last_step if s.training else None
+
+
 def _trouble(src: SourceStatus | None) -> str | None:
     """What a source's trouble is, with its numbers blurred: "values from 12s ago" must not print every tick."""
     if src is None or src.ok:
@@ -133,8 +140,8 @@ def changes(prev: Snapshot | None, cur: Snapshot) -> Iterator[dict[str, Any]]:
     if prev is not None:
         if prev.server and cur.server and prev.server.up != cur.server.up and cur.server.up is not None:
             yield {"type": "server", "time": t, "up": cur.server.up, "url": cur.server.url, "error": cur.server.error}
-        p_step = prev.training.last_step if prev.training else None
-        c_step = cur.training.last_step if cur.training else None
+        p_step = _step(prev)
+        c_step = _step(cur)
         if c_step is not None and c_step != p_step:
             yield {
                 "type": "step",

@@ -163,3 +163,21 @@ def test_right_after_a_resume_the_server_is_starting_not_down() -> None:
     before = replace(launcher, started_at=NOW - 1000, create_time=NOW - 1000)  # it stepped since it started
     found = {f.code for f in server_down(snap(events={"step": steps}, processes=(before,), server=srv), Context())}
     assert found == {"server_down"}
+
+
+def test_a_quoted_payload_is_left_out_of_the_run_line_and_its_evidence() -> None:
+    ids = "[151644, 8948, 198, 2610, 525, 264, 10950, 17847, 13]"
+    why = (
+        "ChildFailedError:; exit code 1; it began with: RuntimeError: Failed after 3 retries each. Payload: "
+        f"{{'input_ids': {ids}, 'sampling_params': {{'top_p': 1.0, ' (trainer.log:294, 13:44:11); 4 of its processes "
+        "still alive"
+    )
+    evidence = (f"trainer.log:163: RuntimeError: Failed after 3 retries each. Payload: {{'input_ids': {ids}}}. Ad",)
+    s = decided(snap(DOWN, run_state=RunState("crashed", why, NOW, evidence)))
+    assert s.verdict is not None and "151644" not in s.verdict.why
+    assert s.verdict.why.endswith(
+        "Failed after 3 retries each (its request's payload left out) (trainer.log:294, "
+        "13:44:11); 4 of its processes still alive"
+    )
+    text = to_text(s)
+    assert "151644" not in text.split("Findings:")[0]

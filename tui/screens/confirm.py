@@ -59,7 +59,7 @@ def targets_table(targets: tuple[ActionTarget, ...]) -> Table:
         )
         if t.reason:
             table.add_row(
-                Text(""), Text(""), Text(""), Text(""), Text(""), Text("↳ " + clean_text(t.reason, 400), style="yellow")
+                Text(""), Text(""), Text(""), Text(""), Text(""), Text("↳ " + clean_text(t.reason, 400), style="yellow", overflow="fold")
             )
     return table
 

@@ -19,7 +19,7 @@ from dataclasses import replace
 from rlwatch.common.state import Finding, RunState, Severity, Snapshot, Verdict
 from rlwatch.engine.diagnosis.base import Context
 
-__all__ = ["LOOPS", "decide", "loop_state", "order_key", "status_of"]
+__all__ = ["LOOPS", "decide", "loop_state", "order_key", "status_of", "without_payload"]
 
 # Findings that mean the run cannot stay up, whatever is restarted: they lead, in this order.
 LOOPS = ("restart_loop", "crash_repeating")
@@ -89,9 +89,10 @@ def loop_state(rs: RunState, loop: Finding | None) -> RunState:
 
 
 def _trainer_gone(s: Snapshot, ctx: Context) -> bool:
+    """The trainer is gone (a launcher left behind does not train: the resume stops it and starts it again)."""
     if ctx.trainer_alive is not None:
         return not ctx.trainer_alive
-    return not any(p.alive and p.role in ("trainer", "launcher") for p in s.processes)
+    return not any(p.alive and p.role == "trainer" for p in s.processes)
 
 
 def _resumable(s: Snapshot) -> bool:
@@ -109,15 +110,25 @@ def _order(findings: tuple[Finding, ...]) -> list[Finding]:
     return sorted(findings, key=order_key)
 
 
-def _why(rs: RunState | None) -> str:
-    """The state's words, without a last line that is a request's payload (a list of token ids says nothing)."""
-    if rs is None:
-        return "not assessed yet"
-    why = rs.why
-    head, sep, tail = why.partition(_LAST_LINE)
+# A request's payload as a failure quotes it (AReaL's "Failed after 3 retries each. Payload: {'input_ids': […"), up to
+# where the words go on (" (trainer.log:294, 13:44:11)") or the end.
+_QUOTED_PAYLOAD = re.compile(r"\.? Payload: [\[{].*?(?=(?: \([^()]*:\d+, [^()]*\))|\Z)")
+
+
+def without_payload(text: str) -> str:
+    """``text`` without the request payload it quotes: token ids cut at "Ad" are never what a person reads first."""
+    text = _QUOTED_PAYLOAD.sub(" (its request's payload left out)", text)
+    head, sep, tail = text.partition(_LAST_LINE)
     if sep and _PAYLOAD.search(tail):
         return head
-    return why
+    return text
+
+
+def _why(rs: RunState | None) -> str:
+    """The state's words, without a request's payload (a list of token ids says nothing)."""
+    if rs is None:
+        return "not assessed yet"
+    return without_payload(rs.why)
 
 
 def _fix_words(code: str) -> str | None:
