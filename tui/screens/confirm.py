@@ -58,9 +58,8 @@ def targets_table(targets: tuple[ActionTarget, ...]) -> Table:
             Text(fmt_cmdline(t.cmdline, COMMAND_WIDTH), no_wrap=True, overflow="ellipsis"),
         )
         if t.reason:
-            table.add_row(
-                Text(""), Text(""), Text(""), Text(""), Text(""), Text("↳ " + clean_text(t.reason, 400), style="yellow", overflow="fold")
-            )
+            why = Text("↳ " + clean_text(t.reason, 400), style="yellow", overflow="fold")  # a long path folds whole
+            table.add_row(Text(""), Text(""), Text(""), Text(""), Text(""), why)
     return table
 
 
