@@ -87,11 +87,11 @@ def ram_summary(mem: MemoryState, reading: tuple[float, LogLine] | None = None, 
             when = f" at {fmt_clock(at.time, now=now)}" if at.time is not None else ""
             own.append("\n  its last line saw ", style="dim")
             own.append(f"{fmt_bytes(seen)} free{when}", style="bold red" if own_below else "")
-            if abs(seen - mem.available_bytes) > max(1e9, 0.25 * mem.available_bytes):
-                own.append(" (not this host's figure)", style="yellow")
             if own_below and not below:
                 # The zone by the brake's own word only: said as the log's, never the badge this host's RAM earns.
-                own.append("  brake zone by its log", style="yellow")
+                own.append(" (its brake zone, not this host's)", style="yellow")
+            elif abs(seen - mem.available_bytes) > max(1e9, 0.25 * mem.available_bytes):
+                own.append(" (not this host's figure)", style="yellow")
         if below:
             line.append("  ")
             line.append(" BRAKE ZONE ", style="bold white on red")

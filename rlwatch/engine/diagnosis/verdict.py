@@ -55,6 +55,8 @@ _FIX = {
     "gpu_memory_fault": "drain the node, resume elsewhere",
     "shm_small": "a bigger /dev/shm (--shm-size)",
     "shm_exhausted": "a bigger /dev/shm (--shm-size)",
+    "kernel_oom_kill": "a higher memory limit, or a run that holds less",
+    "oom_kill": "a higher memory limit, or a run that holds less",
     "hung": "read each rank's stack (t)",
     "nccl_timeout": "read each rank's stack (t)",
 }
