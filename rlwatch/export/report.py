@@ -730,16 +730,16 @@ def to_text(s: Snapshot) -> str:
     codes = {f.code for f in s.findings}
     # The verdict's words for what is alive now (the headline's first), else each finding's general advice.
     decided = dict(v.steps) if v is not None else {}
-    steps = [
+    advice = [
         decided.get(f.code) or NEXT_STEPS[f.code]
         for f in s.findings
         if (f.code in decided or f.code in NEXT_STEPS) and not (SUPERSEDED.get(f.code, set()) & codes)
     ]
-    if steps:
+    if advice:
         lines.append("")
         lines.append("Next steps:")
-        for step in dict.fromkeys(steps):
-            lines.append(f"  - {step}")
+        for words in dict.fromkeys(advice):
+            lines.append(f"  - {words}")
     return "\n".join(lines) + "\n"
 
 
