@@ -218,8 +218,9 @@ def several_runs(run_dir: Path, found: Found) -> list[tuple[Path, str]]:
         note(ckpt / "x", "checkpoints")
     for info in found.step_infos:
         note(info, "checkpoints")
-    if run_dir in what:
-        return []
+    own = what.pop(run_dir, set())
+    if "checkpoints" in own or (run_dir / "rlwatch.yaml").is_file():
+        return []  # the directory is a run itself: its subdirectories are its parts
     try:
         children = [Path(e.path) for e in os.scandir(run_dir) if e.is_dir(follow_symlinks=False)]
     except OSError:
@@ -231,10 +232,13 @@ def several_runs(run_dir: Path, found: Found) -> list[tuple[Path, str]]:
         (
             (d, " and ".join(sorted(k)))
             for d, k in what.items()
-            if "checkpoints" in k or "rlwatch.yaml" in k or (d / "logs").is_dir()
+            # A run has logs of its own beside its checkpoints (or a logs/ of its own, or an rlwatch.yaml): a
+            # directory of checkpoints alone is a part of the run around it (TRL's output_dir).
+            if "rlwatch.yaml" in k or ("logs" in k and ("checkpoints" in k or (d / "logs").is_dir()))
         ),
         key=lambda r: str(r[0]),
     )
+    # Loose logs beside them (``/tmp/x.log``) do not make the parent a run of its own.
     return runs if len(runs) >= 2 else []
 
 

@@ -634,3 +634,18 @@ def test_report_in_a_directory_of_several_runs_lists_them(tmp_path: Path, capsys
     err = capsys.readouterr().err.splitlines()
     assert err[0] == f"rlwatch: {tmp_path} holds 2 separate runs, not one:", err
     assert err[1].startswith(f"  rlwatch {tmp_path / 'run-a'}") and err[2].startswith(f"  rlwatch {tmp_path / 'run-b'}")
+
+
+def test_loose_logs_beside_several_runs_do_not_merge_them_and_output_dirs_are_parts(
+    tmp_path: Path, no_procs: str
+) -> None:
+    two_runs(tmp_path)
+    write(tmp_path / "install.log", "pip install\n")  # `cd /tmp; rlwatch`: /tmp has loose logs of its own
+    with pytest.raises(discovery.SeveralRuns):
+        discover(tmp_path, proc_root=no_procs)
+    one = tmp_path / "one"
+    write(one / "train.log", "step 1\n")
+    for out in ("model-a", "model-b"):  # two output_dirs of one run: parts of it, not runs
+        (one / out / "checkpoint-5").mkdir(parents=True)
+        write(one / out / "checkpoint-5" / "trainer_state.json", '{"global_step": 5}')
+    assert discover(one, proc_root=no_procs).run_dir == str(one)
