@@ -76,7 +76,7 @@ def unsettled(s: Snapshot) -> list[str]:
     not probed yet. Written before they come, it says "no process of the run seen" and findings it clears the same
     second; so `watch` waits for them a little, and marks the record ``incomplete`` when it cannot wait longer."""
     missing = []
-    if not s.polled("processes"):
+    if not s.polled("processes") or s.live_run is None:  # the run's members not looked for yet
         missing.append("processes")
     srv = s.server
     if srv is not None and srv.expected and srv.url is not None and srv.up is None:

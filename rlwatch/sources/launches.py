@@ -70,6 +70,10 @@ class LaunchBook:
     def get(self, name: str) -> LaunchRecord | None:
         return self._records.get(name)
 
+    def names(self) -> tuple[str, ...]:
+        """The names recorded, in the order first seen."""
+        return tuple(self._records)
+
     def remember(self, name: str, record: LaunchRecord) -> bool:
         """Add a name seen for the first time; returns True when the book changed (it is saved when it may be)."""
         if name in self._records or not record.argv:

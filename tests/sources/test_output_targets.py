@@ -8,6 +8,8 @@ import os
 import sys
 from pathlib import Path
 
+import pytest
+
 from rlwatch.config.models import ActionsConfig, Config, GpuConfig, ProcessRule
 from rlwatch.engine.engine import Engine
 from rlwatch.remedy.actions.api import Actions
@@ -35,7 +37,8 @@ def test_output_file_is_a_regular_file_or_none(tmp_path: Path) -> None:
     assert procfs.output_file(12, 1, str(proc)) is None
 
 
-def test_a_resume_appends_to_the_log_the_gone_trainer_wrote(tmp_path: Path) -> None:
+@pytest.mark.parametrize("name", ["trainer", "trainer-1"])  # a role of two rules names its processes by rule
+def test_a_resume_appends_to_the_log_the_gone_trainer_wrote(tmp_path: Path, name: str) -> None:
     state = tmp_path / ".rlwatch"
     state.mkdir(mode=0o700)
     log, err = tmp_path / "train.log", tmp_path / "train.err"
@@ -52,9 +55,9 @@ def test_a_resume_appends_to_the_log_the_gone_trainer_wrote(tmp_path: Path) -> N
         "stderr": str(err),
     }
     book = state / "launches.json"
-    book.write_text(json.dumps({"trainer": record}))
+    book.write_text(json.dumps({name: record}))
     os.chmod(book, 0o600)
-    assert LaunchBook(book).get("trainer") is not None  # the fields read back beside the others
+    assert LaunchBook(book).get(name) is not None  # the fields read back beside the others
     cfg = Config(
         interval_s=0.2,
         gpu=GpuConfig(backend="none"),
@@ -63,7 +66,7 @@ def test_a_resume_appends_to_the_log_the_gone_trainer_wrote(tmp_path: Path) -> N
     )
     engine = Engine(cfg, tmp_path)
     try:
-        prepared = Actions(engine).prepare(RESUME, force=True)
+        prepared = Actions(engine).prepare(RESUME)
     finally:
         engine.stop()
     assert prepared.plan.runnable, prepared.plan.refused

@@ -159,6 +159,15 @@ def target_of_launch(launch: Launch) -> ActionTarget:
     )
 
 
+def _inside(path: str | None, run_dir: Path) -> bool:
+    if path is None:
+        return False
+    try:
+        return Path(path).resolve().is_relative_to(run_dir.resolve())
+    except (OSError, ValueError):
+        return False
+
+
 def stop_words(grace_s: float) -> str:
     return (
         f"SIGTERM (and SIGCONT) to each target and its process group, wait up to {grace_s:g}s, SIGKILL what is left, "
@@ -294,16 +303,26 @@ class Planner:
             cwd = str(resolve(self.engine.run_dir, a.resume_cwd)) if a.resume_cwd else str(self.engine.run_dir)
             log = self._log_for("launcher", a.resume_log, None)
             return Launch("launcher", "launcher", tuple(a.resume_command), cwd, None, log, CONFIGURED)
-        for name in ("launcher", "trainer"):  # no launcher seen: a trainer run directly is its own launch command
+        # No launcher seen: a trainer run directly is its own launch command. A role with several rules names its
+        # processes by rule ("trainer-1"): those count too, a launcher's first, and only one that worked in this run's
+        # directory (a pattern also matches another run's trainer, and its command is never this run's resume).
+        named = [p for p in s.processes if p.role in ("launcher", "trainer")]
+        named.sort(key=lambda p: (p.role != "launcher", -p.started_at))
+        # …and those of the launch book, for a trainer that died before this rlwatch started ("trainer-1").
+        booked = [n for n in reversed(self.engine.launches.names()) if n.startswith(("launcher-", "trainer-"))]
+        for name in dict.fromkeys(["launcher", "trainer", *(p.name for p in named), *booked]):
             record = self.engine.launch_record(name)
+            if name not in ("launcher", "trainer") and not (record and _inside(record.cwd, self.engine.run_dir)):
+                continue
             if record and record.argv:
                 live = next((p for p in s.processes if p.name == name and p.alive), None)
                 rule = self.engine.processes.rule_for(name)
+                role = live.role if live else next((p.role for p in named if p.name == name), name.split("-")[0])
                 configured = rule.log if rule else None
                 log = self._log_for(name, configured, live.pid if live else None, record)
                 env = dict(record.env) if record.env else None
                 err = self._err_for(log, configured, record)
-                return Launch(name, name, tuple(record.argv), record.cwd, env, log, RECORDED, err)
+                return Launch(name, role, tuple(record.argv), record.cwd, env, log, RECORDED, err)
         return None
 
     def _unknown(self, what: str) -> str:
