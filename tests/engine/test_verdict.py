@@ -181,3 +181,24 @@ def test_a_quoted_payload_is_left_out_of_the_run_line_and_its_evidence() -> None
     )
     text = to_text(s)
     assert "151644" not in text.split("Findings:")[0]
+
+
+def test_the_same_crash_on_every_start_is_crashed_even_beside_a_progress_line() -> None:
+    """Read live, a progress line of the same chunk as the crash may look newer than it: the crash loop still wins."""
+    from rlwatch.common.state import EventSummary, Incident
+    from rlwatch.config.models import Thresholds
+    from rlwatch.engine.diagnosis import assess_run
+
+    title = "AttributeError: 'Namespace' object has no attribute 'model_id'"
+    crashes = tuple(
+        Incident(
+            "traceback", "/run/train.log", 9 + 28 * i, NOW - 80 + 20 * i, NOW - 80 + 20 * i, 3, title, "t.py:22", "sig"
+        )
+        for i in range(3)
+    )
+    tb = EventSummary("traceback", Severity.WARNING, 3, NOW - 80, NOW - 40, 1.0, 1, {})
+    step = EventSummary("step", Severity.INFO, 6, NOW - 90, NOW - 39, 1.0, 0, {})
+    live = LiveRun(True, None, NOW - 100, members=((5, "writes train.log"),))
+    s = snap(incidents=crashes, events={"traceback": tb, "step": step}, live_run=live, processes=(proc(5, "trainer"),))
+    rs = assess_run(s, Context(thresholds=Thresholds()))
+    assert rs.state == "crashed" and "same crash happened 3 times" in rs.why, rs

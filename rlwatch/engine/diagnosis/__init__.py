@@ -130,9 +130,13 @@ def assess_run(s: Snapshot, ctx: Context) -> RunState:
     rs = ray_run_state(s, _assess_health(s, ctx))
     if rs.state not in ("crashed", "finished"):
         loop = next(iter(restart_loop(s, ctx)), None)
-        if loop is None and rs.state == "hung":
-            loop = next((f for f in crashes(s, ctx) if f.code == "crash_repeating" and f.severity is CRIT), None)
-        rs = loop_state(rs, loop)
+        if loop is not None:
+            return loop_state(rs, loop)
+        # The same exception on every start, with no progress after the latest (it is critical only then): the run
+        # is crashed, whatever its processes or a progress line read in the same chunk as the crash suggest.
+        repeating = next((f for f in crashes(s, ctx) if f.code == "crash_repeating" and f.severity is CRIT), None)
+        if repeating is not None:
+            return RunState("crashed", repeating.message.rstrip("."), rs.since, rs.evidence)
     return rs
 
 
