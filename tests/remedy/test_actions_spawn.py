@@ -127,6 +127,7 @@ def test_bad_commands_are_refused(argv: object, words: str) -> None:
         spawn(argv, cwd=None, env=None, log_path=None)  # type: ignore[arg-type]
 
 
+@pytest.mark.slow
 def test_stderr_apart_is_appended_where_the_replaced_process_sent_it(tmp_path: Path, spawned: list[Ident]) -> None:
     """``python train.py >> train.log 2>> err.log`` started again: each stream appended to its own file, nothing of
     what was there truncated."""

@@ -369,6 +369,7 @@ def test_a_launch_record_names_the_process_it_was_started_under(spawn: Spawner, 
     assert record is not None and record.started_by is None
 
 
+@pytest.mark.slow
 def test_a_defunct_process_is_not_alive(tmp_path: Path) -> None:
     """A zombie (exited, not yet reaped by its parent) named by a pidfile is gone, never "alive 0 B"."""
     child = subprocess.Popen([sys.executable, "-c", "pass"])
@@ -381,6 +382,7 @@ def test_a_defunct_process_is_not_alive(tmp_path: Path) -> None:
         child.wait(timeout=10)
 
 
+@pytest.mark.slow
 def test_where_its_output_goes_is_recorded_when_first_seen(spawn: Spawner, tag: str, tmp_path: Path) -> None:
     log = tmp_path / "train.log"
     with open(log, "ab") as out:
