@@ -51,7 +51,7 @@ screenshots: $(STAMP)
 	    --size 120x40,80x24,200x60 || exit 1; \
 	  mv screenshots/120x40/$$s.svg screenshots/$$s.svg; \
 	  if command -v rsvg-convert >/dev/null; then \
-	    sed 's/<svg /<svg xml:space="preserve" /' screenshots/$$s.svg | rsvg-convert -w 1600 -o screenshots/$$s.png; fi; \
+	    rsvg-convert -w 1600 -o screenshots/$$s.png screenshots/$$s.svg; fi; \
 	done; rmdir screenshots/120x40
 
 # The benchmarks measure the optional Hyperscan fast path too, so it is installed first.

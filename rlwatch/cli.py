@@ -24,6 +24,7 @@ from rlwatch.common.statefiles import StateFileError, write_file
 from rlwatch.common.textsafe import clean_line
 from rlwatch.common.trust import config_distrust
 from rlwatch.config.models import Config
+from rlwatch.discover.discovery import SeveralRuns
 from rlwatch.discover.load import ConfigError, resolve_config
 from rlwatch.engine.diagnosis import backlog_text, human_bytes, human_duration
 
@@ -34,6 +35,10 @@ if TYPE_CHECKING:
 HEADLESS = ("report", "watch", "sim", "init", "service", "notify")
 DASHBOARD = ("dashboard", "demo", "snapshot", "fleet")
 COMMANDS = HEADLESS + DASHBOARD + ("act",)
+
+
+# How long `watch` waits for the host's processes and the server's probe before its first record.
+FIRST_STATE_WAIT_S = 10.0
 
 
 class UsageError(Exception):
@@ -65,12 +70,23 @@ class _Version(argparse.Action):
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from rlwatch.sim import SCENARIOS
+
     parser = argparse.ArgumentParser(
         prog="rlwatch",
+        usage="rlwatch [RUN_DIR] [--config FILE] [--profile NAME] [--readonly] [--interval SECONDS]\n"
+        "       rlwatch COMMAND [options]   (rlwatch COMMAND --help for its options)",
         description="Monitor and watchdog for LLM RL post-training on GPU pods.",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
         epilog=(
-            "Commands: report, watch, act, service, notify, snapshot, sim, init, demo, fleet. "
-            "With none, opens the dashboard."
+            "With no command, opens the dashboard on RUN_DIR (default: .):\n"
+            "  --config FILE     configuration file (default: RUN_DIR/rlwatch.yaml, else discovery)\n"
+            "  --profile NAME    auto, areal, trl, verl, openrlhf, workers, generic (default: auto)\n"
+            "  --readonly        disable every action\n"
+            "  --interval S      sampling interval in seconds\n"
+            "\n"
+            "Commands: report, watch, act, service, notify, snapshot, sim, init, demo, fleet, dashboard.\n"
+            "Try it on a simulated host: rlwatch demo --scenario NAME (rlwatch demo --help lists them)."
         ),
     )
     parser.add_argument("--version", action=_Version, nargs=0, help="the version, and which event path runs")
@@ -81,8 +97,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--readonly", action="store_true", help="disable every action")
     p.add_argument("--interval", type=float, default=None, metavar="SECONDS", help="sampling interval")
 
-    p = sub.add_parser("demo", help="the dashboard on a simulated training host")
-    p.add_argument("--scenario", default="server-crash")
+    scenarios = "\n".join(f"  {name:<18} {about}" for name, about in SCENARIOS.items())
+    p = sub.add_parser(
+        "demo",
+        help="the dashboard on a simulated training host",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog=f"scenarios:\n{scenarios}",
+    )
+    p.add_argument("--scenario", default="server-crash", metavar="NAME", help="one of the scenarios below")
     p.add_argument("--speed", type=float, default=1.0)
     p.add_argument("--readonly", action="store_true")
 
@@ -331,7 +353,7 @@ def cmd_watch(args: argparse.Namespace) -> int:
 
     from rlwatch.engine.engine import Engine
     from rlwatch.export.exporter import Exporter, ExporterError, parse_listen, start_exporter
-    from rlwatch.export.stream import Partial, changes, plain
+    from rlwatch.export.stream import Partial, changes, plain, unsettled
     from rlwatch.remedy.watchdog import Watchdog, WatchdogError
     from rlwatch.remedy.watchdog import plain as plain_watchdog
 
@@ -345,6 +367,7 @@ def cmd_watch(args: argparse.Namespace) -> int:
     streaming = threading.Event()  # the stream has started: the backlog is read
     lock = threading.Lock()
     prev: list[Snapshot | None] = [None]
+    first_read: list[float] = []  # when the backlog was first seen read, while the first state record waits
     # Over a big backlog, what its newest part shows, before the complete stream starts (unless --complete-only).
     partial = None if args.complete_only else Partial()
     waiting = _Waiting(sys.stderr) if is_terminal(sys.stderr) else None
@@ -380,19 +403,38 @@ def cmd_watch(args: argparse.Namespace) -> int:
         # stream waits for it, unless the file cannot be written (a full disk), when it would wait for ever.
         if own is not None and own.pid == os.getpid() and own.reading_backlog is not None and not watchdog.state_error:
             return
+        missing = unsettled(snap) if prev[0] is None else []
+        if missing:
+            if not first_read:
+                first_read.append(time.monotonic())
+            if time.monotonic() - first_read[0] < FIRST_STATE_WAIT_S:
+                return  # the first state record is a whole picture: the processes looked at, the server probed
         with lock:
             if prev[0] is None and shared_terminal and waiting is not None:
                 waiting.close()  # the complete stream's first line must not run on from the progress line
             for rec in changes(prev[0], snap):
+                if rec["type"] == "state" and missing:
+                    rec["incomplete"] = missing  # not looked at yet, after waiting for them
                 line = json.dumps(redacted(rec)) if args.json else plain(rec)
                 if line is not None:
                     safe_print(line, json_text=args.json)
             prev[0] = snap
         streaming.set()
 
+    def said(rec: dict[str, object]) -> None:
+        show(rec, plain_watchdog(rec))
+        if rec.get("type") == "watchdog" and "acting" in rec:
+            # Whether this watchdog will act on the host is said to the person too, not only in the stream on stdout
+            # (which may go to a file or a pipe): a watchdog that restarts processes must never do so unannounced.
+            head = "ACTS on this run" if rec.get("acting") else "only watches (it takes no action)"
+            with lock:
+                print(
+                    f"rlwatch watch: this watchdog {head}: {clean_line(str(rec.get('message') or ''))}", file=sys.stderr
+                )
+
     notifications = _notifications(cfg, run_dir, engine.host, args.notify, args.heartbeat)
     try:
-        watchdog = Watchdog(engine, emit=lambda rec: show(rec, plain_watchdog(rec)), notifications=notifications)
+        watchdog = Watchdog(engine, emit=said, notifications=notifications)
     except WatchdogError as exc:
         engine.stop()
         raise UsageError(str(exc)) from None
@@ -723,6 +765,12 @@ def run(args: argparse.Namespace, handlers: Mapping[str, Handler] = HANDLERS) ->
         return 2
     except UsageError as exc:
         print(f"rlwatch: {exc}", file=sys.stderr)
+        return 2
+    except SeveralRuns as exc:
+        # Not one run: say so, and how to watch each (one line, as every mistake; the runs listed after it).
+        print(f"rlwatch: {clean_line(str(exc.run_dir))} holds {len(exc.runs)} separate runs, not one:", file=sys.stderr)
+        for path, what in exc.runs:
+            print(f"  rlwatch {clean_line(str(path))}    ({what})", file=sys.stderr)
         return 2
     except NotifyFailed as exc:
         print(f"rlwatch: {exc}", file=sys.stderr)

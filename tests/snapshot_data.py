@@ -1668,4 +1668,12 @@ PLANS: dict[str, Callable[[], dict[str, ActionPlan]]] = {
 def feed(name: str, *, readonly: bool = False, plans: dict[str, ActionPlan] | None = None) -> StaticFeed:
     snap, lines = SCENARIOS[name]
     chosen = plans if plans is not None else PLANS.get(name, dict)()
-    return StaticFeed(snap(), lines(), chosen, readonly=readonly)
+    return StaticFeed(decided(snap()), lines(), chosen, readonly=readonly)
+
+
+def decided(snap: Snapshot) -> Snapshot:
+    """The snapshot with the verdict the engine would put on it (engine/diagnosis/verdict): every view renders it."""
+    from rlwatch.engine.diagnosis import Context, decide
+
+    verdict, findings = decide(snap, Context())
+    return replace(snap, verdict=verdict, findings=findings)

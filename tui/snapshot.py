@@ -16,7 +16,15 @@ async def render_svg_async(feed: Feed, *, size: tuple[int, int] = (120, 40), clo
         await pilot.pause()
         await app.workers.wait_for_complete()
         await pilot.pause()
-        return app.export_screenshot(title="rlwatch")
+        return preserve_spaces(app.export_screenshot(title="rlwatch"))
+
+
+def preserve_spaces(svg: str) -> str:
+    """The SVG with ``xml:space="preserve"`` on its root: a renderer that follows XML's default collapses runs of
+    spaces, and the dashboard's columns would fall apart in it (browsers keep them either way)."""
+    if "xml:space=" in svg[:500]:
+        return svg
+    return svg.replace("<svg ", '<svg xml:space="preserve" ', 1)
 
 
 def render_svg(feed: Feed, *, size: tuple[int, int] = (120, 40), clock: Clock | None = None) -> str:

@@ -20,6 +20,7 @@ from rich.console import Console
 from rich.text import Text
 
 from rlwatch.common.state import Finding, Snapshot, SourceStatus
+from rlwatch.engine.diagnosis.verdict import order_key
 from rlwatch.widgets.format import SEVERITY_LABEL, SEVERITY_STYLE, clean_text, fmt_clock
 from rlwatch.widgets.text_block import TextBlock
 
@@ -44,7 +45,9 @@ _MEASURE = Console(file=io.StringIO(), width=500, legacy_windows=False)  # wraps
 
 
 def ordered(findings: tuple[Finding, ...]) -> list[Finding]:
-    return sorted(findings, key=lambda f: (f.severity.rank, f.since if f.since is not None else float("inf")))
+    """The findings in the verdict's order (engine/diagnosis/verdict: a restart loop first at its severity), so the
+    banner's first line is the verdict's headline, carrying its one remedy."""
+    return sorted(findings, key=order_key)
 
 
 def command_line(command: str, run_dir: str | None) -> str:
@@ -73,7 +76,10 @@ def fix_text(f: Finding, run_dir: str | None = None, *, readonly: bool = False) 
         return out
     command = f.fix_command()
     if command is None:
-        return None
+        if f.fix is None:
+            return None
+        out.append(clean_text(f.fix), style="bold")  # what fixes it where no key or command does
+        return out
     out.append("$ ", style="dim")
     out.append(clean_text(command_line(command, run_dir)), style="bold")
     return out

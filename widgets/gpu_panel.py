@@ -41,6 +41,10 @@ def gpu_line(g: GpuState, history: Series | None, now: float) -> Text:
     """`` 0 ▅▆▇███▇▆▇▇██  97%  61.4/85.5 GB 72%  71°C  612 W``; the history is the last 10 minutes, 0-100 %."""
     line = Text(no_wrap=True, end="")
     line.append(f"{g.index:>2} ", style="bold")
+    if g.health is not None and g.health.lost:
+        # A lost GPU answers nothing: the last numbers read before would be shown as now. Say it is lost instead.
+        line.append("LOST — no reading (the values before it was lost are not current)", style="bold red")
+        return line
     values = bucket(history, now, INLINE_SPAN_S, INLINE_COLUMNS) if history is not None else [None] * INLINE_COLUMNS
     line.append_text(spark(values, style="green"))
     line.append(f" {fmt_percent(g.util):>4}", style="bold")

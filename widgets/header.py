@@ -45,13 +45,18 @@ def header_text(snap: Snapshot, width: int, stale_s: float | None = None) -> Tex
         right.append(" ")
     right.append(fmt_clock(snap.time), style="bold")
     right.append(" ")
-    rs = snap.run_state
-    if rs is not None and rs.state != "progressing":  # the run's state from evidence, as report says it
-        right.append(f"run {rs.state} ", style="bold" if rs.state in ("crashed", "hung", "stopped") else "dim")
+    v = snap.verdict
+    # The verdict's state, once the run was assessed at all (a snapshot without an assessment says no state).
+    state = None if snap.run_state is None else v.state if v is not None else snap.run_state.state
+    if state is not None and state != "progressing":  # the verdict's state, as report says it
+        right.append(f"run {state} ", style="bold" if state in ("crashed", "hung", "stopped") else "dim")
     worst = snap.worst
-    if worst is not None:
+    status = v.status if v is not None else None
+    if worst is not None and status in (None, "CRITICAL", "WARNING", "NO RUN"):
         right.append(f" {SEVERITY_LABEL[worst]} ", style=STATUS_BADGE.get(severity_style(worst), "bold"))
-    elif rs is not None and not rs.healthy:  # no finding, but no evidence of progress either: never "OK"
+    elif status == "UNKNOWN" or (
+        status is None and snap.run_state is not None and not snap.run_state.healthy
+    ):  # no finding, but no evidence of progress either: never "OK"
         right.append(" UNKNOWN ", style="bold black on cyan")
     else:
         right.append(" OK ", style="bold black on green")

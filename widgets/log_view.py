@@ -365,6 +365,7 @@ class LogView(ScrollView, can_focus=True):
         if not n:
             return None
         start = self.current if self.current is not None and self.current < n else None
+        from_current = start is not None  # then the match itself is past the end too: coming back to it wraps
         if start is None:
             top = self._line_at(self._top_row())
             bottom = self._line_at(self._top_row() + max(1, self.scrollable_content_region.height) - 1)
@@ -379,7 +380,12 @@ class LogView(ScrollView, can_focus=True):
                 order = list(range(start - 1, -1, -1)) + (list(range(n - 1, start - 1, -1)) if wrap else [])
         for k, i in enumerate(order):
             if pred(self._visible[i]):
-                wrapped_round = (i < start) if not backward else (i > start)
+                assert start is not None
+                wrapped_round = (
+                    (i < start or (from_current and i == start))
+                    if not backward
+                    else (i > start or (from_current and i == start))
+                )
                 self.notice = (
                     ("search wrapped to the top" if not backward else "search wrapped to the bottom")
                     if (wrapped_round and wrap and k > 0)
@@ -736,7 +742,7 @@ class LogPanel(Panel):
         box.border_title = None
         if mode == "filter":
             self._before_edit = view.filter
-            box.value = view.filter.text
+            box.value = ""  # a new filter starts empty (Esc restores the one before); one typed replaces it
         else:
             self._search_before = (view.search_text, view.search_backward)
             box.value = ""

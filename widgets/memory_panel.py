@@ -14,7 +14,7 @@ from textual.app import ComposeResult
 from textual.containers import Horizontal
 from textual.widgets import Static
 
-from rlwatch.common.state import LogLine, MemoryState, ProcessInfo, Series, Snapshot
+from rlwatch.common.state import KernelLogState, LogLine, MemoryState, ProcessInfo, Series, Snapshot
 from rlwatch.widgets.format import clean_text, fmt_bytes, fmt_clock, fmt_duration, shorten_middle
 from rlwatch.widgets.graph import TimeGraph, bucket, fit_span, spark
 from rlwatch.widgets.panel import Panel
@@ -87,9 +87,11 @@ def ram_summary(mem: MemoryState, reading: tuple[float, LogLine] | None = None, 
             when = f" at {fmt_clock(at.time, now=now)}" if at.time is not None else ""
             own.append("\n  its last line saw ", style="dim")
             own.append(f"{fmt_bytes(seen)} free{when}", style="bold red" if own_below else "")
-            if abs(seen - mem.available_bytes) > max(1e9, 0.25 * mem.available_bytes):
+            if own_below and not below:
+                # The zone by the brake's own word only: said as the log's, never the badge this host's RAM earns.
+                own.append(" (its brake zone, not this host's)", style="yellow")
+            elif abs(seen - mem.available_bytes) > max(1e9, 0.25 * mem.available_bytes):
                 own.append(" (not this host's figure)", style="yellow")
-            below = below or own_below
         if below:
             line.append("  ")
             line.append(" BRAKE ZONE ", style="bold white on red")
@@ -97,8 +99,20 @@ def ram_summary(mem: MemoryState, reading: tuple[float, LogLine] | None = None, 
     return line
 
 
-def swap_summary(mem: MemoryState, history: Series, now: float) -> Text:
-    """Swap with its last 10 minutes (0-100 %), and the cgroup OOM-kill count."""
+def oom_kills(mem: MemoryState, kernel: KernelLogState | None) -> tuple[int | None, str | None]:
+    """How many OOM kills, and whose word it is: the kernel log's when it saw more than the cgroup's counter (a
+    cgroup of another level, a counter reset, none readable), so the panel never says 0 under a kill the banner
+    names."""
+    said = sum(1 for e in kernel.events if e.kind == "oom_kill") if kernel is not None else 0
+    counters = [n for n in (mem.oom_kills, mem.cgroup_oom_events) if n is not None]
+    counted = max(counters) if counters else None
+    if said and (counted is None or said > counted):
+        return said, "kernel log"
+    return counted, None
+
+
+def swap_summary(mem: MemoryState, history: Series, now: float, kernel: KernelLogState | None = None) -> Text:
+    """Swap with its last 10 minutes (0-100 %), and the OOM-kill count (the cgroup's, or the kernel log's)."""
     line = Text("swap ", style="bold", no_wrap=True, end="")
     if not mem.swap_total_bytes:
         line.append("none" if mem.swap_total_bytes == 0 else "–", style="dim")
@@ -106,8 +120,10 @@ def swap_summary(mem: MemoryState, history: Series, now: float) -> Text:
         line.append(f"{fmt_bytes(mem.swap_used_bytes)} of {fmt_bytes(mem.swap_total_bytes)} ")
         line.append_text(spark(bucket(history, now, SPAN_S, INLINE_COLUMNS), style="magenta"))
     line.append("  OOM kills ", style="dim")
-    kills = mem.oom_kills
+    kills, whose = oom_kills(mem, kernel)
     line.append("–" if kills is None else str(kills), style="bold red" if kills else "")
+    if whose:
+        line.append(f" ({whose})", style="dim")
     return line
 
 
@@ -120,6 +136,8 @@ def forecast_line(mem: MemoryState, now: float) -> Text:
     left = at - now
     style = "bold red" if left < 3 * 3600 else "bold yellow"
     line.append(f"RAM exhausted in ~{fmt_duration(left)} at {fmt_clock(at, seconds=False)}", style=style)
+    if mem.forecast_from:  # the processes that grow, as the leak findings say: the same figure
+        line.append(f" ({clean_text(mem.forecast_from)})", style="dim")
     return line
 
 
@@ -179,6 +197,7 @@ class MemoryPanel(Panel):
             snap.history.rss,
             snap.limits,
             brake.recent[-1:] if brake is not None else None,
+            snap.kernel.events if snap.kernel is not None else None,
         )
 
     def show(self, snap: Snapshot) -> None:
@@ -192,7 +211,7 @@ class MemoryPanel(Panel):
             graph.display = True
             lines = [
                 ram_summary(mem, brake_reading(snap), snap.time),
-                swap_summary(mem, snap.history.swap_used, snap.time),
+                swap_summary(mem, snap.history.swap_used, snap.time, snap.kernel),
                 forecast_line(mem, snap.time),
             ]
             limits = limits_line(snap)

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from rich.text import Text
 
-from rlwatch.common.state import RunState, Snapshot, TrainingState
+from rlwatch.common.state import RunState, Snapshot, TrainingState, Verdict
 from rlwatch.widgets.format import clean_text, fmt_age, fmt_duration, fmt_number
 from rlwatch.widgets.graph import spark
 from rlwatch.widgets.text_block import TextBlock
@@ -31,16 +31,20 @@ def progress_bar(done: int, total: int, width: int = BAR_WIDTH) -> Text:
 _STATE_BADGE = {"crashed": "CRASHED", "hung": "HUNG", "stopped": "STOPPED"}
 
 
-def step_line(tr: TrainingState, now: float, run: RunState | None = None) -> Text:
+def step_line(tr: TrainingState, now: float, run: RunState | None = None, verdict: Verdict | None = None) -> Text:
+    """The step every view says (the verdict's, from the best evidence), its total and bar, and the run's state."""
     line = Text("step ", style="bold", no_wrap=True, end="")
-    if tr.last_step is None:
+    step = verdict.step if verdict is not None and verdict.step is not None else tr.last_step
+    if step is None:
         line.append("no step yet", style="dim")
     else:
-        line.append(str(tr.last_step), style="bold")
+        line.append(str(step), style="bold")
         line.append(f"/{tr.total_steps}" if tr.total_steps else "/?", style="dim")
         if tr.total_steps:
             line.append(" ")
-            line.append_text(progress_bar(tr.last_step, tr.total_steps))
+            line.append_text(progress_bar(step, tr.total_steps))
+        if verdict is not None and verdict.step_from == "checkpoint":
+            line.append("  (checkpoint)", style="dim")
     if tr.finished:
         line.append("  FINISHED", style="bold green")
     elif run is not None and run.state in _STATE_BADGE:  # what the banner's state rests on, said the same here
@@ -134,12 +138,16 @@ def knobs_line(tr: TrainingState) -> Text | None:
     return line
 
 
-def training_text(tr: TrainingState | None, now: float, run: RunState | None = None) -> Text:
+def training_text(
+    tr: TrainingState | None, now: float, run: RunState | None = None, verdict: Verdict | None = None
+) -> Text:
     if tr is None:
         return Text("training: no trainer log found", style="dim", no_wrap=True)
+    if verdict is not None and run is not None:
+        run = RunState(verdict.state, verdict.why, run.since, run.evidence)  # the verdict's state, said the same
     moving = run is None or run.state == "progressing"
     rate = rate_line(tr, now) if moving else Text("rate —  (no progress now)", style="dim", no_wrap=True, end="")
-    rows = [step_line(tr, now, run), rate, reward_line(tr), weight_update_line(tr)]
+    rows = [step_line(tr, now, run, verdict), rate, reward_line(tr), weight_update_line(tr)]
     knobs = knobs_line(tr)
     if knobs is not None:
         rows.append(knobs)
@@ -150,4 +158,4 @@ class TrainingSection(TextBlock):
     """The training part of the run panel."""
 
     def show(self, snap: Snapshot) -> None:
-        self.update(training_text(snap.training, snap.time, snap.run_state))
+        self.update(training_text(snap.training, snap.time, snap.run_state, snap.verdict))

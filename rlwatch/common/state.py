@@ -250,6 +250,9 @@ class MemoryState:
     oom_kills: int | None  # cgroup counter; None when no cgroup file is readable
     forecast_exhausted_at: float | None  # when available memory reaches zero at the current trend
     brake_free_bytes: int | None = None  # configured free-memory level at which workers' emergency brake fires
+    # What the forecast rests on: None (the host's RAM trend), or the processes that grow, in words
+    # ("worker-0, worker-1 growing 6.5 GB/h"), when their growth runs RAM out sooner than the trend says.
+    forecast_from: str | None = None
     # The container's own memory limit (cgroup v2 memory.max, v1 memory.limit_in_bytes): a Kubernetes or Docker
     # limit is what the OOM killer enforces, not the host's RAM. None: no limit (or not readable).
     cgroup_limit_bytes: int | None = None
@@ -484,9 +487,35 @@ class Finding:
     # elsewhere) or, when no action does, the command that does (``rlwatch act rearm``); None when neither does.
     action: str | None = None
     command: str | None = None
+    # Where neither a key nor a command fixes it, what does, in a few words the banner keeps whole ("drain the node").
+    fix: str | None = None
 
     def fix_command(self) -> str | None:
         """The shell command that fixes it, if any: the action's ``rlwatch act`` line, or the command."""
+        return f"rlwatch act {self.action}" if self.action else self.command
+
+
+@dataclass(frozen=True, slots=True)
+class Verdict:
+    """The run's state, its worst finding and the one remedy for it, decided once per snapshot from what is alive
+    (:mod:`rlwatch.engine.diagnosis.verdict`). Every view renders this record; none derives a state, a status or a
+    remedy of its own, so no two of them can disagree about a run."""
+
+    status: str  # "CRITICAL" | "WARNING" | "OK" | "UNKNOWN" | "NO RUN"
+    state: str  # one of RUN_STATES
+    why: str  # the state in words: the headline's when a finding names the cause
+    since: float | None = None
+    finding: str | None = None  # the headline finding's code (the worst, a restart loop first); None: none
+    message: str | None = None  # its message
+    action: str | None = None  # the one remedy: an action (a key on the dashboard, ``rlwatch act ACTION``)…
+    command: str | None = None  # …or, when no action fixes it, the command that does
+    fix: str | None = None  # …or, when neither does, what does in a few words ("drain the node")
+    next_step: str | None = None  # what to do next, in words (where no key or command does it, what does)
+    step: int | None = None  # the run's step, from the best evidence
+    step_from: str | None = None  # "log" (the log's own counter or bar) | "checkpoint"
+    steps: tuple[tuple[str, str], ...] = ()  # (finding code, what to do) said for what is alive now, headline first
+
+    def fix_command(self) -> str | None:
         return f"rlwatch act {self.action}" if self.action else self.command
 
 
@@ -778,6 +807,7 @@ class Snapshot:
     limits: HostLimits | None = None  # None: not read (yet)
     learning: LearningState | None = None  # None: no learning metric seen
     ray: RayState | None = None  # a Ray-based run (verl, OpenRLHF): what Ray says of it (sources/ray)
+    verdict: Verdict | None = None  # state, headline and remedy, decided once (engine/diagnosis/verdict)
 
     @property
     def gpus(self) -> tuple[GpuState, ...]:

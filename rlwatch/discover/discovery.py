@@ -179,6 +179,87 @@ class Proc:
         return " ".join(self.argv)
 
 
+# A run's own parts, where its files are kept: a directory of these names is one run's, not a run of its own.
+RUN_PARTS = frozenset(
+    {"logs", "log", "checkpoints", "checkpoint", "ckpt", "ckpts", "outputs", "output", "wandb", "runs", "recover_info"}
+)
+
+
+class SeveralRuns(Exception):
+    """The directory holds several unrelated runs (each subdirectory with logs and checkpoints of its own) and no
+    live process says which one is meant: merging them would make one "run" of another run's crash and this one's
+    restart loop. The person names one (``rlwatch RUN_DIR``)."""
+
+    def __init__(self, run_dir: Path, runs: Sequence[tuple[Path, str]]) -> None:
+        self.run_dir = run_dir
+        self.runs = tuple(runs)
+        names = ", ".join(f"rlwatch {path}" for path, _ in self.runs[:6])
+        more = f" and {len(self.runs) - 6} more" if len(self.runs) > 6 else ""
+        super().__init__(
+            f"{run_dir} holds {len(self.runs)} separate runs, not one; name the one to watch: {names}{more}"
+        )
+
+
+def several_runs(run_dir: Path, found: Found) -> list[tuple[Path, str]]:
+    """The subdirectories of ``run_dir`` that are runs of their own, each with what makes it one: its own logs and
+    checkpoints (or its own rlwatch.yaml). Fewer than two: ``run_dir`` is one run (its logs/, checkpoints/ … are
+    parts of it), and [] is returned."""
+    what: dict[Path, set[str]] = {}
+
+    def note(path: Path, kind: str) -> None:
+        try:
+            rel = path.relative_to(run_dir)
+        except ValueError:
+            return
+        if len(rel.parts) < 2 or rel.parts[0] in RUN_PARTS or rel.parts[0].startswith("."):
+            what.setdefault(run_dir, set()).add(kind)  # the directory's own files: it is a run itself
+            return
+        what.setdefault(run_dir / rel.parts[0], set()).add(kind)
+
+    for log in found.recent_logs:
+        note(log, "logs")
+    for d in found.areal_log_dirs:
+        note(d / "trainer.log", "logs")
+    for ckpt in (*found.areal_trials, *found.hf_output_dirs, *found.verl_ckpt_dirs, *found.ds_ckpt_dirs):
+        note(ckpt / "x", "checkpoints")
+    for info in found.step_infos:
+        note(info, "checkpoints")
+    own = what.pop(run_dir, set())
+    if "checkpoints" in own or (run_dir / "rlwatch.yaml").is_file():
+        return []  # the directory is a run itself: its subdirectories are its parts
+    try:
+        children = [Path(e.path) for e in os.scandir(run_dir) if e.is_dir(follow_symlinks=False)]
+    except OSError:
+        children = []
+    for child in children:
+        if (child / "rlwatch.yaml").is_file():
+            what.setdefault(child, set()).add("rlwatch.yaml")
+    runs = sorted(
+        (
+            (d, " and ".join(sorted(k)))
+            for d, k in what.items()
+            # A run has logs of its own beside its checkpoints (or a logs/ of its own, or an rlwatch.yaml): a
+            # directory of checkpoints alone is a part of the run around it (TRL's output_dir).
+            if "rlwatch.yaml" in k or ("logs" in k and ("checkpoints" in k or (d / "logs").is_dir()))
+        ),
+        key=lambda r: str(r[0]),
+    )
+    # Loose logs beside them (``/tmp/x.log``) do not make the parent a run of its own.
+    return runs if len(runs) >= 2 else []
+
+
+def _worked_in(related: Sequence[Proc], runs: Sequence[tuple[Path, str]]) -> Path | None:
+    """The one run of ``runs`` a live process works in (its directory, or a file of its command line), if only one."""
+    hits = set()
+    for proc in related:
+        for run, _ in runs:
+            inside = str(run) + os.sep
+            works = proc.cwd is not None and (proc.cwd == str(run) or proc.cwd.startswith(inside))
+            if works or any(arg.startswith(inside) for arg in proc.argv):
+                hits.add(run)
+    return hits.pop() if len(hits) == 1 else None
+
+
 # ---------------------------------------------------------------------------------------------------------------
 # The run directory
 
@@ -812,6 +893,13 @@ def discover(run_dir: Path, profile: str = "auto", *, proc_root: str = "/proc", 
     direct = {p.pid for p in host if _related(p, run_dir)}
     tree = procfs.descendants(direct, procfs.children_map(proc_root)) if direct else set()
     related = [p for p in host if p.pid in tree]
+    runs = several_runs(run_dir, found)
+    if runs:
+        chosen_run = _worked_in(related, runs)
+        if chosen_run is None:
+            raise SeveralRuns(run_dir, runs)
+        # The one a live process works in: where the person stands, narrowed to the run that is running.
+        return discover(chosen_run, profile, proc_root=proc_root, clock=clock)
     texts = {p: _head_tail(p) for p in _logs_to_read(found)}
     seen = Seen(run_dir, found, related, host, texts, _scripts(related, run_dir))
     chosen, evidence, run_found = _choose_profile(seen, now)

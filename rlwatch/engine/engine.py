@@ -50,7 +50,7 @@ from rlwatch.config.models import Config
 from rlwatch.discover.knobs import read_knobs
 from rlwatch.discover.load import missing_paths, resolve
 from rlwatch.engine.attempts import AttemptTracker, busy_after
-from rlwatch.engine.diagnosis import Context, assess_run, diagnose, timeline
+from rlwatch.engine.diagnosis import Context, assess_run, decide, diagnose, timeline
 from rlwatch.engine.diagnosis.stacks import rank_times
 from rlwatch.engine.preview import MIN_BACKLOG, TAIL_BYTES, Counting, TailPreview
 from rlwatch.engine.recent_lines import RECENT_LINES, RecentLines
@@ -69,7 +69,7 @@ from rlwatch.sources.kernel import KernelLog, with_gpus
 from rlwatch.sources.launches import LaunchBook
 from rlwatch.sources.limits import LimitsSource
 from rlwatch.sources.membership import STRAY, RunView, assess, first_stamp, open_files, run_owners
-from rlwatch.sources.memory import MemorySource
+from rlwatch.sources.memory import MemorySource, with_growth_forecast
 from rlwatch.sources.processes import LaunchRecord, ProcessTable, member_info, program_label
 from rlwatch.sources.procfs import container_uptime_s
 from rlwatch.sources.ray import RaySource
@@ -574,6 +574,7 @@ class Engine:
                         self._member_starts.setdefault(p.role, set()).add(round(p.started_at, 2))
             if self.cfg.profile == "workers" or any(r.role == "worker" for r in self.cfg.processes):
                 mem = replace(mem, brake_free_bytes=self.cfg.thresholds.brake_free_bytes)
+            mem = with_growth_forecast(mem, procs, self.cfg.thresholds.leak_bytes_per_hour, now)
             self._memory, self._gpu, self._procs, self._holders = mem, gpu, procs, holders
             self._gone_members = gone
             self._checkpoint, self._recover, self._disk = ckpt, recover, disk
@@ -912,6 +913,8 @@ class Engine:
             if snap.sampling is not None:
                 snap = replace(snap, rank_times=rank_times(snap, ctx))
             snap = replace(snap, findings=diagnose(snap, ctx), timeline=timeline(snap))
+            verdict, findings = decide(snap, ctx)  # the one state, headline and remedy every view renders
+            snap = replace(snap, verdict=verdict, findings=findings)
             self._snapshot = snap
         for listener in list(self._listeners):
             listener(snap)

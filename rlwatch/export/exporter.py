@@ -477,6 +477,15 @@ class SnapshotCollector(Collector):
         counts = Counter((x.severity.value, x.code) for x in snap.findings)
         for (severity, code), n in sorted(counts.items()):
             f.gauge("findings", "Current findings, per severity and code.", {"severity": severity, "code": code}, n)
+        v = snap.verdict
+        if v is not None:  # the engine's one decision, as every other view says it (engine/diagnosis/verdict)
+            lab = {
+                "status": v.status.lower().replace(" ", "_"),
+                "state": v.state,
+                "finding": v.finding or "",
+                "action": v.action or "",
+            }
+            f.gauge("verdict_info", "The run's state, headline finding and remedy, decided once (value 1).", lab, 1)
         inc = last_exception(snap)
         if inc is not None:
             lab = {"signature": inc.signature, "type": _exc_type(inc), "title": inc.title}

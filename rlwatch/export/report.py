@@ -28,6 +28,7 @@ from rlwatch.common.state import (
     line_number,
 )
 from rlwatch.engine.diagnosis import first_text, hhmm, human_bytes, human_duration, last_text, when_text
+from rlwatch.engine.diagnosis.verdict import without_payload
 
 
 def iso(t: float | None) -> str | None:
@@ -219,6 +220,7 @@ def to_json_dict(s: Snapshot) -> dict[str, Any]:
         for f in s.findings
     ]
     rs = s.run_state
+    v = s.verdict
     return {
         "host": s.host,
         "time": iso(s.time),
@@ -226,7 +228,13 @@ def to_json_dict(s: Snapshot) -> dict[str, Any]:
         "status": status_word(s).lower().replace(" ", "_"),
         "run_state": None
         if rs is None
-        else {"state": rs.state, "why": rs.why, "since": iso(rs.since), "evidence": list(rs.evidence)},
+        else {
+            "state": v.state if v is not None else rs.state,  # the verdict's: a crash loop is crashed, never hung
+            "why": v.why if v is not None else rs.why,
+            "since": iso(rs.since),
+            "evidence": list(rs.evidence),
+        },
+        "verdict": verdict_json(s),
         "profile": s.profile,
         "profile_evidence": list(s.profile_evidence),
         "run_dir": s.run_dir,
@@ -274,6 +282,27 @@ def to_json_dict(s: Snapshot) -> dict[str, Any]:
             {"name": src.name, "ok": src.ok, "error": src.error, "last_sample": iso(src.last_sample)}
             for src in sorted(s.sources, key=lambda src: src.name)
         ],
+    }
+
+
+def verdict_json(s: Snapshot) -> dict[str, Any] | None:
+    """The engine's one decision (engine/diagnosis/verdict): state, headline finding, the one remedy, the step."""
+    v = s.verdict
+    if v is None:
+        return None
+    return {
+        "status": v.status.lower().replace(" ", "_"),
+        "state": v.state,
+        "why": v.why,
+        "since": iso(v.since),
+        "finding": v.finding,
+        "message": v.message,
+        "action": v.action,
+        "command": v.fix_command(),
+        "fix": v.fix,
+        "next_step": v.next_step,
+        "step": v.step,
+        "step_from": v.step_from,
     }
 
 
@@ -580,6 +609,8 @@ def _ending_json(e: LogEnding) -> dict[str, Any]:
 def status_word(s: Snapshot) -> str:
     """CRITICAL or WARNING by the worst finding; otherwise OK only with evidence that the run progresses (or
     finished): a run whose state is unknown is UNKNOWN, never OK for the lack of a known failure."""
+    if s.verdict is not None:  # decided once by the engine (engine/diagnosis/verdict): every view says the same
+        return s.verdict.status
     if any(f.code == "no_run" for f in s.findings):
         return "NO RUN"
     worst = s.worst
@@ -652,7 +683,14 @@ def to_text(s: Snapshot) -> str:
     if s.profile_evidence:
         lines.append("  because: " + "; ".join(s.profile_evidence[:4]) + (" …" if len(s.profile_evidence) > 4 else ""))
     lines.append(f"status: {status_word(s)}")
-    if s.run_state is not None:
+    v = s.verdict
+    if v is not None:
+        lines.append(f"run: {v.state} — {v.why}")
+        if v.finding is not None and v.message and v.finding not in ("run_crashed", "hung", "run_stopped"):
+            lines.append(f"  cause: {v.message}")  # the headline, where the state's words do not name it
+        if s.run_state is not None:
+            lines.extend(f"  {without_payload(line)}" for line in s.run_state.evidence[:5] if line not in v.why)
+    elif s.run_state is not None:
         lines.append(f"run: {s.run_state.state} — {s.run_state.why}")
         lines.extend(f"  {line}" for line in s.run_state.evidence[:5])
     lines.append("")
@@ -664,11 +702,13 @@ def to_text(s: Snapshot) -> str:
             lines.append(f"  {when_text(entry.time, entry.by, entry.approximate, s.time)}  {entry.text}")
     lines.append("")
     tr = s.training
-    if tr and tr.last_step is not None:
+    step = v.step if v is not None and v.step is not None else tr.last_step if tr else None
+    if tr and step is not None:
         total = f"/{tr.total_steps}" if tr.total_steps else ""
         rate = f", {tr.steps_per_hour:.0f} steps/h" if tr.steps_per_hour else ""
         reward = f", reward {tr.reward:.4g}" if tr.reward is not None else ""
-        lines.append(f"Training: step {tr.last_step}{total}{rate}{reward}{'  STALLED' if tr.stalled else ''}")
+        ckpt = " (from the checkpoint)" if v is not None and v.step_from == "checkpoint" else ""
+        lines.append(f"Training: step {step}{total}{ckpt}{rate}{reward}{'  STALLED' if tr.stalled else ''}")
     latest = s.checkpoint.latest if s.checkpoint else None
     if latest:
         age = human_duration(s.time - latest.saved_at) if latest.saved_at else "?"
@@ -714,14 +754,18 @@ def to_text(s: Snapshot) -> str:
                 f"  {kind:20} {e.count:7}  first {first_text(e, s.time)}  last {last_text(e, s.time)}  ({files})"
             )
     codes = {f.code for f in s.findings}
-    steps = [
-        NEXT_STEPS[f.code] for f in s.findings if f.code in NEXT_STEPS and not (SUPERSEDED.get(f.code, set()) & codes)
+    # The verdict's words for what is alive now (the headline's first), else each finding's general advice.
+    decided = dict(v.steps) if v is not None else {}
+    advice = [
+        decided.get(f.code) or NEXT_STEPS[f.code]
+        for f in s.findings
+        if (f.code in decided or f.code in NEXT_STEPS) and not (SUPERSEDED.get(f.code, set()) & codes)
     ]
-    if steps:
+    if advice:
         lines.append("")
         lines.append("Next steps:")
-        for step in dict.fromkeys(steps):
-            lines.append(f"  - {step}")
+        for words in dict.fromkeys(advice):
+            lines.append(f"  - {words}")
     return "\n".join(lines) + "\n"
 
 

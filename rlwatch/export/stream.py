@@ -16,18 +16,30 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from rlwatch.common.state import Snapshot, SourceStatus, line_number
-from rlwatch.export.report import iso, status_word
+from rlwatch.export.report import iso, status_word, verdict_json
 
 _NUMBERS = re.compile(r"[0-9]+(?:\.[0-9]+)?")
 
 
 def _state_of(s: Snapshot) -> str | None:
+    if s.verdict is not None:
+        return s.verdict.state
     return s.run_state.state if s.run_state is not None else None
 
 
 def _run_state(s: Snapshot) -> dict[str, Any] | None:
     rs = s.run_state
-    return None if rs is None else {"state": rs.state, "why": rs.why, "since": iso(rs.since)}
+    if rs is None:
+        return None
+    v = s.verdict  # the engine's one decision: the state every view says (a crash loop is crashed, never hung)
+    return {"state": _state_of(s), "why": v.why if v is not None else rs.why, "since": iso(rs.since)}
+
+
+def _step(s: Snapshot) -> int | None:
+    """The step every view says: the verdict's (the best evidence), else the log's."""
+    if s.verdict is not None and s.verdict.step is not None:
+        return s.verdict.step
+    return s.training.last_step if s.training else None
 
 
 def _trouble(src: SourceStatus | None) -> str | None:
@@ -47,9 +59,29 @@ def _state(cur: Snapshot) -> dict[str, Any]:
         "profile": cur.profile,
         "status": status_word(cur).lower().replace(" ", "_"),
         "run_state": _run_state(cur),
+        "verdict": verdict_json(cur),
         "findings": [f.code for f in cur.findings],
         "events": {k: e.count for k, e in cur.events.items() if e.count},
+        # The run's processes already running: seen, not started (later ones come as process_started records).
+        "processes": [
+            {"name": p.name, "role": p.role, "pid": p.pid, "started_at": iso(p.started_at)}
+            for p in cur.processes
+            if p.alive
+        ],
     }
+
+
+def unsettled(s: Snapshot) -> list[str]:
+    """What the first ``state`` record would still miss: the host's processes not looked at yet, an expected server
+    not probed yet. Written before they come, it says "no process of the run seen" and findings it clears the same
+    second; so `watch` waits for them a little, and marks the record ``incomplete`` when it cannot wait longer."""
+    missing = []
+    if not s.polled("processes") or s.live_run is None:  # the run's members not looked for yet
+        missing.append("processes")
+    srv = s.server
+    if srv is not None and srv.expected and srv.url is not None and srv.up is None:
+        missing.append("server")
+    return missing
 
 
 def changes(prev: Snapshot | None, cur: Snapshot) -> Iterator[dict[str, Any]]:
@@ -84,6 +116,7 @@ def changes(prev: Snapshot | None, cur: Snapshot) -> Iterator[dict[str, Any]]:
             "time": t,
             "status": status_word(cur).lower().replace(" ", "_"),
             "run_state": _run_state(cur),
+            "verdict": verdict_json(cur),
         }
     old = {f.code: f for f in prev.findings} if prev else {}
     new = {f.code: f for f in cur.findings}
@@ -107,8 +140,8 @@ def changes(prev: Snapshot | None, cur: Snapshot) -> Iterator[dict[str, Any]]:
     if prev is not None:
         if prev.server and cur.server and prev.server.up != cur.server.up and cur.server.up is not None:
             yield {"type": "server", "time": t, "up": cur.server.up, "url": cur.server.url, "error": cur.server.error}
-        p_step = prev.training.last_step if prev.training else None
-        c_step = cur.training.last_step if cur.training else None
+        p_step = _step(prev)
+        c_step = _step(cur)
         if c_step is not None and c_step != p_step:
             yield {
                 "type": "step",
@@ -117,9 +150,20 @@ def changes(prev: Snapshot | None, cur: Snapshot) -> Iterator[dict[str, Any]]:
                 "total": cur.training.total_steps if cur.training else None,
             }
         before_ids = {(p.pid, p.create_time) for p in prev.processes if p.alive}
+        looked = prev.polled("processes")
         for p in cur.processes:
             if p.alive and (p.pid, p.create_time) not in before_ids:
-                yield {"type": "process_started", "time": t, "name": p.name, "role": p.role, "pid": p.pid}
+                # One running before the previous snapshot, or before the host's processes were first looked at,
+                # was there already: seen, not started (a minute-old trainer is no start at rlwatch's).
+                seen = not looked or p.started_at < prev.time - 1.0
+                yield {
+                    "type": "process_seen" if seen else "process_started",
+                    "time": t,
+                    "name": p.name,
+                    "role": p.role,
+                    "pid": p.pid,
+                    "started_at": iso(p.started_at),
+                }
         after_ids = {(p.pid, p.create_time) for p in cur.processes if p.alive}
         for p in prev.processes:
             if p.alive and (p.pid, p.create_time) not in after_ids:
@@ -215,6 +259,7 @@ def _plain(record: dict[str, Any]) -> str | None:
         return f"{t} {record['name']}: " + ("available again" if record["ok"] else f"NOT AVAILABLE: {record['error']}")
     if kind == "backlog":
         return f"{t} reading the backlog"
-    if kind in ("process_started", "process_gone"):
-        return f"{t} {record['name']} (pid {record['pid']}) {'started' if kind == 'process_started' else 'gone'}"
+    if kind in ("process_started", "process_gone", "process_seen"):
+        said = {"process_started": "started", "process_gone": "gone", "process_seen": "running"}[kind]
+        return f"{t} {record['name']} (pid {record['pid']}) {said}"
     return f"{t} watching {record.get('run_dir')} ({record.get('profile')}): {len(record.get('findings', []))} findings"

@@ -245,7 +245,11 @@ class Watchdog:
         self.acting, self.why_not_acting = self._lock_file.acquire()
         n = len(self.policies.policies)
         if self.acting:
-            message = f"acting on {n} polic{'y' if n == 1 else 'ies'}; state in {self.dir / STATE_FILE}"
+            names = ", ".join(p.name for p in self.policies.policies)
+            message = (
+                f"acting on {n} polic{'y' if n == 1 else 'ies'}{f' ({names})' if names else ''}; "
+                f"state in {self.dir / STATE_FILE}"
+            )
         else:
             message = f"{self.why_not_acting}; this one only watches"
         for name, why in self.unarmed:

@@ -140,7 +140,9 @@ def rlwatch_config(
         actions.update({"resume_command": launcher_argv, "resume_cwd": str(run_dir), "resume_log": rel(launcher_log)})
     if flavour == "areal":
         trial = layout.trial_rel
-        logs += [f"logs/{trial}/*.log", f"logs/{trial}/wandb/output.log"]
+        # One glob for the trial's logs and wandb's console capture, which the simulator writes only once a storm
+        # begins: a path of its own would be a source "missing" in every demo where no storm comes.
+        logs += [f"logs/{trial}/**/*.log"]
         total_steps = int(scenario.spec["epochs"]) * int(scenario.spec["steps_per_epoch"])
         training = {
             "checkpoint_dirs": [rel(layout.ckpt_root)],

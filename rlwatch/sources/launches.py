@@ -72,6 +72,10 @@ class LaunchBook:
     def get(self, name: str) -> LaunchRecord | None:
         return self._records.get(name)
 
+    def names(self) -> tuple[str, ...]:
+        """The names recorded, in the order first seen."""
+        return tuple(self._records)
+
     def remember(self, name: str, record: LaunchRecord) -> bool:
         """Add a name seen for the first time; returns True when the book changed (it is saved when it may be)."""
         if name in self._records or not record.argv or record.uid != os.geteuid():
@@ -103,6 +107,8 @@ def _record(raw: Any) -> LaunchRecord | None:
             create_time=float(raw["create_time"]),
             started_by=None if raw.get("started_by") is None else str(raw["started_by"]),
             uid=None if raw.get("uid") is None else int(raw["uid"]),
+            stdout=None if raw.get("stdout") is None else str(raw["stdout"]),
+            stderr=None if raw.get("stderr") is None else str(raw["stderr"]),
         )
     except (AttributeError, KeyError, TypeError, ValueError):
         return None

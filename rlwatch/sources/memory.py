@@ -9,15 +9,15 @@ from __future__ import annotations
 
 import math
 from collections import deque
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import psutil
 
 from rlwatch.common import forecast
 from rlwatch.common.clock import Clock
-from rlwatch.common.state import MemoryState, Series
+from rlwatch.common.state import MemoryState, ProcessInfo, Series
 from rlwatch.sources import one_line
 
 FORECAST_WINDOW_S = 600.0
@@ -243,3 +243,29 @@ def _pct(part: int | None, whole: int | None) -> float | None:
         return None
     value = 100.0 * part / whole
     return value if math.isfinite(value) else None
+
+
+def with_growth_forecast(
+    mem: MemoryState, procs: Sequence[ProcessInfo], leak_bytes_per_hour: float, now: float
+) -> MemoryState:
+    """The forecast from the processes that grow, where it runs RAM out sooner than the host's trend: two workers
+    leaking 6.5 GB/h beside a flat host total (page cache giving way) must never read "RAM is not running out".
+    The memory panel and the leak findings say the same time, from this one figure."""
+    growers = [
+        p
+        for p in procs
+        if p.alive and p.rss_growth_bytes_per_hour is not None and p.rss_growth_bytes_per_hour >= leak_bytes_per_hour
+    ]
+    room: float | None = mem.available_bytes
+    if mem.cgroup_limit_bytes and (held := mem.cgroup_working_set_bytes or mem.cgroup_usage_bytes) is not None:
+        room = max(0.0, float(mem.cgroup_limit_bytes - held))  # the container's limit is what runs out here
+    if not growers or room is None:
+        return mem
+    rate = sum(p.rss_growth_bytes_per_hour or 0.0 for p in growers)
+    at = now + room / rate * 3600.0
+    if mem.forecast_exhausted_at is not None and mem.forecast_exhausted_at <= at:
+        return mem
+    names = ", ".join(p.name for p in growers[:3]) + (f" and {len(growers) - 3} more" if len(growers) > 3 else "")
+    gb = rate / 1e9
+    words = f"{names} growing {gb:.1f} GB/h" if gb >= 0.1 else f"{names} growing {rate / 1e6:.0f} MB/h"
+    return replace(mem, forecast_exhausted_at=at, forecast_from=words)

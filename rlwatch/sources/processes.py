@@ -52,6 +52,10 @@ class LaunchRecord:
     # this field. rlwatch executes a record only when this is the user running it: anyone else's command line and
     # environment (a PYTHONPATH of theirs) would run with this user's rights.
     uid: int | None = None
+    # Where its output went when first seen (/proc/PID/fd/1 and /2, regular files only): a process rlwatch starts
+    # again appends there, so the log the person reads (and the views follow) goes on. None: a terminal, a pipe.
+    stdout: str | None = None
+    stderr: str | None = None
 
 
 @dataclass(slots=True)
@@ -143,6 +147,8 @@ class ProcessTable:
             if stat is None:
                 continue
             parents[pid] = stat.ppid
+            if stat.state == "Z":
+                continue  # defunct: it ended and waits to be reaped; never a live member of anything
             start = procfs.start_time_from_ticks(stat.starttime_ticks, btime)
             # Kernel threads (children of kthreadd, pid 2) have no command line and can never be a rule's match.
             if start is not None and stat.ppid != 2 and pid != 2:
@@ -208,6 +214,8 @@ class ProcessTable:
             pid=proc.pid,
             create_time=proc.create_time,
             uid=procfs.owner(proc.pid, self._proc_root),
+            stdout=procfs.output_file(proc.pid, 1, self._proc_root),
+            stderr=procfs.output_file(proc.pid, 2, self._proc_root),
         )
         slot = _Slot(
             role=role,

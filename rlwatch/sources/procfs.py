@@ -370,6 +370,18 @@ def parse_fdinfo_writable(text: str) -> bool | None:
     return None
 
 
+def output_file(pid: int, fd: int, proc_root: str = PROC) -> str | None:
+    """The regular file a process's ``fd`` (1: stdout, 2: stderr) writes to (``cmd >> train.log 2>&1``), or None
+    for a terminal, a pipe, a socket, a deleted file or one that cannot be read."""
+    try:
+        target = os.readlink(f"{proc_root}/{pid}/fd/{fd}")
+    except OSError:
+        return None
+    if not target.startswith("/") or target.endswith(" (deleted)"):
+        return None
+    return target if os.path.isfile(target) else None
+
+
 def fd_writable(pid: int, fd: int, proc_root: str = PROC) -> bool | None:
     """Whether a process's descriptor is open for writing; None when that cannot be read."""
     text = _read_text(f"{proc_root}/{pid}/fdinfo/{fd}")

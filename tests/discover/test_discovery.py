@@ -623,3 +623,58 @@ def test_a_file_is_its_own_evidence(tmp_path: Path) -> None:
     assert cfg.provenance.profile == ("profile: trl in rlwatch.yaml",)
     assert cfg.provenance.server == ("server.url: http://127.0.0.1:8000 in rlwatch.yaml",)
     assert cfg.server_expected
+
+
+def two_runs(parent: Path) -> None:
+    """Two unrelated runs side by side, each with its own logs and checkpoints (as `cd /tmp; rlwatch` finds)."""
+    for name in ("run-a", "run-b"):
+        write(parent / name / "logs" / "train.log", "step 1\n")
+        (parent / name / "output" / "checkpoint-5").mkdir(parents=True)
+        write(parent / name / "output" / "checkpoint-5" / "trainer_state.json", '{"global_step": 5}')
+
+
+def test_a_directory_of_several_runs_is_said_and_never_merged(tmp_path: Path, no_procs: str) -> None:
+    two_runs(tmp_path)
+    with pytest.raises(discovery.SeveralRuns) as said:
+        discover(tmp_path, proc_root=no_procs)
+    assert [p.name for p, _ in said.value.runs] == ["run-a", "run-b"]
+    assert f"rlwatch {tmp_path / 'run-a'}" in str(said.value) and "2 separate runs" in str(said.value)
+    # One run's own parts (logs/, checkpoints/) are never runs of their own.
+    cfg = discover(tmp_path / "run-a", proc_root=no_procs)
+    assert cfg.run_dir == str(tmp_path / "run-a")
+
+
+def test_the_run_a_live_process_works_in_is_the_one_taken(tmp_path: Path) -> None:
+    parent = tmp_path / "runs"
+    two_runs(parent)
+    proc = tmp_path / "proc"
+    write(proc / "40" / "cmdline")
+    (proc / "40" / "cmdline").write_bytes(b"python3\x00-m\x00sglang.launch_server\x00--port\x0030001\x00")
+    (proc / "40" / "cwd").symlink_to(parent / "run-b")
+    cfg = discover(parent, proc_root=str(proc))
+    assert cfg.run_dir == str(parent / "run-b")
+
+
+def test_report_in_a_directory_of_several_runs_lists_them(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from rlwatch.cli import main
+
+    two_runs(tmp_path)
+    assert main(["report", str(tmp_path)]) == 2
+    err = capsys.readouterr().err.splitlines()
+    assert err[0] == f"rlwatch: {tmp_path} holds 2 separate runs, not one:", err
+    assert err[1].startswith(f"  rlwatch {tmp_path / 'run-a'}") and err[2].startswith(f"  rlwatch {tmp_path / 'run-b'}")
+
+
+def test_loose_logs_beside_several_runs_do_not_merge_them_and_output_dirs_are_parts(
+    tmp_path: Path, no_procs: str
+) -> None:
+    two_runs(tmp_path)
+    write(tmp_path / "install.log", "pip install\n")  # `cd /tmp; rlwatch`: /tmp has loose logs of its own
+    with pytest.raises(discovery.SeveralRuns):
+        discover(tmp_path, proc_root=no_procs)
+    one = tmp_path / "one"
+    write(one / "train.log", "step 1\n")
+    for out in ("model-a", "model-b"):  # two output_dirs of one run: parts of it, not runs
+        (one / out / "checkpoint-5").mkdir(parents=True)
+        write(one / out / "checkpoint-5" / "trainer_state.json", '{"global_step": 5}')
+    assert discover(one, proc_root=no_procs).run_dir == str(one)

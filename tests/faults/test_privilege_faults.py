@@ -310,7 +310,17 @@ def test_unprivileged_unreadable_configuration(
     row.saw(lines[0].replace(str(run_dir.parent) + "/", ""))
 
 
+INNER_TIMEOUT_S = 150  # under the outer test's own limit (its timeout mark), which pytest enforces
+
+
+def _said(out: str | bytes | None) -> str:
+    return out.decode(errors="replace") if isinstance(out, bytes) else out or ""
+
+
 @pytest.mark.skipif(INSIDE_CLONE in os.environ, reason="already running inside the private clone")
+# The inner run's own limit (150 s) must end first, under pytest's (120 s by default): then a slow run fails with the
+# inner output, not a bare timeout of the outer test.
+@pytest.mark.timeout(300)
 def test_privilege_tests_pass_from_a_clone_only_root_can_enter(fault_row: Callable[[str, str], FaultRow]) -> None:
     row = fault_row(
         "install: repository cloned where only root can enter (as /root on a GPU pod), its venv beside it",
@@ -342,31 +352,35 @@ def test_privilege_tests_pass_from_a_clone_only_root_can_enter(fault_row: Callab
             timeout=60,
         ).stdout.strip()
         (Path(where) / "outer.pth").write_text("\n".join(site.getsitepackages()) + "\n")
-        done = subprocess.run(
-            [
-                str(inner),
-                "-m",
-                "pytest",
-                "-q",
-                "-rs",
-                "-p",
-                "no:cacheprovider",
-                "-m",
-                "",
-                "-p",
-                "tests.faults.table",
-                "-k",
-                "not clone_only_root",
-                "tests/faults/test_privilege_faults.py",
-            ],
-            cwd=clone,
-            env={**os.environ, INSIDE_CLONE: "1", "RLWATCH_FAULTS_JSON": str(private / "rows.json")},
-            capture_output=True,
-            text=True,
-            timeout=150,
-            check=False,
-            stdin=subprocess.DEVNULL,
-        )
+        try:
+            done = subprocess.run(
+                [
+                    str(inner),
+                    "-m",
+                    "pytest",
+                    "-q",
+                    "-rs",
+                    "-p",
+                    "no:cacheprovider",
+                    "-m",
+                    "",
+                    "-p",
+                    "tests.faults.table",
+                    "-k",
+                    "not clone_only_root",
+                    "tests/faults/test_privilege_faults.py",
+                ],
+                cwd=clone,
+                env={**os.environ, INSIDE_CLONE: "1", "RLWATCH_FAULTS_JSON": str(private / "rows.json")},
+                capture_output=True,
+                text=True,
+                timeout=INNER_TIMEOUT_S,
+                check=False,
+                stdin=subprocess.DEVNULL,
+            )
+        except subprocess.TimeoutExpired as exc:  # the inner run's output, not a bare timeout
+            said = (_said(exc.stdout) + _said(exc.stderr)).strip().splitlines()
+            pytest.fail(f"the inner run took over {INNER_TIMEOUT_S} s:\n" + "\n".join(said[-30:]))
         tail = (done.stdout + done.stderr).strip().splitlines()
         summary = tail[-1] if tail else ""
         assert done.returncode == 0, "\n".join(tail[-30:])

@@ -125,3 +125,17 @@ def test_unwritable_log(tmp_path: Path) -> None:
 def test_bad_commands_are_refused(argv: object, words: str) -> None:
     with pytest.raises(SpawnError, match=words):
         spawn(argv, cwd=None, env=None, log_path=None)  # type: ignore[arg-type]
+
+
+@pytest.mark.slow
+def test_stderr_apart_is_appended_where_the_replaced_process_sent_it(tmp_path: Path, spawned: list[Ident]) -> None:
+    """``python train.py >> train.log 2>> err.log`` started again: each stream appended to its own file, nothing of
+    what was there truncated."""
+    out, err = tmp_path / "train.log", tmp_path / "err.log"
+    out.write_text("before\n")
+    err.write_text("before\n")
+    code = "import sys; print('out line'); print('err line', file=sys.stderr)"
+    spawned.append(spawn([sys.executable, "-c", code], log_path=out, err_path=err))
+    assert wait_until(lambda: "err line" in err.read_text() and "out line" in out.read_text())
+    assert out.read_text().splitlines()[0] == "before" and "err line" not in out.read_text()
+    assert err.read_text().splitlines()[0] == "before" and "out line" not in err.read_text()

@@ -367,3 +367,31 @@ def test_a_launch_record_names_the_process_it_was_started_under(spawn: Spawner, 
     assert info.pid == alone.pid
     record = table.launch_record("server")
     assert record is not None and record.started_by is None
+
+
+@pytest.mark.slow
+def test_a_defunct_process_is_not_alive(tmp_path: Path) -> None:
+    """A zombie (exited, not yet reaped by its parent) named by a pidfile is gone, never "alive 0 B"."""
+    child = subprocess.Popen([sys.executable, "-c", "pass"])
+    try:
+        wait_until(lambda: (st := procfs.read_stat(child.pid)) is not None and st.state == "Z")
+        (tmp_path / "run.pid").write_text(f"{child.pid}\n")
+        table = ProcessTable([rule("trainer", pidfile="run.pid")], FakeClock(), base_dir=tmp_path)
+        assert [p for p in table.sample() if p.alive] == []
+    finally:
+        child.wait(timeout=10)
+
+
+@pytest.mark.slow
+def test_where_its_output_goes_is_recorded_when_first_seen(spawn: Spawner, tag: str, tmp_path: Path) -> None:
+    log = tmp_path / "train.log"
+    with open(log, "ab") as out:
+        proc = subprocess.Popen([sys.executable, "-c", SLEEPER, tag], stdout=out, stderr=subprocess.PIPE)
+    try:
+        table = ProcessTable([rule("trainer", tag)], FakeClock())
+        wait_until(lambda: any(p.alive for p in table.sample()))
+        record = table.launch_record("trainer")
+        assert record is not None and record.stdout == str(log) and record.stderr is None  # a pipe: nothing
+    finally:
+        proc.kill()
+        proc.wait(timeout=10)

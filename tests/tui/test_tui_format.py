@@ -167,3 +167,11 @@ def test_render_graph_has_axes_and_exact_width() -> None:
     assert all(len(p) == 40 for p in plain)
     assert plain[3].strip().startswith("-10m") and plain[3].endswith("now")
     assert set(plain[2][5:]) == {"█"}  # 50 % fills the bottom third completely
+
+
+def test_an_svg_snapshot_keeps_its_spaces_in_plain_renderers() -> None:
+    from rlwatch.tui.snapshot import preserve_spaces
+
+    svg = '<svg class="rich-terminal" viewBox="0 0 10 10" xmlns="http://www.w3.org/2000/svg"><text>a  b</text></svg>'
+    kept = preserve_spaces(svg)
+    assert kept.startswith('<svg xml:space="preserve" class="rich-terminal"') and preserve_spaces(kept) == kept

@@ -272,3 +272,24 @@ async def test_kind_selected_in_the_events_panel_still_filters_the_log() -> None
         await settle(pilot)
         view = app.main.query_one(LogView)
         assert view.filter.kind == "connection_refused"
+
+
+async def test_n_past_the_only_match_says_it_wrapped_and_ampersand_starts_empty() -> None:
+    app, _ = app_with(numbered(300))
+    async with app.run_test(size=SIZE) as pilot:
+        view = app.main.query_one(LogView)
+        await pilot.press("slash", *"line 7$", "enter")
+        await pilot.pause()
+        assert view._visible[view.current].text == "line 7"
+        await pilot.press("n")  # past the last (and only) match: back to it, and said
+        await pilot.pause()
+        assert view._visible[view.current].text == "line 7" and "wrapped" in bar(app)
+        await pilot.press("ampersand", *"line 1", "enter")
+        await pilot.pause()
+        await pilot.press("ampersand")
+        await pilot.pause()
+        assert app.focused is not None and app.focused.id == "log-filter"
+        assert getattr(app.focused, "value", None) == ""  # a new filter, not the last one to edit
+        await pilot.press("escape")  # Esc keeps the filter there was
+        await pilot.pause()
+        assert view.filter.text == "line 1"

@@ -9,10 +9,27 @@ from collections.abc import Iterator
 import pytest
 from textual.widgets import Static
 
-from rlwatch.common.state import EventSummary, LogLine, Series, Severity, SourceStatus, TrainingState
+from rlwatch.common.state import (
+    EventSummary,
+    HostEvent,
+    KernelLogState,
+    LogLine,
+    Series,
+    Severity,
+    SourceStatus,
+    TrainingState,
+)
+from rlwatch.sources.memory import with_growth_forecast
 from rlwatch.widgets.events_panel import EventsPanel
 from rlwatch.widgets.gpu_panel import no_holders_lines
-from rlwatch.widgets.memory_panel import brake_reading, process_line, ram_summary, short_bytes
+from rlwatch.widgets.memory_panel import (
+    brake_reading,
+    forecast_line,
+    process_line,
+    ram_summary,
+    short_bytes,
+    swap_summary,
+)
 from rlwatch.widgets.training_panel import advancing, rate_line
 from tests import snapshot_data as data
 from tests.tui.test_tui_pilot import RecordingFeed, make_app, text_of, wait_until
@@ -105,8 +122,31 @@ def test_the_brake_s_own_reading_is_shown_beside_the_host_s() -> None:
     assert reading is not None and reading[0] == pytest.approx(1.8e9)
     text = ram_summary(roomy, reading, snap.time).plain
     assert "23.8 GB free" in text
-    assert "its last line saw 1.8 GB free at 13:32:00 (not this host's figure)" in text
-    assert "BRAKE ZONE" in text
+    # The zone by the log's word, marked as such: the red badge is for this host's own figure (issue 34).
+    assert "its last line saw 1.8 GB free at 13:32:00 (its brake zone, not this host's)" in text
+    assert "BRAKE ZONE" not in text
+    tight = dataclasses.replace(roomy, available_bytes=1_500_000_000)
+    assert "BRAKE ZONE" in ram_summary(tight, reading, snap.time).plain
+
+
+def test_the_memory_panel_shows_the_numbers_the_findings_rest_on() -> None:
+    """OOM kills from the kernel's word when the cgroup counter says fewer; the forecast from the processes that
+    grow when the host's trend is flat."""
+    base = data.memory_leak()
+    assert base.memory is not None
+    mem = dataclasses.replace(base.memory, oom_kills=0, cgroup_oom_events=None, forecast_exhausted_at=None)
+    kill = HostEvent("oom_kill", base.time - 60, "Out of memory: Killed process 4242 (python3)", "kmsg", pid=4242)
+    kernel = KernelLogState("kmsg", True, events=(kill,))
+    assert swap_summary(mem, base.history.swap_used, base.time, kernel).plain.endswith("OOM kills 1 (kernel log)")
+    assert swap_summary(mem, base.history.swap_used, base.time, None).plain.endswith("OOM kills 0")
+    worker = dataclasses.replace(base.processes[0], alive=True, rss_growth_bytes_per_hour=3.25e9, name="worker-0")
+    other = dataclasses.replace(worker, pid=worker.pid + 1, name="worker-1")
+    roomy = dataclasses.replace(mem, available_bytes=22_000_000_000, cgroup_limit_bytes=None)
+    forecast = with_growth_forecast(roomy, (worker, other), 512 * 1024**2, base.time)
+    assert forecast.forecast_exhausted_at == pytest.approx(base.time + 22e9 / 6.5e9 * 3600)
+    said = forecast_line(forecast, base.time).plain
+    assert "RAM exhausted in ~3h" in said and "(worker-0, worker-1 growing 6.5 GB/h)" in said
+    assert with_growth_forecast(roomy, (), 512 * 1024**2, base.time) is roomy
 
 
 async def test_the_events_detail_follows_the_most_severe_kind_until_a_person_moves() -> None:
@@ -136,3 +176,14 @@ def test_a_flat_process_draws_a_level_line_half_way_up() -> None:
     now = 10_000.0
     flat = Series(tuple(now - 600 + 10 * i for i in range(61)), tuple(25e6 for _ in range(61)))
     assert process_line(proc, flat, now).plain.endswith("▄▄▄▄▄▄")
+
+
+def test_a_lost_gpu_shows_no_stale_numbers() -> None:
+    from rlwatch.common.state import GpuHealth, GpuState
+    from rlwatch.widgets.gpu_panel import gpu_line
+
+    g = GpuState(0, "NVIDIA H100", None, 97.0, 61_400_000_000, 85_500_000_000, 71.0, 612.0, "DEFAULT")
+    assert "97%" in gpu_line(g, None, 0.0).plain
+    lost = dataclasses.replace(g, health=GpuHealth(lost="GPU is lost"))
+    said = gpu_line(lost, None, 0.0).plain
+    assert "LOST" in said and "97%" not in said and "612 W" not in said

@@ -162,6 +162,19 @@ async def test_enter_on_the_default_focus_cancels() -> None:
     assert feed.executed == []
 
 
+async def test_q_quits_with_a_confirm_dialog_open_and_executes_nothing() -> None:
+    feed = recording("healthy")
+    app = make_app(feed)
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.press("r")
+        await settle(pilot)
+        assert isinstance(app.screen, ConfirmScreen)
+        await pilot.press("q")
+        await pilot.pause()
+        assert app.return_code is not None  # the app was told to exit, from inside the dialog
+    assert feed.executed == []
+
+
 async def test_clicking_cancel_closes_without_executing() -> None:
     feed = recording("gpu-zombie")
     app = make_app(feed)

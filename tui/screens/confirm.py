@@ -24,7 +24,7 @@ from textual.screen import ModalScreen
 from textual.widget import Widget
 from textual.widgets import Button, Static
 
-from rlwatch.common.state import ActionPlan, ActionResult, ActionTarget
+from rlwatch.common.state import ActionPlan, ActionResult, ActionTarget, Verdict
 from rlwatch.tui.keys import ACTION_TITLES
 from rlwatch.widgets.format import clean_text, fmt_bytes, fmt_cmdline, fmt_duration
 
@@ -46,7 +46,8 @@ def targets_table(targets: tuple[ActionTarget, ...]) -> Table:
         ("role", "left", 16),
     ):
         table.add_column(name, justify=justify, no_wrap=True, min_width=width)  # type: ignore[arg-type]
-    table.add_column("command", justify="left", no_wrap=True, overflow="ellipsis", ratio=1)
+    # The command is cut at the edge; the reason under it wraps whole (a path cut mid-way says nothing).
+    table.add_column("command", justify="left", ratio=1)
     for t in targets:
         table.add_row(
             Text(str(t.pid) if t.pid is not None else "new", style="bold"),
@@ -54,12 +55,11 @@ def targets_table(targets: tuple[ActionTarget, ...]) -> Table:
             Text(fmt_duration(t.age_s)),
             Text(fmt_bytes(t.gpu_mem_bytes)),
             Text(clean_text(t.role or "–")),
-            Text(fmt_cmdline(t.cmdline, COMMAND_WIDTH)),
+            Text(fmt_cmdline(t.cmdline, COMMAND_WIDTH), no_wrap=True, overflow="ellipsis"),
         )
         if t.reason:
-            table.add_row(
-                Text(""), Text(""), Text(""), Text(""), Text(""), Text("↳ " + clean_text(t.reason, 120), style="yellow")
-            )
+            why = Text("↳ " + clean_text(t.reason, 400), style="yellow", overflow="fold")  # a long path folds whole
+            table.add_row(Text(""), Text(""), Text(""), Text(""), Text(""), why)
     return table
 
 
@@ -78,6 +78,23 @@ def targets_blocks(targets: tuple[ActionTarget, ...]) -> Text:
         out.append("\n  " + fmt_cmdline(t.cmdline, 400), style="dim")
         if t.reason:
             out.append("\n  ↳ " + clean_text(t.reason, 300), style="yellow")
+    return out
+
+
+def verdict_note(verdict: Verdict | None, action: str) -> Text | None:
+    """What the diagnosis says the remedy is, where this action is not it: a resume offered beside a restart loop
+    must say that the loop is the trouble, and that a resume starts into it again."""
+    if verdict is None or verdict.finding is None or verdict.action == action or not verdict.message:
+        return None
+    out = Text(end="")
+    out.append("The diagnosis: ", style="bold yellow")
+    out.append(clean_text(verdict.message, 300))
+    if verdict.action:
+        out.append(
+            f"\nIts remedy is {ACTION_TITLES.get(verdict.action, verdict.action).lower()}, not this.", style="bold"
+        )
+    elif verdict.fix or verdict.command:
+        out.append(f"\nWhat fixes it: {clean_text(verdict.command or verdict.fix or '', 200)}.", style="bold")
     return out
 
 
@@ -142,6 +159,7 @@ class ConfirmScreen(FittedDialog[bool]):
 
     BINDINGS = [
         Binding("escape", "cancel", "Cancel"),
+        Binding("q,ctrl+c", "quit_app", show=False, priority=True),
         Binding("up", "scroll(-1)", show=False),
         Binding("down", "scroll(1)", show=False),
         Binding("pageup", "page(-1)", show=False),
@@ -152,10 +170,11 @@ class ConfirmScreen(FittedDialog[bool]):
         Binding("right", "app.focus_next", show=False),
     ]
 
-    def __init__(self, plan: ActionPlan, *, narrow: bool | None = None) -> None:
+    def __init__(self, plan: ActionPlan, *, narrow: bool | None = None, verdict: Verdict | None = None) -> None:
         super().__init__()
         self.plan = plan
         self.narrow = narrow
+        self.verdict = verdict
 
     def compose(self) -> ComposeResult:
         plan = self.plan
@@ -173,6 +192,9 @@ class ConfirmScreen(FittedDialog[bool]):
             heading = f"{title}: {count} target{'s' if count != 1 else ''}" if count else title
             yield Static(Text(heading + "?", style="bold"), classes="dialog-title")
             with VerticalScroll(id="confirm-body", classes="dialog-body", can_focus=False):
+                said = verdict_note(self.verdict, plan.action)
+                if said is not None:
+                    yield Static(said, id="verdict-note")
                 if plan.targets:
                     yield Static(Text("Will signal", style="bold underline"), classes="dialog-section")
                     yield Static(targets_blocks(plan.targets) if narrow else targets_table(plan.targets), id="targets")
@@ -198,6 +220,11 @@ class ConfirmScreen(FittedDialog[bool]):
 
     def action_cancel(self) -> None:
         self.dismiss(False)
+
+    def action_quit_app(self) -> None:
+        """q quits with the dialog open, as everywhere else: the plan is cancelled first (nothing was done)."""
+        self.dismiss(False)
+        self.app.exit()
 
 
 class RunningScreen(ModalScreen[None]):

@@ -247,7 +247,8 @@ class MainScreen(Screen[None]):
         title = ACTION_TITLES.get(plan.action, plan.action)
         waiting = "waiting for Confirm or Cancel" if plan.runnable else "refused"
         self.set_status(Text(f"{title}: {waiting}", style="dim"))
-        self.app.push_screen(ConfirmScreen(plan), done)
+        verdict = self.snapshot.verdict if self.snapshot is not None else None
+        self.app.push_screen(ConfirmScreen(plan, verdict=verdict if plan.runnable else None), done)
 
     @work(thread=True, group="execute")
     def _execute(self, plan: ActionPlan) -> None:

@@ -31,6 +31,7 @@ from rlwatch.engine.diagnosis.stacks import stack_run_state, straggler
 from rlwatch.engine.diagnosis.timeline import timeline
 from rlwatch.engine.diagnosis.training import training
 from rlwatch.engine.diagnosis.trust import actions_off
+from rlwatch.engine.diagnosis.verdict import decide, loop_state
 from rlwatch.engine.diagnosis.watchdog import watchdog, watchdog_state
 from rlwatch.engine.diagnosis.wording import (
     backlog_text,
@@ -56,6 +57,7 @@ __all__ = [
     "Rule",
     "assess_run",
     "backlog_text",
+    "decide",
     "diagnose",
     "exact_first",
     "exact_time",
@@ -133,8 +135,19 @@ RULES: tuple[Rule, ...] = (
 
 def assess_run(s: Snapshot, ctx: Context) -> RunState:
     """The run's state from evidence (:mod:`.health`), with what Ray says of a Ray-based run (:mod:`.ray`) and what
-    the ranks' stacks say (:mod:`.stacks`: a hang whatever the logs print, who waits where)."""
-    return stack_run_state(s, ctx, ray_run_state(s, _assess_health(s, ctx)))
+    the ranks' stacks say (:mod:`.stacks`: a hang whatever the logs print, who waits where); a run caught in a
+    restart loop is crashed, in the loop's words (:func:`.verdict.loop_state`)."""
+    rs = stack_run_state(s, ctx, ray_run_state(s, _assess_health(s, ctx)))
+    if rs.state not in ("crashed", "finished"):
+        loop = next(iter(restart_loop(s, ctx)), None)
+        if loop is not None:
+            return loop_state(rs, loop)
+        # The same exception on every start, with no progress after the latest (it is critical only then): the run
+        # is crashed, whatever its processes or a progress line read in the same chunk as the crash suggest.
+        repeating = next((f for f in crashes(s, ctx) if f.code == "crash_repeating" and f.severity is CRIT), None)
+        if repeating is not None:
+            return RunState("crashed", repeating.message.rstrip("."), rs.since, rs.evidence)
+    return rs
 
 
 def diagnose(s: Snapshot, ctx: Context) -> tuple[Finding, ...]:

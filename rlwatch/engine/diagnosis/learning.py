@@ -91,11 +91,19 @@ def learning(s: Snapshot, ctx: Context) -> Iterator[Finding]:
         if len(bad) >= cfg.nonfinite_steps:
             first = bad[0]
             value = "NaN" if math.isnan(bad[-1].value) else "infinite"
+            # Said for what the run is doing now: a run that finished (or crashed) is not "alive".
+            rs = s.run_state.state if s.run_state is not None else None
+            was = {"finished": "the run finished without", "crashed": "the run crashed after"}.get(rs or "")
+            doing = (
+                f"{was} learning from then on"
+                if rs == "finished"
+                else (f"{was} it stopped learning" if was else "the run is alive but no longer learning")
+            )
             yield Finding(
                 CRIT,
                 "learning_nonfinite",
                 f"{_SHOWN[name]}{_key(s, name)} has been {value} for the last {len(bad)} logged steps, "
-                f"{_where(s, first.step)}: the run is alive but no longer learning. {_resume(s, first.step)}; "
+                f"{_where(s, first.step)}: {doing}. {_resume(s, first.step)}; "
                 "try a lower learning rate, bf16 instead of fp16, or gradient clipping.",
                 _time(first),
             )

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterator
 
 from rlwatch.common.state import (
@@ -106,7 +107,8 @@ def server_down(s: Snapshot, ctx: Context) -> Iterator[Finding]:
         yield Finding(
             CRIT,
             "server_down",
-            f"Inference server {srv.url} is down since {hhmm(since, s.time)} ({srv.error or 'no answer'}){extra}.",
+            # The state word before the address: a one-line banner cut to fit keeps "down", not the URL.
+            f"Inference server down since {hhmm(since, s.time)} ({srv.error or 'no answer'}) at {srv.url}{extra}.",
             since,
             action=_bring_back(s, ctx),
         )
@@ -135,12 +137,17 @@ def server_down(s: Snapshot, ctx: Context) -> Iterator[Finding]:
 def _launching(s: Snapshot, ctx: Context) -> float | None:
     """When the run started, while it is still starting: a launcher or trainer alive for less than the server's start
     timeout and no training step counted yet. None once it has stepped, or when nothing of it lives."""
-    if count_of(s, "step"):
-        return None
     starts = [p.started_at for p in s.processes if p.alive and p.role in ("launcher", "trainer")]
     if not starts:
         return None
     first = min(starts)
+    step = s.events.get("step")
+    if step is not None and step.count:
+        # Steps of an earlier attempt do not count: a run resumed a few seconds ago is starting again, and its
+        # server with it (the banner must not ask for `s` while the resumed launcher brings its own server up).
+        last = step.last_by if step.approximate else step.last
+        if last is None or not math.isfinite(last) or last >= first:
+            return None
     return first if s.time - first < ctx.server_start_timeout_s else None
 
 

@@ -133,7 +133,12 @@ class Notifications:
             lines: tuple[str, ...] = ()
             if self.cfg.include_lines and change != "recovered":
                 lines = self._lines(snap, rec.code)
-            items.append(Item(change, severity, rec.code, self.safe(rec.message), rec.since, lines))
+            text = rec.message
+            v = snap.verdict
+            if change != "recovered" and v is not None and v.finding == rec.code:
+                fix = v.fix_command() or v.fix  # the verdict's one remedy, as the dashboard's banner says it
+                text = f"{text} Fix: {fix}" if fix else text
+            items.append(Item(change, severity, rec.code, self.safe(text), rec.since, lines))
         return self._post(Notice(self.clock.time(), self.host, self.run_dir, tuple(items), self.safe(done)))
 
     def _lines(self, snap: Snapshot, code: str) -> tuple[str, ...]:

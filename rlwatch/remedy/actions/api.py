@@ -150,6 +150,8 @@ class Actions:
             log = Path(launch.log) if launch.log else None
             if why := start_problem(launch.argv, cwd=launch.cwd, env=launch.env, log_path=log):
                 return f"{launch.name} could not be started again, so nothing is stopped: {why}"
+            if launch.err_log and (why := append_problem(Path(launch.err_log))):
+                return f"{launch.name} could not be started again, so nothing is stopped: its stderr log: {why}"
         return None
 
     def plan(self, action: str, *, force: bool = False, only: Sequence[str] | None = None) -> ActionPlan:
@@ -347,7 +349,8 @@ class _Execution:
         self.say(f"starting {launch.name}")
         log = Path(launch.log) if launch.log else None
         try:
-            ident = spawn(launch.argv, cwd=launch.cwd, env=launch.env, log_path=log)
+            err = Path(launch.err_log) if launch.err_log else None
+            ident = spawn(launch.argv, cwd=launch.cwd, env=launch.env, log_path=log, err_path=err)
         except SpawnError as exc:
             self.problems.append(str(exc))
             self.record("spawn", target=launch.name, argv=launch.argv, cwd=launch.cwd, outcome=str(exc))
@@ -356,6 +359,8 @@ class _Execution:
         self.owner.engine.note_launched(ident.pid, ident.create_time)
         if log is not None:
             self.owner.engine.tailer.follow(str(log))  # what rlwatch started is followed, configured or not
+        if launch.err_log:
+            self.owner.engine.tailer.follow(launch.err_log)
         self.details.append(f"started {launch.name} as pid {ident.pid}" + (f", output to {launch.log}" if log else ""))
         self.record(
             "spawn",

@@ -19,6 +19,7 @@ from pathlib import Path
 from rlwatch.common.redact import redact
 from rlwatch.common.state import ActionPlan, ActionTarget, GpuHolder, GpuState, ProcessInfo, Snapshot
 from rlwatch.discover.load import resolve
+from rlwatch.engine.diagnosis.wording import human_bytes
 from rlwatch.engine.engine import Engine
 from rlwatch.sources import procfs
 from rlwatch.sources.processes import LaunchRecord
@@ -72,6 +73,7 @@ class Launch:
     # The record its command line, working directory or environment came from: whose process that was is shown in
     # the plan, and a record of any other user than the one running rlwatch is refused.
     record: LaunchRecord | None = None
+    err_log: str | None = None  # stderr, where it went to another file than stdout (None: beside stdout in log)
 
 
 @dataclass(frozen=True)
@@ -195,9 +197,19 @@ def target_of_launch(launch: Launch) -> ActionTarget:
         role=launch.name,
         reason=where
         + (f", output appended to {launch.log}" if launch.log else "")
+        + (f", stderr appended to {launch.err_log}" if launch.err_log else "")
         + whose
         + (f"; {differs}" if differs else ""),
     )
+
+
+def _inside(path: str | None, run_dir: Path) -> bool:
+    if path is None:
+        return False
+    try:
+        return Path(path).resolve().is_relative_to(run_dir.resolve())
+    except (OSError, ValueError):
+        return False
 
 
 def stop_words(grace_s: float) -> str:
@@ -287,23 +299,37 @@ class Planner:
         return prepared
 
     # ------------------------------------------------------------------------------------------------ starting
-    def _log_for(self, name: str, configured: str | None, pid: int | None) -> str:
+    def _log_for(self, name: str, configured: str | None, pid: int | None, record: LaunchRecord | None = None) -> str:
+        """Where the started process's output goes: the configured log; else where the process it replaces writes
+        now (a live one), or wrote when first seen (the launch book: ``python train.py >> train.log``), appended to,
+        so the log the person reads goes on; else rlwatch's own ``.rlwatch/logs/NAME.log``."""
         if configured:
             return str(resolve(self.engine.run_dir, configured))
         if pid is not None and (current := stdout_file(pid)):
             return current
+        if record is not None and record.stdout and os.path.isfile(record.stdout):
+            return record.stdout
         return str(self.engine.run_dir / DEFAULT_LOG_DIR / f"{name}.log")
+
+    @staticmethod
+    def _err_for(log: str, configured: str | None, record: LaunchRecord | None) -> str | None:
+        """Where its stderr goes when not beside its stdout: where the replaced process's went (``2> err.log``)."""
+        if configured or record is None or not record.stderr or record.stderr == log:
+            return None
+        return record.stderr if os.path.isfile(record.stderr) else None
 
     def _launch_for(self, p: ProcessInfo) -> Launch | None:
         rule = self.engine.processes.rule_for(p.name)
         record = self.engine.launch_record(p.name)
         env = dict(record.env) if record and record.env else None
-        log = self._log_for(p.name, rule.log if rule else None, p.pid if p.alive else None)
+        configured = rule.log if rule else None
+        log = self._log_for(p.name, configured, p.pid if p.alive else None, record)
+        err = self._err_for(log, configured, record)
         if rule and rule.command:
             cwd = str(resolve(self.engine.run_dir, rule.cwd)) if rule.cwd else (record.cwd if record else None)
-            return Launch(p.name, p.role, tuple(rule.command), cwd, env, log, CONFIGURED, record)
+            return Launch(p.name, p.role, tuple(rule.command), cwd, env, log, CONFIGURED, record, err)
         if record and record.argv:
-            return Launch(p.name, p.role, tuple(record.argv), record.cwd, env, log, RECORDED, record)
+            return Launch(p.name, p.role, tuple(record.argv), record.cwd, env, log, RECORDED, record, err)
         return None
 
     def _server_launch(self, live: Sequence[ProcessInfo]) -> Launch | None:
@@ -315,8 +341,9 @@ class Planner:
         record = self.engine.launch_record(live[0].name if live else "server")
         if record and record.argv:
             env = dict(record.env) if record.env else None
-            log = self._log_for("server", srv.log, pid)
-            return Launch("server", "server", tuple(record.argv), record.cwd, env, log, RECORDED, record)
+            log = self._log_for("server", srv.log, pid, record)
+            err = self._err_for(log, srv.log, record)
+            return Launch("server", "server", tuple(record.argv), record.cwd, env, log, RECORDED, record, err)
         return None
 
     def _resume_launch(self, s: Snapshot) -> Launch | None:
@@ -325,14 +352,26 @@ class Planner:
             cwd = str(resolve(self.engine.run_dir, a.resume_cwd)) if a.resume_cwd else str(self.engine.run_dir)
             log = self._log_for("launcher", a.resume_log, None)
             return Launch("launcher", "launcher", tuple(a.resume_command), cwd, None, log, CONFIGURED)
-        for name in ("launcher", "trainer"):  # no launcher seen: a trainer run directly is its own launch command
+        # No launcher seen: a trainer run directly is its own launch command. A role with several rules names its
+        # processes by rule ("trainer-1"): those count too, a launcher's first, and only one that worked in this run's
+        # directory (a pattern also matches another run's trainer, and its command is never this run's resume).
+        named = [p for p in s.processes if p.role in ("launcher", "trainer")]
+        named.sort(key=lambda p: (p.role != "launcher", -p.started_at))
+        # …and those of the launch book, for a trainer that died before this rlwatch started ("trainer-1").
+        booked = [n for n in reversed(self.engine.launches.names()) if n.startswith(("launcher-", "trainer-"))]
+        for name in dict.fromkeys(["launcher", "trainer", *(p.name for p in named), *booked]):
             record = self.engine.launch_record(name)
+            if name not in ("launcher", "trainer") and not (record and _inside(record.cwd, self.engine.run_dir)):
+                continue
             if record and record.argv:
                 live = next((p for p in s.processes if p.name == name and p.alive), None)
                 rule = self.engine.processes.rule_for(name)
-                log = self._log_for(name, rule.log if rule else None, live.pid if live else None)
+                role = live.role if live else next((p.role for p in named if p.name == name), name.split("-")[0])
+                configured = rule.log if rule else None
+                log = self._log_for(name, configured, live.pid if live else None, record)
                 env = dict(record.env) if record.env else None
-                return Launch(name, name, tuple(record.argv), record.cwd, env, log, RECORDED, record)
+                err = self._err_for(log, configured, record)
+                return Launch(name, role, tuple(record.argv), record.cwd, env, log, RECORDED, record, err)
         return None
 
     def _unknown(self, what: str) -> str:
@@ -459,10 +498,26 @@ class Planner:
             "output appended to its log",
             "check each is running again with fresh memory",
         )
-        targets = tuple(target_of_process(p, s.time, "worker") for p in live)
+        targets = tuple(target_of_process(p, s.time, self._worker_why(p, s)) for p in live)
         plan = ActionPlan(RESTART_WORKERS, targets, steps, start=tuple(target_of_launch(x) for x in launches))
         stops = tuple(Stop(p.pid, p.create_time, p.name, p.role, rss_bytes=p.rss_bytes) for p in live)
         return Prepared(plan, stops=stops, launches=tuple(launches), rolling=True, only=only)
+
+    def _worker_why(self, p: ProcessInfo, s: Snapshot) -> str:
+        """Why this worker is restarted, in the numbers the findings rest on: over its limit, how fast it grows,
+        how often the emergency brake fired."""
+        why = []
+        rule = self.engine.processes.rule_for(p.name)
+        limit = rule.memory_limit_bytes if rule is not None else None
+        if limit and p.rss_bytes and p.rss_bytes > limit:
+            why.append(f"{human_bytes(p.rss_bytes)}, over its {human_bytes(limit)} limit")
+        growth = p.rss_growth_bytes_per_hour
+        if growth is not None and growth >= self.cfg.thresholds.leak_bytes_per_hour:
+            why.append(f"grows {human_bytes(growth)}/h")
+        brake = s.events.get("emergency_brake")
+        if brake is not None and brake.count:
+            why.append(f"the emergency brake fired {brake.count} times ({brake.streak} in a row)")
+        return "worker: " + "; ".join(why) if why else "worker"
 
     def restart_server(self, s: Snapshot) -> Prepared:
         url = self.cfg.server.url

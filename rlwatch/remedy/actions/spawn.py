@@ -104,13 +104,24 @@ def spawn(
     cwd: str | None = None,
     env: Mapping[str, str] | None = None,
     log_path: Path | None = None,
+    err_path: Path | None = None,
 ) -> Ident:
-    """Start ``argv`` detached from rlwatch and return its identity; raises :class:`SpawnError` with one line."""
+    """Start ``argv`` detached from rlwatch and return its identity; raises :class:`SpawnError` with one line.
+    Its stdout is appended to ``log_path``, its stderr too unless ``err_path`` names another file (where the
+    process it replaces sent its stderr)."""
     args = _argv(argv)
     name = args[0]
     if cwd is not None and not os.path.isdir(cwd):
         raise SpawnError(f"cannot start {name}: working directory {cwd} does not exist")
     out = subprocess.DEVNULL if log_path is None else _open_log(name, Path(log_path))
+    err: int = subprocess.STDOUT
+    if err_path is not None and (log_path is None or Path(err_path) != Path(log_path)):
+        try:
+            err = _open_log(name, Path(err_path))
+        except SpawnError:
+            if out != subprocess.DEVNULL:
+                os.close(out)
+            raise
     try:
         proc = subprocess.Popen(
             args,
@@ -118,7 +129,7 @@ def spawn(
             env=dict(env) if env is not None else None,
             stdin=subprocess.DEVNULL,
             stdout=out,
-            stderr=subprocess.STDOUT,
+            stderr=err,
             start_new_session=True,
             close_fds=True,
         )
@@ -130,6 +141,8 @@ def spawn(
     finally:
         if out != subprocess.DEVNULL:
             os.close(out)
+        if err != subprocess.STDOUT:
+            os.close(err)
     try:
         ident = Ident(proc.pid, psutil.Process(proc.pid).create_time())  # not reaped yet: the pid is still ours
     except (psutil.Error, OSError) as exc:

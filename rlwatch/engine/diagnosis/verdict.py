@@ -1,0 +1,216 @@
+"""One verdict per snapshot: the run's state, its worst finding and the one remedy for it.
+
+The rules say what is wrong, each in its own words; this module decides, once, which of those is the headline and
+what fixes it, from what is alive. Every view (the dashboard's header, banner, panels and dialogs, ``report``,
+``report --json``, ``watch --json``, the exporter, notifications) renders :class:`Verdict` instead of deriving its
+own, so the dashboard cannot say "resume" while the report says "restart the server":
+
+- a restart loop leads, with its words: restarting a process the platform keeps restarting fixes nothing;
+- a crash loop (the same exception on every start) is crashed, never hung (:func:`loop_state`);
+- with the trainer gone, what brings a dead server back is the resume (its launcher starts its own server);
+- a hang and an NCCL timeout say where to look next (each rank's stack), since no key fixes either.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import replace
+
+from rlwatch.common.state import Finding, RunState, Severity, Snapshot, Verdict
+from rlwatch.engine.diagnosis.base import Context
+
+__all__ = ["LOOPS", "decide", "loop_state", "order_key", "status_of", "without_payload"]
+
+# Findings that mean the run cannot stay up, whatever is restarted: they lead, in this order.
+LOOPS = ("restart_loop", "crash_repeating")
+# A request's payload (token ids) as a log's last line: never the words a state is said in.
+_PAYLOAD = re.compile(r"(?:-?\d+\s*,\s*){12,}")
+_LAST_LINE = "; its last line: "
+
+# What to do next, in words, where the headline's own action does not say all of it.
+_NEXT = {
+    "restart_loop": "The container (or its launcher) keeps restarting and never stays up: read the first lines "
+    "after each start and fix the start command; no key fixes a restart loop, and a resume would start into it "
+    "again.",
+    "crash_repeating": "Fix the exception named above; restarting or resuming will hit it again.",
+    "hung": "Read where each process waits (key t on the dashboard, or py-spy dump --pid PID): a collective one rank "
+    "never reached hangs the others; once the cause is known, stop the run and resume it (rlwatch act resume).",
+    "nccl_timeout": "A rank never joined a collective: read each rank's stack (key t, or py-spy dump --pid PID) and "
+    "the first error before the timeout; once the stuck rank is gone, resume from the last checkpoint (rlwatch act "
+    "resume).",
+    "shm_small": "Give the container a bigger /dev/shm (docker run --shm-size=16g, or a memory-backed emptyDir at "
+    "/dev/shm in Kubernetes) and start it again; no key can resize it from inside.",
+    "shm_exhausted": "Give the container a bigger /dev/shm (docker run --shm-size=16g, or a memory-backed emptyDir "
+    "at /dev/shm in Kubernetes) and start it again; no key can resize it from inside.",
+    "run_crashed": "Read the failure above and the lines before it; fix what it names, then resume from the last "
+    "checkpoint (rlwatch act resume).",
+    "run_stopped": "If it was not stopped on purpose, resume it from the last checkpoint (rlwatch act resume).",
+}
+# Where neither a key nor a command fixes a finding, what does, in the few words a one-line banner keeps whole.
+_FIX = {
+    "restart_loop": "fix the start command",
+    "crash_repeating": "fix the exception",
+    "gpu_lost": "drain the node, resume elsewhere",
+    "gpu_fault": "drain the node, resume elsewhere",
+    "gpu_memory_fault": "drain the node, resume elsewhere",
+    "shm_small": "a bigger /dev/shm (--shm-size)",
+    "shm_exhausted": "a bigger /dev/shm (--shm-size)",
+    "kernel_oom_kill": "a higher memory limit, or a run that holds less",
+    "oom_kill": "a higher memory limit, or a run that holds less",
+    "hung": "read each rank's stack (t)",
+    "nccl_timeout": "read each rank's stack (t)",
+}
+_XID = "The GPU failed in hardware: drain this node (do not restart the run on it) and resume on another."
+_SERVER_ALIVE = "The trainer still runs: restart the inference server (rlwatch act restart-server)."
+_SERVER_GONE = "The trainer is gone: resume the run (rlwatch act resume); its launcher brings its server back."
+
+
+def status_of(s: Snapshot) -> str:
+    """CRITICAL or WARNING by the worst finding; otherwise OK only with evidence that the run progresses (or
+    finished): a run whose state is unknown is UNKNOWN, never OK for the lack of a known failure."""
+    if any(f.code == "no_run" for f in s.findings):
+        return "NO RUN"
+    worst = s.worst
+    if worst is Severity.CRITICAL:
+        return "CRITICAL"
+    if worst is Severity.WARNING:
+        return "WARNING"
+    if s.run_state is not None and not s.run_state.healthy:
+        return "UNKNOWN"
+    return "OK"
+
+
+def loop_state(rs: RunState, loop: Finding | None) -> RunState:
+    """A run that keeps failing at its start is crashed, in the loop's words, never hung or unknown: its processes
+    live only because something starts them again."""
+    if loop is None or rs.state in ("crashed", "finished"):
+        return rs
+    if rs.state == "progressing" and (loop.since is None or rs.since is None or rs.since > loop.since):
+        return rs  # it stepped after the loop began: the loop is over (its finding says when it was)
+    return RunState("crashed", loop.message.rstrip("."), loop.since, rs.evidence)
+
+
+def _trainer_gone(s: Snapshot, ctx: Context) -> bool:
+    """The trainer is gone (a launcher left behind does not train: the resume stops it and starts it again)."""
+    if ctx.trainer_alive is not None:
+        return not ctx.trainer_alive
+    return not any(p.alive and p.role == "trainer" for p in s.processes)
+
+
+def _resumable(s: Snapshot) -> bool:
+    return s.recover is not None or any(p.role == "launcher" for p in s.processes)
+
+
+def order_key(f: Finding) -> tuple[int, int, float]:
+    """Most severe first; at one severity, a loop before everything (it is why the rest happen), then the oldest.
+    The banner sorts by this key too, so its first line is the verdict's headline."""
+    loop = LOOPS.index(f.code) if f.code in LOOPS else len(LOOPS)
+    return (f.severity.rank, loop, f.since if f.since is not None else float("inf"))
+
+
+def _order(findings: tuple[Finding, ...]) -> list[Finding]:
+    return sorted(findings, key=order_key)
+
+
+# A request's payload as a failure quotes it (AReaL's "Failed after 3 retries each. Payload: {'input_ids': […"), up to
+# where the words go on (" (trainer.log:294, 13:44:11)") or the end.
+_QUOTED_PAYLOAD = re.compile(r"\.? Payload: [\[{].*?(?=(?: \([^()]*:\d+, [^()]*\))|\Z)")
+
+
+def without_payload(text: str) -> str:
+    """``text`` without the request payload it quotes: token ids cut at "Ad" are never what a person reads first."""
+    text = _QUOTED_PAYLOAD.sub(" (its request's payload left out)", text)
+    head, sep, tail = text.partition(_LAST_LINE)
+    if sep and _PAYLOAD.search(tail):
+        return head
+    return text
+
+
+def _why(rs: RunState | None) -> str:
+    """The state's words, without a request's payload (a list of token ids says nothing)."""
+    if rs is None:
+        return "not assessed yet"
+    return without_payload(rs.why)
+
+
+def _fix_words(code: str) -> str | None:
+    if code.startswith("xid_"):
+        return "drain the node, resume elsewhere"
+    return _FIX.get(code)
+
+
+def _remedy(f: Finding, s: Snapshot, ctx: Context) -> tuple[Finding, str | None]:
+    """The finding with the one remedy for it, from what is alive, and what to do next in words."""
+    action, command = f.action, f.command
+    fix = f.fix or _fix_words(f.code)
+    gone = _trainer_gone(s, ctx)
+    step = _NEXT.get(f.code) or (_XID if f.code.startswith("xid_") and f.severity is Severity.CRITICAL else None)
+    if f.code in LOOPS:
+        action = None  # a restart into the same failure fixes nothing
+    elif f.code in ("server_down", "connection_refused") and not (s.training and s.training.finished):
+        if gone and _resumable(s):
+            action, command, step = "resume", None, _SERVER_GONE
+        elif not gone:
+            action, command, step = "restart-server", None, _SERVER_ALIVE
+    elif f.code in ("hung", "nccl_timeout") and action is None and command is None:
+        pid = _first_alive(s)
+        command = f"py-spy dump --pid {pid}" if pid is not None else None
+    if action == "resume" and not gone:
+        action = None  # the trainer lives: a resume would be refused, and a key that fails is no remedy
+    if (action, command, fix) != (f.action, f.command, f.fix):
+        f = replace(f, action=action, command=command, fix=fix)
+    return f, step
+
+
+def _first_alive(s: Snapshot) -> int | None:
+    if s.live_run is None:
+        return None
+    dead = {p.pid for p in s.processes if not p.alive} | set(s.live_run.weak)
+    return next((pid for pid, _ in s.live_run.members if pid not in dead), None)
+
+
+def _step(s: Snapshot) -> tuple[int | None, str | None]:
+    """One step number, from the best evidence: the log's own counter or bar, else the latest checkpoint's."""
+    tr = s.training
+    latest = s.checkpoint.latest if s.checkpoint else None
+    ckpt = latest.global_step if latest is not None else None
+    if tr is not None and tr.last_step is not None and (ckpt is None or tr.last_step >= ckpt):
+        return tr.last_step, "log"
+    if ckpt is not None:
+        return ckpt, "checkpoint"
+    return (tr.last_step, "log") if tr is not None and tr.last_step is not None else (None, None)
+
+
+def decide(s: Snapshot, ctx: Context) -> tuple[Verdict, tuple[Finding, ...]]:
+    """The verdict, and the findings in the order every view shows them: the headline first, carrying the verdict's
+    remedy (so a view that lists findings says the same key as one that shows the verdict)."""
+    shown = _order(s.findings)
+    rs = s.run_state
+    status = status_of(s)
+    step, step_from = _step(s)
+    state = rs.state if rs is not None else "unknown"
+    if not shown or shown[0].severity is Severity.INFO:
+        verdict = Verdict(status, state, _why(rs), rs.since if rs else None, step=step, step_from=step_from)
+        return verdict, tuple(shown)
+    steps: list[tuple[str, str | None]] = []
+    for i, f in enumerate(shown):
+        if f.severity is not Severity.INFO:
+            shown[i], step_words = _remedy(f, s, ctx)
+            steps.append((f.code, step_words))
+    head = shown[0]
+    verdict = Verdict(
+        status,
+        state,
+        _why(rs),
+        rs.since if rs is not None else head.since,
+        finding=head.code,
+        message=head.message,
+        action=head.action,
+        command=head.command,
+        fix=head.fix,
+        next_step=steps[0][1],
+        steps=tuple((code, words) for code, words in steps if words),
+        step=step,
+        step_from=step_from,
+    )
+    return verdict, tuple(shown)

@@ -1,0 +1,204 @@
+"""One verdict per snapshot (engine/diagnosis/verdict): the run's state, its headline finding and the one remedy,
+decided from what is alive, and rendered the same by every view (header, banner, report, report --json, watch
+--json, the exporter)."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from rlwatch.common.clock import FakeClock
+from rlwatch.common.state import (
+    Finding,
+    LiveRun,
+    ProcessInfo,
+    RecoverState,
+    RunState,
+    ServerState,
+    Severity,
+    Snapshot,
+    SourceStatus,
+)
+from rlwatch.engine.diagnosis import Context, decide
+from rlwatch.engine.diagnosis.verdict import loop_state
+from rlwatch.export.exporter import SnapshotCollector
+from rlwatch.export.report import to_json_dict as to_json
+from rlwatch.export.report import to_text
+from rlwatch.export.stream import changes
+from rlwatch.widgets.findings import compact_text
+from rlwatch.widgets.header import header_text
+
+NOW = 1_763_700_000.0
+CRIT, WARN = Severity.CRITICAL, Severity.WARNING
+URL = "http://127.0.0.1:30000"
+LOOP = Finding(CRIT, "restart_loop", "Restart loop: the container started 5 times, every ~17s.", NOW - 100)
+DOWN = Finding(CRIT, "server_down", f"Inference server down since 05:09 (connection refused) at {URL}.", NOW - 300)
+
+
+def proc(pid: int, role: str, *, alive: bool = True) -> ProcessInfo:
+    return ProcessInfo(pid, NOW - 60, role, role, 1, None, NOW - 60, 0, ("python3", role), "/run", "root", alive=alive)
+
+
+def snap(*findings: Finding, **fields: object) -> Snapshot:
+    base = Snapshot(host="h", time=NOW, profile="areal", run_dir="/run", findings=findings)
+    return replace(base, **fields)  # type: ignore[arg-type]
+
+
+def decided(s: Snapshot, ctx: Context | None = None) -> Snapshot:
+    verdict, findings = decide(s, ctx or Context())
+    return replace(s, verdict=verdict, findings=findings)
+
+
+def test_a_restart_loop_leads_with_its_words_and_offers_no_key() -> None:
+    s = decided(snap(replace(DOWN, action="restart-server"), LOOP, run_state=RunState("unknown", "no progress")))
+    v = s.verdict
+    assert v is not None and v.finding == "restart_loop" and s.findings[0].code == "restart_loop"
+    assert v.action is None and v.fix == "fix the start command"
+    assert "no key fixes a restart loop" in (v.next_step or "")
+    # The 80x24 banner's one line is the loop, with what fixes it, not the server's key.
+    line = compact_text(s.findings, (), 80).plain
+    assert line.startswith("● CRITICAL Restart loop") and "fix the start command" in line, line
+
+
+def test_a_crash_loop_is_crashed_never_hung() -> None:
+    hung = RunState("hung", "no progress since 05:00 while its processes are alive (pid 12)", NOW - 200)
+    rs = loop_state(hung, Finding(CRIT, "crash_repeating", "The same crash happened 3 times: AttributeError.", NOW))
+    assert rs.state == "crashed" and "same crash happened 3 times" in rs.why
+    progressing_after = RunState("progressing", "step 60", NOW - 5)
+    assert loop_state(progressing_after, LOOP).state == "progressing"  # it stepped after the loop: over
+    progressing_before = RunState("progressing", "step 57", NOW - 150)
+    assert loop_state(progressing_before, LOOP).state == "crashed"  # the loop began after its last step
+
+
+def test_a_dead_server_with_the_trainer_gone_is_resumed_everywhere() -> None:
+    """Dashboard, report, report --json, watch --json and the exporter say one remedy, from what is alive."""
+    recover = RecoverState("/run/step_info.json", 0, 54, 54, 125, 0, 55, 55)
+    s = decided(
+        snap(
+            replace(DOWN, action="restart-server"),
+            server=ServerState("sglang", URL, False, NOW - 300, None, error="connection refused"),
+            processes=(proc(11, "trainer", alive=False),),
+            recover=recover,
+            run_state=RunState("stopped", "no process of the run is alive here"),
+            sources=(SourceStatus("logs", True, NOW), SourceStatus("processes", True, NOW)),
+        ),
+        Context(trainer_alive=False),
+    )
+    v = s.verdict
+    assert v is not None and v.action == "resume" and s.findings[0].action == "resume"
+    assert v.next_step is not None and v.next_step.startswith("The trainer is gone: resume the run")
+    assert " r " in compact_text(s.findings, (), 120).plain
+    rep = to_json(s)
+    assert rep["verdict"]["action"] == "resume" and rep["verdict"]["state"] == "stopped"
+    assert rep["status"] == "critical" and rep["findings"][0]["action"] == "resume"  # the stable keys stay
+    text = to_text(s)
+    assert "The trainer is gone: resume the run" in text and "If the trainer still runs" not in text
+    first = next(changes(None, s))
+    assert first["verdict"]["action"] == "resume" and first["run_state"]["state"] == "stopped"
+    metrics = {m.name: m for m in SnapshotCollector(lambda: s, clock=FakeClock(NOW)).families(s)}
+    sample = metrics["rlwatch_verdict_info"].samples[0]
+    assert sample.labels["action"] == "resume" and sample.labels["finding"] == "server_down"
+    # With the trainer alive, the same finding is a server restart, in every view.
+    alive = decided(replace(s, verdict=None, processes=(proc(11, "trainer"),)), Context(trainer_alive=True))
+    assert alive.verdict is not None and alive.verdict.action == "restart-server"
+    assert to_json(alive)["verdict"]["action"] == "restart-server"
+
+
+def test_the_header_says_the_verdicts_state() -> None:
+    hung = RunState("hung", "no progress", NOW - 200)
+    s = decided(snap(LOOP, run_state=hung))
+    assert s.verdict is not None and s.verdict.state == "hung"  # loop_state is the engine's, before diagnosis
+    s = replace(s, verdict=replace(s.verdict, state="crashed"))
+    assert "run crashed" in header_text(s, 120).plain and "run hung" not in header_text(s, 120).plain
+
+
+def test_a_hang_says_where_to_look_next() -> None:
+    hung = Finding(CRIT, "hung", "The run is hung: no progress since 05:00.", NOW - 100)
+    live = LiveRun(True, None, NOW - 600, members=((4242, "writes train.log"),))
+    s = decided(snap(hung, live_run=live, processes=(proc(4242, "trainer"),)))
+    assert s.verdict is not None and s.verdict.command == "py-spy dump --pid 4242"
+    assert "py-spy dump --pid 4242" in compact_text(s.findings, (), 120).plain
+
+
+def test_hardware_and_shm_findings_keep_their_fix_in_the_banner() -> None:
+    xid = Finding(CRIT, "xid_79", "GPU 0 fell off the bus (Xid 79) at 05:12; " + "x" * 200, NOW - 50)
+    s = decided(snap(xid))
+    assert "drain the node" in compact_text(s.findings, (), 80).plain
+    shm = Finding(WARN, "shm_small", "/dev/shm is 64 MiB; " + "y" * 200, None)
+    s = decided(snap(shm))
+    assert "/dev/shm" in compact_text(s.findings, (), 80).plain.split("→")[-1]
+
+
+def test_a_request_payload_is_never_the_run_line() -> None:
+    payload = ", ".join(str(151643 + i) for i in range(40))
+    rs = RunState("stopped", f"no progress since 05:00; its last line: server.log:9: {{'input_ids': [{payload}", NOW)
+    s = decided(snap(DOWN, run_state=rs))
+    assert s.verdict is not None and "151643" not in s.verdict.why
+    run_line = next(line for line in to_text(s).splitlines() if line.startswith("run: stopped"))
+    assert "151643" not in run_line and run_line.startswith("run: stopped — no progress since 05:00")
+    assert "cause: Inference server down" in to_text(s)
+
+
+def test_processes_running_before_the_stream_are_seen_not_started() -> None:
+    first = snap(sources=(SourceStatus("logs", True, NOW),))  # the host's processes not looked at yet
+    trainer = replace(proc(77, "trainer"), started_at=NOW - 60)
+    second = replace(first, time=NOW + 1, processes=(trainer,), sources=(SourceStatus("processes", True, NOW + 1),))
+    kinds = [r["type"] for r in changes(first, second) if r["type"].startswith("process")]
+    assert kinds == ["process_seen"]
+    young = replace(proc(78, "trainer"), started_at=NOW + 1.5, create_time=NOW + 1.5)
+    third = replace(second, time=NOW + 2, processes=(trainer, young))
+    records = [r for r in changes(second, third) if r["type"].startswith("process")]
+    assert [(r["type"], r["pid"]) for r in records] == [("process_started", 78)]
+
+
+def test_right_after_a_resume_the_server_is_starting_not_down() -> None:
+    """The resumed launcher brings its own server: the banner must not ask for `s` while it comes up."""
+    from rlwatch.common.state import EventSummary
+    from rlwatch.engine.diagnosis.server import server_down
+
+    steps = EventSummary("step", Severity.INFO, 30, NOW - 900, NOW - 100, 1.0, 0, {})
+    launcher = replace(proc(90, "launcher"), started_at=NOW - 5, create_time=NOW - 5)
+    srv = ServerState("sglang", URL, False, NOW - 120, None, error="connection refused")
+    found = {f.code: f for f in server_down(snap(events={"step": steps}, processes=(launcher,), server=srv), Context())}
+    assert set(found) == {"server_starting"} and found["server_starting"].severity is Severity.INFO
+    before = replace(launcher, started_at=NOW - 1000, create_time=NOW - 1000)  # it stepped since it started
+    found = {f.code for f in server_down(snap(events={"step": steps}, processes=(before,), server=srv), Context())}
+    assert found == {"server_down"}
+
+
+def test_a_quoted_payload_is_left_out_of_the_run_line_and_its_evidence() -> None:
+    ids = "[151644, 8948, 198, 2610, 525, 264, 10950, 17847, 13]"
+    why = (
+        "ChildFailedError:; exit code 1; it began with: RuntimeError: Failed after 3 retries each. Payload: "
+        f"{{'input_ids': {ids}, 'sampling_params': {{'top_p': 1.0, ' (trainer.log:294, 13:44:11); 4 of its processes "
+        "still alive"
+    )
+    evidence = (f"trainer.log:163: RuntimeError: Failed after 3 retries each. Payload: {{'input_ids': {ids}}}. Ad",)
+    s = decided(snap(DOWN, run_state=RunState("crashed", why, NOW, evidence)))
+    assert s.verdict is not None and "151644" not in s.verdict.why
+    assert s.verdict.why.endswith(
+        "Failed after 3 retries each (its request's payload left out) (trainer.log:294, "
+        "13:44:11); 4 of its processes still alive"
+    )
+    text = to_text(s)
+    assert "151644" not in text.split("Findings:")[0]
+
+
+def test_the_same_crash_on_every_start_is_crashed_even_beside_a_progress_line() -> None:
+    """Read live, a progress line of the same chunk as the crash may look newer than it: the crash loop still wins."""
+    from rlwatch.common.state import EventSummary, Incident
+    from rlwatch.config.models import Thresholds
+    from rlwatch.engine.diagnosis import assess_run
+
+    title = "AttributeError: 'Namespace' object has no attribute 'model_id'"
+    crashes = tuple(
+        Incident(
+            "traceback", "/run/train.log", 9 + 28 * i, NOW - 80 + 20 * i, NOW - 80 + 20 * i, 3, title, "t.py:22", "sig"
+        )
+        for i in range(3)
+    )
+    tb = EventSummary("traceback", Severity.WARNING, 3, NOW - 80, NOW - 40, 1.0, 1, {})
+    step = EventSummary("step", Severity.INFO, 6, NOW - 90, NOW - 39, 1.0, 0, {})
+    live = LiveRun(True, None, NOW - 100, members=((5, "writes train.log"),))
+    s = snap(incidents=crashes, events={"traceback": tb, "step": step}, live_run=live, processes=(proc(5, "trainer"),))
+    rs = assess_run(s, Context(thresholds=Thresholds()))
+    assert rs.state == "crashed" and "same crash happened 3 times" in rs.why, rs
