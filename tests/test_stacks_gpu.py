@@ -124,12 +124,23 @@ def test_a_rank_killed_mid_collective_is_a_crash_naming_it_never_a_hang(tmp_path
             states = [r["run_state"] for r in _records(out) if r.get("type") == "run_state" and r.get("run_state")]
             return states[-1] if states and states[-1].get("state") in ("crashed", "stopped") else None
 
-        state = wait_until(ended, 300, 1)
+        wait_until(ended, 300, 1)
         noticed = time.time() - killed
+
+        def crashed() -> dict[str, Any] | None:
+            # torchrun's report (rank 1's signal) can come a snapshot after its processes were seen gone: the run
+            # may read "stopped" for that moment, and must then read crashed, naming the signal.
+            state = ended()
+            text = json.dumps(state)
+            return state if state and state["state"] == "crashed" and ("SIGKILL" in text or "-9" in text) else None
+
+        state = wait_until(crashed, 60, 1)
+        named = time.time() - killed
         hung = _finding(out, "hung")
+        states = [r["run_state"]["state"] for r in _records(out) if r.get("type") == "run_state" and r.get("run_state")]
     assert hung is None, hung
-    assert "SIGKILL" in json.dumps(state) or "-9" in json.dumps(state), state
-    print(json.dumps({"kill_noticed_after_s": round(noticed, 1), "run_state": state}))
+    print(json.dumps({"kill_noticed_after_s": round(noticed, 1), "crash_named_after_s": round(named, 1)}))
+    print(json.dumps({"states": states, "run_state": state}))
 
 
 def test_a_rank_slower_by_0_6_s_a_step_is_named_the_straggler_within_two_minutes(tmp_path: Path) -> None:
