@@ -53,6 +53,7 @@ def test_a_resume_appends_to_the_log_the_gone_trainer_wrote(tmp_path: Path, name
         "create_time": 1.0,
         "stdout": str(log),
         "stderr": str(err),
+        "uid": os.geteuid(),  # recorded from this user's own process: the only kind rlwatch runs again
     }
     book = state / "launches.json"
     book.write_text(json.dumps({name: record}))
