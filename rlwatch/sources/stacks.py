@@ -52,8 +52,11 @@ class StackTarget:
 def py_spy() -> str | None:
     """The py-spy rlwatch was installed with (beside its interpreter), else one on PATH."""
     beside = Path(sys.executable).parent / "py-spy"
-    if beside.is_file() and os.access(beside, os.X_OK):
-        return str(beside)
+    try:  # a directory this user may not search (another user's virtualenv) is no py-spy, not a failure
+        if beside.is_file() and os.access(beside, os.X_OK):
+            return str(beside)
+    except OSError:
+        pass
     return shutil.which("py-spy")
 
 
