@@ -28,13 +28,15 @@ typecheck: $(STAMP)
 contracts: $(STAMP)
 	$(VENV)/bin/lint-imports
 
-# The in-process tests run on two workers (pytest-xdist); the end-to-end tests (real processes, a simulator, a
-# watchdog: `slow`) and the fault-injection suite (`faults`, whose table is printed at its end) run one at a time,
-# as their deadlines were set for. Both halves always run; either failing fails the target.
+# The in-process tests run on two workers (pytest-xdist), and so do the end-to-end tests (real processes, a
+# simulator, a watchdog: `slow`), which mostly wait on what they started (about a third of a core each); the
+# fault-injection suite (`faults`, whose table is printed at its end by one session-wide plugin) runs one at a time.
+# All three always run; any failing fails the target.
 pytest: $(STAMP)
 	@status=0; \
 	$(VENV)/bin/pytest -q -p no:cacheprovider -m "not slow and not faults" -n 2 || status=1; \
-	$(VENV)/bin/pytest -q -p no:cacheprovider -m "slow or faults" || status=1; \
+	$(VENV)/bin/pytest -q -p no:cacheprovider -m "slow and not faults" -n 2 || status=1; \
+	$(VENV)/bin/pytest -q -p no:cacheprovider -m "faults" || status=1; \
 	exit $$status
 
 test: lint typecheck contracts pytest
