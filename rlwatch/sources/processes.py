@@ -472,4 +472,5 @@ def member_info(pid: int, evidence: str, proc_root: str = procfs.PROC) -> Proces
         cwd=procfs.read_cwd(pid, proc_root),
         user=procfs.user(pid, proc_root),
         evidence=evidence,
+        alive=stat.state != "Z",  # defunct: it ended and waits for its parent to reap it
     )

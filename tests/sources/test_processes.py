@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 from rlwatch.common.clock import FakeClock
 from rlwatch.config.models import ProcessRule
 from rlwatch.sources import procfs
-from rlwatch.sources.processes import ProcessTable
+from rlwatch.sources.processes import ProcessTable, member_info
 from tests.simhost import wait_until
 
 SLEEPER = "import sys, time; print('ready', flush=True); time.sleep(120)"
@@ -395,3 +395,17 @@ def test_where_its_output_goes_is_recorded_when_first_seen(spawn: Spawner, tag: 
     finally:
         proc.kill()
         proc.wait(timeout=10)
+
+
+def test_a_defunct_member_of_the_run_is_shown_gone_not_alive() -> None:
+    """A child that exited and that its parent has not reaped yet is defunct: a row of the run's processes, never
+    one of those alive (it was `alive 0 B` in the table and counted as still alive)."""
+    child = subprocess.Popen([sys.executable, "-c", "pass"])  # not waited for until the end: defunct meanwhile
+    try:
+        wait_until(lambda: (st := procfs.read_stat(child.pid)) is not None and st.state == "Z", 20)
+        row = member_info(child.pid, "works in the run directory")
+        assert row is not None and row.alive is False
+        live = member_info(os.getpid(), "works in the run directory")
+        assert live is not None and live.alive is True
+    finally:
+        child.wait()
