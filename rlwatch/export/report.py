@@ -28,7 +28,7 @@ from rlwatch.common.state import (
     line_number,
 )
 from rlwatch.engine.diagnosis import first_text, hhmm, human_bytes, human_duration, last_text, when_text
-from rlwatch.engine.diagnosis.verdict import without_payload
+from rlwatch.engine.diagnosis.verdict import status_of, without_payload
 
 
 def iso(t: float | None) -> str | None:
@@ -607,20 +607,9 @@ def _ending_json(e: LogEnding) -> dict[str, Any]:
 
 
 def status_word(s: Snapshot) -> str:
-    """CRITICAL or WARNING by the worst finding; otherwise OK only with evidence that the run progresses (or
-    finished): a run whose state is unknown is UNKNOWN, never OK for the lack of a known failure."""
-    if s.verdict is not None:  # decided once by the engine (engine/diagnosis/verdict): every view says the same
-        return s.verdict.status
-    if any(f.code == "no_run" for f in s.findings):
-        return "NO RUN"
-    worst = s.worst
-    if worst is Severity.CRITICAL:
-        return "CRITICAL"
-    if worst is Severity.WARNING:
-        return "WARNING"
-    if s.run_state is not None and not s.run_state.healthy:
-        return "UNKNOWN"
-    return "OK"
+    """The verdict's status, decided once by the engine (engine/diagnosis/verdict) so every view says the same; for
+    a snapshot built without one, the same rule (:func:`status_of`)."""
+    return s.verdict.status if s.verdict is not None else status_of(s)
 
 
 def exit_code(s: Snapshot) -> int:

@@ -34,7 +34,7 @@ from dataclasses import dataclass
 from rlwatch.common.clock import Clock
 from rlwatch.common.state import SampledProcess, StackSample, StackSampling
 from rlwatch.sources import procfs
-from rlwatch.sources.stacks import StackTarget, parse_dump, py_spy
+from rlwatch.sources.stacks import NO_PTRACE_WORDS, PTRACE_REFUSED, StackTarget, dump_text, parse_dump, py_spy
 
 __all__ = [
     "METHOD",
@@ -57,7 +57,6 @@ TIMEOUT_S = 10.0
 # Rounds are paced to this part of the budget: a measure that ends just after a round (or another thread's child
 # counted in a round) stays within the budget.
 BUDGET_MARGIN = 0.9
-_NO_PTRACE_WORDS = ("ermission denied", "not permitted", "EPERM", "ptrace")
 
 # A collective: torch.distributed's (all_reduce, barrier …, a work's wait), NCCL/gloo's, DeepSpeed's and Ray
 # collective's names; matched on the innermost frames' function names.
@@ -169,26 +168,10 @@ def read_dump(exe: str) -> Reader:
     """A reader of one target's main-thread stack with ``py-spy dump --nonblocking --json``: (frames, where, error)."""
 
     def read(target: StackTarget) -> tuple[tuple[str, ...], str, str | None]:
-        try:
-            out = subprocess.run(
-                [exe, "dump", "--pid", str(target.pid), "--json", "--nonblocking"],
-                capture_output=True,
-                text=True,
-                timeout=TIMEOUT_S,
-                check=False,
-                stdin=subprocess.DEVNULL,
-            )
-        except subprocess.TimeoutExpired:
-            return (), "", f"py-spy did not answer within {TIMEOUT_S:g}s"
-        except OSError as exc:
-            return (), "", f"cannot run py-spy: {exc.strerror or exc}"
-        if out.returncode != 0:
-            said = (out.stderr or out.stdout).strip().splitlines()
-            line = said[-1] if said else f"exit {out.returncode}"
-            if any(w in line for w in _NO_PTRACE_WORDS):
-                line = "ptrace not permitted: " + line
-            return (), "", line[:300]
-        st = parse_dump(target.pid, target.label, out.stdout)
+        text, error = dump_text(exe, target.pid)
+        if error is not None:
+            return (), "", error
+        st = parse_dump(target.pid, target.label, text)
         return st.frames, st.where, st.error
 
     return read
@@ -305,8 +288,8 @@ def record_window(exe: str) -> Window:
                     out[pid] = (stacks, None)
                 else:
                     line = said[-1] if said else "py-spy recorded no stack"
-                    if any(w in line for w in _NO_PTRACE_WORDS):
-                        line = "ptrace not permitted: " + line
+                    if any(w in line for w in NO_PTRACE_WORDS):
+                        line = PTRACE_REFUSED + line
                     out[pid] = ([], line[:300])
         return out
 
@@ -437,7 +420,7 @@ class StackSampler:
                 for key in [k for k in self._procs if k not in seen][: len(self._procs) - len(live)]:
                     del self._procs[key]
             if targets and len(errors) == len(targets):
-                refused = [e for e in errors if e.startswith("ptrace not permitted")]
+                refused = [e for e in errors if e.startswith(PTRACE_REFUSED)]
                 self._reason = refused[0] if refused else errors[0]
             else:
                 self._reason = None

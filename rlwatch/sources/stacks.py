@@ -128,10 +128,16 @@ def summarize(stacks: Sequence[ProcessStack]) -> tuple[tuple[tuple[str, tuple[st
     return tuple((w, tuple(ls)) for w, ls in ordered), "; ".join(parts)
 
 
-def _dump(exe: str, target: StackTarget) -> ProcessStack:
+PTRACE_REFUSED = "ptrace not permitted: "  # how a refused read's error begins (the sampler counts them)
+NO_PTRACE_WORDS = ("ermission denied", "not permitted", "EPERM", "ptrace")  # py-spy's words for a refused ptrace
+
+
+def dump_text(exe: str, pid: int) -> tuple[str, str | None]:
+    """``py-spy dump --nonblocking --json`` of one process: (its JSON, None), or ("", why it could not be read) —
+    a refused ptrace's why begins with :data:`PTRACE_REFUSED`. Shared by the one-off capture and the sampler."""
     try:
         out = subprocess.run(
-            [exe, "dump", "--pid", str(target.pid), "--json", "--nonblocking"],
+            [exe, "dump", "--pid", str(pid), "--json", "--nonblocking"],
             capture_output=True,
             text=True,
             timeout=TIMEOUT_S,
@@ -139,16 +145,24 @@ def _dump(exe: str, target: StackTarget) -> ProcessStack:
             stdin=subprocess.DEVNULL,
         )
     except subprocess.TimeoutExpired:
-        return ProcessStack(target.pid, target.label, (), "", 0, f"py-spy did not answer within {TIMEOUT_S:g}s")
+        return "", f"py-spy did not answer within {TIMEOUT_S:g}s"
     except OSError as exc:
-        return ProcessStack(target.pid, target.label, (), "", 0, f"cannot run py-spy: {exc.strerror or exc}")
+        return "", f"cannot run py-spy: {exc.strerror or exc}"
     if out.returncode != 0:
         said = (out.stderr or out.stdout).strip().splitlines()
         line = said[-1] if said else f"exit {out.returncode}"
-        if "ermission denied" in line or "not permitted" in line or "EPERM" in line:
-            line = _NO_PTRACE
-        return ProcessStack(target.pid, target.label, (), "", 0, line[:300])
-    return parse_dump(target.pid, target.label, out.stdout)
+        if any(w in line for w in NO_PTRACE_WORDS):
+            line = PTRACE_REFUSED + line
+        return "", line[:300]
+    return out.stdout, None
+
+
+def _dump(exe: str, target: StackTarget) -> ProcessStack:
+    text, error = dump_text(exe, target.pid)
+    if error is not None:
+        said = _NO_PTRACE if error.startswith(PTRACE_REFUSED) else error
+        return ProcessStack(target.pid, target.label, (), "", 0, said)
+    return parse_dump(target.pid, target.label, text)
 
 
 def capture(targets: Sequence[StackTarget], why: str, run_dir: Path | None, now: float | None = None) -> StackReport:
