@@ -57,9 +57,10 @@ def _short(title: str, limit: int = 160) -> str:
 
 def crashes(s: Snapshot, ctx: Context) -> Iterator[Finding]:
     # Failed requests to a dead server are its consequence, reported with it, not crashes of their own; so is a
-    # process that could not take a device that strays hold (reported with the strays, whose killing is the fix).
+    # process that could not take a device another process held (device_busy says it, with the strays whose killing
+    # is the fix while they hold it): no exception of the run's code to fix, before or after the strays are gone.
     server_gone = count_of(s, "connection_refused") > 0
-    strays_busy = bool(s.zombies) and count_of(s, "cuda_busy") > 0
+    strays_busy = count_of(s, "cuda_busy") > 0
     blocks = [
         i
         for i in s.incidents
