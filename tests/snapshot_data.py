@@ -1382,7 +1382,7 @@ def startup_crash_lines() -> tuple[TaggedLine, ...]:
 def trl_colocated() -> Snapshot:
     """A TRL GRPO run with colocated generation (no inference server), started as ``python3 train.py``: it trains."""
     now = at(10, 12)
-    log = "/work/grpo/train.log"
+    log = "/data/grpo/train.log"
     train = ("python3", "train.py", "--model_name_or_path", "Qwen/Qwen2.5-0.5B-Instruct", "--use_vllm")
     gpus = (
         GpuState(0, "NVIDIA H200", "GPU-c0", 91.0, 96_300_000_000, 150_100_000_000, 58.0, 410.0, "DEFAULT", (8120,)),
@@ -1399,7 +1399,7 @@ def trl_colocated() -> Snapshot:
         host="h200-pod-1",
         time=now,
         profile="trl",
-        run_dir="/work/grpo",
+        run_dir="/data/grpo",
         uptime_s=2 * 3600,
         run_uptime_s=41 * 60,
         events={
@@ -1428,7 +1428,7 @@ def trl_colocated() -> Snapshot:
             rewards=tuple(0.2 + 0.4 * (1 - math.exp(-i / 9)) + 0.03 * math.sin(i * 1.7) for i in range(40)),
         ),
         checkpoint=CheckpointState(
-            latest=CheckpointInfo("/work/grpo/out/checkpoint-400", 400, None, None, at(10, 11), 1_130_000_000), count=8
+            latest=CheckpointInfo("/data/grpo/out/checkpoint-400", 400, None, None, at(10, 11), 1_130_000_000), count=8
         ),
         server=ServerState(
             None,
@@ -1450,7 +1450,7 @@ def trl_colocated() -> Snapshot:
                 96_000_000_000,
                 True,
                 None,
-                evidence="writes train.log under /work/grpo",
+                evidence="writes train.log under /data/grpo",
                 gpus=(0,),
                 attribution="nvml",
             ),
@@ -1458,7 +1458,7 @@ def trl_colocated() -> Snapshot:
         memory=MemoryState(503_000_000_000, 392_000_000_000, 0, 0, 0, None),
         processes=(
             ProcessInfo(
-                8120, at(9, 31), "trainer", "trainer", 9_100_000_000, 2.4e7, at(9, 31), 0, train, "/work/grpo", "root"
+                8120, at(9, 31), "trainer", "trainer", 9_100_000_000, 2.4e7, at(9, 31), 0, train, "/data/grpo", "root"
             ),
         ),
         disk=DiskState("/work", 640_000_000_000, 2_000_000_000_000),
@@ -1470,7 +1470,7 @@ def trl_colocated() -> Snapshot:
 
 
 def trl_colocated_lines() -> tuple[TaggedLine, ...]:
-    log = "/work/grpo/train.log"
+    log = "/data/grpo/train.log"
     rows: list[tuple[str, str, frozenset[str]]] = []
     for i in range(8):
         rows.append((log, f" 41%|████      | {405 + i}/1000 [40:12<59:01,  5.95s/it]", K()))
@@ -1493,7 +1493,7 @@ NCCL_WORK = (
 def nccl_timeout() -> Snapshot:
     """torchrun with two ranks: rank 1 stops joining, rank 0's NCCL watchdog aborts it, torchrun names rank 0."""
     now = at(11, 41)
-    log = "/work/ddp/torchrun.log"
+    log = "/data/ddp/torchrun.log"
     timeout = Incident(
         "nccl_timeout",
         log,
@@ -1528,7 +1528,7 @@ def nccl_timeout() -> Snapshot:
         host="ddp-pod-2",
         time=now,
         profile="generic",
-        run_dir="/work/ddp",
+        run_dir="/data/ddp",
         uptime_s=5 * 3600,
         run_uptime_s=None,
         events={
@@ -1575,7 +1575,7 @@ def nccl_timeout() -> Snapshot:
                 at(11, 39, 10),
                 0,
                 ("torchrun", "--nproc-per-node", "2", "train.py"),
-                "/work/ddp",
+                "/data/ddp",
                 "root",
                 alive=False,
             ),
@@ -1617,7 +1617,7 @@ def nccl_timeout() -> Snapshot:
 
 
 def nccl_timeout_lines() -> tuple[TaggedLine, ...]:
-    log = "/work/ddp/torchrun.log"
+    log = "/data/ddp/torchrun.log"
     rows: list[tuple[str, str, frozenset[str]]] = [
         (log, "[rank0]: step 12 loss 0.4121", K({"step"})),
         (log, NCCL_WORK, K({"nccl_timeout"})),
