@@ -174,26 +174,7 @@ class StateDir:
         """Replace ``name`` with ``data`` atomically, through a private temporary file: never through a link."""
         sub, base, path = self._split(name)
         with self._dir(sub, create=True) as dfd:
-            tmp = f".{base}.{secrets.token_hex(8)}.tmp"
-            flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
-            try:
-                fd = os.open(tmp, flags, mode, dir_fd=dfd)
-            except OSError as exc:
-                raise StateFileError(f"{path}: cannot write: {_why(exc)}") from None
-            try:
-                try:
-                    os.fchmod(fd, mode)  # the umask must not take the mode below what was asked for an executable
-                    _write_all(fd, data)
-                    os.fsync(fd)
-                finally:
-                    os.close(fd)
-                os.replace(tmp, base, src_dir_fd=dfd, dst_dir_fd=dfd)
-            except OSError as exc:
-                try:
-                    os.unlink(tmp, dir_fd=dfd)
-                except OSError:
-                    pass
-                raise StateFileError(f"{path}: cannot write: {_why(exc)}") from None
+            _replace_in(dfd, base, data, mode, path)
             try:
                 os.fsync(dfd)  # the rename itself survives a crash
             except OSError:
@@ -388,6 +369,32 @@ def open_append(path: Path, *, mode: int = PRIVATE) -> int:
     return _checked_own(fd, Path(path))
 
 
+def _replace_in(dfd: int, name: str, data: bytes, mode: int, shown: Path) -> None:
+    """Replace ``name`` in the directory ``dfd`` with ``data``: a private temporary name made there
+    (``O_EXCL|O_NOFOLLOW``, so never a link someone planted), written, flushed and renamed over it; the temporary
+    file is removed when any step fails (:class:`StateFileError`, naming ``shown``)."""
+    tmp = f".{name}.{secrets.token_hex(8)}.tmp"
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+    try:
+        fd = os.open(tmp, flags, PRIVATE, dir_fd=dfd)
+    except OSError as exc:
+        raise StateFileError(f"{shown}: cannot write: {_why(exc)}") from None
+    try:
+        try:
+            os.fchmod(fd, mode)  # the umask must not take the mode below what was asked for an executable
+            _write_all(fd, data)
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.replace(tmp, name, src_dir_fd=dfd, dst_dir_fd=dfd)
+    except OSError as exc:
+        try:
+            os.unlink(tmp, dir_fd=dfd)
+        except OSError:
+            pass
+        raise StateFileError(f"{shown}: cannot write: {_why(exc)}") from None
+
+
 def write_file(path: Path, data: bytes, *, mode: int = 0o644) -> None:
     """Write a file rlwatch makes outside ``.rlwatch/`` (``init``'s rlwatch.yaml, a service unit, an SVG) without
     ever writing through a link: a private temporary name in the same directory (``O_EXCL|O_NOFOLLOW``), flushed,
@@ -408,25 +415,6 @@ def write_file(path: Path, data: bytes, *, mode: int = 0o644) -> None:
         if st is not None and not stat.S_ISREG(st.st_mode):
             what = "a symbolic link" if stat.S_ISLNK(st.st_mode) else "not a regular file"
             raise StateFileError(f"{path} is {what}: not replaced")
-        tmp = f".{path.name}.{secrets.token_hex(8)}.tmp"
-        flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
-        try:
-            fd = os.open(tmp, flags, PRIVATE, dir_fd=dfd)
-        except OSError as exc:
-            raise StateFileError(f"{path}: cannot write: {_why(exc)}") from None
-        try:
-            try:
-                os.fchmod(fd, mode)
-                _write_all(fd, data)
-                os.fsync(fd)
-            finally:
-                os.close(fd)
-            os.replace(tmp, path.name, src_dir_fd=dfd, dst_dir_fd=dfd)
-        except OSError as exc:
-            try:
-                os.unlink(tmp, dir_fd=dfd)
-            except OSError:
-                pass
-            raise StateFileError(f"{path}: cannot write: {_why(exc)}") from None
+        _replace_in(dfd, path.name, data, mode, path)
     finally:
         os.close(dfd)
