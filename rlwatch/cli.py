@@ -429,7 +429,8 @@ def cmd_watch(args: argparse.Namespace) -> int:
             head = "ACTS on this run" if rec.get("acting") else "only watches (it takes no action)"
             with lock:
                 print(
-                    f"rlwatch watch: this watchdog {head}: {clean_line(str(rec.get('message') or ''))}", file=sys.stderr
+                    f"rlwatch watch: this watchdog {head}: {clean_line(redact(str(rec.get('message') or '')))}",
+                    file=sys.stderr,
                 )
 
     notifications = _notifications(cfg, run_dir, engine.host, args.notify, args.heartbeat)
