@@ -134,3 +134,20 @@ def test_torchrun_ranks_known_only_by_their_environment_name_their_launcher_with
     run = LiveRun(True, None, NOW - 30, members=((923, "writes train.log"),), looked_at=NOW - 1, attempts=attempts)
     message = next(f.message for f in diagnose(_snap(run), Context()) if f.code == "earlier_attempt")
     assert "(pid 878, 879; their launcher torchrun is gone)" in message
+
+
+def test_a_resumed_run_is_starting_not_hung_since_the_old_attempts_last_step() -> None:
+    """Resumed 3 s ago after the old trainer died 70 s ago: its last step is the earlier attempt's. The new one is
+    starting (not hung since that step, and not progressing on the strength of it)."""
+    run = LiveRun(True, None, NOW - 3, members=((5151, "writes train.log"),), looked_at=NOW - 0.5)
+    state, why, _ = _state(_snap(run, written=NOW - 70))
+    assert state == "unknown" and "still starting" in why and "earlier attempt" in why
+    resumed_just_after = _state(_snap(run, written=NOW - 6))  # within the cadence, yet before this attempt began
+    assert resumed_just_after[0] == "unknown"
+
+
+def test_a_resumed_run_that_never_steps_is_hung_since_it_started() -> None:
+    run = LiveRun(True, None, NOW - 2000, members=((5151, "writes train.log"),), looked_at=NOW - 0.5)
+    state, why, _ = _state(_snap(run, written=NOW - 2100))  # past the 30 min a run is given to start
+    assert state == "hung"
+    assert "no progress since" in why

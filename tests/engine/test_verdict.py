@@ -202,3 +202,20 @@ def test_the_same_crash_on_every_start_is_crashed_even_beside_a_progress_line() 
     s = snap(incidents=crashes, events={"traceback": tb, "step": step}, live_run=live, processes=(proc(5, "trainer"),))
     rs = assess_run(s, Context(thresholds=Thresholds()))
     assert rs.state == "crashed" and "same crash happened 3 times" in rs.why, rs
+
+
+def test_the_old_attempts_refusals_do_not_make_the_new_server_failing() -> None:
+    """After a confirmed `r` the resumed launcher starts a new server; the 88 refusals of the old attempt came before
+    it started, so the banner says it is starting, never `s restart server`."""
+    from rlwatch.common.state import EventSummary
+    from rlwatch.engine.diagnosis.server import server_down
+
+    old = EventSummary("connection_refused", Severity.CRITICAL, 88, NOW - 200, NOW - 60, 0.0, 0, {})
+    server = replace(proc(91, "server"), started_at=NOW - 3, create_time=NOW - 3)
+    launcher = replace(proc(90, "launcher"), started_at=NOW - 4, create_time=NOW - 4)
+    srv = ServerState("sglang", URL, False, NOW - 3, 91, error="connection refused", process_alive=True)
+    s = snap(events={"connection_refused": old}, processes=(launcher, server), server=srv)
+    assert {f.code: f.severity for f in server_down(s, Context())} == {"server_starting": Severity.INFO}
+    fresh = replace(old, last=NOW - 1)  # refused after the new server started: it is failing, not starting
+    s = snap(events={"connection_refused": fresh}, processes=(launcher, server), server=srv)
+    assert {f.code for f in server_down(s, Context())} != {"server_starting"}

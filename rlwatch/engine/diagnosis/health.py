@@ -202,6 +202,13 @@ def assess_run(s: Snapshot, ctx: Context) -> RunState:
     alive = _alive(s)
     started = s.live_run.started_at if alive and s.live_run is not None else None
     progress_at, progress_by = last_progress(s, ctx)
+    earlier = ""
+    if started is not None and progress_by is not None and progress_by < started - 1:
+        # All the progress seen came before the oldest live process of the run started: it was an earlier
+        # attempt's (a resume, a restart). This attempt has shown none yet: it is starting, not hung since the old
+        # attempt's last step, and not progressing on the strength of it.
+        earlier = f"; the earlier attempt's last progress came at {hhmm(progress_by, now)}"
+        progress_at = progress_by = None
     interval = _interval(s)
     allowance = max(th.hang_factor * interval, th.hang_floor_s) if interval else th.hang_floor_s
     tr = s.training
@@ -246,7 +253,7 @@ def assess_run(s: Snapshot, ctx: Context) -> RunState:
             return RunState(
                 "unknown",
                 f"started {human_duration(now - started)} ago (pid {pids}) and has shown no progress yet: still "
-                f"starting, or stuck before its first step",
+                f"starting, or stuck before its first step{earlier}",
                 started,
             )
         if quiet_since is not None and now - quiet_since > allowance:

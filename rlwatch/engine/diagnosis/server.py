@@ -49,7 +49,10 @@ def server_down(s: Snapshot, ctx: Context) -> Iterator[Finding]:
         # ``last`` is the earliest the last ready line can be: ready after the start only when that is sure.
         was_ready = bool(proc and ready and ready.last is not None and ready.last >= proc.started_at)
         young = proc is not None and s.time - proc.started_at < ctx.server_start_timeout_s
-        if proc and alive and young and not was_ready and not refused:
+        # Refusals of an earlier attempt (before this server process started) say nothing of the one starting now:
+        # right after a resume the old run's storm must not make its new server "alive but failing".
+        refused_now = refused and (proc is None or _refused_since(s, proc.started_at))
+        if proc and alive and young and not was_ready and not refused_now:
             age = s.time - proc.started_at
             yield Finding(
                 INFO,
@@ -61,7 +64,7 @@ def server_down(s: Snapshot, ctx: Context) -> Iterator[Finding]:
             )
             return
         launching = _launching(s, ctx)
-        if proc is None and launching is not None and not refused:
+        if proc is None and launching is not None and not _refused_since(s, launching):
             # A run that is starting: its launcher lives, no step yet, nothing refused. Its server comes later.
             yield Finding(
                 INFO,
@@ -132,6 +135,16 @@ def server_down(s: Snapshot, ctx: Context) -> Iterator[Finding]:
             f"to {last_text(ev, s.time)}: the inference server is probably gone.",
             exact_first(ev),
         )
+
+
+def _refused_since(s: Snapshot, start: float) -> bool:
+    """Whether a connection-refused line can have come at ``start`` or later (its latest possible time, where the
+    line carries none of its own; unbounded counts as possible)."""
+    ev = s.events.get("connection_refused")
+    if ev is None or not ev.count:
+        return False
+    latest = ev.last_by if ev.approximate else ev.last
+    return latest is None or not math.isfinite(latest) or latest >= start
 
 
 def _launching(s: Snapshot, ctx: Context) -> float | None:
