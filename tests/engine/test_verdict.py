@@ -219,3 +219,18 @@ def test_the_old_attempts_refusals_do_not_make_the_new_server_failing() -> None:
     fresh = replace(old, last=NOW - 1)  # refused after the new server started: it is failing, not starting
     s = snap(events={"connection_refused": fresh}, processes=(launcher, server), server=srv)
     assert {f.code for f in server_down(s, Context())} != {"server_starting"}
+
+
+def test_a_new_server_that_said_ready_gets_its_grace_from_its_own_start() -> None:
+    """The probe's "down since" is the old server's: the new process, ready 1 s after its start, is checked again
+    before anyone is asked for `s`."""
+    from rlwatch.common.state import EventSummary
+    from rlwatch.engine.diagnosis.server import server_down
+
+    ready = EventSummary("server_ready", Severity.INFO, 2, NOW - 900, NOW - 2, 0.0, 0, {})
+    server = replace(proc(91, "server"), started_at=NOW - 3, create_time=NOW - 3)
+    srv = ServerState("sglang", URL, False, NOW - 60, 91, error="connection refused", process_alive=True)
+    found = list(server_down(snap(events={"server_ready": ready}, processes=(server,), server=srv), Context()))
+    assert [(f.code, f.severity, f.action) for f in found] == [("server_unhealthy", Severity.INFO, None)]
+    later = snap(events={"server_ready": ready}, processes=(server,), server=srv, time=NOW + 30)
+    assert [(f.code, f.severity) for f in server_down(later, Context())] == [("server_unhealthy", Severity.CRITICAL)]

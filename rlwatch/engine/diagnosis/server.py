@@ -75,7 +75,12 @@ def server_down(s: Snapshot, ctx: Context) -> Iterator[Finding]:
                 launching,
             )
             return
-        silent_for = None if srv.down_since is None else s.time - srv.down_since
+        # A process cannot have failed its health check before it started: after a resume or a restart the probe's
+        # "down since" is the old server's, and the new one gets its grace from its own start.
+        down_since = srv.down_since
+        if down_since is not None and proc is not None and proc.started_at > down_since:
+            down_since = proc.started_at
+        silent_for = None if down_since is None else s.time - down_since
         if alive and silent_for is not None and silent_for < ctx.server_grace_s:
             yield Finding(
                 INFO,
@@ -83,7 +88,7 @@ def server_down(s: Snapshot, ctx: Context) -> Iterator[Finding]:
                 f"Inference server process {proc.pid if proc else srv.pid} has not answered its health check at "
                 f"{srv.url} for "
                 f"{human_duration(silent_for)} ({srv.error or 'no answer'}); checking again.",
-                srv.down_since,
+                down_since,
             )
             return
         if alive:
@@ -91,8 +96,8 @@ def server_down(s: Snapshot, ctx: Context) -> Iterator[Finding]:
                 CRIT,
                 "server_unhealthy",
                 f"Inference server process {proc.pid if proc else srv.pid} is alive but its health check fails at "
-                f"{srv.url} ({srv.error or 'no answer'}) since {hhmm(srv.down_since, s.time)}.",
-                srv.down_since,
+                f"{srv.url} ({srv.error or 'no answer'}) since {hhmm(down_since, s.time)}.",
+                down_since,
                 action="restart-server",
             )
             return
