@@ -15,6 +15,7 @@ from typing import Any
 from rlwatch.common.redact import redacted
 from rlwatch.common.state import (
     ChildFailure,
+    Finding,
     GpuHealth,
     HostEvent,
     Incident,
@@ -656,6 +657,19 @@ NEXT_STEPS = {
     "RUN_DIR/rlwatch.yaml (rlwatch init writes one).",
 }
 
+# Where the engine decided the remedy (the finding's action, from what is alive), the advice says that one only.
+_BY_ACTION = {
+    ("server_down", "resume"): "The trainer is gone: resume the run (rlwatch act resume); its launcher brings its "
+    "server back.",
+    ("server_down", "restart-server"): "The trainer still runs: restart the inference server "
+    "(rlwatch act restart-server).",
+}
+
+
+def _advice(f: Finding) -> str:
+    return _BY_ACTION.get((f.code, f.action or ""), NEXT_STEPS[f.code])
+
+
 # A finding whose next step is left out when a more specific one is there: known strays are what holds the GPU, and
 # the generic advice to go and find it would send the reader in a circle.
 SUPERSEDED: dict[str, set[str]] = {
@@ -746,9 +760,10 @@ def to_text(s: Snapshot) -> str:
     # The verdict's words for what is alive now (the headline's first), else each finding's general advice.
     decided = dict(v.steps) if v is not None else {}
     advice = [
-        decided.get(f.code) or NEXT_STEPS[f.code]
+        decided.get(f.code) or _advice(f)
         for f in s.findings
-        if (f.code in decided or f.code in NEXT_STEPS) and not (SUPERSEDED.get(f.code, set()) & codes)
+        if (f.code in decided or (f.code in NEXT_STEPS and f.severity is not Severity.INFO))
+        and not (SUPERSEDED.get(f.code, set()) & codes)
     ]
     if advice:
         lines.append("")

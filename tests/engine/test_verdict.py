@@ -234,3 +234,15 @@ def test_a_new_server_that_said_ready_gets_its_grace_from_its_own_start() -> Non
     assert [(f.code, f.severity, f.action) for f in found] == [("server_unhealthy", Severity.INFO, None)]
     later = snap(events={"server_ready": ready}, processes=(server,), server=srv, time=NOW + 30)
     assert [(f.code, f.severity) for f in server_down(later, Context())] == [("server_unhealthy", Severity.CRITICAL)]
+
+
+def test_the_reports_next_steps_follow_each_findings_decided_remedy_and_skip_information() -> None:
+    """The text report said "if the trainer still runs … if it is gone" after the trainer was known gone, and "restart
+    it" under a server finding that only said it missed one check."""
+    missed = Finding(Severity.INFO, "server_unhealthy", "Inference server process 9 did not answer … just now.", NOW)
+    text = to_text(snap(replace(DOWN, action="resume"), missed))
+    steps = text.split("Next steps:")[1]
+    assert "resume the run (rlwatch act resume)" in steps and "If the trainer still runs" not in steps
+    assert "restart-server" not in steps
+    alive = to_text(snap(replace(DOWN, action="restart-server"))).split("Next steps:")[1]
+    assert "The trainer still runs: restart the inference server" in alive and "act resume" not in alive

@@ -85,9 +85,13 @@ def server_down(s: Snapshot, ctx: Context) -> Iterator[Finding]:
             yield Finding(
                 INFO,
                 "server_unhealthy",
-                f"Inference server process {proc.pid if proc else srv.pid} has not answered its health check at "
-                f"{srv.url} for "
-                f"{human_duration(silent_for)} ({srv.error or 'no answer'}); checking again.",
+                f"Inference server process {proc.pid if proc else srv.pid} "
+                + (
+                    f"did not answer its health check at {srv.url} just now"
+                    if silent_for < 1
+                    else f"has not answered its health check at {srv.url} for {human_duration(silent_for)}"
+                )
+                + f" ({srv.error or 'no answer'}); a busy server can miss a check, so one miss is not yet a failure.",
                 down_since,
             )
             return
