@@ -151,3 +151,22 @@ def test_a_resumed_run_that_never_steps_is_hung_since_it_started() -> None:
     state, why, _ = _state(_snap(run, written=NOW - 2100))  # past the 30 min a run is given to start
     assert state == "hung"
     assert "no progress since" in why
+
+
+def test_an_old_failure_in_a_log_the_resumed_run_appends_to_is_not_this_attempts_crash() -> None:
+    """The traceback's lines carry no time; the line after it does (16:22:07), and the new server's start moved the
+    file's modification time past the resume: the failure is the earlier attempt's."""
+    ending = LogEnding(
+        path="/runs/a/llm_server.log",
+        failed=True,
+        last_line="(AReaL) 20261127-16:22:07.228 SGLangWrapper ERROR: server exited",
+        last_lineno=62,
+        mtime=NOW - 1,
+        title="torch.AcceleratorError: CUDA error: CUDA-capable device(s) is/are busy or unavailable",
+        lineno=58,
+        last_at=NOW - 90,
+    )
+    run = LiveRun(True, None, NOW - 3, members=((6161, "writes llm_server.log"),), looked_at=NOW - 0.5)
+    s = Snapshot(host="h", time=NOW, profile="areal", run_dir="/runs/a", live_run=run, endings=(ending,))
+    state, why, _ = _state(s)
+    assert state == "unknown" and "still starting" in why

@@ -58,7 +58,8 @@ def targets_table(targets: tuple[ActionTarget, ...]) -> Table:
             Text(fmt_cmdline(t.cmdline, COMMAND_WIDTH), no_wrap=True, overflow="ellipsis"),
         )
         if t.reason:
-            why = Text("↳ " + clean_text(t.reason, 400), style="yellow", overflow="fold")  # a long path folds whole
+            # A long path folds whole, and the plan scrolls: a reason is never cut.
+            why = Text("↳ " + clean_text(t.reason, 1500), style="yellow", overflow="fold")
             table.add_row(Text(""), Text(""), Text(""), Text(""), Text(""), why)
     return table
 
@@ -77,7 +78,7 @@ def targets_blocks(targets: tuple[ActionTarget, ...]) -> Text:
         out.append("  " + "  ".join(f for f in facts if f))
         out.append("\n  " + fmt_cmdline(t.cmdline, 400), style="dim")
         if t.reason:
-            out.append("\n  ↳ " + clean_text(t.reason, 300), style="yellow")
+            out.append("\n  ↳ " + clean_text(t.reason, 1500), style="yellow")
     return out
 
 

@@ -133,7 +133,10 @@ def _interval(s: Snapshot) -> float | None:
 
 
 def _failure_time(e: LogEnding) -> float | None:
-    return _exact(e.at) or _exact(e.mtime)
+    """The failure's own time; else the time of the log's last line, which it came before; the file's modification
+    time only last: a resumed run's new server appending to the same log moves it past the old failure (which then
+    looked like this attempt's crash for a few seconds)."""
+    return _exact(e.at) or _exact(e.last_at) or _exact(e.mtime)
 
 
 def _where(e: LogEnding, lineno: int | None) -> str:
