@@ -9,6 +9,7 @@ from dataclasses import replace
 from rlwatch.common.clock import FakeClock
 from rlwatch.common.state import (
     Finding,
+    GpuHolder,
     LiveRun,
     ProcessInfo,
     RecoverState,
@@ -246,3 +247,16 @@ def test_the_reports_next_steps_follow_each_findings_decided_remedy_and_skip_inf
     assert "restart-server" not in steps
     alive = to_text(snap(replace(DOWN, action="restart-server"))).split("Next steps:")[1]
     assert "The trainer still runs: restart the inference server" in alive and "act resume" not in alive
+
+
+def test_a_hang_points_at_a_rank_not_at_torchruns_agent() -> None:
+    """torchrun's agent only waits for its children: its stack says nothing of where the collective hangs."""
+    hung = Finding(CRIT, "nccl_timeout", "1 NCCL collective timeout: rank 0 ALLREDUCE SeqNum=13.", NOW - 100)
+    agent = replace(proc(10, "trainer"), cmdline=("/usr/bin/python3", "/usr/local/bin/torchrun", "train.py"))
+    ranks = (proc(11, "trainer"), proc(12, "trainer"))
+    live = LiveRun(True, None, NOW - 600, members=((10, "writes torchrun.log"), (11, "child"), (12, "child")))
+    s = decided(snap(hung, live_run=live, processes=(agent, *ranks)))
+    assert s.verdict is not None and s.verdict.command == "py-spy dump --pid 11"
+    holder = GpuHolder(12, NOW - 600, "root", ("python3", "train.py"), ("/dev/nvidia1",), 2**30, True, None)
+    s = decided(snap(hung, live_run=live, processes=(agent, *ranks), holders=(holder,)))
+    assert s.verdict is not None and s.verdict.command == "py-spy dump --pid 12"

@@ -162,11 +162,26 @@ def _remedy(f: Finding, s: Snapshot, ctx: Context) -> tuple[Finding, str | None]
     return f, step
 
 
+_LAUNCHERS = ("torchrun", "torch.distributed.run", "torch.distributed.launch", "deepspeed", "accelerate")
+
+
 def _first_alive(s: Snapshot) -> int | None:
+    """The process whose stack says where the run waits: a rank holding a GPU first, then any member that is not a
+    launcher (torchrun's agent only waits for its children), then the first member alive."""
     if s.live_run is None:
         return None
     dead = {p.pid for p in s.processes if not p.alive} | set(s.live_run.weak)
-    return next((pid for pid, _ in s.live_run.members if pid not in dead), None)
+    alive = [pid for pid, _ in s.live_run.members if pid not in dead]
+    on_gpu = {h.pid for h in s.holders if h.in_run}
+    launchers = {
+        p.pid
+        for p in s.processes
+        if p.role == "launcher" or any(word in part for part in p.cmdline[:3] for word in _LAUNCHERS)
+    }
+    for pid in alive:
+        if pid in on_gpu:
+            return pid
+    return next((pid for pid in alive if pid not in launchers), alive[0] if alive else None)
 
 
 def _step(s: Snapshot) -> tuple[int | None, str | None]:
