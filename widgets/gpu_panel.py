@@ -234,21 +234,24 @@ class GpuPanel(Panel):
         mem = self.query_one("#gpu-mem-graph", TimeGraph)
         if len(gpus) == 1:
             g = gpus[0]
+            # A lost GPU's last numbers are history, not now: the graph keeps them, the figure beside it says lost.
+            lost = g.health is not None and bool(g.health.lost)
             util.set_data(
                 history.gpu_util.get(g.index, Series()),
                 now,
                 title=f"GPU{g.index} util",
-                note=Text(fmt_percent(g.util), style="bold"),
+                note=Text("LOST", style="bold red") if lost else Text(fmt_percent(g.util), style="bold"),
             )
             mem.set_data(
                 history.gpu_mem.get(g.index, Series()),
                 now,
                 title=f"GPU{g.index} memory",
-                note=Text(fmt_percent(_mem_percent(g)), style="bold"),
+                note=Text("LOST", style="bold red") if lost else Text(fmt_percent(_mem_percent(g)), style="bold"),
             )
             return
-        utils = [g.util for g in gpus if g.util is not None]
-        mems = [m for m in (_mem_percent(g) for g in gpus) if m is not None]
+        live = [g for g in gpus if g.health is None or not g.health.lost]  # a lost GPU's stale numbers are no mean
+        utils = [g.util for g in live if g.util is not None]
+        mems = [m for m in (_mem_percent(g) for g in live) if m is not None]
         util.set_data(
             merged(history.gpu_util),
             now,

@@ -187,3 +187,20 @@ def test_a_lost_gpu_shows_no_stale_numbers() -> None:
     lost = dataclasses.replace(g, health=GpuHealth(lost="GPU is lost"))
     said = gpu_line(lost, None, 0.0).plain
     assert "LOST" in said and "97%" not in said and "612 W" not in said
+
+
+async def test_a_lost_gpus_graphs_say_lost_not_its_last_numbers() -> None:
+    from rlwatch.common.state import GpuHealth, GpuStatus
+    from rlwatch.widgets.graph import TimeGraph
+
+    base = data.healthy()
+    assert base.gpu is not None
+    g = base.gpu.gpus[0]
+    lost = dataclasses.replace(g, health=GpuHealth(lost="GPU is lost"))
+    snap = dataclasses.replace(base, gpu=GpuStatus("nvml", True, None, (lost,)))
+    app = make_app(RecordingFeed(snap, data.healthy_lines()), live=True)
+    async with app.run_test(size=(120, 40)) as pilot:
+        graph = app.main.query_one("#gpu-util-graph", TimeGraph)
+        await wait_until(pilot, lambda: graph.note.plain != "")
+        assert graph.note.plain == "LOST"
+        assert app.main.query_one("#gpu-mem-graph", TimeGraph).note.plain == "LOST"
