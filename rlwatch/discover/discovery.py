@@ -21,7 +21,7 @@ import re
 import time
 from collections import deque
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import BinaryIO
 
@@ -248,16 +248,17 @@ def several_runs(run_dir: Path, found: Found) -> list[tuple[Path, str]]:
     return runs if len(runs) >= 2 else []
 
 
-def _worked_in(related: Sequence[Proc], runs: Sequence[tuple[Path, str]]) -> Path | None:
-    """The one run of ``runs`` a live process works in (its directory, or a file of its command line), if only one."""
-    hits = set()
+def _worked_in(related: Sequence[Proc], runs: Sequence[tuple[Path, str]]) -> tuple[Path, Proc] | None:
+    """The one run of ``runs`` a live process works in (its directory, or a file of its command line), if only one,
+    with the first process seen working in it (the evidence to show)."""
+    hits: dict[Path, Proc] = {}
     for proc in related:
         for run, _ in runs:
             inside = str(run) + os.sep
             works = proc.cwd is not None and (proc.cwd == str(run) or proc.cwd.startswith(inside))
             if works or any(arg.startswith(inside) for arg in proc.argv):
-                hits.add(run)
-    return hits.pop() if len(hits) == 1 else None
+                hits.setdefault(run, proc)
+    return next(iter(hits.items())) if len(hits) == 1 else None
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -895,11 +896,18 @@ def discover(run_dir: Path, profile: str = "auto", *, proc_root: str = "/proc", 
     related = [p for p in host if p.pid in tree]
     runs = several_runs(run_dir, found)
     if runs:
-        chosen_run = _worked_in(related, runs)
-        if chosen_run is None:
+        worked = _worked_in(related, runs)
+        if worked is None:
             raise SeveralRuns(run_dir, runs)
-        # The one a live process works in: where the person stands, narrowed to the run that is running.
-        return discover(chosen_run, profile, proc_root=proc_root, clock=clock)
+        # The one a live process works in: where the person stands, narrowed to the run that is running. Every
+        # view says so first: a choice among runs is evidence to show, not a silent switch of directory.
+        chosen_run, by = worked
+        cfg = discover(chosen_run, profile, proc_root=proc_root, clock=clock)
+        why = (
+            f"{run_dir} holds {len(runs)} runs; this is the one a live process works in: pid {by.pid} "
+            f"({_short_cmd(by)})"
+        )
+        return cfg.with_provenance(replace(cfg.provenance, profile=(why, *cfg.provenance.profile)))
     texts = {p: _head_tail(p) for p in _logs_to_read(found)}
     seen = Seen(run_dir, found, related, host, texts, _scripts(related, run_dir))
     chosen, evidence, run_found = _choose_profile(seen, now)

@@ -653,6 +653,11 @@ def test_the_run_a_live_process_works_in_is_the_one_taken(tmp_path: Path) -> Non
     (proc / "40" / "cwd").symlink_to(parent / "run-b")
     cfg = discover(parent, proc_root=str(proc))
     assert cfg.run_dir == str(parent / "run-b")
+    # The choice is evidence every view shows first: which directory held several runs, and who works in this one.
+    assert cfg.provenance.profile[0] == (
+        f"{parent} holds 2 runs; this is the one a live process works in: pid 40 "
+        "(python3 -m sglang.launch_server --port 30001)"
+    )
 
 
 def test_report_in_a_directory_of_several_runs_lists_them(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
