@@ -426,7 +426,7 @@ def cmd_watch(args: argparse.Namespace) -> int:
         if rec.get("type") == "watchdog" and "acting" in rec:
             # Whether this watchdog will act on the host is said to the person too, not only in the stream on stdout
             # (which may go to a file or a pipe): a watchdog that restarts processes must never do so unannounced.
-            head = "ACTS on this run" if rec.get("acting") else "only watches (it takes no action)"
+            head = acting_words(rec)
             with lock:
                 print(
                     f"rlwatch watch: this watchdog {head}: {clean_line(redact(str(rec.get('message') or '')))}",
@@ -754,6 +754,13 @@ HANDLERS: dict[str, Handler] = {
     "service": cmd_service,
     "notify": cmd_notify,
 }
+
+
+def acting_words(rec: Mapping[str, object]) -> str:
+    """What a watchdog's start record means for the host: it acts only holding the run's lock with a policy."""
+    if rec.get("acting") and rec.get("policies") == 0:
+        return "takes no action (no remediation policy is enabled)"
+    return "ACTS on this run" if rec.get("acting") else "only watches (it takes no action)"
 
 
 def run(args: argparse.Namespace, handlers: Mapping[str, Handler] = HANDLERS) -> int:

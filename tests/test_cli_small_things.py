@@ -107,3 +107,12 @@ def test_version_says_which_event_path_runs(
     with pytest.raises(SystemExit):
         build_parser().parse_args(["--version"])
     assert "event path: Python (RLWATCH_NATIVE=0)" in capsys.readouterr().err
+
+
+def test_a_watchdog_with_no_policy_does_not_say_it_acts() -> None:
+    """It holds the run's lock, but with no policy enabled it touches nothing: "ACTS on this run" would alarm."""
+    from rlwatch.cli import acting_words
+
+    assert acting_words({"acting": True, "policies": 0}).startswith("takes no action")
+    assert acting_words({"acting": True, "policies": 2}) == "ACTS on this run"
+    assert acting_words({"acting": False, "policies": 2}).startswith("only watches")

@@ -266,7 +266,14 @@ class Watchdog:
                 message += "; notifications off (the watchdog that acts sends them)"
         now = self.clock.time()
         self.emit(
-            {"type": "watchdog", "time": _iso(now), "acting": self.acting, "pid": os.getpid(), "message": message}
+            {
+                "type": "watchdog",
+                "time": _iso(now),
+                "acting": self.acting,
+                "policies": n,  # holding the lock with no policy enabled acts on nothing
+                "pid": os.getpid(),
+                "message": message,
+            }
         )
         return self.acting
 
