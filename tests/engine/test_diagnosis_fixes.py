@@ -247,3 +247,15 @@ def test_a_server_that_said_ready_but_does_not_answer_yet_is_named_by_its_proces
     found = codes(list(server_down(s, Context())))
     assert found["server_unhealthy"].severity is Severity.INFO
     assert "process 11 has not answered" in found["server_unhealthy"].message
+
+
+def test_brake_firings_before_the_workers_restarted_are_history_with_no_key() -> None:
+    """After a successful `w` the banner kept asking for `w` for a brake that fired only in the old workers' time."""
+    brake = EventSummary("emergency_brake", Severity.WARNING, 24, NOW - 120, NOW - 40, 4.8, 0, {})
+    fresh = ProcessInfo(21, NOW - 10, "worker", "worker-0", 18_000_000, None, NOW - 10, 0, ("w",), "/run", "u")
+    found = codes(list(diagnose(snap(events={"emergency_brake": brake}, processes=(fresh,)), Context())))
+    assert found["brake"].severity is Severity.INFO and found["brake"].action is None
+    assert "has not fired since" in found["brake"].message
+    old = ProcessInfo(20, NOW - 900, "worker", "worker-0", 3_000_000_000, None, NOW - 900, 0, ("w",), "/run", "u")
+    found = codes(list(diagnose(snap(events={"emergency_brake": brake}, processes=(old,)), Context())))
+    assert found["brake"].severity is Severity.WARNING and found["brake"].action == "restart-workers"

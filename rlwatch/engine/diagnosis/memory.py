@@ -10,6 +10,7 @@ from rlwatch.common.state import (
 )
 from rlwatch.engine.diagnosis.base import (
     CRIT,
+    INFO,
     WARN,
     Context,
 )
@@ -80,6 +81,18 @@ def brake(s: Snapshot, ctx: Context) -> Iterator[Finding]:
     if not ev or not ev.count:
         return
     th = ctx.thresholds
+    workers = [p.started_at for p in s.processes if p.alive and p.role == "worker"]
+    last = ev.last_by if ev.approximate else ev.last
+    if workers and last is not None and last < min(workers):
+        # Every firing came before the workers now alive started (a restart, `w`): history, not a thing to fix.
+        yield Finding(
+            INFO,
+            "brake",
+            f"Emergency brake fired {ev.count} times, the last at {hhmm(last, s.time)}, before the workers now "
+            f"running started ({hhmm(min(workers), s.time)}); it has not fired since.",
+            exact_first(ev),
+        )
+        return
     if ev.streak >= th.brake_streak:
         yield Finding(
             CRIT,
