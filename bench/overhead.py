@@ -13,6 +13,7 @@ import os
 import shutil
 import subprocess
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -279,18 +280,90 @@ def idle_markdown(r: IdleResult) -> list[str]:
     return out
 
 
+def split(run_dir: Path, rounds: int = 30, snapshots: int = 20) -> list[str]:
+    """Where an idle dashboard's CPU goes, in-process, on ``run_dir``: a whole round of the sources, the GPU-holder
+    scan, the build, a look between rounds (thread CPU time, averaged); and what the screen spends on a tick with
+    the same snapshot and on a new one 5 s on with another memory reading (process CPU time over ``snapshots``
+    refreshes of a headless 120x40 dashboard, the event loop's own idle cost over as long subtracted)."""
+    import asyncio
+    import dataclasses
+
+    from rlwatch.discover.load import resolve_config
+    from rlwatch.engine.engine import Engine
+    from rlwatch.engine.feed import StaticFeed
+    from rlwatch.tui.app import RlwatchApp
+
+    cfg, _ = resolve_config(run_dir, None, "auto")
+    eng = Engine(cfg, run_dir)
+    eng.drain_logs()
+    eng.sample()
+    eng.build()
+
+    def per_call_ms(fn: Callable[[], object], n: int) -> float:
+        t = time.thread_time()
+        for _ in range(n):
+            fn()
+        return (time.thread_time() - t) / n * 1000
+
+    sample_ms = per_call_ms(eng.sample, rounds)  # the holder scan cached (it runs every 5 s, or 30 s while quiet)
+
+    def holders() -> None:
+        eng._holders_at = None
+        eng.sample()  # a round with the holder scan in it, less a round without it below
+
+    holders_ms = per_call_ms(holders, 3) - sample_ms
+    build_ms = per_call_ms(eng.build, rounds)
+    look_ms = per_call_ms(eng._alive_marks, rounds)
+    base = eng.build()
+    feed = StaticFeed(base, eng.lines_after(0))
+    out = [
+        f"a whole round of the sources {sample_ms:.2f} ms, the GPU-holder scan {holders_ms:.2f} ms, the build "
+        f"{build_ms:.2f} ms, a look between rounds {look_ms:.3f} ms ({len(eng._procs)} processes in the table)"
+    ]
+
+    async def screen() -> None:
+        app = RlwatchApp(feed, refresh_s=1e6)
+        async with app.run_test(size=(120, 40)) as pilot:
+            await pilot.pause(1.0)
+            for label, step in (("a tick, the same snapshot", 0.0), ("a new snapshot 5 s on", 5.0)):
+                c0 = time.process_time()
+                for i in range(snapshots):
+                    if step and base.memory is not None:
+                        mem = dataclasses.replace(base.memory, available_bytes=(base.memory.available_bytes or 0) - i)
+                        feed._snapshot = dataclasses.replace(base, time=base.time + step * (i + 1), memory=mem)
+                    app.main.refresh_data()
+                    await pilot.pause(0.05)
+                c1 = time.process_time()
+                for _ in range(snapshots):
+                    await pilot.pause(0.05)
+                idle = time.process_time() - c1
+                ms = max(0.0, ((c1 - c0) - idle) / snapshots * 1000)  # below the load's noise: 0
+                out.append(f"{label}: {ms:.2f} ms of CPU on the screen")
+
+    asyncio.run(screen())
+    eng.stop()
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     """``python -m bench.overhead --idle``: the idle dashboard against its peers (and, with ``--base DIR``, a
-    checkout of the code before, run from that directory by the same interpreter)."""
+    checkout of the code before, run from that directory by the same interpreter); ``--split RUN_DIR``: where its
+    CPU goes."""
     import argparse
 
     p = argparse.ArgumentParser(prog="python -m bench.overhead")
-    p.add_argument("--idle", action="store_true", required=True)
+    p.add_argument("--idle", action="store_true", help="the dashboards and their peers idle (RESULTS.md §9)")
+    p.add_argument("--split", type=Path, default=None, metavar="RUN_DIR", help="where idle CPU goes, in-process")
     p.add_argument("--runs", type=int, default=3)
     p.add_argument("--seconds", type=float, default=30.0)
     p.add_argument("--base", type=Path, default=None, help="a checkout of the code before, measured beside")
     p.add_argument("--data", type=Path, default=Path(__file__).parent / "data")
     args = p.parse_args(argv)
+    if args.split is not None:
+        print("\n".join(split(args.split)))
+        return 0
+    if not args.idle:
+        p.error("say --idle or --split RUN_DIR")
     here = Path(__file__).resolve().parent.parent
     # -P: the code is imported from PYTHONPATH, never from the working directory (the checkout the bench runs in)
     dash = [PYTHON, "-P", *rlwatch_argv("{run}", "--interval", "1", "--readonly")[1:]]
