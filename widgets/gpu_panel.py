@@ -272,7 +272,8 @@ class GpuPanel(Panel):
         unknown = len(snap.unknown_holders)
         n = len(snap.holders)
         subtitle = f"{n} holder{'s' if n != 1 else ''} · {strays} stray" + (f" · {unknown} unknown" if unknown else "")
-        self.border_subtitle = subtitle if n else ""
+        if (self.border_subtitle or "") != (subtitle if n else ""):  # setting it repaints the panel, even to the same
+            self.border_subtitle = subtitle if n else ""
         self.set_class(strays > 0, "-alert")
         outside = [outside_line(g) for g in snap.gpus if g.outside_bytes and g.outside_bytes >= OUTSIDE_MIN_BYTES]
         if not snap.holders:

@@ -85,6 +85,10 @@ _LOG_HEAD_BYTES = 64 * 1024
 RELEASE_AFTER_BYTES = 64 << 20
 RELEASE_EVERY_S = 60.0  # and once a minute, for what a long run's churn leaves free (rlwatch.common.heap)
 HOLDER_SCAN_S = 5.0
+# A dashboard's engine, while nothing of the run moves (no log line, the same processes alive), reads every source at
+# most this often; it still looks every interval whether a process of the run ended or the logs moved (issue 35).
+IDLE_SAMPLE_S = 5.0
+HOLDER_IDLE_SCAN_S = 30.0  # ... and scans for GPU holders (every process's descriptors) at most this often
 UNSEEN_WRITER_WAIT_S = 2.0
 HOST_ROLES = ("watchdog", "server")  # roles watched for what they are, not for being of the run's family
 MAX_MEMBER_ROWS = 32
@@ -156,6 +160,12 @@ class Engine:
         self._first_look = threading.Event()  # the log loop's first pass (the preview included) is published
         self._first_sample = threading.Event()  # the host sources' first round is published
         self._listeners: list[Callable[[Snapshot], None]] = []
+        # None: every source is read every interval_s. A number (the dashboard's IDLE_SAMPLE_S): while the run is
+        # quiet, whole rounds come at most this far apart, with a cheap look each interval (see _next_round).
+        self.idle_sample_s: float | None = None
+        self.rounds = 0  # whole sampling rounds so far
+        self.looks = 0  # cheap looks taken instead of a round while the run was quiet
+        self._quiet = False  # the sample loop is backing off: nothing of the run moved over the last round
 
         # Logs.
         self.log_patterns = self._log_patterns()
@@ -172,6 +182,7 @@ class Engine:
         self._preview_waited = False
         self._recent_lines = RecentLines()  # the log view's newest lines (engine/recent_lines)
         self._unreleased = 0  # log bytes counted since free heap was last returned
+        self.log_moves = 0  # chunks counted so far: the sample loop backs off while this stands still
 
         # Host sources.
         self.memory_source = MemorySource(self.clock)
@@ -361,6 +372,7 @@ class Engine:
         """Count one chunk and keep it for the log view: what the log loop does with each chunk it reads."""
         with self._lock:
             self._unreleased += len(chunk.data)
+            self.log_moves += 1
             tags: list[tuple[str, int, str]] = []  # handed to the log view with its chunk, read only if shown
             self.counter.tag_into(tags, RECENT_LINES)
             if self.preview is not None:
@@ -644,7 +656,8 @@ class Engine:
         """GPU holders, scanned at most every HOLDER_SCAN_S: reading every /proc/<pid>/fd is the costliest part of a
         sample, and holders change rarely. Actions never trust this list: they re-check each target's identity."""
         now = self.clock.monotonic()
-        if self._holders_at is not None and now - self._holders_at < HOLDER_SCAN_S:
+        every = HOLDER_IDLE_SCAN_S if self._quiet else HOLDER_SCAN_S
+        if self._holders_at is not None and now - self._holders_at < every:
             return self._holders
         self._holders_at = now
         return self._sample_holders(procs, gpu)
@@ -1173,15 +1186,57 @@ class Engine:
 
     def _sample_loop(self) -> None:
         released_at = self.clock.monotonic()
+        last: tuple[int, frozenset[tuple[int, int]]] | None = None  # (log moves, processes alive) after a round
         while not self._stop.is_set():
             self._guard("sample", self.sample)
             self._guard("build", self.build)
             self._stacks_on_hang()
             self._first_sample.set()
+            self.rounds += 1
             if self.clock.monotonic() - released_at >= RELEASE_EVERY_S:
                 released_at = self.clock.monotonic()
                 release_free_heap()
-            self._stop.wait(self.cfg.interval_s)
+            last = self._next_round(last)
+
+    def _alive_marks(self) -> frozenset[tuple[int, int]]:
+        """The processes of the table that were alive at the last round, as (pid, start ticks) of those still
+        running now: a few reads of ``/proc/PID/stat``, no scan of the host."""
+        out = set()
+        for p in self._procs:
+            if p.alive:
+                st = procfs.read_stat(p.pid, self._proc_root)
+                if st is not None and st.state not in ("Z", "X"):
+                    out.add((p.pid, st.starttime_ticks))
+        return frozenset(out)
+
+    def _next_round(
+        self, last: tuple[int, frozenset[tuple[int, int]]] | None
+    ) -> tuple[int, frozenset[tuple[int, int]]] | None:
+        """Wait for the next whole round: ``interval_s``, or, with ``idle_sample_s`` set and a run that did not move
+        since the round before (no log line counted, the same processes alive), up to ``idle_sample_s`` with a look
+        every ``interval_s`` that ends the wait as soon as a process of the run ends or a log moves (issue 35: a
+        round reads /proc of every process, the memory, the disk, the checkpoints and diagnoses, 8 ms here, and on
+        a quiet run every one of them read what the last one did; a process's end still shows within a second).
+        While it backs off, GPU holders are scanned every HOLDER_IDLE_SCAN_S instead of HOLDER_SCAN_S. Returns what
+        this round saw, for the next one to compare."""
+        interval, idle = self.cfg.interval_s, self.idle_sample_s
+        self._quiet = False
+        if idle is None or idle <= interval:
+            self._stop.wait(interval)
+            return None
+        now = (self.log_moves, self._alive_marks())
+        if now != last:
+            self._stop.wait(interval)
+            return now
+        self._quiet = True  # the GPU-holder scan backs off too (_holders_now)
+        for _ in range(max(1, math.floor(idle / interval + 1e-9))):
+            if self._stop.wait(interval):
+                break
+            if self.log_moves != now[0] or self._alive_marks() != now[1]:
+                self._quiet = False
+                return None  # moved: the next round is a whole one, and the one after it compares afresh
+            self.looks += 1
+        return now
 
     def _ray_loop(self) -> None:
         """The State API, every ray.interval_s while the run is a Ray run (a request may take ray.timeout_s)."""

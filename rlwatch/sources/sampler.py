@@ -7,13 +7,15 @@ wait (a collective, a socket, a lock, a queue) with the thread never woken, is a
 (:mod:`rlwatch.engine.diagnosis.stacks` says what that means).
 
 Each round reads every target with ``py-spy dump --nonblocking --json`` (nothing paused, nothing signalled; with
-``stacks.method: record``, a window of ``py-spy record --rate 1 --idle --threads`` per target instead), beside
-its main thread's CPU time and context switches from ``/proc/PID/task/PID/`` (the main thread only: a heartbeat
-thread's work does not make the main thread move). A round costs what py-spy costs (bench/stacks.py measures it);
-the sampler measures its children's CPU and waits long enough after each round to stay within ``cpu_budget`` of one
-core. It runs on a thread of its own: a slow or refused py-spy never holds up the engine's sampling. Only the run's
-own processes are read (the engine's membership), and never another user's: rlwatch running as root reads only
-processes of its own user or of the run directory's owner.
+``stacks.method: record``, a window of ``py-spy record --rate 1 --idle --threads`` per target instead), beside its
+main thread's CPU time and context switches from ``/proc/PID/task/PID/`` (the main thread only: a heartbeat thread's
+work does not make the main thread move). A main thread whose CPU time and switches are those of the last read has
+neither run nor woken since, so it stands where that read found it: its frames are taken again without running
+py-spy (issue 35: a hung or sleeping run costs the sampler a few reads of ``/proc``, nothing more). A round costs
+what py-spy costs (bench/stacks.py measures it); the sampler measures its children's CPU and waits long enough after
+each round to stay within ``cpu_budget`` of one core. It runs on a thread of its own: a slow or refused py-spy never
+holds up the engine's sampling. Only the run's own processes are read (the engine's membership), and never another
+user's: rlwatch running as root reads only processes of its own user or of the run directory's owner.
 
 Each process is known by (pid, create_time): a pid reused by a new process starts a new history.
 """
@@ -382,8 +384,18 @@ class StackSampler:
             reads = self._read_window([t for t, _ in keyed])
         else:
             reads = {}
-            for target, _ in keyed:
+            for target, key in keyed:
                 clock = self._thread_clock(target.pid)
+                last = None
+                with self._lock:
+                    hist = self._procs.get(key)
+                    if hist is not None and hist.error is None and hist.samples and clock == hist.last_clock:
+                        last = hist.samples[-1]
+                if clock is not None and last is not None:
+                    # Its main thread neither ran nor woke since the last read, so it stands where that read found it:
+                    # the same frames, taken again without a py-spy (a hung or sleeping rank costs nothing to watch).
+                    reads[target.pid] = ([(self._clock.time(), last.frames, last.where)], None, None, clock)
+                    continue
                 frames, where, error = self._reader(target)
                 reads[target.pid] = ([(self._clock.time(), frames, where)], error, None, clock)
         for target, key in keyed:

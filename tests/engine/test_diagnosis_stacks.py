@@ -188,7 +188,7 @@ def test_stages_from_the_frames() -> None:
 
 
 # ----------------------------------------------------------------------------------------------------- sampler
-def _sampler(reader: object, clock: FakeClock, cpu: list[float], **kw: object) -> StackSampler:
+def _sampler(reader: object, clock: FakeClock, cpu: list[float], woke_every: int = 2, **kw: object) -> StackSampler:
     me = os.getpid()
     ticks = iter(range(100))
     return StackSampler(
@@ -196,7 +196,7 @@ def _sampler(reader: object, clock: FakeClock, cpu: list[float], **kw: object) -
         clock,
         reader=reader,  # type: ignore[arg-type]
         cpu=lambda: cpu[0],
-        thread_clock=lambda pid: ThreadClock(5, next(ticks) // 2),  # woke every other read
+        thread_clock=lambda pid: ThreadClock(5, next(ticks) // woke_every),  # woke every other read by default
         **kw,  # type: ignore[arg-type]
     )
 
@@ -208,7 +208,7 @@ def test_the_sampler_keeps_a_bounded_history_per_process_and_paces_itself_to_its
         cpu[0] += 0.05  # each read costs 50 ms of CPU
         return ALLREDUCE, ALLREDUCE[0], None
 
-    sampler = _sampler(read, clock, cpu, interval_s=2.0, cpu_budget=0.01, history=4)
+    sampler = _sampler(read, clock, cpu, woke_every=1, interval_s=2.0, cpu_budget=0.01, history=4)
     for _ in range(6):
         wait = sampler.round()
         clock.advance(wait)
@@ -219,12 +219,44 @@ def test_the_sampler_keeps_a_bounded_history_per_process_and_paces_itself_to_its
     assert st.cpu_fraction == pytest.approx(0.009)
     (proc,) = st.processes
     assert proc.pid == os.getpid() and len(proc.samples) == 4 and proc.samples[-1].collective
-    assert [x.blocked for x in proc.samples] == [True, False, True, False] or [x.blocked for x in proc.samples] == [
-        False,
-        True,
-        False,
-        True,
-    ]
+    assert [x.blocked for x in proc.samples] == [False] * 4  # it woke between every two reads
+
+
+def test_a_main_thread_that_neither_ran_nor_woke_is_not_read_again_and_stands_where_it_stood() -> None:
+    """Issue 35: a rank asleep or hung in a wait costs no py-spy: its frames are those of the last read, blocked."""
+    clock, cpu, reads = FakeClock(NOW), [0.0], []
+
+    def read(target: StackTarget) -> tuple[tuple[str, ...], str, str | None]:
+        reads.append(clock.time())
+        cpu[0] += 0.05
+        return ALLREDUCE, ALLREDUCE[0], None
+
+    sampler = _sampler(read, clock, cpu, woke_every=3, interval_s=2.0, cpu_budget=0.01)
+    waits = []
+    for _ in range(6):  # the thread clock moves before the 1st and the 4th round only
+        waits.append(sampler.round())
+        clock.advance(10.0)
+    assert reads == [NOW, NOW + 30]  # py-spy ran twice, not six times
+    (proc,) = sampler.state().processes
+    assert [x.at for x in proc.samples] == [NOW + 10 * i for i in range(6)]  # every round still a read, in time
+    assert all(x.frames == ALLREDUCE and x.collective for x in proc.samples)
+    assert [x.blocked for x in proc.samples] == [None, True, True, False, True, True]
+    assert waits[0] == pytest.approx(0.05 / 0.009) and waits[1] == 2.0  # a round without py-spy costs nothing
+
+
+def test_a_read_that_failed_is_tried_again_even_when_the_thread_did_not_move() -> None:
+    clock, cpu, said = FakeClock(NOW), [0.0], iter(["py-spy timed out", None, None])
+
+    def read(target: StackTarget) -> tuple[tuple[str, ...], str, str | None]:
+        error = next(said)
+        return ((), "", error) if error else (ALLREDUCE, ALLREDUCE[0], None)
+
+    sampler = _sampler(read, clock, cpu, woke_every=100)  # the thread never moves
+    for _ in range(3):
+        sampler.round()
+        clock.advance(10.0)
+    (proc,) = sampler.state().processes
+    assert proc.error is None and len(proc.samples) == 2  # read again after the failure, then taken from that read
 
 
 def test_a_refused_ptrace_or_a_missing_py_spy_is_not_available_with_why(monkeypatch: pytest.MonkeyPatch) -> None:

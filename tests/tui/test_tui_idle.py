@@ -1,14 +1,27 @@
 """The idle dashboard (issue 35): a tick that changes only an age must not lay the screen out again, nor clear and
-refill a table. A stopped run's ages move every second, and each such tick cost a layout of the whole screen."""
+refill a table. A stopped run's ages move every second, and each such tick cost a layout of the whole screen. On a
+quiet run the engine builds no snapshot and the screen draws nothing, yet a new line or a process's end still shows."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
+import pytest
 from rich.text import Text
 from textual.app import App, ComposeResult
 from textual.widgets import DataTable
 
+from rlwatch.common.clock import FakeClock
+from rlwatch.common.state import Snapshot
+from rlwatch.discover.load import resolve_config
+from rlwatch.engine.engine import Engine
+from rlwatch.live import LiveFeed
+from rlwatch.tui.app import RlwatchApp
 from rlwatch.widgets.table_fill import fill_rows
 from rlwatch.widgets.text_block import TextBlock
 
@@ -66,3 +79,106 @@ async def test_rows_read_again_set_only_their_changed_cells() -> None:
         fill_rows(table, [("b", (Text("b"), Text("4s ago")))])  # another set of rows: cleared and refilled
         assert cleared == [1]
         assert [k.value for k in table.rows] == ["b"]
+
+
+# ------------------------------------------------------------------------ the live dashboard on a quiet run
+# A real engine over a real run directory, its loops on their threads, the clock injected (snapshot times stand
+# still, so only what the sources read can change a panel). interval 0.02 s, and a whole round at most every 1000
+# intervals while nothing moves: within a test, only a look that saw a change can bring one.
+INTERVAL_S = 0.02
+
+
+async def _until(pilot: Any, pred: Callable[[], object], timeout: float = 20.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not pred():
+        assert time.monotonic() < deadline, f"condition not met in time: {getattr(pred, '__doc__', '')}"
+        await pilot.pause(0.02)
+
+
+def _engine(run_dir: Path) -> tuple[Engine, list[Snapshot]]:
+    cfg, _ = resolve_config(run_dir, None, "auto")
+    cfg = cfg.model_copy(update={"interval_s": INTERVAL_S, "stacks": cfg.stacks.model_copy(update={"sample": False})})
+    engine = Engine(cfg, run_dir, clock=FakeClock(), force_polling=True)
+    engine.idle_sample_s = 1000 * INTERVAL_S
+    built: list[Snapshot] = []
+    engine.on_snapshot(built.append)
+    return engine, built
+
+
+async def test_idle_ticks_build_no_snapshot_and_draw_nothing_and_a_new_line_after_the_idle_still_shows(
+    tmp_path: Path,
+) -> None:
+    log = tmp_path / "trainer.log"
+    log.write_text("".join(f"step {i} loss 0.5\n" for i in range(20)))
+    engine, built = _engine(tmp_path)
+    engine.start()
+    try:
+        feed = LiveFeed(engine)
+        ticks: list[int] = []  # every tick of the screen asks the feed for its snapshot
+
+        def snapshot() -> Snapshot:
+            ticks.append(1)
+            return engine.snapshot()
+
+        feed.snapshot = snapshot  # type: ignore[method-assign]
+        app = RlwatchApp(feed, clock=engine.clock, refresh_s=INTERVAL_S)
+        async with app.run_test(size=(120, 40)) as pilot:
+            screen = app.main
+            applied: list[Snapshot] = []
+            real_apply = screen.apply
+
+            def apply(snap: Snapshot) -> None:
+                applied.append(snap)
+                real_apply(snap)
+
+            screen.apply = apply  # type: ignore[method-assign]
+            await _until(pilot, lambda: engine.looks >= 1 and "step 19" in _log_text(app))  # settled, and quiet
+            rounds, n_built, n_applied, n_ticks = engine.rounds, len(built), len(applied), len(ticks)
+            await _until(pilot, lambda: engine.looks >= 20 and len(ticks) >= n_ticks + 10)  # a long idle
+            assert engine.rounds == rounds  # no whole round of the sources ...
+            assert len(built) == n_built  # ... no snapshot built ...
+            assert len(applied) == n_applied  # ... and none drawn, though the screen ticked all along
+            with log.open("a") as fh:
+                fh.write("step 20 loss 0.4\nConnectionRefusedError: [Errno 111] Connection refused\n")
+            await _until(pilot, lambda: "step 20" in _log_text(app))  # the log view has it ...
+            # ... and a snapshot with it reached the panels
+            await _until(pilot, lambda: applied[-1].events["connection_refused"].count == 1)
+            assert applied[-1].events["connection_refused"].count == 1  # counted, diagnosed and handed to the panels
+            await _until(pilot, lambda: engine.rounds > rounds)  # the run moved: the sources are read again
+    finally:
+        engine.stop()
+
+
+def _log_text(app: RlwatchApp) -> str:
+    return "\n".join(row.text for row in app.main.log_view._rows)
+
+
+@pytest.mark.slow
+async def test_a_process_of_the_run_that_ends_after_a_long_idle_shows_as_ended(tmp_path: Path) -> None:
+    log = tmp_path / "trainer.log"
+    log.write_text("step 1 loss 0.5\n")
+    code = "import sys, time; f = open(sys.argv[1], 'a'); time.sleep(120)"  # writes the run's log: one of the run
+    proc = subprocess.Popen([sys.executable, "-c", code, str(log)])
+    engine, _ = _engine(tmp_path)
+    try:
+        engine.start()
+        app = RlwatchApp(LiveFeed(engine), clock=engine.clock, refresh_s=INTERVAL_S)
+        async with app.run_test(size=(120, 40)) as pilot:
+
+            def shown() -> dict[int, bool]:
+                snap = app.main.snapshot
+                return {} if snap is None else {p.pid: p.alive for p in snap.processes}
+
+            await _until(pilot, lambda: shown().get(proc.pid) is True)
+            looks = engine.looks
+            await _until(pilot, lambda: engine.looks >= looks + 20)  # quiet for a while: only looks, no rounds
+            rounds = engine.rounds
+            proc.kill()
+            proc.wait()
+            await _until(pilot, lambda: shown().get(proc.pid, False) is False)  # a look saw it end: a round drew it
+            assert engine.rounds > rounds
+    finally:
+        engine.stop()
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
