@@ -205,7 +205,7 @@ def table_layout(
         ages = [fmt_duration(now - p.started_at) for p in procs if p.alive]  # a dead one shows none
         columns.append(Column("up", "up", _widest("up", ages)))
         command = width - sum(c.width + CELL_PADDING for c in columns) - CELL_PADDING
-        if command >= COMMAND_MIN:
+        if command >= COMMAND_MIN or not procs:  # no process: the one row says so, whole
             break
     restarts = _widest("restarts", [str(p.restarts) for p in procs])
     if command - restarts - CELL_PADDING >= (COMMAND_FLOOR if restarted else COMMAND_ROOM):

@@ -11,7 +11,7 @@ import pytest
 from textual.widgets import DataTable
 
 from rlwatch.tui.app import RlwatchApp
-from rlwatch.widgets.process_panel import COMMAND_FLOOR, attempt_heading, table_layout
+from rlwatch.widgets.process_panel import COMMAND_FLOOR, NO_PROCESSES, attempt_heading, table_layout
 from tests import snapshot_data as data
 from tests.tui.test_tui_pilot import make_app, recording, wait_until
 
@@ -101,3 +101,8 @@ def test_an_attempt_heading_is_a_title_and_a_detail_that_does_not_widen_the_name
     assert (title.plain, detail.plain) == ("live run", "")
     layout = table_layout(80, snap.processes, snap.time, titles=["strays of an earlier attempt"])
     assert layout.width_of("name") <= 22
+
+
+def test_no_process_is_said_whole_in_a_narrow_panel() -> None:
+    layout = table_layout(56, (), 0.0, gpu={}, titles=[NO_PROCESSES])
+    assert layout.width_of("name") == len(NO_PROCESSES)
