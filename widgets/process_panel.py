@@ -310,8 +310,8 @@ def attempt_heading(run: LiveRun | None, index: int | None, now: float) -> tuple
     name = f"{a.launcher} " if a.launcher else ""
     who = f"launcher {name}pid {a.launcher_pid}" if a.launcher_pid is not None else "launcher"
     gone = f" since {fmt_clock(a.launcher_gone_at, now=now)}" if a.launcher_gone_at is not None else ""
-    head = "strays of an earlier attempt" if a.stray else "earlier attempt"
-    detail = Text(f"{who} gone{gone}", style="bold red")
+    head = "strays" if a.stray else "earlier attempt"
+    detail = Text(f"{'of an earlier attempt: ' if a.stray else ''}{who} gone{gone}", style="bold red")
     if a.gpus:
         detail.append(f"; holds GPU {','.join(map(str, a.gpus))} {fmt_bytes(a.gpu_mem_bytes)}")
     return Text(head, style="bold red"), detail

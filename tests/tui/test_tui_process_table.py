@@ -10,6 +10,7 @@ from collections.abc import Iterator
 import pytest
 from textual.widgets import DataTable
 
+from rlwatch.common.state import Attempt, LiveRun
 from rlwatch.tui.app import RlwatchApp
 from rlwatch.widgets.process_panel import COMMAND_FLOOR, NO_PROCESSES, attempt_heading, table_layout
 from tests import snapshot_data as data
@@ -95,12 +96,29 @@ def test_a_restart_count_above_zero_stays_where_a_zero_one_gives_way() -> None:
     assert "restarts" in table_layout(75, procs, snap.time, gpu=gpu).keys
 
 
-def test_an_attempt_heading_is_a_title_and_a_detail_that_does_not_widen_the_name_column() -> None:
+def test_an_attempt_heading_is_a_short_title_and_its_detail_goes_to_the_command_column() -> None:
+    """A table has no cell spanning columns: the heading's title stays short enough for the name column."""
     snap = data.server_crash()
-    title, detail = attempt_heading(None, None, snap.time)
+    stray = Attempt(
+        pids=(878,),
+        current=False,
+        started_at=snap.time - 3600,
+        launcher_pid=837,
+        launcher="torchrun",
+        launcher_alive=False,
+        launcher_gone_at=data.at(9, 12, 10),
+        gpus=(0,),
+        gpu_mem_bytes=7_800_000_000,
+        stray="it stopped writing for the hang window",
+    )
+    run = LiveRun(True, None, snap.time - 60, attempts=(stray,))
+    title, detail = attempt_heading(run, 0, snap.time)
+    assert title.plain == "strays"
+    assert detail.plain == "of an earlier attempt: launcher torchrun pid 837 gone since 09:12:10; holds GPU 0 7.8 GB"
+    title, detail = attempt_heading(run, None, snap.time)
     assert (title.plain, detail.plain) == ("live run", "")
-    layout = table_layout(80, snap.processes, snap.time, titles=["strays of an earlier attempt"])
-    assert layout.width_of("name") <= 22
+    layout = table_layout(116, snap.processes, snap.time, titles=["strays"], details=[detail.plain])
+    assert layout.width_of("name") == len("launcher")  # the longest process name, not a heading's words
 
 
 def test_no_process_is_said_whole_in_a_narrow_panel() -> None:
