@@ -482,8 +482,12 @@ class Engine:
         self._member_pids |= set(members)
         return tuple(rows)
 
-    def _read_endings(self, now: float) -> tuple[LogEnding, ...]:
-        """How each followed log ends, read again only for a file that changed (its newest 64 KiB at most)."""
+    def _read_endings(self, now: float, *, fresh: bool = False) -> tuple[LogEnding, ...]:
+        """How each followed log ends, read again only for a file that changed (its newest 64 KiB at most).
+
+        ``fresh``: every file that changed is read again now, however recently it was read. For a run whose
+        processes are all gone: a launcher writes its failure report (torchrun's ChildFailedError) as its last act,
+        and the ending read a few seconds before it would call the run stopped, a clean end, until the next read."""
         out = []
         seen = set()
         for path in self.tailer.files:
@@ -501,7 +505,14 @@ class Engine:
             mono = self.clock.monotonic()
             recent = cached is not None and mono - cached[2] < self._ending_every_s
             numbered = key[4] and cached is not None and not cached[0][4]  # the count reached its end: line numbers
-            if cached is not None and recent and not numbered and cached[0] != key and cached[0][:2] == key[:2]:
+            if (
+                not fresh
+                and cached is not None
+                and recent
+                and not numbered
+                and cached[0] != key
+                and cached[0][:2] == key[:2]
+            ):
                 # The same file, still growing, read moments ago: its newest 64 KiB again every round is most of
                 # what watching a growing run costs. What it said stands a little longer, with the file's new time.
                 ending = cached[1]
@@ -560,7 +571,7 @@ class Engine:
         volume = self.cfg.training.output_volume
         disk = disk_state(str(resolve(self.run_dir, volume) if volume else self.run_dir))
         ray = self._sample_ray()
-        endings = self._read_endings(now)
+        endings = self._read_endings(now, fresh=view is not None and _all_gone(view, gone))
         kept = latest_kept(self.run_dir, self._stacks.taken_at if self._stacks is not None else None)
         watchdog, wd_err = read_status(self.run_dir, now)  # the headless watchdog's state file, if one ever ran
         if watchdog is not None or wd_err is not None:
@@ -1253,6 +1264,12 @@ class Engine:
             self._guard("server", self.probe_server)
             self._guard("build", self.build)
             self._stop.wait(self.cfg.server.interval_s)
+
+
+def _all_gone(view: RunView, gone: dict[int, str]) -> bool:
+    """Whether the run's processes that rlwatch saw are all gone now (its logs are then at their last words)."""
+    alive = [pid for pid in view.members if pid not in view.weak and pid not in gone]
+    return bool(gone) and not alive
 
 
 def _owner(path: Path) -> int | None:

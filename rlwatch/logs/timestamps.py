@@ -32,12 +32,21 @@ _RFC3339 = re.compile(
 _AREAL = re.compile(r"(?<!\d)(\d{4})(\d\d)(\d\d)-(\d\d):(\d\d):(\d\d)(?:\.(\d{1,6}))?(?!\d)", re.ASCII)
 # SGLang "[2025-03-14 02:15:58 TP0]", Python logging "2025-03-14 02:15:58,123", ISO "2025-03-14T02:15:58.1"
 _ISO = re.compile(r"(?<!\d)(\d{4})-(\d\d)-(\d\d)[ T](\d\d):(\d\d):(\d\d)(?:[.,](\d{1,6}))?(?!\d)", re.ASCII)
+# mmengine's log file (MMLogger's FileHandler, datefmt '%Y/%m/%d %H:%M:%S', mmengine/logging/logger.py):
+# "2022/08/22 15:51:56 - mmengine - INFO - Epoch(train) [1][10/1563] ..."
+_YMD_SLASH = re.compile(r"(?<!\d)(\d{4})/(\d\d)/(\d\d) (\d\d):(\d\d):(\d\d)()(?!\d)", re.ASCII)
 # vLLM: "INFO 05-06 20:59:57" (no year)
 _VLLM = re.compile(
     r"\b(?:DEBUG|INFO|WARNING|ERROR|CRITICAL)\s+(\d\d)-(\d\d) (\d\d):(\d\d):(\d\d)(?:\.(\d{1,6}))?(?!\d)", re.ASCII
 )
 # glog (torch C++ and torchrun): "[E1121 06:24:44.903881913 ..." or "W1121 09:22:41.944000 40112 ..." (no year)
 _GLOG = re.compile(r"(?<![^\s\[:])[IWEF](\d\d)(\d\d) (\d\d):(\d\d):(\d\d)(?:\.(\d{1,9}))?(?!\d)", re.ASCII)
+
+# mmengine's console (MMLogger's StreamHandler, datefmt '%m/%d %H:%M:%S'): "04/21 21:03:53 - mmengine - INFO - ...";
+# detectron2 (setup_logger in detectron2/utils/logger.py, the same datefmt) on stdout "[11/01 11:27:04 d2.utils.events]:
+# eta: ..." and in its log.txt "[11/01 11:27:04] d2.engine.train_loop INFO: ..." (no year). Not behind a digit or a
+# slash: "2022/08/22" and "11/21/2025" are other dates.
+_MD_SLASH = re.compile(r"(?<![\d/])(\d\d)/(\d\d) (\d\d):(\d\d):(\d\d)()(?!\d)", re.ASCII)
 
 # A line "from the future" by more than this is taken to be from the previous year (year-less formats only).
 _FUTURE_SLACK_S = 86_400.0
@@ -127,11 +136,11 @@ def parse_time(text: str, now: float) -> float | None:
         if m:
             g = m.groups()
             return _in_minute(_utc_minute(g[0], g[1], g[2], g[3], g[4], g[7]), int(g[5]), g[6])
-    for full in (_AREAL, _ISO):
+    for full in (_AREAL, _ISO, _YMD_SLASH):
         m = full.search(head, lo, hi)
         if m:
             return _dated(m.groups())
-    for yearless in (_VLLM, _GLOG):
+    for yearless in (_VLLM, _GLOG, _MD_SLASH):
         m = yearless.search(head, lo, hi)
         if m:
             return _yearless(m.groups(), now)

@@ -4,14 +4,21 @@ year-less formats, and no crash on any text."""
 from __future__ import annotations
 
 import calendar
+import os
+import shutil
 from datetime import datetime, timedelta, timezone
+from pathlib import Path
 
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from rlwatch.common.clock import FakeClock
 from rlwatch.common.textsafe import strip_ansi
+from rlwatch.discover.load import resolve_config
+from rlwatch.engine.engine import Engine
 from rlwatch.logs.timestamps import parse_time
+from rlwatch.sources.gpu import NoGpuBackend
 
 NOW = datetime(2025, 11, 21, 12, 0, 0).timestamp()  # local time, like the formats
 
@@ -58,6 +65,67 @@ def local(year: int, month: int, day: int, hour: int, minute: int, second: int, 
 def test_formats(line: str, expected: float) -> None:
     got = parse_time(strip_ansi(line), NOW)
     assert got == pytest.approx(expected, abs=1e-6)
+
+
+# mmengine's MMLogger (mmengine/logging/logger.py at open-mmlab/mmengine 2543429): its console handler is
+# MMFormatter(color=True, datefmt='%m/%d %H:%M:%S'), its log file's MMFormatter(color=False,
+# datefmt='%Y/%m/%d %H:%M:%S'), both '%(asctime)s - %(name)s - LEVEL - %(message)s'. detectron2's setup_logger
+# (detectron2/utils/logger.py at facebookresearch/detectron2 02b5c4e): stdout colored("[%(asctime)s %(name)s]: ") +
+# "%(message)s", its log.txt "[%(asctime)s] %(name)s %(levelname)s: %(message)s", both datefmt "%m/%d %H:%M:%S".
+MMENGINE_CONSOLE = (  # tests/real/healthy/05-mmengine.log, from open-mmlab/mmengine#155
+    "04/21 21:03:53 - mmengine - INFO - Epoch(train) [1][10/90]  lr: 1.000e-02  eta: 0:00:25  time: 0.010  "
+    "data_time: 0.000  memory: 0  loss: 11.4723"
+)
+MMENGINE_FILE = (  # mmengine's docs/en/get_started/15_minutes.md, as its log file has it
+    "2022/08/22 15:51:56 - mmengine - INFO - Epoch(train) [1][10/1563]  lr: 1.0000e-03  eta: 0:18:23  time: 0.1414  "
+    "data_time: 0.0077  memory: 392  loss: 5.3465"
+)
+DETECTRON2_STDOUT = (  # tests/real/healthy/07-detectron2.log, from facebookresearch/detectron2#195
+    "[11/01 11:27:04 d2.utils.events]: eta: 8:05:12  iter: 1259  total_loss: 1.012  loss_cls: 0.714  "
+    "loss_box_reg: 0.291  time: 0.3322  data_time: 0.0334  lr: 0.010000  max_mem: 3961M"
+)
+
+
+@pytest.mark.parametrize(
+    ("line", "expected"),
+    [
+        (MMENGINE_CONSOLE, local(2025, 4, 21, 21, 3, 53)),
+        (MMENGINE_FILE, local(2022, 8, 22, 15, 51, 56)),
+        (DETECTRON2_STDOUT, local(2025, 11, 1, 11, 27, 4)),
+        # the same line as detectron2's terminal shows it, in colour (termcolor's green), as `| tee` keeps it
+        ("\x1b[32m[11/01 11:27:04 d2.utils.events]: \x1b[0meta: 8:05:12  iter: 1259", local(2025, 11, 1, 11, 27, 4)),
+        # detectron2's log.txt (its plain formatter; composed from the format string above)
+        (
+            "[11/01 11:27:04] d2.engine.hooks INFO: Overall training speed: 1377 iterations",
+            local(2025, 11, 1, 11, 27, 4),
+        ),
+        ("[rank1]: 04/21 21:03:53 - mmengine - WARNING - x", local(2025, 4, 21, 21, 3, 53)),
+    ],
+)
+def test_mmengine_and_detectron2(line: str, expected: float) -> None:
+    """Their console lines carry no year: the year of ``now`` (a backlog's file modification time, else the clock)."""
+    assert parse_time(strip_ansi(line), NOW) == pytest.approx(expected, abs=1e-6)
+
+
+def test_a_yearless_mmengine_line_read_in_january_is_last_december_s() -> None:
+    january = datetime(2026, 1, 2, 10, 0, 0).timestamp()
+    line = "12/31 23:59:59 - mmengine - INFO - Epoch(train) [3][90/90]  loss: 0.1"
+    assert parse_time(line, january) == pytest.approx(datetime(2025, 12, 31, 23, 59, 59).timestamp())
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        "11/21/2025 10:00:00 a US date with its year after the day",
+        "2025/11/21/10 10:00:00 no date at all",
+        "13/01 10:00:00 - mmengine - INFO - month 13",
+        "02/30 10:00:00 - mmengine - INFO - February 30th",
+        "2022/02/30 10:00:00 - mmengine - INFO - February 30th",
+        "batch 1/10 10:00:00 one digit",
+    ],
+)
+def test_slashed_dates_that_are_not_mmengine_s(line: str) -> None:
+    assert parse_time(line, NOW) is None
 
 
 @pytest.mark.parametrize(
@@ -175,3 +243,21 @@ def test_areal_round_trip(year: int, month: int, day: int, hour: int, minute: in
         assert got is None
         return
     assert got == pytest.approx(expected)
+
+
+def test_a_mmengine_log_read_after_the_fact_has_its_step_times_in_the_year_of_its_file(tmp_path: Path) -> None:
+    """The real excerpt, its file last written in April 2022, read in 2026: steps at their own times, in 2022."""
+    run = tmp_path / "run"
+    run.mkdir()
+    log = run / "train.log"
+    shutil.copy(Path(__file__).parents[1] / "real" / "healthy" / "05-mmengine.log", log)
+    written = local(2022, 4, 21, 21, 4, 10)
+    os.utime(log, (written, written))
+    cfg, _ = resolve_config(run, None)
+    engine = Engine(cfg, run, clock=FakeClock(local(2026, 1, 5, 9, 0, 0)), gpu_backend=NoGpuBackend())
+    try:
+        snap = engine.collect_once()
+    finally:
+        engine.stop()
+    assert snap.training is not None and snap.training.last_step == 80
+    assert snap.training.last_step_at == pytest.approx(local(2022, 4, 21, 21, 3, 53))

@@ -56,13 +56,17 @@ async def test_the_processes_table_shows_an_earlier_attempt_apart_under_its_laun
     )
     app = make_app(RecordingFeed(snap, data.healthy_lines()))
     async with app.run_test(size=(200, 60)) as pilot:
+        await pilot.press("5", "m")  # maximised: the heading's detail whole in the command column
         table: DataTable[object] = app.main.query_one("#process-table", DataTable)
-        await wait_until(pilot, lambda: table.row_count >= 6)
+        await wait_until(pilot, lambda: table.row_count >= 6 and "evidence" in [k.value for k in table.columns])
         first = [str(table.get_row_at(i)[0]) for i in range(table.row_count)]
         pids = [str(table.get_row_at(i)[1]) for i in range(table.row_count)]
         assert first[0] == "live run"
         heading = next(i for i, text in enumerate(first) if text.startswith("earlier attempt"))
-        assert first[heading] == "earlier attempt (launcher torchrun pid 837 gone since 09:12:10) holds GPU 0,1 15.6 GB"
+        assert first[heading] == "earlier attempt"
+        command = [str(key.value) for key in table.columns].index("command")  # a heading's detail: the widest column
+        detail = str(table.get_row_at(heading)[command])
+        assert detail == "launcher torchrun pid 837 gone since 09:12:10; holds GPU 0,1 15.6 GB"
         assert set(pids[1:heading]) == {"4601", "4650", "4711"}  # the live run's rows, before the heading
         assert set(pids[heading + 1 :]) == {"878", "879"}
         line = text_of(app.main.query_one("#server-line", Static))
