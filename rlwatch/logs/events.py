@@ -24,10 +24,11 @@ from rlwatch.common.clock import Clock
 from rlwatch.common.state import EventSummary, Incident, IncidentTally, LogLine, line_ref
 from rlwatch.common.textsafe import clean_line, strip_ansi
 from rlwatch.logs.incidents import EVENT_KINDS, HEADER_WORD, IncidentTracker, Span
-from rlwatch.logs.kinds import EventKind, build_kinds
+from rlwatch.logs.kinds import REDRAWN_KINDS, EventKind, build_kinds
 from rlwatch.logs.matcher import Matcher
 from rlwatch.logs.native import event_path
 from rlwatch.logs.prefixes import prepare
+from rlwatch.logs.progress_shape import redraw_key
 from rlwatch.logs.tailer import Chunk
 from rlwatch.logs.timestamps import HMS_BYTES, parse_time
 
@@ -258,6 +259,9 @@ class PyEventCounter:
         self._internal = frozenset(k.name for k in self._kinds.values() if k.internal)
         self._streaking: dict[str, set[str]] = {}  # path -> kinds with a streak going in it
         self._progress_lines: dict[str, int] = {}  # path -> progress lines counted in it
+        self._redrawn = frozenset(
+            k.name for k in self._kinds.values() if k.name in REDRAWN_KINDS and k.internal and not k.progress
+        )
         self.errors: deque[str] = deque(maxlen=20)
         self._tag_sink: MutableSequence[tuple[str, int, str]] | None = None
         self._tag_keep = 0
@@ -375,10 +379,68 @@ class PyEventCounter:
             j = i + 1
             while j < n and found[j][0] < end:
                 j += 1
-            self._line(path, state, lines, (start, end, lineno), now, found[i:j])
-            i = j
+            names = self._line(path, state, lines, (start, end, lineno), now, found[i:j])
             lineno += 1
-            pos = nxt
+            if names and self._redrawn.issuperset(names) and path not in open_paths:
+                first = (start, end, found[i:j], names)
+                pos, lineno, j = self._redraws(path, lines, first, (nxt, limit, lineno), found, j)
+            else:
+                pos = nxt
+            i = j
+
+    def _redraws(
+        self,
+        path: str,
+        lines: _Lines,
+        first: tuple[int, int, list[tuple[int, bytes]], list[str]],
+        span: tuple[int, int, int],
+        found: list[tuple[int, bytes]],
+        i: int,
+    ) -> tuple[int, int, int]:
+        """After a bar's line ``first`` (its bounds, needles and the kinds it counted as: ``_progress`` and
+        ``_steplike`` only), pass over the lines that redraw it (progress_shape.redraw_key: the same bar, its
+        counter never going back) with the same needles: all but the last are counted here in bulk, as the first was
+        (the same kinds, no time, nothing handed to subscribers; the log view's tags as one by one); the last is
+        left to be counted as any line, so a subscriber sees a run of redraws by its first and last lines, whose
+        times and counters are the run's. Returns where to go on: the last redraw's start, its number, its first
+        needle (or ``span``'s start and number where there is no run)."""
+        pos, limit, lineno = span
+        data = lines.data
+        bar = redraw_key(data, first[0], first[1])
+        if bar is None:
+            return pos, lineno, i
+        key, counter = bar
+        mask = self._matcher.needle_mask(first[2])
+        n = len(found)
+        q, k, run = pos, i, 0
+        last = (pos, i)
+        while q < limit:
+            end, nxt = lines.end(q, limit)
+            j = k
+            while j < n and found[j][0] < end:
+                j += 1
+            if j == k:
+                break
+            bar = redraw_key(data, q, end)
+            if bar is None or bar[0] != key or bar[1] < counter or self._matcher.needle_mask(found[k:j]) != mask:
+                break
+            counter = bar[1]
+            last = (q, k)
+            run += 1
+            q, k = nxt, j
+        if run < 2:
+            return pos, lineno, i
+        skipped = run - 1
+        names = first[3]
+        for name in names:
+            self._stats[name].count += skipped
+            streaks = self._stats[name].streaks
+            streaks[path] = streaks.get(path, 0) + skipped
+            self._streaking.setdefault(path, set()).add(name)
+        if self._tag_sink is not None:
+            for number in range(max(lineno, self._tag_from), lineno + skipped):
+                self._tag_sink.extend((path, number, name) for name in names)
+        return last[0], lineno + skipped, last[1]
 
     def _line(
         self,
@@ -388,10 +450,10 @@ class PyEventCounter:
         span: tuple[int, int, int],
         now: float,
         hits: list[tuple[int, bytes]] | None,
-    ) -> None:
+    ) -> list[str]:
         """One line ``data[start:end]`` numbered ``lineno``: incidents see it, then each kind it matches counts.
 
-        ``hits`` are the needles found in the line (None: try every kind)."""
+        ``hits`` are the needles found in the line (None: try every kind). Returns the kinds it counted as."""
         start, end, lineno = span
         raw = lines.data[start:end]
         text, tag, body = prepare(raw)
@@ -410,7 +472,7 @@ class PyEventCounter:
             if stamp:
                 t = stamp[0]
         if not kinds:
-            return
+            return []
         names = [kinds[0].name] if len(kinds) == 1 else [k.name for k in kinds]  # mostly one
         if "_banner" in names:
             state.banners += 1
@@ -422,6 +484,7 @@ class PyEventCounter:
             t = lines.span(start, text, now)
         for name in names:
             self._count(name, path, lineno, t, shown, now)
+        return names
 
     def _piece(
         self, path: str, state: _File, piece: bytes, *, first: bool, final: bool, now: float, by: float | None
