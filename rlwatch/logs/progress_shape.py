@@ -305,6 +305,7 @@ class ShapeSteps:
         if r.speed is not None:
             s.speed = r.speed
         advanced_epoch = epoch is not None and s.epoch is not None and epoch > s.epoch
+        before = s.step
         if g != r.value:  # a per-epoch counter placed by its epoch
             if g <= s.step:
                 return False  # a copy, or a rank lagging behind
@@ -326,7 +327,9 @@ class ShapeSteps:
             return False
         else:
             return False  # a copy (another rank, another file with the same output) or one lagging behind
-        s.advances += 1
+        # how far it moved, not how many of its lines moved it: a run of a bar's redraws reaches here by its first
+        # and last lines only (the event counter passes over the ones between), and counts as far as all of them
+        s.advances += max(1, s.step - before)
         s.epoch = epoch
         self._primary = self._choose()
         return self._primary is s

@@ -364,7 +364,8 @@ class TrainingTracker:
     def _parse_shape(self, line: LogLine, text: str, offset: float) -> None:
         """A step known by its shape (any framework's recurring step line). It is the run's step only while no
         framework of the catalogue has said one: those know their step for sure. The compiled path calls this too."""
-        if not self._shape.feed(text):
+        time = line.time
+        if not self._shape.feed(text, time):
             return
         step = self._shape.step()
         if step is None:
@@ -373,14 +374,18 @@ class TrainingTracker:
             self._shape_points.clear()  # the run started over, appending to the same log
         self._shape_step = step
         self._shape_total = self._shape.total()
-        if self._areal_step is not None or self._dicts:
+        if self._areal_step is not None:
             return
-        self._finished = False
-        time = line.time
+        if not self._dicts:  # TRL's dicts say when the run finished (train_runtime); its bar's last redraw does not
+            self._finished = False
         if math.isfinite(time):
             m = time - offset
             if self._last_step_m is None or m >= self._last_step_m:
                 self._last_step_at, self._last_step_m = time, m
+            since = self._shape.since()
+            if not self._shape_points and since is not None and since[0] < time and since[1] < step:
+                self._shape_points.append(since)  # the rate begins at the series' first line (a run of redraws
+                # reaches here by its first and last lines only)
             self._shape_points.append((time, step))
 
     def _parse_rest(self, line: LogLine, text: str, offset: float) -> None:
@@ -510,13 +515,16 @@ class TrainingTracker:
     # -- reading ---------------------------------------------------------------------------------------------
 
     def _step_now(self) -> int | None:
+        """One step, from the best evidence: a framework's own numbered step line; else the counter the log shows
+        (a bar, a step-like line: TRL's dicts carry no number, the Trainer's own bar does); only where the log has
+        no counter, the checkpoint's ``global_step`` and the dicts logged since; else the dicts counted."""
         if self._areal_step is not None:
             return self._areal_step
+        if self._shape_step is not None:
+            return self._shape_step
         hint = self._hint
         if hint is not None:
             return hint.global_step + (self._dicts - hint.dicts_at_hint) * (self._logging_steps or 1)
-        if self._shape_step is not None:  # TRL's dicts carry no number; the Trainer's own bar does
-            return self._shape_step
         return self._dicts or None
 
     def _total_now(self) -> int | None:
@@ -528,20 +536,26 @@ class TrainingTracker:
             return self._shape_total
         return self._hint_total
 
-    def _steps_per_hour(self) -> float | None:
-        if self._areal_step is None and not self._dicts and len(self._shape_points) >= 2:
-            (t0, c0), (t1, c1) = self._shape_points[0], self._shape_points[-1]
+    def _steps_per_hour(self) -> tuple[float | None, str | None]:
+        """Steps per hour and what they come from: ``lines`` (the times of the step lines: their own timestamps, or
+        when each was read while the run wrote them), else ``bar`` (the speed the run's own bar printed, the only
+        one a log whose lines carry no time has). The rate follows the evidence the step comes from."""
+        if self._areal_step is None and self._shape_step is not None:
+            if len(self._shape_points) >= 2:
+                (t0, c0), (t1, c1) = self._shape_points[0], self._shape_points[-1]
+                if t1 > t0 and c1 > c0:
+                    return (c1 - c0) * 3600.0 / (t1 - t0), "lines"
+            bar = self._shape.speed()
+            if bar is not None:
+                return bar, "bar"
+        if len(self._rate_points) >= 2:
+            (t0, c0), (t1, c1) = self._rate_points[0], self._rate_points[-1]
             if t1 > t0 and c1 > c0:
-                return (c1 - c0) * 3600.0 / (t1 - t0)
-        if len(self._rate_points) < 2:
-            return self._bar_rate
-        (t0, c0), (t1, c1) = self._rate_points[0], self._rate_points[-1]
-        if t1 <= t0 or c1 <= c0:
-            return self._bar_rate
-        scale = 1
-        if self._areal_step is None and self._hint is not None:
-            scale = self._logging_steps or 1
-        return (c1 - c0) * scale * 3600.0 / (t1 - t0)
+                scale = 1
+                if self._areal_step is None and self._hint is not None:
+                    scale = self._logging_steps or 1  # a TRL dict is logged every logging_steps steps
+                return (c1 - c0) * scale * 3600.0 / (t1 - t0), "lines"
+        return (self._bar_rate, "bar") if self._bar_rate is not None else (None, None)
 
     def state(self, now: float | None = None) -> TrainingState:
         now = self._clock.time() if now is None else now
@@ -553,11 +567,12 @@ class TrainingTracker:
             total = self._total_now()
             if step is not None and total is not None and self._areal_step is None:
                 step = min(step, total)
+            rate, rate_from = self._steps_per_hour()
             return TrainingState(
                 last_step=step,
                 total_steps=total,
                 reward=self._rewards[-1] if self._rewards else None,
-                steps_per_hour=self._steps_per_hour(),
+                steps_per_hour=rate,
                 stalled=stalled,
                 last_step_at=self._last_step_at,
                 last_line_at=self._last_line_at,
@@ -565,4 +580,5 @@ class TrainingTracker:
                 weight_update_s=tuple(self._updates),
                 weight_update_timeout_s=self._timeout_s,
                 finished=self._finished,
+                rate_from=rate_from,
             )
