@@ -2934,7 +2934,8 @@ cdef class Core:
         cdef const unsigned char *p = lines.p
         cdef Py_ssize_t kn = redraw_key(p, start, end, key, at, &counter), q = pos, e, qn = 0, last = pos
         cdef Py_ssize_t prev = start, prev_n = end - start
-        cdef int64_t run = 0, skipped, number, first_tag
+        cdef int64_t run = 0, skipped, first_tag
+        cdef object tagged
         cdef uint64_t m
         cdef int i
         cdef KindStats st
@@ -2980,14 +2981,14 @@ cdef class Core:
                 st.streak_order.append(fs)
             fk.streak += skipped
             fs.streaking |= (<uint64_t>1) << i
-        if self.tag_sink is not None:
-            first_tag = lineno[0] if lineno[0] > self.tag_from else self.tag_from
-            for number in range(first_tag, lineno[0] + skipped):
-                m = found
-                while m:
-                    i = _lowest(m)
-                    m &= m - 1
-                    self.tag_sink.append((fs.path, number, (<Kind>self.kinds[i]).name))
+        first_tag = lineno[0] if lineno[0] > self.tag_from else self.tag_from
+        if self.tag_sink is not None and first_tag < lineno[0] + skipped:
+            tagged = range(first_tag, lineno[0] + skipped)  # one tag per run, as events.Tag says
+            m = found
+            while m:
+                i = _lowest(m)
+                m &= m - 1
+                self.tag_sink.append((fs.path, tagged, (<Kind>self.kinds[i]).name))
         lineno[0] += skipped
         return last
 

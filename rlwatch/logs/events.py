@@ -32,7 +32,7 @@ from rlwatch.logs.progress_shape import redraw_key
 from rlwatch.logs.tailer import Chunk
 from rlwatch.logs.timestamps import HMS_BYTES, parse_time
 
-__all__ = ["DISPLAY_CHARS", "NATIVE", "EventCounter", "EventKind", "PyEventCounter", "build_kinds"]
+__all__ = ["DISPLAY_CHARS", "NATIVE", "EventCounter", "EventKind", "PyEventCounter", "Tag", "build_kinds"]
 
 DISPLAY_CHARS = 2000  # evidence lines are capped: a multi-megabyte line is shown by its start
 _TERMINATOR = re.compile(rb"\r\n?|\n")
@@ -46,6 +46,9 @@ _LOOK_BACK_LINES = 3
 _LOOK_BACK_BYTES = 8 * 1024
 _TIME_SEARCH_BYTES = 400  # a timestamp sits near the start of a line, behind colour codes and a prefix
 _NAN = float("nan")
+# What the log view is told of a counted line: (path, line number, kind); a run of a bar's redraws passed over in
+# bulk is told as one (path, range of line numbers, kind).
+Tag = tuple[str, int | range, str]
 _INF = float("inf")
 # "Train step 1869/2000", "step 1869", "'step': 1869", "global_step=1869": the step a progress line reports. The
 # last one in the line: AReaL's "Epoch 32/166 Step 918/935 Train step 29903/155052 done." counts the run's steps last,
@@ -263,7 +266,7 @@ class PyEventCounter:
             k.name for k in self._kinds.values() if k.name in REDRAWN_KINDS and k.internal and not k.progress
         )
         self.errors: deque[str] = deque(maxlen=20)
-        self._tag_sink: MutableSequence[tuple[str, int, str]] | None = None
+        self._tag_sink: MutableSequence[Tag] | None = None
         self._tag_keep = 0
         self._tag_from = 0
 
@@ -277,9 +280,10 @@ class PyEventCounter:
             raise KeyError(f"unknown event kind {kind!r}")
         self._subs.setdefault(kind, []).append(callback)
 
-    def tag_into(self, sink: MutableSequence[tuple[str, int, str]], keep: int) -> None:
+    def tag_into(self, sink: MutableSequence[Tag], keep: int) -> None:
         """Append (path, line number, kind) of every line counted among the newest ``keep`` of each chunk to
-        ``sink`` (the log view tags only the lines it can still show)."""
+        ``sink`` (the log view tags only the lines it can still show); a run of redraws passed over in bulk as
+        (path, range of line numbers, kind)."""
         self._tag_sink = sink
         self._tag_keep = keep
 
@@ -437,9 +441,9 @@ class PyEventCounter:
             streaks = self._stats[name].streaks
             streaks[path] = streaks.get(path, 0) + skipped
             self._streaking.setdefault(path, set()).add(name)
-        if self._tag_sink is not None:
-            for number in range(max(lineno, self._tag_from), lineno + skipped):
-                self._tag_sink.extend((path, number, name) for name in names)
+        first_tag, stop = max(lineno, self._tag_from), lineno + skipped
+        if self._tag_sink is not None and first_tag < stop:
+            self._tag_sink.extend((path, range(first_tag, stop), name) for name in names)  # one tag per run
         return last[0], lineno + skipped, last[1]
 
     def _line(
@@ -706,7 +710,7 @@ class EventCounter:
         # The implementation's own methods, called without a frame of this class in between.
         self.feed: Callable[[Chunk], None] = impl.feed
         self.subscribe: Callable[[str, Callable[[LogLine], None]], None] = impl.subscribe
-        self.tag_into: Callable[[MutableSequence[tuple[str, int, str]], int], None] = impl.tag_into
+        self.tag_into: Callable[[MutableSequence[Tag], int], None] = impl.tag_into
         self.summaries: Callable[[], dict[str, EventSummary]] = impl.summaries
         self.streaks: Callable[[str], dict[str, int]] = impl.streaks
         self.incidents: Callable[[], tuple[Incident, ...]] = impl.incidents

@@ -27,7 +27,7 @@ from rlwatch.common.clock import FakeClock
 from rlwatch.common.textsafe import strip_ansi
 from rlwatch.config.models import CustomEvent, EventsConfig
 from rlwatch.logs import events as events_module
-from rlwatch.logs.events import _STEP_NUMBER, EventCounter, build_kinds
+from rlwatch.logs.events import _STEP_NUMBER, EventCounter, Tag, build_kinds
 from rlwatch.logs.incidents import _CHAIN, _FRAME
 from rlwatch.logs.kinds import _CODE_LINE, builtin_kinds
 from rlwatch.logs.learning import LearningTracker
@@ -61,7 +61,7 @@ class Pair:
         ]
         assert self.counters[0].native and not self.counters[1].native
         self.calls: list[list[tuple[str, str, int, str, float]]] = [[], []]
-        self.tags: list[list[tuple[str, int, str]]] = [[], []]
+        self.tags: list[list[Tag]] = [[], []]
         for i, counter in enumerate(self.counters):
             for kind in counter.kinds:
                 counter.subscribe(

@@ -14,7 +14,7 @@ from rlwatch.common.clock import FakeClock
 from rlwatch.common.state import LogLine, TrainingState
 from rlwatch.config.models import EventsConfig
 from rlwatch.logs import events as events_module
-from rlwatch.logs.events import EventCounter, build_kinds
+from rlwatch.logs.events import EventCounter, Tag, build_kinds
 from rlwatch.logs.progress_shape import redraw_key
 from rlwatch.logs.tailer import Chunk
 from rlwatch.logs.training import TrainingTracker
@@ -54,7 +54,7 @@ class Wired:
             self.counter.subscribe(kind, lambda line, k=kind: self.handed.append((k, line)))
         for kind in ("step", "_reward", "weight_update", "_finished", "_progress", "_steplike"):
             self.counter.subscribe(kind, self.training.on_step)
-        self.tags: list[tuple[str, int, str]] = []
+        self.tags: list[Tag] = []
         self.counter.tag_into(self.tags, 50)
 
     def feed(self, lines: list[str], sep: str = "\n", block: int = 1 << 20, by: float | None = NOW) -> None:
@@ -113,9 +113,21 @@ def test_a_run_of_redraws_is_counted_whole_and_handed_on_by_its_ends(native: boo
     assert (state.last_step, state.total_steps) == (2999 // 7, 1000)  # the last redraw's counter and total
     last_speed = float(lines[-1].rsplit("  ", 1)[1].removesuffix("s/it]"))
     assert state.steps_per_hour == pytest.approx(3600.0 / last_speed)  # the last redraw's own speed
-    # the log view still gets a tag for each of the newest lines of a chunk, redraws passed over included
-    last_tags = sorted(n for p, n, k in wired.tags if k == "_progress" and n > 2950)
-    assert last_tags == list(range(2951, 3001))
+    # the log view still gets a tag for each of the newest lines of a chunk, redraws passed over included (a run
+    # of them as one range)
+    assert any(isinstance(n, range) for _, n, _ in wired.tags)
+    tagged = {m for _, n, k in wired.tags if k == "_progress" for m in (n if isinstance(n, range) else [n])}
+    assert set(range(2951, 3001)) <= tagged
+
+
+def test_the_log_view_marks_each_line_of_a_run_tagged_as_one() -> None:
+    from rlwatch.engine.recent_lines import RecentLines
+
+    recent = RecentLines()
+    data = "".join(line + "\n" for line in redraws(10)).encode()
+    recent.add(Chunk(PATH, data, 1, 10), [(PATH, 1, "_progress"), (PATH, range(2, 10), "_progress"), (PATH, 10, "x")])
+    kinds = {line.lineno: line.kinds for line in recent.after(0)}
+    assert kinds == {n: frozenset({"_progress"}) for n in range(1, 10)} | {10: frozenset({"x"})}
 
 
 @pytest.mark.parametrize("native", PATHS)
