@@ -561,7 +561,10 @@ class Engine:
         with self._lock:
             if trainer_state:
                 self.training.set_checkpoint_hint(
-                    trainer_state.get("global_step"), trainer_state.get("max_steps"), trainer_state.get("logging_steps")
+                    trainer_state.get("global_step"),
+                    trainer_state.get("max_steps"),
+                    trainer_state.get("logging_steps"),
+                    trainer_state.get("last_logged"),
                 )
             if gpu.gpus:
                 gpu = replace(

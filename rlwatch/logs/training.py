@@ -193,8 +193,11 @@ class _Recent:
 
 @dataclass(frozen=True, slots=True)
 class _Hint:
-    global_step: int
-    dicts_at_hint: int  # metric dicts logged before the checkpoint was noticed
+    global_step: int  # the step of the dict numbered dicts_at_hint
+    dicts_at_hint: int  # metric dicts counted up to that step: the checkpoint's own last log, or those counted
+    # when the checkpoint was noticed (until its last log is seen among the dicts)
+    checkpoint: int  # the checkpoint's global_step (the same one passed again changes nothing)
+    anchored: bool = False
 
 
 class TrainingTracker:
@@ -249,6 +252,8 @@ class TrainingTracker:
         self._areal_path: str | None = None
         self._dicts = 0
         self._hint: _Hint | None = None
+        self._anchor: tuple[int, float, float | None] | None = None  # the checkpoint's last log, not seen yet
+        self._dict_keys: OrderedDict[tuple[float, float | None], int] = OrderedDict()  # (epoch, loss) -> dicts
         self._hint_total: int | None = None
         self._logging_steps: int | None = None
         self._rate_points: deque[tuple[float, int]] = deque(maxlen=max(2, history))
@@ -274,12 +279,21 @@ class TrainingTracker:
             self._touch(time)
 
     def set_checkpoint_hint(
-        self, global_step: int | None, max_steps: int | None, logging_steps: int | None = None
+        self,
+        global_step: int | None,
+        max_steps: int | None,
+        logging_steps: int | None = None,
+        last_logged: tuple[int, float, float | None] | None = None,
     ) -> None:
-        """The step, total and logging interval from the latest ``trainer_state.json`` (any may be unknown).
+        """The step, total and logging interval from the latest ``trainer_state.json`` (any may be unknown), and
+        its last training log (step, epoch, loss), for logs whose dicts carry no step (the log's own counter, a
+        bar, wins over all this: :meth:`_step_now`).
 
-        Steps logged after a new ``global_step`` count on from it; calling again with the same one changes nothing,
-        so the engine may pass the hint on every scan.
+        The dict the Trainer printed for that last log is found among those counted (by its epoch and loss): its
+        step is known, and the dicts after it count on from it. Until it is seen, the dicts counted when the
+        checkpoint was noticed stand for its ``global_step`` (a checkpoint read a few dicts late would otherwise
+        put the step behind the log). Calling again with the same checkpoint changes nothing, so the engine may pass
+        the hint on every scan.
         """
         with self._lock:
             self._apply_pending()  # the hint counts the metric dicts logged before it
@@ -288,8 +302,19 @@ class TrainingTracker:
                 self._logging_steps = logging_steps
             if global_step is None or global_step < 0:
                 return
-            if self._hint is None or self._hint.global_step != global_step:
-                self._hint = _Hint(global_step, self._dicts)
+            if self._hint is None or self._hint.checkpoint != global_step:
+                self._hint = _Hint(global_step, self._dicts, global_step)
+                self._anchor = None
+                if last_logged is not None and 0 <= last_logged[0] <= global_step:
+                    self._anchor = last_logged
+                    self._anchor_to(self._dict_keys.get((last_logged[1], last_logged[2])))
+
+    def _anchor_to(self, dicts: int | None) -> None:
+        """The checkpoint's last log is the dict numbered ``dicts`` (None: not seen yet)."""
+        if dicts is None or self._anchor is None or self._hint is None:
+            return
+        self._hint = _Hint(self._anchor[0], dicts, self._hint.checkpoint, anchored=True)
+        self._anchor = None
 
     # -- parsing ---------------------------------------------------------------------------------------------
 
@@ -470,6 +495,14 @@ class TrainingTracker:
             return
         self._dicts += 1
         self._finished = False
+        epoch = metrics.get("epoch")
+        if epoch is not None:
+            key = (epoch, metrics.get("loss"))
+            self._dict_keys[key] = self._dicts
+            if len(self._dict_keys) > _RECENT:
+                self._dict_keys.popitem(last=False)
+            if self._anchor is not None and key == (self._anchor[1], self._anchor[2]):
+                self._anchor_to(self._dicts)
         if self._areal_step is None:
             self._mark_step(line.time, self._dicts, offset)
         reward = metrics.get("reward")

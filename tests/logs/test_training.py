@@ -393,3 +393,28 @@ def test_a_bar_in_a_log_without_times_gives_its_own_speed_as_the_rate() -> None:
     for n in range(22, 25):
         feed(trl_bar(n, speed="2.50s/it"), math.nan, "step")
     assert tracker.state(T0).steps_per_hour == pytest.approx(3600 / 2.5)  # tqdm's other unit, the latest redraw
+
+
+def test_a_checkpoint_read_late_counts_on_from_its_own_last_log() -> None:
+    """A dicts-only TRL log (no bar): the checkpoint of step 20 is read after step 21's dict was counted. Its
+    trainer_state.json's last log (step 20, its epoch and loss) is the 20th dict printed: the step is 21, not the
+    checkpoint's 20 plus nothing."""
+    tracker = make()
+    feed = Feed(tracker, "/run/trl/train.log")
+    for n in range(1, 22):
+        feed(f"{{'loss': {n / 1000}, 'reward': 0.5, 'epoch': {n / 150}}}", T0 + n, "step")
+    tracker.set_checkpoint_hint(20, 150, logging_steps=1, last_logged=(20, 20 / 150, 20 / 1000))
+    assert tracker.state(T0 + 21).last_step == 21
+    tracker.set_checkpoint_hint(20, 150, logging_steps=1, last_logged=(20, 20 / 150, 20 / 1000))  # again: the same
+    assert tracker.state(T0 + 21).last_step == 21
+
+
+def test_a_checkpoint_read_before_its_log_is_counted_anchors_when_it_is() -> None:
+    """The checkpoint noticed before the backlog's dicts were counted (a report reads the checkpoint first): its
+    step stands for the dicts counted so far until its own last log is seen among the dicts."""
+    tracker = make()
+    feed = Feed(tracker, "/run/trl/train.log")
+    tracker.set_checkpoint_hint(40, 150, logging_steps=2, last_logged=(40, 20 / 75, 0.02))
+    for n in range(1, 23):  # logged every 2 steps: 2, 4, ... 44
+        feed(f"{{'loss': {n / 1000}, 'reward': 0.5, 'epoch': {n / 75}}}", math.nan, "step")
+    assert tracker.state(T0).last_step == 44
