@@ -28,7 +28,7 @@ from rlwatch.logs.kinds import REDRAWN_KINDS, EventKind, build_kinds
 from rlwatch.logs.matcher import Matcher
 from rlwatch.logs.native import event_path
 from rlwatch.logs.prefixes import prepare
-from rlwatch.logs.progress_shape import redraw_key
+from rlwatch.logs.progress_shape import redraw_layout
 from rlwatch.logs.tailer import Chunk
 from rlwatch.logs.timestamps import HMS_BYTES, parse_time
 
@@ -49,6 +49,7 @@ _NAN = float("nan")
 # What the log view is told of a counted line: (path, line number, kind); a run of a bar's redraws passed over in
 # bulk is told as one (path, range of line numbers, kind).
 Tag = tuple[str, int | range, str]
+_DIGITS_AS_ZERO = bytes.maketrans(b"123456789", b"000000000")
 _INF = float("inf")
 # "Train step 1869/2000", "step 1869", "'step': 1869", "global_step=1869": the step a progress line reports. The
 # last one in the line: AReaL's "Epoch 32/166 Step 918/935 Train step 29903/155052 done." counts the run's steps last,
@@ -262,6 +263,8 @@ class PyEventCounter:
         self._internal = frozenset(k.name for k in self._kinds.values() if k.internal)
         self._streaking: dict[str, set[str]] = {}  # path -> kinds with a streak going in it
         self._progress_lines: dict[str, int] = {}  # path -> progress lines counted in it
+        needles = self._matcher.needle_kinds() or []
+        self._digitless = not any(48 <= c <= 57 for needle, _ in needles for c in needle)  # see _redraws
         self._redrawn = frozenset(
             k.name for k in self._kinds.values() if k.name in REDRAWN_KINDS and k.internal and not k.progress
         )
@@ -410,11 +413,13 @@ class PyEventCounter:
         needle (or ``span``'s start and number where there is no run)."""
         pos, limit, lineno = span
         data = lines.data
-        bar = redraw_key(data, first[0], first[1])
-        if bar is None:
+        layout = redraw_layout(data, first[0], first[1])
+        if layout is None:
             return pos, lineno, i
-        key, counter = bar
+        key, counter, ns, ne, ts, te = layout
         mask = self._matcher.needle_mask(first[2])
+        prev = data[first[0] : first[1]]
+        prev_zero = prev.translate(_DIGITS_AS_ZERO)
         n = len(found)
         q, k, run = pos, i, 0
         last = (pos, i)
@@ -425,10 +430,25 @@ class PyEventCounter:
                 j += 1
             if j == k:
                 break
-            bar = redraw_key(data, q, end)
-            if bar is None or bar[0] != key or bar[1] < counter or self._matcher.needle_mask(found[k:j]) != mask:
+            line = data[q:end]
+            # the quick test first, as the compiled path's digits_moved: the line before with only digits moved,
+            # none of "/TOTAL" (then the key and the needles are the same); else the key and the needles
+            if (
+                self._digitless
+                and len(line) == len(prev)
+                and line[ts:te] == prev[ts:te]
+                and line.translate(_DIGITS_AS_ZERO) == prev_zero
+            ):
+                moved = int(line[ns:ne]) if ne > ns else -1
+            else:
+                layout = redraw_layout(data, q, end)
+                if layout is None or layout[0] != key or self._matcher.needle_mask(found[k:j]) != mask:
+                    break
+                _, moved, ns, ne, ts, te = layout
+                prev_zero = line.translate(_DIGITS_AS_ZERO)
+            if moved < counter:
                 break
-            counter = bar[1]
+            counter, prev = moved, line
             last = (q, k)
             run += 1
             q, k = nxt, j

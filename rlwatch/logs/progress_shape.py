@@ -102,8 +102,14 @@ _TEMPLATE_WORDS = 16
 
 
 def redraw_key(data: bytes, start: int, end: int) -> tuple[bytes, int] | None:
-    """What stays the same while a tqdm-style bar on ``data[start:end]`` is redrawn, and its counter (-1: none
-    shown); None: no such bar.
+    """:func:`redraw_layout`'s key and counter."""
+    layout = redraw_layout(data, start, end)
+    return None if layout is None else (layout[0], layout[1])
+
+
+def redraw_layout(data: bytes, start: int, end: int) -> tuple[bytes, int, int, int, int, int] | None:
+    """What stays the same while a tqdm-style bar on ``data[start:end]`` is redrawn, its counter (-1: none shown),
+    and where the counter's digits and "/TOTAL" lie in the line (from its start); None: no such bar.
 
     A bar is ``HEAD PCT%|BAR| N/TOTAL REST`` (``Training Progress:  33%|███▎      | 4/12 [00:04<00:09,  1.17s/it]``).
     The key is the line without its digits and spaces and without the bar's cells, but with ``/TOTAL`` as written:
@@ -138,7 +144,7 @@ def redraw_key(data: bytes, start: int, end: int) -> tuple[bytes, int] | None:
             j += 1
     drop = _REDRAW_DROP
     key = data[start:pct].translate(None, drop) + b"%||" + data[i:j] + data[j:end].translate(None, drop)
-    return key, counter
+    return key, counter, digits - start, i - start, i - start, j - start
 
 
 @dataclass(frozen=True, slots=True)
