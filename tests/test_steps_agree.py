@@ -11,6 +11,7 @@ from pathlib import Path
 from rlwatch.discover.load import resolve_config
 from rlwatch.engine.engine import Engine
 from rlwatch.export.report import to_json, to_text
+from rlwatch.export.stream import changes
 from rlwatch.widgets.training_panel import training_text
 
 BANNER = "***** Running training *****\n  Num examples = 600\n  Total optimization steps = 150\n"
@@ -57,3 +58,5 @@ def test_panel_report_events_and_stream_say_the_logs_step(tmp_path: Path) -> Non
     data = json.loads(to_json(snap))
     assert data["training"]["last_step"] == 21 and data["training"]["rate_from"] == "bar"
     assert data["verdict"]["step"] == 21
+    first = next(changes(None, snap))  # watch --json's first record
+    assert first["verdict"]["step"] == 21 and first["events"]["step"] == 21
