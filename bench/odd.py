@@ -129,6 +129,67 @@ def _first_record(root: Path) -> float | None:
         proc.wait(timeout=10)
 
 
+def _cpu_of(argv: list[str]) -> tuple[float, float, bytes]:
+    """(wall, CPU) of one command run to its end, and its output."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    t0 = time.perf_counter()
+    out = subprocess.run(argv, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, check=False, timeout=600).stdout
+    wall = time.perf_counter() - t0
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return wall, after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime, out
+
+
+def _progress_rows(lf: Path, cr: Path, runs: int) -> list[str]:
+    """The bar read by ``report`` beside its peers, runs alternated: ``report`` of a one-line log (the start alone,
+    which the bar's figure is taken net of), of the bar with LF and with CR line ends, and ``grep -c`` and ``wc -l``
+    over the same files. The step and total the report says are checked against the file's last redraw."""
+    small = _trial("small", _write(ODD / "small.log", b"Train step 1/10 done.\n"))
+    cases: list[tuple[str, list[str], float]] = [
+        ("`report`, a one-line log (the start alone)", rlwatch_argv("report", "--json", str(small)), 0.0),
+        ("`report`, verl progress bar, LF", rlwatch_argv("report", "--json", str(_trial("bar-lf", lf))), 1.0),
+        (
+            "`report`, verl progress bar, CR (redrawn in place)",
+            rlwatch_argv("report", "--json", str(_trial("bar-cr", cr))),
+            1.0,
+        ),
+        ("`grep -c 'Training Progress'`, LF", ["grep", "-c", "Training Progress", str(lf)], 1.0),
+        ("`grep -c 'Training Progress'`, CR", ["grep", "-c", "Training Progress", str(cr)], 1.0),
+        ("`wc -l`, LF", ["wc", "-l", str(lf)], 1.0),
+    ]
+    walls: dict[str, list[float]] = {c[0]: [] for c in cases}
+    cpus: dict[str, list[float]] = {c[0]: [] for c in cases}
+    outs: dict[str, bytes] = {}
+    for _ in range(runs):
+        for name, argv, _size in cases:
+            wall, cpu, out = _cpu_of(argv)
+            walls[name].append(wall)
+            cpus[name].append(cpu)
+            outs[name] = out
+    size = lf.stat().st_size
+    start = statistics.median(cpus[cases[0][0]])
+    tail = cr.read_bytes()[-200:].rsplit(b"\r", 2)[-2].decode()
+    last = tail.split("| ")[-1].split(" [")[0]
+    out: list[str] = []
+    for name, _argv, weight in cases:
+        cpu = statistics.median(cpus[name])
+        net = cpu - start if name.startswith("`report`") and weight else cpu
+        rate = f"{size * weight / 1e6 / net:,.0f} MB/s" if weight and net > 0 else ""
+        note = ""
+        if name.startswith("`report`") and weight:
+            try:
+                training = json.loads(outs[name][outs[name].find(b"{") :]).get("training") or {}
+                note = f"says step {training.get('last_step')}/{training.get('total_steps')} (last redraw: {last})"
+            except ValueError:
+                note = "no JSON"
+            note += f"; net of the start {net:.2f} s CPU"
+        out.append(
+            f"| {name} | {size * weight / 1e6:,.1f} MB | {fmt(statistics.median(walls[name]), 2, ' s')} | "
+            f"{', '.join(f'{w:.2f}' for w in walls[name])} | {fmt(cpu, 2, ' s')} | {rate} | | {note} |"
+        )
+        print(out[-1], file=sys.stderr, flush=True)
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m bench.odd", description=__doc__)
     p.add_argument("--scale", type=float, default=1.0, help="sizes times this (1: the issue's)")
@@ -165,8 +226,7 @@ def main(argv: list[str] | None = None) -> int:
         target = int(53e6 * args.scale)
         lf = _write(ODD / f"progress-{target}.log", _progress_bytes(target, b"\n"))
         cr = _write(ODD / f"progress-{target}-cr.log", _progress_bytes(target, b"\r"))
-        row("verl progress bar, LF", _trial("bar-lf", lf))
-        row("verl progress bar, CR (redrawn in place)", _trial("bar-cr", cr))
+        rows.extend(_progress_rows(lf, cr, args.runs))
     if "sparse" in only:
         size = int((1 << 30) * args.scale)
         path = ODD / f"sparse-{size}.log"

@@ -63,9 +63,12 @@ def step_line(tr: TrainingState, now: float, run: RunState | None = None, verdic
 
 def advancing(tr: TrainingState, now: float) -> bool:
     """Steps are coming at their own pace: the last one no older than three of its intervals (ten seconds at least).
-    A rate and an ETA are said only then: beside a dead server or a crash they would say what is not so."""
-    if tr.finished or tr.stalled or tr.last_step_at is None or not tr.steps_per_hour:
+    A rate and an ETA are said only then: beside a dead server or a crash they would say what is not so. A log
+    whose lines carry no time has only its bar's own speed: the run's state (the caller's) says it moves."""
+    if tr.finished or tr.stalled or not tr.steps_per_hour:
         return False
+    if tr.last_step_at is None:
+        return tr.rate_from == "bar"
     interval = 3600.0 / tr.steps_per_hour
     return now - tr.last_step_at <= max(ADVANCING_MIN_S, 3 * interval)
 
@@ -75,6 +78,8 @@ def rate_line(tr: TrainingState, now: float) -> Text:
     moving = advancing(tr, now)
     if moving and tr.steps_per_hour:
         line.append(f"{tr.steps_per_hour:.0f} steps/h")
+        if tr.rate_from == "bar":
+            line.append(" (bar)", style="dim")  # the speed the run's own progress bar printed
     elif tr.finished:
         line.append("–", style="dim")
     elif tr.last_step_at is not None:

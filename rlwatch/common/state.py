@@ -343,6 +343,9 @@ class TrainingState:
     weight_update_timeout_s: float | None = None
     finished: bool = False
     knobs: dict[str, str] = field(default_factory=dict)  # key training-config values
+    # what steps_per_hour comes from: "lines" (the step lines' times), "bar" (the speed the run's own progress bar
+    # printed: tqdm's it/s or s/it, where the lines carry no time); None with no rate
+    rate_from: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

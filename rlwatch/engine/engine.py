@@ -55,7 +55,7 @@ from rlwatch.engine.diagnosis.stacks import rank_times
 from rlwatch.engine.preview import MIN_BACKLOG, TAIL_BYTES, Counting, TailPreview
 from rlwatch.engine.recent_lines import RECENT_LINES, RecentLines
 from rlwatch.logs.ending import read_ending
-from rlwatch.logs.events import EventCounter, build_kinds
+from rlwatch.logs.events import EventCounter, Tag, build_kinds
 from rlwatch.logs.learning import LearningTracker
 from rlwatch.logs.tailer import Chunk, Tailer
 from rlwatch.logs.training import TrainingTracker
@@ -373,7 +373,7 @@ class Engine:
         with self._lock:
             self._unreleased += len(chunk.data)
             self.log_moves += 1
-            tags: list[tuple[str, int, str]] = []  # handed to the log view with its chunk, read only if shown
+            tags: list[Tag] = []  # handed to the log view with its chunk, read only if shown
             self.counter.tag_into(tags, RECENT_LINES)
             if self.preview is not None:
                 self.preview.before_main_chunk(chunk, self.counter)
@@ -584,7 +584,10 @@ class Engine:
         with self._lock:
             if trainer_state:
                 self.training.set_checkpoint_hint(
-                    trainer_state.get("global_step"), trainer_state.get("max_steps"), trainer_state.get("logging_steps")
+                    trainer_state.get("global_step"),
+                    trainer_state.get("max_steps"),
+                    trainer_state.get("logging_steps"),
+                    trainer_state.get("last_logged"),
                 )
             if gpu.gpus:
                 gpu = replace(

@@ -18,6 +18,7 @@ from collections.abc import Iterable
 
 from rlwatch.common.state import TaggedLine
 from rlwatch.common.textsafe import clean_line
+from rlwatch.logs.events import Tag
 from rlwatch.logs.tailer import Chunk
 
 _NEWLINES = re.compile(rb"\r\n|\r|\n")
@@ -29,12 +30,12 @@ class RecentLines:
 
     def __init__(self) -> None:
         self._recent: deque[TaggedLine] = deque(maxlen=RECENT_LINES)
-        self._pending: deque[tuple[Chunk, Iterable[tuple[str, int, str]]]] = deque()  # raw, not yet in _recent
+        self._pending: deque[tuple[Chunk, Iterable[Tag]]] = deque()  # raw, not yet in _recent
         self._pending_lines = 0
         self._seq = 0
         self._lock = threading.Lock()
 
-    def add(self, chunk: Chunk, tags_seen: Iterable[tuple[str, int, str]]) -> None:
+    def add(self, chunk: Chunk, tags_seen: Iterable[Tag]) -> None:
         """Keep a chunk, raw, with the ``(path, line number, kind)`` tags its lines got when they were counted
         (``tags_seen`` is kept as it is: the caller hands over a list it no longer changes); decode both only when a
         view asks (:meth:`after`).
@@ -67,7 +68,12 @@ class RecentLines:
             first_kept = chunk.first_lineno + max(0, chunk.nlines - RECENT_LINES)
             tags: dict[int, set[str]] = {}
             for path, lineno, kind in tags_seen:
-                if path == chunk.path and lineno >= first_kept:
+                if path != chunk.path:
+                    continue
+                if isinstance(lineno, range):  # a run of a bar's redraws, tagged as one (events.Tag)
+                    for n in lineno[max(0, first_kept - lineno.start) :]:
+                        tags.setdefault(n, set()).add(kind)
+                elif lineno >= first_kept:
                     tags.setdefault(lineno, set()).add(kind)
             self._remember(chunk, tags)
         self._pending_lines = 0

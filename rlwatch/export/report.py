@@ -64,6 +64,7 @@ def to_json_dict(s: Snapshot) -> dict[str, Any]:
         "total_steps": tr.total_steps if tr else None,
         "reward": tr.reward if tr else None,
         "steps_per_hour": tr.steps_per_hour if tr else None,
+        "rate_from": tr.rate_from if tr else None,  # "lines" (their times) or "bar" (the bar's own it/s)
         "stalled": tr.stalled if tr else False,
         "finished": tr.finished if tr else False,
         "weight_update_s": list(tr.weight_update_s[-10:]) if tr else [],
@@ -708,7 +709,8 @@ def to_text(s: Snapshot) -> str:
     step = v.step if v is not None and v.step is not None else tr.last_step if tr else None
     if tr and step is not None:
         total = f"/{tr.total_steps}" if tr.total_steps else ""
-        rate = f", {tr.steps_per_hour:.0f} steps/h" if tr.steps_per_hour else ""
+        by_bar = " (the bar's own speed)" if tr.rate_from == "bar" else ""
+        rate = f", {tr.steps_per_hour:.0f} steps/h{by_bar}" if tr.steps_per_hour else ""
         reward = f", reward {tr.reward:.4g}" if tr.reward is not None else ""
         ckpt = " (from the checkpoint)" if v is not None and v.step_from == "checkpoint" else ""
         lines.append(f"Training: step {step}{total}{ckpt}{rate}{reward}{'  STALLED' if tr.stalled else ''}")

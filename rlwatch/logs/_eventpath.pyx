@@ -1756,6 +1756,7 @@ from rlwatch.common.textsafe import strip_ansi as _py_strip_ansi
 from rlwatch.logs import incidents as _inc
 from rlwatch.logs import torchrun_report as _tr
 from rlwatch.logs.signatures import signature as _py_signature
+from rlwatch.logs.kinds import REDRAWN_KINDS as _REDRAWN_KINDS
 
 cdef int64_t UNCOUNTED = _UNCOUNTED
 cdef object _GUTTER_SUB = _inc._GUTTER.sub
@@ -2643,6 +2644,106 @@ cdef bint body_bits(Needles lits, str body, uint64_t *bits) except -1:
     return True
 
 
+DEF _REDRAW_MAX = 1024  # progress_shape.REDRAW_MAX_BYTES
+
+
+cdef inline bint _key_drop(unsigned char c) noexcept nogil:
+    return c == 32 or (c >= 48 and c <= 57)
+
+
+cdef inline bint _digit(unsigned char c) noexcept nogil:
+    return c >= 48 and c <= 57
+
+
+cdef bint digits_moved(const unsigned char *a, const unsigned char *b, Py_ssize_t n, Py_ssize_t ts,
+                       Py_ssize_t te) noexcept nogil:
+    """Whether ``b`` is ``a`` (both ``n`` bytes) with only digits changed into other digits, none in ``[ts, te)``.
+    Then, for a line ``a`` with a redraw key: every position is a digit in both or in neither, so ``b`` has the same
+    key (the key keeps every other byte and the digits of ``[ts, te)``, its "/TOTAL"), and the same needles where no
+    needle holds a digit (an occurrence lies on the positions that are the same). Eight bytes at a time: a redraw
+    differs from the one before in a few digits (the counter, the times, the speed)."""
+    cdef Py_ssize_t i = 0, k
+    cdef uint64_t x, y
+    while i + 8 <= n:
+        memcpy(&x, a + i, 8)
+        memcpy(&y, b + i, 8)
+        if x != y:
+            for k in range(i, i + 8):
+                if a[k] != b[k] and (not _digit(a[k]) or not _digit(b[k]) or (k >= ts and k < te)):
+                    return False
+        i += 8
+    for k in range(i, n):
+        if a[k] != b[k] and (not _digit(a[k]) or not _digit(b[k]) or (k >= ts and k < te)):
+            return False
+    return True
+
+
+cdef inline int64_t read_counter(const unsigned char *line, Py_ssize_t a, Py_ssize_t b) noexcept nogil:
+    """The value of the digits line[a:b] (at most 18 of them); -1 where there are none."""
+    cdef int64_t v = 0
+    if a == b:
+        return -1
+    while a < b:
+        v = v * 10 + (line[a] - 48)
+        a += 1
+    return v
+
+
+cdef Py_ssize_t redraw_key(const unsigned char *p, Py_ssize_t start, Py_ssize_t end, unsigned char *out,
+                           Py_ssize_t *at, int64_t *counter) noexcept nogil:
+    """progress_shape.redraw_key, byte for byte, written into ``out`` (room for end - start + 3 bytes); its length,
+    or -1 where the line is no tqdm-style bar. ``at[0:2]``: where the counter's digits lie in the line (from its
+    start), ``at[2:4]``: where "/TOTAL" does; ``counter``: its value (-1: none shown)."""
+    cdef const unsigned char *f
+    cdef Py_ssize_t pct, close, i, j, w = 0
+    if end - start > _REDRAW_MAX:
+        return -1
+    f = <const unsigned char *>rlw_memmem(<const char *>p + start, end - start, "%|", 2)
+    if f == NULL:
+        return -1
+    pct = f - p
+    if pct <= start or p[pct - 1] < 48 or p[pct - 1] > 57:
+        return -1
+    f = <const unsigned char *>memchr(p + pct + 2, 124, <size_t>(end - pct - 2)) if end > pct + 2 else NULL
+    if f == NULL:
+        return -1
+    close = f - p
+    for i in range(start, pct):
+        if not _key_drop(p[i]):
+            out[w] = p[i]
+            w += 1
+    out[w] = 37
+    out[w + 1] = 124
+    out[w + 2] = 124
+    w += 3
+    i = close + 1
+    while i < end and p[i] == 32:
+        i += 1
+    at[0] = i - start
+    while i < end and p[i] >= 48 and p[i] <= 57:
+        i += 1
+    at[1] = i - start
+    if at[1] - at[0] > 18:
+        return -1
+    counter[0] = read_counter(p + start, at[0], at[1])
+    j = i
+    if i < end and p[i] == 47:  # "/TOTAL", as written
+        j = i + 1
+        while j < end and p[j] >= 48 and p[j] <= 57:
+            j += 1
+    at[2] = i - start
+    at[3] = j - start
+    while i < j:
+        out[w] = p[i]
+        w += 1
+        i += 1
+    for i in range(j, end):
+        if not _key_drop(p[i]):
+            out[w] = p[i]
+            w += 1
+    return w
+
+
 cdef class Core:
     """The event counter and its incident tracker, compiled (``EventCounter`` and ``IncidentTracker``)."""
 
@@ -2659,6 +2760,8 @@ cdef class Core:
     cdef list subs  # per kind: list of callbacks, or None
     cdef public object errors
     cdef uint64_t progress_mask
+    cdef uint64_t redrawn_mask  # the kinds a bar's redraw counts as (kinds.REDRAWN_KINDS)
+    cdef bint needles_digitless  # no needle holds a digit (see digits_moved)
     cdef int restart
     cdef int banner
     cdef list tag_sink
@@ -2701,6 +2804,7 @@ cdef class Core:
         self.kinds = []
         self.index = {}
         self.progress_mask = 0
+        self.redrawn_mask = 0
         self.restart = -1
         self.banner = -1
         lits = literal_strings(kinds)
@@ -2711,6 +2815,8 @@ cdef class Core:
             k = make_kind(ek, i, lits)
             if k.progress:
                 self.progress_mask |= (<uint64_t>1) << i
+            elif ek.name in _REDRAWN_KINDS and ek.internal:
+                self.redrawn_mask |= (<uint64_t>1) << i
             if ek.name == "restart":
                 self.restart = i
             if ek.name == "_banner":
@@ -2722,6 +2828,7 @@ cdef class Core:
         self.window = rate_window_s if rate_window_s > 1.0 else 1.0
         self.stats = [KindStats(self.recent_lines) for _ in range(self.nk)]
         self.needles = Needles(needles, needle_masks)
+        self.needles_digitless = not any(48 <= c <= 57 for nd in needles for c in nd)
         self.clock_time = clock.time
         self.files = {}
         self.subs = [None] * self.nk
@@ -2825,6 +2932,7 @@ cdef class Core:
         cdef Py_ssize_t nh = -2, stop, end, nxt = 0, start, hit, after
         cdef int64_t moved
         cdef Needles needles = self.needles
+        cdef uint64_t mask, found
         while pos < limit:
             if fs.blocks:
                 if not cr:
@@ -2860,9 +2968,81 @@ cdef class Core:
                     end = nxt = limit
                 else:
                     nxt = end + 1
-            self.line(fs, lines, start, end, lineno, now, needles.mask(p, start, end))
+            mask = needles.mask(p, start, end)
+            found = self.line(fs, lines, start, end, lineno, now, mask)
             lineno += 1
             pos = nxt
+            if found and not (found & ~self.redrawn_mask) and not fs.blocks:
+                pos = self.redraws(fs, lines, start, end, mask, found, pos, limit, &lineno)
+
+    cdef Py_ssize_t redraws(self, FileState fs, Lines lines, Py_ssize_t start, Py_ssize_t end, uint64_t mask,
+                            uint64_t found, Py_ssize_t pos, Py_ssize_t limit, int64_t *lineno) except -2:
+        """events.EventCounter._redraws: the lines after a bar's line that redraw it, all but the last counted here
+        in bulk; where to go on (the last one's start; ``pos`` where there is no run), ``lineno`` moved past them."""
+        cdef unsigned char key[_REDRAW_MAX + 4]
+        cdef unsigned char cand[_REDRAW_MAX + 4]
+        cdef Py_ssize_t at[4]
+        cdef int64_t counter = -1, moved = -1
+        cdef const unsigned char *p = lines.p
+        cdef Py_ssize_t kn = redraw_key(p, start, end, key, at, &counter), q = pos, e, qn = 0, last = pos
+        cdef Py_ssize_t prev = start, prev_n = end - start
+        cdef int64_t run = 0, skipped, first_tag
+        cdef object tagged
+        cdef uint64_t m
+        cdef int i
+        cdef KindStats st
+        cdef FileKind fk
+        cdef Needles needles = self.needles
+        if kn < 0:
+            return pos
+        while q < limit:
+            e = lines.line_end(q, limit, &qn)
+            # the quick test first: the line before with a few digits moved (the same key and needles, see
+            # digits_moved), else the key and the needles, as the Python path finds them
+            if (
+                self.needles_digitless
+                and e - q == prev_n
+                and digits_moved(p + prev, p + q, prev_n, at[2], at[3])
+            ):
+                moved = read_counter(p + q, at[0], at[1])  # the same layout: the counter where it was
+            elif (
+                redraw_key(p, q, e, cand, at, &moved) != kn
+                or memcmp(cand, key, <size_t>kn) != 0
+                or needles.mask(p, q, e) != mask
+            ):
+                break
+            if moved < counter:
+                break  # the counter started over: another bar, or the same drawn again
+            counter = moved
+            prev, prev_n = q, e - q
+            last = q
+            run += 1
+            q = qn
+        if run < 2:
+            return pos
+        skipped = run - 1
+        m = found
+        while m:
+            i = _lowest(m)
+            m &= m - 1
+            st = <KindStats>self.stats[i]
+            fk = <FileKind>fs.kinds[i]
+            st.count += skipped
+            if not fk.has_streak:
+                fk.has_streak = True
+                st.streak_order.append(fs)
+            fk.streak += skipped
+            fs.streaking |= (<uint64_t>1) << i
+        first_tag = lineno[0] if lineno[0] > self.tag_from else self.tag_from
+        if self.tag_sink is not None and first_tag < lineno[0] + skipped:
+            tagged = range(first_tag, lineno[0] + skipped)  # one tag per run, as events.Tag says
+            m = found
+            while m:
+                i = _lowest(m)
+                m &= m - 1
+                self.tag_sink.append((fs.path, tagged, (<Kind>self.kinds[i]).name))
+        lineno[0] += skipped
+        return last
 
     cdef Span when(self, When *w) except *:
         cdef Lines lines
@@ -2883,9 +3063,10 @@ cdef class Core:
             w.have = True
         return w.span
 
-    cdef void line(self, FileState fs, Lines lines, Py_ssize_t start, Py_ssize_t end, int64_t lineno, double now,
-                   uint64_t mask) except *:
-        """events.EventCounter._line: incidents see the line, then each kind it matches counts."""
+    cdef uint64_t line(self, FileState fs, Lines lines, Py_ssize_t start, Py_ssize_t end, int64_t lineno, double now,
+                       uint64_t mask) except? 0xFFFFFFFFFFFFFFFF:
+        """events.EventCounter._line: incidents see the line, then each kind it matches counts; the kinds it
+        counted as."""
         cdef str text, tag, body
         cdef Py_ssize_t bpos
         cdef U ut, ub
@@ -2924,7 +3105,7 @@ cdef class Core:
         if fs.blocks or header(body, ub):  # with no block open only a header matters (IncidentTracker.line)
             self.inc_line(fs, tag, body, ub, lineno, &w)
         if not found:
-            return
+            return 0
         if self.banner >= 0 and found & ((<uint64_t>1) << self.banner):
             fs.banners += 1
             # a second start banner in the same file is the process starting again (counted after the others)
@@ -2938,6 +3119,7 @@ cdef class Core:
             self.count(i, fs, lineno, w.span, sh, now)
         if restart:
             self.count(self.restart, fs, lineno, w.span, sh, now)
+        return found
 
     cdef void piece(self, FileState fs, bytes piece, bint first, bint final, double now, object by) except *:
         """events.EventCounter._piece: one piece of an over-long line, counted once per kind."""

@@ -24,14 +24,15 @@ from rlwatch.common.clock import Clock
 from rlwatch.common.state import EventSummary, Incident, IncidentTally, LogLine, line_ref
 from rlwatch.common.textsafe import clean_line, strip_ansi
 from rlwatch.logs.incidents import EVENT_KINDS, HEADER_WORD, IncidentTracker, Span
-from rlwatch.logs.kinds import EventKind, build_kinds
+from rlwatch.logs.kinds import REDRAWN_KINDS, EventKind, build_kinds
 from rlwatch.logs.matcher import Matcher
 from rlwatch.logs.native import event_path
 from rlwatch.logs.prefixes import prepare
+from rlwatch.logs.progress_shape import redraw_layout
 from rlwatch.logs.tailer import Chunk
 from rlwatch.logs.timestamps import HMS_BYTES, parse_time
 
-__all__ = ["DISPLAY_CHARS", "NATIVE", "EventCounter", "EventKind", "PyEventCounter", "build_kinds"]
+__all__ = ["DISPLAY_CHARS", "NATIVE", "EventCounter", "EventKind", "PyEventCounter", "Tag", "build_kinds"]
 
 DISPLAY_CHARS = 2000  # evidence lines are capped: a multi-megabyte line is shown by its start
 _TERMINATOR = re.compile(rb"\r\n?|\n")
@@ -45,6 +46,10 @@ _LOOK_BACK_LINES = 3
 _LOOK_BACK_BYTES = 8 * 1024
 _TIME_SEARCH_BYTES = 400  # a timestamp sits near the start of a line, behind colour codes and a prefix
 _NAN = float("nan")
+# What the log view is told of a counted line: (path, line number, kind); a run of a bar's redraws passed over in
+# bulk is told as one (path, range of line numbers, kind).
+Tag = tuple[str, int | range, str]
+_DIGITS_AS_ZERO = bytes.maketrans(b"123456789", b"000000000")
 _INF = float("inf")
 # "Train step 1869/2000", "step 1869", "'step': 1869", "global_step=1869": the step a progress line reports. The
 # last one in the line: AReaL's "Epoch 32/166 Step 918/935 Train step 29903/155052 done." counts the run's steps last,
@@ -258,8 +263,13 @@ class PyEventCounter:
         self._internal = frozenset(k.name for k in self._kinds.values() if k.internal)
         self._streaking: dict[str, set[str]] = {}  # path -> kinds with a streak going in it
         self._progress_lines: dict[str, int] = {}  # path -> progress lines counted in it
+        needles = self._matcher.needle_kinds() or []
+        self._digitless = not any(48 <= c <= 57 for needle, _ in needles for c in needle)  # see _redraws
+        self._redrawn = frozenset(
+            k.name for k in self._kinds.values() if k.name in REDRAWN_KINDS and k.internal and not k.progress
+        )
         self.errors: deque[str] = deque(maxlen=20)
-        self._tag_sink: MutableSequence[tuple[str, int, str]] | None = None
+        self._tag_sink: MutableSequence[Tag] | None = None
         self._tag_keep = 0
         self._tag_from = 0
 
@@ -273,9 +283,10 @@ class PyEventCounter:
             raise KeyError(f"unknown event kind {kind!r}")
         self._subs.setdefault(kind, []).append(callback)
 
-    def tag_into(self, sink: MutableSequence[tuple[str, int, str]], keep: int) -> None:
+    def tag_into(self, sink: MutableSequence[Tag], keep: int) -> None:
         """Append (path, line number, kind) of every line counted among the newest ``keep`` of each chunk to
-        ``sink`` (the log view tags only the lines it can still show)."""
+        ``sink`` (the log view tags only the lines it can still show); a run of redraws passed over in bulk as
+        (path, range of line numbers, kind)."""
         self._tag_sink = sink
         self._tag_keep = keep
 
@@ -375,10 +386,85 @@ class PyEventCounter:
             j = i + 1
             while j < n and found[j][0] < end:
                 j += 1
-            self._line(path, state, lines, (start, end, lineno), now, found[i:j])
-            i = j
+            names = self._line(path, state, lines, (start, end, lineno), now, found[i:j])
             lineno += 1
-            pos = nxt
+            if names and self._redrawn.issuperset(names) and path not in open_paths:
+                first = (start, end, found[i:j], names)
+                pos, lineno, j = self._redraws(path, lines, first, (nxt, limit, lineno), found, j)
+            else:
+                pos = nxt
+            i = j
+
+    def _redraws(
+        self,
+        path: str,
+        lines: _Lines,
+        first: tuple[int, int, list[tuple[int, bytes]], list[str]],
+        span: tuple[int, int, int],
+        found: list[tuple[int, bytes]],
+        i: int,
+    ) -> tuple[int, int, int]:
+        """After a bar's line ``first`` (its bounds, needles and the kinds it counted as: ``_progress`` and
+        ``_steplike`` only), pass over the lines that redraw it (progress_shape.redraw_key: the same bar, its
+        counter never going back) with the same needles: all but the last are counted here in bulk, as the first was
+        (the same kinds, no time, nothing handed to subscribers; the log view's tags as one by one); the last is
+        left to be counted as any line, so a subscriber sees a run of redraws by its first and last lines, whose
+        times and counters are the run's. Returns where to go on: the last redraw's start, its number, its first
+        needle (or ``span``'s start and number where there is no run)."""
+        pos, limit, lineno = span
+        data = lines.data
+        layout = redraw_layout(data, first[0], first[1])
+        if layout is None:
+            return pos, lineno, i
+        key, counter, ns, ne, ts, te = layout
+        mask = self._matcher.needle_mask(first[2])
+        prev = data[first[0] : first[1]]
+        prev_zero = prev.translate(_DIGITS_AS_ZERO)
+        n = len(found)
+        q, k, run = pos, i, 0
+        last = (pos, i)
+        while q < limit:
+            end, nxt = lines.end(q, limit)
+            j = k
+            while j < n and found[j][0] < end:
+                j += 1
+            if j == k:
+                break
+            line = data[q:end]
+            # the quick test first, as the compiled path's digits_moved: the line before with only digits moved,
+            # none of "/TOTAL" (then the key and the needles are the same); else the key and the needles
+            if (
+                self._digitless
+                and len(line) == len(prev)
+                and line[ts:te] == prev[ts:te]
+                and line.translate(_DIGITS_AS_ZERO) == prev_zero
+            ):
+                moved = int(line[ns:ne]) if ne > ns else -1
+            else:
+                layout = redraw_layout(data, q, end)
+                if layout is None or layout[0] != key or self._matcher.needle_mask(found[k:j]) != mask:
+                    break
+                _, moved, ns, ne, ts, te = layout
+                prev_zero = line.translate(_DIGITS_AS_ZERO)
+            if moved < counter:
+                break
+            counter, prev = moved, line
+            last = (q, k)
+            run += 1
+            q, k = nxt, j
+        if run < 2:
+            return pos, lineno, i
+        skipped = run - 1
+        names = first[3]
+        for name in names:
+            self._stats[name].count += skipped
+            streaks = self._stats[name].streaks
+            streaks[path] = streaks.get(path, 0) + skipped
+            self._streaking.setdefault(path, set()).add(name)
+        first_tag, stop = max(lineno, self._tag_from), lineno + skipped
+        if self._tag_sink is not None and first_tag < stop:
+            self._tag_sink.extend((path, range(first_tag, stop), name) for name in names)  # one tag per run
+        return last[0], lineno + skipped, last[1]
 
     def _line(
         self,
@@ -388,10 +474,10 @@ class PyEventCounter:
         span: tuple[int, int, int],
         now: float,
         hits: list[tuple[int, bytes]] | None,
-    ) -> None:
+    ) -> list[str]:
         """One line ``data[start:end]`` numbered ``lineno``: incidents see it, then each kind it matches counts.
 
-        ``hits`` are the needles found in the line (None: try every kind)."""
+        ``hits`` are the needles found in the line (None: try every kind). Returns the kinds it counted as."""
         start, end, lineno = span
         raw = lines.data[start:end]
         text, tag, body = prepare(raw)
@@ -410,7 +496,7 @@ class PyEventCounter:
             if stamp:
                 t = stamp[0]
         if not kinds:
-            return
+            return []
         names = [kinds[0].name] if len(kinds) == 1 else [k.name for k in kinds]  # mostly one
         if "_banner" in names:
             state.banners += 1
@@ -422,6 +508,7 @@ class PyEventCounter:
             t = lines.span(start, text, now)
         for name in names:
             self._count(name, path, lineno, t, shown, now)
+        return names
 
     def _piece(
         self, path: str, state: _File, piece: bytes, *, first: bool, final: bool, now: float, by: float | None
@@ -643,7 +730,7 @@ class EventCounter:
         # The implementation's own methods, called without a frame of this class in between.
         self.feed: Callable[[Chunk], None] = impl.feed
         self.subscribe: Callable[[str, Callable[[LogLine], None]], None] = impl.subscribe
-        self.tag_into: Callable[[MutableSequence[tuple[str, int, str]], int], None] = impl.tag_into
+        self.tag_into: Callable[[MutableSequence[Tag], int], None] = impl.tag_into
         self.summaries: Callable[[], dict[str, EventSummary]] = impl.summaries
         self.streaks: Callable[[str], dict[str, int]] = impl.streaks
         self.incidents: Callable[[], tuple[Incident, ...]] = impl.incidents

@@ -14,7 +14,7 @@ from rlwatch.config.models import EventsConfig
 from rlwatch.logs.matcher import required_literals
 from rlwatch.logs.progress_shape import CANDIDATE, CANDIDATE_LITERALS
 
-__all__ = ["PROGRESS_KINDS", "EventKind", "build_kinds", "builtin_kinds"]
+__all__ = ["PROGRESS_KINDS", "REDRAWN_KINDS", "EventKind", "build_kinds", "builtin_kinds"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -380,6 +380,10 @@ _BUILTIN: tuple[EventKind, ...] = (
 )
 
 PROGRESS_KINDS = frozenset(k.name for k in _BUILTIN if k.progress)
+# The kinds a bar's redraw is counted as (verl's bar, any tqdm bar): a run of redraws of one bar, line after line, is
+# counted in bulk and only its first and last lines are handed to subscribers (rlwatch/logs/progress_shape.py
+# redraw_key says what a redraw is; a line that is also of any other kind is never one).
+REDRAWN_KINDS = frozenset({"_progress", "_steplike"})
 
 
 def builtin_kinds(brake_pattern: str = EventsConfig().brake_pattern) -> list[EventKind]:

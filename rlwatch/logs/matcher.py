@@ -308,6 +308,15 @@ class Matcher:
             found = sorted({*found, *extra})
         return found
 
+    def needle_mask(self, hits: Sequence[tuple[int, bytes]]) -> int:
+        """The kinds the needles ``hits`` point to, one bit per kind index: what the compiled path's needle scan
+        says of a line (``Needles.mask``)."""
+        mask = 0
+        for _, needle in hits:
+            for i in self._by_needle.get(needle, ()):
+                mask |= 1 << i
+        return mask
+
     def match_hits(self, body: str, hits: Sequence[tuple[int, bytes]]) -> list[EventKind]:
         """Like :meth:`match`, trying only the kinds that ``hits`` (the needles found in the line) point to."""
         if not hits:

@@ -24,10 +24,20 @@ literals, found by the counter's bulk scan of a chunk, with no expression run ov
 
 from __future__ import annotations
 
+import math
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
-__all__ = ["CANDIDATE", "CANDIDATE_LITERALS", "Reading", "ShapeSteps", "read"]
+__all__ = [
+    "CANDIDATE",
+    "CANDIDATE_LITERALS",
+    "REDRAW_MAX_BYTES",
+    "Reading",
+    "ShapeSteps",
+    "read",
+    "redraw_key",
+    "speed",
+]
 
 # The lines the ``_steplike`` kind hands the training tracker: those holding one of these literals, found by the
 # counter's bulk literal scan with no expression run over the line (the kind's expression is their alternation, see
@@ -80,7 +90,61 @@ _PAIR = re.compile(r"\[\s*(?P<e>\d{1,6})\s*\]\s*\[\s*(?P<n>\d{1,12})\s*/\s*(?P<t
 # llama2.c's `100 | loss 4.2 | lr …`, tinygrad's `  12 4.36 s run, 11.87 loss, …`: the counter leads the record.
 _LEADING = re.compile(r"^\s*(?P<n>\d{1,12})\s+(?:\|\s*)?[^\n]*?\b[Ll]oss\b")
 _WORDS = re.compile(r"[A-Za-z_]{2,}")
+# The speed a bar measured itself: tqdm's `1.36it/s` or `2.08s/it` (its `rate_fmt`), Keras's `3ms/step`. The only
+# speed a log whose lines carry no time has, and the bar's `[elapsed<remaining` follows from it.
+_SPEED = re.compile(r"(?<![\w.])(\d{1,9}(?:\.\d{1,9})?)(it/s|s/it|ms/step|s/step)(?![\w/])")
+_PER_HOUR = {"it/s": 3600.0, "s/it": -3600.0, "ms/step": -3_600_000.0, "s/step": -3600.0}  # < 0: time per step
+# A bar redrawn a million times (tqdm at a terminal, captured; a bar piped through tee) is a million lines that only
+# matter by their first and last: the counter passes over the lines between in bulk (see redraw_key).
+REDRAW_MAX_BYTES = 1024
+_REDRAW_DROP = b"0123456789 "
 _TEMPLATE_WORDS = 16
+
+
+def redraw_key(data: bytes, start: int, end: int) -> tuple[bytes, int] | None:
+    """:func:`redraw_layout`'s key and counter."""
+    layout = redraw_layout(data, start, end)
+    return None if layout is None else (layout[0], layout[1])
+
+
+def redraw_layout(data: bytes, start: int, end: int) -> tuple[bytes, int, int, int, int, int] | None:
+    """What stays the same while a tqdm-style bar on ``data[start:end]`` is redrawn, its counter (-1: none shown),
+    and where the counter's digits and "/TOTAL" lie in the line (from its start); None: no such bar.
+
+    A bar is ``HEAD PCT%|BAR| N/TOTAL REST`` (``Training Progress:  33%|███▎      | 4/12 [00:04<00:09,  1.17s/it]``).
+    The key is the line without its digits and spaces and without the bar's cells, but with ``/TOTAL`` as written:
+    consecutive lines with one key, their counter never going back, are redraws of one bar (the percentage, the
+    counter, the times and the speed move; the text, the units and the total do not). A bar with another total (an
+    evaluation bar beside the training bar) or another text is another bar, and a counter that starts over starts
+    another run (a generation bar drawn again and again is not one bar moving on). Lines over ``REDRAW_MAX_BYTES``,
+    or with a counter of more than 18 digits, are never redraws. The compiled event path (``_eventpath.pyx``
+    ``redraw_key``) reads the same key and counter byte for byte.
+    """
+    if end - start > REDRAW_MAX_BYTES:
+        return None
+    pct = data.find(b"%|", start, end)
+    if pct <= start or not 48 <= data[pct - 1] <= 57:
+        return None
+    close = data.find(b"|", pct + 2, end)
+    if close < 0:
+        return None
+    i = close + 1
+    while i < end and data[i] == 32:
+        i += 1
+    digits = i
+    while i < end and 48 <= data[i] <= 57:
+        i += 1
+    if i - digits > 18:
+        return None
+    counter = int(data[digits:i]) if i > digits else -1
+    j = i
+    if i < end and data[i] == 47:  # "/TOTAL"
+        j = i + 1
+        while j < end and 48 <= data[j] <= 57:
+            j += 1
+    drop = _REDRAW_DROP
+    key = data[start:pct].translate(None, drop) + b"%||" + data[i:j] + data[j:end].translate(None, drop)
+    return key, counter, digits - start, i - start, i - start, j - start
 
 
 @dataclass(frozen=True, slots=True)
@@ -96,6 +160,19 @@ class Reading:
     epoch: int | None
     epochs: int | None
     base: int = 0
+    speed: float | None = None  # steps per hour, as the line's own bar measured it (tqdm's it/s or s/it)
+
+
+def speed(text: str) -> float | None:
+    """Steps per hour from the speed a bar prints (``1.36it/s`` → 4896, ``2.08s/it`` → 1731); None: none shown."""
+    m = _SPEED.search(text)
+    if m is None:
+        return None
+    value = float(m.group(1))
+    scale = _PER_HOUR[m.group(2)]
+    if value <= 0:
+        return None
+    return scale * value if scale > 0 else -scale / value
 
 
 def _template(text: str, name: str, total: int | None) -> str:
@@ -113,6 +190,14 @@ def _epoch(text: str) -> tuple[re.Match[str] | None, int | None, int | None, int
 
 def read(text: str) -> Reading | None:
     """The counter a step-like line carries, or None (not step-like, or a line counting something else)."""
+    r = _read(text)
+    if r is None or "/" not in text:
+        return r
+    rate = speed(text)
+    return r if rate is None else replace(r, speed=rate)
+
+
+def _read(text: str) -> Reading | None:
     if _NOT_STEPS.search(text.lower()) is not None:
         return None
     em, epoch, epochs, base = _epoch(text)
@@ -164,9 +249,9 @@ def read(text: str) -> Reading | None:
 class _Series:
     """One template's counter over the lines: ``last`` as printed, ``step`` the global step it stands for."""
 
-    __slots__ = ("advances", "epoch", "epochs", "last", "low", "offset", "resets", "step", "total")
+    __slots__ = ("advances", "epoch", "epochs", "last", "low", "offset", "resets", "since", "speed", "step", "total")
 
-    def __init__(self, r: Reading, epoch: int | None) -> None:
+    def __init__(self, r: Reading, epoch: int | None, time: float) -> None:
         self.last = self.low = r.value
         self.offset = 0  # the steps of the epochs before (a counter that starts over each epoch, no total shown)
         self.epoch = epoch
@@ -175,6 +260,8 @@ class _Series:
         self.step = r.value
         self.advances = 0
         self.resets = 0  # starts over with no epoch advancing: an evaluation or generation loop's bar
+        self.speed = r.speed  # the latest speed its lines printed (steps per hour)
+        self.since = (time, r.value)  # (time, step) of its first line, or of its start over: where a rate begins
 
 
 _MAX_SERIES = 64
@@ -198,8 +285,9 @@ class ShapeSteps:
             return (epoch - base) * r.total + r.value
         return r.value
 
-    def feed(self, text: str) -> bool:
-        """Read one line; True when it advanced the series whose counter is the run's step."""
+    def feed(self, text: str, time: float = math.nan) -> bool:
+        """Read one line (``time``: its own, or NaN); True when it advanced the series whose counter is the run's
+        step."""
         r = read(text)
         if r is None:
             _, epoch, epochs, base = _epoch(text)
@@ -214,12 +302,16 @@ class ShapeSteps:
         if s is None:
             if len(self._series) >= _MAX_SERIES:
                 return False
-            s = self._series[r.template] = _Series(r, epoch)
+            s = self._series[r.template] = _Series(r, epoch, time)
             s.step = g
+            s.since = (time, g)
             s.epochs = epochs
             return False
         s.epochs = epochs or s.epochs
+        if r.speed is not None:
+            s.speed = r.speed
         advanced_epoch = epoch is not None and s.epoch is not None and epoch > s.epoch
+        before = s.step
         if g != r.value:  # a per-epoch counter placed by its epoch
             if g <= s.step:
                 return False  # a copy, or a rank lagging behind
@@ -236,11 +328,14 @@ class ShapeSteps:
             s.last = s.low = r.value
             s.offset = 0
             s.step = r.value
+            s.since = (time, r.value)
             s.epoch = epoch
             return False
         else:
             return False  # a copy (another rank, another file with the same output) or one lagging behind
-        s.advances += 1
+        # how far it moved, not how many of its lines moved it: a run of a bar's redraws reaches here by its first
+        # and last lines only (the event counter passes over the ones between), and counts as far as all of them
+        s.advances += max(1, s.step - before)
         s.epoch = epoch
         self._primary = self._choose()
         return self._primary is s
@@ -259,6 +354,17 @@ class ShapeSteps:
     def step(self) -> int | None:
         s = self._primary
         return None if s is None else s.step
+
+    def speed(self) -> float | None:
+        """Steps per hour, as the run's bar last measured them (None: its lines print no speed)."""
+        s = self._primary
+        return None if s is None else s.speed
+
+    def since(self) -> tuple[float, int] | None:
+        """(time, step) of the first line of the run's series, or of its start over: the first point of a rate
+        (the time NaN where the line had none)."""
+        s = self._primary
+        return None if s is None else s.since
 
     def total(self) -> int | None:
         """The total the lines show: a global counter's, or a per-epoch counter's times the epochs."""

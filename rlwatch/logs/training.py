@@ -193,8 +193,11 @@ class _Recent:
 
 @dataclass(frozen=True, slots=True)
 class _Hint:
-    global_step: int
-    dicts_at_hint: int  # metric dicts logged before the checkpoint was noticed
+    global_step: int  # the step of the dict numbered dicts_at_hint
+    dicts_at_hint: int  # metric dicts counted up to that step: the checkpoint's own last log, or those counted
+    # when the checkpoint was noticed (until its last log is seen among the dicts)
+    checkpoint: int  # the checkpoint's global_step (the same one passed again changes nothing)
+    anchored: bool = False
 
 
 class TrainingTracker:
@@ -249,6 +252,8 @@ class TrainingTracker:
         self._areal_path: str | None = None
         self._dicts = 0
         self._hint: _Hint | None = None
+        self._anchor: tuple[int, float, float | None] | None = None  # the checkpoint's last log, not seen yet
+        self._dict_keys: OrderedDict[tuple[float, float | None], int] = OrderedDict()  # (epoch, loss) -> dicts
         self._hint_total: int | None = None
         self._logging_steps: int | None = None
         self._rate_points: deque[tuple[float, int]] = deque(maxlen=max(2, history))
@@ -274,12 +279,21 @@ class TrainingTracker:
             self._touch(time)
 
     def set_checkpoint_hint(
-        self, global_step: int | None, max_steps: int | None, logging_steps: int | None = None
+        self,
+        global_step: int | None,
+        max_steps: int | None,
+        logging_steps: int | None = None,
+        last_logged: tuple[int, float, float | None] | None = None,
     ) -> None:
-        """The step, total and logging interval from the latest ``trainer_state.json`` (any may be unknown).
+        """The step, total and logging interval from the latest ``trainer_state.json`` (any may be unknown), and
+        its last training log (step, epoch, loss), for logs whose dicts carry no step (the log's own counter, a
+        bar, wins over all this: :meth:`_step_now`).
 
-        Steps logged after a new ``global_step`` count on from it; calling again with the same one changes nothing,
-        so the engine may pass the hint on every scan.
+        The dict the Trainer printed for that last log is found among those counted (by its epoch and loss): its
+        step is known, and the dicts after it count on from it. Until it is seen, the dicts counted when the
+        checkpoint was noticed stand for its ``global_step`` (a checkpoint read a few dicts late would otherwise
+        put the step behind the log). Calling again with the same checkpoint changes nothing, so the engine may pass
+        the hint on every scan.
         """
         with self._lock:
             self._apply_pending()  # the hint counts the metric dicts logged before it
@@ -288,8 +302,19 @@ class TrainingTracker:
                 self._logging_steps = logging_steps
             if global_step is None or global_step < 0:
                 return
-            if self._hint is None or self._hint.global_step != global_step:
-                self._hint = _Hint(global_step, self._dicts)
+            if self._hint is None or self._hint.checkpoint != global_step:
+                self._hint = _Hint(global_step, self._dicts, global_step)
+                self._anchor = None
+                if last_logged is not None and 0 <= last_logged[0] <= global_step:
+                    self._anchor = last_logged
+                    self._anchor_to(self._dict_keys.get((last_logged[1], last_logged[2])))
+
+    def _anchor_to(self, dicts: int | None) -> None:
+        """The checkpoint's last log is the dict numbered ``dicts`` (None: not seen yet)."""
+        if dicts is None or self._anchor is None or self._hint is None:
+            return
+        self._hint = _Hint(self._anchor[0], dicts, self._hint.checkpoint, anchored=True)
+        self._anchor = None
 
     # -- parsing ---------------------------------------------------------------------------------------------
 
@@ -364,7 +389,8 @@ class TrainingTracker:
     def _parse_shape(self, line: LogLine, text: str, offset: float) -> None:
         """A step known by its shape (any framework's recurring step line). It is the run's step only while no
         framework of the catalogue has said one: those know their step for sure. The compiled path calls this too."""
-        if not self._shape.feed(text):
+        time = line.time
+        if not self._shape.feed(text, time):
             return
         step = self._shape.step()
         if step is None:
@@ -373,14 +399,18 @@ class TrainingTracker:
             self._shape_points.clear()  # the run started over, appending to the same log
         self._shape_step = step
         self._shape_total = self._shape.total()
-        if self._areal_step is not None or self._dicts:
+        if self._areal_step is not None:
             return
-        self._finished = False
-        time = line.time
+        if not self._dicts:  # TRL's dicts say when the run finished (train_runtime); its bar's last redraw does not
+            self._finished = False
         if math.isfinite(time):
             m = time - offset
             if self._last_step_m is None or m >= self._last_step_m:
                 self._last_step_at, self._last_step_m = time, m
+            since = self._shape.since()
+            if not self._shape_points and since is not None and since[0] < time and since[1] < step:
+                self._shape_points.append(since)  # the rate begins at the series' first line (a run of redraws
+                # reaches here by its first and last lines only)
             self._shape_points.append((time, step))
 
     def _parse_rest(self, line: LogLine, text: str, offset: float) -> None:
@@ -465,6 +495,14 @@ class TrainingTracker:
             return
         self._dicts += 1
         self._finished = False
+        epoch = metrics.get("epoch")
+        if epoch is not None:
+            key = (epoch, metrics.get("loss"))
+            self._dict_keys[key] = self._dicts
+            if len(self._dict_keys) > _RECENT:
+                self._dict_keys.popitem(last=False)
+            if self._anchor is not None and key == (self._anchor[1], self._anchor[2]):
+                self._anchor_to(self._dicts)
         if self._areal_step is None:
             self._mark_step(line.time, self._dicts, offset)
         reward = metrics.get("reward")
@@ -510,13 +548,16 @@ class TrainingTracker:
     # -- reading ---------------------------------------------------------------------------------------------
 
     def _step_now(self) -> int | None:
+        """One step, from the best evidence: a framework's own numbered step line; else the counter the log shows
+        (a bar, a step-like line: TRL's dicts carry no number, the Trainer's own bar does); only where the log has
+        no counter, the checkpoint's ``global_step`` and the dicts logged since; else the dicts counted."""
         if self._areal_step is not None:
             return self._areal_step
+        if self._shape_step is not None:
+            return self._shape_step
         hint = self._hint
         if hint is not None:
             return hint.global_step + (self._dicts - hint.dicts_at_hint) * (self._logging_steps or 1)
-        if self._shape_step is not None:  # TRL's dicts carry no number; the Trainer's own bar does
-            return self._shape_step
         return self._dicts or None
 
     def _total_now(self) -> int | None:
@@ -528,20 +569,26 @@ class TrainingTracker:
             return self._shape_total
         return self._hint_total
 
-    def _steps_per_hour(self) -> float | None:
-        if self._areal_step is None and not self._dicts and len(self._shape_points) >= 2:
-            (t0, c0), (t1, c1) = self._shape_points[0], self._shape_points[-1]
+    def _steps_per_hour(self) -> tuple[float | None, str | None]:
+        """Steps per hour and what they come from: ``lines`` (the times of the step lines: their own timestamps, or
+        when each was read while the run wrote them), else ``bar`` (the speed the run's own bar printed, the only
+        one a log whose lines carry no time has). The rate follows the evidence the step comes from."""
+        if self._areal_step is None and self._shape_step is not None:
+            if len(self._shape_points) >= 2:
+                (t0, c0), (t1, c1) = self._shape_points[0], self._shape_points[-1]
+                if t1 > t0 and c1 > c0:
+                    return (c1 - c0) * 3600.0 / (t1 - t0), "lines"
+            bar = self._shape.speed()
+            if bar is not None:
+                return bar, "bar"
+        if len(self._rate_points) >= 2:
+            (t0, c0), (t1, c1) = self._rate_points[0], self._rate_points[-1]
             if t1 > t0 and c1 > c0:
-                return (c1 - c0) * 3600.0 / (t1 - t0)
-        if len(self._rate_points) < 2:
-            return self._bar_rate
-        (t0, c0), (t1, c1) = self._rate_points[0], self._rate_points[-1]
-        if t1 <= t0 or c1 <= c0:
-            return self._bar_rate
-        scale = 1
-        if self._areal_step is None and self._hint is not None:
-            scale = self._logging_steps or 1
-        return (c1 - c0) * scale * 3600.0 / (t1 - t0)
+                scale = 1
+                if self._areal_step is None and self._hint is not None:
+                    scale = self._logging_steps or 1  # a TRL dict is logged every logging_steps steps
+                return (c1 - c0) * scale * 3600.0 / (t1 - t0), "lines"
+        return (self._bar_rate, "bar") if self._bar_rate is not None else (None, None)
 
     def state(self, now: float | None = None) -> TrainingState:
         now = self._clock.time() if now is None else now
@@ -553,11 +600,12 @@ class TrainingTracker:
             total = self._total_now()
             if step is not None and total is not None and self._areal_step is None:
                 step = min(step, total)
+            rate, rate_from = self._steps_per_hour()
             return TrainingState(
                 last_step=step,
                 total_steps=total,
                 reward=self._rewards[-1] if self._rewards else None,
-                steps_per_hour=self._steps_per_hour(),
+                steps_per_hour=rate,
                 stalled=stalled,
                 last_step_at=self._last_step_at,
                 last_line_at=self._last_line_at,
@@ -565,4 +613,5 @@ class TrainingTracker:
                 weight_update_s=tuple(self._updates),
                 weight_update_timeout_s=self._timeout_s,
                 finished=self._finished,
+                rate_from=rate_from,
             )

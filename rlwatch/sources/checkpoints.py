@@ -65,6 +65,21 @@ class TrainerStateSummary(TypedDict):
     logging_steps: int | None
     reward: float | None
     loss: float | None
+    # (step, epoch, loss) of the last training log in log_history: the Trainer printed the same dict (its epoch as
+    # the key), so the tracker can tell which printed dict was that step (None: none, or no epoch on it)
+    last_logged: tuple[int, float, float | None] | None
+
+
+def _last_logged(history: object) -> tuple[int, float, float | None] | None:
+    if not isinstance(history, list):
+        return None
+    for entry in reversed(history):
+        if isinstance(entry, dict) and ("loss" in entry or "reward" in entry) and "train_runtime" not in entry:
+            step, epoch = as_count(entry.get("step")), finite_float(entry.get("epoch"))
+            if step is None or epoch is None:
+                return None
+            return step, epoch, finite_float(entry.get("loss"))
+    return None
 
 
 def parse_areal_name(name: str) -> tuple[int, int, int] | None:
@@ -123,6 +138,7 @@ def parse_trainer_state(text: str) -> TrainerStateSummary | None:
         logging_steps=logging_steps if logging_steps else None,
         reward=_last_metric(history, "reward"),
         loss=_last_metric(history, "loss"),
+        last_logged=_last_logged(history),
     )
 
 

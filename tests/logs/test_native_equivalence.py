@@ -27,7 +27,7 @@ from rlwatch.common.clock import FakeClock
 from rlwatch.common.textsafe import strip_ansi
 from rlwatch.config.models import CustomEvent, EventsConfig
 from rlwatch.logs import events as events_module
-from rlwatch.logs.events import _STEP_NUMBER, EventCounter, build_kinds
+from rlwatch.logs.events import _STEP_NUMBER, EventCounter, Tag, build_kinds
 from rlwatch.logs.incidents import _CHAIN, _FRAME
 from rlwatch.logs.kinds import _CODE_LINE, builtin_kinds
 from rlwatch.logs.learning import LearningTracker
@@ -61,7 +61,7 @@ class Pair:
         ]
         assert self.counters[0].native and not self.counters[1].native
         self.calls: list[list[tuple[str, str, int, str, float]]] = [[], []]
-        self.tags: list[list[tuple[str, int, str]]] = [[], []]
+        self.tags: list[list[Tag]] = [[], []]
         for i, counter in enumerate(self.counters):
             for kind in counter.kinds:
                 counter.subscribe(
@@ -683,3 +683,61 @@ def test_the_dense_log_with_cr_only_ends_counts_as_with_lf(tmp_path: Path) -> No
         counter = pair.counters[0]
         outcomes.append(repr((counter.summaries(), counter.incidents(), pair.calls[0])))
     assert outcomes[0] == outcomes[1]
+
+
+# ------------------------------------------------------------------------------------- a bar redrawn in bulk
+def _redraw_text(rng: random.Random, n: int) -> bytes:
+    """Runs of bar redraws (verl's, the Trainer's, a generation bar starting over), their counters mostly moving on,
+    sometimes going back, their totals, units, texts, stamps and tails changing now and then, with failures, frames
+    and near-bars between them, and every kind of line end."""
+    out: list[bytes] = []
+    step, total, unit, head, tail, stamped = 0, 200, "s/it", "Training Progress: ", "", False
+    for _ in range(n):
+        r = rng.random()
+        if r < 0.01:
+            total = rng.choice([200, 10, 1000])
+        elif r < 0.02:
+            unit = rng.choice(["s/it", "it/s"])
+        elif r < 0.03:
+            head = rng.choice(
+                ["Training Progress: ", "", "(TaskRunner pid=7) Training Progress: ", "Training  Progress: "]
+            )
+        elif r < 0.04:
+            tail = rng.choice(["", ", loss=0.5", " | loss 2.0", ", Traceback", ", act_loss=0.1"])
+        elif r < 0.05:
+            stamped = not stamped
+        elif r < 0.06:
+            step = rng.randrange(0, 5)
+        if r < 0.94:
+            step += rng.choice([0, 0, 0, 0, 1, 1, 9, 995])
+            pct = min(100, step * 100 // total)
+            stamp = f"2026-01-05T08:00:0{rng.randrange(10)}.{rng.randrange(1000)}Z " if stamped else ""
+            speed = f"{rng.choice(['1.'] * 20 + ['12.', ''])}{rng.randrange(100):02d}{unit}"
+            text = f"{stamp}{head}{pct:3d}%|{'█' * (pct // 10):<10}| {step}/{total} [00:{step % 60:02d}<01:00,  {speed}{tail}]"
+        else:
+            text = rng.choice(
+                [
+                    "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB",
+                    "Traceback (most recent call last):",
+                    '  File "/x/train.py", line 3, in <module>',
+                    "RuntimeError: boom",
+                    "{'loss': 0.1, 'grad_norm': 0.2, 'reward': 0.5, 'epoch': 0.01}",
+                    "Training Progress: 12%| no closing bar",
+                    "7%|",
+                    "",
+                ]
+            )
+        out.append(text.encode() + rng.choice([b"\n"] * 6 + [b"\r"] * 3 + [b"\r\n"]))
+    return b"".join(out)
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_a_bar_redrawn_in_bulk_counts_alike(tmp_path: Path, seed: int) -> None:
+    """Issue 35: both paths pass over the same runs of redraws (progress_shape.redraw_key), count them alike and
+    hand their subscribers the same first and last lines, whatever cuts the chunks and the line ends."""
+    rng = random.Random(seed)
+    pair = Pair()
+    data = _redraw_text(rng, 3000)
+    both_on(pair, tailed(tmp_path, "bar.log", data, rng, live=seed % 3 == 2), rng)
+    handed = sum(1 for call in pair.calls[0] if call[0] == "_steplike")
+    assert handed < data.count(b"%|")  # runs were passed over (their lines are not all handed on)

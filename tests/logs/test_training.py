@@ -339,3 +339,82 @@ def test_hint_without_a_step_still_gives_the_total() -> None:
     state = tracker.state(T0)
     assert state.total_steps == 500
     assert state.last_step == 1
+
+
+def trl_bar(n: int, total: int = 150, speed: str = "1.36it/s") -> str:
+    """transformers' Trainer bar (tqdm), as a captured log holds one redraw of it."""
+    filled = n * 10 // total
+    return f" {n * 100 // total:2d}%|{'█' * filled}{' ' * (10 - filled)}| {n}/{total} [00:{n:02d}<01:36,  {speed}]"
+
+
+def test_the_logs_own_bar_gives_the_step_over_a_checkpoint_noticed_late() -> None:
+    """Issue 34: a TRL GRPO run (logging_steps 1) checkpointed at step 20; by the time the checkpoint's
+    trainer_state.json was read, step 21 had been logged. The bar and the 21 dicts say 21: so does the tracker (it
+    said 20, the checkpoint's, beside a log view at 21/150)."""
+    tracker = make()
+    feed = Feed(tracker, "/run/trl/train.log")
+    for n in range(1, 22):
+        t = T0 + n / 1.36
+        feed(trl_bar(n), t, "step")
+        feed(f"{{'loss': 0.01, 'grad_norm': 0.2, 'reward': 0.5, 'epoch': {n / 150:.2f}}}", t, "step")
+    tracker.set_checkpoint_hint(20, 150, logging_steps=1)
+    state = tracker.state(T0 + 21 / 1.36)
+    assert (state.last_step, state.total_steps) == (21, 150)
+    assert state.steps_per_hour == pytest.approx(1.36 * 3600)
+    assert state.rate_from == "lines"
+
+
+def test_a_checkpoint_gives_the_step_only_where_the_log_has_no_counter() -> None:
+    tracker = make()
+    feed = Feed(tracker, "/run/trl/train.log")
+    for n in range(1, 4):
+        feed(f"{{'loss': 0.01, 'reward': 0.5, 'epoch': {n / 150:.2f}}}", T0 + n, "step")
+    tracker.set_checkpoint_hint(20, 150, logging_steps=10)
+    feed("{'loss': 0.01, 'reward': 0.5, 'epoch': 0.2}", T0 + 10, "step")
+    assert tracker.state(T0 + 10).last_step == 30  # the checkpoint's step and one dict of 10 steps since
+
+
+def test_a_bar_in_a_log_without_times_gives_its_own_speed_as_the_rate() -> None:
+    """Issue 34: `rate — ETA —` beside a bar at 1.36it/s. A backlog line carries no time (NaN), so the lines give no
+    rate; the bar's own speed is one, and the panel says where it came from and the ETA it gives."""
+    from rlwatch.widgets.training_panel import rate_line
+
+    tracker = make()
+    feed = Feed(tracker, "/run/trl/train.log")
+    for n in range(0, 22):
+        feed(trl_bar(n, speed="1.36it/s" if n else "?it/s"), math.nan, "step")
+    state = tracker.state(T0)
+    assert state.last_step == 21
+    assert state.steps_per_hour == pytest.approx(1.36 * 3600)
+    assert state.rate_from == "bar"
+    text = rate_line(state, T0).plain
+    assert "4896 steps/h (bar)" in text
+    assert "ETA 1m" in text  # (150 - 21) / 1.36 s: a minute and a half
+    for n in range(22, 25):
+        feed(trl_bar(n, speed="2.50s/it"), math.nan, "step")
+    assert tracker.state(T0).steps_per_hour == pytest.approx(3600 / 2.5)  # tqdm's other unit, the latest redraw
+
+
+def test_a_checkpoint_read_late_counts_on_from_its_own_last_log() -> None:
+    """A dicts-only TRL log (no bar): the checkpoint of step 20 is read after step 21's dict was counted. Its
+    trainer_state.json's last log (step 20, its epoch and loss) is the 20th dict printed: the step is 21, not the
+    checkpoint's 20 plus nothing."""
+    tracker = make()
+    feed = Feed(tracker, "/run/trl/train.log")
+    for n in range(1, 22):
+        feed(f"{{'loss': {n / 1000}, 'reward': 0.5, 'epoch': {n / 150}}}", T0 + n, "step")
+    tracker.set_checkpoint_hint(20, 150, logging_steps=1, last_logged=(20, 20 / 150, 20 / 1000))
+    assert tracker.state(T0 + 21).last_step == 21
+    tracker.set_checkpoint_hint(20, 150, logging_steps=1, last_logged=(20, 20 / 150, 20 / 1000))  # again: the same
+    assert tracker.state(T0 + 21).last_step == 21
+
+
+def test_a_checkpoint_read_before_its_log_is_counted_anchors_when_it_is() -> None:
+    """The checkpoint noticed before the backlog's dicts were counted (a report reads the checkpoint first): its
+    step stands for the dicts counted so far until its own last log is seen among the dicts."""
+    tracker = make()
+    feed = Feed(tracker, "/run/trl/train.log")
+    tracker.set_checkpoint_hint(40, 150, logging_steps=2, last_logged=(40, 20 / 75, 0.02))
+    for n in range(1, 23):  # logged every 2 steps: 2, 4, ... 44
+        feed(f"{{'loss': {n / 1000}, 'reward': 0.5, 'epoch': {n / 75}}}", math.nan, "step")
+    assert tracker.state(T0).last_step == 44

@@ -363,3 +363,17 @@ def test_unrepresentable_root_is_just_missing(clock: FakeClock) -> None:
     scanner = CheckpointScanner([Path("bad\0name")], clock)
     assert scanner.scan().latest is None
     assert scanner.error is None  # missing like any directory not made yet: the config check names it
+
+
+def test_trainer_state_names_its_last_training_log() -> None:
+    """The last training log of log_history (not the run's summary, not an evaluation), by which the training
+    tracker finds the dict the Trainer printed for that step."""
+    history = [
+        {"loss": 0.5, "reward": 0.1, "epoch": 0.1, "step": 10},
+        {"eval_loss": 0.4, "epoch": 0.1, "step": 10},
+        {"loss": 0.25, "epoch": 0.2, "step": 20},
+        {"train_runtime": 12.0, "train_loss": 0.3, "epoch": 0.2, "step": 20},
+    ]
+    summary = parse_trainer_state(json.dumps({"global_step": 20, "log_history": history}))
+    assert summary is not None and summary["last_logged"] == (20, 0.2, 0.25)
+    assert parse_trainer_state(json.dumps({"global_step": 20}))["last_logged"] is None  # type: ignore[index]
