@@ -225,14 +225,14 @@ class Timing:
     cpu: list[float] = field(default_factory=list)
 
 
-def _cpu_run(argv: list[str], env: dict[str, str] | None = None) -> tuple[float, float, bytes]:
+def _cpu_run(argv: list[str], env: dict[str, str] | None = None, cwd: str | None = None) -> tuple[float, float, bytes]:
     """(wall, CPU of the process and its children, stdout) of one command run to its end."""
     import resource
     import time
 
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     t0 = time.perf_counter()
-    out = subprocess.run(argv, capture_output=True, env=env, cwd=ROOT, check=False)
+    out = subprocess.run(argv, capture_output=True, env=env, cwd=cwd or ROOT, check=False)
     wall = time.perf_counter() - t0
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     if out.returncode not in (0, 1):
@@ -285,6 +285,7 @@ def report_round_robin(
         "report, empty log (the start)": (_report_argv(empty), None),
     }
     if before:
+        # run from that checkout: the interpreter puts the working directory first on the path
         contenders["rlwatch report (before)"] = (_report_argv(root), {**os.environ, "PYTHONPATH": before})
     contenders = {k: v for k, v in contenders.items() if shutil.which(v[0][0])}
     scan = "the engine's count alone (bench.count: no start, no report)"
@@ -300,7 +301,7 @@ def report_round_robin(
                 res = _rlwatch_count(str(ds.path), "auto")
                 wall, cpu, out = float(res["wall_s"]), float(res["cpu_s"]), b""  # type: ignore[arg-type]
             else:
-                wall, cpu, out = _cpu_run(argv, env)
+                wall, cpu, out = _cpu_run(argv, env, before if name.endswith("(before)") else None)
             timings[name].wall.append(wall)
             timings[name].cpu.append(cpu)
             outputs[name] = out
@@ -340,9 +341,8 @@ def report_markdown(results: list[dict[str, object]]) -> list[str]:
                 f"| {r['label']} ({int(r['size']) / 1e6:,.0f} MB) | {name} | {cpu:.2f} s | "  # type: ignore[call-overload]
                 f"{', '.join(f'{c:.2f}' for c in t.cpu)} | {median(t.wall):.2f} s | {fmt(cpu / base, 2, '×')} |"
             )
-        out.append(
-            f"| {r['label']} | counts (expected, report, grep, ripgrep) | {'agree' if r['agree'] else '**differ**'} | | | |"
-        )
+        verdict = "agree" if r["agree"] else "**differ**"
+        out.append(f"| {r['label']} | counts (expected, report, grep, ripgrep) | {verdict} | | | |")
     return out
 
 

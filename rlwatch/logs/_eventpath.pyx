@@ -4155,6 +4155,28 @@ cdef void learning_parse(object t, object line) except *:
     if not values:
         return
     found = {}
+    for name, chosen in areal_picks(order):
+        found[name] = (chosen, values[chosen])
+    if not found:
+        return
+    step = t._areal_step if t._areal_step is not None else t._ordinal
+    if recent_add_plain(t._contents, ("areal", step, tuple(sorted(found)))):
+        learning_record(t, step, found, line.time)
+
+
+cdef dict _PICKS = {}  # a stats table's keys, in order -> what canonical_suffix picks from them
+
+
+cdef tuple areal_picks(list order):
+    """canonical_suffix over a row's keys: ((name, the key chosen), ...). A table prints the same keys at every
+    step, so the choice is made once per distinct row (remembered, a few thousand rows at most)."""
+    cdef tuple okey = tuple(order)
+    cdef tuple picks = _PICKS.get(okey)
+    cdef list out
+    cdef str suffix
+    if picks is not None:
+        return picks
+    out = []
     for name, suffixes in _AREAL_SUFFIXES:
         for suffix in suffixes:
             chosen = None
@@ -4163,13 +4185,12 @@ cdef void learning_parse(object t, object line) except *:
                     chosen = key
                     break
             if chosen is not None:
-                found[name] = (chosen, values[chosen])
+                out.append((name, chosen))
                 break
-    if not found:
-        return
-    step = t._areal_step if t._areal_step is not None else t._ordinal
-    if recent_add_plain(t._contents, ("areal", step, tuple(sorted(found)))):
-        learning_record(t, step, found, line.time)
+    if len(_PICKS) >= 4096:
+        _PICKS.clear()
+    picks = _PICKS[okey] = tuple(out)
+    return picks
 
 
 cdef bint _suffixed(str key) except -1:
