@@ -2591,6 +2591,17 @@ cdef bint body_bits(Needles lits, str body, uint64_t *bits) except -1:
     return True
 
 
+cdef bint raw_is_utf8_of(str text, U u, Py_ssize_t bpos) except -1:
+    """Whether the bytes ``text`` was decoded from, from byte ``bpos`` on, are the UTF-8 of ``text[bpos:]``: the
+    decoding replaced nothing (no U+FFFD: the bytes were valid UTF-8) and the first ``bpos`` characters are ASCII
+    (one byte each, so character ``bpos`` starts at byte ``bpos``)."""
+    cdef Py_ssize_t k
+    for k in range(bpos):
+        if at(u, k) >= 128:
+            return False
+    return PyUnicode_FindChar(text, 0xFFFD, 0, u.n, 1) < 0
+
+
 cdef class Core:
     """The event counter and its incident tracker, compiled (``EventCounter`` and ``IncidentTracker``)."""
 
@@ -2856,8 +2867,15 @@ cdef class Core:
         body = PyUnicode_Substring(text, bpos, ut.n) if bpos else text
         ub = uview(body)
         out.lowered = None
-        # every string the kinds it may be look for, found in one pass over the body
-        out.has_bits = mask != 0 and self.lits is not None and body_bits(self.lits, body, out.bits)
+        # every string the kinds it may be look for, found in one pass over the body: a body that is not ASCII is
+        # searched in the line's own bytes where they are its UTF-8 (not encoded again for the search)
+        if mask == 0 or self.lits is None:
+            out.has_bits = False
+        elif not stripped and not PyUnicode_IS_ASCII(body) and raw_is_utf8_of(text, ut, bpos):
+            (<Needles>self.lits).bits(lines.p, start + bpos, end, out.bits)
+            out.has_bits = True
+        else:
+            out.has_bits = body_bits(self.lits, body, out.bits)
         m = mask
         while m:
             i = _lowest(m)
