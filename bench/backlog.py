@@ -367,8 +367,11 @@ def main(argv: list[str] | None = None) -> int:
         dense = label == "dense"
         name = f"trainer-dense-{args.size_mib}MiB.log" if dense else f"trainer-{args.size_mib}MiB.log"
         ds = ensure_dataset(DATA / name, args.size_mib << 20, dense=dense)
-        results.append(report_round_robin(label, ds, args.runs, args.before, log=lambda m: print(m, file=sys.stderr)))
-        for k, v in results[-1]["counts"].items():  # type: ignore[union-attr]
+        result = report_round_robin(label, ds, args.runs, args.before, log=lambda m: print(m, file=sys.stderr))
+        results.append(result)
+        counts = result["counts"]
+        assert isinstance(counts, dict)
+        for k, v in counts.items():
             print(f"  {k}: {v}", file=sys.stderr)
     print("\n".join(report_markdown(results)))
     return 0
