@@ -208,3 +208,174 @@ def markdown(r: BacklogResult) -> list[str]:
         out.append(f"Peak RSS of the counting process: {r.rlwatch_rss_mb:.0f} MB.")
     out += [f"- {m}" for m in r.missing]
     return out
+
+
+# ------------------------------------------------------------------------------ `report` beside the peers (issue 35)
+# `python -m bench.backlog` (issue 35, "the backlog at lnav's speed"): `rlwatch report --json` over a trial holding
+# the dense log, then the calm one, beside grep, ripgrep and lnav in the same rounds, their order turned each round;
+# CPU time (user + system of the process and its children) is the figure to compare on a loaded machine. `--before
+# DIR` adds the report of another checkout of rlwatch (its compiled modules built in place) to every round.
+
+REPORT_TARGET = {"dense": ("lnav", 1.0), "calm": ("grep -cE", 2.0)}
+
+
+@dataclass(slots=True)
+class Timing:
+    wall: list[float] = field(default_factory=list)
+    cpu: list[float] = field(default_factory=list)
+
+
+def _cpu_run(argv: list[str], env: dict[str, str] | None = None, cwd: str | None = None) -> tuple[float, float, bytes]:
+    """(wall, CPU of the process and its children, stdout) of one command run to its end."""
+    import resource
+    import time
+
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    t0 = time.perf_counter()
+    out = subprocess.run(argv, capture_output=True, env=env, cwd=cwd or ROOT, check=False)
+    wall = time.perf_counter() - t0
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    if out.returncode not in (0, 1):
+        raise RuntimeError(f"{argv[:4]} failed ({out.returncode}): {out.stderr.decode(errors='replace')[-400:]}")
+    cpu = after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime
+    return wall, cpu, out.stdout
+
+
+def _report_argv(trial_root: str) -> list[str]:
+    return [
+        PYTHON,
+        "-c",
+        "import sys; from rlwatch.tui.launch import main; sys.exit(main())",
+        "report",
+        "--json",
+        trial_root,
+    ]
+
+
+def report_round_robin(
+    label: str, ds: Dataset, runs: int, before: str | None, log: Callable[[str], None] = print
+) -> dict[str, object]:
+    """One log's rounds: every contender once per round, the order turned by one each round."""
+    import shutil
+    import tempfile
+    from pathlib import Path
+
+    from bench.rundirs import backlog_run
+
+    _warm(ds.path)
+    trial = backlog_run(ROOT / "bench" / "data" / f"report-{label}-run", ds)
+    root = str(trial.parents[3])
+    empty_log = ROOT / "bench" / "data" / "report-empty-run" / trial.relative_to(trial.parents[3])
+    empty_log.parent.mkdir(parents=True, exist_ok=True)
+    empty_log.write_bytes(b"")
+    empty = str(empty_log.parents[3])
+    union = peers.union()
+    rg = ["rg", "--no-config", "--no-unicode", "-c", "-a", "--no-filename"]
+    for ere, _ in peers.KIND_ERE.values():
+        rg += ["-e", ere]
+    home = tempfile.mkdtemp(prefix="bench-lnav-")
+    c_env = {**os.environ, "LC_ALL": "C"}
+    contenders: dict[str, tuple[list[str], dict[str, str] | None]] = {
+        "grep -cE": (["grep", "-cE", union, str(ds.path)], c_env),
+        "ripgrep -c": ([*rg, str(ds.path)], c_env),
+        "lnav": (["lnav", "-n", "-c", ";SELECT lines FROM lnav_file", str(ds.path)], {**os.environ, "HOME": home}),
+        "rlwatch report": (_report_argv(root), None),
+        # The floor: the start alone (the interpreter, the imports, a sampling round, over a trial whose log is
+        # empty), and the engine's count of the log in a process of its own, imports and set-up excluded.
+        "report, empty log (the start)": (_report_argv(empty), None),
+    }
+    if before:
+        # run from that checkout: the interpreter puts the working directory first on the path
+        contenders["rlwatch report (before)"] = (_report_argv(root), {**os.environ, "PYTHONPATH": before})
+    contenders = {k: v for k, v in contenders.items() if shutil.which(v[0][0])}
+    scan = "the engine's count alone (bench.count: no start, no report)"
+    contenders[scan] = ([], None)
+    timings = {name: Timing() for name in contenders}
+    outputs: dict[str, bytes] = {}
+    names = list(contenders)
+    for i in range(runs):
+        order = names[i % len(names) :] + names[: i % len(names)]
+        for name in order:
+            argv, env = contenders[name]
+            if name == scan:
+                res = _rlwatch_count(str(ds.path), "auto")
+                wall, cpu, out = float(res["wall_s"]), float(res["cpu_s"]), b""  # type: ignore[arg-type]
+            else:
+                wall, cpu, out = _cpu_run(argv, env, before if name.endswith("(before)") else None)
+            timings[name].wall.append(wall)
+            timings[name].cpu.append(cpu)
+            outputs[name] = out
+        log(f"  {label} round {i + 1}/{runs}: " + ", ".join(f"{n} {timings[n].cpu[-1]:.2f}s" for n in names))
+    shutil.rmtree(home, ignore_errors=True)
+    counts: dict[str, dict[str, int]] = {"expected": dict(ds.expected)}
+    for name in ("rlwatch report", "rlwatch report (before)"):
+        if name in outputs:
+            events = json.loads(outputs[name])["events"]
+            counts[name] = {k: int(events.get(k, {}).get("count", 0)) for k in REPORTED_KINDS}
+    counts["grep"] = peers.per_kind_counts("grep", ds.path, REPORTED_KINDS)
+    if shutil.which("rg"):
+        counts["ripgrep"] = peers.per_kind_counts("rg", ds.path, REPORTED_KINDS)
+    return {
+        "label": label,
+        "file": Path(ds.path).name,
+        "size": ds.size,
+        "timings": timings,
+        "counts": counts,
+        "agree": all(c == counts["expected"] for c in counts.values()),
+    }
+
+
+def report_markdown(results: list[dict[str, object]]) -> list[str]:
+    out = [
+        "| log | contender | CPU (median) | runs (CPU) | wall (median) | CPU ÷ the target's peer |",
+        "| --- | --- | ---: | --- | ---: | ---: |",
+    ]
+    for r in results:
+        timings = r["timings"]
+        assert isinstance(timings, dict)
+        peer, _ = REPORT_TARGET.get(str(r["label"]), ("grep -cE", 1.0))
+        base = median(timings[peer].cpu) if peer in timings else float("nan")
+        for name, t in timings.items():
+            cpu = median(t.cpu)
+            out.append(
+                f"| {r['label']} ({int(r['size']) / 1e6:,.0f} MB) | {name} | {cpu:.2f} s | "  # type: ignore[call-overload]
+                f"{', '.join(f'{c:.2f}' for c in t.cpu)} | {median(t.wall):.2f} s | {fmt(cpu / base, 2, '×')} |"
+            )
+        verdict = "agree" if r["agree"] else "**differ**"
+        out.append(f"| {r['label']} | counts (expected, report, grep, ripgrep) | {verdict} | | | |")
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    import argparse
+    import sys
+
+    from bench.common import DATA
+    from bench.datagen import ensure_dataset
+
+    p = argparse.ArgumentParser(
+        prog="python -m bench.backlog", description="`rlwatch report` beside grep, ripgrep, lnav"
+    )
+    p.add_argument("--size-mib", type=int, default=100)
+    p.add_argument("--runs", type=int, default=5)
+    p.add_argument("--only", default="dense,calm")
+    p.add_argument("--before", default=None, help="another checkout of rlwatch, timed in the same rounds")
+    args = p.parse_args(argv)
+    DATA.mkdir(parents=True, exist_ok=True)
+    results = []
+    for label in args.only.split(","):
+        dense = label == "dense"
+        name = f"trainer-dense-{args.size_mib}MiB.log" if dense else f"trainer-{args.size_mib}MiB.log"
+        ds = ensure_dataset(DATA / name, args.size_mib << 20, dense=dense)
+        result = report_round_robin(label, ds, args.runs, args.before, log=lambda m: print(m, file=sys.stderr))
+        results.append(result)
+        counts = result["counts"]
+        assert isinstance(counts, dict)
+        for k, v in counts.items():
+            print(f"  {k}: {v}", file=sys.stderr)
+    print("\n".join(report_markdown(results)))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -2743,6 +2743,16 @@ cdef Py_ssize_t redraw_key(const unsigned char *p, Py_ssize_t start, Py_ssize_t 
             w += 1
     return w
 
+cdef bint raw_is_utf8_of(str text, U u, Py_ssize_t bpos) except -1:
+    """Whether the bytes ``text`` was decoded from, from byte ``bpos`` on, are the UTF-8 of ``text[bpos:]``: the
+    decoding replaced nothing (no U+FFFD: the bytes were valid UTF-8) and the first ``bpos`` characters are ASCII
+    (one byte each, so character ``bpos`` starts at byte ``bpos``)."""
+    cdef Py_ssize_t k
+    for k in range(bpos):
+        if at(u, k) >= 128:
+            return False
+    return PyUnicode_FindChar(text, 0xFFFD, 0, u.n, 1) < 0
+
 
 cdef class Core:
     """The event counter and its incident tracker, compiled (``EventCounter`` and ``IncidentTracker``)."""
@@ -3089,8 +3099,15 @@ cdef class Core:
         body = PyUnicode_Substring(text, bpos, ut.n) if bpos else text
         ub = uview(body)
         out.lowered = None
-        # every string the kinds it may be look for, found in one pass over the body
-        out.has_bits = mask != 0 and self.lits is not None and body_bits(self.lits, body, out.bits)
+        # every string the kinds it may be look for, found in one pass over the body: a body that is not ASCII is
+        # searched in the line's own bytes where they are its UTF-8 (not encoded again for the search)
+        if mask == 0 or self.lits is None:
+            out.has_bits = False
+        elif not stripped and not PyUnicode_IS_ASCII(body) and raw_is_utf8_of(text, ut, bpos):
+            (<Needles>self.lits).bits(lines.p, start + bpos, end, out.bits)
+            out.has_bits = True
+        else:
+            out.has_bits = body_bits(self.lits, body, out.bits)
         m = mask
         while m:
             i = _lowest(m)
@@ -4389,6 +4406,28 @@ cdef void learning_parse(object t, object line) except *:
     if not values:
         return
     found = {}
+    for name, chosen in areal_picks(order):
+        found[name] = (chosen, values[chosen])
+    if not found:
+        return
+    step = t._areal_step if t._areal_step is not None else t._ordinal
+    if recent_add_plain(t._contents, ("areal", step, tuple(sorted(found)))):
+        learning_record(t, step, found, line.time)
+
+
+cdef dict _PICKS = {}  # a stats table's keys, in order -> what canonical_suffix picks from them
+
+
+cdef tuple areal_picks(list order):
+    """canonical_suffix over a row's keys: ((name, the key chosen), ...). A table prints the same keys at every
+    step, so the choice is made once per distinct row (remembered, a few thousand rows at most)."""
+    cdef tuple okey = tuple(order)
+    cdef tuple picks = _PICKS.get(okey)
+    cdef list out
+    cdef str suffix
+    if picks is not None:
+        return picks
+    out = []
     for name, suffixes in _AREAL_SUFFIXES:
         for suffix in suffixes:
             chosen = None
@@ -4397,13 +4436,12 @@ cdef void learning_parse(object t, object line) except *:
                     chosen = key
                     break
             if chosen is not None:
-                found[name] = (chosen, values[chosen])
+                out.append((name, chosen))
                 break
-    if not found:
-        return
-    step = t._areal_step if t._areal_step is not None else t._ordinal
-    if recent_add_plain(t._contents, ("areal", step, tuple(sorted(found)))):
-        learning_record(t, step, found, line.time)
+    if len(_PICKS) >= 4096:
+        _PICKS.clear()
+    picks = _PICKS[okey] = tuple(out)
+    return picks
 
 
 cdef bint _suffixed(str key) except -1:

@@ -121,3 +121,20 @@ def test_a_private_key_spread_over_lines_is_cut_and_the_lines_keep_their_count()
     assert len(out) == len(lines) and out[0] == "before" and out[-1] == "after"
     assert PRIVATE_KEY_BODY not in "\n".join(out) and PRIVATE_KEY_BODY[::-1] not in "\n".join(out)
     assert out[2] == out[3] == MASK
+
+
+def test_a_record_is_redacted_once_per_distinct_string() -> None:
+    """A report repeats the same file names, titles and keys hundreds of times: each distinct string is redacted
+    once per call, and every copy of it comes out redacted."""
+    seen: list[str] = []
+
+    def text(s: str) -> str:
+        seen.append(s)
+        return redact(s)
+
+    line = f"ValueError: bad token --hf_token {HF}"
+    record = {"incidents": [{"file": "trainer.log", "title": line, "files": {"trainer.log": 3}} for _ in range(50)]}
+    out = redacted(record, text)
+    assert sorted(seen) == sorted({"incidents", "file", "trainer.log", "title", line, "files"})
+    assert all(HF not in inc["title"] and MASK in inc["title"] for inc in out["incidents"])
+    assert all(inc["files"] == {"trainer.log": 3} for inc in out["incidents"])

@@ -741,3 +741,26 @@ def test_a_bar_redrawn_in_bulk_counts_alike(tmp_path: Path, seed: int) -> None:
     both_on(pair, tailed(tmp_path, "bar.log", data, rng, live=seed % 3 == 2), rng)
     handed = sum(1 for call in pair.calls[0] if call[0] == "_steplike")
     assert handed < data.count(b"%|")  # runs were passed over (their lines are not all handed on)
+
+def test_lines_that_are_not_ascii_are_searched_in_their_own_bytes_alike() -> None:
+    """A body that is not ASCII is searched for the kinds' strings in the line's bytes when they are its UTF-8: after
+    a prefix, after colour codes (stripped: then the text is not the bytes), with bytes that are not UTF-8 (replaced:
+    nor then), with a real U+FFFD, with a prefix that is not ASCII, and an AReaL stats row."""
+    lines = [
+        "│ ppo_actor/task_reward/avg │  1.7e+02 │ ppo_actor/update/actor_loss/max │ 5.0e-01 │",
+        "[rank3]: ü RuntimeError: CUDA out of memory. Tried to allocate 2.00 GiB",
+        "(WorkerDict pid=616, ip=192.168.1.1) ✓ ConnectionRefusedError: [Errno 111] Connection refused",
+        "\x1b[31mü ConnectionRefusedError: [Errno 111] Connection refused\x1b[0m",
+        "\ufffd ConnectionRefusedError: [Errno 111] Connection refused",
+        "[ränk3]: ConnectionRefusedError: [Errno 111] Connection refused",
+        "２０２６ NCCL watchdog thread terminated with exception: Watchdog caught collective operation timeout",
+    ]
+    raw = "\n".join(lines).encode() + b"\n\xff\xfe ConnectionRefusedError: [Errno 111] Connection refused \xc3\n"
+    for block in (len(raw), 64):
+        pair = Pair()
+        for chunk in whole_line_chunks(raw * 3, "/run/t.log", block, backlog_mtime=NOW):
+            pair.feed(chunk)
+        pair.check()
+        summaries = pair.counters[0].summaries()
+        assert summaries["connection_refused"].count >= 15  # every refused line of the three copies, at least
+        assert summaries["cuda_oom"].count == 3
