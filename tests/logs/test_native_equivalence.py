@@ -742,6 +742,7 @@ def test_a_bar_redrawn_in_bulk_counts_alike(tmp_path: Path, seed: int) -> None:
     handed = sum(1 for call in pair.calls[0] if call[0] == "_steplike")
     assert handed < data.count(b"%|")  # runs were passed over (their lines are not all handed on)
 
+
 def test_lines_that_are_not_ascii_are_searched_in_their_own_bytes_alike() -> None:
     """A body that is not ASCII is searched for the kinds' strings in the line's bytes when they are its UTF-8: after
     a prefix, after colour codes (stripped: then the text is not the bytes), with bytes that are not UTF-8 (replaced:
