@@ -347,3 +347,14 @@ def test_a_window_of_records_becomes_reads_the_most_frequent_last_with_the_windo
     assert [x.frames for x in proc.samples] == [COMPUTE, ALLREDUCE, ALLREDUCE, ALLREDUCE]
     assert [x.at - NOW for x in proc.samples] == [1.0, 2.0, 3.0, 4.0]
     assert all(x.blocked for x in proc.samples)  # the main thread neither ran nor woke over the window
+
+
+def test_a_stragglers_place_is_what_only_it_does_not_its_step_loop() -> None:
+    """Every rank spends part of its step in the same loop (a GPU kernel, a sleep): the slow rank is read there more
+    often than in its decode, but the decode is what the others do not do, so that is where it is."""
+    frames = [COMPUTE] * 6 + [DECODE] * 5 + [ALLREDUCE]
+    slow = _proc(1, [_sample(NOW - 80 + i * 7, f, False) for i, f in enumerate(frames)])
+    waiting = _proc(0, _alternating(ALLREDUCE, COMPUTE, 0.75))
+    report = stragglers(_snap(waiting, slow), CTX)
+    assert report is not None and report.slow == ("rank 1",)
+    assert "for rank 1, which is in decode_and_augment (data.py:40) 42 % of its time" in report.message, report.message

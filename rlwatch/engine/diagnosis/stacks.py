@@ -243,11 +243,18 @@ def stragglers(s: Snapshot, ctx: Context) -> StragglerReport | None:
     collective = Counter(x.wait for p in waiting for x in recent[p.label] if x.collective and x.wait)
     wait_in = collective.most_common(1)[0][0] if collective else "a collective"
     mean = 100 * sum(shares[p.label] for p in waiting) / len(waiting)
+    # Where a slow rank is: the frame it spends more of its time in than the ranks waiting for it do. Its own step
+    # loop (a sleep standing for the GPU's work, the same in every rank) is no explanation, however often it is read.
+    theirs = Counter(x.where for p in waiting for x in recent[p.label] if not x.collective)
+    their_reads = sum(len(recent[p.label]) for p in waiting)
     places = []
     for p in slow:
-        xs = [x for x in recent[p.label] if not x.collective]
-        where, n = Counter(x.where for x in xs).most_common(1)[0] if xs else ("?", 0)
-        places.append(f"{_who([p])}, which is in {where} {100 * n / len(recent[p.label]):.0f} % of its time")
+        mine = Counter(x.where for x in recent[p.label] if not x.collective)
+        reads = len(recent[p.label])
+        where, n = (
+            max(mine.items(), key=lambda kv: (kv[1] / reads - theirs[kv[0]] / their_reads, kv[1])) if mine else ("?", 0)
+        )
+        places.append(f"{_who([p])}, which is in {where} {100 * n / reads:.0f} % of its time")
     gpu = _gpu_text(s, procs)
     n = min(len(xs) for xs in recent.values())
     message = (
