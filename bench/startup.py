@@ -123,13 +123,13 @@ def markdown(r: StartupResult, ds: Dataset) -> list[str]:
 # ---------------------------------------------------------------------------------------- the start alone (issue 35)
 
 
-def _cpu_of(argv: list[str], env: dict[str, str] | None) -> tuple[float, float]:
+def _cpu_of(argv: list[str], env: dict[str, str] | None, cwd: str) -> tuple[float, float]:
     """(wall, CPU of the process and its children) of one command run to its end."""
     import resource
 
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     t0 = time.perf_counter()
-    done = subprocess.run(argv, capture_output=True, env=env, check=False)
+    done = subprocess.run(argv, capture_output=True, env=env, cwd=cwd, check=False)
     wall = time.perf_counter() - t0
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     if done.returncode not in (0, 1):
@@ -170,7 +170,8 @@ def start_alone(data_dir: Path, runs: int, before: str | None = None) -> list[st
     names = list(contenders)
     for i in range(runs):
         for name in names[i % len(names) :] + names[: i % len(names)]:
-            w, c = _cpu_of(*contenders[name])
+            # `python -c` puts its working directory first on the path: each checkout runs from its own folder
+            w, c = _cpu_of(*contenders[name], cwd=before if name.endswith(", before") and before else str(ROOT))
             wall[name].append(w)
             cpu[name].append(c)
         print(f"  round {i + 1}/{runs}: " + ", ".join(f"{n} {cpu[n][-1]:.2f}" for n in names), file=sys.stderr)
