@@ -118,3 +118,89 @@ def markdown(r: StartupResult, ds: Dataset) -> list[str]:
         )
     out += [f"- {n}" for n in r.notes]
     return out
+
+
+# ---------------------------------------------------------------------------------------- the start alone (issue 35)
+
+
+def _cpu_of(argv: list[str], env: dict[str, str] | None, cwd: str) -> tuple[float, float]:
+    """(wall, CPU of the process and its children) of one command run to its end."""
+    import resource
+
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    t0 = time.perf_counter()
+    done = subprocess.run(argv, capture_output=True, env=env, cwd=cwd, check=False)
+    wall = time.perf_counter() - t0
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    if done.returncode not in (0, 1):
+        raise RuntimeError(f"{argv[:5]} failed ({done.returncode}): {done.stderr.decode(errors='replace')[-400:]}")
+    return wall, after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime
+
+
+def start_alone(data_dir: Path, runs: int, before: str | None = None) -> list[str]:
+    """CPU of `rlwatch report` over a run whose one log is empty (the start: interpreter, imports, set-up, one
+    sampling round, the report), beside the interpreter's own start (`python -c pass`) and `grep -c` over the same
+    empty file; every contender once per round, the order turned each round, medians. ``before``: another checkout
+    of rlwatch, run from its own folder in the same rounds. The sources are compiled to bytecode first (an install
+    has it)."""
+    import compileall
+    import os
+    import sys
+
+    from bench.common import PYTHON, ROOT
+
+    run_dir = data_dir / "start-empty-run"
+    run_dir.mkdir(parents=True, exist_ok=True)
+    log = run_dir / "trainer.log"
+    log.write_bytes(b"")
+    for folder in [ROOT / "rlwatch", ROOT / "tui", ROOT / "widgets"] + ([Path(before)] if before else []):
+        compileall.compile_dir(str(folder), quiet=1)
+    contenders: dict[str, tuple[list[str], dict[str, str] | None]] = {
+        "`python -c pass`": ([PYTHON, "-c", "pass"], None),
+        "`grep -c x` over the empty log": (["grep", "-c", "x", str(log)], None),
+        "`rlwatch report RUN_DIR`": (rlwatch_argv("report", str(run_dir)), None),
+        "`rlwatch report --json RUN_DIR`": (rlwatch_argv("report", "--json", str(run_dir)), None),
+    }
+    if before:
+        env = {**os.environ, "PYTHONPATH": before}
+        contenders["`rlwatch report RUN_DIR`, before"] = (rlwatch_argv("report", str(run_dir)), env)
+        contenders["`rlwatch report --json RUN_DIR`, before"] = (rlwatch_argv("report", "--json", str(run_dir)), env)
+    cpu: dict[str, list[float]] = {name: [] for name in contenders}
+    wall: dict[str, list[float]] = {name: [] for name in contenders}
+    names = list(contenders)
+    for i in range(runs):
+        for name in names[i % len(names) :] + names[: i % len(names)]:
+            # `python -c` puts its working directory first on the path: each checkout runs from its own folder
+            w, c = _cpu_of(*contenders[name], cwd=before if name.endswith(", before") and before else str(ROOT))
+            wall[name].append(w)
+            cpu[name].append(c)
+        print(f"  round {i + 1}/{runs}: " + ", ".join(f"{n} {cpu[n][-1]:.2f}" for n in names), file=sys.stderr)
+    peer = median(cpu["`python -c pass`"])
+    out = [
+        "| contender | CPU (median) | runs (CPU) | wall (median) | CPU − the interpreter's start |",
+        "| --- | ---: | --- | ---: | ---: |",
+    ]
+    for name in names:
+        c = median(cpu[name])
+        out.append(
+            f"| {name} | {c:.3f} s | {', '.join(f'{v:.2f}' for v in cpu[name])} | {median(wall[name]):.3f} s | "
+            f"{c - peer:.3f} s |"
+        )
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    import argparse
+
+    from bench.common import DATA
+
+    p = argparse.ArgumentParser(prog="python -m bench.startup", description="the start of `rlwatch report` alone")
+    p.add_argument("--runs", type=int, default=11)
+    p.add_argument("--before", default=None, help="another checkout of rlwatch, timed in the same rounds")
+    args = p.parse_args(argv)
+    print("\n".join(start_alone(DATA, args.runs, args.before)))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

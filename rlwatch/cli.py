@@ -69,9 +69,22 @@ class _Version(argparse.Action):
         parser.exit(message=f"rlwatch {__version__} ({which()})\n")
 
 
-def build_parser() -> argparse.ArgumentParser:
-    from rlwatch.sim import SCENARIOS
+class _ScenarioHelp(argparse.RawDescriptionHelpFormatter):
+    """`demo --help`: its list of scenarios is read from the simulator when the help is shown, so that parsing the
+    command line of every other command does not import it (a few ms of each start)."""
 
+    def add_text(self, text: str | None) -> None:
+        if text == _SCENARIOS_EPILOG:
+            from rlwatch.sim import SCENARIOS
+
+            text = "scenarios:\n" + "\n".join(f"  {name:<18} {about}" for name, about in SCENARIOS.items())
+        super().add_text(text)
+
+
+_SCENARIOS_EPILOG = "scenarios: (listed when the help is shown)"
+
+
+def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="rlwatch",
         usage="rlwatch [RUN_DIR] [--config FILE] [--profile NAME] [--readonly] [--interval SECONDS]\n"
@@ -97,12 +110,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--readonly", action="store_true", help="disable every action")
     p.add_argument("--interval", type=float, default=None, metavar="SECONDS", help="sampling interval")
 
-    scenarios = "\n".join(f"  {name:<18} {about}" for name, about in SCENARIOS.items())
     p = sub.add_parser(
         "demo",
         help="the dashboard on a simulated training host",
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-        epilog=f"scenarios:\n{scenarios}",
+        formatter_class=_ScenarioHelp,
+        epilog=_SCENARIOS_EPILOG,
     )
     p.add_argument("--scenario", default="server-crash", metavar="NAME", help="one of the scenarios below")
     p.add_argument("--speed", type=float, default=1.0)

@@ -83,3 +83,28 @@ def test_every_package_is_installed() -> None:
         if "__init__.py" in files
     }
     assert found == listed
+
+
+def test_report_redacts_without_requests_and_reads_without_watchfiles(tmp_path: Path) -> None:
+    """What the start of `report` leaves out (bench/startup.py measures it): detect-secrets' formats are read from
+    its plugins' source, so redacting imports neither detect-secrets' scanner nor requests and its network stack;
+    watchfiles is imported only by a waker's thread, which a report never starts; http.client, urllib.request and
+    ssl only by a probe of a server or of Ray's dashboard, which a run without either never makes; PyYAML only to
+    read a file, and this run has no rlwatch.yaml and no training config; the simulator only for `demo --help`'s
+    list of scenarios or a simulated run."""
+    (tmp_path / "trainer.log").write_text("HF_TOKEN=hf_abcdefghijklmnopqrstuvwxyz0123 ghp_" + "a" * 36 + "\n")
+    code = (
+        "import json, sys\n"
+        "from rlwatch.cli import main\n"
+        f"rc = main(['report', {str(tmp_path)!r}, '--json'])\n"
+        "from rlwatch.common import redact\n"
+        "built = redact._formats.cache_info().currsize\n"
+        "roots = ('requests', 'urllib3', 'charset_normalizer', 'detect_secrets', 'watchfiles', 'ssl', 'yaml')\n"
+        "loaded = sorted(m for m in sys.modules if m.split('.')[0] in roots or m in ('http.client', 'urllib.request', 'rlwatch.sim'))\n"
+        "print('LOADED=' + json.dumps([built, loaded]))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False)
+    assert out.returncode in (0, 1), out.stderr
+    marker = [line for line in out.stdout.splitlines() if line.startswith("LOADED=")]
+    assert marker and json.loads(marker[0][len("LOADED=") :]) == [1, []]  # the formats were built, and redacted
+    assert "hf_abcdefghijklmnopqrstuvwxyz0123" not in out.stdout

@@ -36,7 +36,10 @@ import dataclasses
 import functools
 import re
 from collections.abc import Callable, Iterable, Sequence
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
+
+if TYPE_CHECKING:
+    import ast
 
 __all__ = ["MASK", "clean_text", "for_others", "redact", "redact_argv", "redact_lines", "redacted"]
 
@@ -117,19 +120,123 @@ _PASSWORDS = ("password", "passwd", "passphrase")
 
 @functools.cache
 def _formats() -> re.Pattern[str]:
-    """detect-secrets' token formats and ours, as one alternation (imported at first use: detect-secrets is only
-    needed once something leaves)."""
+    """detect-secrets' token formats and ours, as one alternation (built at first use: only once something leaves)."""
+    patterns: list[str] = list(_OWN_FORMATS)
+    for pattern in _plugin_patterns():
+        if pattern not in patterns:
+            patterns.append(_no_groups(pattern))
+    return re.compile("|".join(f"(?:{p})" for p in patterns))
+
+
+def _standalone(pattern: str) -> bool:
+    """A format that stands alone: a pattern that reaches for a key name or a quote is the key-value rule's job, and
+    its match would cut the name too."""
+    return re.search(r"['\"]|\\s|\.\{0,", pattern) is None
+
+
+def _plugin_patterns() -> list[str]:
+    """The stand-alone patterns of detect-secrets' plugins, in their order: read from the plugins' source where it
+    says them literally, else from the imported plugins.
+
+    Importing one plugin costs a sixth of a second of every command's start: the package's ``__init__`` loads its
+    whole scanner, and the plugins' base module imports requests (urllib3, charset_normalizer, ssl) to verify
+    secrets, which rlwatch never does. Their ``denylist`` is a literal list of ``re.compile(r"...")`` in every
+    plugin rlwatch uses, so the source says the same, and anything it does not say literally sends the whole
+    list to the import (tests/common/test_redact_plugins.py checks both agree)."""
+    read = _read_plugin_patterns()
+    return read if read is not None else _import_plugin_patterns()
+
+
+def _import_plugin_patterns() -> list[str]:
     import importlib
 
-    patterns: list[str] = list(_OWN_FORMATS)
+    out: list[str] = []
     for module, name in _DETECT_SECRETS_PLUGINS:
         plugin = getattr(importlib.import_module(f"detect_secrets.plugins.{module}"), name)
-        for rx in plugin.denylist:
-            # Only the formats that stand alone: a pattern that reaches for a key name or a quote is the key-value
-            # rule's job, and its match would cut the name too.
-            if not re.search(r"['\"]|\\s|\.\{0,", rx.pattern) and rx.pattern not in patterns:
-                patterns.append(_no_groups(rx.pattern))
-    return re.compile("|".join(f"(?:{p})" for p in patterns))
+        out += [rx.pattern for rx in plugin.denylist if _standalone(rx.pattern)]
+    return out
+
+
+def _read_plugin_patterns() -> list[str] | None:
+    import ast
+    import importlib.util
+    import os
+
+    try:
+        spec = importlib.util.find_spec("detect_secrets")
+    except (ImportError, ValueError):
+        return None
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    base = next(iter(spec.submodule_search_locations))
+    out: list[str] = []
+    for module, name in _DETECT_SECRETS_PLUGINS:
+        try:
+            with open(os.path.join(base, "plugins", f"{module}.py"), encoding="utf-8") as fh:
+                tree = ast.parse(fh.read())
+        except (OSError, SyntaxError, ValueError):
+            return None
+        found = _literal_denylist(tree, name)
+        if found is None:
+            return None
+        out += found
+    return out
+
+
+def _literal_denylist(tree: ast.Module, name: str) -> list[str] | None:
+    """The stand-alone patterns of class ``name``'s ``denylist``, when its source says each of them; else None."""
+    import ast
+
+    classes = [n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == name]
+    if len(classes) != 1:
+        return None
+    values = [
+        n.value
+        for n in classes[0].body
+        if isinstance(n, ast.Assign)
+        and len(n.targets) == 1
+        and isinstance(n.targets[0], ast.Name)
+        and n.targets[0].id == "denylist"
+    ]
+    if len(values) != 1 or not isinstance(values[0], (ast.Tuple, ast.List)):
+        return None
+    out: list[str] = []
+    for item in values[0].elts:
+        if not (
+            isinstance(item, ast.Call)
+            and ast.unparse(item.func) == "re.compile"
+            and item.args
+            and all(k.arg == "flags" for k in item.keywords)
+        ):
+            return None
+        arg = item.args[0]
+        if isinstance(arg, ast.Constant) and isinstance(arg.value, str):
+            if _standalone(arg.value):
+                out.append(arg.value)
+        elif not _not_standalone_template(arg):
+            return None  # a pattern built at run time: only the import can say what it is
+    return out
+
+
+def _not_standalone_template(node: ast.expr) -> bool:
+    """``"...".format(...)`` whose literal text already reaches for a quote or a key name: whatever is put in its
+    fields, the pattern is not a stand-alone one (detect-secrets' AWS secret-key pattern)."""
+    import ast
+    import string
+
+    if not (
+        isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Attribute)
+        and node.func.attr == "format"
+        and isinstance(node.func.value, ast.Constant)
+        and isinstance(node.func.value.value, str)
+    ):
+        return False
+    try:
+        parts = [literal for literal, *_ in string.Formatter().parse(node.func.value.value)]
+    except ValueError:
+        return False
+    return any(not _standalone(part) for part in parts)
 
 
 def _no_groups(pattern: str) -> str:

@@ -25,8 +25,6 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import BinaryIO
 
-import yaml
-
 from rlwatch.common.clock import Clock, SystemClock
 from rlwatch.common.trust import open_read
 from rlwatch.config.models import Config, HostConfig, ProcessRule, Provenance, ServerConfig
@@ -393,6 +391,8 @@ def _read_tail(path: Path, size: int = TAIL_BYTES) -> str:
 
 
 def _yaml_keys(path: Path) -> set[str]:
+    import yaml  # PyYAML is imported where a file is read: a run without one does not pay for it at the start
+
     try:
         with open_read(path) as fh:
             data = fh.read(MAX_YAML_BYTES + 1)
@@ -856,6 +856,8 @@ def _server_clue(seen: Seen, config_file: str | None, run_found: bool) -> Clue |
 
 
 def _yaml_doc(path: Path) -> object:
+    import yaml
+
     try:
         with open_read(path) as fh:
             data = fh.read(MAX_YAML_BYTES + 1)

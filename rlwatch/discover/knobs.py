@@ -11,8 +11,6 @@ import math
 import re
 from pathlib import Path
 
-import yaml
-
 from rlwatch.common.trust import open_read
 
 AREAL_KNOBS: tuple[str, ...] = (
@@ -124,6 +122,8 @@ def knobs_from_mapping(data: dict[object, object]) -> dict[str, str]:
 
 def load_knobs(path: Path) -> tuple[dict[str, str], str | None]:
     """The knobs of a training YAML and a one-line error when the file could not be used."""
+    import yaml  # here: a run without a training config does not pay for PyYAML at the start
+
     try:
         with open_read(path) as fh:
             raw = fh.read(MAX_BYTES + 1)

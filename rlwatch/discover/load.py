@@ -26,17 +26,19 @@ import stat
 from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
-from typing import Any, get_args, get_origin
+from typing import TYPE_CHECKING, Any, get_args, get_origin
 
-import yaml
 from pydantic import BaseModel, ValidationError
-from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
 
 from rlwatch.common.globbing import iglob
 from rlwatch.common.textsafe import redact
 from rlwatch.common.trust import LinkRefused, config_distrust, open_followed
 from rlwatch.config.models import Config, Provenance
 from rlwatch.discover.discovery import discover
+
+if TYPE_CHECKING:
+    import yaml
+    from yaml.nodes import MappingNode, Node, SequenceNode
 
 MAX_CONFIG_BYTES = 1 << 20  # a configuration is a few KiB; anything this big is the wrong file
 MAX_VALUES = 100_000  # values after alias expansion: bounds the work an alias bomb could cause
@@ -127,6 +129,8 @@ def _read_text(path: Path, name: str) -> str:
 
 
 def _yaml_error(name: str, text: str, exc: yaml.YAMLError) -> ConfigError:
+    import yaml
+
     if isinstance(exc, yaml.reader.ReaderError):
         line = text.count("\n", 0, max(exc.position, 0)) + 1
         char = exc.character if isinstance(exc.character, str) else chr(exc.character)
@@ -148,6 +152,10 @@ def _yaml_error(name: str, text: str, exc: yaml.YAMLError) -> ConfigError:
 
 
 def _compose(name: str, text: str) -> tuple[Node | None, yaml.SafeLoader]:
+    # PyYAML is imported here and in the functions below, all reached only from a file being parsed: a run
+    # without an rlwatch.yaml does not pay for it at the start (tests/test_import_hygiene.py).
+    import yaml
+
     try:
         loader = yaml.SafeLoader(text)
     except yaml.YAMLError as exc:
@@ -189,6 +197,8 @@ class _Builder:
         return ConfigError(self.name, problem, line=_line(node), key=path or None)
 
     def build(self, node: Node, path: str = "") -> tuple[object, int]:
+        from yaml.nodes import MappingNode, SequenceNode
+
         key = id(node)
         if key in self.done:
             return self.done[key]
@@ -210,6 +220,8 @@ class _Builder:
         return result
 
     def _scalar(self, node: Node, path: str) -> object:
+        import yaml
+
         try:
             return self.loader.construct_object(node, deep=True)
         except yaml.YAMLError as exc:
@@ -231,6 +243,9 @@ class _Builder:
         return items, total
 
     def _mapping(self, node: MappingNode, path: str) -> tuple[object, int]:
+        import yaml
+        from yaml.nodes import ScalarNode
+
         if node.tag != _MAP_TAG:
             raise self.error(node, path, f"unsupported tag {node.tag}")
         seen: dict[str, int] = {}
@@ -318,6 +333,8 @@ def _walk(root: Node, loc: tuple[int | str, ...]) -> tuple[Node, int]:
 
     For a mapping entry the key node is returned for the last part: the line where the key was written.
     """
+    from yaml.nodes import MappingNode, ScalarNode, SequenceNode
+
     node = root
     for depth, part in enumerate(loc):
         if isinstance(node, MappingNode) and isinstance(part, str):
@@ -386,6 +403,8 @@ def _validation_error(name: str, root: Node, exc: ValidationError) -> ConfigErro
 
 def parse_config(text: str, name: str = RUN_DIR_FILE) -> Config:
     """Validate configuration text; ``name`` is the file name errors start with."""
+    from yaml.nodes import MappingNode, ScalarNode
+
     root, loader = _compose(name, text)
     if root is None:
         return Config()

@@ -222,6 +222,25 @@ def _native_scanner(needles: Sequence[bytes]) -> _Hyperscan | None:
         return None
 
 
+def _overlaps(needles: Sequence[bytes]) -> dict[bytes, list[tuple[int, bytes]]]:
+    """needle a -> [(offset, needle b)] where b may begin inside a at that offset and run past a's end (a proper
+    suffix of a is a proper prefix of b), ordered by b's place in ``needles``, then by offset from a's end.
+
+    Found through a table of the needles' proper prefixes, not by comparing every cut of every pair: that was
+    90 thousand slices for the built-in kinds, a thirtieth of a second of every start."""
+    order = {b: i for i, b in enumerate(needles)}
+    starting: dict[bytes, list[bytes]] = {}
+    for b in needles:
+        for cut in range(1, len(b)):
+            starting.setdefault(b[:cut], []).append(b)
+    out: dict[bytes, list[tuple[int, bytes]]] = {}
+    for a in needles:
+        found = [(order[b], cut, b) for cut in range(1, len(a)) for b in starting.get(a[len(a) - cut :], ())]
+        if found:
+            out[a] = [(len(a) - cut, b) for _, cut, b in sorted(found)]
+    return out
+
+
 class Matcher:
     """Finds candidate lines in a chunk by literal, then decides which kinds a line really is."""
 
@@ -254,12 +273,7 @@ class Matcher:
         # Kinds to try on a line, by the set of needles found in it (most lines hold one needle).
         self._tries: dict[bytes | frozenset[bytes], tuple[int, ...]] = {n: ks for n, ks in self._by_needle.items()}
         # needle -> (offset, other needle) where the other may begin inside it and run past its end
-        self._overlaps: dict[bytes, list[tuple[int, bytes]]] = {}
-        for a in minimal:
-            for b in minimal:
-                for cut in range(1, min(len(a), len(b))):
-                    if a[len(a) - cut :] == b[:cut]:
-                        self._overlaps.setdefault(a, []).append((len(a) - cut, b))
+        self._overlaps = _overlaps(minimal)
 
     @property
     def scanner(self) -> str:

@@ -14,8 +14,6 @@ import threading
 from collections.abc import Sequence
 from typing import Literal
 
-import watchfiles
-
 __all__ = ["Waker", "watch_roots"]
 
 _MAGIC = re.compile(r"[*?\[]")
@@ -117,6 +115,10 @@ class Waker:
             missing = len(existing) < len(self._roots)
             self._watching_all = not missing
             try:
+                # Imported by the watcher thread, not the module: a command that never follows its logs (`report`)
+                # does not pay its 20-40 ms at the start (tests/test_import_hygiene.py).
+                import watchfiles
+
                 for changes in watchfiles.watch(
                     *existing,
                     watch_filter=None,

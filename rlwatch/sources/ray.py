@@ -20,7 +20,6 @@ Three witnesses, each read safely and never raising into the engine:
 
 from __future__ import annotations
 
-import http.client
 import ipaddress
 import os
 import re
@@ -174,6 +173,8 @@ def query_state_api(base: str, path: str, *, token: str | None, timeout_s: float
     """GET ``base + path`` (the dashboard's State API) → (the JSON answer, None) or (None, why not, in one line).
 
     No proxy, no redirect is followed (the token would go with it), the answer is bounded; never raises."""
+    import http.client  # here: with ssl it is 20-40 ms of every start, and most runs have no Ray dashboard to ask
+
     parts = urllib.parse.urlsplit(base)
     if parts.scheme not in ("http", "https") or not parts.hostname:
         return None, f"not an http(s) address: {parts.scheme or '?'}://…"

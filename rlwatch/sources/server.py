@@ -9,22 +9,31 @@ server on the same host.
 
 from __future__ import annotations
 
-import http.client
+import functools
 import socket
 import threading
-import urllib.error
-import urllib.request
+from typing import TYPE_CHECKING
 
 from rlwatch.common.clock import Clock
 from rlwatch.common.state import ServerState
 from rlwatch.config.models import ServerConfig
 from rlwatch.sources import one_line
 
+if TYPE_CHECKING:
+    import urllib.request
+
 DEFAULT_HEALTH_PATHS = {"sglang": "/health", "vllm": "/health", "trl": "/health/"}
 
 MAX_STUCK = 3  # requests left hanging on a server that never finishes its answer
 
-_OPENER = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+
+@functools.cache
+def _opener() -> urllib.request.OpenerDirector:
+    """urllib's opener without the environment's proxies, built at the first probe: urllib.request, http.client and
+    ssl cost 20-40 ms of the start of a command that may never probe a server (a report of a run without one)."""
+    import urllib.request
+
+    return urllib.request.build_opener(urllib.request.ProxyHandler({}))
 
 
 def health_url(cfg: ServerConfig) -> str | None:
@@ -38,6 +47,9 @@ def health_url(cfg: ServerConfig) -> str | None:
 
 def _describe(exc: BaseException, timeout_s: float) -> str:
     """An exception from urllib in the words of a person looking at a server."""
+    import http.client
+    import urllib.error
+
     if isinstance(exc, urllib.error.URLError) and not isinstance(exc, urllib.error.HTTPError):
         reason = exc.reason
         if isinstance(reason, BaseException):
@@ -63,9 +75,12 @@ def _describe(exc: BaseException, timeout_s: float) -> str:
 
 
 def _request(url: str, timeout: float) -> tuple[int | None, str | None]:
+    import urllib.error
+    import urllib.request
+
     try:
         request = urllib.request.Request(url, method="GET", headers={"User-Agent": "rlwatch"})  # noqa: S310
-        with _OPENER.open(request, timeout=timeout) as response:
+        with _opener().open(request, timeout=timeout) as response:
             return int(response.status), None
     except urllib.error.HTTPError as exc:
         exc.close()
