@@ -245,28 +245,39 @@ cdef str strip_sgr(str text):
     cdef const unsigned char *src
     cdef unsigned char *dst
     cdef bytearray buf
-    cdef Py_ssize_t w, i, j, start = 0
+    cdef Py_ssize_t w, i, j, esc, start = 0
     cdef uc c
     cdef list keep
-    if u.kind == 1:  # one byte a character: copied without the codes into a buffer
+    if u.kind == 1:  # one byte a character: the runs between codes copied into a buffer (found by memchr)
         src = <const unsigned char *>u.data
-        buf = bytearray(u.n)
-        dst = <unsigned char *>(<char *>buf)
+        buf = None
+        dst = NULL
         w = 0
         i = 0
         while i < u.n:
-            if src[i] == 27 and i + 1 < u.n and src[i + 1] == 91:
-                j = i + 2
+            j = find_byte(src, 27, i, u.n)
+            if j < 0:
+                break
+            esc = j
+            j += 1
+            if j < u.n and src[j] == 91:
+                j += 1
                 while j < u.n and ((48 <= src[j] <= 57) or src[j] == 59):
                     j += 1
                 if j < u.n and src[j] == 109:
+                    if buf is None:
+                        buf = bytearray(u.n)
+                        dst = <unsigned char *>(<char *>buf)
+                    memcpy(dst + w, src + start, <size_t>(esc - start))
+                    w += esc - start
+                    start = j + 1
                     i = j + 1
                     continue
-            dst[w] = src[i]
-            w += 1
-            i += 1
-        if w == u.n:
+            i = esc + 1
+        if buf is None:
             return text
+        memcpy(dst + w, src + start, <size_t>(u.n - start))
+        w += u.n - start
         return PyUnicode_FromKindAndData(1, dst, w)
     keep = []
     i = 0
@@ -1844,10 +1855,34 @@ cdef str signature(tuple parts):
     return <str>sig
 
 
+cdef extern from *:
+    """
+    #include <stdint.h>
+    #include <string.h>
+    /* Every byte of ASCII text in 0x20..0x7e, eight at a time: a byte below 0x20, or one equal to 0x7f (the only
+       one above 0x7e in ASCII), sets its high bit in lt or eq (exact as an answer for bytes below 0x80). */
+    static int rlw_ascii_printable(const unsigned char *p, Py_ssize_t n) {
+        const uint64_t ones = 0x0101010101010101ULL, highs = 0x8080808080808080ULL;
+        Py_ssize_t i = 0;
+        uint64_t x, y;
+        for (; i + 8 <= n; i += 8) {
+            memcpy(&x, p + i, 8);
+            y = x ^ (ones * 0x7f);
+            if ((((x - ones * 0x20) & ~x) | ((y - ones) & ~y)) & highs)
+                return 0;
+        }
+        for (; i < n; i++)
+            if (p[i] < 32 || p[i] > 126)
+                return 0;
+        return 1;
+    }
+    """
+    bint rlw_ascii_printable(const unsigned char *p, Py_ssize_t n) noexcept nogil
+
+
 cdef bint printable(str t) except -1:
     """``t.isprintable()``, without a call for ASCII text (printable: 0x20 to 0x7e)."""
-    cdef const unsigned char *p
-    cdef Py_ssize_t i, n
+    cdef Py_ssize_t i
     cdef U u
     cdef uc c
     if not PyUnicode_IS_ASCII(t):
@@ -1859,12 +1894,7 @@ cdef bint printable(str t) except -1:
             if not Py_UNICODE_ISPRINTABLE(c):
                 return False
         return True
-    p = <const unsigned char *>PyUnicode_DATA(t)
-    n = PyUnicode_GET_LENGTH(t)
-    for i in range(n):
-        if p[i] < 32 or p[i] > 126:
-            return False
-    return True
+    return rlw_ascii_printable(<const unsigned char *>PyUnicode_DATA(t), PyUnicode_GET_LENGTH(t))
 
 
 cdef str shown(str text):
