@@ -810,3 +810,55 @@ def test_torchrun_report_is_read_as_python_reads_it(bodies: list[str]) -> None:
         failures = [(f.root, dict(f.fields), f.error, f.freeze()) for f in report.failures]
         want = (took, report.name, report.section, report.done, report.in_traceback, failures)
         assert _same(seen, want), body
+
+
+_REPORT_LOG = b"""Traceback (most recent call last):
+  File "/usr/local/bin/torchrun", line 8, in <module>
+    sys.exit(main())
+torch.distributed.elastic.multiprocessing.errors.ChildFailedError:
+============================================================
+train_%d.py FAILED
+------------------------------------------------------------
+Failures:
+[1]:
+  time      : 2026-01-05_08:00:40
+  host      : pod-%d
+  rank      : 1 (local_rank: 1)
+  exitcode  : -9 (pid: 4%d)
+  error_file: <N/A>
+  traceback : Signal 9 (SIGKILL) received by PID 4%d
+------------------------------------------------------------
+Root Cause (first observed failure):
+[0]:
+  time      : 2026-01-05_08:00:39
+  host      : pod-%d
+  rank      : 0 (local_rank: 0)
+  exitcode  : 1 (pid: 5%d)
+  error_file: /tmp/err.json
+  traceback : Traceback (most recent call last):
+    File "/x/train.py", line 3, in f
+  ValueError: bad batch %d
+"""
+
+
+def test_torchrun_report_records_are_read_alike_at_any_line() -> None:
+    """A report line only stretches its record, the title and failures made when the report ends or the records
+    are read: read after every line of real torchrun logs, and where reports end unclosed (the record settled
+    when 64 wait, or when newer records push it out of those kept), the compiled path answers as Python's."""
+    for name in ("torchrun-exception/torchrun.log", "threads/037-torch-elastic-childfailed-sigkill-open-r1-grpo.log"):
+        pair = Pair()
+        lineno = 1
+        for line in (REAL / name).read_bytes().split(b"\n"):  # a chunk per line, each answer compared
+            n = count_lines(line + b"\n")
+            pair.feed(Chunk("/run/t.log", line + b"\n", lineno, n, backlog_mtime=NOW))
+            lineno += n
+            pair.check()
+    filler = b"".join(b"step %d ok\n" % k for k in range(45))
+    unclosed = b"".join(_REPORT_LOG % ((n,) * 7) + filler for n in range(70))
+    # then more records than are kept (500): the reports' records pushed out, tallied as they stand
+    plain = b"".join(
+        b'Traceback (most recent call last):\n  File "/x/y.py", line 1, in f\nValueError: %d\n' % n for n in range(520)
+    )
+    pair = Pair()
+    both_on(pair, whole_line_chunks(unclosed + plain, "/run/t.log", 1 << 16, backlog_mtime=NOW))
+    assert pair.counters[0].dropped_incidents()
