@@ -245,28 +245,39 @@ cdef str strip_sgr(str text):
     cdef const unsigned char *src
     cdef unsigned char *dst
     cdef bytearray buf
-    cdef Py_ssize_t w, i, j, start = 0
+    cdef Py_ssize_t w, i, j, esc, start = 0
     cdef uc c
     cdef list keep
-    if u.kind == 1:  # one byte a character: copied without the codes into a buffer
+    if u.kind == 1:  # one byte a character: the runs between codes copied into a buffer (found by memchr)
         src = <const unsigned char *>u.data
-        buf = bytearray(u.n)
-        dst = <unsigned char *>(<char *>buf)
+        buf = None
+        dst = NULL
         w = 0
         i = 0
         while i < u.n:
-            if src[i] == 27 and i + 1 < u.n and src[i + 1] == 91:
-                j = i + 2
+            j = find_byte(src, 27, i, u.n)
+            if j < 0:
+                break
+            esc = j
+            j += 1
+            if j < u.n and src[j] == 91:
+                j += 1
                 while j < u.n and ((48 <= src[j] <= 57) or src[j] == 59):
                     j += 1
                 if j < u.n and src[j] == 109:
+                    if buf is None:
+                        buf = bytearray(u.n)
+                        dst = <unsigned char *>(<char *>buf)
+                    memcpy(dst + w, src + start, <size_t>(esc - start))
+                    w += esc - start
+                    start = j + 1
                     i = j + 1
                     continue
-            dst[w] = src[i]
-            w += 1
-            i += 1
-        if w == u.n:
+            i = esc + 1
+        if buf is None:
             return text
+        memcpy(dst + w, src + start, <size_t>(u.n - start))
+        w += u.n - start
         return PyUnicode_FromKindAndData(1, dst, w)
     keep = []
     i = 0
@@ -1767,8 +1778,7 @@ cdef object _PG_SEARCH = _inc._PG.search
 cdef object _crash_title = _inc._crash_title
 cdef object _timeout_title = _inc._timeout_title
 cdef object _CollectiveTimeout = _inc.CollectiveTimeout
-cdef object _Report = _tr.Report
-cdef object _report_line = _tr.report_line
+cdef object _Failure = _tr._Failure
 cdef object _failure_text = _tr.failure_text
 cdef tuple _CHILD_TITLES = tuple(_tr.CHILD_TITLES)
 cdef str _TB = "Traceback (most recent call last):"
@@ -1782,6 +1792,7 @@ DEF _LOOK_BACK_BYTES = 8192
 DEF _TIME_SEARCH_BYTES = 400
 DEF _STALL_LINES = 80
 DEF _AFTER_LINES = 40
+DEF _STALE_MAX = 64  # blocks left unsettled before all are settled (memory: each holds its report)
 DEF _SILENT_LINES = 200
 DEF _NCCL_SAME_BURST = 5000
 DEF _MAX_TALLIES = 10000
@@ -1844,10 +1855,34 @@ cdef str signature(tuple parts):
     return <str>sig
 
 
+cdef extern from *:
+    """
+    #include <stdint.h>
+    #include <string.h>
+    /* Every byte of ASCII text in 0x20..0x7e, eight at a time: a byte below 0x20, or one equal to 0x7f (the only
+       one above 0x7e in ASCII), sets its high bit in lt or eq (exact as an answer for bytes below 0x80). */
+    static int rlw_ascii_printable(const unsigned char *p, Py_ssize_t n) {
+        const uint64_t ones = 0x0101010101010101ULL, highs = 0x8080808080808080ULL;
+        Py_ssize_t i = 0;
+        uint64_t x, y;
+        for (; i + 8 <= n; i += 8) {
+            memcpy(&x, p + i, 8);
+            y = x ^ (ones * 0x7f);
+            if ((((x - ones * 0x20) & ~x) | ((y - ones) & ~y)) & highs)
+                return 0;
+        }
+        for (; i < n; i++)
+            if (p[i] < 32 || p[i] > 126)
+                return 0;
+        return 1;
+    }
+    """
+    bint rlw_ascii_printable(const unsigned char *p, Py_ssize_t n) noexcept nogil
+
+
 cdef bint printable(str t) except -1:
     """``t.isprintable()``, without a call for ASCII text (printable: 0x20 to 0x7e)."""
-    cdef const unsigned char *p
-    cdef Py_ssize_t i, n
+    cdef Py_ssize_t i
     cdef U u
     cdef uc c
     if not PyUnicode_IS_ASCII(t):
@@ -1859,12 +1894,7 @@ cdef bint printable(str t) except -1:
             if not Py_UNICODE_ISPRINTABLE(c):
                 return False
         return True
-    p = <const unsigned char *>PyUnicode_DATA(t)
-    n = PyUnicode_GET_LENGTH(t)
-    for i in range(n):
-        if p[i] < 32 or p[i] > 126:
-            return False
-    return True
+    return rlw_ascii_printable(<const unsigned char *>PyUnicode_DATA(t), PyUnicode_GET_LENGTH(t))
 
 
 cdef str shown(str text):
@@ -1990,6 +2020,22 @@ cdef object exception(str line):
     return name, strip_str(msg)
 
 
+def py_report(list bodies):
+    """For the tests: the compiled ``torchrun_report.report_line`` over each body in turn, and after each what it
+    answered and the report then (name, section, done, in_traceback, failures as (root, fields, error, frozen))."""
+    cdef Report r = Report()
+    cdef list out = []
+    cdef tuple sections = ("", "failures", "root")
+    for body in bodies:
+        took = r.line(body)
+        out.append((
+            took, r.name, sections[r.section], r.done, r.in_traceback,
+            [((<Failure>f).root, dict((<Failure>f).fields), (<Failure>f).error, (<Failure>f).freeze())
+             for f in r.failures],
+        ))
+    return out
+
+
 def py_exception(str line):
     """For the tests: the compiled ``signatures.exception``."""
     return exception(line)
@@ -2077,6 +2123,133 @@ cdef class Record:
         )
 
 
+cdef class Failure:
+    """torchrun_report._Failure while its fields are read."""
+
+    cdef bint root
+    cdef dict fields
+    cdef object error
+
+    cdef object freeze(self):
+        return _Failure(root=self.root, fields=self.fields, error=self.error).freeze()
+
+
+cdef str report_field(str text, U u, Py_ssize_t *value) except *:
+    """``_REPORT_FIELD.match(text)`` over a right-stripped line:
+    ``^\\s{1,4}(time|host|rank|exitcode|error_file|traceback)\\s*:\\s?(.*)$``; the field's name (None: no
+    match), where its value begins in value[0]."""
+    cdef Py_ssize_t i = 0, j
+    cdef str name
+    while i < u.n and uspace(at(u, i)):
+        i += 1
+    if i < 1 or i > 4:  # more spaces than four leave one where the name must begin
+        return None
+    if starts_at(u, i, b"time", 4):
+        name, j = "time", i + 4
+    elif starts_at(u, i, b"host", 4):
+        name, j = "host", i + 4
+    elif starts_at(u, i, b"rank", 4):
+        name, j = "rank", i + 4
+    elif starts_at(u, i, b"exitcode", 8):
+        name, j = "exitcode", i + 8
+    elif starts_at(u, i, b"error_file", 10):
+        name, j = "error_file", i + 10
+    elif starts_at(u, i, b"traceback", 9):
+        name, j = "traceback", i + 9
+    else:
+        return None
+    while j < u.n and uspace(at(u, j)):
+        j += 1
+    if j >= u.n or at(u, j) != 58:
+        return None
+    j += 1
+    if j < u.n and uspace(at(u, j)):
+        j += 1
+    # (.*)$: no newline in the value (the line ends in no space, so none is final)
+    if j < u.n and PyUnicode_FindChar(text, 10, j, u.n, 1) >= 0:
+        return None
+    value[0] = j
+    return name
+
+
+cdef class Report:
+    """torchrun_report.Report, read line by line in the compiled path (``line`` is ``report_line``)."""
+
+    cdef object name  # str or None
+    cdef int section  # 0 "", 1 "failures", 2 "root"
+    cdef Failure current
+    cdef list failures
+    cdef bint in_traceback
+    cdef bint done
+
+    def __cinit__(self):
+        self.failures = []
+
+    cdef bint line(self, str body) except -1:
+        """``report_line(report, body)``: False when the line is not one of the report."""
+        cdef str text = rstrip_str(body), stripped, name, field
+        cdef U u = uview(text), us
+        cdef Py_ssize_t k, n, value = 0
+        cdef object exc
+        cdef Failure f
+        if self.in_traceback and self.current is not None:
+            if starts_at(u, 0, b"    ", 4):
+                return True
+            if starts_at(u, 0, b"  ", 2) and report_field(text, u, &value) is None:
+                exc = exception(strip_str(text))
+                if exc is not None:
+                    self.current.error = f"{exc[0]}: {exc[1]}" if exc[1] else exc[0]
+                return True
+            self.in_traceback = False
+        stripped = strip_str(text)
+        us = uview(stripped)
+        n = us.n
+        if n == 0:
+            return self.section != 0  # blank lines inside a report belong to it
+        # _SEPARATOR: ^[\s=\-*_]*$
+        for k in range(n):
+            if not (uspace(at(us, k)) or at(us, k) == 61 or at(us, k) == 45 or at(us, k) == 42 or at(us, k) == 95):
+                break
+        else:
+            if self.section == 2 and self.current is not None and at(us, 0) == 61:
+                self.done = True
+                self.current = None
+            return True
+        if self.name is None and self.section == 0:
+            # _REPORT_TITLE: ^(\S.*) FAILED\s*$ over a stripped line: it ends in " FAILED" after one character
+            # or more, none a newline
+            if n > 7 and starts_at(us, n - 7, b" FAILED", 7) and PyUnicode_FindChar(stripped, 10, 0, n, 1) < 0:
+                self.name = PyUnicode_Substring(stripped, 0, n - 7)
+                return True
+        if stripped == "Failures:":
+            self.section, self.current = 1, None
+            return True
+        if starts_at(us, 0, b"Root Cause (first observed failure)", 35):
+            self.section, self.current = 2, None
+            return True
+        if stripped == "<NO_OTHER_FAILURES>":
+            return True
+        # _REPORT_ENTRY: ^\[(\d+)\]:\s*$ over a stripped line
+        if self.section and n >= 4 and at(us, 0) == 91 and at(us, n - 2) == 93 and at(us, n - 1) == 58:
+            for k in range(1, n - 2):
+                if not udigit(at(us, k)):
+                    break
+            else:
+                f = Failure()
+                f.root = self.section == 2
+                f.fields = {}
+                self.current = f
+                self.failures.append(f)
+                return True
+        field = report_field(text, u, &value)
+        if field is not None and self.current is not None:
+            name = PyUnicode_Substring(text, value, u.n)
+            self.current.fields[field] = name
+            self.in_traceback = field == "traceback" and header(name, uview(name))
+            return True
+        return False
+
+
 cdef class Block:
     """incidents._Block: a traceback being read."""
 
@@ -2094,7 +2267,8 @@ cdef class Block:
     cdef str exc_type
     cdef str exc_msg
     cdef object rank
-    cdef object report
+    cdef Report report
+    cdef bint stale  # its record took report lines whose title, signature and failures are not yet made (settle)
 
 
 cdef class Storm:
@@ -2792,6 +2966,7 @@ cdef class Core:
     cdef int max_incidents
     cdef dict dropped
     cdef dict timeouts
+    cdef list stale  # Blocks whose record is stretched but not yet settled (see after)
 
     def __init__(
         self,
@@ -2854,6 +3029,7 @@ cdef class Core:
         self.records = _deque(maxlen=max_incidents)
         self.dropped = {}
         self.timeouts = {}
+        self.stale = []
 
     # ------------------------------------------------------------------------------------------------ set-up
     def subscribe(self, str kind, object callback):
@@ -3397,6 +3573,7 @@ cdef class Core:
 
     def incidents(self):
         cdef Record rec
+        self.settle_all()
         for r in self.records:
             rec = <Record>r
             if rec.root_cause is not None and rec.cause is None:
@@ -3404,6 +3581,7 @@ cdef class Core:
         return tuple([(<Record>r).freeze() for r in self.records])
 
     def dropped_incidents(self):
+        self.settle_all()
         return tuple(IncidentTally(kind, sig, *tally) for (kind, sig), tally in self.dropped.items())
 
     def open_files(self):
@@ -3489,7 +3667,7 @@ cdef class Core:
                 block.state = 1
                 block.idle = 0
                 if block.exc_type.endswith("ChildFailedError"):
-                    block.report = _Report()
+                    block.report = Report()
                 s = self.when(w)
                 self.publish(fs, block, s, lineno)
                 return
@@ -3498,15 +3676,26 @@ cdef class Core:
             self.inc_close(fs, tag)
 
     cdef void after(self, FileState fs, str tag, Block block, str body, U u, int64_t lineno, When *w) except *:
-        cdef object report = block.report
+        cdef Report report = block.report
         cdef Span s
+        cdef Record rec
         block.idle += 1
         block.gap += 1
-        if report is not None and not report.done and block.state == 1 and _report_line(report, body):
+        if report is not None and not report.done and block.state == 1 and report.line(body):
             block.idle = 0
             s = self.when(w)
-            self.publish(fs, block, s, lineno)
+            # publish's effect, the record's title, signature and failures made once the report is read (or when
+            # read before): each report line only stretches the record (see settle)
+            rec = block.record
+            rec.stretch(s.t, s.by, s.has_by, lineno)
+            rec.count = block.lines
+            if not block.stale:
+                block.stale = True
+                self.stale.append(block)
+                if len(self.stale) > _STALE_MAX:
+                    self.settle_all()
             if report.done:
+                self.settle(block)
                 self.inc_close(fs, tag)
             return
         if chain_line(u):
@@ -3526,14 +3715,45 @@ cdef class Core:
         if block.idle > _AFTER_LINES:
             self.inc_close(fs, tag)
 
+    cdef void settle(self, Block block) except *:
+        """The title, signature and failures that publish would have given the block's record at its latest report
+        line: until then the block's failure, its report's contents and the record's location are as they were
+        there (a new exception line publishes at once, and clears this)."""
+        cdef Record rec = block.record
+        if not block.stale:
+            return
+        block.stale = False
+        self.made(block, rec, rec.location)
+
+    cdef void settle_all(self) except *:
+        cdef list stale = self.stale
+        self.stale = []
+        for b in stale:
+            self.settle(<Block>b)
+
     cdef void publish(self, FileState fs, Block block, Span s, int64_t lineno) except *:
+        cdef Record rec = block.record
+        block.stale = False  # what settle would make is made here
+        if rec is None:
+            rec = self.new_record("traceback", fs, block.lineno, block.first_t, block.first_by, block.first_has_by,
+                                  block.lines, "", "")
+            rec.rank = block.rank
+            rec.stretch(s.t, s.by, s.has_by, lineno)
+            block.record = rec
+        else:
+            rec.stretch(s.t, s.by, s.has_by, lineno)
+            rec.count = block.lines
+        self.made(block, rec, block.location)
+
+    cdef void made(self, Block block, Record rec, object location) except *:
+        """IncidentTracker._publish's title, signature, location and failures of a traceback's record."""
         cdef str message = block.exc_msg, title, sig
-        cdef object report = block.report, root = None
+        cdef Report report = block.report
+        cdef object root = None
         cdef tuple victims = ()
-        cdef Record rec
         cdef list parts
         if report is not None and report.failures:
-            frozen = [(f.root, f.freeze()) for f in report.failures]
+            frozen = [((<Failure>f).root, (<Failure>f).freeze()) for f in report.failures]
             roots = [c for is_root, c in frozen if is_root]
             root = roots[0] if roots else None
             victims = tuple(c for is_root, c in frozen if not is_root)
@@ -3543,19 +3763,9 @@ cdef class Core:
                 parts.append(_failure_text(root))
             message = ", ".join(p for p in parts if p)
         title = block.exc_type + (": " + message[:_TITLE_MSG_CHARS] if message else "")
-        sig = signature(("traceback", block.exc_type, message, block.location))
-        rec = block.record
-        if rec is None:
-            rec = self.new_record("traceback", fs, block.lineno, block.first_t, block.first_by, block.first_has_by,
-                                  block.lines, title, sig)
-            rec.rank = block.rank
-            rec.stretch(s.t, s.by, s.has_by, lineno)
-            block.record = rec
-        else:
-            rec.stretch(s.t, s.by, s.has_by, lineno)
-            rec.count = block.lines
+        sig = signature(("traceback", block.exc_type, message, location))
         rec.title = title
-        rec.location = block.location
+        rec.location = location
         rec.signature = sig
         rec.root_cause = root
         rec.victims = victims
@@ -3779,6 +3989,7 @@ cdef class Core:
             if fs.step:
                 rec.position = f"{rec.position}, after {fs.step}"
         if len(self.records) == self.max_incidents:
+            self.settle_all()  # the record pushed out is tallied as it stands
             self.drop(<Record>self.records[0])
         self.records.append(rec)
         return rec

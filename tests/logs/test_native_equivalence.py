@@ -765,3 +765,100 @@ def test_lines_that_are_not_ascii_are_searched_in_their_own_bytes_alike() -> Non
         summaries = pair.counters[0].summaries()
         assert summaries["connection_refused"].count >= 15  # every refused line of the three copies, at least
         assert summaries["cuda_oom"].count == 3
+
+
+# fmt: off
+_REPORT_PARTS = [
+    "torch.distributed.elastic.multiprocessing.errors.ChildFailedError: ", "=" * 12, "-" * 12, "*_-= ", "train.py",
+    " FAILED", "FAILED", "Failures:", "<NO_OTHER_FAILURES>", "Root Cause (first observed failure):", "[0]:", "[12]:",
+    "[", "]", ":", "٣", "  ", "    ", " ", "\t", "\u3000", "\x0b", "time", "host", "rank", "exitcode", "error_file",
+    "traceback", "tracebacks", "      : ", " :", ": ", "2025-11-21_06:24:40", "node-a", "0 (local_rank: 0)", "-6",
+    " (pid: 4242)", "<N/A>", "Signal 6 (SIGABRT) received by PID 4242", "Traceback (most recent call last):",
+    '  File "/x/y.py", line 3, in f', "ValueError: bad", "RuntimeError", "x", "\n", "\r", "ü",
+    "To enable traceback see: https://pytorch.org/docs/stable/elastic/errors.html",
+]
+# fmt: on
+
+
+_REPORT_SPACES = ["", " ", "  ", "    ", "     ", "\t", "\u3000 ", " \n "]
+_REPORT_NAMES = ["time", "host", "rank", "exitcode", "error_file", "traceback", "tracebacks", "Time", "[0]:"]
+_REPORT_SEPS = [":", " :", "      : ", ":  ", ": \n", "\t:\u3000", "="]
+_REPORT_LINE = st.one_of(
+    st.lists(st.sampled_from(_REPORT_PARTS), max_size=6).map("".join),
+    st.tuples(
+        st.sampled_from(_REPORT_SPACES),
+        st.sampled_from(_REPORT_NAMES),
+        st.sampled_from(_REPORT_SEPS),
+        st.lists(st.sampled_from(_REPORT_PARTS), max_size=3).map("".join),
+        st.sampled_from(_REPORT_SPACES),
+    ).map("".join),
+    st.sampled_from(["Failures:", "Root Cause (first observed failure):", "[0]:", "[1]:", "=" * 20, "-" * 20, ""]),
+)
+
+
+@settings(max_examples=600, deadline=None)
+@given(st.lists(_REPORT_LINE, max_size=16))
+def test_torchrun_report_is_read_as_python_reads_it(bodies: list[str]) -> None:
+    """The compiled path reads torchrun's failure report line by line (``Report.line``) as
+    ``torchrun_report.report_line`` does: what each line answers, and the report after it, failures frozen."""
+    from rlwatch.logs.torchrun_report import Report, report_line
+
+    report = Report()
+    got = native.py_report(bodies)
+    for body, seen in zip(bodies, got, strict=True):
+        took = report_line(report, body)
+        failures = [(f.root, dict(f.fields), f.error, f.freeze()) for f in report.failures]
+        want = (took, report.name, report.section, report.done, report.in_traceback, failures)
+        assert _same(seen, want), body
+
+
+_REPORT_LOG = b"""Traceback (most recent call last):
+  File "/usr/local/bin/torchrun", line 8, in <module>
+    sys.exit(main())
+torch.distributed.elastic.multiprocessing.errors.ChildFailedError:
+============================================================
+train_%d.py FAILED
+------------------------------------------------------------
+Failures:
+[1]:
+  time      : 2026-01-05_08:00:40
+  host      : pod-%d
+  rank      : 1 (local_rank: 1)
+  exitcode  : -9 (pid: 4%d)
+  error_file: <N/A>
+  traceback : Signal 9 (SIGKILL) received by PID 4%d
+------------------------------------------------------------
+Root Cause (first observed failure):
+[0]:
+  time      : 2026-01-05_08:00:39
+  host      : pod-%d
+  rank      : 0 (local_rank: 0)
+  exitcode  : 1 (pid: 5%d)
+  error_file: /tmp/err.json
+  traceback : Traceback (most recent call last):
+    File "/x/train.py", line 3, in f
+  ValueError: bad batch %d
+"""
+
+
+def test_torchrun_report_records_are_read_alike_at_any_line() -> None:
+    """A report line only stretches its record, the title and failures made when the report ends or the records
+    are read: read after every line of real torchrun logs, and where reports end unclosed (the record settled
+    when 64 wait, or when newer records push it out of those kept), the compiled path answers as Python's."""
+    for name in ("torchrun-exception/torchrun.log", "threads/037-torch-elastic-childfailed-sigkill-open-r1-grpo.log"):
+        pair = Pair()
+        lineno = 1
+        for line in (REAL / name).read_bytes().split(b"\n"):  # a chunk per line, each answer compared
+            n = count_lines(line + b"\n")
+            pair.feed(Chunk("/run/t.log", line + b"\n", lineno, n, backlog_mtime=NOW))
+            lineno += n
+            pair.check()
+    filler = b"".join(b"step %d ok\n" % k for k in range(45))
+    unclosed = b"".join(_REPORT_LOG % ((n,) * 7) + filler for n in range(70))
+    # then more records than are kept (500): the reports' records pushed out, tallied as they stand
+    plain = b"".join(
+        b'Traceback (most recent call last):\n  File "/x/y.py", line 1, in f\nValueError: %d\n' % n for n in range(520)
+    )
+    pair = Pair()
+    both_on(pair, whole_line_chunks(unclosed + plain, "/run/t.log", 1 << 16, backlog_mtime=NOW))
+    assert pair.counters[0].dropped_incidents()
