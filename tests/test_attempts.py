@@ -282,7 +282,7 @@ def test_a_log_still_being_written_with_no_process_seen_is_unknown_never_progres
     wait_until(lambda: (run / "train.log").exists() and (run / "train.log").read_text().count("step") >= 3)
     cfg, _ = resolve_config(run, None)
     engine = Engine(cfg, run, gpu_backend=NoGpuBackend())
-    engine.unseen_writer_wait_s = 10.0  # a deadline for a writer slowed by a loaded machine; it ends at the growth
+    engine.unseen_writer_wait_s = 30.0  # a deadline for a writer slowed by a loaded machine; it ends at the growth
     try:
         snap = engine.collect_once()
     finally:
