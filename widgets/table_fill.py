@@ -7,7 +7,7 @@ dashboard's cost). When the rows are the same rows in the same order, only the c
 Even one ``DataTable.update_cell`` makes the table render every cell of every row again: all of its render caches
 are keyed by one count of updates, which ``update_cell`` bumps (a third of the screen's time on such a snapshot
 went there). A cell whose new text keeps its column's width is therefore set here without that count: the value
-is stored, the cached renders of its row alone are dropped, and only that row's lines are repainted. The pinned
+is stored, the cached render of that cell and its row's lines are dropped, and only that row is repainted. The pinned
 Textual's private caches are used for it; where they are not as expected, ``update_cell`` does the work as before.
 """
 
