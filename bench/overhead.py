@@ -345,15 +345,62 @@ def split(run_dir: Path, rounds: int = 30, snapshots: int = 20) -> list[str]:
     return out
 
 
+def threads(
+    run_dir: Path, seconds: float = 30.0, settle_s: float = 12.0, size: tuple[int, int] = (120, 40)
+) -> list[str]:
+    """Where an idle dashboard's CPU goes, by thread: the dashboard on ``run_dir`` in a pseudo-terminal, each
+    thread's user + system time over ``seconds`` from ``/proc/PID/task/TID/stat``, named by ``py-spy dump`` (the
+    screen is MainThread; the engine's loops and the file watcher are rlwatch-*; Textual's input and output)."""
+    import sys
+
+    proc = PtyProcess(rlwatch_argv(str(run_dir), "--interval", "1", "--readonly"), cols=size[0], rows=size[1])
+
+    def per_thread() -> dict[int, float]:
+        out: dict[int, float] = {}
+        for tid in os.listdir(f"/proc/{proc.pid}/task"):
+            with contextlib.suppress(OSError, IndexError), open(f"/proc/{proc.pid}/task/{tid}/stat", "rb") as fh:
+                f = fh.read().decode(errors="replace").rsplit(")", 1)[1].split()
+                out[int(tid)] = (int(f[11]) + int(f[12])) / os.sysconf("SC_CLK_TCK")  # utime + stime
+        return out
+
+    try:
+        time.sleep(settle_s)
+        before, t0 = per_thread(), time.monotonic()
+        time.sleep(seconds)
+        after, wall = per_thread(), time.monotonic() - t0
+        spy = Path(sys.executable).parent / "py-spy"
+        dump = subprocess.run(
+            [str(spy if spy.exists() else "py-spy"), "dump", "-p", str(proc.pid)],
+            capture_output=True,
+            text=True,
+            check=False,
+        ).stdout
+    finally:
+        proc.stop()
+    names: dict[int, str] = {}
+    for line in dump.splitlines():  # Thread 12064 (idle): "MainThread"
+        if line.startswith("Thread ") and '"' in line:
+            with contextlib.suppress(ValueError):
+                names[int(line.split()[1], 0)] = line.split('"')[1]
+    total = sum(after.values()) - sum(before.get(t, 0.0) for t in after)
+    out = [
+        f"{size[0]}x{size[1]}, {seconds:.0f} s after {settle_s:.0f} s to settle: {100 * total / wall:.2f} % of a core"
+    ]
+    for tid in sorted(after, key=lambda t: before.get(t, 0.0) - after[t]):
+        out.append(f"  {names.get(tid, str(tid)):16s} {100 * (after[tid] - before.get(tid, 0.0)) / wall:.2f} %")
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     """``python -m bench.overhead --idle``: the idle dashboard against its peers (and, with ``--base DIR``, a
     checkout of the code before, run from that directory by the same interpreter); ``--split RUN_DIR``: where its
-    CPU goes."""
+    CPU goes, in-process; ``--threads RUN_DIR``: its CPU by thread."""
     import argparse
 
     p = argparse.ArgumentParser(prog="python -m bench.overhead")
     p.add_argument("--idle", action="store_true", help="the dashboards and their peers idle (RESULTS.md §9)")
     p.add_argument("--split", type=Path, default=None, metavar="RUN_DIR", help="where idle CPU goes, in-process")
+    p.add_argument("--threads", type=Path, default=None, metavar="RUN_DIR", help="an idle dashboard's CPU by thread")
     p.add_argument("--runs", type=int, default=3)
     p.add_argument("--seconds", type=float, default=30.0)
     p.add_argument("--base", type=Path, default=None, help="a checkout of the code before, measured beside")
@@ -362,8 +409,11 @@ def main(argv: list[str] | None = None) -> int:
     if args.split is not None:
         print("\n".join(split(args.split)))
         return 0
+    if args.threads is not None:
+        print("\n".join(threads(args.threads, args.seconds)))
+        return 0
     if not args.idle:
-        p.error("say --idle or --split RUN_DIR")
+        p.error("say --idle, --split RUN_DIR or --threads RUN_DIR")
     here = Path(__file__).resolve().parent.parent
     # -P: the code is imported from PYTHONPATH, never from the working directory (the checkout the bench runs in)
     dash = [PYTHON, "-P", *rlwatch_argv("{run}", "--interval", "1", "--readonly")[1:]]

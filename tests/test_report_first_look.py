@@ -188,8 +188,11 @@ def test_watch_json_says_first_what_the_newest_part_shows_then_the_whole(tmp_pat
     first = records[0]
     assert first["type"] == "state" and first["partial"] is True, records[:3]
     assert 0 <= first["read"] < 1
-    assert "run_crashed" in first["findings"] and first["run_state"]["state"] == "crashed"
     full = next(i for i, r in enumerate(records) if r["type"] == "state" and not r.get("partial"))
+    # The crash at the end is said by a partial record, before the whole backlog is read (on a loaded machine the
+    # very first may come before the newest part's ending is read: it then says "unknown", never "healthy").
+    said = next(r for r in records[:full] if r["type"] == "state" and "run_crashed" in r["findings"])
+    assert said["run_state"]["state"] == "crashed" and first["run_state"]["state"] in ("crashed", "unknown")
     early, late = records[:full], records[full:]
     assert all(r["partial"] is True and 0 <= r["read"] <= 1 for r in early)
     assert {r["type"] for r in early} <= {"state", "finding", "finding_cleared", "backlog"}  # no partial counts

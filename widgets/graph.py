@@ -46,16 +46,34 @@ def _eighths(value: float, lo: float, hi: float, rows: int) -> int:
     return round(frac * rows * 8)
 
 
+def _joined(cells: Sequence[tuple[str, str]]) -> Text:
+    """One line from (character, style) cells, each run of one style a single span. A span per character made
+    every redraw of a graph convert and paint each cell on its own: a third of the training section's cost on a
+    new snapshot of an idle dashboard (issue 35), for the same characters in the same colours."""
+    out = Text(no_wrap=True, end="")
+    run: list[str] = []
+    style = ""
+    for ch, st in cells:
+        if st != style and run:
+            out.append("".join(run), style=style or None)
+            run = []
+        style = st
+        run.append(ch)
+    if run:
+        out.append("".join(run), style=style or None)
+    return out
+
+
 def spark(values: Sequence[float | None], *, lo: float = 0.0, hi: float = 100.0, style: str = "green") -> Text:
     """One row of eighth-blocks on a fixed scale, for inline history next to a number."""
-    out = Text(no_wrap=True, end="")
+    cells: list[tuple[str, str]] = []
     for v in values:
         if v is None:
-            out.append(" ")
+            cells.append((" ", ""))
             continue
         n = _eighths(v, lo, hi, 1)
-        out.append(BLOCKS[n] if n else ZERO, style=style if n else "dim")
-    return out
+        cells.append((BLOCKS[n], style) if n else (ZERO, "dim"))
+    return _joined(cells)
 
 
 def plot_rows(
@@ -77,7 +95,7 @@ def plot_rows(
     out: list[Text] = []
     for r in range(rows):
         level = rows - 1 - r  # 0 is the bottom row
-        row = Text(no_wrap=True, end="")
+        row: list[tuple[str, str]] = []
         for f in filled:
             if f is None:
                 cell = 0
@@ -88,14 +106,14 @@ def plot_rows(
             if cell:
                 # Where a bar reaches the threshold row it takes the threshold colour: "over the line" stays
                 # visible even when the bars cover the dashed line itself.
-                row.append(BLOCKS[cell], style=threshold_style if level == line_row else style)
+                row.append((BLOCKS[cell], threshold_style if level == line_row else style))
             elif level == line_row:
-                row.append("╌", style=threshold_style)
+                row.append(("╌", threshold_style))
             elif has_data and level == 0 and f == 0:
-                row.append(ZERO, style="dim")
+                row.append((ZERO, "dim"))
             else:
-                row.append(" ")
-        out.append(row)
+                row.append((" ", ""))
+        out.append(_joined(row))
     return out
 
 

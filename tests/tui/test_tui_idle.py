@@ -4,6 +4,7 @@ quiet run the engine builds no snapshot and the screen draws nothing, yet a new 
 
 from __future__ import annotations
 
+import dataclasses
 import subprocess
 import sys
 import time
@@ -14,16 +15,21 @@ from typing import Any
 import pytest
 from rich.text import Text
 from textual.app import App, ComposeResult
+from textual.geometry import Region
+from textual.renderables.styled import Styled
+from textual.strip import Strip
 from textual.widgets import DataTable
 
 from rlwatch.common.clock import FakeClock
-from rlwatch.common.state import Snapshot
+from rlwatch.common.state import Severity, Snapshot
 from rlwatch.discover.load import resolve_config
 from rlwatch.engine.engine import Engine
 from rlwatch.live import LiveFeed
 from rlwatch.tui.app import RlwatchApp
 from rlwatch.widgets.table_fill import fill_rows
 from rlwatch.widgets.text_block import TextBlock
+from tests import snapshot_data as data
+from tests.tui.test_tui_pilot import make_app, recording
 
 
 class _Probe(App[None]):
@@ -79,6 +85,84 @@ async def test_rows_read_again_set_only_their_changed_cells() -> None:
         fill_rows(table, [("b", (Text("b"), Text("4s ago")))])  # another set of rows: cleared and refilled
         assert cleared == [1]
         assert [k.value for k in table.rows] == ["b"]
+
+
+def _cells_rendered(app: RlwatchApp) -> list[str]:
+    """Spy on the events table: the text of every cell it renders through Rich (a render cache miss) from now on.
+    A render that its caches answer costs no such call."""
+    table = app.main.query_one("#events-table", DataTable)
+    rendered: list[str] = []
+    inside = [False]
+    real_lines, real_console = table.render_lines, app.console.render_lines
+
+    def render_lines(crop: Region) -> list[Strip]:
+        inside[0] = True
+        try:
+            return real_lines(crop)
+        finally:
+            inside[0] = False
+
+    def console_lines(renderable: Any, *args: Any, **kw: Any) -> Any:
+        if inside[0] and isinstance(renderable, Styled):  # Styled(Padding(cell)): a cell (Padding renders within)
+            cell = getattr(renderable.renderable, "renderable", None)
+            rendered.append(cell.plain if isinstance(cell, Text) else str(cell))
+        return real_console(renderable, *args, **kw)
+
+    table.render_lines = render_lines  # type: ignore[method-assign]
+    app.console.render_lines = console_lines  # type: ignore[method-assign]
+    return rendered
+
+
+def _table_lines(app: RlwatchApp) -> list[str]:
+    table = app.main.query_one("#events-table", DataTable)
+    return [table.render_line(y).text for y in range(table.size.height)]
+
+
+async def test_a_snapshot_that_moves_only_ages_renders_only_the_age_cells_that_changed() -> None:
+    """Issue 35: one changed age made the table render every cell of every row again (its render caches are keyed by
+    a count of updates that ``update_cell`` bumps). A snapshot a second on changes the ages of three of the five
+    kinds ("19s ago" → "20s ago"; "2h07m ago" stays): three cells rendered, and the screen shows them."""
+    feed = recording("healthy")
+    base = feed.snapshot()
+    app = make_app(feed)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await pilot.pause()
+        before = _table_lines(app)
+        assert any("19s ago" in line for line in before) and any("2h07m ago" in line for line in before)
+        rendered = _cells_rendered(app)
+        feed.set_snapshot(dataclasses.replace(base, time=base.time + 1))
+        app.main.refresh_data()
+        await pilot.pause()
+        await pilot.pause()
+        assert sorted(rendered) == ["19m01s ago", "20s ago", "31s ago"]
+        after = _table_lines(app)
+        assert any("20s ago" in line for line in after) and not any("19s ago" in line for line in after)
+        changed = [i for i, (a, b) in enumerate(zip(before, after, strict=True)) if a != b]
+        assert len(changed) == 3  # the three rows whose age moved, nothing else
+        rendered.clear()
+        feed.set_snapshot(dataclasses.replace(base, time=base.time + 1))  # the same second again: nothing
+        app.main.refresh_data()
+        await pilot.pause()
+        assert rendered == []
+
+
+async def test_a_count_that_moves_in_place_shows_and_a_new_kind_still_reaches_the_table() -> None:
+    feed = recording("healthy")
+    base = feed.snapshot()
+    app = make_app(feed)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await pilot.pause()
+        step = base.events["step"]
+        events = {**base.events, "step": dataclasses.replace(step, count=step.count + 1)}
+        feed.set_snapshot(dataclasses.replace(base, events=events))
+        app.main.refresh_data()
+        await pilot.pause()
+        assert any(" step " in f" {line} " and "1201" in line for line in _table_lines(app))
+        refused = data.event("connection_refused", Severity.CRITICAL, 3, base.time - 9, base.time - 2)
+        feed.set_snapshot(dataclasses.replace(base, time=base.time + 1, events={**events, refused.kind: refused}))
+        app.main.refresh_data()
+        await pilot.pause()
+        assert any("connection_refused" in line for line in _table_lines(app))
 
 
 # ------------------------------------------------------------------------ the live dashboard on a quiet run
