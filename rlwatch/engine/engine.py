@@ -925,6 +925,8 @@ class Engine:
                 missing_expected=tuple(self.processes.missing_expected()),
                 starts=self._start_times(preview),
                 trainer_alive=trainer_alive,
+                resume_known=bool(self.cfg.actions.resume_command)
+                or any(r.command for r in self.cfg.processes if r.role in ("launcher", "trainer")),
                 gpu_idle=gpu_idle,
                 no_run=self._no_run(),
                 memory_limits=self._memory_limits(),

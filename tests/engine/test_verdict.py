@@ -260,3 +260,14 @@ def test_a_hang_points_at_a_rank_not_at_torchruns_agent() -> None:
     holder = GpuHolder(12, NOW - 600, "root", ("python3", "train.py"), ("/dev/nvidia1",), 2**30, True, None)
     s = decided(snap(hung, live_run=live, processes=(agent, *ranks), holders=(holder,)))
     assert s.verdict is not None and s.verdict.command == "py-spy dump --pid 12"
+
+
+def test_with_nothing_of_the_run_alive_a_configured_launch_makes_the_remedy_a_resume() -> None:
+    """rlwatch started after the launcher died (or before it saw it): nothing of the run alive, the server down.
+    Restarting the server alone trains nothing; with a launch command configured the one remedy is the resume."""
+    srv = ServerState("sglang", URL, False, NOW - 30, None, error="connection refused")
+    s = snap(replace(DOWN, action="restart-server"), server=srv)
+    configured = decided(s, Context(resume_known=True))
+    assert configured.verdict is not None and configured.verdict.action == "resume"
+    unknown = decided(s, Context())  # no way to start the run known: the server is what can be restarted
+    assert unknown.verdict is not None and unknown.verdict.action == "restart-server"

@@ -28,6 +28,9 @@ class Context:
     server_start_timeout_s: float = 600.0
     server_grace_s: float = 10.0  # a live server silent for less than this (two probes) may just be busy
     trainer_alive: bool | None = None
+    # A launch command is configured (actions.resume_command, or a launcher's or trainer's command): a resume can
+    # start the run even when rlwatch never saw its launcher (it died before rlwatch started).
+    resume_known: bool = False
     gpu_idle: bool | None = None
     no_run: str | None = None  # nothing of a training run seen: where discovery looked
     actions_off: str | None = None  # why no action may run (an untrusted configuration file), in one line

@@ -178,5 +178,5 @@ def _bring_back(s: Snapshot, ctx: Context) -> str:
     starts its own server (the restart-server plan refuses the first where the launcher started the server)."""
     if ctx.trainer_alive:
         return "restart-server"
-    launcher = any(p.role == "launcher" for p in s.processes) or s.recover is not None
+    launcher = any(p.role == "launcher" for p in s.processes) or s.recover is not None or ctx.resume_known
     return "resume" if launcher else "restart-server"

@@ -97,8 +97,8 @@ def _trainer_gone(s: Snapshot, ctx: Context) -> bool:
     return not any(p.alive and p.role == "trainer" for p in s.processes)
 
 
-def _resumable(s: Snapshot) -> bool:
-    return s.recover is not None or any(p.role == "launcher" for p in s.processes)
+def _resumable(s: Snapshot, ctx: Context) -> bool:
+    return s.recover is not None or ctx.resume_known or any(p.role == "launcher" for p in s.processes)
 
 
 def order_key(f: Finding) -> tuple[int, int, float]:
@@ -148,7 +148,7 @@ def _remedy(f: Finding, s: Snapshot, ctx: Context) -> tuple[Finding, str | None]
     if f.code in LOOPS:
         action = None  # a restart into the same failure fixes nothing
     elif f.code in ("server_down", "connection_refused") and not (s.training and s.training.finished):
-        if gone and _resumable(s):
+        if gone and _resumable(s, ctx):
             action, command, step = "resume", None, _SERVER_GONE
         elif not gone:
             action, command, step = "restart-server", None, _SERVER_ALIVE
