@@ -29,7 +29,7 @@ from rlwatch.common.state import (
     line_number,
 )
 from rlwatch.engine.diagnosis import first_text, hhmm, human_bytes, human_duration, last_text, when_text
-from rlwatch.engine.diagnosis.verdict import status_of, without_payload
+from rlwatch.engine.diagnosis.verdict import SERVER_ALIVE, SERVER_GONE, status_of, without_payload
 
 
 def iso(t: float | None) -> str | None:
@@ -659,12 +659,7 @@ NEXT_STEPS = {
 }
 
 # Where the engine decided the remedy (the finding's action, from what is alive), the advice says that one only.
-_BY_ACTION = {
-    ("server_down", "resume"): "The trainer is gone: resume the run (rlwatch act resume); its launcher brings its "
-    "server back.",
-    ("server_down", "restart-server"): "The trainer still runs: restart the inference server "
-    "(rlwatch act restart-server).",
-}
+_BY_ACTION = {("server_down", "resume"): SERVER_GONE, ("server_down", "restart-server"): SERVER_ALIVE}
 
 
 def _advice(f: Finding) -> str:

@@ -885,21 +885,9 @@ cdef bint _ymd_slash_at(U u, Py_ssize_t s, Py_ssize_t end, G *g) noexcept nogil:
     # (?<!\d)(\d{4})/(\d\d)/(\d\d) (\d\d):(\d\d):(\d\d)()(?!\d)   (mmengine's log file)
     if s > 0 and adigit(at(u, s - 1)):
         return False
-    if not (_dig(u, s, 4, end) and _ch(u, s + 4, 47, end) and _dig(u, s + 5, 2, end) and _ch(u, s + 7, 47, end)
-            and _dig(u, s + 8, 2, end) and _ch(u, s + 10, 32, end) and _dig(u, s + 11, 2, end)
-            and _ch(u, s + 13, 58, end) and _dig(u, s + 14, 2, end) and _ch(u, s + 16, 58, end)
-            and _dig(u, s + 17, 2, end)):
-        return False
-    if s + 19 < end and adigit(at(u, s + 19)):
+    if not (_dig(u, s, 4, end) and _ch(u, s + 4, 47, end) and _md_hms_at(u, s + 5, end, g)):
         return False
     g.f[0] = _num(u, s, 4)
-    g.f[1] = _num(u, s + 5, 2)
-    g.f[2] = _num(u, s + 8, 2)
-    g.f[3] = _num(u, s + 11, 2)
-    g.f[4] = _num(u, s + 14, 2)
-    g.f[5] = _num(u, s + 17, 2)
-    g.frac_len = 0
-    g.end = s + 19
     return True
 
 
@@ -910,13 +898,20 @@ cdef bint _md_slash_at(U u, Py_ssize_t s, Py_ssize_t end, G *g) noexcept nogil:
         c = at(u, s - 1)
         if adigit(c) or c == 47:
             return False
+    if not _md_hms_at(u, s, end, g):
+        return False
+    g.f[0] = 0
+    return True
+
+
+cdef bint _md_hms_at(U u, Py_ssize_t s, Py_ssize_t end, G *g) noexcept nogil:
+    # (\d\d)/(\d\d) (\d\d):(\d\d):(\d\d)(?!\d): the month-day-time both forms above end in (f[1:6], no fraction)
     if not (_dig(u, s, 2, end) and _ch(u, s + 2, 47, end) and _dig(u, s + 3, 2, end) and _ch(u, s + 5, 32, end)
             and _dig(u, s + 6, 2, end) and _ch(u, s + 8, 58, end) and _dig(u, s + 9, 2, end)
             and _ch(u, s + 11, 58, end) and _dig(u, s + 12, 2, end)):
         return False
     if s + 14 < end and adigit(at(u, s + 14)):
         return False
-    g.f[0] = 0
     g.f[1] = _num(u, s, 2)
     g.f[2] = _num(u, s + 3, 2)
     g.f[3] = _num(u, s + 6, 2)

@@ -61,8 +61,8 @@ _FIX = {
     "nccl_timeout": "read each rank's stack (t)",
 }
 _XID = "The GPU failed in hardware: drain this node (do not restart the run on it) and resume on another."
-_SERVER_ALIVE = "The trainer still runs: restart the inference server (rlwatch act restart-server)."
-_SERVER_GONE = "The trainer is gone: resume the run (rlwatch act resume); its launcher brings its server back."
+SERVER_ALIVE = "The trainer still runs: restart the inference server (rlwatch act restart-server)."
+SERVER_GONE = "The trainer is gone: resume the run (rlwatch act resume); its launcher brings its server back."
 
 
 def status_of(s: Snapshot) -> str:
@@ -149,9 +149,9 @@ def _remedy(f: Finding, s: Snapshot, ctx: Context) -> tuple[Finding, str | None]
         action = None  # a restart into the same failure fixes nothing
     elif f.code in ("server_down", "connection_refused") and not (s.training and s.training.finished):
         if gone and _resumable(s, ctx):
-            action, command, step = "resume", None, _SERVER_GONE
+            action, command, step = "resume", None, SERVER_GONE
         elif not gone:
-            action, command, step = "restart-server", None, _SERVER_ALIVE
+            action, command, step = "restart-server", None, SERVER_ALIVE
     elif f.code in ("hung", "nccl_timeout") and action is None and command is None:
         pid = _first_alive(s)
         command = f"py-spy dump --pid {pid}" if pid is not None else None
