@@ -96,6 +96,10 @@ PREVIEW_WAIT_S = 3.0  # at most this long the log loop waits, once, for a previe
 # ... and at most this long before it counts the preview without them: what a 2 GiB prefix in the page cache takes
 # to count on two busy cores. One from disk takes seconds, which the diagnosis of now does not wait for.
 PREVIEW_FIRST_WAIT_S = 0.3
+# ... and at most this long, once, for the host's first round: the diagnosis of now needs the processes as much as
+# the newest lines (a crash is "crashed" only once no process of the run is seen alive). Read before it, a backlog
+# of quiet lines was read whole on a loaded machine before the first round, and no record ever said the crash early.
+PREVIEW_SAMPLE_WAIT_S = 10.0
 HISTORY = 600
 
 
@@ -157,6 +161,7 @@ class Engine:
         self._lock = threading.RLock()
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
+        self._sampling = False  # the sample loop is started (tests drive an engine's steps without it)
         self._first_look = threading.Event()  # the log loop's first pass (the preview included) is published
         self._first_sample = threading.Event()  # the host sources' first round is published
         self._listeners: list[Callable[[Snapshot], None]] = []
@@ -422,6 +427,8 @@ class Engine:
         if not self._preview_waited:
             self._preview_waited = True
             preview.wait(PREVIEW_WAIT_S)  # not under the lock: snapshots go on, and the wait may be seconds
+            if self._sampling:  # the sample loop publishes its round before it sets this
+                self._first_sample.wait(PREVIEW_SAMPLE_WAIT_S)
         with self._lock:
             return preview.step()
 
@@ -1131,6 +1138,7 @@ class Engine:
     def start(self) -> None:
         """Run the loops in daemon threads until :meth:`stop`."""
         self.waker.start()
+        self._sampling = True
         loops = (
             ("logs", self._log_loop),
             ("sample", self._sample_loop),
