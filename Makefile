@@ -16,6 +16,7 @@ $(STAMP): pyproject.toml setup.py rlwatch/logs/_newlines.c rlwatch/logs/_eventpa
 	touch $(STAMP)
 
 demo: $(STAMP)
+	@$(PY) -m compileall -q rlwatch tui widgets >/dev/null
 	$(VENV)/bin/rlwatch demo
 
 lint: $(STAMP)
@@ -31,8 +32,11 @@ contracts: $(STAMP)
 # The in-process tests run on two workers (pytest-xdist), and so do the end-to-end tests (real processes, a
 # simulator, a watchdog: `slow`), which mostly wait on what they started (about a third of a core each); the
 # fault-injection suite (`faults`, whose table is printed at its end by one session-wide plugin) runs one at a time.
-# All three always run; any failing fails the target.
+# All three always run; any failing fails the target. The sources are compiled to bytecode first, as an install
+# does: where PYTHONDONTWRITEBYTECODE is set (many containers set it) every rlwatch process a test starts would
+# compile them again, a third of a second of CPU each.
 pytest: $(STAMP)
+	@$(PY) -m compileall -q rlwatch tui widgets tests bench >/dev/null
 	@status=0; \
 	$(VENV)/bin/pytest -q -p no:cacheprovider -m "not slow and not faults" -n 2 || status=1; \
 	$(VENV)/bin/pytest -q -p no:cacheprovider -m "slow and not faults" -n 2 || status=1; \

@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 
 from bench import backlog, incidents, latency, overhead, soak, startup, storm
-from bench.common import DATA, ROOT, machine
+from bench.common import DATA, ROOT, compile_bytecode, machine
 from bench.datagen import ensure_dataset
 from bench.results import GPU_RESULTS, Results, render
 
@@ -50,6 +50,7 @@ def main(argv: list[str] | None = None) -> int:
     default_out = GPU_RESULTS if args.gpu_host else ROOT / "bench" / "RESULTS.md"
     out_path = args.out or (DATA / "RESULTS-quick.md" if quick else default_out)
     DATA.mkdir(parents=True, exist_ok=True)
+    compile_bytecode()
     saved = DATA / f"results-{'gpu' if args.gpu_host else 'quick' if quick else 'full'}.pickle"
     if args.render_only:
         if not saved.exists():

@@ -350,7 +350,7 @@ def main(argv: list[str] | None = None) -> int:
     import argparse
     import sys
 
-    from bench.common import DATA
+    from bench.common import DATA, compile_bytecode
     from bench.datagen import ensure_dataset
 
     p = argparse.ArgumentParser(
@@ -361,6 +361,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--only", default="dense,calm")
     p.add_argument("--before", default=None, help="another checkout of rlwatch, timed in the same rounds")
     args = p.parse_args(argv)
+    compile_bytecode(*([args.before] if args.before else []))
     DATA.mkdir(parents=True, exist_ok=True)
     results = []
     for label in args.only.split(","):

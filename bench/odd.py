@@ -27,7 +27,7 @@ import sys
 import time
 from pathlib import Path
 
-from bench.common import DATA, fmt, rlwatch_argv, run_timed
+from bench.common import DATA, compile_bytecode, fmt, rlwatch_argv, run_timed
 from bench.datagen import ensure_dataset
 from bench.rundirs import TRIAL
 
@@ -196,6 +196,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--runs", type=int, default=3)
     p.add_argument("--only", default="cr,progress,sparse,many", help="comma-separated: cr, progress, sparse, many")
     args = p.parse_args(argv)
+    compile_bytecode()
     only = set(args.only.split(","))
     ODD.mkdir(parents=True, exist_ok=True)
     rows: list[str] = []

@@ -18,7 +18,18 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from bench import peers
-from bench.common import PYTHON, PtyProcess, Usage, fmt, measure, median, rlwatch_argv, started, wait_until
+from bench.common import (
+    PYTHON,
+    PtyProcess,
+    Usage,
+    compile_bytecode,
+    fmt,
+    measure,
+    median,
+    rlwatch_argv,
+    started,
+    wait_until,
+)
 from bench.rundirs import live_run
 
 
@@ -406,6 +417,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--base", type=Path, default=None, help="a checkout of the code before, measured beside")
     p.add_argument("--data", type=Path, default=Path(__file__).parent / "data")
     args = p.parse_args(argv)
+    compile_bytecode(*([args.base] if args.base else []))
     if args.split is not None:
         print("\n".join(split(args.split)))
         return 0

@@ -143,18 +143,16 @@ def start_alone(data_dir: Path, runs: int, before: str | None = None) -> list[st
     empty file; every contender once per round, the order turned each round, medians. ``before``: another checkout
     of rlwatch, run from its own folder in the same rounds. The sources are compiled to bytecode first (an install
     has it)."""
-    import compileall
     import os
     import sys
 
-    from bench.common import PYTHON, ROOT
+    from bench.common import PYTHON, ROOT, compile_bytecode
 
     run_dir = data_dir / "start-empty-run"
     run_dir.mkdir(parents=True, exist_ok=True)
     log = run_dir / "trainer.log"
     log.write_bytes(b"")
-    for folder in [ROOT / "rlwatch", ROOT / "tui", ROOT / "widgets"] + ([Path(before)] if before else []):
-        compileall.compile_dir(str(folder), quiet=1)
+    compile_bytecode(*([before] if before else []))
     contenders: dict[str, tuple[list[str], dict[str, str] | None]] = {
         "`python -c pass`": ([PYTHON, "-c", "pass"], None),
         "`grep -c x` over the empty log": (["grep", "-c", "x", str(log)], None),

@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 
 import psutil
 
-from bench.common import DATA, PYTHON, fmt, wait_until
+from bench.common import DATA, PYTHON, compile_bytecode, fmt, wait_until
 
 LINE = (
     "2026-11-26 10:{m:02d}:{s:02d},{ms:03d} WARNING areal.rollout worker {w}: request {i} failed: "
@@ -223,6 +223,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--quiet", type=float, default=60.0)
     p.add_argument("--only", choices=("compiled", "python"), default=None)
     args = p.parse_args(argv)
+    compile_bytecode()
     DATA.mkdir(parents=True, exist_ok=True)
     if args.only:
         env = {"RLWATCH_NATIVE": "1" if args.only == "compiled" else "0"}
