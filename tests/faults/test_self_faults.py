@@ -71,8 +71,13 @@ class Terminal:
         self.output += got
         return got
 
-    def wait_for(self, needle: bytes, timeout: float = 20) -> None:
-        wait_until(lambda: self.read() is not None and needle in self.output, timeout)
+    def wait_for(self, needle: bytes, timeout: float = 20, *, after: int = 0) -> None:
+        """Until ``needle`` is in what was written to the terminal since ``after`` bytes of it."""
+        wait_until(lambda: self.read() is not None and needle in self.output[after:], timeout)
+
+    def write(self, keys: bytes) -> None:
+        """Type ``keys`` at the terminal."""
+        os.write(self.master, keys)
 
     def exited(self, timeout: float = 15) -> int:
         rc = wait_until(lambda: self.read() is not None and self.proc.poll() is not None and True, timeout)
