@@ -25,7 +25,7 @@ from rlwatch.cli import HANDLERS, UsageError, is_terminal, load, parse, run
 from rlwatch.common.redact import clean_text, redact_lines, redacted
 from rlwatch.common.statefiles import StateFileError, write_file
 from rlwatch.discover.load import resolve_config
-from rlwatch.engine.engine import IDLE_SAMPLE_S, Engine
+from rlwatch.engine.engine import IDLE_SAMPLE_S, STOPPED_SAMPLE_S, Engine
 from rlwatch.engine.feed import StaticFeed
 
 if TYPE_CHECKING:
@@ -146,6 +146,7 @@ def run_dashboard(engine: Engine) -> int:
     # imported, so that its first round of the sources, and the line counts of diagnosis first on the other cores,
     # run while Textual loads. While nothing of the run moves, the sources are read less often (engine: _next_round).
     engine.idle_sample_s = max(IDLE_SAMPLE_S, engine.cfg.interval_s)
+    engine.stopped_sample_s = max(STOPPED_SAMPLE_S, engine.cfg.interval_s)
     engine.start()
     from rlwatch.live import LiveFeed  # the actions API and Textual: not needed before the engine runs
     from rlwatch.tui.app import RlwatchApp

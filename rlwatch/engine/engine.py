@@ -88,6 +88,10 @@ HOLDER_SCAN_S = 5.0
 # A dashboard's engine, while nothing of the run moves (no log line, the same processes alive), reads every source at
 # most this often; it still looks every interval whether a process of the run ended or the logs moved (issue 35).
 IDLE_SAMPLE_S = 5.0
+# ... and this far apart while no process of the run is alive either (a stopped run): a round then reads only the
+# host (memory, disk, GPU holders) and looks for the run's processes, and a relaunch that writes a log or a process
+# of the table that ends still cuts the wait within a second (issue 35: the dashboard idle on a stopped run).
+STOPPED_SAMPLE_S = 10.0
 HOLDER_IDLE_SCAN_S = 30.0  # ... and scans for GPU holders (every process's descriptors) at most this often
 UNSEEN_WRITER_WAIT_S = 2.0
 HOST_ROLES = ("watchdog", "server")  # roles watched for what they are, not for being of the run's family
@@ -168,6 +172,7 @@ class Engine:
         # None: every source is read every interval_s. A number (the dashboard's IDLE_SAMPLE_S): while the run is
         # quiet, whole rounds come at most this far apart, with a cheap look each interval (see _next_round).
         self.idle_sample_s: float | None = None
+        self.stopped_sample_s: float | None = None  # the same, longer, while no process of the run is alive
         self.rounds = 0  # whole sampling rounds so far
         self.looks = 0  # cheap looks taken instead of a round while the run was quiet
         self._quiet = False  # the sample loop is backing off: nothing of the run moved over the last round
@@ -1240,8 +1245,9 @@ class Engine:
         self, last: tuple[int, frozenset[tuple[int, int]]] | None
     ) -> tuple[int, frozenset[tuple[int, int]]] | None:
         """Wait for the next whole round: ``interval_s``, or, with ``idle_sample_s`` set and a run that did not move
-        since the round before (no log line counted, the same processes alive), up to ``idle_sample_s`` with a look
-        every ``interval_s`` that ends the wait as soon as a process of the run ends or a log moves (issue 35: a
+        since the round before (no log line counted, the same processes alive), up to ``idle_sample_s`` (up to
+        ``stopped_sample_s`` while none of them is alive) with a look every ``interval_s`` that ends the wait as
+        soon as a process of the run ends or a log moves (issue 35: a
         round reads /proc of every process, the memory, the disk, the checkpoints and diagnoses, 8 ms here, and on
         a quiet run every one of them read what the last one did; a process's end still shows within a second).
         While it backs off, GPU holders are scanned every HOLDER_IDLE_SCAN_S instead of HOLDER_SCAN_S. Returns what
@@ -1256,6 +1262,8 @@ class Engine:
             self._stop.wait(interval)
             return now
         self._quiet = True  # the GPU-holder scan backs off too (_holders_now)
+        if not now[1] and self.stopped_sample_s is not None:
+            idle = max(idle, self.stopped_sample_s)  # nothing of the run alive to watch between rounds
         for _ in range(max(1, math.floor(idle / interval + 1e-9))):
             if self._stop.wait(interval):
                 break

@@ -29,6 +29,7 @@ from rlwatch.tui.app import RlwatchApp
 from rlwatch.widgets.table_fill import fill_rows
 from rlwatch.widgets.text_block import TextBlock
 from tests import snapshot_data as data
+from tests.simhost import wait_until
 from tests.tui.test_tui_pilot import make_app, recording
 
 
@@ -266,3 +267,42 @@ async def test_a_process_of_the_run_that_ends_after_a_long_idle_shows_as_ended(t
         if proc.poll() is None:
             proc.kill()
             proc.wait()
+
+
+@pytest.mark.slow
+def test_a_stopped_run_is_read_less_often_than_a_live_quiet_one(tmp_path: Path) -> None:
+    """Rounds of the sources come up to ``idle_sample_s`` apart while a live run is quiet, and up to the longer
+    ``stopped_sample_s`` while no process of the run is alive: counted in looks (one per interval) between rounds."""
+    log = tmp_path / "trainer.log"
+    log.write_text("step 1 loss 0.5\n")
+
+    def looks_per_round(engine: Engine) -> float:
+        """Looks per round over three quiet rounds, once the engine settled."""
+        assert wait_until(lambda: engine.looks >= 1, 20)
+        rounds, looks = engine.rounds, engine.looks
+        assert wait_until(lambda: engine.rounds >= rounds + 3, 30)
+        return (engine.looks - looks) / (engine.rounds - rounds)
+
+    def engine_for(run: Path) -> Engine:
+        engine, _ = _engine(run)
+        engine.idle_sample_s, engine.stopped_sample_s = 5 * INTERVAL_S, 40 * INTERVAL_S
+        return engine
+
+    stopped = engine_for(tmp_path)
+    stopped.start()
+    try:
+        assert looks_per_round(stopped) >= 20  # up to 39 looks between rounds: nothing of the run to watch
+    finally:
+        stopped.stop()
+
+    code = "import sys, time; f = open(sys.argv[1], 'a'); time.sleep(120)"  # writes the run's log: one of the run
+    proc = subprocess.Popen([sys.executable, "-c", code, str(log)])
+    live = engine_for(tmp_path)
+    try:
+        live.start()
+        assert wait_until(lambda: any(p.pid == proc.pid and p.alive for p in live.snapshot().processes), 20)
+        assert looks_per_round(live) <= 6  # up to 4 looks: a process of the run alive, rounds 5 intervals apart
+    finally:
+        live.stop()
+        proc.kill()
+        proc.wait()
