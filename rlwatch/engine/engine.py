@@ -1366,4 +1366,15 @@ def _live_run(
         )
     shown = tuple((core + rest)[:limit])
     weak = tuple(pid for pid, _ in shown if pid in view.weak)
+    if shown and len(weak) == len(shown):
+        # Only processes that stand in the directory or read its files: a person's `tail -f`, `less` or editor as
+        # much as a leftover. They prove no life (the verdict counts none of them alive), so they are not called the
+        # live run either; they are still listed, and judged as holders.
+        who = "; ".join(view._describe(pid) for pid, _ in shown[:3])
+        more = f"; and {len(shown) - 3} more" if len(shown) > 3 else ""
+        why_unknown = (
+            "no process shows it is the run (none writes under it, was started by rlwatch or matches a role); "
+            f"those that only work in its directory or read its files prove no life: {who}{more}"
+        )
+        return LiveRun(False, why_unknown, None, shown, weak, looked_at=looked_at)
     return LiveRun(view.identified, view.unknown_reason, view.started_at, shown, weak, looked_at=looked_at)

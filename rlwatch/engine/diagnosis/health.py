@@ -59,6 +59,14 @@ _RAY_EXIT = {
 }
 
 
+def _only_there(pids: list[int]) -> str:
+    """Processes that only stand in the run's directory or read its files: "pid 7 only works in …"."""
+    shown = ", ".join(str(pid) for pid in pids[:4]) + (f" and {len(pids) - 4} more" if len(pids) > 4 else "")
+    if len(pids) == 1:
+        return f"pid {shown} only works in its directory or reads its files"
+    return f"pids {shown} only work in its directory or read its files"
+
+
 def _alive(s: Snapshot) -> list[int]:
     """The run's processes alive now: members of the live run, each with the evidence membership rests on. A role's
     pattern names a process's role; it does not make it this run's (another run's trainer matches it too)."""
@@ -292,9 +300,13 @@ def assess_run(s: Snapshot, ctx: Context) -> RunState:
     assert last_line is not None
     run = s.live_run
     dead = ", ".join(str(pid) for pid, _ in run.gone[:4]) if run is not None else ""
+    idle = [pid for pid, _ in run.members if pid in run.weak] if run is not None else []
     nobody = (
         f"its processes are gone (pid {dead})"
         if dead
+        else "no process of the run is alive here (none writes its logs or was started by rlwatch; "
+        f"{_only_there(idle)}, which proves no life)"
+        if idle
         else "no process of the run is alive here (none writes its logs, works in its directory or was started "
         "by rlwatch)"
     )
