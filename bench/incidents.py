@@ -103,16 +103,16 @@ def run_one(label: str, ds: Dataset, data_dir: Path, runs: int, log: Callable[[s
             )
             r.times.append(ix.seconds)
             r.rss_mb, r.lines = ix.max_rss_mb, ix.lines
-        t = run_timed(rlwatch_argv("report", "--json", str(trial.parents[3])))
+        timed = run_timed(rlwatch_argv("report", "--json", str(trial.parents[3])))
         r = rows.setdefault(
             REPORT, Row(REPORT, note="a trial holding the log: the backlog, a sampling round, diagnosis")
         )
-        r.times.append(t.seconds)
-        r.rss_mb = max(r.rss_mb or 0.0, t.max_rss_mb)
-        if t.returncode in (0, 1):
-            counts["rlwatch report"] = _report_counts(t.output)
+        r.times.append(timed.seconds)
+        r.rss_mb = max(r.rss_mb or 0.0, timed.max_rss_mb)
+        if timed.returncode in (0, 1):
+            counts["rlwatch report"] = _report_counts(timed.output)
         else:
-            notes.append(f"rlwatch report failed ({t.returncode}): {t.output[-300:]!r}")
+            notes.append(f"rlwatch report failed ({timed.returncode}): {timed.output[-300:]!r}")
         log(f"  {label} run {i + 1}/{runs}: " + ", ".join(f"{r.name} {r.times[-1]:.2f}s" for r in rows.values()))
     if grep.available:
         counts["grep"] = peers.per_kind_counts("grep", path, REPORTED_KINDS)

@@ -91,6 +91,12 @@ def _many_files(count: int) -> Path:
     return root
 
 
+def _events(rep: dict[str, object]) -> dict[str, dict[str, object]]:
+    """The per-kind events of a report's JSON, empty where there are none."""
+    events = rep.get("events")
+    return {k: v for k, v in events.items() if isinstance(v, dict)} if isinstance(events, dict) else {}
+
+
 def _report(root: Path, runs: int) -> tuple[list[float], list[float], float, dict[str, object]]:
     times: list[float] = []
     cpu: list[float] = []
@@ -161,10 +167,10 @@ def _progress_rows(lf: Path, cr: Path, runs: int) -> list[str]:
     outs: dict[str, bytes] = {}
     for _ in range(runs):
         for name, argv, _size in cases:
-            wall, cpu, out = _cpu_of(argv)
+            wall, cpu, printed = _cpu_of(argv)
             walls[name].append(wall)
             cpus[name].append(cpu)
-            outs[name] = out
+            outs[name] = printed
     size = lf.stat().st_size
     start = statistics.median(cpus[cases[0][0]])
     tail = cr.read_bytes()[-200:].rsplit(b"\r", 2)[-2].decode()
@@ -221,7 +227,7 @@ def main(argv: list[str] | None = None) -> int:
         a = row("tracebacks, LF", _trial("tb-lf", lf))
         b = row("tracebacks, CR only", _trial("tb-cr", cr))
         for k in ("traceback", "connection_refused"):
-            ea, eb = a.get("events", {}), b.get("events", {})
+            ea, eb = _events(a), _events(b)
             print(f"  {k}: LF {ea.get(k, {}).get('count')} CR {eb.get(k, {}).get('count')}", file=sys.stderr)
     if "progress" in only:
         target = int(53e6 * args.scale)

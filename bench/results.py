@@ -11,6 +11,7 @@ from pathlib import Path
 from bench import backlog, incidents, latency, overhead, soak, startup, storm
 from bench.common import fmt, median
 from bench.datagen import Dataset
+from bench.incidents import FirstDiagnosis  # by name: the field `incidents` hides the module in the class body
 
 FINDINGS = Path(__file__).resolve().parent / "findings.md"
 # The overhead section as measured on a host with an NVIDIA GPU, beside nvitop: a run of its own (this machine may
@@ -30,7 +31,7 @@ class Results:
     soak: soak.SoakResult | None = None
     startup: startup.StartupResult | None = None
     incidents: list[incidents.LogResult] | None = None
-    first_diagnosis: incidents.FirstDiagnosis | None = None
+    first_diagnosis: FirstDiagnosis | None = None
     storm: storm.StormResult | None = None
     elapsed_s: float = 0.0
     rows: list[tuple[str, str, str]] = field(default_factory=list)
