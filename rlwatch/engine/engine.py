@@ -165,7 +165,6 @@ class Engine:
         self._lock = threading.RLock()
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
-        self._sampling = False  # the sample loop is started (tests drive an engine's steps without it)
         self._first_look = threading.Event()  # the log loop's first pass (the preview included) is published
         self._first_sample = threading.Event()  # the host sources' first round is published
         self._listeners: list[Callable[[Snapshot], None]] = []
@@ -432,7 +431,7 @@ class Engine:
         if not self._preview_waited:
             self._preview_waited = True
             preview.wait(PREVIEW_WAIT_S)  # not under the lock: snapshots go on, and the wait may be seconds
-            if self._sampling:  # the sample loop publishes its round before it sets this
+            if self.running:  # the sample loop publishes its round before it sets this (tests drive steps alone)
                 self._first_sample.wait(PREVIEW_SAMPLE_WAIT_S)
         with self._lock:
             return preview.step()
@@ -1143,17 +1142,17 @@ class Engine:
     def start(self) -> None:
         """Run the loops in daemon threads until :meth:`stop`."""
         self.waker.start()
-        self._sampling = True
         loops = (
             ("logs", self._log_loop),
             ("sample", self._sample_loop),
             ("server", self._server_loop),
             ("ray", self._ray_loop),
         )
-        for name, target in loops:
-            t = threading.Thread(target=target, name=f"rlwatch-{name}", daemon=True)
-            t.start()
-            self._threads.append(t)
+        # Every loop is listed before any starts: `running` is true from a loop's first step (the log loop's
+        # preview waits for the sample loop's first round only where it runs).
+        self._threads += [threading.Thread(target=t, name=f"rlwatch-{name}", daemon=True) for name, t in loops]
+        for thread in self._threads:
+            thread.start()
         if self.stack_sampler is not None:
             self.stack_sampler.start()
 

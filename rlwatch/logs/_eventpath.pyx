@@ -2129,28 +2129,24 @@ cdef class Failure:
         return _Failure(root=self.root, fields=self.fields, error=self.error).freeze()
 
 
+_REPORT_FIELDS = tuple((name, name.encode()) for name in ("time", "host", "rank", "exitcode", "error_file", "traceback"))
+
+
 cdef str report_field(str text, U u, Py_ssize_t *value) except *:
     """``_REPORT_FIELD.match(text)`` over a right-stripped line:
     ``^\\s{1,4}(time|host|rank|exitcode|error_file|traceback)\\s*:\\s?(.*)$``; the field's name (None: no
     match), where its value begins in value[0]."""
-    cdef Py_ssize_t i = 0, j
+    cdef Py_ssize_t i = 0, j = 0
     cdef str name
+    cdef bytes lit
     while i < u.n and uspace(at(u, i)):
         i += 1
     if i < 1 or i > 4:  # more spaces than four leave one where the name must begin
         return None
-    if starts_at(u, i, b"time", 4):
-        name, j = "time", i + 4
-    elif starts_at(u, i, b"host", 4):
-        name, j = "host", i + 4
-    elif starts_at(u, i, b"rank", 4):
-        name, j = "rank", i + 4
-    elif starts_at(u, i, b"exitcode", 8):
-        name, j = "exitcode", i + 8
-    elif starts_at(u, i, b"error_file", 10):
-        name, j = "error_file", i + 10
-    elif starts_at(u, i, b"traceback", 9):
-        name, j = "traceback", i + 9
+    for name, lit in _REPORT_FIELDS:
+        if starts_at(u, i, lit, len(lit)):
+            j = i + len(lit)
+            break
     else:
         return None
     while j < u.n and uspace(at(u, j)):
