@@ -13,6 +13,7 @@ import shlex
 from collections.abc import Sequence
 
 from rlwatch.common.state import Severity
+from rlwatch.common.textsafe import INVISIBLE
 from rlwatch.engine.diagnosis import hhmm
 
 # Complete escape sequences first (CSI, OSC, DCS/SOS/PM/APC strings, two-byte ESC sequences), so colour codes and
@@ -30,6 +31,7 @@ _ESCAPE_SEQUENCE = re.compile(
 # Whatever control characters remain are shown as Unicode control pictures, so nothing reaches the terminal raw
 # and a person can still see that something odd was in the log.
 _CONTROL = re.compile(r"[\x00-\x08\x0a-\x1f\x7f\x80-\x9f]")
+_INVISIBLE = re.compile(INVISIBLE)  # bidi controls, line separators, zero-width and tag characters: dropped
 _CONTROL_PICTURE = {**{c: chr(0x2400 + c) for c in range(0x20)}, 0x7F: "\u2421"}
 
 UNKNOWN = "–"
@@ -43,7 +45,7 @@ def clean_text(text: str, limit: int | None = None) -> str:
     """
     if limit is not None and len(text) > limit * 2:
         text = text[: limit * 2]
-    text = _ESCAPE_SEQUENCE.sub("", text).replace("\t", "    ")
+    text = _INVISIBLE.sub("", _ESCAPE_SEQUENCE.sub("", text)).replace("\t", "    ")
     text = _CONTROL.sub(lambda m: _CONTROL_PICTURE.get(ord(m.group()), "\ufffd"), text)
     if limit is not None and len(text) > limit:
         text = text[: limit - 1] + "…"

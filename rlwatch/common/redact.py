@@ -38,6 +38,8 @@ import re
 from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from rlwatch.common.textsafe import INVISIBLE
+
 if TYPE_CHECKING:
     import ast
 
@@ -341,9 +343,8 @@ _CONTROL = re.compile(
     r"|\x9b[0-?]*[ -/]*[@-~]"
     r"|[\x90\x98\x9d\x9e\x9f][^\x07\x1b\x9c]*(?:\x07|\x9c)?"
     r"|[\x00-\x08\x0b-\x1f\x7f-\x9f]"
-    # Bidirectional controls (LRE…RLO, LRI…PDI, LRM, RLM): U+202E turns "exe.txt" into what reads "txt.exe", and
-    # reorders a line, a notification or a label so that it says something other than its bytes.
-    r"|[\u200e\u200f\u202a-\u202e\u2066-\u2069]"
+    # Bidirectional controls, line separators and the other invisible format characters (common/textsafe).
+    r"|" + INVISIBLE
 )
 
 

@@ -9,11 +9,24 @@ from __future__ import annotations
 
 import re
 
-__all__ = ["clean_line", "strip_ansi"]
+__all__ = ["INVISIBLE", "clean_line", "strip_ansi"]
 
 # Only SGR colour codes: what loggers such as colorlog wrap every line in. Matching strips these and nothing else,
 # so that a pattern sees the text a person would read.
 _SGR = re.compile(r"\x1b\[[0-9;]*m")
+
+# Unicode's format characters (category Cf) and its line and paragraph separators (Zl, Zp), every one but the
+# two joiners (U+200C, U+200D) that Persian, the Indic scripts and emoji sequences need. Bidirectional controls
+# (LRE…RLO, LRI…PDI, LRM, RLM, ALM U+061C): U+202E turns "exe.txt" into what reads "txt.exe", and reorders a
+# line, a notification or a label so that it says something other than its bytes. U+2028 and U+2029 break a
+# line in JSON-based chat renderers. The invisible others (zero-width space, word joiner, soft hyphen, BOM,
+# interlinear annotations, tag characters) hide text from the eye and from a search ("pass\u00adword").
+# The ranges are Unicode 15's; tests/common/test_textsafe.py checks them against the interpreter's tables.
+INVISIBLE = (
+    r"[\u00ad\u0600-\u0605\u061c\u06dd\u070f\u0890\u0891\u08e2\u180e\u200b\u200e\u200f\u2028-\u202e"
+    r"\u2060-\u2064\u2066-\u206f\ufeff\ufff9-\ufffb\U000110bd\U000110cd\U00013430-\U0001343f"
+    r"\U0001bca0-\U0001bca3\U0001d173-\U0001d17a\U000e0001\U000e0020-\U000e007f]"
+)
 
 _CONTROL = re.compile(
     r"\x1b\[[0-?]*[ -/]*[@-~]"  # CSI: colours, cursor movement, erase
@@ -23,9 +36,7 @@ _CONTROL = re.compile(
     r"|\x9b[0-?]*[ -/]*[@-~]"  # 8-bit CSI
     r"|[\x90\x98\x9d\x9e\x9f][^\x07\x1b\x9c]*(?:\x07|\x9c)?"  # 8-bit string controls (DCS, SOS, OSC, PM, APC)
     r"|[\x00-\x08\x0a-\x1f\x7f-\x9f]"  # any remaining C0 control except tab, DEL, any remaining C1 control
-    # Bidirectional controls (LRE…RLO, LRI…PDI, LRM, RLM): U+202E turns "exe.txt" into what reads "txt.exe", and
-    # reorders a line, a notification or a label so that it says something other than its bytes.
-    r"|[\u200e\u200f\u202a-\u202e\u2066-\u2069]"
+    r"|" + INVISIBLE
 )
 
 

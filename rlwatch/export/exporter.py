@@ -105,14 +105,29 @@ def _exc_type(incident: Incident) -> str:
     return exception_type(head.rsplit(".", 1)[-1] if head else "unknown")
 
 
-def _one_per_name(processes: Iterable[ProcessInfo]) -> list[ProcessInfo]:
-    """One process per stable name: the live one if any, else the newest, so label sets never repeat."""
+# A pid in a label: "train.py (pid 7511)" (a rank without RANK in its environment) and "train.py 7511" (a member
+# of the run no role rule names) are told apart from one another by it, in the views, but a label must not be.
+_PID_WORDS = re.compile(r"\s*\(pid \d+\)|\s+\d+$")
+_RANK = re.compile(r"rank \d+")
+
+
+def stable_label(label: str) -> str:
+    """A process's or a rank's label without the pid the views tell it by: a pid label starts a new series on every
+    restart, and says nothing a dashboard can follow. "rank 3" stays; "train.py (pid 7511)" is "train.py"."""
+    text = clean_line(label).strip()
+    return text if _RANK.fullmatch(text) else _PID_WORDS.sub("", text).strip()
+
+
+def _one_per_name(processes: Iterable[ProcessInfo]) -> list[tuple[str, ProcessInfo]]:
+    """One process per stable name (its pid left out): the live one if any, else the newest, so label sets never
+    repeat."""
     best: dict[str, ProcessInfo] = {}
     for p in processes:
-        cur = best.get(p.name)
+        name = stable_label(p.name)
+        cur = best.get(name)
         if cur is None or (p.alive, p.started_at) > (cur.alive, cur.started_at):
-            best[p.name] = p
-    return [best[name] for name in sorted(best)]
+            best[name] = p
+    return [(name, best[name]) for name in sorted(best)]
 
 
 class _Families:
@@ -460,8 +475,8 @@ class SnapshotCollector(Collector):
 
     @staticmethod
     def _processes(f: _Families, snap: Snapshot) -> None:
-        for p in _one_per_name(snap.processes):
-            lab = {"role": p.role, "name": p.name}
+        for name, p in _one_per_name(snap.processes):
+            lab = {"role": p.role, "name": name}
             f.gauge("process_up", "1 while the process lives.", lab, p.alive)
             f.gauge("process_rss_bytes", "Resident memory of the process.", lab, p.rss_bytes if p.alive else None)
             f.gauge(
@@ -520,7 +535,7 @@ class SnapshotCollector(Collector):
                 "stack_sampling_interval_seconds", "Time between two rounds of stack reads.", None, sampling.interval_s
             )
         for r in snap.rank_times:
-            lab = {"rank": r.label}
+            lab = {"rank": stable_label(r.label)}
             f.gauge(
                 "rank_collective_wait_ratio",
                 "Share of the rank's stack reads waiting in a collective, over the straggler window.",
