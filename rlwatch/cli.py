@@ -26,6 +26,7 @@ from rlwatch.common.trust import config_distrust
 from rlwatch.config.models import Config
 from rlwatch.discover.discovery import SeveralRuns
 from rlwatch.discover.load import ConfigError, resolve_config
+from rlwatch.discover.privsep import PrivsepRefused, enter
 from rlwatch.engine.diagnosis import backlog_text, human_bytes, human_duration
 
 if TYPE_CHECKING:
@@ -599,7 +600,11 @@ def cmd_service(args: argparse.Namespace) -> int:
         done = install(run_dir, config=args.config, user=args.user, mode=args.mode, dry=args.print)
     except OSError as exc:
         where = f"{exc.filename}: " if exc.filename else ""
-        hint = " (a system unit needs root: try --user, or --print and install it with sudo)" if not args.user else ""
+        hint = (
+            ""
+            if args.user or getattr(exc, "refusal", False)  # no place for the hook: not a question of rights
+            else " (a system unit needs root: try --user, or --print and install it with sudo)"
+        )
         raise UsageError(f"{where}cannot write: {exc.strerror or exc}{hint}") from None
     for line in done.lines:
         safe_print(line)
@@ -775,10 +780,33 @@ def acting_words(rec: Mapping[str, object]) -> str:
     return "ACTS on this run" if rec.get("acting") else "only watches (it takes no action)"
 
 
+# The commands that read a run directory (and may act on it): as root on another user's run they work as that user.
+# `service` is not among them (root writes its own unit or hook, outside the run), nor `sim`, `demo` and `fleet`.
+ON_A_RUN = frozenset({"dashboard", "report", "watch", "act", "init", "notify", "snapshot"})
+
+
+def _as_the_owner(args: argparse.Namespace) -> None:
+    """Before anything of the run is read: as root on a run another user controls, become that user
+    (:mod:`rlwatch.discover.privsep`), and say so on standard error, where no output for scripts goes."""
+    if args.command not in ON_A_RUN or getattr(args, "demo", False) or getattr(args, "run_dir", None) is None:
+        return
+    run_dir = Path(args.run_dir).expanduser()
+    if not run_dir.is_dir():
+        return  # the command says what is wrong with it, in its own words
+    said = enter(run_dir)
+    if said is not None:
+        args.run_dir = os.path.realpath(run_dir)  # the directory judged, whatever a link at the path says later
+        print(f"rlwatch: {clean_line(said)}", file=sys.stderr)
+
+
 def run(args: argparse.Namespace, handlers: Mapping[str, Handler] = HANDLERS) -> int:
     """Run a command (by default the headless ones); turns user mistakes into one line and exit 2."""
     try:
+        _as_the_owner(args)
         return handlers[args.command](args)
+    except PrivsepRefused as exc:
+        print(f"rlwatch: {clean_line(str(exc))}", file=sys.stderr)
+        return 2
     except ConfigError as exc:
         for mistake in exc.every():  # every mistake of the file, one line each: not one fix and run per mistake
             print(f"rlwatch: {mistake}", file=sys.stderr)

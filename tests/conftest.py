@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 
 from tests.simhost import Sim, with_id
+from tests.unprivileged import runtime, separated  # noqa: F401 - fixtures: rlwatch as a second user runs it
 
 # The suite's logs are written by the tests, never by a process of a run: a one-shot report need not watch them grow
 # for a writer it cannot see (two seconds each). The tests of that watch set it on their engine.

@@ -40,7 +40,7 @@ from collections import deque
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from rlwatch.common.clock import Clock, SystemClock
 from rlwatch.common.state import GpuState, HostEvent, KernelLogState
@@ -56,6 +56,13 @@ COMMAND_EVERY_S = 30.0  # journalctl or dmesg is a process to start: read at mos
 
 # Only lines holding one of these are parsed: the kernel log is mostly noise for this purpose.
 _LITERALS = ("Killed process", "oom-kill:", "NVRM", "segfault at", "general protection", "fatal signal 7")
+
+
+def worth_reading(line: str) -> bool:
+    """Whether a kernel log line can carry a message rlwatch reads: the one test of which lines matter, used by the
+    parser and by root's helper, which hands over these lines and never the rest of the log."""
+    return any(lit in line for lit in _LITERALS)
+
 
 # ---------------------------------------------------------------------------------------------- line prefixes
 # /dev/kmsg: "PRIORITY,SEQ,TIMESTAMP_US,FLAGS[,…];MESSAGE" (Documentation/ABI/testing/dev-kmsg).
@@ -207,7 +214,7 @@ class LineParser:
             for piece in message.split("\\x0a"):
                 out.extend(self._message(stamp, piece, seq, line))
             return out
-        if not any(lit in line for lit in _LITERALS) and self._bus_head is None:
+        if self._bus_head is None and not worth_reading(line):
             return []
         stamp, message, seq = split_prefix(line, year=year)
         return self._message(stamp, message, seq, line)
@@ -326,6 +333,22 @@ def boot_wall_time() -> float:
 # ------------------------------------------------------------------------------------------------------ readers
 class LiveUnavailable(Exception):
     """A live kernel log that cannot be read here (permission, missing tool): the one-line reason."""
+
+
+class LiveReader(Protocol):
+    """A live kernel log: ``/dev/kmsg``, a command, or root's helper reading either for a process without the right.
+    ``name`` says which, since each prints its own line format."""
+
+    name: str
+
+    def open(self) -> None: ...
+
+    def read(self, limit: int = ...) -> list[str]: ...
+
+    def close(self) -> None: ...
+
+
+COMMANDS = ("journalctl", "dmesg")  # readers that run a program: asked at most every COMMAND_EVERY_S
 
 
 class KmsgReader:
@@ -495,7 +518,7 @@ class KernelLog:
         timeout_s: float = 5.0,
         clock: Clock | None = None,
         boot_time: Callable[[], float] = boot_wall_time,
-        live: Sequence[KmsgReader | CommandReader] | None = None,
+        live: Sequence[LiveReader] | None = None,
         retry_s: float = RETRY_S,
         command_every_s: float = COMMAND_EVERY_S,
     ) -> None:
@@ -514,7 +537,7 @@ class KernelLog:
                 CommandReader("dmesg", ["dmesg"], timeout_s),
             )
         self._live = list(live) if mode == "auto" else []
-        self._reader: KmsgReader | CommandReader | None = None
+        self._reader: LiveReader | None = None
         self._parser: LineParser | None = None
         self._live_error: str | None = None if self._live else ("off" if mode == "off" else None)
         self._retry_at = -1.0
@@ -553,7 +576,7 @@ class KernelLog:
         reader, parser = self._reader, self._parser
         if reader is None or parser is None:
             return
-        if isinstance(reader, CommandReader):
+        if reader.name in COMMANDS:
             now = self._clock.monotonic()
             if now < self._next_command:
                 return

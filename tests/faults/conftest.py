@@ -7,8 +7,6 @@ together with each test's outcome, without any shared state between the tests.
 from __future__ import annotations
 
 import os
-import pwd
-import shutil
 import signal
 import subprocess
 import sys
@@ -22,6 +20,7 @@ import pytest
 from rlwatch.common.state import Snapshot, SourceStatus
 from rlwatch.config.models import Config
 from rlwatch.engine.engine import Engine
+from tests.unprivileged import CAN_DROP_PRIVILEGES, NOBODY, as_nobody
 
 ROW_KEY = "fault_row"
 PYTHON = sys.executable
@@ -108,18 +107,4 @@ def run_cli(*args: str, timeout: float = 60, **kwargs: Any) -> subprocess.Comple
     )
 
 
-def _nobody() -> pwd.struct_passwd | None:
-    try:
-        return pwd.getpwnam("nobody")
-    except KeyError:
-        return None
-
-
-NOBODY = _nobody()
-CAN_DROP_PRIVILEGES = os.geteuid() == 0 and shutil.which("setpriv") is not None and NOBODY is not None
-
-
-def as_nobody(*argv: str) -> list[str]:
-    """``argv`` run as the unprivileged user ``nobody`` (needs :data:`CAN_DROP_PRIVILEGES`)."""
-    assert NOBODY is not None
-    return ["setpriv", f"--reuid={NOBODY.pw_uid}", f"--regid={NOBODY.pw_gid}", "--clear-groups", "--", *argv]
+__all__ = ["CAN_DROP_PRIVILEGES", "NOBODY", "as_nobody"]

@@ -11,7 +11,6 @@ directory only root can enter, with a virtual environment there, and runs these 
 
 from __future__ import annotations
 
-import importlib.metadata
 import json
 import os
 import shutil
@@ -22,153 +21,21 @@ import subprocess
 import sys
 import tempfile
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
-from packaging.requirements import Requirement
 
-import rlwatch
-from tests.faults.conftest import CAN_DROP_PRIVILEGES, NOBODY, PYTHON, FaultRow, as_nobody
+from tests.faults.conftest import FaultRow
 from tests.simhost import wait_until
+from tests.unprivileged import CAN_DROP_PRIVILEGES, NOBODY, Runtime
 
 pytestmark = [pytest.mark.faults, pytest.mark.slow]
 
 REFUSED = "HTTPUtils WARNING: ConnectionRefusedError(111, \"Connect call failed ('10.0.0.1', 30000)\")\n"
-PACKAGES = ("rlwatch", "tui", "widgets")
-# What `python -m rlwatch` needs at run time; printed back so the probe knows which copy was imported.
-PROBE = (
-    "import sys, rlwatch, tui, widgets, textual, pydantic, yaml, psutil, watchfiles, prometheus_client, pynvml; "
-    "print(sys.version_info[0], sys.version_info[1], rlwatch.__file__)"
-)
 INSIDE_CLONE = "RLWATCH_TEST_INSIDE_PRIVATE_CLONE"
-
-
 if not CAN_DROP_PRIVILEGES:
     pytest.skip("needs root, setpriv and a 'nobody' user to run rlwatch unprivileged", allow_module_level=True)
-
-
-@dataclass(frozen=True)
-class Runtime:
-    """How ``nobody`` runs this rlwatch: ``[*python, "-m", "rlwatch", ...]`` with ``env``, from ``/``."""
-
-    python: tuple[str, ...]
-    env: dict[str, str]
-    how: str
-
-    def rlwatch(self, *args: str) -> list[str]:
-        return as_nobody(*self.python, "-m", "rlwatch", *args)
-
-
-def _probe(python: list[str], env: dict[str, str], package_dir: Path) -> str | None:
-    """None when ``nobody`` imports rlwatch and its dependencies from ``package_dir`` with ``python``; else why not."""
-    try:
-        out = subprocess.run(
-            as_nobody(*python, "-c", PROBE),
-            capture_output=True,
-            text=True,
-            timeout=60,
-            check=False,
-            cwd="/",
-            env=env,
-            stdin=subprocess.DEVNULL,
-        )
-    except OSError as exc:
-        return f"{python[0]}: {exc}"
-    if out.returncode != 0:
-        lines = (out.stderr or out.stdout).strip().splitlines()
-        return f"{python[0]}: {lines[-1] if lines else f'exit {out.returncode}'}"
-    major, minor, where = out.stdout.split(maxsplit=2)
-    if (int(major), int(minor)) != sys.version_info[:2]:
-        return f"{python[0]} is Python {major}.{minor}, not {sys.version_info[0]}.{sys.version_info[1]}"
-    if Path(where.strip()).parent != package_dir:
-        return f"{python[0]} imports rlwatch from {Path(where.strip()).parent}, not {package_dir}"
-    return None
-
-
-def _dependencies(name: str) -> list[importlib.metadata.Distribution]:
-    """``name``'s installed distribution and every one it needs at run time (no extras), each once."""
-    seen: dict[str, importlib.metadata.Distribution] = {}
-    todo = [name]
-    while todo:
-        current = todo.pop()
-        try:
-            dist = importlib.metadata.distribution(current)
-        except importlib.metadata.PackageNotFoundError:
-            continue  # an optional platform dependency not installed here: nothing to copy
-        key = dist.metadata["Name"].lower().replace("_", "-")
-        if key in seen:
-            continue
-        seen[key] = dist
-        for text in dist.requires or []:
-            req = Requirement(text)
-            if req.marker is None or req.marker.evaluate({"extra": ""}):
-                todo.append(req.name)
-    return list(seen.values())
-
-
-def _copy_runtime(dest: Path) -> Path:
-    """rlwatch's packages and its run-time dependencies copied into ``dest/lib``, readable by everyone."""
-    lib = dest / "lib"
-    for name in PACKAGES:
-        source = Path(__import__(name).__file__ or "").parent
-        shutil.copytree(source, lib / name, ignore=shutil.ignore_patterns("__pycache__"))
-    for dist in _dependencies("rlwatch"):
-        own = dist.metadata["Name"] == "rlwatch"
-        for item in dist.files or []:
-            parts = Path(item).parts
-            if ".." in parts or "__pycache__" in parts or (own and not parts[0].endswith(".dist-info")):
-                continue  # scripts outside site-packages, bytecode, and the editable install's hooks
-            target = lib / Path(item)
-            source = Path(str(dist.locate_file(item)))
-            if source.is_file() and not target.exists():
-                target.parent.mkdir(parents=True, exist_ok=True)
-                shutil.copyfile(source, target)
-    for root, _dirs, files in os.walk(dest):
-        os.chmod(root, 0o755)
-        for f in files:
-            os.chmod(os.path.join(root, f), 0o644)
-    return lib
-
-
-def _interpreters() -> list[str]:
-    """Interpreters of this Python version that ``nobody`` may be able to start, most likely first."""
-    version = f"{sys.version_info[0]}.{sys.version_info[1]}"
-    found = [
-        getattr(sys, "_base_executable", sys.executable),
-        os.path.realpath(sys.executable),
-        shutil.which(f"python{version}") or "",
-        f"/usr/bin/python{version}",
-        f"/usr/local/bin/python{version}",
-    ]
-    return [p for p in dict.fromkeys(found) if p and os.path.isfile(p)]
-
-
-@pytest.fixture(scope="module")
-def runtime() -> Iterator[Runtime]:
-    """This rlwatch as ``nobody`` can run it (see the module's docstring), or the tests skipped with the reason."""
-    here = Path(rlwatch.__file__).parent
-    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONHOME", "PYTHONSTARTUP")}
-    why_not = _probe([PYTHON], env, here)
-    if why_not is None:
-        yield Runtime((PYTHON,), env, f"as checked out, by {PYTHON}")
-        return
-    base = Path(tempfile.mkdtemp(prefix="rlwatch-readable-"))
-    try:
-        lib = _copy_runtime(base)
-        copy_env = {**env, "PYTHONPATH": str(lib), "PYTHONNOUSERSITE": "1"}
-        tried = [why_not]
-        for python in _interpreters():
-            problem = _probe([python, "-S"], copy_env, lib / "rlwatch")
-            if problem is None:
-                how = f"from a readable copy in {base}, by {python} (nobody cannot use the checkout: {why_not})"
-                yield Runtime((python, "-S"), copy_env, how)
-                return
-            tried.append(problem)
-        pytest.skip(f"'nobody' can run neither this checkout nor a readable copy of it: {'; '.join(tried)}")
-    finally:
-        shutil.rmtree(base, ignore_errors=True)
 
 
 @pytest.fixture
