@@ -8,15 +8,57 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Annotated, Literal
+from typing import Annotated, Literal, get_args, get_origin
 
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, field_validator, model_validator
+from pydantic.fields import FieldInfo
 
 Profile = Literal["auto", "areal", "trl", "verl", "openrlhf", "workers", "generic"]
 SeverityName = Literal["critical", "warning", "info"]
 PositiveFloat = Annotated[float, Field(gt=0)]
 NonNegInt = Annotated[int, Field(ge=0)]
 _URL = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://\S")
+
+
+@dataclass(frozen=True)
+class Names:
+    """What a string key of the file names, where that decides what a file rlwatch does not trust may say.
+
+    A file another user could have written still says how the run is watched, but not where rlwatch reads, whom it
+    asks, which process it takes by pid, nor an expression that could keep it busy for ever (rlwatch.discover.load
+    applies the rule to every key so marked, found by :func:`names_of` on the models themselves, so a key added
+    later is held to it by its type alone; tests/test_untrusted_config.py fails for a string key left unmarked).
+    """
+
+    what: Literal["path", "pid", "pattern", "remote"]
+
+
+# A file, directory or glob; relative to the run directory unless absolute. Untrusted: only inside the run directory.
+RunPath = Annotated[str, Names("path")]
+# Names a process by its pid (a pidfile). Untrusted: never used.
+PidSource = Annotated[str, Names("pid")]
+# A regular expression over a log line or a command line. Untrusted: run by RE2 (rlwatch.common.patterns).
+UserPattern = Annotated[str, Names("pattern")]
+# An address rlwatch would send a request (and what it knows) to. Untrusted: never used.
+RemoteUrl = Annotated[str, Names("remote")]
+
+
+def _marks(annotation: object) -> set[str]:
+    found: set[str] = set()
+    for meta in getattr(annotation, "__metadata__", ()):
+        if isinstance(meta, Names):
+            found.add(meta.what)
+    for arg in get_args(annotation):
+        if get_origin(annotation) is not Literal:
+            found |= _marks(arg)
+    return found
+
+
+def names_of(field: FieldInfo) -> frozenset[str]:
+    """What a field of a model names (``path``, ``pid``, ``pattern``, ``remote``), from its type: empty for most."""
+    found = _marks(field.annotation)
+    found.update(meta.what for meta in field.metadata if isinstance(meta, Names))
+    return frozenset(found)
 
 
 class Strict(BaseModel):
@@ -28,6 +70,8 @@ def _check_regex(value: str) -> str:
         re.compile(value)
     except re.error as exc:
         raise ValueError(f"not a valid regular expression: {exc}") from None
+    except (RecursionError, OverflowError) as exc:  # groups nested thousands deep, a repetition past 2**32
+        raise ValueError(f"not a usable regular expression: {str(exc) or type(exc).__name__}") from None
     return value
 
 
@@ -35,7 +79,7 @@ class CustomEvent(Strict):
     """A user-defined event kind: lines matching ``pattern`` are counted under ``name``."""
 
     name: Annotated[str, Field(pattern=r"^[a-z][a-z0-9_]*$")]
-    pattern: str
+    pattern: UserPattern
     severity: SeverityName = "warning"
     ignore_case: bool = False
     progress: bool = False  # a sign of progress: resets the streaks of failure kinds in the same file
@@ -44,7 +88,7 @@ class CustomEvent(Strict):
 
 
 class EventsConfig(Strict):
-    brake_pattern: str = r"emergency[ _-]?brake"  # case-insensitive
+    brake_pattern: UserPattern = r"emergency[ _-]?brake"  # case-insensitive
     custom: list[CustomEvent] = []
     recent_lines: Annotated[int, Field(ge=1, le=1000)] = 20
     rate_window_s: PositiveFloat = 300.0
@@ -60,11 +104,11 @@ class ProcessRule(Strict):
     """
 
     role: Annotated[str, Field(pattern=r"^[a-z][a-z0-9_-]*$")]
-    cmdline_regex: str | None = None
-    pidfile: str | None = None
+    cmdline_regex: UserPattern | None = None
+    pidfile: Annotated[PidSource, Names("path")] | None = None
     command: list[str] | None = None  # argv to start one again; recorded from the live process when absent
-    cwd: str | None = None
-    log: str | None = None  # where a started process's output is appended (and tailed)
+    cwd: RunPath | None = None
+    log: RunPath | None = None  # where a started process's output is appended (and tailed)
     memory_limit_bytes: Annotated[int, Field(gt=0)] | None = None
     expected: bool = False  # a finding is raised when none is running (e.g. the watchdog)
 
@@ -73,7 +117,7 @@ class ProcessRule(Strict):
 
 class ServerConfig(Strict):
     kind: Literal["sglang", "vllm", "trl"] | None = None
-    url: str | None = None  # e.g. http://127.0.0.1:30000
+    url: RemoteUrl | None = None  # e.g. http://127.0.0.1:30000
     # null: a server is expected exactly when url is set; false: the run has none (TRL's colocated generation),
     # never probed, no server finding or policy; true: expected even where its address is not known yet.
     expected: bool | None = None
@@ -81,26 +125,27 @@ class ServerConfig(Strict):
     timeout_s: PositiveFloat = 2.0
     interval_s: PositiveFloat = 5.0
     command: list[str] | None = None
-    cwd: str | None = None
-    log: str | None = None
+    cwd: RunPath | None = None
+    log: RunPath | None = None
     start_timeout_s: PositiveFloat = 600.0
 
 
 class GpuConfig(Strict):
     backend: Literal["auto", "nvml", "simulated", "none"] = "auto"
-    simulated_state: str | None = None  # JSON file a simulator writes (backend "simulated")
-    device_glob: str = "/dev/nvidia*"
+    # JSON file a simulator writes (backend "simulated"): it names the GPUs' processes by pid.
+    simulated_state: Annotated[RunPath, Names("pid")] | None = None
+    device_glob: RunPath = "/dev/nvidia*"
     query_timeout_s: PositiveFloat = 2.0
 
 
 class TrainingConfig(Strict):
     """Where the run keeps its state. Paths are relative to the run directory unless absolute."""
 
-    logs: list[str] = []  # globs
-    checkpoint_dirs: list[str] = []
-    recover_info: str | None = None  # path of step_info.json
-    config_file: str | None = None  # the training YAML, to show its key knobs
-    output_volume: str | None = None  # for free-disk checks; default: the run directory
+    logs: list[RunPath] = []  # globs
+    checkpoint_dirs: list[RunPath] = []
+    recover_info: RunPath | None = None  # path of step_info.json
+    config_file: RunPath | None = None  # the training YAML, to show its key knobs
+    output_volume: RunPath | None = None  # for free-disk checks; default: the run directory
     total_steps: Annotated[int, Field(gt=0)] | None = None
 
 
@@ -111,11 +156,11 @@ class RayConfig(Strict):
     enabled: bool | None = None
     # Ray's session log directory (raylet.out, gcs_server.out, worker-*.err); null: the one the raylet's command
     # line names, else $RAY_TMPDIR/session_latest/logs, else /tmp/ray/session_latest/logs.
-    session_logs: str | None = None
+    session_logs: RunPath | None = None
     # The dashboard whose State API (/api/v0/actors) is asked; null: the one the dashboard's command line names,
     # else http://127.0.0.1:8265 while a Ray cluster runs on this host. Its token (RAY_AUTH_TOKEN,
     # RAY_AUTH_TOKEN_PATH or ~/.ray/auth_token) is sent only to this host's dashboard or to one named here.
-    dashboard: str | None = None
+    dashboard: RemoteUrl | None = None
     state_api: bool = True  # false: never ask the State API (the session's logs are still read)
     timeout_s: PositiveFloat = 2.0  # one State API request
     interval_s: PositiveFloat = 10.0  # how often the State API is asked
@@ -173,9 +218,9 @@ class HostConfig(Strict):
     # Where the kernel's word is read: auto (/dev/kmsg, else `journalctl -k`, else `dmesg`, and saved logs in the
     # run directory), files (only saved logs in the run directory: the simulator), off.
     kernel_log: Literal["auto", "files", "off"] = "auto"
-    kernel_log_files: list[str] = ["dmesg*.log", "kern.log", "kernel.log"]  # globs in the run directory
+    kernel_log_files: list[RunPath] = ["dmesg*.log", "kern.log", "kernel.log"]  # globs in the run directory
     command_timeout_s: PositiveFloat = 5.0  # journalctl / dmesg are given this long, then killed
-    shm_path: str = "/dev/shm"  # the shared-memory mount whose size is checked
+    shm_path: RunPath = "/dev/shm"  # the shared-memory mount whose size is checked
     simulated_shm_bytes: NonNegInt | None = None  # set by the simulator: the size /dev/shm is said to have
     shm_min_bytes: NonNegInt = 1024**3  # /dev/shm below this beside vLLM, SGLang, NCCL, Ray or PyTorch: a warning
     inodes_min_fraction: Annotated[float, Field(ge=0, le=1)] = 0.05  # warn when fewer inodes than this are free
@@ -203,10 +248,10 @@ class ActionsConfig(Strict):
     # With allow_other_users, under root, from a trusted file: the users (names or uids) whose processes may be the
     # run's. Nobody else's process is ever a member, recorded or started again.
     other_users: list[str | int] = []
-    audit_log: str | None = None  # default: <run_dir>/.rlwatch/audit.jsonl
+    audit_log: RunPath | None = None  # default: <run_dir>/.rlwatch/audit.jsonl
     resume_command: list[str] | None = None
-    resume_cwd: str | None = None
-    resume_log: str | None = None
+    resume_cwd: RunPath | None = None
+    resume_log: RunPath | None = None
     verify_timeout_s: PositiveFloat = 120.0
     protected_names: list[str] = [
         "nvidia-persistenced",
@@ -300,9 +345,9 @@ class WatchdogConfig(Strict):
 class FleetConfig(Strict):
     """Where `rlwatch fleet` reads many hosts: one Prometheus scraping every pod's exporter, or the exporters."""
 
-    prometheus: str | None = None  # base URL of a Prometheus server, e.g. http://127.0.0.1:9090
+    prometheus: RemoteUrl | None = None  # base URL of a Prometheus server, e.g. http://127.0.0.1:9090
     job: str | None = None  # only targets of this scrape job; null = every job with rlwatch series
-    exporters: list[str] = []  # exporter URLs read directly when there is no Prometheus
+    exporters: list[RemoteUrl] = []  # exporter URLs read directly when there is no Prometheus
     refresh_s: PositiveFloat = 5.0
     stale_after_s: PositiveFloat = 60.0  # a host whose newest data is older than this is stale
     timeout_s: PositiveFloat = 5.0
@@ -315,7 +360,7 @@ class NotifyTarget(Strict):
     The URL usually holds a token: rlwatch shows it only redacted (``tgram://***``), and never in a message.
     """
 
-    url: Annotated[str, Field(min_length=1)]
+    url: Annotated[RemoteUrl, Field(min_length=1)]
     min_severity: SeverityName = "warning"  # findings below this are not sent here; recovery follows what was sent
     name: str | None = None  # shown instead of the redacted URL in the report and the dashboard
 
@@ -338,7 +383,8 @@ class NotifyConfig(Strict):
     retries: Annotated[int, Field(ge=0, le=10)] = 3  # further attempts after a failure ...
     backoff_s: PositiveFloat = 5.0  # ... waiting this long before the first, doubling each time
     queue_size: Annotated[int, Field(ge=1, le=10_000)] = 50  # per target; when full the oldest message is dropped
-    heartbeat: str | None = None  # a URL the watchdog GETs every heartbeat_every_s (healthchecks-style); --heartbeat
+    # A URL the watchdog GETs every heartbeat_every_s (healthchecks-style); --heartbeat.
+    heartbeat: RemoteUrl | None = None
     heartbeat_every_s: PositiveFloat = 60.0
     heartbeat_timeout_s: PositiveFloat = 10.0
 
@@ -365,6 +411,8 @@ class Provenance:
     run_found: bool = True
     looked_for: str | None = None
     distrust: str | None = None  # why the file may not decide what rlwatch executes: actions are then off
+    # What of an untrusted file was not used, one line each (FILE:LINE: key: why: ignored): the "config" source shows it.
+    ignored: tuple[str, ...] = ()
 
 
 class Config(Strict):
@@ -373,7 +421,7 @@ class Config(Strict):
     _provenance: Provenance = PrivateAttr(default_factory=Provenance)
 
     profile: Profile = "auto"
-    run_dir: str | None = None
+    run_dir: RunPath | None = None
     interval_s: PositiveFloat = 2.0
     simulated: bool = False  # set by the simulator so every view says SIMULATED
     training: TrainingConfig = TrainingConfig()

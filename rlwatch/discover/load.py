@@ -31,9 +31,10 @@ from typing import TYPE_CHECKING, Any, get_args, get_origin
 from pydantic import BaseModel, ValidationError
 
 from rlwatch.common.globbing import iglob
+from rlwatch.common.patterns import bounded_problem
 from rlwatch.common.textsafe import redact
 from rlwatch.common.trust import LinkRefused, config_distrust, open_followed
-from rlwatch.config.models import Config, Provenance
+from rlwatch.config.models import Config, ProcessRule, Provenance, names_of
 from rlwatch.discover.discovery import discover
 
 if TYPE_CHECKING:
@@ -403,13 +404,18 @@ def _validation_error(name: str, root: Node, exc: ValidationError) -> ConfigErro
 
 def parse_config(text: str, name: str = RUN_DIR_FILE) -> Config:
     """Validate configuration text; ``name`` is the file name errors start with."""
+    return _parse(text, name)[0]
+
+
+def _parse(text: str, name: str) -> tuple[Config, Node | None]:
+    """The configuration and its node tree (None for an empty file): what an untrusted file loses is said by line."""
     from yaml.nodes import MappingNode, ScalarNode
 
     root, loader = _compose(name, text)
     if root is None:
-        return Config()
+        return Config(), None
     if isinstance(root, ScalarNode) and root.tag == "tag:yaml.org,2002:null":
-        return Config()
+        return Config(), None
     if not isinstance(root, MappingNode):
         raise ConfigError(name, "the top level must be a mapping", line=_line(root))
     try:
@@ -417,15 +423,19 @@ def parse_config(text: str, name: str = RUN_DIR_FILE) -> Config:
     except RecursionError:
         raise ConfigError(name, "nested too deeply", line=_line(root)) from None
     try:
-        return Config.model_validate(_prune_empty(data, Config))
+        return Config.model_validate(_prune_empty(data, Config)), root
     except ValidationError as exc:
         raise _validation_error(name, root, exc) from None
 
 
 def load_config(path: Path) -> Config:
     """Load and validate one configuration file; every problem is a one-line :class:`ConfigError`."""
+    return _load(path)[0]
+
+
+def _load(path: Path) -> tuple[Config, Node | None]:
     name = str(path)
-    return parse_config(_read_text(path, name), name)
+    return _parse(_read_text(path, name), name)
 
 
 def _with_run_dir(cfg: Config, file: Path, run_dir: Path) -> Config:
@@ -449,11 +459,14 @@ def resolve_config(run_dir: Path, config_path: Path | None, profile: str = "auto
         raise ConfigError("--profile", f"unknown profile {profile!r}; choose from: {', '.join(PROFILES)}")
     run_dir = run_dir.expanduser()
     file = run_dir / RUN_DIR_FILE
+    root: Node | None = None
     if config_path is not None:
-        cfg = _with_run_dir(load_config(config_path), config_path, run_dir)
+        cfg, root = _load(config_path)
+        cfg = _with_run_dir(cfg, config_path, run_dir)
         source = f"--config {config_path}"
     elif os.path.lexists(file):
-        cfg = _with_run_dir(load_config(file), file, run_dir)
+        cfg, root = _load(file)
+        cfg = _with_run_dir(cfg, file, run_dir)
         source = RUN_DIR_FILE
     else:
         cfg = discover(run_dir, profile)
@@ -461,37 +474,134 @@ def resolve_config(run_dir: Path, config_path: Path | None, profile: str = "auto
     if source != "discovered":
         path = config_path if config_path is not None else file
         distrust = config_distrust(path, run_dir)
+        ignored: tuple[str, ...] = ()
         if distrust is not None:
-            cfg = _defanged(cfg, run_dir)
-        cfg = cfg.with_provenance(replace(_file_provenance(cfg, source, profile), distrust=distrust))
+            cfg, ignored = _defanged(cfg, run_dir, source.removeprefix("--config "), root)
+        provenance = _file_provenance(cfg, source, profile)
+        cfg = cfg.with_provenance(replace(provenance, distrust=distrust, ignored=ignored))
     if profile != "auto":
         cfg = cfg.model_copy(update={"profile": profile})
     return cfg, source
 
 
-def _defanged(cfg: Config, run_dir: Path) -> Config:
-    """What an untrusted file may still decide: how the run is watched, not where rlwatch sends what it sees. Its
-    notification targets and heartbeat (a stranger's URL would receive the run's findings and log lines) and its
-    logs outside the run directory (``/etc/shadow`` named as a log would be shown as one) are dropped; its
-    actions are refused by the actions API, which reads ``provenance.distrust``."""
-    base = os.path.abspath(Path(cfg.run_dir).expanduser() if cfg.run_dir else run_dir)
+def _defanged(cfg: Config, run_dir: Path, name: str, root: Node | None) -> tuple[Config, tuple[str, ...]]:
+    """What an untrusted file may still decide: how the run is watched, not where rlwatch reads, whom it asks, which
+    process it takes by pid, nor an expression that could keep it busy for ever. Its actions are refused by the
+    actions API, which reads ``provenance.distrust``; here every key the models mark (:class:`Names`) is held to
+    one rule, whatever section it is in: a path only inside the run directory, no pidfile, no URL, and only
+    expressions RE2 can run (they are then run by RE2, rlwatch.common.patterns). What is dropped is returned, one
+    line each (``FILE:LINE: key: why: not used``), for the report to show: a file whose keys silently did nothing
+    would look like a run with nothing to see."""
+    return _Confiner(Path(os.path.abspath(run_dir)), name, root).config(cfg)
 
-    def inside(paths: list[str]) -> list[str]:  # normalised first: "../../../root/x.log" is outside
-        return [p for p in paths if os.path.abspath(resolve(Path(base), p)).startswith(base + os.sep)]
 
-    session = cfg.ray.session_logs
-    return cfg.model_copy(
-        update={
-            "notify": cfg.notify.model_copy(update={"targets": [], "heartbeat": None}),
-            "training": cfg.training.model_copy(update={"logs": inside(cfg.training.logs)}),
-            "host": cfg.host.model_copy(update={"kernel_log_files": inside(cfg.host.kernel_log_files)}),
-            # Nothing it names is fetched: not its server's URL, not its Ray dashboard (Ray's token would go there).
-            "server": cfg.server.model_copy(update={"url": None}),
-            "ray": cfg.ray.model_copy(
-                update={"dashboard": None, "session_logs": session if session and inside([session]) else None}
-            ),
-        }
-    )
+_DROP = object()  # a marked value the untrusted file may not give: the key takes its default (a list item goes)
+_WHY = {
+    "pid": "names a process by pid",
+    "remote": "an address rlwatch would send what it sees to",
+}
+
+
+class _Confiner:
+    """The one rule of :func:`_defanged`, walked over the models' fields by what :func:`names_of` says they name."""
+
+    def __init__(self, base: Path, name: str, root: Node | None) -> None:
+        self.base = str(base)
+        self.within = self.base  # where relative paths lead: the file's run_dir once it is known to be inside
+        self.name = name
+        self.root = root
+        self.ignored: list[tuple[int, str]] = []  # (line, what): said in file order
+
+    def config(self, cfg: Config) -> tuple[Config, tuple[str, ...]]:
+        if cfg.run_dir is not None:
+            if why := self._outside(cfg.run_dir):
+                self._note(("run_dir",), why)
+                cfg = cfg.model_copy(update={"run_dir": self.base})
+            self.within = os.path.abspath(Path(cfg.run_dir or self.base).expanduser())
+        walked = self._model(cfg, ())
+        assert isinstance(walked, Config)  # every field of Config has a default: the whole is never dropped
+        if walked.gpu.backend == "simulated":
+            # Its state file (whatever its path) names the GPUs' processes by pid: NVML, or no GPUs, instead.
+            self._note(("gpu", "backend"), "the simulated GPU state names processes by pid")
+            walked = walked.model_copy(update={"gpu": walked.gpu.model_copy(update={"backend": "auto"})})
+        return walked, tuple(line for _, line in sorted(self.ignored, key=lambda note: note[0]))
+
+    def _note(self, loc: tuple[int | str, ...], why: str) -> None:
+        line = None if self.root is None else _line(_walk(self.root, loc)[0])
+        where = self.name if line is None else f"{self.name}:{line}"
+        text = f"{where}: {_loc_text(loc)}: {why}: ignored"
+        self.ignored.append((line or 0, _one_line(text)))
+
+    def _outside(self, value: str) -> str | None:
+        """Why a path (or glob) of the file leads outside the run directory, judged by its text: a glob by its part
+        before the first wildcard; ``..`` anywhere, since a link on the way decides where it leads."""
+        path = os.path.expanduser(value)
+        if os.pardir in path.split(os.sep):
+            return f"{_short(value)} climbs out with '..'"
+        full = os.path.normpath(os.path.join(self.within, path))
+        fixed: list[str] = []
+        for part in full.split(os.sep):
+            if glob.has_magic(part):
+                break
+            fixed.append(part)
+        prefix = os.sep.join(fixed) or os.sep
+        if prefix == self.base or prefix.startswith(self.base.rstrip(os.sep) + os.sep):
+            return None
+        return f"{_short(value)} is outside the run directory"
+
+    def _value(self, value: object, marks: frozenset[str], loc: tuple[int | str, ...]) -> object:
+        """``value`` as the untrusted file may give it, or ``_DROP``."""
+        if isinstance(value, list):
+            kept = [v for i, v in enumerate(value) if self._value(v, marks, (*loc, i)) is not _DROP]
+            return value if len(kept) == len(value) else kept
+        if not isinstance(value, str):
+            return value
+        why: str | None = None
+        for what in ("pid", "remote"):
+            if what in marks:
+                why = _WHY[what]
+        if why is None and "path" in marks:
+            why = self._outside(value)
+        if why is None and "pattern" in marks:
+            why = bounded_problem(value)
+        if why is None:
+            return value
+        self._note(loc, why)
+        return _DROP
+
+    def _model(self, model: BaseModel, loc: tuple[int | str, ...]) -> BaseModel | None:
+        """``model`` with what it may not say dropped; None when a key it cannot do without was (the item goes)."""
+        updates: dict[str, object] = {}
+        for key, field in type(model).model_fields.items():
+            value = getattr(model, key)
+            here = (*loc, key)
+            marks = names_of(field)
+            if marks:
+                default = field.get_default(call_default_factory=True)
+                new = value if value is None or value == default else self._value(value, marks, here)
+            elif isinstance(value, BaseModel):
+                new = self._model(value, here)
+            elif isinstance(value, list) and any(isinstance(v, BaseModel) for v in value):
+                items = [self._model(v, (*here, i)) if isinstance(v, BaseModel) else v for i, v in enumerate(value)]
+                new = [v for v in items if v is not None]
+                new = value if len(new) == len(value) and all(a is b for a, b in zip(new, value, strict=True)) else new
+            else:
+                continue
+            if new is _DROP or (new is None and value is not None):
+                if field.is_required():
+                    return None
+                new = field.get_default(call_default_factory=True)
+            if new is not value:
+                updates[key] = new
+        if not updates:
+            return model
+        out = model.model_copy(update=updates)
+        dropped_pidfile = isinstance(model, ProcessRule) and model.pidfile is not None
+        if isinstance(out, ProcessRule) and dropped_pidfile and out.pidfile is None and not out.cmdline_regex:
+            # A rule with neither a pidfile nor an expression would take every process: the rule goes instead.
+            self._note(loc, "nothing is left to select its processes by (the rule would take every process)")
+            return None
+        return out
 
 
 def _file_provenance(cfg: Config, source: str, profile: str) -> Provenance:

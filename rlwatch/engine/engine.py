@@ -161,6 +161,7 @@ class Engine:
         self.host = host or socket.gethostname()
         # An untrusted configuration file still says how to watch, but not what to execute: no action at all.
         self.readonly = cfg.actions.readonly or cfg.provenance.distrust is not None
+        self._untrusted = cfg.provenance.distrust is not None  # its expressions run by RE2 (rlwatch.common.patterns)
         self._proc_root = proc_root
         self._lock = threading.RLock()
         self._stop = threading.Event()
@@ -196,7 +197,9 @@ class Engine:
         # Host sources.
         self.memory_source = MemorySource(self.clock)
         self.gpu_backend = gpu_backend or make_gpu_backend(cfg.gpu, self.run_dir)
-        self.processes = ProcessTable(cfg.processes, self.clock, proc_root=proc_root, base_dir=self.run_dir)
+        self.processes = ProcessTable(
+            cfg.processes, self.clock, proc_root=proc_root, base_dir=self.run_dir, bounded=self._untrusted
+        )
         hcfg = cfg.host
         self.kernel_log = KernelLog(
             self.run_dir,
@@ -297,6 +300,8 @@ class Engine:
         self._ending_cache: dict[str, tuple[tuple[int, int, int, int, bool], LogEnding | None, float]] = {}
         self._ending_every_s = max(1.0, 5 * cfg.interval_s)
         self._status: dict[str, SourceStatus] = {}
+        if cfg.provenance.ignored:  # what an untrusted file said and rlwatch did not use (discover/load): never silent
+            self._ok("config", "; ".join(cfg.provenance.ignored) + " (the file is not trusted)")
         self._hist_gpu_util: dict[int, Ring] = {}
         self._hist_gpu_mem: dict[int, Ring] = {}
         # Both change only when the sources are sampled, so they are made there, not on every (frequent) build.
@@ -325,7 +330,7 @@ class Engine:
         preview's (the log view's tags are the engine's own, added by the caller)."""
         cfg, th = self.cfg, self.cfg.thresholds
         counter = EventCounter(
-            build_kinds(cfg.events),
+            build_kinds(cfg.events, bounded=self._untrusted),
             self.clock,
             recent_lines=cfg.events.recent_lines,
             rate_window_s=cfg.events.rate_window_s,

@@ -9,6 +9,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from rlwatch.common.patterns import Pattern, compile_pattern
 from rlwatch.common.state import Severity
 from rlwatch.config.models import EventsConfig
 from rlwatch.logs.matcher import required_literals
@@ -29,7 +30,7 @@ class EventKind:
 
     name: str
     severity: Severity
-    regex: re.Pattern[str]
+    regex: Pattern  # re's; or RE2's for an untrusted file's expression (rlwatch.common.patterns), linear in the line
     literals: tuple[str, ...]
     progress: bool = False
     internal: bool = False
@@ -386,13 +387,24 @@ PROGRESS_KINDS = frozenset(k.name for k in _BUILTIN if k.progress)
 REDRAWN_KINDS = frozenset({"_progress", "_steplike"})
 
 
-def builtin_kinds(brake_pattern: str = EventsConfig().brake_pattern) -> list[EventKind]:
-    """The built-in kinds, with the emergency-brake kind made from ``brake_pattern`` (case-insensitive)."""
+_DEFAULT_BRAKE = EventsConfig().brake_pattern
+
+
+def builtin_kinds(brake_pattern: str = _DEFAULT_BRAKE, *, bounded: bool = False) -> list[EventKind]:
+    """The built-in kinds, with the emergency-brake kind made from ``brake_pattern`` (case-insensitive).
+
+    ``bounded``: the pattern is an untrusted file's, run by RE2 (one RE2 cannot run was dropped where the file was
+    loaded; given here anyway, the default pattern is used instead of failing)."""
+    try:
+        regex = compile_pattern(brake_pattern, re.IGNORECASE, bounded=bounded)
+    except ValueError:
+        brake_pattern = _DEFAULT_BRAKE
+        regex = compile_pattern(brake_pattern, re.IGNORECASE, bounded=bounded)
     literals, _ = required_literals(brake_pattern, re.IGNORECASE)
     brake = EventKind(
         name="emergency_brake",
         severity=_W,
-        regex=re.compile(brake_pattern, re.IGNORECASE),
+        regex=regex,
         literals=literals,
         ignore_case=True,
         exclude=_CODE_LINE,
@@ -402,21 +414,30 @@ def builtin_kinds(brake_pattern: str = EventsConfig().brake_pattern) -> list[Eve
     return kinds
 
 
-def build_kinds(cfg: EventsConfig) -> list[EventKind]:
-    """Built-in kinds followed by the configured custom ones (a custom kind may not reuse a built-in name)."""
-    kinds = builtin_kinds(cfg.brake_pattern)
+def build_kinds(cfg: EventsConfig, *, bounded: bool = False) -> list[EventKind]:
+    """Built-in kinds followed by the configured custom ones (a custom kind may not reuse a built-in name).
+
+    ``bounded``: the configuration comes from a file rlwatch does not trust, whose expressions RE2 runs, so that
+    none can keep the log loop busy for ever (``^(a+)+$`` over a line of ``a``s); the built-in ones are rlwatch's
+    own and stay Python's. An expression RE2 cannot run is left out (where the file was loaded it was dropped, and
+    said so)."""
+    kinds = builtin_kinds(cfg.brake_pattern, bounded=bounded)
     taken = {k.name for k in kinds}
     for custom in cfg.custom:
         if custom.name in taken:
             continue
-        taken.add(custom.name)
         flags = re.IGNORECASE if custom.ignore_case else 0
+        try:
+            regex = compile_pattern(custom.pattern, flags, bounded=bounded)
+        except ValueError:
+            continue
+        taken.add(custom.name)
         literals, ignore_case = required_literals(custom.pattern, flags)
         kinds.append(
             EventKind(
                 name=custom.name,
                 severity=Severity(custom.severity),
-                regex=re.compile(custom.pattern, flags),
+                regex=regex,
                 literals=literals,
                 progress=custom.progress,
                 ignore_case=ignore_case,

@@ -25,6 +25,7 @@ from pathlib import Path
 
 from rlwatch.common import forecast
 from rlwatch.common.clock import Clock
+from rlwatch.common.patterns import Pattern, compile_pattern
 from rlwatch.common.state import ProcessInfo, Series
 from rlwatch.common.trust import open_read
 from rlwatch.config.models import ProcessRule
@@ -102,6 +103,17 @@ def _read_pidfile(path: Path) -> int | None:
     return pid if pid else None
 
 
+_NOTHING = re.compile(r"[^\s\S]")  # matches no command line
+
+
+def _rule_regex(pattern: str, bounded: bool) -> Pattern:
+    """A rule's expression; one RE2 cannot run (dropped where the file was loaded) matches nothing, never all."""
+    try:
+        return compile_pattern(pattern, bounded=bounded)
+    except ValueError:
+        return _NOTHING
+
+
 class ProcessTable:
     """Samples the processes the rules select; keeps names, restarts, RSS history and launch records."""
 
@@ -115,9 +127,12 @@ class ProcessTable:
         history: int = 600,
         dead_keep_s: float = 600.0,
         max_starts: int = 50,
+        bounded: bool = False,
     ) -> None:
         self._rules = list(rules)
-        self._regexes = [re.compile(r.cmdline_regex) if r.cmdline_regex else None for r in self._rules]
+        # bounded: the rules are an untrusted file's, whose expressions RE2 runs (rlwatch.common.patterns): another
+        # user's command line, megabytes long, never keeps the sampler busy for ever.
+        self._regexes = [_rule_regex(r.cmdline_regex, bounded) if r.cmdline_regex else None for r in self._rules]
         self._clock = clock
         self._proc_root = proc_root
         self._base_dir = Path(base_dir) if base_dir is not None else None
