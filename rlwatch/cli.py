@@ -26,7 +26,7 @@ from rlwatch.common.trust import config_distrust
 from rlwatch.config.models import Config
 from rlwatch.discover.discovery import SeveralRuns
 from rlwatch.discover.load import ConfigError, resolve_config
-from rlwatch.discover.privsep import PrivsepRefused, enter
+from rlwatch.discover.privsep import run_as_owner
 from rlwatch.engine.diagnosis import backlog_text, human_bytes, human_duration
 
 if TYPE_CHECKING:
@@ -785,28 +785,31 @@ def acting_words(rec: Mapping[str, object]) -> str:
 ON_A_RUN = frozenset({"dashboard", "report", "watch", "act", "init", "notify", "snapshot"})
 
 
-def _as_the_owner(args: argparse.Namespace) -> None:
-    """Before anything of the run is read: as root on a run another user controls, become that user
-    (:mod:`rlwatch.discover.privsep`), and say so on standard error, where no output for scripts goes."""
-    if args.command not in ON_A_RUN or getattr(args, "demo", False) or getattr(args, "run_dir", None) is None:
-        return
-    run_dir = Path(args.run_dir).expanduser()
-    if not run_dir.is_dir():
-        return  # the command says what is wrong with it, in its own words
-    said = enter(run_dir)
-    if said is not None:
-        args.run_dir = os.path.realpath(run_dir)  # the directory judged, whatever a link at the path says later
-        print(f"rlwatch: {clean_line(said)}", file=sys.stderr)
-
-
 def run(args: argparse.Namespace, handlers: Mapping[str, Handler] = HANDLERS) -> int:
-    """Run a command (by default the headless ones); turns user mistakes into one line and exit 2."""
+    """Run a command (by default the headless ones); turns user mistakes into one line and exit 2.
+
+    As root on a run another user controls, the command runs in a child working as that user, before anything of
+    the run is read (:mod:`rlwatch.discover.privsep`); it says so first, on standard error."""
+    run_dir = getattr(args, "run_dir", None)
+    if args.command in ON_A_RUN and not getattr(args, "demo", False) and run_dir is not None:
+        path = Path(run_dir).expanduser()
+        if path.is_dir():
+            real = os.path.realpath(path)  # the directory judged, whatever a link at the path leads to later
+
+            def as_owner(said: str) -> int:
+                print(f"rlwatch: {clean_line(said)}", file=sys.stderr)
+                args.run_dir = real
+                return _dispatch(args, handlers)
+
+            code = run_as_owner(Path(real), as_owner)
+            if code is not None:
+                return code
+    return _dispatch(args, handlers)
+
+
+def _dispatch(args: argparse.Namespace, handlers: Mapping[str, Handler]) -> int:
     try:
-        _as_the_owner(args)
         return handlers[args.command](args)
-    except PrivsepRefused as exc:
-        print(f"rlwatch: {clean_line(str(exc))}", file=sys.stderr)
-        return 2
     except ConfigError as exc:
         for mistake in exc.every():  # every mistake of the file, one line each: not one fix and run per mistake
             print(f"rlwatch: {mistake}", file=sys.stderr)

@@ -56,6 +56,7 @@ from rlwatch.sources.launches import LaunchBook
 from rlwatch.sources.membership import assess
 from rlwatch.sources.ray import RaySource, find_cluster
 from tests.simhost import wait_until
+from tests.unprivileged import Runtime
 
 try:
     NOBODY, NOGROUP = pwd.getpwnam("nobody").pw_uid, pwd.getpwnam("nobody").pw_gid
@@ -305,19 +306,35 @@ def test_a_link_in_another_users_directory_leads_only_to_what_they_could_read(th
 
 
 # ------------------------------------------------------------------------------------------------ 5 (writes)
-def test_init_force_never_writes_through_a_planted_link(theirs: Path, run: Path) -> None:
-    from rlwatch.cli import main
+def test_init_force_never_writes_through_a_planted_link(theirs: Path, run: Path, separated: Runtime) -> None:
+    """Root's ``init`` on their directory works as them: a link they planted at rlwatch.yaml is refused, and the file
+    written afterwards is theirs, as if they had run ``init`` themselves."""
+
+    def init(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            separated.as_root("init", str(theirs), *args),
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+            cwd="/",
+            env=separated.env,
+            stdin=subprocess.DEVNULL,
+        )
 
     victim = run / "victim.txt"
     victim.write_text("root's file\n")
     link = theirs / "rlwatch.yaml"
     link.symlink_to(victim)
     os.lchown(link, NOBODY, NOGROUP)
-    assert main(["init", str(theirs), "--force"]) != 0
+    assert init("--force").returncode != 0
     assert victim.read_text() == "root's file\n" and link.is_symlink()
     os.unlink(link)
-    assert main(["init", str(theirs)]) == 0  # a fresh name: written, a regular file
-    assert (theirs / "rlwatch.yaml").is_file() and not (theirs / "rlwatch.yaml").is_symlink()
+    done = init()
+    assert done.returncode == 0, done.stderr  # a fresh name: written, a regular file
+    written = theirs / "rlwatch.yaml"
+    assert written.is_file() and not written.is_symlink()
+    assert written.stat().st_uid == NOBODY  # written by them, not by root
 
 
 # ------------------------------------------------------------------------------------------------ 6 (medium)

@@ -80,7 +80,7 @@ def _run(runtime: Runtime, *args: str, timeout: float = 90) -> subprocess.Comple
 
 
 def _helper_pid(stderr: str) -> int:
-    found = re.search(r"root's helper \(pid (\d+)\)", stderr)
+    found = re.search(r"root's process \(pid (\d+)\)", stderr)
     assert found, stderr
     return int(found.group(1))
 
@@ -177,33 +177,40 @@ def test_root_helper_answers_only_its_requests(separated: Runtime, base: Path) -
     assert NOBODY is not None
     run = _theirs(base)
     script = textwrap.dedent(f"""\
-        import json, os
+        import json, os, sys
         from pathlib import Path
-        from rlwatch.discover.privsep import enter
+        from rlwatch.discover.privsep import run_as_owner
         from rlwatch.sources import hostwide
-        said = enter(Path({str(run)!r}))
-        helper = hostwide.current()
-        out = {{"said": said, "ids": [os.getuid(), os.geteuid(), os.getgid(), os.getgroups()]}}
-        out["holders"] = helper.holders()
-        helper.sock.sendall(b"/etc/shadow\\n")
-        out["raw"] = json.loads(helper._reader.readline())
-        try:
-            helper.ask("read /etc/shadow")
-        except ValueError as exc:
-            out["refused"] = str(exc)
-        reader = hostwide.HostWideReader(helper)
-        try:
-            reader.open()
-            out["kernel"] = reader.name
-        except Exception as exc:
-            out["kernel"] = "unavailable: " + str(exc)
-        print(json.dumps(out))
+
+        def work(said):
+            helper = hostwide.current()
+            out = {{"said": said, "ids": [os.getuid(), os.geteuid(), os.getgid(), os.getgroups()]}}
+            out["holders"] = helper.holders()
+            helper.sock.sendall(b"/etc/shadow\\n")
+            out["raw"] = json.loads(helper._reader.readline())
+            try:
+                helper.ask("read /etc/shadow")
+            except ValueError as exc:
+                out["refused"] = str(exc)
+            reader = hostwide.HostWideReader(helper)
+            try:
+                reader.open()
+                out["kernel"] = reader.name
+            except Exception as exc:
+                out["kernel"] = "unavailable: " + str(exc)
+            print(json.dumps(out))
+            return 3
+
+        code = run_as_owner(Path({str(run)!r}), work)
+        print(json.dumps({{"code": code, "uid": os.getuid()}}))
         """)
     out = subprocess.run(
         [*separated.python, "-c", script], capture_output=True, text=True, timeout=60, cwd="/", env=separated.env
     )
     assert out.returncode == 0, out.stderr
-    got = json.loads(out.stdout)
+    child, parent = (json.loads(line) for line in out.stdout.splitlines())
+    assert parent == {"code": 3, "uid": 0}  # root's side returned the child's status, and is root still
+    got = child
     assert got["ids"] == [NOBODY.pw_uid, NOBODY.pw_uid, NOBODY.pw_gid, got["ids"][3]]
     assert 0 not in got["ids"][3]  # no group of root's kept
     assert isinstance(got["holders"], dict)

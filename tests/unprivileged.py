@@ -183,9 +183,9 @@ def runtime() -> Iterator[Runtime]:
 # What root's rlwatch reads after it became another user (privilege separation): its interpreter's own standard
 # library and packages, by the paths root started with, must be readable by that user.
 SEPARATION_PROBE = (
-    "import json, pwd; from rlwatch.discover.privsep import _needed_paths, _probe, Controller; "
+    "import json, pwd; from pathlib import Path; from rlwatch.discover.privsep import unreadable_to, Controller; "
     "e = pwd.getpwnam('nobody'); "
-    "print(json.dumps(_probe(Controller(e.pw_uid, e.pw_gid, 'nobody', '/', (e.pw_gid,), None), _needed_paths())))"
+    "print(json.dumps(unreadable_to(Controller(e.pw_uid, e.pw_gid, 'nobody', '/', (e.pw_gid,), Path('/')))))"
 )
 
 

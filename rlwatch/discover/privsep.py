@@ -8,33 +8,40 @@ feature opened another. So the rule is now the one OpenSSH's privilege separatio
 watches such a run, the watching process *is* that user, with their uid, gid and groups, and the kernel refuses
 whatever they could not do themselves. Nobody gains anything by being watched.
 
-Root keeps only what is host-wide and not the owner's to read — the kernel log and other users' GPU holders — in a
-helper forked before the drop (:mod:`rlwatch.sources.hostwide`), which hands data, never paths, across.
+The command runs in a child that drops the rights; the process rlwatch was started as keeps root's and does only
+what is host-wide and not the owner's to read — the kernel log and other users' GPU holders
+(:mod:`rlwatch.sources.hostwide`) — handing data, never paths, across. It passes on the signals that end a command
+(SIGTERM, SIGHUP) to the child, lets the terminal's Ctrl-C reach the child alone, and exits with the child's status,
+so to a shell, a service manager or a test calling the command in-process nothing else changes.
 
 Who controls a directory: each directory on its real path, from ``/`` down, is owned by root or by a user. The
 run's own owner, when not root, is the user rlwatch works as; else the nearest directory above it that another user
 owns (they can rename the run directory away and put another in its place). A path that only root controls is
 root's own run: nothing changes.
 
-The drop happens before anything of the run is read (its configuration included) and before any thread starts.
-The watching process must still import the rest of rlwatch afterwards, as that user: where that user cannot read
-rlwatch's installation (a virtualenv under ``/root``), rlwatch says so in one line and stops rather than watch with
-root's rights.
+The drop happens before anything of the run is read, its configuration included. The watching process must still
+import the rest of rlwatch afterwards, as that user: where that user cannot read rlwatch's installation (a
+virtualenv under ``/root``), rlwatch says so in one line and stops rather than watch with root's rights.
 """
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import os
 import pwd
+import signal
 import socket
+import sys
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from rlwatch.sources import hostwide
 
-__all__ = ["Controller", "PrivsepRefused", "controller", "enter"]
+__all__ = ["Controller", "controller", "run_as_owner"]
 
 # What a process that dropped its rights still imports on its way (lazily, where a command first needs them).
 RUNTIME_MODULES = (
@@ -51,10 +58,6 @@ RUNTIME_MODULES = (
     "textual",
     "rich",
 )
-
-
-class PrivsepRefused(Exception):
-    """rlwatch cannot work on the run as its owner: one line saying why and what to do instead."""
 
 
 @dataclass(frozen=True)
@@ -140,8 +143,109 @@ def _drop(owner: Controller) -> None:
     os.environ.update({"HOME": owner.home, "USER": owner.name, "LOGNAME": owner.name})
 
 
-def _probe(owner: Controller, paths: list[str]) -> str | None:
-    """Whether ``owner`` can read what rlwatch still has to import, asked of a forked child that drops first."""
+FORWARDED = (signal.SIGTERM, signal.SIGHUP)  # what ends a command, sent to root's process by a supervisor
+HELD = (signal.SIGINT, signal.SIGQUIT)  # the terminal's keys reach the whole group: the child decides
+
+
+def _refusal(run_dir: Path, owner: Controller, bad: str) -> str:
+    return (
+        f"{run_dir} is controlled by {owner.name} (uid {owner.uid}, owner of {owner.because}): root works on "
+        f"another user's run as that user, and {owner.name} cannot read {bad}, part of this rlwatch. Install "
+        f"rlwatch where every user can read it (pip install as root outside /root, or pipx --global), or run "
+        f"it as {owner.name} (sudo -u {owner.name} rlwatch …)"
+    )
+
+
+def _child(run_dir: Path, owner: Controller, sock: socket.socket, root: int, work: Callable[[str], int]) -> int:
+    """The watching side: drop, check what it must still import, then run the command as the owner."""
+    paths = _needed_paths()
+    _drop(owner)
+    bad = _unreadable(paths)
+    if bad is not None:
+        print(f"rlwatch: {_refusal(run_dir, owner, bad)}", file=sys.stderr)
+        return 2
+    hostwide.install(hostwide.HostWide(sock, root, owner.name))
+    return work(
+        f"works as {owner.name} (uid {owner.uid}), who controls {owner.because}: root watches another user's run "
+        f"with that user's rights; root's process (pid {root}) reads only the kernel log and other users' GPU holders"
+    )
+
+
+def _status(raw: int) -> int:
+    if os.WIFSIGNALED(raw):
+        return 128 + os.WTERMSIG(raw)
+    return os.WEXITSTATUS(raw) if os.WIFEXITED(raw) else 1
+
+
+def run_as_owner(run_dir: Path, work: Callable[[str], int]) -> int | None:
+    """Run ``work`` as the user who controls ``run_dir`` when rlwatch runs as root and that user is not root.
+
+    ``work`` gets the one line to show about it (whose rights, why, and root's part) and returns the command's exit
+    status, which this returns; None when nothing changes (not root, or root's own run), and the caller runs the
+    command itself. Call it before anything of the run is read."""
+    if os.geteuid() != 0 or hostwide.current() is not None:
+        return None
+    owner = controller(run_dir)
+    if owner is None:
+        return None
+    for stream in (sys.stdout, sys.stderr):  # what was printed before is printed once, not by both processes
+        with contextlib.suppress(Exception):
+            stream.flush()
+    parent_sock, child_sock = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+    root = os.getpid()
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - the child's life, seen by the tests through what it does and its status
+        parent_sock.close()
+        code = 70
+        try:
+            code = _child(run_dir, owner, child_sock, root, work)
+        except SystemExit as exc:
+            code = exc.code if isinstance(exc.code, int) else 1
+        except KeyboardInterrupt:
+            code = 130
+        finally:
+            for stream in (sys.stdout, sys.stderr):
+                with contextlib.suppress(Exception):
+                    stream.flush()
+            os._exit(code)
+    child_sock.close()
+    return _serve_until_done(parent_sock, pid)
+
+
+def _serve_until_done(sock: socket.socket, child: int) -> int:
+    """Root's side: serve the child until it closes the socket, passing it the signals that end a command."""
+    main = threading.current_thread() is threading.main_thread()
+    saved: dict[signal.Signals, Any] = {}
+    if main:
+        for sig in FORWARDED:
+            saved[sig] = signal.signal(sig, lambda signum, _frame: _forward(child, signum))
+        for sig in HELD:
+            saved[sig] = signal.signal(sig, signal.SIG_IGN)
+    try:
+        hostwide.serve(sock)
+        sock.close()
+        while True:
+            try:
+                _, raw = os.waitpid(child, 0)
+                return _status(raw)
+            except ChildProcessError:
+                return 1
+            except InterruptedError:  # pragma: no cover - retried by Python itself since 3.5
+                continue
+    finally:
+        for sig, handler in saved.items():
+            signal.signal(sig, handler)
+
+
+def _forward(child: int, signum: int) -> None:
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(child, signum)
+
+
+def unreadable_to(owner: Controller, paths: list[str] | None = None) -> str | None:
+    """The first path of what rlwatch still has to import that ``owner`` cannot read, or None: asked of a forked
+    child that drops first (for a caller that must know before it commits to the drop)."""
+    paths = _needed_paths() if paths is None else paths
     read_end, write_end = os.pipe()
     pid = os.fork()
     if pid == 0:  # pragma: no cover - the child's half, seen through the pipe
@@ -157,49 +261,3 @@ def _probe(owner: Controller, paths: list[str]) -> str | None:
         said = f.read(65536).decode("utf-8", "surrogateescape")
     os.waitpid(pid, 0)
     return said or None
-
-
-def _fork_helper() -> tuple[int, socket.socket]:
-    """Fork root's helper; in the parent return its pid and the socket to it (the child never returns)."""
-    parent_sock, child_sock = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
-    parent = os.getpid()
-    pid = os.fork()
-    if pid == 0:  # pragma: no cover - the helper's life runs in the child, tested through its answers
-        parent_sock.close()
-        try:
-            hostwide.serve(child_sock, parent)
-        finally:
-            os._exit(0)
-    child_sock.close()
-    return pid, parent_sock
-
-
-def enter(run_dir: Path) -> str | None:
-    """Work on ``run_dir`` as the user who controls it, when rlwatch runs as root and that user is not root.
-
-    Returns the one line a report shows about it (whose rights, why, and root's helper), or None when nothing
-    changed. Raises :class:`PrivsepRefused` when that user cannot read rlwatch's installation. Call it before the run
-    is read at all and before any thread starts."""
-    if os.geteuid() != 0 or hostwide.current() is not None:
-        return None
-    owner = controller(run_dir)
-    if owner is None:
-        return None
-    if threading.active_count() > 1:  # pragma: no cover - a programming error: fork() under threads is unsafe
-        raise PrivsepRefused("cannot drop root's rights once threads run (call privsep.enter first)")
-    bad = _probe(owner, _needed_paths())
-    if bad is not None:
-        raise PrivsepRefused(
-            f"{run_dir} is controlled by {owner.name} (uid {owner.uid}, owner of {owner.because}): root works on "
-            f"another user's run as that user, and {owner.name} cannot read {bad}, part of this rlwatch. Install "
-            f"rlwatch where every user can read it (pip install as root outside /root, or pipx --global), or run "
-            f"it as {owner.name} (sudo -u {owner.name} rlwatch …)"
-        )
-    pid, sock = _fork_helper()
-    _drop(owner)
-    helper = hostwide.HostWide(sock, pid, owner.name)
-    hostwide.install(helper)
-    return (
-        f"works as {owner.name} (uid {owner.uid}), who controls {owner.because}: root watches another user's run "
-        f"with that user's rights; root's helper (pid {pid}) reads only the kernel log and other users' GPU holders"
-    )

@@ -11,9 +11,10 @@ every run on it:
 - the GPU device nodes other users' processes hold (``/proc/PID/fd`` of another user is root's to read): a stray of
   another user that keeps a GPU busy is what makes the next server fail with "device busy".
 
-So before it drops its rights, rlwatch forks this helper, which keeps root's and serves exactly those two readings
-over a socket pair, as OpenSSH's privileged monitor serves its unprivileged child. The protocol is built so that the
-unprivileged side (which the run's owner could, in the worst case, take over) can ask nothing else of root:
+So the process rlwatch was started as keeps root's rights and serves exactly those two readings over a socket pair,
+while the child it forked drops them and does all the watching, as OpenSSH's privileged monitor serves its
+unprivileged child. The protocol is built so that the unprivileged side (which the run's owner could, in the worst
+case, take over) can ask nothing else of root:
 
 - a request is one word from a fixed list, with no argument: no path, no pid, no pattern crosses over;
 - the kernel reader is root's own choice (the first of ``/dev/kmsg``, ``journalctl -k``, ``dmesg`` that works) and
@@ -21,15 +22,13 @@ unprivileged side (which the run's owner could, in the worst case, take over) ca
   bus errors) go back, never the rest of the log;
 - the holder scan looks at the NVIDIA device nodes only (``/dev/nvidia*``, not a configured glob) and answers pid →
   device nodes, nothing of the processes' other files;
-- every answer is one bounded JSON line; the helper ends when its peer closes the socket or dies.
+- every answer is one bounded JSON line; root stops serving when its peer closes the socket or dies.
 """
 
 from __future__ import annotations
 
 import contextlib
 import json
-import os
-import signal
 import socket
 import threading
 from collections.abc import Sequence
@@ -89,6 +88,11 @@ class _Server:
             return {"holders": {str(pid): list(devices) for pid, devices in scan.holders.items()}}
         return {"error": "unknown request"}
 
+    def close(self) -> None:
+        if self._reader is not None:
+            self._reader.close()
+            self._reader = None
+
     def _kernel_open(self) -> dict[str, object]:
         if self._reader is not None:
             self._reader.close()
@@ -116,32 +120,10 @@ class _Server:
         return {"lines": [line for line in lines if worth_reading(line)]}
 
 
-def _die_with_parent() -> None:
-    """Ask the kernel to end this helper when the process that forked it ends (prctl PR_SET_PDEATHSIG)."""
-    import ctypes
+def serve(sock: socket.socket, *, timeout_s: float = 5.0) -> None:
+    """Answer each request on ``sock`` until the peer closes it (it ended), in the process that kept root's rights.
 
-    with contextlib.suppress(OSError, AttributeError):
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(1, signal.SIGKILL, 0, 0, 0)  # PR_SET_PDEATHSIG
-
-
-def serve(sock: socket.socket, parent: int, *, timeout_s: float = 5.0) -> None:
-    """The helper's life, in the forked child that kept root's rights: answer each request until the peer goes.
-
-    Its standard streams go to /dev/null (it never writes to the person's terminal), it ignores the terminal's
-    Ctrl-C (the dashboard decides when to end; its end closes the socket) and it leaves the working directory (which
-    may be in the run directory) for ``/``.
-    """
-    _die_with_parent()
-    if os.getppid() != parent:  # the parent ended before the request to die with it took effect
-        os._exit(0)
-    for sig in (signal.SIGINT, signal.SIGQUIT, signal.SIGTSTP, signal.SIGHUP):
-        signal.signal(sig, signal.SIG_IGN)
-    null = os.open(os.devnull, os.O_RDWR)
-    for fd in (0, 1, 2):
-        os.dup2(null, fd)
-    os.close(null)
-    os.chdir("/")
+    Nothing else happens here: no output, no file of the run, nothing the peer names beyond the verb."""
     server = _Server(timeout_s)
     reader = sock.makefile("rb")
     while True:
@@ -163,6 +145,7 @@ def serve(sock: socket.socket, parent: int, *, timeout_s: float = 5.0) -> None:
             sock.sendall(data + b"\n")
         except OSError:
             break
+    server.close()
 
 
 # ------------------------------------------------------------------------------------------- the watcher's side
@@ -171,7 +154,7 @@ class HostWide:
     """The unprivileged side's handle on the helper: one request at a time, each answer bounded and timed."""
 
     sock: socket.socket
-    pid: int  # the helper's, so the dropped process never counts it among the host's processes
+    pid: int  # root's side (the watcher's parent): said in the report
     user: str  # whose rights this process now works with, for the report to say
 
     def __post_init__(self) -> None:
