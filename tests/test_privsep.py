@@ -122,6 +122,10 @@ def test_report_on_another_users_run_reads_as_that_user(separated: Runtime, base
     assert SECRET not in out.stdout and SECRET not in out.stderr
     rep = json.loads(out.stdout)
     assert rep["training"]["last_step"] == 2  # the run's own log read as usual
+    # The kernel log, which nobody may not read here (dmesg_restrict), still reaches the report: root read it.
+    own = _run(separated, "report", str(base), "--json")
+    if json.loads(own.stdout)["kernel"]["available"]:
+        assert rep["kernel"]["available"] and rep["kernel"]["source"] == json.loads(own.stdout)["kernel"]["source"]
     # Anything rlwatch wrote in the run is the owner's, as if they had run it themselves.
     for path in run.rglob("*"):
         assert path.lstat().st_uid == NOBODY.pw_uid, path

@@ -198,6 +198,7 @@ class HostWide:
 
     def close(self) -> None:
         with contextlib.suppress(OSError):
+            self._reader.close()  # the socket's file object holds the descriptor open too
             self.sock.close()
 
 
