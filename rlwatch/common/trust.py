@@ -14,6 +14,10 @@ Two rules follow, both taken from practice that has held for decades:
   this user, not root) — their own 0755 directory too, not only one others can write — is followed only when that
   user and the link's owner could read the file it leads to (by its mode, every directory above it searchable),
   checked on the open descriptor.
+- **A hard link is no way around either rule.** A hard link has no owner of its own, and where the kernel's
+  ``protected_hardlinks`` is off (its own default) another user may link any file they can see, root's 0600 ones
+  included, into their directory. So a file read from a directory of another user must be theirs or this user's, and
+  have no other name (``st_nlink`` 1); from a directory others can write, it must have no other name.
 - **Links others planted are not followed, as the kernel's ``protected_symlinks``.** In a directory that others can
   write, a symbolic link is followed only when its owner is the user running rlwatch or owns what it points to:
   otherwise ``nobody`` could link ``train.log`` to ``/root/.ssh/id_rsa`` and have root's rlwatch show it on a
@@ -235,6 +239,40 @@ def _refuse_unreadable(fd: int, name: str, owners: dict[int, str]) -> None:
             )
 
 
+def _refuse_foreign_file(fd: int, name: str, st: os.stat_result) -> None:
+    """Refuse (:class:`LinkRefused`) a regular file open on ``fd`` that another user may have hard-linked where it
+    was found: in a directory of another user (where the name was looked up, or where its links led), a file that
+    is neither that user's nor this user's, or one with more than one name; in a directory others can write, one
+    with more than one name. Root's ``secret`` linked as ``nobody``'s ``train.log`` is one file with two names,
+    owned by root: refused before a byte of it is read."""
+    places = {os.path.dirname(os.path.abspath(name))}
+    try:
+        places.add(os.path.dirname(os.readlink(f"/proc/self/fd/{fd}")))
+    except OSError:
+        pass
+    for directory in sorted(places):
+        try:
+            dst = os.stat(directory)
+        except OSError:
+            continue
+        foreign = not trusted_owner(dst.st_uid)
+        if not foreign and not writable_by_others(dst):
+            continue
+        if st.st_nlink > 1:
+            raise LinkRefused(
+                errno.EACCES,
+                f"{name} has {st.st_nlink} hard links and lies in {directory}, which "
+                + (f"uid {dst.st_uid} owns" if foreign else "others can write")
+                + ": not read (another name of it may be a file they may not read)",
+            )
+        if foreign and st.st_uid not in (dst.st_uid, os.geteuid()):
+            raise LinkRefused(
+                errno.EACCES,
+                f"{name} is owned by uid {st.st_uid}, neither by uid {dst.st_uid}, whose directory holds it, nor by "
+                "this user: not read",
+            )
+
+
 def open_followed(path: str | os.PathLike[str], flags: int = os.O_RDONLY) -> int:
     """``os.open(path, flags | O_CLOEXEC)`` for a file others may have placed, following only the links the
     kernel's ``protected_symlinks`` rule would follow (raises :class:`LinkRefused`, an ``OSError``), and making sure
@@ -245,6 +283,8 @@ def open_followed(path: str | os.PathLike[str], flags: int = os.O_RDONLY) -> int
     try:
         opened = os.fstat(fd)
         _refuse_unreadable(fd, name, owners)
+        if stat.S_ISREG(opened.st_mode):
+            _refuse_foreign_file(fd, name, opened)
         _check_links(os.path.abspath(name))
         now = os.stat(name)
     except OSError:

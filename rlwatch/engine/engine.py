@@ -1187,6 +1187,7 @@ class Engine:
         self.tailer.close()
         self.gpu_backend.close()
         self.kernel_log.close()
+        self.launches.close()
 
     def _guard(self, name: str, fn: Callable[[], object]) -> None:
         """Run one loop step; a failure degrades that source, it never kills the loop."""

@@ -11,6 +11,13 @@ running; a clean exit — someone stopped it — ends the loop) guarded by a loc
 Something must start the hook: the container's start command, a login shell, or supervisord; the text printed
 says which line to add where, and plainly that nothing else will bring the watchdog back.
 
+The line printed for root to run at every start must run a file only root can change. A hook inside the run
+directory is that only when every directory from ``/`` to the run's belongs to this user or root and nobody else can
+change it; otherwise (another user's run directory: they could rename ``.rlwatch`` and put their own script in its
+place) the hook, its lock and its log live in this user's own state directory (``$XDG_STATE_HOME/rlwatch/hooks``,
+``/var/lib/rlwatch/hooks`` for root), made without following anyone else's links and checked the same way; when
+neither is possible, nothing is written and the reason is said.
+
 Nothing is enabled or started here: the files are written (or printed with ``--print``) and the commands to
 enable them are shown, because enabling a service is a decision about the machine that the person makes.
 """
@@ -22,12 +29,14 @@ import hashlib
 import os
 import re
 import shlex
+import stat
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
-from rlwatch.common.statefiles import StateDir, StateFileError, write_file
+from rlwatch.common.statefiles import StateDir, StateFileError, open_dir_for_write, write_file
+from rlwatch.common.trust import trusted_owner
 from rlwatch.sources.watchdog_state import state_dir
 
 Mode = Literal["auto", "systemd", "hook"]
@@ -140,9 +149,79 @@ def unit_text(argv: list[str], run_dir: Path, *, user: bool) -> str:
     return "\n".join(lines)
 
 
-def hook_text(argv: list[str], run_dir: Path, *, first_delay_s: float = 1.0, max_delay_s: float = 60.0) -> str:
-    """A POSIX sh respawn loop for hosts without systemd: restarts ``argv`` when it fails, with a backoff."""
-    rundir = state_dir(run_dir)
+class Refused(OSError):
+    """No place to put the start-up hook that only this user (or root) can change: one line saying why."""
+
+    refusal = True
+
+
+def hook_home() -> Path:
+    """This user's own directory for start-up hooks of runs whose directory others could change."""
+    if xdg := os.environ.get("XDG_STATE_HOME"):
+        return Path(xdg) / "rlwatch" / "hooks"
+    if os.geteuid() == 0:
+        return Path("/var/lib/rlwatch/hooks")
+    return Path.home() / ".local" / "state" / "rlwatch" / "hooks"
+
+
+def chain_problem(path: Path) -> str | None:
+    """Why someone other than this user or root could change what ``path`` (a directory) holds, or None: each
+    directory from ``/`` down to it (none a symbolic link) belongs to this user or root, and is writable by nobody
+    else, or is sticky (``/tmp``), where nobody else may rename the next one down, which is this user's or root's."""
+    path = Path(os.path.abspath(path))
+    for directory in [*reversed(path.parents), path]:
+        try:
+            st = os.lstat(directory)
+        except OSError as exc:
+            return f"{directory}: {exc.strerror or exc}"
+        if stat.S_ISLNK(st.st_mode):
+            return f"{directory} is a symbolic link"
+        if not stat.S_ISDIR(st.st_mode):
+            return f"{directory} is not a directory"
+        if not trusted_owner(st.st_uid):
+            return f"{directory} belongs to uid {st.st_uid}"
+        # Sticky (/tmp): nobody else may rename what this user or root made there; the next one down is checked next.
+        if st.st_mode & (stat.S_IWGRP | stat.S_IWOTH) and not st.st_mode & stat.S_ISVTX:
+            return f"{directory} is writable by others (mode {stat.S_IMODE(st.st_mode):04o})"
+    return None
+
+
+def hook_dir(run_dir: Path, *, create: bool) -> tuple[Path, str | None]:
+    """Where the hook of ``run_dir`` lives, and why not in the run directory (None: it does, in ``.rlwatch/``).
+
+    Raises :class:`Refused` when the run directory is not this user's alone and this user's own hook directory
+    cannot be made or is not theirs alone either."""
+    why = chain_problem(run_dir)
+    if why is None:
+        return state_dir(run_dir), None
+    home = hook_home()
+    if create:
+        refusal = f"the start-up hook of {run_dir} cannot be kept in it ({why}), nor in {home}"
+        existing = next((p for p in (home, *home.parents) if os.path.lexists(p)), Path("/"))
+        if (bad := chain_problem(existing)) is not None:  # nothing made below a directory someone else controls
+            raise Refused(f"{refusal}: {bad}")
+        try:  # made without following a link anyone but this user or root made, then checked whole
+            os.close(open_dir_for_write(home, create=True))
+        except StateFileError as exc:
+            raise Refused(f"{refusal}: {exc}") from None
+        except OSError as exc:
+            raise Refused(f"{refusal}: {exc.strerror or exc}") from None
+        if (bad := chain_problem(home)) is not None:
+            raise Refused(f"{refusal}: {bad}")
+    return home / unit_name(run_dir).removesuffix(".service"), why
+
+
+def hook_text(
+    argv: list[str],
+    run_dir: Path,
+    *,
+    first_delay_s: float = 1.0,
+    max_delay_s: float = 60.0,
+    state: Path | None = None,
+) -> str:
+    """A POSIX sh respawn loop for hosts without systemd: restarts ``argv`` when it fails, with a backoff. Its lock
+    and log are in ``state`` (the run's ``.rlwatch/`` unless given)."""
+    rundir = state if state is not None else state_dir(run_dir)
     shown = _one_line(str(run_dir))
     return f"""#!/bin/sh
 # Written by `rlwatch service install`: keeps the rlwatch watchdog of {shown} running on a host without systemd.
@@ -186,7 +265,9 @@ done
 """
 
 
-def supervisor_snippet(argv: list[str], run_dir: Path) -> str:
+def supervisor_snippet(argv: list[str], run_dir: Path, state: Path | None = None) -> str:
+    """supervisord's program section; its log in ``state`` (the run's ``.rlwatch/`` unless given), a file supervisord
+    opens as root."""
     name = unit_name(run_dir).removesuffix(".service")
     return "\n".join(
         [
@@ -200,7 +281,7 @@ def supervisor_snippet(argv: list[str], run_dir: Path) -> str:
             "stopsignal=TERM",
             "stopwaitsecs=30",
             "redirect_stderr=true",
-            f"stdout_logfile={_one_line(str(state_dir(run_dir) / HOOK_LOG))}",
+            f"stdout_logfile={_one_line(str((state if state is not None else state_dir(run_dir)) / HOOK_LOG))}",
         ]
     )
 
@@ -263,24 +344,29 @@ def _install_unit(run_dir: Path, argv: list[str], *, user: bool, dry: bool) -> I
 
 
 def _install_hook(run_dir: Path, argv: list[str], *, dry: bool) -> Installed:
-    hook = state_dir(run_dir) / HOOK_NAME
-    text = hook_text(argv, run_dir)
+    state, why = hook_dir(run_dir, create=not dry)
+    hook = state / HOOK_NAME
+    text = hook_text(argv, run_dir, state=state)
     start = f"setsid sh {shlex.quote(str(hook))} >/dev/null 2>&1 </dev/null &"
     lines = [
         "No systemd here (as in most containers), so nothing restarts the watchdog by itself.",
         f"{'would write' if dry else 'wrote'} {hook}: a loop that restarts `rlwatch watch` when it fails "
         "(1 s doubling to 60 s) and runs once per run directory however often it is started.",
+    ]
+    if why is not None:
+        lines.append(f"It is kept outside the run directory, where only this user can change it: {why}.")
+    lines += [
         "The loop itself must be started at every container start. Do one of:",
         f"  - container start command / entrypoint, before the training command:  {start}",
         f"  - ~/.bashrc (starts with the first shell after a restart; later shells find it running):  {start}",
         "  - supervisord, if the container runs it: add this program section:",
-        *("      " + line for line in supervisor_snippet(argv, run_dir).splitlines()),
-        f"Its output goes to {state_dir(run_dir) / HOOK_LOG}; `rlwatch report` says whether the watchdog runs.",
+        *("      " + line for line in supervisor_snippet(argv, run_dir, state).splitlines()),
+        f"Its output goes to {state / HOOK_LOG}; `rlwatch report` says whether the watchdog runs.",
     ]
     if dry:
         return Installed("hook", {}, (*lines, "", f"# {hook}", text))
-    try:  # never through a link planted at the hook's name, only into a checked .rlwatch/
-        StateDir(run_dir).write(HOOK_NAME, text.encode(), mode=0o700)
+    try:  # never through a link planted at the hook's name, only into a checked directory
+        StateDir(state.parent, state.name).write(HOOK_NAME, text.encode(), mode=0o700)
     except StateFileError as exc:
         raise OSError(str(exc)) from None
     return Installed("hook", {str(hook): text}, tuple(lines))

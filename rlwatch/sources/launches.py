@@ -69,6 +69,11 @@ class LaunchBook:
                     out[str(name)] = record
         return out
 
+    def close(self) -> None:
+        """Let the run directory's descriptors go (the engine stops). The book holds them from its first read, so that
+        every state file of this process goes to the directory first opened, whatever the path names later."""
+        self._state.close()
+
     def get(self, name: str) -> LaunchRecord | None:
         return self._records.get(name)
 

@@ -372,7 +372,13 @@ def parse_fdinfo_writable(text: str) -> bool | None:
 
 def output_file(pid: int, fd: int, proc_root: str = PROC) -> str | None:
     """The regular file a process's ``fd`` (1: stdout, 2: stderr) writes to (``cmd >> train.log 2>&1``), or None
-    for a terminal, a pipe, a socket, a deleted file or one that cannot be read."""
+    for a terminal, a pipe, a socket, a deleted file or one that cannot be read.
+
+    Only a process of the user running rlwatch, and only a descriptor it opened for writing, names one: what is
+    found here becomes where rlwatch appends the output of a process it starts again, and another user's process
+    can hold any file open on its stdout (``1</proc/sys/kernel/domainname``, read-only) to choose that place."""
+    if owner(pid, proc_root) != os.geteuid() or not fd_writable(pid, fd, proc_root):
+        return None
     try:
         target = os.readlink(f"{proc_root}/{pid}/fd/{fd}")
     except OSError:

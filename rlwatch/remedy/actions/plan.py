@@ -248,15 +248,11 @@ def stdout_file(pid: int, proc_root: str = procfs.PROC) -> str | None:
     """The regular file a live process writes its output to (``cmd >> train.log``), or None.
 
     A process started again from what rlwatch recorded keeps appending there, so the log a person (and the engine)
-    already follows goes on, instead of the output vanishing or landing in a file nobody looks at.
+    already follows goes on, instead of the output vanishing or landing in a file nobody looks at. Only a process of
+    this user with its stdout open for writing names one (:func:`procfs.output_file`): another user's process could
+    hold any file of root's open, read-only, as its stdout.
     """
-    try:
-        target = os.readlink(f"{proc_root}/{pid}/fd/1")
-    except OSError:
-        return None
-    if not target.startswith("/") or target.endswith(" (deleted)"):
-        return None
-    return target if Path(target).is_file() else None
+    return procfs.output_file(pid, 1, proc_root)
 
 
 def _ancestors_of_run(run_pids: set[int]) -> set[int]:
