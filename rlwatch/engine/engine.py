@@ -68,7 +68,7 @@ from rlwatch.sources.holders import HolderScanner, attribute, classify_holders
 from rlwatch.sources.kernel import KernelLog, with_gpus
 from rlwatch.sources.launches import LaunchBook
 from rlwatch.sources.limits import LimitsSource
-from rlwatch.sources.membership import STRAY, RunView, assess, first_stamp, open_files, run_owners
+from rlwatch.sources.membership import STRAY, RunView, assess, first_stamp, may_act_on, open_files, run_owners
 from rlwatch.sources.memory import MemorySource, with_growth_forecast
 from rlwatch.sources.processes import LaunchRecord, ProcessTable, member_info, program_label
 from rlwatch.sources.procfs import container_uptime_s
@@ -471,6 +471,7 @@ class Engine:
             if pid not in members and any(p.pid == pid and abs(p.create_time - create_time) < 1 for p in procs):
                 members[pid] = "was started by rlwatch"
         rows: list[ProcessInfo] = []
+        strangers: list[str] = []
         for p in procs:
             if not p.alive:
                 if p.pid in self._member_pids:
@@ -478,7 +479,16 @@ class Engine:
             elif p.pid in members:
                 rows.append(replace(p, evidence=members[p.pid]))
             elif p.role in HOST_ROLES:
-                rows.append(p)
+                # Another user's process that matches the server's rule is not the host's server: it would soften an
+                # outage ("one miss is not yet a failure"), block restart-server, or be what it stops. Said, not used.
+                uid = procfs.owner(p.pid, self._proc_root)
+                if uid == 0 or may_act_on(uid, self.owners):
+                    rows.append(p)
+                else:
+                    who = p.user or ("more than one user" if uid is None else uid)
+                    strangers.append(f"pid {p.pid} matches the {p.role} rule but runs as {who}: not the run's {p.role}")
+        if strangers or "other users" in self._status:
+            self._ok("other users", "; ".join(strangers[:3]) or None)
         shown = {p.pid for p in rows}
         for pid, why in sorted(members.items())[:MAX_MEMBER_ROWS]:
             if pid not in shown and (info := member_info(pid, why, self._proc_root)) is not None:
@@ -817,7 +827,7 @@ class Engine:
             nvml_procs=self.gpu_backend.last_processes or {},
             protected_names=self.cfg.actions.protected_names,
             self_pid=os.getpid(),
-            allow_other_users=self.cfg.actions.allow_other_users,
+            owners=self.owners,
             proc_root=self._proc_root,
         )
         skipped = self.holder_scanner.skipped

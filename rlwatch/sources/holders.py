@@ -11,14 +11,14 @@ from __future__ import annotations
 import fnmatch
 import os
 import re
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from rlwatch.common.clock import Clock
 from rlwatch.common.state import GpuHolder, GpuState
 from rlwatch.sources import procfs
-from rlwatch.sources.membership import RUN, STRAY, RunView
+from rlwatch.sources.membership import RUN, STRAY, RunView, may_act_on
 
 _WILDCARDS = re.compile(r"[*?\[]")
 _GPU_INDEX = re.compile(r"nvidia(\d+)$")
@@ -158,7 +158,7 @@ def _protected_reason(
     self_pid: int,
     owner: int | None,
     user: str | None,
-    allow_other_users: bool,
+    owners: Collection[int],
     proc_root: str,
     cmdline: tuple[str, ...],
 ) -> str | None:
@@ -173,10 +173,9 @@ def _protected_reason(
     daemon = procfs.daemon_name(known_as, names)
     if daemon:
         return f"system daemon ({daemon})"
-    me = os.geteuid()
     if owner is None:
         return "owner unknown"
-    if owner != me and not (me == 0 and allow_other_users):
+    if not may_act_on(owner, owners):
         return f"another user's process ({user})"
     return None
 
@@ -208,7 +207,7 @@ def classify_holders(
     nvml_procs: Mapping[int, Mapping[int, int | None]],
     protected_names: Iterable[str],
     self_pid: int,
-    allow_other_users: bool,
+    owners: Collection[int],
     proc_root: str = "/proc",
 ) -> tuple[GpuHolder, ...]:
     """Sort holders into the live run's, the untouchable, strays (with positive reasons) and unknown ones (with
@@ -218,7 +217,8 @@ def classify_holders(
     pattern. Daemons are recognised by their executable name (``comm``, ``/proc/<pid>/exe`` or ``argv[0]``), never
     by a substring of the command line, so ``python serve.py --name nvidia-persistenced`` is not mistaken for one.
     Which GPUs a holder uses comes from NVML's per-process memory where NVML lists the pid; a CUDA process opens
-    every visible ``/dev/nvidiaN``, so the device nodes are only a marked fallback.
+    every visible ``/dev/nvidiaN``, so the device nodes are only a marked fallback. ``owners``: the users whose
+    processes may be acted on (:func:`~rlwatch.sources.membership.run_owners`); anyone else's holder is protected.
     """
     names = set(protected_names)
     rlwatch_family = set(procfs.ancestors(self_pid, proc_root))
@@ -246,7 +246,7 @@ def classify_holders(
             self_pid=self_pid,
             owner=owner,
             user=user,
-            allow_other_users=allow_other_users,
+            owners=owners,
             proc_root=proc_root,
             cmdline=cmdline,
         )

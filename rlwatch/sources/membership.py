@@ -143,6 +143,9 @@ class RunView:
     # pid → why an earlier attempt's process is a stray after all (set by the engine, which sees it over time: it
     # stopped writing for the hang window, or the new run failed "busy or unavailable" on a GPU it holds).
     strays: Mapping[int, str] = field(default_factory=dict)
+    # The processes of users whose processes may not be the run's (:func:`may_act_on`): never members, and left out
+    # of the evidence, so nothing said of the run ("never touched the directory") is said of them either.
+    foreign: frozenset[int] = frozenset()
     _cmd: dict[int, str] = field(default_factory=dict, compare=False)
 
     @property
@@ -210,6 +213,10 @@ class RunView:
         """Whether ``pid`` is the live run's, a stray (with positive reasons), or unknown — always with why."""
         proc = self.procs.get(pid)
         started = create_time if create_time is not None else (proc.create_time if proc else None)
+        if pid in self.foreign:
+            uid = proc.uid if proc is not None else None
+            who = f"uid {uid}" if uid is not None else "more than one user, or one that cannot be read"
+            return Verdict(UNKNOWN, f"runs as {who}, whose processes are never the run's: not judged, never a stray")
         if pid in self.earlier:
             if pid in self.strays:
                 return Verdict(STRAY, self.strays[pid])
@@ -284,6 +291,21 @@ class RunView:
             if procfs.fd_writable(pid, fd, self.proc_root):
                 return path
         return None
+
+
+def may_act_on(uid: int | None, owners: Collection[int]) -> bool:
+    """Whether a process running as ``uid`` may be the run's, and so be recorded, read, stopped or started again:
+    only when ``uid`` is one of ``owners`` (:func:`run_owners`). The one rule for every path that asks (the actions'
+    guard, the GPU holders, the membership scan): ``allow_other_users`` widens it to the users ``other_users`` names,
+    never further. A process whose owner is unknown or mixed (``None``) never may."""
+    return uid is not None and uid in owners
+
+
+def others_words(owners: Collection[int]) -> str:
+    """Whose processes are left alone, in words: "other users", or, where a trusted file names some, the rest."""
+    mine = os.geteuid()
+    listed = sorted(procfs.user_name(uid) or str(uid) for uid in owners if uid != mine)
+    return "other users" if not listed else f"other users than {', '.join(listed)} (actions.other_users)"
 
 
 def run_owners(*, allow_other_users: bool, other_users: Iterable[str | int], trusted: bool) -> frozenset[int]:
@@ -404,7 +426,7 @@ def assess(
     me = os.getpid() if observer is None else observer
     watchers = {me, *procfs.ancestors(me, parents={pid: p.ppid for pid, p in procs.items()})}
     allowed = frozenset({os.geteuid()} if owners is None else owners)
-    foreign = {pid for pid, p in procs.items() if p.uid is None or p.uid not in allowed}
+    foreign = {pid for pid, p in procs.items() if not may_act_on(p.uid, allowed)}
     searched = (
         f"no process works in {root}, holds a file under it open, was started by rlwatch, "
         "or matches a configured role and touches it"
@@ -494,6 +516,7 @@ def assess(
         searched=searched,
         proc_root=proc_root,
         attempt=attempt,
+        foreign=frozenset(foreign),
     )
 
 

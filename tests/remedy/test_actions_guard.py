@@ -37,16 +37,15 @@ def facts(
     return ProcFacts(pid=pid, names=names, uid=uid, user=user, kernel_thread=kt)
 
 
-def rule(f: ProcFacts, *, my_uid: int = 1000, is_root: bool = False, allow: bool = False) -> str | None:
-    return judge(
-        f,
-        self_pid=100,
-        ancestors=(50, 10, 1),
-        my_uid=my_uid,
-        is_root=is_root,
-        protected_names=NAMES,
-        allow_other_users=allow,
-    )
+def rule(f: ProcFacts, *, owners: frozenset[int] = frozenset({1000})) -> str | None:
+    return judge(f, self_pid=100, ancestors=(50, 10, 1), owners=owners, protected_names=NAMES)
+
+
+def owners(*, root: bool, allow: bool, other_users: list[str | int], trusted: bool = True) -> frozenset[int]:
+    """The users whose processes may be acted on, as the engine gives them (run_owners), for rlwatch as root or not."""
+    me = 0 if root else 1000
+    listed = {int(u) for u in other_users} if root and allow and trusted else set()
+    return frozenset({me, *listed})
 
 
 def test_rules_on_made_up_processes() -> None:
@@ -61,13 +60,18 @@ def test_rules_on_made_up_processes() -> None:
     assert rule(facts(uid=None)) == "owner unknown"
 
 
-def test_other_users_need_root_and_the_setting() -> None:
+def test_other_users_need_root_the_setting_and_their_name() -> None:
     bob = facts(uid=1001, user="bob")
     assert rule(bob) == "owned by bob, not by you"
-    assert rule(bob, allow=True) == "owned by bob, not by you"  # the setting alone is not enough
-    assert rule(bob, my_uid=0, is_root=True) == "owned by bob, not by you"
-    assert rule(bob, my_uid=0, is_root=True, allow=True) is None
-    assert rule(facts(uid=0, user="root"), my_uid=0, is_root=True) is None
+    assert rule(bob, owners=owners(root=False, allow=True, other_users=[1001])) == "owned by bob, not by you"
+    assert rule(bob, owners=owners(root=True, allow=False, other_users=[1001])) == "owned by bob, not by you"
+    assert rule(bob, owners=owners(root=True, allow=True, other_users=[1001])) is None
+    assert rule(facts(uid=0, user="root"), owners=owners(root=True, allow=False, other_users=[])) is None
+    # allow_other_users opens the users other_users names, nobody else (the probe's finding N1)
+    assert rule(bob, owners=owners(root=True, allow=True, other_users=[65534])) == (
+        "owned by bob, not by you nor by a user actions.other_users names"
+    )
+    assert rule(bob, owners=owners(root=True, allow=True, other_users=[])) == "owned by bob, not by you"
 
 
 def test_daemons_are_known_by_every_name_they_go_by() -> None:
@@ -85,7 +89,7 @@ def test_daemons_are_known_by_every_name_they_go_by() -> None:
 
 
 def test_real_special_processes() -> None:
-    reason = functools.partial(protected_reason, protected_names=NAMES, allow_other_users=False)
+    reason = functools.partial(protected_reason, protected_names=NAMES, owners={os.geteuid()})
     assert reason(os.getpid()) == "rlwatch itself"
     assert reason(os.getppid()) == "an ancestor of rlwatch"
     assert reason(1) == "pid 1"
@@ -98,7 +102,7 @@ def test_a_kernel_thread_is_protected() -> None:
     kthreads = [p for p in psutil.pids() if (s := read_proc_stat(p)) is not None and s.kernel_thread]
     if not kthreads:
         pytest.skip("no kernel thread visible in this PID namespace")
-    assert protected_reason(kthreads[0], protected_names=NAMES, allow_other_users=False) == "kernel thread"
+    assert protected_reason(kthreads[0], protected_names=NAMES, owners={os.geteuid()}) == "kernel thread"
 
 
 @pytest.fixture
@@ -121,13 +125,13 @@ def test_own_child_may_be_signalled_and_a_gone_one_is_not_judged(
     proc = subprocess.Popen([sys.executable, "-S", "-c", IDLE, str(ready)])
     started.append(proc)
     assert wait_until(ready.exists)
-    assert protected_reason(proc.pid, protected_names=NAMES, allow_other_users=False) is None
-    assert protected_reason(proc.pid, protected_names=NAMES, allow_other_users=False, self_pid=proc.pid) == (
+    assert protected_reason(proc.pid, protected_names=NAMES, owners={os.geteuid()}) is None
+    assert protected_reason(proc.pid, protected_names=NAMES, owners={os.geteuid()}, self_pid=proc.pid) == (
         "rlwatch itself"
     )
     proc.kill()
     proc.wait(timeout=10)
-    assert protected_reason(proc.pid, protected_names=NAMES, allow_other_users=False) == (
+    assert protected_reason(proc.pid, protected_names=NAMES, owners={os.geteuid()}) == (
         f"cannot inspect pid {proc.pid} (gone or unreadable)"
     )
 
@@ -141,7 +145,8 @@ def test_daemon_by_name_is_protected(started: list[subprocess.Popen[bytes]], tmp
     assert wait_until(ready.exists)
     found = read_facts(proc.pid)
     assert found is not None and "nv-hostengine" in found.names
-    assert protected_reason(proc.pid, protected_names=NAMES, allow_other_users=True) == "system daemon nv-hostengine"
+    reason = protected_reason(proc.pid, protected_names=NAMES, owners={os.geteuid(), 65534})
+    assert reason == "system daemon nv-hostengine"
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="needs root to start a process as another user")
@@ -150,5 +155,8 @@ def test_another_users_process(started: list[subprocess.Popen[bytes]]) -> None:
     started.append(proc)
     assert wait_until(lambda: psutil.Process(proc.pid).uids().real == 65534)
     user = psutil.Process(proc.pid).username()
-    assert protected_reason(proc.pid, protected_names=NAMES, allow_other_users=False) == f"owned by {user}, not by you"
-    assert protected_reason(proc.pid, protected_names=NAMES, allow_other_users=True) is None
+    assert protected_reason(proc.pid, protected_names=NAMES, owners={os.geteuid()}) == f"owned by {user}, not by you"
+    assert protected_reason(proc.pid, protected_names=NAMES, owners={0, 65534}) is None
+    assert protected_reason(proc.pid, protected_names=NAMES, owners={0, 1}) == (
+        f"owned by {user}, not by you nor by a user actions.other_users names"
+    )

@@ -78,7 +78,7 @@ forever("ready")
 
 
 def guard(pid: int) -> str | None:
-    return protected_reason(pid, protected_names=NAMES, allow_other_users=False)
+    return protected_reason(pid, protected_names=NAMES, owners={os.geteuid()})
 
 
 class Tree:

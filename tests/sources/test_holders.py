@@ -119,7 +119,7 @@ def classify(raw: dict[int, tuple[str, ...]], run_dir: Path | None = None, **kw:
         "nvml_procs": {},
         "protected_names": ["nvidia-persistenced", "nv-hostengine", "dcgm-exporter"],
         "self_pid": os.getpid(),
-        "allow_other_users": False,
+        "owners": {os.geteuid()},
     }
     args.update(kw)
     return {h.pid: h for h in classify_holders(raw, **args)}  # type: ignore[arg-type]
@@ -294,8 +294,11 @@ def test_other_users_processes(spawn: Spawner, dev: Path) -> None:
     guarded = classify(raw)[other.pid]
     assert guarded.protected is not None and guarded.protected.startswith("another user's process")
     assert guarded.reason is None
-    allowed = classify(raw, allow_other_users=True)[other.pid]
+    allowed = classify(raw, owners={0, 65534})[other.pid]
     assert allowed.protected is None and allowed.status == "unknown"
+    # allow_other_users with other_users naming someone else: nobody's holder stays protected (the probe's N1)
+    elsewhere = classify(raw, owners={0, 1})[other.pid]
+    assert elsewhere.protected is not None and elsewhere.protected.startswith("another user's process")
 
 
 def test_vanished_holders_are_dropped(spawn: Spawner, dev: Path) -> None:

@@ -98,12 +98,9 @@ class Actions:
         return self.cfg.actions.readonly or self.engine.readonly
 
     def protected(self, pid: int) -> str | None:
-        """Why ``pid`` must never be touched (pid 1, rlwatch and its parents, daemons, other users), or None."""
-        return protected_reason(
-            pid,
-            protected_names=self.cfg.actions.protected_names,
-            allow_other_users=self.cfg.actions.allow_other_users,
-        )
+        """Why ``pid`` must never be touched (pid 1, rlwatch and its parents, daemons, other users than those a
+        trusted file's ``actions.other_users`` names under ``allow_other_users``), or None."""
+        return protected_reason(pid, protected_names=self.cfg.actions.protected_names, owners=self.engine.owners)
 
     # ------------------------------------------------------------------------------------------------ planning
     def prepare(

@@ -15,6 +15,7 @@ import psutil
 
 from rlwatch.remedy.actions.identity import read_proc_stat
 from rlwatch.sources import procfs
+from rlwatch.sources.membership import may_act_on
 from rlwatch.sources.procfs import daemon_name, names_of
 
 
@@ -46,12 +47,12 @@ def judge(
     *,
     self_pid: int,
     ancestors: Collection[int],
-    my_uid: int,
-    is_root: bool,
+    owners: Collection[int],
     protected_names: Collection[str],
-    allow_other_users: bool,
 ) -> str | None:
-    """Why ``facts.pid`` must be left alone, or None when it may be signalled."""
+    """Why ``facts.pid`` must be left alone, or None when it may be signalled. ``owners``: the users whose processes
+    may be acted on (:func:`~rlwatch.sources.membership.run_owners`: this user, and under root the users a trusted
+    file's ``actions.other_users`` names when ``allow_other_users`` is set, nobody else)."""
     special = _special_pid(facts.pid, self_pid, ancestors)
     if special is not None:
         return special
@@ -62,8 +63,9 @@ def judge(
         return f"system daemon {daemon}"
     if facts.uid is None:
         return "owner unknown"
-    if facts.uid != my_uid and not (is_root and allow_other_users):
-        return f"owned by {facts.user or facts.uid}, not by you"
+    if not may_act_on(facts.uid, owners):
+        also = " nor by a user actions.other_users names" if len(owners) > 1 else ""
+        return f"owned by {facts.user or facts.uid}, not by you{also}"
     return None
 
 
@@ -103,10 +105,11 @@ def protected_reason(
     pid: int,
     *,
     protected_names: Collection[str],
-    allow_other_users: bool,
+    owners: Collection[int],
     self_pid: int | None = None,
 ) -> str | None:
-    """Why ``pid`` must never be touched, or None. ``self_pid`` defaults to this process, read at call time."""
+    """Why ``pid`` must never be touched, or None. ``owners`` as for :func:`judge`; ``self_pid`` defaults to this
+    process, read at call time."""
     me = os.getpid() if self_pid is None else self_pid
     ancestors = ancestors_of(me)
     special = _special_pid(pid, me, ancestors)
@@ -119,8 +122,6 @@ def protected_reason(
         facts,
         self_pid=me,
         ancestors=ancestors,
-        my_uid=os.getuid(),
-        is_root=os.geteuid() == 0,
+        owners=owners,
         protected_names=protected_names,
-        allow_other_users=allow_other_users,
     )

@@ -22,6 +22,7 @@ from rlwatch.discover.load import resolve
 from rlwatch.engine.diagnosis.wording import human_bytes
 from rlwatch.engine.engine import Engine
 from rlwatch.sources import procfs
+from rlwatch.sources.membership import others_words
 from rlwatch.sources.processes import LaunchRecord
 from rlwatch.sources.recover import agree
 
@@ -438,7 +439,8 @@ class Planner:
             stop_words(self.cfg.actions.grace_s),
             f"then check that none of them holds {self.cfg.gpu.device_glob} any more"
             + (" and that the GPU memory came back" if used_before is not None else ""),
-            "never touched: the live run, PID 1, rlwatch and its parents, NVIDIA/DCGM daemons, other users"
+            "never touched: the live run, PID 1, rlwatch and its parents, NVIDIA/DCGM daemons, "
+            + others_words(self.engine.owners)
             + ("" if named else ", GPU holders rlwatch cannot classify"),
         ]
         if spared:
