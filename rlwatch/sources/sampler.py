@@ -36,7 +36,18 @@ from dataclasses import dataclass
 from rlwatch.common.clock import Clock
 from rlwatch.common.state import SampledProcess, StackSample, StackSampling
 from rlwatch.sources import procfs
-from rlwatch.sources.stacks import NO_PTRACE_WORDS, PTRACE_REFUSED, StackTarget, dump_text, parse_dump, py_spy
+from rlwatch.sources.stacks import (
+    MAX_DUMP_BYTES,
+    MAX_FRAMES,
+    NO_PTRACE_WORDS,
+    PTRACE_REFUSED,
+    TOO_LARGE,
+    StackTarget,
+    cut_frame_part,
+    dump_text,
+    parse_dump,
+    py_spy,
+)
 
 __all__ = [
     "METHOD",
@@ -239,8 +250,8 @@ def parse_raw(pid: int, text: str) -> list[tuple[tuple[str, ...], int]]:
             continue
         stack, _, count = line.rpartition(" ")
         frames = stack.split(";")[1:]  # the first is the thread's name
-        if count.isdigit() and frames:
-            out.append((tuple(reversed(frames)), int(count)))
+        if count.isdigit() and frames:  # kept as a dump's are: the innermost 40, each name bounded
+            out.append((tuple(cut_frame_part(f) for f in reversed(frames[-MAX_FRAMES:])), int(count)))
     return out
 
 
@@ -282,10 +293,14 @@ def record_window(exe: str) -> Window:
                 _, err = p.communicate()
                 said = err.decode(errors="replace").strip().splitlines()
                 try:
-                    with open(f"{tmp}/{pid}", encoding="utf-8", errors="replace") as fh:
-                        stacks = parse_raw(pid, fh.read())
+                    with open(f"{tmp}/{pid}", "rb") as fh:
+                        raw = fh.read(MAX_DUMP_BYTES + 1)  # bounded as a dump is: a stack made to be read is huge
                 except OSError:
-                    stacks = []
+                    raw = b""
+                if len(raw) > MAX_DUMP_BYTES:
+                    out[pid] = ([], f"stacks of pid {pid} {TOO_LARGE}")
+                    continue
+                stacks = parse_raw(pid, raw.decode("utf-8", "replace"))
                 if stacks:
                     out[pid] = (stacks, None)
                 else:

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import os
+import selectors
 import shutil
 import subprocess
 import sys
@@ -34,7 +35,15 @@ from rlwatch.sources import procfs
 __all__ = ["StackTarget", "capture", "latest_kept", "parse_dump", "py_spy", "summarize"]
 
 TIMEOUT_S = 15.0
-_MAX_FRAMES = 40
+MAX_FRAMES = 40
+# What is read of py-spy's output for one process. A real rank's dump is tens of KiB (a vLLM server's hundred threads,
+# sixty frames each: about 1 MiB); a process whose stack is made to be read (20 threads 2000 frames deep, with names
+# of 4000 characters) writes half a GB of JSON, which kept whole and parsed cost a watcher GBs. Past this, py-spy is
+# stopped and the process's stacks are "too large: not read".
+MAX_DUMP_BYTES = 4 * 1024**2
+_MAX_STDERR_BYTES = 64 * 1024
+_MAX_FRAME_CHARS = 240  # a frame's function or file name beyond this is cut: a frame is kept in every sample
+TOO_LARGE = "too large: not read"
 _LIBRARY_PARTS = ("/site-packages/", "/dist-packages/", "/lib/python3", "<frozen ")
 _NO_PTRACE = (
     "ptrace is not permitted here: run rlwatch as root, or give it CAP_SYS_PTRACE (docker run --cap-add SYS_PTRACE; "
@@ -67,10 +76,17 @@ def rank_label(pid: int, fallback: str, proc_root: str = procfs.PROC) -> str:
     return f"rank {rank}" if rank is not None and rank.isdigit() else fallback
 
 
+def cut_frame_part(value: object) -> str:
+    """A frame's function, file or line as text, cut to a bound: each sample keeps its frames, and a process can give
+    its functions names of any length."""
+    text = str(value)
+    return text if len(text) <= _MAX_FRAME_CHARS else text[: _MAX_FRAME_CHARS - 1] + "…"
+
+
 def _frame_text(frame: dict[str, Any]) -> str:
-    name = str(frame.get("name") or "?")
-    where = str(frame.get("short_filename") or frame.get("filename") or "?")
-    return f"{name} ({where}:{frame.get('line', '?')})"
+    name = cut_frame_part(frame.get("name") or "?")
+    where = cut_frame_part(frame.get("short_filename") or frame.get("filename") or "?")
+    return f"{name} ({where}:{cut_frame_part(frame.get('line', '?'))})"
 
 
 def _own(frame: dict[str, Any]) -> bool:
@@ -95,15 +111,16 @@ def parse_dump(pid: int, label: str, text: str) -> ProcessStack:
         threads[0],
     )
     frames: list[dict[str, Any]] = [f for f in main.get("frames") or [] if isinstance(f, dict)]
-    texts = tuple(_frame_text(f) for f in frames[:_MAX_FRAMES])
+    texts = tuple(_frame_text(f) for f in frames[:MAX_FRAMES])
     if not frames:
         return ProcessStack(pid, label, texts, "outside Python code", len(threads), None)
-    innermost = str(frames[0].get("name") or "?")
+    innermost = cut_frame_part(frames[0].get("name") or "?")
     own = next((f for f in frames if _own(f)), None)
     if own is None or own is frames[0]:
         where = _frame_text(frames[0])
     else:
-        where = f"{innermost} ({own.get('short_filename') or own.get('filename')}:{own.get('line', '?')})"
+        file = cut_frame_part(own.get("short_filename") or own.get("filename"))
+        where = f"{innermost} ({file}:{cut_frame_part(own.get('line', '?'))})"
     return ProcessStack(pid, label, texts, where, len(threads), None)
 
 
@@ -132,29 +149,74 @@ PTRACE_REFUSED = "ptrace not permitted: "  # how a refused read's error begins (
 NO_PTRACE_WORDS = ("ermission denied", "not permitted", "EPERM", "ptrace")  # py-spy's words for a refused ptrace
 
 
-def dump_text(exe: str, pid: int) -> tuple[str, str | None]:
+def read_bounded(proc: subprocess.Popen[bytes], limit: int, timeout: float) -> tuple[bytes, bytes, str | None]:
+    """A child's stdout (at most ``limit`` bytes) and stderr (at most 64 KiB), read as they come until both close:
+    (stdout, stderr, None), or what was read and why it stopped ("too large", "timeout"): the child is then killed.
+    It is reaped either way. Nothing past ``limit`` is ever held."""
+    assert proc.stdout is not None and proc.stderr is not None
+    out_fd, err_fd = proc.stdout.fileno(), proc.stderr.fileno()
+    caps = {out_fd: limit, err_fd: _MAX_STDERR_BYTES}
+    got: dict[int, bytearray] = {out_fd: bytearray(), err_fd: bytearray()}
+    why: str | None = None
+    deadline = time.monotonic() + timeout
+    with selectors.DefaultSelector() as sel:
+        for fd in caps:
+            os.set_blocking(fd, False)
+            sel.register(fd, selectors.EVENT_READ)
+        while sel.get_map() and why is None:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                why = "timeout"
+                break
+            for key, _ in sel.select(left):
+                fd = int(key.fd)
+                try:
+                    chunk = os.read(fd, 1 << 16)
+                except BlockingIOError:
+                    continue
+                if not chunk:
+                    sel.unregister(fd)
+                    continue
+                room = caps[fd] - len(got[fd])
+                got[fd] += chunk[:room]
+                if len(chunk) > room:
+                    if fd == out_fd:
+                        why = "too large"
+                        break
+                    sel.unregister(fd)  # stderr past its cap: its last line is all that is said, and it is there
+    if why is not None:
+        proc.kill()
+    proc.stdout.close()
+    proc.stderr.close()
+    proc.wait()
+    return bytes(got[out_fd]), bytes(got[err_fd]), why
+
+
+def dump_text(exe: str, pid: int, limit: int = MAX_DUMP_BYTES) -> tuple[str, str | None]:
     """``py-spy dump --nonblocking --json`` of one process: (its JSON, None), or ("", why it could not be read) —
-    a refused ptrace's why begins with :data:`PTRACE_REFUSED`. Shared by the one-off capture and the sampler."""
+    a refused ptrace's why begins with :data:`PTRACE_REFUSED`; output past ``limit`` bytes stops py-spy and is
+    "stacks of pid N too large: not read". Shared by the one-off capture and the sampler."""
     try:
-        out = subprocess.run(
+        proc = subprocess.Popen(
             [exe, "dump", "--pid", str(pid), "--json", "--nonblocking"],
-            capture_output=True,
-            text=True,
-            timeout=TIMEOUT_S,
-            check=False,
             stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
         )
-    except subprocess.TimeoutExpired:
-        return "", f"py-spy did not answer within {TIMEOUT_S:g}s"
     except OSError as exc:
         return "", f"cannot run py-spy: {exc.strerror or exc}"
-    if out.returncode != 0:
-        said = (out.stderr or out.stdout).strip().splitlines()
-        line = said[-1] if said else f"exit {out.returncode}"
+    out, err, why = read_bounded(proc, limit, TIMEOUT_S)
+    if why == "too large":
+        return "", f"stacks of pid {pid} {TOO_LARGE} (py-spy wrote more than {limit / 1024**2:g} MiB)"
+    if why is not None:
+        return "", f"py-spy did not answer within {TIMEOUT_S:g}s"
+    if proc.returncode != 0:
+        said = (err or out[-4096:]).decode("utf-8", "replace").strip().splitlines()
+        line = said[-1] if said else f"exit {proc.returncode}"
         if any(w in line for w in NO_PTRACE_WORDS):
             line = PTRACE_REFUSED + line
         return "", line[:300]
-    return out.stdout, None
+    return out.decode("utf-8", "replace"), None
 
 
 def _dump(exe: str, target: StackTarget) -> ProcessStack:
