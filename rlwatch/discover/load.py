@@ -536,8 +536,9 @@ class _Confiner:
         """Why a path (or glob) of the file leads outside the run directory, judged by its text: a glob by its part
         before the first wildcard; ``..`` anywhere, since a link on the way decides where it leads."""
         path = os.path.expanduser(value)
+        said = repr(value) if len(value) <= 160 else repr(value[:159]) + "…"  # a path is read whole, or not at all
         if os.pardir in path.split(os.sep):
-            return f"{_short(value)} climbs out with '..'"
+            return f"{said} climbs out with '..'"
         full = os.path.normpath(os.path.join(self.within, path))
         fixed: list[str] = []
         for part in full.split(os.sep):
@@ -547,7 +548,7 @@ class _Confiner:
         prefix = os.sep.join(fixed) or os.sep
         if prefix == self.base or prefix.startswith(self.base.rstrip(os.sep) + os.sep):
             return None
-        return f"{_short(value)} is outside the run directory"
+        return f"{said} is outside the run directory"
 
     def _value(self, value: object, marks: frozenset[str], loc: tuple[int | str, ...]) -> object:
         """``value`` as the untrusted file may give it, or ``_DROP``."""
