@@ -411,7 +411,7 @@ class Provenance:
     run_found: bool = True
     looked_for: str | None = None
     distrust: str | None = None  # why the file may not decide what rlwatch executes: actions are then off
-    # What of an untrusted file was not used, one line each (FILE:LINE: key: why: ignored): the "config" source shows it.
+    # What of an untrusted file was not used, a line each (FILE:LINE: key: why: ignored), said by the "config" source.
     ignored: tuple[str, ...] = ()
 
 
