@@ -228,7 +228,8 @@ def test_restart_server_neither_stops_an_unlisted_users_server_nor_writes_where_
     try:
         engine.probe_server()
         prepared = Actions(engine).prepare(RESTART_SERVER)
-        assert pid not in {t.pid for t in prepared.plan.targets}, prepared.plan
+        assert prepared.plan.refused is None and prepared.launches, prepared.plan  # root's server is started…
+        assert pid not in {t.pid for t in prepared.plan.targets}, prepared.plan  # …and theirs is never stopped
         assert all(Path(x.log or "") != victim for x in prepared.launches), prepared.launches
         assert str(victim) not in " ".join(t.reason or "" for t in prepared.plan.start)
         assert victim.read_text() == "ROOT-OWNED PUBLIC FILE, original\n"
@@ -250,7 +251,7 @@ def test_another_users_server_process_is_not_the_runs_server(run: Path, impostor
         (shown,) = [s for s in snap.sources if s.name == "other users"]
         assert shown.error == f"pid {pid} matches the server rule but runs as nobody: not the run's server"
         plan = Actions(engine).prepare(RESTART_SERVER).plan
-        assert plan.refused is None or "protected" not in plan.refused, plan.refused  # never a reason to refuse
+        assert plan.refused is None, plan.refused  # never a reason to refuse: root's own server is started
         assert pid not in {t.pid for t in plan.targets}
     finally:
         engine.stop()
