@@ -67,3 +67,20 @@ def test_the_input_thread_sleeps_until_a_key_and_keys_still_work(tmp_path: Path)
         assert time.monotonic() - started < 5
     finally:
         term.close()
+
+
+@pytest.mark.parametrize("size", [(40, 120), (24, 80)])
+def test_escape_and_q_arriving_together_close_the_findings_and_quit(tmp_path: Path, size: tuple[int, int]) -> None:
+    """tmux's ``send-keys Escape q`` over the findings list: one read holding both, which Textual's parser alone
+    took for ``alt+q`` (bound to nothing), so the list stayed and the dashboard did not quit."""
+    rows, cols = size
+    term = Terminal(str(run_dir(tmp_path)), rows=rows, cols=cols)
+    try:
+        term.wait_for(b"connection_refused")
+        mark = len(term.output)
+        term.write(b"d")
+        term.wait_for(b"Findings (", timeout=10, after=mark)
+        term.write(b"\x1bq")
+        assert term.exited(timeout=10) == 0
+    finally:
+        term.close()

@@ -120,10 +120,11 @@ def fit_body(screen: ModalScreen[Any], body: Widget, dialog: Widget) -> None:
 
 
 class FittedDialog(ModalScreen[ResultT]):
-    """A modal whose ``.dialog-body`` scrolls between a title and buttons that always stay on screen. Ctrl-C quits
-    from it too (a modal screen hides the app's own keys)."""
+    """A modal whose ``.dialog-body`` scrolls between a title and buttons that always stay on screen. ``q`` and
+    Ctrl-C quit from it too: a modal screen hides the app's own keys, and the key bar under it still says ``q quit``
+    (a ``q`` that only closed the list read as a dashboard that would not quit)."""
 
-    BINDINGS = [Binding("ctrl+c", "app.help_quit", "quit", show=False)]
+    BINDINGS = [Binding("ctrl+c,q", "app.help_quit", "quit", show=False)]
 
     def on_mount(self) -> None:
         self.set_class(self.app.size.height < SHORT_BELOW, "-short-dialog")

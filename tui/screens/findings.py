@@ -53,7 +53,7 @@ class FindingsScreen(FittedDialog[str | None]):
     """Returns the action a key asked for, or None when closed."""
 
     BINDINGS = [
-        Binding("escape,d,q", "close", "Close"),
+        Binding("escape,d", "close", "Close"),
         Binding("up", "scroll(-1)", show=False),
         Binding("down", "scroll(1)", show=False),
         Binding("pageup", "page(-1)", show=False),
@@ -73,7 +73,7 @@ class FindingsScreen(FittedDialog[str | None]):
             with VerticalScroll(id="findings-body", classes="dialog-body"):
                 yield Static(findings_list(self.snap, readonly=self.readonly), id="findings-list")
             keys = "" if self.readonly else "an action key asks for that action · "
-            yield Static(Text(f"{keys}↑↓ PgUp PgDn scroll · Esc closes", style="dim"), classes="dialog-note")
+            yield Static(Text(f"{keys}↑↓ PgUp PgDn scroll · Esc closes · q quits", style="dim"), classes="dialog-note")
 
     def action_act(self, action: str) -> None:
         self.dismiss(None if self.readonly else action)

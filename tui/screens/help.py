@@ -40,7 +40,7 @@ def help_plain(readonly: bool) -> str:
 
 class HelpScreen(FittedDialog[None]):
     BINDINGS = [
-        Binding("escape,q,question_mark,f1", "close", "Close"),
+        Binding("escape,question_mark,f1", "close", "Close"),
         Binding("up", "scroll(-1)", show=False),
         Binding("down", "scroll(1)", show=False),
         Binding("pageup", "page(-1)", show=False),
@@ -58,7 +58,10 @@ class HelpScreen(FittedDialog[None]):
                 yield Static(help_text(self.readonly), id="help-table")
             note = "Read-only: actions are disabled." if self.readonly else "Every action asks before it runs."
             yield Static(
-                Text(f"{note} ↑↓ PgUp PgDn scroll · Esc closes · click an event row to filter the log", style="dim"),
+                Text(
+                    f"{note} ↑↓ PgUp PgDn scroll · Esc closes · q quits · click an event row to filter the log",
+                    style="dim",
+                ),
                 classes="dialog-note",
             )
 

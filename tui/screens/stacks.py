@@ -51,7 +51,7 @@ def stacks_text(report: StackReport | None, now: float) -> Text:
 
 class StacksScreen(FittedDialog[None]):
     BINDINGS = [
-        Binding("escape,t,q", "close", "Close"),
+        Binding("escape,t", "close", "Close"),
         Binding("up", "scroll(-1)", show=False),
         Binding("down", "scroll(1)", show=False),
         Binding("pageup", "page(-1)", show=False),
@@ -68,7 +68,7 @@ class StacksScreen(FittedDialog[None]):
             yield Static(Text("Where each process of the run stands", style="bold"), classes="dialog-title")
             with VerticalScroll(id="stacks-body", classes="dialog-body"):
                 yield Static(stacks_text(self.report, self.now), id="stacks-list")
-            yield Static(Text("↑↓ PgUp PgDn scroll · Esc closes", style="dim"), classes="dialog-note")
+            yield Static(Text("↑↓ PgUp PgDn scroll · Esc closes · q quits", style="dim"), classes="dialog-note")
 
     def action_close(self) -> None:
         self.dismiss(None)
