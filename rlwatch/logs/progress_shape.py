@@ -53,6 +53,8 @@ CANDIDATE_LITERALS = (
     "%|",  # tqdm bars: HF Trainer, Lightning, torchtune
     "Epoch",  # [e][i/N] pairs (mmcv, mmengine, torchvision), Keras's epoch lines, Epoch e | Iter i
     "| loss", "loss, ",  # a counter leading its record: llama2.c, tinygrad
+    "pisode", "Round", "round",  # an RL loop's `Episode: N`, a federated loop's `Round N` (read by their shape)
+    "| ",  # a table: a header and its rows, a key/value table printed every iteration (stable-baselines)
 )  # fmt: skip
 CANDIDATE = "|".join(re.escape(lit) for lit in CANDIDATE_LITERALS)
 
@@ -63,7 +65,12 @@ _NOT_STEPS = re.compile(
     r"|extracting|generating|processed prompts|adding requests|capturing|compiling|sanity checking"
     r"|val|valid|validation|validating|eval|evaluation|evaluating|test|testing|predict(?:ing|ions?)?|inference"
     r"|running tokenizer|converting)\b"
-    r"|\beval_\w*[\"']?\s*[:=]\s*-?\d"  # an evaluation's metric with a value (`"eval_loss": null` is none)
+)
+# An evaluation's metric with a value (`"eval_loss": null` is none): the line is an evaluation's record unless it
+# also holds a training metric (pgx's `{"steps": …, "train_R": …, "eval_R": …}` is a training record).
+_EVAL_METRIC = re.compile(r"\beval_\w*[\"']?\s*[:=]\s*-?\d")
+_TRAIN_METRIC = re.compile(
+    r"(?<![\w])(?:loss|train\w*|reward|rew)\b"
 )  # searched in the line made lower-case: quicker than a case-insensitive expression
 # The total a line states beside its counter: LLaMA-Factory's `"total_steps": 82`, `max_steps=1000`.
 _TOTAL_KEY = re.compile(r"(?i)\b(?:total|max|num)_?(?:steps|iters|iterations)[\"']?\s*[:=]\s*(\d{1,12})")
@@ -71,7 +78,7 @@ _TOTAL_KEY = re.compile(r"(?i)\b(?:total|max|num)_?(?:steps|iters|iterations)[\"
 # an optional quote and separator, an optional bracket, the number, an optional `/ total` or ` of total`.
 _NAMED = re.compile(
     r"(?<![\w/.-])(?P<name>global[_ ]?steps?|current_steps|num_updates|iterations?|iters?|steps?|updates?"
-    r"|batch(?:_idx|es)?|it)(?![\w/])[\"']?\s*(?:[:=#]\s*)?\[?\s*(?P<n>\d{1,12})(?![\d.])"
+    r"|batch(?:_idx|es)?|it)(?![\w/])[\"']?\s*(?:[:=#]\s*)?\[?\s*(?P<n>\d{1,12})(?!\d|\.\d)"
     r"(?:\s*(?:/|of)\s*(?P<total>\d{1,12})(?!\d))?",
     re.IGNORECASE,
 )
@@ -84,6 +91,9 @@ _EPOCH = re.compile(
 _FRACTION = re.compile(
     r"(?:\|\s*|^\s*|\[\s*)(?P<n>\d{1,12})\s*/\s*(?P<total>\d{1,12})(?=\s*(?:\[|\]|\(|$)|\s+-\s)", re.MULTILINE
 )
+# A tqdm bar's own `i/N` (after `%|…|`): it, not a bracketed fraction in the bar's text (OpenRLHF's
+# `Episode [1/1]:  12%|█▏ | 7/56 [`), is what the bar counts.
+_BAR_FRACTION = re.compile(r"%\|[^|\n]{0,200}\|\s*(?P<n>\d{1,12})\s*/\s*(?P<total>\d{1,12})")
 # `[e][i/N]`: the epoch, then the batch within it. mmcv's `Epoch [1][50/500]` and mmengine's `Epoch(train) [1][50/500]`
 # (brackets side by side) count epochs from 1; torchvision's reference scripts' `Epoch: [0]  [ 50/500]` from 0.
 _PAIR = re.compile(r"\[\s*(?P<e>\d{1,6})\s*\]\s*\[\s*(?P<n>\d{1,12})\s*/\s*(?P<total>\d{1,12})\s*\]")
@@ -197,8 +207,16 @@ def read(text: str) -> Reading | None:
     return r if rate is None else replace(r, speed=rate)
 
 
+def _counts_else(text: str) -> bool:
+    """Whether the line counts something other than training steps (see ``_NOT_STEPS``, ``_EVAL_METRIC``)."""
+    low = text.lower()
+    if _NOT_STEPS.search(low) is not None:
+        return True
+    return _EVAL_METRIC.search(low) is not None and _TRAIN_METRIC.search(low) is None
+
+
 def _read(text: str) -> Reading | None:
-    if _NOT_STEPS.search(text.lower()) is not None:
+    if _counts_else(text):
         return None
     em, epoch, epochs, base = _epoch(text)
     pair = _PAIR.search(text)
@@ -234,7 +252,8 @@ def _read(text: str) -> Reading | None:
         if of is None and (tm := _TOTAL_KEY.search(text)) is not None and int(tm.group(1)) >= value:
             of = int(tm.group(1))
         return Reading(_template(text, name, of), name, value, of, epoch, epochs, base)
-    for m in _FRACTION.finditer(text):
+    bar = _BAR_FRACTION.search(text) if "%|" in text else None
+    for m in [bar] if bar is not None else _FRACTION.finditer(text):
         if em is not None and em.start() <= m.start() < em.end():
             continue
         value, total = int(m.group("n")), int(m.group("total"))
@@ -246,12 +265,127 @@ def _read(text: str) -> Reading | None:
     return None
 
 
+# -- records learned from the run's own lines ---------------------------------------------------------------------
+#
+# A line none of the readers above knows is still a record when its template recurs: the line with its numbers taken
+# out (Drain's template where a record's variable parts are numbers, which Drain masks first; a template tree is not
+# needed to find one template that recurs, and a dict lookup keeps the read of a candidate line cheap). Each whole
+# number of the line is a field, named by the word before it (``Episode: 59`` → episode, ``it 517`` → it, a bare
+# ``===> 003`` → no name) or by its column under a header line (``epoch | train_loss | …``, ``step,loss``); a field
+# whose value advances from one record of its template to the next is a counter. Never a counter: a percentage, a
+# decimal (a loss, a time, a rate), a time of day or duration (``00:21``, ``02h 06m``), a field named for a time, a
+# rate, a size or a rank. Which counter is the step (``_field_class``), best first: one named like a step (step,
+# iter, iteration, it, update, upd, round, …), then any other name or none, then a count of episodes, environment
+# steps, samples, tokens or frames (what a step is made of, not the steps), and an epoch's own number last (the only
+# counter a once-per-epoch record has). Among counters of one class, the one that advanced on more records, then the
+# one first in its record.
+_FIELD = re.compile(
+    r"(?:(?P<name>[A-Za-z_][\w/]{0,40}?)[\"']?\s*[:=#]?\s*\[?\s*|(?<![\w.:/-]))"
+    r"(?P<n>\d{1,15}|\d(?:\.\d+)?e\+?\d{1,2})(?![\w.%:]|\.\d|/\d|\s*%|\s*(?:ms|s|h|m|min|sec|GiB|MiB|GB|MB)\b)",
+    re.IGNORECASE,
+)
+_CLOCK = re.compile(r"\d{1,2}:\d{2}(?::\d{2})?|\d{4}-\d{2}-\d{2}|\d{8}-")
+_HEADER_SEPS = ("|", "\t", ",")
+_STEP_NAMES = frozenset(
+    (
+        "step", "steps", "global_step", "globalstep", "iter", "iters", "iteration", "iterations", "it", "update",
+        "updates", "upd", "n_updates", "nupdates", "num_updates", "round", "rounds", "training_iteration",
+        "current_steps", "train_step",
+    )
+)  # fmt: skip
+_PART_NAMES = ("episode", "timestep", "env_step", "envstep", "frame", "sample", "token", "image", "consumed", "action")
+_NOT_COUNTERS = (
+    "time", "elapsed", "eta", "sec", "fps", "speed", "throughput", "mem", "lr", "loss", "rank", "pid", "gpu", "seed",
+    "len", "size", "max", "min", "mean", "avg", "std", "year", "day", "hour", "port", "version", "v_num", "cuda",
+    "count", "num_", "batch_size", "world", "node", "dp", "tp", "pp", "sp", "device", "worker", "thread", "part",
+)  # fmt: skip
+_MAX_FIELDS = 8
+
+
+def _field_class(name: str) -> int | None:
+    """How good a field named ``name`` is as the step: 1 (a step's name) … 4 (an epoch); None: never a counter."""
+    low = name.lower().strip("_")
+    if low in _STEP_NAMES:
+        return 1
+    if any(p in low for p in _PART_NAMES):
+        return 3
+    if low in {"epoch", "epochs"}:
+        return 4
+    if any(w in low for w in _NOT_COUNTERS):
+        return None
+    return 2
+
+
+def fields(text: str, header: list[str] | None = None) -> list[tuple[str, int]]:
+    """The whole numbers of a record line that could be counters, each with its name ("" where none): at most
+    ``_MAX_FIELDS``, in the order of the line. ``header``: the names of the columns of a table or CSV row."""
+    clocks = [(m.start(), m.end()) for m in _CLOCK.finditer(text)]
+    out: list[tuple[str, int]] = []
+    col_of: list[int] | None = None
+    if header is not None:
+        sep = next(c for c in _HEADER_SEPS if text.count(c) >= len(header) - 1)
+        col_of = []
+        for i, ch in enumerate(text):
+            if ch == sep:
+                col_of.append(i)
+    for m in _FIELD.finditer(text):
+        at = m.start("n")
+        if any(a <= at < b for a, b in clocks):
+            continue
+        raw = m.group("n")
+        try:
+            value = int(raw) if raw.isdigit() else float(raw)
+        except ValueError:
+            continue
+        if isinstance(value, float):
+            if not value.is_integer():
+                continue
+            value = int(value)
+        name = m.group("name") or ""
+        if col_of is not None and header is not None:
+            col = sum(1 for c in col_of if c < at)
+            name = header[col] if col < len(header) else ""
+        out.append((name, value))
+        if len(out) >= _MAX_FIELDS:
+            break
+    return out
+
+
+def header_of(text: str) -> tuple[str, list[str]] | None:
+    """A table's or a CSV's header line (names between separators, no digits): its separator and its names."""
+    if any(ch.isdigit() for ch in text):
+        return None
+    for sep in _HEADER_SEPS:
+        if text.count(sep) >= 1:
+            cells = [c.strip().strip("\"'") for c in text.split(sep)]
+            named = [c for c in cells if c]
+            if (
+                len(named) >= 2
+                and all(c[0].isalpha() or c[0] == "_" for c in named)
+                and all(len(c) <= 40 for c in named)
+            ):
+                return sep, cells
+    return None
+
+
+def masked(text: str) -> str:
+    """The line's template: its words, with every number and the spaces between them taken out."""
+    return " ".join(_WORDS.findall(text)[:_TEMPLATE_WORDS])
+
+
 class _Series:
     """One template's counter over the lines: ``last`` as printed, ``step`` the global step it stands for."""
 
-    __slots__ = ("advances", "epoch", "epochs", "last", "low", "offset", "resets", "since", "speed", "step", "total")
+    __slots__ = (
+        "advances", "epoch", "epochs", "kind", "last", "low", "moves", "name", "offset", "order", "resets", "since",
+        "speed", "step", "total",
+    )  # fmt: skip
 
-    def __init__(self, r: Reading, epoch: int | None, time: float) -> None:
+    def __init__(self, r: Reading, epoch: int | None, time: float, kind: int = 0, order: int = 0) -> None:
+        self.kind = kind  # 0: a line one of the readers knows; 1-4: a field of a learned record (_field_class)
+        self.order = order  # the field's place in its record
+        self.name = r.name
+        self.moves = 0  # records that moved it on
         self.last = self.low = r.value
         self.offset = 0  # the steps of the epochs before (a counter that starts over each epoch, no total shown)
         self.epoch = epoch
@@ -278,6 +412,29 @@ class ShapeSteps:
         self._series: dict[str, _Series] = {}
         self._primary: _Series | None = None
         self._epoch: tuple[int, int, int | None] | None = None  # (epoch, base, epochs) named on a line of its own
+        self._header: tuple[str, list[str]] | None = None  # the latest table or CSV header: separator, names
+
+    def _feed_fields(self, text: str, time: float) -> bool:
+        """A line no reader knows: a header remembered, or each field of the record followed as a series of its own
+        (keyed by the record's template and the field's place)."""
+        head = header_of(text)
+        if head is not None:
+            self._header = head
+            return False
+        header = None
+        if self._header is not None:
+            sep, names = self._header
+            if text.count(sep) == len(names) - 1:
+                header = [n.strip() for n in names]
+        template = masked(text)
+        moved = False
+        for i, (name, value) in enumerate(fields(text, header)):
+            kind = _field_class(name)
+            if kind is None:
+                continue
+            r = Reading(f"~{i}|{template}", f"~{name}", value, None, None, None)
+            moved = self._advance(r, None, 0, None, time, kind, i) or moved
+        return moved
 
     def _global(self, r: Reading, epoch: int | None, base: int) -> int:
         """The step a person names: a bar's or a bracket's ``i/N`` within epoch ``e`` is ``(e - base) * N + i``."""
@@ -290,19 +447,27 @@ class ShapeSteps:
         step."""
         r = read(text)
         if r is None:
+            if _counts_else(text):
+                return False
             _, epoch, epochs, base = _epoch(text)
-            if epoch is not None and _NOT_STEPS.search(text.lower()) is None:
+            if epoch is not None:
                 self._epoch = (epoch, base, epochs)
-            return False
+            return self._feed_fields(text, time)
         epoch, base, epochs = r.epoch, r.base, r.epochs
         if epoch is None and self._epoch is not None:
             epoch, base, epochs = self._epoch
+        return self._advance(r, epoch, base, epochs, time, 0, 0)
+
+    def _advance(
+        self, r: Reading, epoch: int | None, base: int, epochs: int | None, time: float, kind: int, order: int
+    ) -> bool:
+        """One reading of a series (made on its first): True when it moved the run's step on."""
         g = self._global(r, epoch, base)
         s = self._series.get(r.template)
         if s is None:
             if len(self._series) >= _MAX_SERIES:
                 return False
-            s = self._series[r.template] = _Series(r, epoch, time)
+            s = self._series[r.template] = _Series(r, epoch, time, kind, order)
             s.step = g
             s.since = (time, g)
             s.epochs = epochs
@@ -336,16 +501,34 @@ class ShapeSteps:
         # how far it moved, not how many of its lines moved it: a run of a bar's redraws reaches here by its first
         # and last lines only (the event counter passes over the ones between), and counts as far as all of them
         s.advances += max(1, s.step - before)
+        s.moves += 1
         s.epoch = epoch
         self._primary = self._choose()
         return self._primary is s
 
     def _choose(self) -> _Series | None:
+        """The run's step: a series a reader knows before a learned field, then by the field's class; the one that
+        moved furthest among those a reader knows (a run of redraws counts as far as it went), the one that moved
+        on more records among learned fields, then the first in its record."""
         best: _Series | None = None
+        best_key: tuple[int, int, int] | None = None
         for s in self._series.values():
-            if s.advances and s.resets < 2 and (best is None or s.advances > best.advances):
-                best = s
+            if not s.advances or s.resets >= 2:
+                continue
+            key = (s.kind, -(s.advances if s.kind == 0 else s.moves), s.order)
+            if best_key is None or key < best_key:
+                best, best_key = s, key
         return best
+
+    def source(self) -> str | None:
+        """The field the run's step is read from (its name as the lines write it; "a bar", "a [e][i/N] pair", "a
+        counter leading each record", "an unnamed counter"), for the report to say which it read."""
+        s = self._primary
+        if s is None:
+            return None
+        names = {"pair": "a [e][i/N] pair", "fraction": "a bar's i/N", "leading": "a counter leading each record"}
+        name = s.name.lstrip("~")
+        return names.get(name, name or "an unnamed counter")
 
     def restarted(self) -> bool:
         """Whether the run's series started over (a relaunch appending to the same log) and has not moved since."""
@@ -369,8 +552,14 @@ class ShapeSteps:
     def total(self) -> int | None:
         """The total the lines show: a global counter's, or a per-epoch counter's times the epochs."""
         s = self._primary
+        if s is not None and s.total is None:
+            # a counter with no total of its own (OpenRLHF's `Global step 7: {…}`) takes the total of a bar that
+            # stands at the same step and never started over (its `Episode [1/1]: … 7/56`)
+            s = next(
+                (o for o in self._series.values() if o.total and not o.resets and o.advances and o.step == s.step), s
+            )
         if s is None or s.total is None:
             return None
-        if s.epoch is not None:
+        if s.epoch is not None and s.name in _PER_EPOCH:
             return s.total * s.epochs if s.epochs else None
         return s.total

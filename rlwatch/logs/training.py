@@ -391,6 +391,8 @@ class TrainingTracker:
         framework of the catalogue has said one: those know their step for sure. The compiled path calls this too."""
         time = line.time
         if not self._shape.feed(text, time):
+            if self._shape_step is not None:
+                self._shape_total = self._shape.total()  # a bar beside the step's counter may show the total
             return
         step = self._shape.step()
         if step is None:
@@ -565,7 +567,9 @@ class TrainingTracker:
             return self._configured_total
         if self._areal_total is not None:
             return self._areal_total
-        if self._hint_total is None and self._areal_step is None:
+        if self._hint_total is None and (self._areal_step is None or self._areal_step == self._shape_step):
+            # a framework's numbered step line with no total of its own (OpenRLHF's `Global step 7`) takes the total
+            # of the counter that stands at the same step (its episode bar's `7/56`): one step, one total
             return self._shape_total
         return self._hint_total
 

@@ -1,0 +1,98 @@
+"""Healthy training output nobody tuned the step rules for (tests/real/progress), read as rlwatch reads a run.
+
+The corpus was split once into a ``tune`` and a ``held-out`` half (sources.yaml says which, and how). Each excerpt
+is read live-looking (followed from empty, appended while followed, a writer of the run alive) and after the fact (an
+hour old, as ``rlwatch report`` reads it): both must name the step a person names at the end of the excerpt and,
+where the lines show one, the total; live, the run is progressing; after the fact it is neither crashed, hung nor
+finished (none of these runs reached its end). ``-k held-out`` or ``-k tune`` runs one half.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import time
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from rlwatch.common.clock import FakeClock
+from rlwatch.common.state import LiveRun, Severity
+from rlwatch.discover.load import resolve_config
+from rlwatch.engine.diagnosis.base import Context
+from rlwatch.engine.diagnosis.health import assess_run
+from rlwatch.engine.engine import Engine
+from rlwatch.logs.timestamps import parse_time
+
+CORPUS = Path(__file__).resolve().parent / "real" / "progress"
+ENTRIES: list[dict[str, Any]] = yaml.safe_load((CORPUS / "sources.yaml").read_text())
+IDS = [f"{e['half']}-{e['file'].rsplit('.', 1)[0]}" for e in ENTRIES]
+
+
+def test_the_corpus_is_sourced_and_split() -> None:
+    assert {p.name for p in CORPUS.iterdir() if p.name != "sources.yaml"} == {e["file"] for e in ENTRIES}
+    for e in ENTRIES:
+        assert e["source"].startswith("https://github.com/"), e["file"]
+        assert isinstance(e["step"], int), e["file"]
+        assert e["half"] in ("tune", "held-out"), e["file"]
+        assert len((CORPUS / e["file"]).read_text().splitlines()) <= 200
+
+
+def _engine(run: Path, now: float | None = None) -> Engine:
+    cfg, _ = resolve_config(run, None, "auto")
+    return Engine(cfg, run) if now is None else Engine(cfg, run, clock=FakeClock(start=now))
+
+
+def _written(text: str) -> float:
+    times = [t for line in text.splitlines() if (t := parse_time(line, time.time())) is not None]
+    return (max(times) if times else time.time()) + 5.0
+
+
+@pytest.mark.parametrize("entry", ENTRIES, ids=IDS)
+def test_live_looking(tmp_path: Path, entry: dict[str, Any]) -> None:
+    run = tmp_path / "run"
+    run.mkdir()
+    log = run / "train.log"
+    log.write_bytes(b"")
+    data = (CORPUS / entry["file"]).read_bytes()
+    now = _written(data.decode())
+    engine = _engine(run, now)
+    try:
+        engine.drain_logs()
+        with log.open("ab") as out:
+            out.write(data)
+        engine.drain_logs()
+        snap = engine.build()
+    finally:
+        engine.stop()
+    tr = snap.training
+    assert tr is not None and tr.last_step == entry["step"], (entry["file"], tr)
+    if "total" in entry:
+        assert tr.total_steps == entry["total"], (entry["file"], tr)
+    assert not tr.finished, (entry["file"], tr)
+    writer = LiveRun(True, None, now - 3600, members=((os.getpid(), "writes the run's log"),))
+    state = assess_run(replace(snap, live_run=writer, time=now), Context(thresholds=engine.cfg.thresholds))
+    assert state.state == "progressing", (entry["file"], state)
+
+
+@pytest.mark.parametrize("entry", ENTRIES, ids=IDS)
+def test_after_the_fact(tmp_path: Path, entry: dict[str, Any]) -> None:
+    run = tmp_path / "run"
+    run.mkdir()
+    log = run / "train.log"
+    shutil.copyfile(CORPUS / entry["file"], log)
+    an_hour_ago = time.time() - 3600
+    os.utime(log, (an_hour_ago, an_hour_ago))
+    engine = _engine(run)
+    try:
+        snap = engine.collect_once()
+    finally:
+        engine.stop()
+    tr = snap.training
+    assert tr is not None and tr.last_step == entry["step"], (entry["file"], tr)
+    assert not tr.finished, (entry["file"], tr)
+    assert snap.run_state is not None and snap.run_state.state not in ("crashed", "hung"), snap.run_state
+    assert not [f for f in snap.findings if f.severity == Severity.CRITICAL], snap.findings
