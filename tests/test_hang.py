@@ -146,9 +146,14 @@ def test_the_simulated_hang_is_hung_with_both_ranks_stacks(tmp_path: Path, sims:
 
         rep = wait_until(stacks, 60)
         where = {label: g["where"] for g in rep["stacks"]["groups"] for label in g["processes"]}
-        assert where.get("rank 0", "").startswith("wait_in_collective ("), rep["stacks"]
+        # Rank 0 waits where a real rank waits, in torch's all_reduce; rank 1 is the one it waits for, and the one
+        # remedy reads rank 1's stack, not the waiting rank's.
+        assert where.get("rank 0", "").startswith("all_reduce ("), rep["stacks"]
         assert where.get("rank 1", "").startswith("never_reaches_collective ("), rep["stacks"]
+        assert "rank 0 waits for it in all_reduce" in rep["stacks"]["summary"], rep["stacks"]
         assert rep["run_state"]["state"] == "hung"
+        rank1 = next(p["pid"] for p in rep["stacks"]["processes"] if p["label"] == "rank 1")
+        assert rep["verdict"]["command"] == f"py-spy dump --pid {rank1}", rep["verdict"]
     finally:
         watch.send_signal(signal.SIGTERM)
         watch.communicate(timeout=30)
@@ -205,3 +210,62 @@ def test_a_one_shot_report_over_undated_steps_says_unknown_then_hung_once_the_lo
     finally:
         os.killpg(trainer.pid, signal.SIGKILL)
         trainer.wait(timeout=30)
+
+
+def test_a_one_shot_report_over_the_simulated_hang_says_hung_from_when_an_earlier_read_saw_the_last_step(
+    tmp_path: Path, sims: list[Sim]
+) -> None:
+    """`rlwatch sim hang`: rank 1's heartbeat keeps moving the log's modification time, the only date its timeless
+    step lines had, so `report` said unknown (exit 0) for the whole hang. A report keeps when it saw the last step
+    line; the next one, past the window, says hung from then, exit 1; a watchdog started later dates the hang from
+    that look too, not from its own start."""
+    sim = start(sims, tmp_path, "hang", 20)
+    (sim.dir / "rlwatch.yaml").write_text(
+        "profile: generic\ntraining: {logs: ['**/*.log']}\ngpu: {backend: none}\ninterval_s: 0.5\n"
+        "thresholds: {hang_floor_s: 3}\nwatchdog: {heartbeat_s: 0.5}\n"
+    )
+    sim.wait(settled, timeout=60)
+
+    def report() -> tuple[int, dict[str, Any]]:
+        done = subprocess.run(
+            [sys.executable, "-m", "rlwatch", "report", str(sim.dir), "--json"],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+        return done.returncode, json.loads(done.stdout)
+
+    first_at = time.time()
+    rc, rep = report()
+    if rep["run_state"]["state"] != "hung":  # the log was fresh: too little time since to tell
+        assert rc == 3 and rep["status"] == "unknown", (rc, rep["run_state"])
+    wait_until(lambda: time.time() - first_at > 3.5, 10)  # the window (hang_floor_s 3) past that look
+    rc, rep = report()
+    assert rep["run_state"]["state"] == "hung" and rc == 1, (rc, rep["run_state"])
+    assert "at the latest" not in rep["run_state"]["why"], rep["run_state"]
+    since = rep["run_state"]["since"]
+    out = tmp_path / "watch.jsonl"
+    watch_from = time.time()
+    with out.open("wb") as sink:
+        watch = subprocess.Popen(
+            [sys.executable, "-m", "rlwatch", "watch", str(sim.dir), "--json"], stdout=sink, stderr=subprocess.PIPE
+        )
+    try:
+        hung = wait_until(lambda: next((rs for rs in _states(out) if rs.get("state") == "hung"), None), 60)
+        assert hung["since"] == since, (hung, since)
+        assert _epoch(hung["since"]) < watch_from, hung
+    finally:
+        watch.send_signal(signal.SIGTERM)
+        watch.communicate(timeout=30)
+        sim.stop()
+
+
+def _states(out: Path) -> list[dict[str, Any]]:
+    return [r["run_state"] for r in _records(out) if isinstance(r.get("run_state"), dict)]
+
+
+def _epoch(iso: str) -> float:
+    from datetime import datetime
+
+    return datetime.fromisoformat(iso).timestamp()

@@ -51,9 +51,11 @@ from rlwatch.discover.knobs import read_knobs
 from rlwatch.discover.load import missing_paths, resolve
 from rlwatch.engine.attempts import AttemptTracker, busy_after
 from rlwatch.engine.diagnosis import Context, assess_run, decide, diagnose, timeline
+from rlwatch.engine.diagnosis.base import StepSeen
 from rlwatch.engine.diagnosis.stacks import rank_times
 from rlwatch.engine.preview import MIN_BACKLOG, TAIL_BYTES, Counting, TailPreview
 from rlwatch.engine.recent_lines import RECENT_LINES, RecentLines
+from rlwatch.engine.seen import exchange
 from rlwatch.logs.ending import read_ending
 from rlwatch.logs.events import EventCounter, Tag, build_kinds
 from rlwatch.logs.learning import LearningTracker
@@ -307,6 +309,7 @@ class Engine:
         # Both change only when the sources are sampled, so they are made there, not on every (frequent) build.
         self._history = History()
         self._container_started: float | None = None  # wall time; the uptime is derived from it at build
+        self._seen: StepSeen | None = None
         self._snapshot = Snapshot(
             host=self.host,
             time=self.clock.time(),
@@ -651,6 +654,7 @@ class Engine:
             )
             uptime = container_uptime_s(self._proc_root)
             self._container_started = None if uptime is None else now - uptime
+        self._seen = exchange(self.run_dir, self._snapshot)  # when earlier reads saw the last step line (engine/seen)
 
     def _sample_ray(self) -> RayState | None:
         """What Ray says of the run, and the files of Ray's it gives to follow (raylet.out, dead actors' stderr)."""
@@ -963,6 +967,7 @@ class Engine:
                 host=self.cfg.host,
                 learning=self.cfg.learning,
                 stacks=self.cfg.stacks,
+                seen=self._seen,
             )
             snap = replace(snap, run_state=assess_run(snap, ctx))
             if snap.sampling is not None:
@@ -1035,6 +1040,9 @@ class Engine:
         self.sample()
         self.probe_server()
         snap = self.build()
+        self._seen = exchange(self.run_dir, snap)  # its last step line dated by earlier reads, and noted for later ones
+        if self._seen is not None:
+            snap = self.build()
         if self._writer_unseen(snap):  # a log still being written proves a writer rlwatch cannot see: not stopped
             endings = self._read_endings(self.clock.time())  # the logs again, not the look: it stands as it was
             with self._lock:

@@ -218,6 +218,7 @@ def to_json_dict(s: Snapshot) -> dict[str, Any]:
             "since": iso(f.since),
             "action": f.action,  # what fixes it: an `rlwatch act` action, else a command; null when neither does
             "command": f.fix_command(),
+            "fix": f.fix,  # what fixes it where neither a key nor a command does, in a few words
         }
         for f in s.findings
     ]
@@ -292,6 +293,7 @@ def verdict_json(s: Snapshot) -> dict[str, Any] | None:
     v = s.verdict
     if v is None:
         return None
+    steps = next_steps(s)
     return {
         "status": v.status.lower().replace(" ", "_"),
         "state": v.state,
@@ -302,7 +304,9 @@ def verdict_json(s: Snapshot) -> dict[str, Any] | None:
         "action": v.action,
         "command": v.fix_command(),
         "fix": v.fix,
-        "next_step": v.next_step,
+        # the headline's own next step, else the first of the report's: the text report's "Next steps:" in order
+        "next_step": v.next_step or next((words for words in steps), None),
+        "next_steps": steps,
         "step": v.step,
         "step_from": v.step_from,
     }
@@ -615,8 +619,11 @@ def status_word(s: Snapshot) -> str:
 
 
 def exit_code(s: Snapshot) -> int:
-    """0 healthy (or info only), 1 problems found."""
-    return 1 if any(f.severity in (Severity.CRITICAL, Severity.WARNING) for f in s.findings) else 0
+    """0 healthy (or info only), 1 problems found, 3 unknown: whether the run progresses the evidence does not say
+    (Nagios's UNKNOWN). A script that takes 0 for "all is well" must never get it for a run rlwatch cannot read."""
+    if any(f.severity in (Severity.CRITICAL, Severity.WARNING) for f in s.findings):
+        return 1
+    return 3 if status_word(s) == "UNKNOWN" else 0
 
 
 NEXT_STEPS = {
@@ -753,8 +760,21 @@ def to_text(s: Snapshot) -> str:
             lines.append(
                 f"  {kind:20} {e.count:7}  first {first_text(e, s.time)}  last {last_text(e, s.time)}  ({files})"
             )
+    advice = next_steps(s)
+    if advice:
+        lines.append("")
+        lines.append("Next steps:")
+        for words in advice:
+            lines.append(f"  - {words}")
+    return "\n".join(lines) + "\n"
+
+
+def next_steps(s: Snapshot) -> list[str]:
+    """What to do next, in order, once each: the verdict's words for what is alive now (the headline's first), else
+    each finding's general advice. The text report's "Next steps:" and the JSON verdict's ``next_steps`` are this
+    one list, so neither says a step the other leaves out."""
+    v = s.verdict
     codes = {f.code for f in s.findings}
-    # The verdict's words for what is alive now (the headline's first), else each finding's general advice.
     decided = dict(v.steps) if v is not None else {}
     advice = [
         decided.get(f.code) or _advice(f)
@@ -762,12 +782,7 @@ def to_text(s: Snapshot) -> str:
         if (f.code in decided or (f.code in NEXT_STEPS and f.severity is not Severity.INFO))
         and not (SUPERSEDED.get(f.code, set()) & codes)
     ]
-    if advice:
-        lines.append("")
-        lines.append("Next steps:")
-        for words in dict.fromkeys(advice):
-            lines.append(f"  - {words}")
-    return "\n".join(lines) + "\n"
+    return list(dict.fromkeys(advice))
 
 
 def _machine_lines(s: Snapshot) -> list[str]:

@@ -17,8 +17,10 @@ import signal
 import sys
 import time
 from pathlib import Path
+from types import ModuleType
 
 from rlwatch.sim import formats, lifeline
+from rlwatch.sim.c10d import install as install_c10d
 from rlwatch.sim.common import Layout, load_spec, scaled, sleep_until, write_kernel_log
 from rlwatch.sim.ledger import LogSink, PieceLedger
 
@@ -79,7 +81,7 @@ def main() -> int:
     if oom_rank is not None:
         return 0
     if spec.get("hang"):
-        return hang(rank, hung_rank, out, ledger, speed)
+        return hang(rank, hung_rank, out, ledger, speed, steps)
     seq = steps + 1
     if rank == hung_rank:
         ledger.update("hung")
@@ -106,24 +108,27 @@ def main() -> int:
 
 def never_reaches_collective(out: LogSink, speed: float) -> None:
     """The hung rank (scenario ``hang``): it stops joining the collectives and prints a heartbeat for ever, as a
-    rank waiting on rollout workers does. Its Python stack names this function."""
+    rank waiting on rollout workers does. Its Python stack names this function, in the run's own code."""
     while True:
         out.write("waiting for rollout workers...")
         time.sleep(scaled(2.0, speed, floor=0.2))
 
 
-def wait_in_collective() -> None:
-    """Rank 0 in the all-reduce rank 1 never joins, with NCCL's timeout far away: no error, only silence."""
-    while True:
-        time.sleep(3600)
+def train_step(c10d: ModuleType, seq: int) -> None:
+    """The next step's gradient all-reduce, which the hung rank never joins: the waiting rank stands in torch's
+    ``all_reduce`` (distributed_c10d.py) under this frame, as a real rank does (tests/real/torchrun-hang-2gpu)."""
+    c10d.all_reduce(seq)
 
 
-def hang(rank: int, hung_rank: int, out: LogSink, ledger: PieceLedger, speed: float) -> int:
+def hang(rank: int, hung_rank: int, out: LogSink, ledger: PieceLedger, speed: float, seq: int) -> int:
     if rank == hung_rank:
         ledger.update("hung")
         never_reaches_collective(out, speed)
     ledger.update("waiting")
-    wait_in_collective()
+    layout = Layout.of(os.getcwd())
+    c10d = install_c10d(layout.sim_dir)
+    c10d.init_process_group(layout.sim_dir / "c10d", rank, int(os.environ.get("WORLD_SIZE", "2")))
+    train_step(c10d, seq)
     return 0
 
 

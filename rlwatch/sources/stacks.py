@@ -32,7 +32,7 @@ from rlwatch.common.state import ProcessStack, StackReport
 from rlwatch.common.statefiles import StateDir, StateFileError
 from rlwatch.sources import procfs
 
-__all__ = ["StackTarget", "capture", "latest_kept", "parse_dump", "py_spy", "summarize"]
+__all__ = ["StackTarget", "capture", "latest_kept", "parse_dump", "py_spy", "summarize", "waits_for"]
 
 TIMEOUT_S = 15.0
 MAX_FRAMES = 40
@@ -124,21 +124,53 @@ def parse_dump(pid: int, label: str, text: str) -> ProcessStack:
     return ProcessStack(pid, label, texts, where, len(threads), None)
 
 
+def _who(labels: Sequence[str]) -> str:
+    ranks = [label.removeprefix("rank ") for label in labels if label.startswith("rank ")]
+    if len(ranks) == len(labels) and len(labels) > 1:
+        return "ranks " + ", ".join(sorted(ranks, key=lambda r: int(r) if r.isdigit() else 0))
+    return ", ".join(labels)
+
+
+def waits_for(stacks: Sequence[ProcessStack]) -> tuple[list[ProcessStack], list[ProcessStack]] | None:
+    """(the ranks the others wait for, the ranks waiting in a collective), from the ranks' frames: a rank whose
+    innermost frames are a known collective (torch.distributed's ``all_reduce``, ``barrier``, ``synchronize`` …)
+    waits; a rank in none (its own code, a fetch, a sleep) is what they wait for. None where the frames do not decide
+    (no rank in a known collective, or all of them): a guess would send a person to the wrong process."""
+    from rlwatch.sources.sampler import classify  # the sampler reads through this module: imported when called
+
+    ranks = [st for st in stacks if st.error is None and st.label.startswith("rank ")]
+    waiting = [st for st in ranks if classify(st.frames)[1]]
+    others = [st for st in ranks if st not in waiting]
+    return (others, waiting) if waiting and others else None
+
+
 def summarize(stacks: Sequence[ProcessStack]) -> tuple[tuple[tuple[str, tuple[str, ...]], ...], str]:
-    """Processes grouped by where they stand, the largest group first, and the line that says it."""
+    """Processes grouped by where they stand, the largest group first, and the line that says it: who waits for
+    whom first where the ranks' frames say it (:func:`waits_for`), and that it is not known where they do not."""
     groups: dict[str, list[str]] = {}
     for st in stacks:
         if st.error is None:
             groups.setdefault(st.where, []).append(st.label)
     ordered = sorted(groups.items(), key=lambda kv: (-len(kv[1]), kv[0]))
     parts = []
+    decided = waits_for(stacks)
+    placed: set[str] = set()
+    if decided is not None:
+        odd, waiting = decided
+        for st in odd:
+            parts.append(f"{st.label} in {st.where}, not in a collective")
+        places: dict[str, list[str]] = {}
+        for st in waiting:
+            places.setdefault(st.where, []).append(st.label)
+        for where, labels in places.items():
+            parts.append(f"{_who(labels)} {'waits' if len(labels) == 1 else 'wait'} for it in {where}")
+        placed = {st.label for st in (*odd, *waiting)}
+    elif sum(st.error is None and st.label.startswith("rank ") for st in stacks) > 1:
+        parts.append("which rank waits for which the frames do not tell (no rank, or every rank, in a collective)")
     for where, labels in ordered:
-        ranks = [label.removeprefix("rank ") for label in labels if label.startswith("rank ")]
-        if len(ranks) == len(labels) and len(labels) > 1:
-            who = "ranks " + ", ".join(sorted(ranks, key=lambda r: int(r) if r.isdigit() else 0))
-        else:
-            who = ", ".join(labels)
-        parts.append(f"{who} in {where}")
+        rest = [label for label in labels if label not in placed]
+        if rest:
+            parts.append(f"{_who(rest)} in {where}")
     failed = [st for st in stacks if st.error is not None]
     if failed:
         parts.append(f"{len(failed)} not read ({failed[0].error})")

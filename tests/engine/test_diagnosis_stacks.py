@@ -13,6 +13,7 @@ import pytest
 from rlwatch.common.clock import FakeClock
 from rlwatch.common.state import (
     EventSummary,
+    Finding,
     GpuHolder,
     GpuState,
     GpuStatus,
@@ -358,3 +359,42 @@ def test_a_stragglers_place_is_what_only_it_does_not_its_step_loop() -> None:
     report = stragglers(_snap(waiting, slow), CTX)
     assert report is not None and report.slow == ("rank 1",)
     assert "for rank 1, which is in decode_and_augment (data.py:40) 42 % of its time" in report.message, report.message
+
+
+SIM_WAIT = ("all_reduce (distributed_c10d.py:50)", "train_step (ddp.py:120)", "hang (ddp.py:131)")
+HEARTBEAT = ("never_reaches_collective (ddp.py:114)", "hang (ddp.py:126)", "main (ddp.py:84)")
+OLD_WAIT = ("wait_in_collective (ddp.py:118)", "hang (ddp.py:126)", "main (ddp.py:84)")
+
+
+def test_where_no_frame_is_a_known_collective_who_waits_for_whom_is_said_to_be_unknown() -> None:
+    """The hang demo's old frames: rank 0 blocked in a function of its own, rank 1 printing a heartbeat. Which one
+    never woke decided the culprit ("rank 0 … never woke; rank 1 waits for it"): backwards. Without a known
+    collective frame, the finding says it does not know, and where each rank stands."""
+    snap = _snap(_proc(0, _still(OLD_WAIT, NOW - 240)), _proc(1, _still(HEARTBEAT, NOW - 240, blocked=False)))
+    rs = stack_run_state(snap, CTX, RunState("hung", "no progress since 09:10", NOW - 300))
+    assert "waits for it" not in rs.why, rs.why
+    assert "which rank waits for which is not known (no rank stands in a known collective frame" in rs.why, rs.why
+    assert "rank 0 has been in wait_in_collective (ddp.py:118) for 4m; its main thread never woke" in rs.why, rs.why
+    assert "rank 1 has been in never_reaches_collective (ddp.py:114) for 4m; its main thread keeps running" in rs.why
+
+
+def test_ranks_in_a_collective_wait_for_the_rank_outside_one_whether_their_threads_sleep_or_spin() -> None:
+    """The simulator's ranks stand where real ones do: rank 0 in torch's all_reduce (it polls, as NCCL spins), rank 1
+    in its own loop. Past the window that is a hang from the stacks alone, with rank 1 the one waited for."""
+    snap = _snap(_proc(0, _still(SIM_WAIT, NOW - 240, blocked=False)), _proc(1, _still(HEARTBEAT, NOW - 240, False)))
+    rs = stack_run_state(snap, CTX, UNKNOWN)
+    assert rs.state == "hung", rs
+    assert "rank 1 has been in never_reaches_collective (ddp.py:114) for 4m, not in a collective" in rs.why, rs.why
+    assert "rank 0 waits for it in all_reduce (distributed_c10d.py:50)" in rs.why, rs.why
+    pids = {f.code: f.command for f in diagnose_and_decide(snap)}
+    assert pids.get("hung") == "py-spy dump --pid 101", pids
+
+
+def diagnose_and_decide(snap: Snapshot) -> tuple[Finding, ...]:
+    from rlwatch.common.state import LiveRun
+    from rlwatch.engine.diagnosis import decide
+
+    live = LiveRun(True, None, NOW - 600, members=((100, "child"), (101, "child")))
+    s = replace(snap, live_run=live, run_state=stack_run_state(snap, CTX, UNKNOWN))
+    s = replace(s, findings=diagnose(s, CTX))
+    return decide(s, CTX)[1]

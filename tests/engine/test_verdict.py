@@ -12,19 +12,22 @@ from rlwatch.common.state import (
     GpuHolder,
     LiveRun,
     ProcessInfo,
+    ProcessStack,
     RecoverState,
     RunState,
     ServerState,
     Severity,
     Snapshot,
     SourceStatus,
+    StackReport,
 )
 from rlwatch.engine.diagnosis import Context, decide
 from rlwatch.engine.diagnosis.verdict import loop_state
 from rlwatch.export.exporter import SnapshotCollector
+from rlwatch.export.report import exit_code, to_text
 from rlwatch.export.report import to_json_dict as to_json
-from rlwatch.export.report import to_text
 from rlwatch.export.stream import changes
+from rlwatch.sources.stacks import summarize
 from rlwatch.widgets.findings import compact_text
 from rlwatch.widgets.header import header_text
 
@@ -256,7 +259,8 @@ def test_a_hang_points_at_a_rank_not_at_torchruns_agent() -> None:
     ranks = (proc(11, "trainer"), proc(12, "trainer"))
     live = LiveRun(True, None, NOW - 600, members=((10, "writes torchrun.log"), (11, "child"), (12, "child")))
     s = decided(snap(hung, live_run=live, processes=(agent, *ranks)))
-    assert s.verdict is not None and s.verdict.command == "py-spy dump --pid 11"
+    # Nothing says which rank the other waits for: every rank's stack is read, never one guessed.
+    assert s.verdict is not None and s.verdict.command == "py-spy dump --pid 11; py-spy dump --pid 12"
     holder = GpuHolder(12, NOW - 600, "root", ("python3", "train.py"), ("/dev/nvidia1",), 2**30, True, None)
     s = decided(snap(hung, live_run=live, processes=(agent, *ranks), holders=(holder,)))
     assert s.verdict is not None and s.verdict.command == "py-spy dump --pid 12"
@@ -271,3 +275,57 @@ def test_with_nothing_of_the_run_alive_a_configured_launch_makes_the_remedy_a_re
     assert configured.verdict is not None and configured.verdict.action == "resume"
     unknown = decided(s, Context())  # no way to start the run known: the server is what can be restarted
     assert unknown.verdict is not None and unknown.verdict.action == "restart-server"
+
+
+def _stack(pid: int, label: str, *frames: str) -> ProcessStack:
+    return ProcessStack(pid, label, frames, frames[0], 1)
+
+
+def test_a_hang_sends_the_reader_to_the_rank_the_others_wait_for_or_to_every_rank() -> None:
+    """The hang demo sent the person to `py-spy dump` on rank 0, which waited in the all-reduce, because its pid came
+    first. The rank whose frames stand in a known collective waits; the one in its own code is the one to read. Where
+    no frame is a known collective, rlwatch does not know, and the remedy reads every rank."""
+    hung = Finding(CRIT, "hung", "The run is hung: no progress since 05:00.", NOW - 100)
+    live = LiveRun(True, None, NOW - 600, members=((21, "child"), (22, "child")))
+    waiting = _stack(21, "rank 0", "all_reduce (distributed_c10d.py:50)", "train_step (ddp.py:120)")
+    away = _stack(22, "rank 1", "never_reaches_collective (ddp.py:114)", "hang (ddp.py:126)")
+    report = StackReport(NOW - 50, "hang declared", (waiting, away), (), "", None)
+    s = decided(snap(hung, live_run=live, processes=(proc(21, "trainer"), proc(22, "trainer")), stacks=report))
+    assert s.verdict is not None and s.verdict.command == "py-spy dump --pid 22"
+    # The old simulator's frames: neither rank in a known collective. Not known, so both.
+    old_waiting = _stack(21, "rank 0", "wait_in_collective (ddp.py:118)", "hang (ddp.py:126)")
+    report = replace(report, processes=(old_waiting, away))
+    s = decided(snap(hung, live_run=live, processes=(proc(21, "trainer"), proc(22, "trainer")), stacks=report))
+    assert s.verdict is not None and s.verdict.command == "py-spy dump --pid 21; py-spy dump --pid 22"
+    _, summary = summarize((old_waiting, away))
+    assert "waits for it" not in summary and "the frames do not tell" in summary, summary
+    _, summary = summarize((waiting, away))
+    assert summary.startswith(
+        "rank 1 in never_reaches_collective (ddp.py:114), not in a collective; rank 0 waits for it"
+    )
+
+
+def test_an_nccl_timeout_with_no_rank_left_offers_no_stack_key_and_json_says_the_texts_next_steps() -> None:
+    """After the abort nothing of the run is alive: `t` answers "no Python process of the run to read", so neither it
+    nor a py-spy command is offered; the JSON verdict carries the same next steps as the text report."""
+    failed = Finding(CRIT, "torchrun_failed", "torchrun's root cause (first observed failure): rank 0 (SIGABRT).", NOW)
+    nccl = Finding(CRIT, "nccl_timeout", "1 NCCL collective timeout: rank 0 ALLREDUCE SeqNum=13.", NOW - 30)
+    live = LiveRun(True, None, NOW - 600, members=((11, "child"),))
+    s = decided(snap(failed, nccl, live_run=live, processes=(proc(11, "trainer", alive=False),)))
+    timeout = next(f for f in s.findings if f.code == "nccl_timeout")
+    assert timeout.fix is None and timeout.command is None, timeout
+    steps = to_json(s)["verdict"]["next_steps"]
+    text = to_text(s).split("Next steps:")[1]
+    assert steps and all(words in text for words in steps), (steps, text)
+    assert to_json(s)["verdict"]["next_step"] == steps[0] and "no rank is left to read" in steps[0]
+    assert "key t" not in " ".join(steps)
+
+
+def test_unknown_exits_3_never_0() -> None:
+    """README: exit 0 healthy, 1 problems, 2 usage; a run whose progress the evidence does not show is 3 (Nagios's
+    UNKNOWN), so a script never reads "all is well" from it."""
+    unknown = decided(snap(run_state=RunState("unknown", "its step 12 came by 05:00 at the latest")))
+    assert unknown.verdict is not None and unknown.verdict.status == "UNKNOWN"
+    assert exit_code(unknown) == 3
+    assert exit_code(decided(snap(run_state=RunState("progressing", "step 12 at 05:00")))) == 0
+    assert exit_code(decided(snap(DOWN, run_state=RunState("unknown", "no progress seen yet")))) == 1

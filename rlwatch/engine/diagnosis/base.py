@@ -17,6 +17,20 @@ from rlwatch.config.models import HostConfig, LearningConfig, StacksConfig, Thre
 CRIT, WARN, INFO = Severity.CRITICAL, Severity.WARNING, Severity.INFO
 
 
+@dataclass(frozen=True, slots=True)
+class StepSeen:
+    """What earlier reads of the run (any rlwatch's: the dashboard, a watchdog, an earlier report) say of the last
+    step line, ``path``:``lineno`` (:mod:`rlwatch.engine.seen`): written by ``by`` at the latest (its own time or when
+    a live read saw it come, where ``exact``), and after ``after``, where a look before it found an earlier step
+    last."""
+
+    path: str
+    lineno: int
+    by: float
+    exact: bool
+    after: float | None = None
+
+
 @dataclass(frozen=True)
 class Context:
     """Facts the rules need beyond the snapshot."""
@@ -38,6 +52,7 @@ class Context:
     host: HostConfig = field(default_factory=HostConfig)  # the machine's limits (host.py, hardware.py)
     learning: LearningConfig = field(default_factory=LearningConfig)  # when learning broke (learning.py)
     stacks: StacksConfig = field(default_factory=StacksConfig)  # hangs and stragglers from the stacks (stacks.py)
+    seen: StepSeen | None = None  # when earlier reads saw the last step line (health.py's last_progress)
 
 
 Rule = Callable[[Snapshot, Context], Iterator[Finding]]

@@ -30,8 +30,8 @@ import os
 import re
 from collections.abc import Iterator
 
-from rlwatch.common.state import Finding, LogEnding, RunState, Snapshot, line_ref
-from rlwatch.engine.diagnosis.base import CRIT, INFO, WARN, Context
+from rlwatch.common.state import EventSummary, Finding, LogEnding, RunState, Snapshot, line_ref
+from rlwatch.engine.diagnosis.base import CRIT, INFO, WARN, Context, StepSeen
 from rlwatch.engine.diagnosis.wording import hhmm, human_duration
 
 __all__ = ["assess_run", "health"]
@@ -123,6 +123,14 @@ def last_progress(s: Snapshot, ctx: Context) -> tuple[float | None, float | None
         if not ev.approximate or ev.last_by == ev.last:
             if (t := _exact(ev.last)) is not None:
                 sure.append(t)
+        elif kind == "step" and (seen := _seen(ev, ctx)) is not None:
+            # Earlier reads saw this very line: their time, never the file's modification time (a heartbeat moves
+            # that on for ever); a line they did not find came after their look.
+            own = _exact(ev.last_by)
+            by = seen.by if own is None else min(seen.by, own)
+            (sure if seen.exact and by == seen.by else bound).append(by)
+            if seen.after is not None:
+                sure.append(seen.after)
         elif (t := _exact(ev.last_by)) is not None:
             bound.append(t)
     for e in s.endings:
@@ -131,6 +139,14 @@ def last_progress(s: Snapshot, ctx: Context) -> tuple[float | None, float | None
             sure.append(e.mtime)
     latest = max(sure + bound) if sure or bound else None
     return (max(sure) if sure else None), latest
+
+
+def _seen(ev: EventSummary, ctx: Context) -> StepSeen | None:
+    """What earlier reads saw of ``ev``'s last line, when the record is of that very line."""
+    seen, last = ctx.seen, ev.recent[-1] if ev.recent else None
+    if seen is None or last is None or (last.path, last.lineno) != (seen.path, seen.lineno):
+        return None
+    return seen
 
 
 def _interval(s: Snapshot) -> float | None:

@@ -26,7 +26,17 @@ from rlwatch.engine.diagnosis.base import WARN, Context
 from rlwatch.engine.diagnosis.health import last_progress
 from rlwatch.engine.diagnosis.wording import human_duration
 
-__all__ = ["Still", "StragglerReport", "rank_times", "stack_run_state", "still_ranks", "straggler", "stragglers"]
+__all__ = [
+    "Still",
+    "StragglerReport",
+    "awaited",
+    "rank_times",
+    "stack_run_state",
+    "still_ranks",
+    "straggler",
+    "stragglers",
+    "who_waits",
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -98,33 +108,55 @@ def _where(x: Still) -> str:
     return x.latest.where or (x.latest.frames[0] if x.latest.frames else "outside Python code")
 
 
-def _describe(still: Sequence[Still], now: float, gone: Sequence[SampledProcess] = ()) -> tuple[str, tuple[str, ...]]:
-    """Who waits where, the odd one out first: the ranks outside a collective (or blocked) are what the others wait
-    for. The evidence: each rank's innermost frames."""
+def who_waits(still: Sequence[Still]) -> tuple[list[Still], list[Still]] | None:
+    """(the ranks the others wait for, the ranks that wait), from the frames alone: a rank standing in a known
+    collective (torch.distributed's all_reduce, a barrier, ``synchronize`` …) waits; a rank that is not in one (in its
+    own code, a data fetch, a sleep) is what they wait for. None where the frames do not decide: no rank stands in a
+    known collective, or every rank does. Which rank's thread never woke does not decide it: a rank waiting in
+    NCCL spins (it runs), and one stuck in a fetch may sleep; it is said beside, as evidence."""
     waiting = [x for x in still if x.latest.collective]
     others = [x for x in still if not x.latest.collective]
-    odd: Sequence[Still]
     if waiting and others:
-        odd, rest = others, waiting
-    else:
-        groups: dict[str, list[Still]] = {}
-        for x in still:
-            groups.setdefault(_where(x), []).append(x)
-        ordered = sorted(groups.values(), key=len)
-        odd = ordered[0] if len(ordered) > 1 else [x for x in still if x.blocked] or still
-        rest = [x for x in still if x not in odd]
+        return others, waiting
+    return None
+
+
+def _thread(x: Still) -> str:
+    """What the kernel says of the rank's main thread over its still reads: the evidence beside its frames."""
+    if x.reads < 2:
+        return ""
+    return "; its main thread never woke" if x.blocked else "; its main thread keeps running or waking"
+
+
+def _describe(still: Sequence[Still], now: float, gone: Sequence[SampledProcess] = ()) -> tuple[str, tuple[str, ...]]:
+    """Who waits where, the one waited for first, where the frames say it (:func:`who_waits`); where they do not,
+    it says so and where each rank stands, never a guess. The evidence: each rank's innermost frames."""
     parts = []
-    for x in odd:
-        wait = f", waiting in {x.latest.wait}" if x.latest.wait and x.latest.wait not in _where(x) else ""
-        woke = "; its main thread never woke" if x.blocked else ""
-        parts.append(f"{_who([x.proc])} has been in {_where(x)} for {human_duration(now - x.since)}{wait}{woke}")
-    by_place: dict[str, list[Still]] = {}
-    for x in rest:
-        by_place.setdefault(x.latest.wait or _where(x), []).append(x)
-    for place, xs in by_place.items():
-        frame = _where(xs[0])
-        at = frame if frame.startswith(place) else f"{place} ({frame})"
-        parts.append(f"{_who([x.proc for x in xs])} {'waits' if len(xs) == 1 else 'wait'} for it in {at}")
+    decided = who_waits(still)
+    if decided is not None:
+        odd, rest = decided
+        for x in odd:
+            wait = f", waiting in {x.latest.wait}" if x.latest.wait and x.latest.wait not in _where(x) else ""
+            parts.append(
+                f"{_who([x.proc])} has been in {_where(x)} for {human_duration(now - x.since)}{wait}, not in a "
+                f"collective{_thread(x)}"
+            )
+        by_place: dict[str, list[Still]] = {}
+        for x in rest:
+            by_place.setdefault(x.latest.wait or _where(x), []).append(x)
+        for place, xs in by_place.items():
+            frame = _where(xs[0])
+            at = frame if frame.startswith(place) else f"{place} ({frame})"
+            parts.append(f"{_who([x.proc for x in xs])} {'waits' if len(xs) == 1 else 'wait'} for it in {at}")
+    else:
+        every = bool(still) and all(x.latest.collective for x in still)
+        reason = "every rank stands in a collective" if every else "no rank stands in a known collective frame"
+        parts.append(f"which rank waits for which is not known ({reason}; read every rank's stack)")
+        for x in still:
+            wait = f", waiting in {x.latest.wait}" if x.latest.wait and x.latest.wait not in _where(x) else ""
+            parts.append(
+                f"{_who([x.proc])} has been in {_where(x)} for {human_duration(now - x.since)}{wait}{_thread(x)}"
+            )
     for p in gone:
         last = p.samples[-1]
         parts.append(f"{p.label} (pid {p.pid}) is gone, last seen in {last.where} {human_duration(now - last.at)} ago")
@@ -133,6 +165,16 @@ def _describe(still: Sequence[Still], now: float, gone: Sequence[SampledProcess]
         parts.append(f"stage: {stages.most_common(1)[0][0]}")
     evidence = tuple(f"{x.proc.label}: " + " <- ".join(x.latest.frames[:6]) for x in still)
     return "; ".join(parts), evidence
+
+
+def awaited(s: Snapshot) -> tuple[tuple[int, ...], tuple[int, ...]] | None:
+    """(the pids the others wait for, every rank's pid) where the sampled stacks decide who waits for whom
+    (:func:`who_waits`); None where they do not, or nothing was sampled."""
+    still = still_ranks(s)
+    decided = who_waits(still)
+    if decided is None:
+        return None
+    return tuple(x.proc.pid for x in decided[0]), tuple(x.proc.pid for x in still)
 
 
 def stack_run_state(s: Snapshot, ctx: Context, state: RunState) -> RunState:
@@ -153,8 +195,10 @@ def stack_run_state(s: Snapshot, ctx: Context, state: RunState) -> RunState:
     window = _window(s, ctx)
     if any(x.reads < 2 or now - x.since < window for x in still):
         return state
-    if not (any(x.blocked for x in still) or all(x.latest.collective for x in still)):
-        return state  # standing in the same frames but running: a long step that computes, or a busy wait
+    if not (any(x.blocked for x in still) or all(x.latest.collective for x in still) or who_waits(still)):
+        # Standing in the same frames but running: a long step that computes, or a busy wait. Ranks standing in a
+        # collective for a rank that stands elsewhere wait, whether their threads spin (NCCL) or sleep.
+        return state
     ranked = any(x.proc.rank is not None for x in still)
     if not ranked and any(not x.blocked and x.latest.wait is None for x in still):
         # Without ranks, the processes are a trainer and its helpers (data workers wait in their queues for as

@@ -18,6 +18,8 @@ from dataclasses import replace
 
 from rlwatch.common.state import Finding, RunState, Severity, Snapshot, Verdict
 from rlwatch.engine.diagnosis.base import Context
+from rlwatch.engine.diagnosis.stacks import awaited
+from rlwatch.sources.stacks import waits_for
 
 __all__ = ["LOOPS", "decide", "loop_state", "order_key", "status_of", "without_payload"]
 
@@ -153,8 +155,10 @@ def _remedy(f: Finding, s: Snapshot, ctx: Context) -> tuple[Finding, str | None]
         elif not gone:
             action, command, step = "restart-server", None, SERVER_ALIVE
     elif f.code in ("hung", "nccl_timeout") and action is None and command is None:
-        pid = _first_alive(s)
-        command = f"py-spy dump --pid {pid}" if pid is not None else None
+        command = _read_stacks(s)
+        if command is None:  # no process of the run left to read: no key or command that reads one is offered
+            fix = None if fix == _FIX.get(f.code) else fix
+            step = _GONE_NEXT.get(f.code, step)
     if action == "resume" and not gone:
         action = None  # the trainer lives: a resume would be refused, and a key that fails is no remedy
     if (action, command, fix) != (f.action, f.command, f.fix):
@@ -163,25 +167,61 @@ def _remedy(f: Finding, s: Snapshot, ctx: Context) -> tuple[Finding, str | None]
 
 
 _LAUNCHERS = ("torchrun", "torch.distributed.run", "torch.distributed.launch", "deepspeed", "accelerate")
+# What to do next once no process of the run is left whose stack could be read.
+_GONE_NEXT = {
+    "nccl_timeout": "A rank never joined a collective, and no rank is left to read: read the first error before the "
+    "timeout (above) in each rank's log; then resume from the last checkpoint (rlwatch act resume).",
+}
 
 
-def _first_alive(s: Snapshot) -> int | None:
-    """The process whose stack says where the run waits: a rank holding a GPU first, then any member that is not a
-    launcher (torchrun's agent only waits for its children), then the first member alive."""
+def _py_spy(pids: tuple[int, ...]) -> str:
+    """One command that reads every pid's stack: one dump, two in a row, or a loop."""
+    if len(pids) == 1:
+        return f"py-spy dump --pid {pids[0]}"
+    if len(pids) == 2:
+        return f"py-spy dump --pid {pids[0]}; py-spy dump --pid {pids[1]}"
+    return f"for p in {' '.join(str(p) for p in pids)}; do py-spy dump --pid $p; done"
+
+
+def _read_stacks(s: Snapshot) -> str | None:
+    """The command that reads the stacks to look at next. Where
+    a rank's frames stand in a known collective and another's do not, the one waited for (the sampled stacks, else
+    the stacks read once); where they do not decide, every rank's (never one guessed); None when no process of the
+    run is alive to read."""
+    ranks = _rank_pids(s)
+    sampled = awaited(s)
+    if sampled is not None and sampled[0]:
+        return _py_spy(sampled[0])
+    st = s.stacks
+    if st is not None and st.processes:
+        decided = waits_for(st.processes)
+        alive = set(ranks)
+        if decided is not None and decided[0] and all(p.pid in alive for p in decided[0]):
+            return _py_spy(tuple(p.pid for p in decided[0]))
+    return _py_spy(ranks) if ranks else None
+
+
+def _rank_pids(s: Snapshot) -> tuple[int, ...]:
+    """Every rank of the run alive: the sampled processes with a rank, else the members holding a GPU, else every
+    member alive that is not a launcher (torchrun's agent only waits for its children)."""
     if s.live_run is None:
-        return None
-    dead = {p.pid for p in s.processes if not p.alive} | set(s.live_run.weak)
+        return ()
+    dead = {p.pid for p in s.processes if not p.alive} | set(s.live_run.weak) | {pid for pid, _ in s.live_run.gone}
     alive = [pid for pid, _ in s.live_run.members if pid not in dead]
+    sampling = s.sampling
+    if sampling is not None:
+        ranked = sorted(p.pid for p in sampling.processes if p.alive and p.rank is not None and p.pid in alive)
+        if ranked:
+            return tuple(ranked)
     on_gpu = {h.pid for h in s.holders if h.in_run}
+    if any(pid in on_gpu for pid in alive):
+        return tuple(pid for pid in alive if pid in on_gpu)
     launchers = {
         p.pid
         for p in s.processes
         if p.role == "launcher" or any(word in part for part in p.cmdline[:3] for word in _LAUNCHERS)
     }
-    for pid in alive:
-        if pid in on_gpu:
-            return pid
-    return next((pid for pid in alive if pid not in launchers), alive[0] if alive else None)
+    return tuple(pid for pid in alive if pid not in launchers) or tuple(alive[:1])
 
 
 def _step(s: Snapshot) -> tuple[int | None, str | None]:

@@ -1,0 +1,79 @@
+"""A timeless step line dated by when earlier reads saw it (engine/seen), never by its file's modification time.
+
+The hang demo's report said "unknown" for the whole hang: its step lines carry no time, and rank 1's heartbeat kept
+moving the log's modification time, the only bound a one-shot read had. Each read now keeps the last step line it
+found and when; the next read of the same line takes that bound, and a later step line came after that look.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from pathlib import Path
+
+from rlwatch.common.state import EventSummary, LiveRun, LogLine, ProcessInfo, Severity, Snapshot, SourceStatus
+from rlwatch.config.models import Thresholds
+from rlwatch.engine.diagnosis import Context, assess_run
+from rlwatch.engine.seen import NAME, exchange
+
+NOW = 1_763_700_000.0
+CTX = Context(thresholds=Thresholds(hang_floor_s=60))
+
+
+def _snap(run: Path, log: Path, lineno: int, at: float) -> Snapshot:
+    """The run at ``at`` as a one-shot read sees it: the step line undated, bounded by the file's modification time."""
+    mtime = log.stat().st_mtime
+    line = LogLine(str(log), lineno, "Train step 12/120 done.", math.nan)
+    step = EventSummary("step", Severity.INFO, 12, NOW - 900, NOW - 900, 0.0, 0, {str(log): 12}, (line,), True,
+                        mtime, mtime)  # fmt: skip
+    proc = ProcessInfo(77, NOW - 1000, "trainer", "trainer", 1, None, NOW - 1000, 0, ("python3", "train.py"), str(run),
+                       "root")  # fmt: skip
+    live = LiveRun(True, None, NOW - 1000, members=((77, "writes train.log"),), looked_at=at)
+    return Snapshot(host="h", time=at, profile="generic", run_dir=str(run), events={"step": step}, processes=(proc,),
+                    live_run=live, sources=(SourceStatus("logs", True, at),))  # fmt: skip
+
+
+def test_a_heartbeat_that_moves_the_logs_mtime_no_longer_hides_a_hang_from_a_one_shot_report(tmp_path: Path) -> None:
+    run = tmp_path / "run"
+    run.mkdir()
+    log = run / "train.log"
+    log.write_text("Train step 11/120 done.\nTrain step 12/120 done.\nwaiting for rollout workers...\n")
+    os.utime(log, (NOW, NOW))
+    first = _snap(run, log, 2, NOW + 1)
+    assert first.logs_read
+    seen = exchange(run, first)
+    assert seen is not None and seen.by == NOW and not seen.exact and (run / ".rlwatch" / NAME).exists()
+    # Two minutes on: the heartbeat moved the mtime; the same step line is still the last.
+    with log.open("a") as fh:
+        fh.write("waiting for rollout workers...\n" * 60)
+    os.utime(log, (NOW + 120, NOW + 120))
+    later = _snap(run, log, 2, NOW + 121)
+    assert assess_run(later, CTX).state == "unknown"  # alone, the read knows only "by the mtime"
+    seen = exchange(run, later)
+    assert seen is not None and seen.by == NOW
+    rs = assess_run(later, Context(thresholds=CTX.thresholds, seen=seen))
+    assert rs.state == "hung" and rs.since == NOW, rs
+
+
+def test_a_step_line_the_last_look_did_not_find_came_after_it(tmp_path: Path) -> None:
+    """Between two reports a new step line was written: it came after the first one's look, so the run is
+    progressing (the dashboard said OK while report said unknown)."""
+    run = tmp_path / "run"
+    run.mkdir()
+    log = run / "train.log"
+    log.write_text("Train step 11/120 done.\nrollout batch prepared\n")
+    os.utime(log, (NOW, NOW))
+    exchange(run, _snap(run, log, 1, NOW + 1))
+    with log.open("a") as fh:
+        fh.write("Train step 12/120 done.\nrollout batch prepared\n")
+    os.utime(log, (NOW + 5, NOW + 5))
+    later = _snap(run, log, 3, NOW + 6)
+    seen = exchange(run, later)
+    assert seen is not None and seen.after == NOW + 1
+    rs = assess_run(later, Context(thresholds=CTX.thresholds, seen=seen))
+    assert rs.state == "progressing", rs
+    # Another file under the same name (rotated, recreated) is not the line the record speaks of.
+    log.unlink()
+    log.write_text("Train step 1/120 done.\nx\nTrain step 2/120 done.\n")
+    seen = exchange(run, _snap(run, log, 3, NOW + 9))
+    assert seen is not None and seen.after is None
