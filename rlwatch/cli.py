@@ -15,7 +15,7 @@ import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, TextIO
+from typing import TYPE_CHECKING, NoReturn, TextIO
 
 from rlwatch import __version__
 from rlwatch.common.redact import clean_text, redact, redacted
@@ -49,14 +49,30 @@ class UsageError(Exception):
 def _common(p: argparse.ArgumentParser, *, run_dir: bool = True) -> None:
     if run_dir:
         p.add_argument("run_dir", nargs="?", default=".", metavar="RUN_DIR", help="the run's directory (default: .)")
-    p.add_argument("--config", type=Path, help="configuration file (default: RUN_DIR/rlwatch.yaml, else discovery)")
     p.add_argument(
-        "--profile", choices=["auto", "areal", "trl", "verl", "openrlhf", "workers", "generic"], default="auto"
+        "--config",
+        type=Path,
+        metavar="FILE",
+        help="configuration file (default: RUN_DIR/rlwatch.yaml, else discovery)",
     )
+    p.add_argument("--profile", choices=PROFILES, default="auto", metavar="NAME", help=PROFILE_HELP)
+
+
+PROFILES = ["auto", "areal", "trl", "verl", "openrlhf", "workers", "generic"]
+PROFILE_HELP = f"which framework's rules read the run: {', '.join(PROFILES)} (default: auto, from what is found)"
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse, with a mistake said in one line naming the command (``rlwatch report: error: argument --profile:
+    invalid choice: …``) and where its options are listed, instead of the usage block before it."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: error: {message}; see {self.prog} --help\n")
 
 
 class _Version(argparse.Action):
-    """``--version``: the version and which event path runs (compiled or Python), looked up only when asked."""
+    """``--version``: the version and which event path runs (compiled or Python), looked up only when asked. On
+    standard output, as every other tool's (``rlwatch --version > f`` keeps it)."""
 
     def __call__(
         self,
@@ -67,26 +83,45 @@ class _Version(argparse.Action):
     ) -> None:
         from rlwatch.logs.native import which
 
-        parser.exit(message=f"rlwatch {__version__} ({which()})\n")
+        print(f"rlwatch {__version__} ({which()})", flush=True)
+        parser.exit(0)
+
+
+DEFAULT_SCENARIO = "server-crash"
 
 
 class _ScenarioHelp(argparse.RawDescriptionHelpFormatter):
-    """`demo --help`: its list of scenarios is read from the simulator when the help is shown, so that parsing the
-    command line of every other command does not import it (a few ms of each start)."""
+    """`demo --help` and `sim --help`: the list of scenarios is read from the simulator when the help is shown, so
+    that parsing the command line of every other command does not import it (a few ms of each start). Each says what
+    happens in words; the README's scenario table numbers its incidents, which mean nothing here."""
 
     def add_text(self, text: str | None) -> None:
         if text == _SCENARIOS_EPILOG:
-            from rlwatch.sim import SCENARIOS
-
-            text = "scenarios:\n" + "\n".join(f"  {name:<18} {about}" for name, about in SCENARIOS.items())
+            text = scenarios_text()
         super().add_text(text)
 
 
+def scenarios_text() -> str:
+    """Every scenario, one paragraph each: its name (the default marked) and what happens, wrapped under it."""
+    import re
+    import textwrap
+
+    from rlwatch.sim import SCENARIOS
+
+    lines = ["scenarios:"]
+    for name, described in SCENARIOS.items():
+        about = re.sub(r"^incident \d+:\s*", "", described)
+        lines.append(f"  {name}{' (the default)' if name == DEFAULT_SCENARIO else ''}")
+        lines.extend(textwrap.wrap(about, width=76, initial_indent=" " * 6, subsequent_indent=" " * 6))
+    return "\n".join(lines)
+
+
 _SCENARIOS_EPILOG = "scenarios: (listed when the help is shown)"
+SCENARIO_SPEED_HELP = "how many times faster than real time the simulated run goes (default: 1)"
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="rlwatch",
         usage="rlwatch [RUN_DIR] [--config FILE] [--profile NAME] [--readonly] [--interval SECONDS]\n"
         "       rlwatch COMMAND [options]   (rlwatch COMMAND --help for its options)",
@@ -104,7 +139,8 @@ def build_parser() -> argparse.ArgumentParser:
         ),
     )
     parser.add_argument("--version", action=_Version, nargs=0, help="the version, and which event path runs")
-    sub = parser.add_subparsers(dest="command")
+    # prog: each command's usage and errors start `rlwatch report`, not the whole top-level usage before it.
+    sub = parser.add_subparsers(dest="command", prog="rlwatch")
 
     p = sub.add_parser("dashboard", help="the dashboard (default when no command is given)")
     _common(p)
@@ -114,12 +150,19 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser(
         "demo",
         help="the dashboard on a simulated training host",
+        description="The dashboard on a simulated training host: a scenario's processes, logs and GPU are played\n"
+        "out in a temporary directory (removed on quit), and every action key works on them.",
         formatter_class=_ScenarioHelp,
         epilog=_SCENARIOS_EPILOG,
     )
-    p.add_argument("--scenario", default="server-crash", metavar="NAME", help="one of the scenarios below")
-    p.add_argument("--speed", type=float, default=1.0)
-    p.add_argument("--readonly", action="store_true")
+    p.add_argument(
+        "--scenario",
+        default=DEFAULT_SCENARIO,
+        metavar="NAME",
+        help=f"which scenario to play (default: {DEFAULT_SCENARIO}); listed below",
+    )
+    p.add_argument("--speed", type=float, default=1.0, metavar="FACTOR", help=SCENARIO_SPEED_HELP)
+    p.add_argument("--readonly", action="store_true", help="disable every action key (the dashboard only watches)")
 
     p = sub.add_parser("report", help="one-shot health report; exit 0 healthy, 1 problems, 2 usage error")
     _common(p)
@@ -133,7 +176,7 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="no partial records: over a big backlog, nothing until it is read (not what its newest part shows first)",
     )
-    p.add_argument("--interval", type=float, default=None, metavar="SECONDS")
+    p.add_argument("--interval", type=float, default=None, metavar="SECONDS", help="sampling interval")
     p.add_argument(
         "--duration",
         type=float,
@@ -165,11 +208,19 @@ def build_parser() -> argparse.ArgumentParser:
         help="send a test message to URL, or to every configured target (exit 1 with the reason when one fails)",
     )
 
-    p = sub.add_parser("act", help="restart-workers | kill-zombies | resume | restart-server | rearm, safely")
+    p = sub.add_parser(
+        "act",
+        help="restart-workers | kill-zombies | resume | restart-server | rearm, safely",
+        description="Plan one action on the run, show every process it would signal and every step, ask, then do "
+        "it; every signal goes to the audit log.",
+    )
     p.add_argument(
         "action",
         metavar="ACTION",
         choices=["restart-workers", "kill-zombies", "resume", "restart-server", "rearm"],
+        help="restart-workers (the run's worker processes, for fresh memory), kill-zombies (stray processes "
+        "holding the GPU), resume (start the trainer again from its last checkpoint), restart-server (the "
+        "inference server), rearm (let the watchdog act again where it gave up)",
     )
     _common(p)
     p.add_argument(
@@ -193,13 +244,20 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--readonly", action="store_true", help=argparse.SUPPRESS)
 
     p = sub.add_parser("snapshot", help="render the dashboard to an SVG file without a terminal")
-    p.add_argument("run_dir", nargs="?", default=None, metavar="RUN_DIR")
-    p.add_argument("--demo", action="store_true", help="render a simulated host")
-    p.add_argument("--scenario", default="server-crash")
-    p.add_argument("--config", type=Path)
     p.add_argument(
-        "--profile", choices=["auto", "areal", "trl", "verl", "openrlhf", "workers", "generic"], default="auto"
+        "run_dir", nargs="?", default=None, metavar="RUN_DIR", help="the run to render (or --demo, not both)"
     )
+    p.add_argument("--demo", action="store_true", help="render a simulated host instead of RUN_DIR")
+    p.add_argument(
+        "--scenario",
+        default=DEFAULT_SCENARIO,
+        metavar="NAME",
+        help=f"with --demo: which scenario (default: {DEFAULT_SCENARIO}; rlwatch demo --help lists them)",
+    )
+    p.add_argument(
+        "--config", type=Path, metavar="FILE", help="configuration file (default: RUN_DIR/rlwatch.yaml, else discovery)"
+    )
+    p.add_argument("--profile", choices=PROFILES, default="auto", metavar="NAME", help=PROFILE_HELP)
     p.add_argument(
         "--out", type=Path, required=True, metavar="FILE.svg", help="where to write; with several sizes, holds {size}"
     )
@@ -210,11 +268,20 @@ def build_parser() -> argparse.ArgumentParser:
         help="terminal size; several, comma-separated (80x24,200x60), render the same moment at each",
     )
 
-    p = sub.add_parser("sim", help="run the simulated training host into DIR until interrupted")
-    p.add_argument("scenario", metavar="SCENARIO")
-    p.add_argument("dir", type=Path, metavar="DIR")
-    p.add_argument("--speed", type=float, default=1.0)
-    p.add_argument("--seed", type=int, default=0)
+    p = sub.add_parser(
+        "sim",
+        help="run the simulated training host into DIR until interrupted",
+        description="Run a scenario's simulated training host (its processes, logs and GPU) into DIR until\n"
+        "interrupted, to point rlwatch, report or watch at.",
+        formatter_class=_ScenarioHelp,
+        epilog=_SCENARIOS_EPILOG,
+    )
+    p.add_argument("scenario", metavar="SCENARIO", help="which scenario to play (listed below)")
+    p.add_argument("dir", type=Path, metavar="DIR", help="the run directory to write its logs and files into")
+    p.add_argument("--speed", type=float, default=1.0, metavar="FACTOR", help=SCENARIO_SPEED_HELP)
+    p.add_argument(
+        "--seed", type=int, default=0, help="seed of the simulated numbers (loss, timings): the same seed, the same run"
+    )
 
     p = sub.add_parser("init", help="write the discovered configuration to RUN_DIR/rlwatch.yaml")
     _common(p)
@@ -235,7 +302,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
 
     p = sub.add_parser("service", help="keep `rlwatch watch` alive: a systemd unit, or a start-up hook without one")
-    p.add_argument("verb", choices=["install"], metavar="install")
+    p.add_argument("verb", choices=["install"], metavar="install", help="install the unit or hook (the only verb)")
     p.add_argument("run_dir", nargs="?", default=".", metavar="RUN_DIR", help="the run's directory (default: .)")
     p.add_argument("--config", type=Path, help="the configuration file the watchdog should use")
     p.add_argument("--user", action="store_true", help="a systemd user unit (~/.config/systemd/user)")
@@ -255,6 +322,10 @@ def parse(argv: Sequence[str]) -> argparse.Namespace:
     if first not in COMMANDS and not {"--version", "-h", "--help"} & set(args):
         args.insert(0, "dashboard")
     parser = build_parser()
+    if args[:1] == ["dashboard"] and list(argv[:1]) != ["dashboard"]:
+        # The dashboard implied (`rlwatch --interval abc`): its mistakes are said as `rlwatch: error: …`, as typed.
+        sub = next(a for a in parser._actions if a.dest == "command")
+        sub.choices["dashboard"].prog = "rlwatch"  # type: ignore[index]
     ns, extra = parser.parse_known_args(args)
     # argparse fills `act ACTION [RUN_DIR]` in one go: in `act kill-zombies --dry-run DIR` the options end ACTION's
     # chunk with RUN_DIR empty, and DIR is left over. A single left-over word is that RUN_DIR.

@@ -100,13 +100,13 @@ def test_version_says_which_event_path_runs(
     with pytest.raises(SystemExit) as stop:
         build_parser().parse_args(["--version"])
     assert stop.value.code == 0
-    said = capsys.readouterr().err
+    said = capsys.readouterr().out
     assert said.startswith("rlwatch ")
     assert ("event path: compiled" in said) == events.NATIVE
     monkeypatch.setenv("RLWATCH_NATIVE", "0")
     with pytest.raises(SystemExit):
         build_parser().parse_args(["--version"])
-    assert "event path: Python (RLWATCH_NATIVE=0)" in capsys.readouterr().err
+    assert "event path: Python (RLWATCH_NATIVE=0)" in capsys.readouterr().out
 
 
 def test_a_watchdog_with_no_policy_does_not_say_it_acts() -> None:
