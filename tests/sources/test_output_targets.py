@@ -18,10 +18,16 @@ from rlwatch.sources import procfs
 from rlwatch.sources.launches import LaunchBook
 
 
-def fake_fds(root: Path, pid: int, **fds: str) -> None:
+def fake_fds(root: Path, pid: int, *, uid: int | None = None, flags: str = "0102001", **fds: str) -> None:
+    """A process of ``uid`` (this user unless given) whose descriptors lead to ``fds``, each opened with ``flags``
+    (octal, as fdinfo says; O_WRONLY|O_APPEND unless given)."""
+    me = os.geteuid() if uid is None else uid
     (root / str(pid) / "fd").mkdir(parents=True)
+    (root / str(pid) / "fdinfo").mkdir()
+    (root / str(pid) / "status").write_text(f"Name:\tpython3\nUid:\t{me}\t{me}\t{me}\t{me}\n")
     for fd, target in fds.items():
         (root / str(pid) / "fd" / fd.removeprefix("fd")).symlink_to(target)
+        (root / str(pid) / "fdinfo" / fd.removeprefix("fd")).write_text(f"pos:\t0\nflags:\t{flags}\n")
 
 
 def test_output_file_is_a_regular_file_or_none(tmp_path: Path) -> None:
@@ -35,6 +41,11 @@ def test_output_file_is_a_regular_file_or_none(tmp_path: Path) -> None:
     assert procfs.output_file(11, 1, str(proc)) is None  # a device, not a log
     assert procfs.output_file(11, 2, str(proc)) is None
     assert procfs.output_file(12, 1, str(proc)) is None
+    # only a descriptor opened for writing, of a process of this user, names where output goes
+    fake_fds(proc, 13, flags="0100000", fd1=str(log))  # read-only: `1<file`
+    fake_fds(proc, 14, uid=os.geteuid() + 1, fd1=str(log))  # another user's process
+    assert procfs.output_file(13, 1, str(proc)) is None
+    assert procfs.output_file(14, 1, str(proc)) is None
 
 
 @pytest.mark.parametrize("name", ["trainer", "trainer-1"])  # a role of two rules names its processes by rule
