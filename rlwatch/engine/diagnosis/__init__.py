@@ -14,6 +14,7 @@ from __future__ import annotations
 from rlwatch.common.state import Finding, RunState, Snapshot
 from rlwatch.engine.diagnosis.attempts import attempts
 from rlwatch.engine.diagnosis.base import CRIT, INFO, WARN, Context, Rule
+from rlwatch.engine.diagnosis.collectives import collectives, gpu_straggler
 from rlwatch.engine.diagnosis.crashes import crashes, failure_text, failures, occurrences, torchrun_failure
 from rlwatch.engine.diagnosis.disk import disk
 from rlwatch.engine.diagnosis.gpu import OUTSIDE_MIN_BYTES, gpu
@@ -95,6 +96,7 @@ NAMED_FAILURES = frozenset(
         "kernel_segfault",
         "kernel_sigbus",
         "gpu_lost",
+        "collective_mismatch",
         "gpu_fault",
         "gpu_memory_fault",
         "shm_exhausted",
@@ -130,6 +132,9 @@ RULES: tuple[Rule, ...] = (
     loss_scale,
     # where each rank stands: stragglers from the stacks sampled while the run lives
     straggler,
+    # collectives compared across ranks (flight recorder, NCCL watchdog lines); a rank whose GPU computes longer
+    collectives,
+    gpu_straggler,
 )
 
 

@@ -1,0 +1,389 @@
+"""Collectives compared across ranks, and a rank whose GPU computes longer than the others'.
+
+- **A collective mismatch**: ranks of one process group whose collective of one number differs in type or size (a
+  metric only rank 0 reduces: its ``all_reduce`` #13 of 1 element meets rank 1's of 4194304). Where the ranks'
+  earlier collectives are known (the flight recorder keeps 2000), the rank whose call at that number was never made
+  before by it, while the others' was, made **one more** collective than they did; it is named, with the frame that
+  called it.
+- **A rank missing from a collective**: the others entered collective #N (and wait in it: not completed) and it never
+  did (its last enqueued is lower).
+
+Both come from PyTorch's flight recorder dumps (:mod:`rlwatch.sources.flight`: where the ranks' environment says,
+else PyTorch's default place, written since the run started) and from the NCCL watchdog's ``WorkNCCL(…)`` lines
+(:mod:`rlwatch.logs.collectives`). Dumps are looked for only on suspicion (an NCCL timeout logged, or the run hung),
+and read again only when one changed.
+
+- **A GPU-bound straggler**: every rank's Python stack waits in the same places (the stacks see no straggler), yet
+  one rank's GPU draws far more power than the others' over the window: it computes longer each step and the others
+  wait for it in NCCL, whose kernels spin at 100 % utilisation and a fraction of the power. Thresholds
+  (:data:`GPU_POWER_RATIO`, :data:`GPU_POWER_MIN_GAP_W`, :data:`GPU_WINDOW_S`, :data:`GPU_MIN_READS`) are in the
+  README's section on stragglers.
+"""
+
+from __future__ import annotations
+
+import os
+import statistics
+from collections import Counter
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
+
+from rlwatch.common.state import Finding, Snapshot
+from rlwatch.engine.diagnosis.base import CRIT, WARN, Context
+from rlwatch.engine.diagnosis.stacks import stragglers
+from rlwatch.logs.collectives import CollectiveOp, RankProgress, read_lines
+from rlwatch.sources import flight, procfs
+from rlwatch.sources.nvml import ACTIVITY, GpuActivity
+
+__all__ = [
+    "GPU_MIN_READS",
+    "GPU_POWER_MIN_GAP_W",
+    "GPU_POWER_RATIO",
+    "GPU_WINDOW_S",
+    "CollectiveIssue",
+    "collectives",
+    "compare",
+    "gpu_bound",
+    "gpu_straggler",
+]
+
+# A rank's GPU is computing longer each step when, over the last GPU_WINDOW_S, the median of its power readings is at
+# least GPU_POWER_RATIO times the median of the other ranks' GPUs and GPU_POWER_MIN_GAP_W above it, from at least
+# GPU_MIN_READS readings of each. Measured on two H200s (tests/real/collective-2gpu/): a rank with 4x the matrix work
+# drew 336 W beside 129 W; two ranks of equal work were within 10 % of each other.
+GPU_POWER_RATIO = 1.6
+GPU_POWER_MIN_GAP_W = 80.0
+GPU_WINDOW_S = 60.0
+GPU_MIN_READS = 8
+
+
+@dataclass(frozen=True, slots=True)
+class CollectiveIssue:
+    """A mismatch or a missing rank, in words, with the entries it rests on."""
+
+    code: str  # "collective_mismatch" | "collective_missing_rank"
+    pg: str
+    seq: int
+    ranks: tuple[int, ...]  # the rank(s) named as the odd one out
+    message: str
+    evidence: tuple[str, ...]
+
+
+def _size(o: CollectiveOp) -> str:
+    n = o.numel_in
+    return f"{o.op}" if n is None else f"{o.op} of {n} element{'s' if n != 1 else ''}"
+
+
+def _call(o: CollectiveOp) -> str:
+    return f"{_size(o)}{' in ' + o.frame if o.frame else ''}"
+
+
+def _sig(o: CollectiveOp) -> tuple[str, int | None]:
+    return (o.op, o.numel_in)
+
+
+def _who(ranks: Sequence[int]) -> str:
+    return ("rank " if len(ranks) == 1 else "ranks ") + ", ".join(str(r) for r in sorted(ranks))
+
+
+def _group(pg: str, names: Mapping[str, str]) -> str:
+    name = names.get(pg)
+    return f"process group {pg}" + (f" ({name})" if name and name != pg else "")
+
+
+def _usual(o: CollectiveOp, pops: Sequence[CollectiveOp]) -> bool:
+    """The rank made this same call (type, size, caller) before, at an earlier number."""
+    return any(_sig(p) == _sig(o) and p.frame == o.frame for p in pops if p.rank == o.rank and p.seq < o.seq)
+
+
+def _mismatch(
+    pg: str, pops: Sequence[CollectiveOp], ranks: Sequence[int], names: Mapping[str, str]
+) -> CollectiveIssue | None:
+    """The first collective number at which ranks that both recorded it made different calls."""
+    at: dict[tuple[int, int], CollectiveOp] = {(o.rank, o.seq): o for o in pops}
+    for seq in sorted({o.seq for o in pops}):
+        here = {r: at[(r, seq)] for r in ranks if (r, seq) in at}
+        if len(here) < 2:
+            continue
+        sizes_known = all(o.numel_in is not None for o in here.values())
+        sigs = {r: (o.op, o.numel_in if sizes_known else None) for r, o in here.items()}
+        if len(set(sigs.values())) == 1:
+            continue
+        counts = Counter(sigs.values())
+        top = counts.most_common()
+        odd: list[int] = []
+        if len(top) > 1 and top[0][1] > top[1][1]:
+            odd = [r for r, sg in sigs.items() if sg != top[0][0]]
+        else:
+            # No majority (two ranks): the rank whose call at this number it never made before, while the others'
+            # call is one they each made before, made a call the others did not.
+            new = [r for r, o in here.items() if not _usual(o, pops)]
+            if new and len(new) < len(here):
+                odd = new
+        parts = [f"{_who([r])} called {_call(o)}" for r, o in sorted(here.items())]
+        text = f"collectives differ across ranks at #{seq} of {_group(pg, names)}: " + "; ".join(parts)
+        if odd:
+            extra = here[odd[0]]
+            others = [r for r in here if r not in odd]
+            text += (
+                f". {_who(odd)} made one more collective than {_who(others)}: {_call(extra)}, which "
+                f"{_who(others)} never made; the others' #{seq} is their next {_size(here[others[0]])}"
+            )
+        evidence = tuple(
+            f"{_who([r])}: {o.where}" + (f" {o.sizes}" if o.sizes else "") for r, o in sorted(here.items())
+        )
+        return CollectiveIssue("collective_mismatch", pg, seq, tuple(odd), text, evidence)
+    return None
+
+
+def _missing(
+    pg: str,
+    pops: Sequence[CollectiveOp],
+    prog: Sequence[RankProgress],
+    ranks: Sequence[int],
+    names: Mapping[str, str],
+) -> CollectiveIssue | None:
+    """Ranks that never entered the collective the others entered and still wait in."""
+    enq: dict[int, int] = {}
+    done: dict[int, int] = {}
+    where: dict[int, str] = {}
+    for p in prog:
+        if p.last_enqueued is not None and p.last_enqueued >= enq.get(p.rank, -1):
+            enq[p.rank], where[p.rank] = p.last_enqueued, p.where
+        if p.last_completed is not None:
+            done[p.rank] = max(done.get(p.rank, -1), p.last_completed)
+    for o in pops:
+        if o.seq > enq.get(o.rank, -1):
+            enq[o.rank], where[o.rank] = o.seq, o.where
+        if o.state == "completed":
+            done[o.rank] = max(done.get(o.rank, -1), o.seq)
+    if len(enq) < 2:
+        return None
+    top = max(enq.values())
+    ahead = [r for r in ranks if enq.get(r) == top]
+    behind = [r for r in ranks if r in enq and enq[r] < top]
+    if not behind or not ahead:
+        return None
+    if any(done.get(r, -1) >= top for r in ahead):
+        return None  # the collective completed: a rank read a moment later, not one missing
+    op = next((o for o in pops if o.seq == top and o.rank in ahead), None)
+    name = f"{_size(op)} #{top}" if op is not None else f"collective #{top}"
+    called = f" (called in {op.frame})" if op is not None and op.frame else ""
+    last = ", ".join(f"{_who([r])} last entered #{enq[r]}" for r in behind)
+    text = (
+        f"{_who(behind)} never entered {name} of {_group(pg, names)}{called}, which {_who(ahead)} "
+        f"entered and {'waits' if len(ahead) == 1 else 'wait'} in; {last}"
+    )
+    evidence = tuple(f"{_who([r])}: {where[r]} (last entered #{enq[r]})" for r in sorted(enq))
+    return CollectiveIssue("collective_missing_rank", pg, top, tuple(behind), text, evidence)
+
+
+def compare(
+    ops: Sequence[CollectiveOp], progress: Sequence[RankProgress] = (), names: Mapping[str, str] | None = None
+) -> tuple[CollectiveIssue, ...]:
+    """Every process group's mismatch (first) and missing ranks, across the ranks that reported on it."""
+    names = names or {}
+    out: list[CollectiveIssue] = []
+    for pg in sorted({o.pg for o in ops} | {p.pg for p in progress}, key=lambda g: (len(g), g)):
+        pops = [o for o in ops if o.pg == pg]
+        prog = [p for p in progress if p.pg == pg]
+        ranks = sorted({o.rank for o in pops} | {p.rank for p in prog})
+        if len(ranks) < 2:
+            continue
+        found = _mismatch(pg, pops, ranks, names)
+        if found is not None:
+            out.append(found)
+            continue
+        missing = _missing(pg, pops, prog, ranks, names)
+        if missing is not None:
+            out.append(missing)
+    return tuple(out)
+
+
+# ------------------------------------------------------------------------------------------- reading on suspicion
+_SEEN: dict[str, tuple[tuple[object, ...], tuple[flight.FlightDump, ...]]] = {}
+_PREFIXES: dict[str, tuple[str, ...]] = {}
+
+
+def _suspicious(s: Snapshot) -> bool:
+    ev = s.events.get("nccl_timeout")
+    hung = s.run_state is not None and s.run_state.state in ("hung", "crashed")
+    return (ev is not None and ev.count > 0) or hung
+
+
+def _run_pids(s: Snapshot) -> list[int]:
+    pids = [p.pid for p in s.processes if p.alive and p.attempt is None]
+    if s.sampling is not None:
+        pids += [p.pid for p in s.sampling.processes if p.alive]
+    return sorted(set(pids))
+
+
+def _dumps(s: Snapshot) -> tuple[flight.FlightDump, ...]:
+    """The run's flight recorder dumps written since it started; read again only when a file changed."""
+    environs = [e for e in (procfs.read_environ(pid) for pid in _run_pids(s)) if e]
+    named = tuple(dict.fromkeys(e[k] for e in environs for k in ("TORCH_FR_DUMP_TEMP_FILE",) if e.get(k)))
+    if environs:
+        _PREFIXES[s.run_dir] = flight.dump_prefixes(environs)
+        if len(_PREFIXES) > 16:
+            _PREFIXES.pop(next(iter(_PREFIXES)))
+    prefixes = _PREFIXES.get(s.run_dir) or named or (flight.DEFAULT_PREFIX,)
+    prefixes = tuple(dict.fromkeys((*prefixes, os.path.join(s.run_dir, "nccl_trace_rank_"))))
+    since = s.time - s.run_uptime_s if s.run_uptime_s is not None else None
+    if since is None:
+        return ()  # a dump from before the run cannot be told from this run's
+    signature: list[object] = []
+    for prefix in prefixes:
+        directory, _, stem = prefix.rpartition("/")
+        try:
+            names = sorted(n for n in os.listdir(directory or ".") if n.startswith(stem) and n[len(stem) :].isdigit())
+        except OSError:
+            continue
+        for n in names[:4096]:
+            try:
+                st = os.lstat(os.path.join(directory, n))
+            except OSError:
+                continue
+            signature.append((directory, n, st.st_mtime_ns, st.st_size))
+    key = tuple(signature)
+    cached = _SEEN.get(s.run_dir)
+    if cached is not None and cached[0] == key:
+        return cached[1]
+    owners = {os.stat(s.run_dir).st_uid} if os.path.isdir(s.run_dir) else set()
+    dumps = flight.find_dumps(prefixes, owners, since)
+    _SEEN[s.run_dir] = (key, dumps)
+    if len(_SEEN) > 16:
+        _SEEN.pop(next(iter(_SEEN)))
+    return dumps
+
+
+def issues(s: Snapshot) -> tuple[tuple[CollectiveIssue, ...], tuple[str, ...]]:
+    """What the dumps and the watchdog lines say, and the dumps that could not be read (one line each)."""
+    ev = s.events.get("nccl_timeout")
+    lines = [(x.path, x.lineno, x.text) for x in (ev.recent if ev is not None else ())]
+    ops, progress = read_lines(lines)
+    dumps = _dumps(s) if _suspicious(s) else ()
+    names: dict[str, str] = {}
+    bad = tuple(d.error for d in dumps if d.error)
+    ranks_dumped = {d.rank for d in dumps if d.error is None}
+    if ranks_dumped:
+        # The dumps say more than the lines of the same ranks: each rank is read from one place.
+        ops = tuple(o for o in ops if o.rank not in ranks_dumped)
+        progress = tuple(p for p in progress if p.rank not in ranks_dumped)
+    for d in dumps:
+        if d.error is None:
+            ops += d.ops
+            progress += d.progress
+            names.update(d.groups)
+    return compare(ops, progress, names), bad
+
+
+def collectives(s: Snapshot, ctx: Context) -> Iterator[Finding]:
+    """A collective mismatch, or a rank missing from a collective the others entered, named with its evidence."""
+    if s.run_state is not None and s.run_state.state == "finished":
+        return
+    found, _ = issues(s)
+    for issue in found:
+        sev = CRIT if issue.code == "collective_mismatch" or _suspicious(s) else WARN
+        first = issue.message[0].upper() + issue.message[1:]
+        yield Finding(
+            sev,
+            issue.code,
+            f"{first} (evidence: {'; '.join(issue.evidence)}).",
+            None,
+            fix="fix the code path that makes a different collective on one rank"
+            if issue.code == "collective_mismatch"
+            else "read the missing rank's stack",
+        )
+
+
+# ------------------------------------------------------------------------------------------ GPU-bound stragglers
+def gpu_bound(
+    readings: Mapping[int, Sequence[GpuActivity]], rank_gpus: Mapping[str, int]
+) -> tuple[str, tuple[str, ...]] | None:
+    """The rank(s) whose GPU draws far more than the others' over the readings given (one window), in words, with
+    the figures; None when no rank stands out or too few readings."""
+    med: dict[str, float] = {}
+    clock: dict[str, float] = {}
+    util: dict[str, float] = {}
+    for label, gpu in rank_gpus.items():
+        rs = [r for r in readings.get(gpu, ()) if r.power_w is not None]
+        if len(rs) < GPU_MIN_READS:
+            return None
+        med[label] = statistics.median(r.power_w for r in rs if r.power_w is not None)
+        clocks = [r.sm_clock_mhz for r in rs if r.sm_clock_mhz is not None]
+        utils = [r.util for r in rs if r.util is not None]
+        if clocks:
+            clock[label] = statistics.median(clocks)
+        if utils:
+            util[label] = statistics.median(utils)
+    if len(med) < 2:
+        return None
+    slow = []
+    for label, w in med.items():
+        rest = [v for k, v in med.items() if k != label]
+        base = statistics.median(rest)
+        if w >= GPU_POWER_RATIO * base and w - base >= GPU_POWER_MIN_GAP_W:
+            slow.append(label)
+    if not slow or len(slow) * 2 > len(med):
+        return None
+    others = [k for k in med if k not in slow]
+    base = statistics.median(med[k] for k in others)
+
+    def fig(label: str) -> str:
+        extra = [f"{med[label]:.0f} W"]
+        if label in clock:
+            extra.append(f"SM {clock[label]:.0f} MHz")
+        if label in util:
+            extra.append(f"{util[label]:.0f} % busy")
+        return f"{label} (GPU {rank_gpus[label]}): " + ", ".join(extra)
+
+    names = " and ".join(f"{label} (GPU {rank_gpus[label]})" for label in slow)
+    verb = "computes" if len(slow) == 1 else "compute"
+    text = (
+        f"{names} {verb} longer each step: {' / '.join(f'{med[k]:.0f} W' for k in slow)} beside {base:.0f} W "
+        f"(the median of {', '.join(others)}) while every rank's stack waits in the same places"
+    )
+    return text, tuple(fig(k) for k in sorted(med))
+
+
+def _rank_gpus(s: Snapshot) -> dict[str, int]:
+    """Each sampled rank's own GPU: the one it holds, or among several (NCCL maps its peers' memory) the one of its
+    local rank."""
+    sampling = s.sampling
+    if sampling is None:
+        return {}
+    held = {h.pid: h.gpus for h in s.holders if h.gpus}
+    out: dict[str, int] = {}
+    for p in sampling.processes:
+        if not p.alive or p.rank is None:
+            continue
+        gpus = held.get(p.pid, ())
+        if len(gpus) == 1:
+            out[p.label] = gpus[0]
+        elif gpus:
+            env = procfs.read_environ(p.pid) or {}
+            local = env.get("LOCAL_RANK", "")
+            own = int(local) if local.isdigit() else p.rank
+            out[p.label] = own if own in gpus else gpus[0]
+    return out
+
+
+def gpu_straggler(s: Snapshot, ctx: Context) -> Iterator[Finding]:
+    """A warning naming the rank whose GPU computes longer each step, when the stacks cannot tell (they agree)."""
+    if s.run_state is None or s.run_state.state != "progressing":
+        return
+    sampling = s.sampling
+    if sampling is None or not sampling.available or stragglers(s, ctx) is not None:
+        return  # the stacks name a straggler (or cannot be read): theirs is the finding
+    start = s.time - GPU_WINDOW_S
+    ranked = [p for p in sampling.processes if p.alive and p.rank is not None]
+    if len(ranked) < 2 or any(sum(x.at >= start for x in p.samples) < 2 for p in ranked):
+        return
+    rank_gpus = _rank_gpus(s)
+    if len(set(rank_gpus.values())) != len(rank_gpus) or len(rank_gpus) < 2:
+        return  # two ranks on one GPU: their draws cannot be told apart
+    got = gpu_bound(ACTIVITY.recent(start), rank_gpus)
+    if got is None:
+        return
+    text, figures = got
+    yield Finding(WARN, "gpu_straggler", f"A GPU-bound straggler slows the run: {text} ({'; '.join(figures)}).", None)

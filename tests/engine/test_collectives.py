@@ -1,0 +1,215 @@
+"""Collectives compared across ranks (engine/diagnosis/collectives) over what real torch wrote on two H200s
+(tests/real/collective-2gpu/): the flight recorder's dumps and the NCCL watchdog's lines, and a GPU-bound straggler
+from the NVML readings of the same host."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from pathlib import Path
+
+from rlwatch.common.state import (
+    GpuHolder,
+    RunState,
+    SampledProcess,
+    Severity,
+    Snapshot,
+    StackSample,
+    StackSampling,
+)
+from rlwatch.engine.diagnosis import diagnose
+from rlwatch.engine.diagnosis.base import Context
+from rlwatch.engine.diagnosis.collectives import collectives, compare, gpu_bound, gpu_straggler
+from rlwatch.logs.collectives import read_lines
+from rlwatch.sources import flight
+from rlwatch.sources.nvml import ACTIVITY, GpuActivity
+from tests.snapshot_data import event
+
+REAL = Path(__file__).resolve().parents[1] / "real" / "collective-2gpu"
+
+
+def _dumps(case: str, sub: str = "") -> list[flight.FlightDump]:
+    base = REAL / case / sub if sub else REAL / case
+    return [flight.read_dump(str(base / f"nccl_trace_rank_{r}"), r) for r in (0, 1)]
+
+
+def _compare(dumps: list[flight.FlightDump]):  # type: ignore[no-untyped-def]
+    ops = tuple(o for d in dumps for o in d.ops)
+    progress = tuple(p for d in dumps for p in d.progress)
+    names = {k: v for d in dumps for k, v in d.groups.items()}
+    return compare(ops, progress, names)
+
+
+def _log_lines(case: str) -> list[tuple[str, int, str]]:
+    path = REAL / case / "torchrun.log"
+    text = path.read_text(errors="replace").splitlines()
+    return [(str(path), i, line) for i, line in enumerate(text, 1)]
+
+
+def test_the_mismatch_in_the_real_dumps_names_rank_0_with_one_more_collective_and_both_sizes() -> None:
+    (issue,) = _compare(_dumps("mismatch"))
+    assert issue.code == "collective_mismatch"
+    assert (issue.pg, issue.seq, issue.ranks) == ("0", 13, (0,))
+    assert "rank 0 called all_reduce of 1 element in main (collective_2gpu.py:58)" in issue.message
+    assert "rank 1 called all_reduce of 4194304 elements in main (collective_2gpu.py:53)" in issue.message
+    assert "rank 0 made one more collective than rank 1" in issue.message
+    assert "process group 0 (default_pg)" in issue.message
+    assert issue.evidence == (
+        "rank 0: nccl_trace_rank_0 entry 12 [[1]]",
+        "rank 1: nccl_trace_rank_1 entry 12 [[4194304]]",
+    )
+
+
+def test_the_stalled_rank_is_missing_from_the_collective_rank_0_entered_in_both_dumps() -> None:
+    for sub in ("", "pipe"):  # on timeout, and asked through the debug pipe while the run lived
+        (issue,) = _compare(_dumps("stall", sub))
+        assert issue.code == "collective_missing_rank"
+        assert (issue.seq, issue.ranks) == (11, (1,))
+        assert issue.message.startswith(
+            "rank 1 never entered all_reduce of 4194304 elements #11 of process group 0 (default_pg) "
+            "(called in main (collective_2gpu.py:53)), which rank 0 entered and waits in; rank 1 last entered #10"
+        )
+
+
+def test_the_watchdog_lines_alone_name_the_mismatch_with_their_lines() -> None:
+    ops, progress = read_lines(_log_lines("mismatch"))
+    assert {(o.rank, o.seq, o.op, o.numel_in) for o in ops} == {
+        (0, 13, "all_reduce", 1),
+        (1, 13, "all_reduce", 4194304),
+    }
+    (issue,) = compare(ops, progress)
+    assert issue.code == "collective_mismatch" and issue.seq == 13
+    # Two ranks and no history in the lines: which one made the extra call cannot be told, only that they differ.
+    assert issue.ranks == ()
+    assert "rank 0 called all_reduce of 1 element" in issue.message and "torchrun.log:" in " ".join(issue.evidence)
+
+
+def test_the_watchdog_lines_alone_say_the_stalled_rank_never_entered() -> None:
+    ops, progress = read_lines(_log_lines("stall"))
+    by_rank = {p.rank: p.last_enqueued for p in progress}
+    assert by_rank == {0: 11, 1: 10}
+    (issue,) = compare(ops, progress)
+    assert issue.code == "collective_missing_rank" and issue.ranks == (1,) and issue.seq == 11
+
+
+def test_healthy_collectives_say_nothing() -> None:
+    dumps = _dumps("mismatch")
+    # The same ranks up to collective 12, all completed: nothing differs, nobody is missing.
+    ops = tuple(o for d in dumps for o in d.ops if o.seq <= 12)
+    assert compare(ops, ()) == ()
+    assert read_lines(_log_lines("healthy")) == ((), ())
+
+
+def _snapshot(run_dir: Path, case: str, now: float) -> Snapshot:
+    lines = [x for x in _log_lines(case) if "Watchdog caught" in x[2]]
+    ev = event("nccl_timeout", Severity.CRITICAL, len(lines), now - 5, now - 5, recent=[(*x, now - 5) for x in lines])
+    return Snapshot(
+        host="h",
+        time=now,
+        profile="auto",
+        run_dir=str(run_dir),
+        run_uptime_s=600.0,
+        events={"nccl_timeout": ev},
+        run_state=RunState("crashed", "rank 0 aborted"),
+    )
+
+
+def test_the_rule_reads_the_dumps_the_run_left_in_its_directory(tmp_path: Path) -> None:
+    for r in (0, 1):
+        shutil.copy(REAL / "mismatch" / f"nccl_trace_rank_{r}", tmp_path / f"nccl_trace_rank_{r}")
+    now = os.stat(tmp_path / "nccl_trace_rank_0").st_mtime + 10
+    (finding,) = list(collectives(_snapshot(tmp_path, "mismatch", now), Context()))
+    assert finding.code == "collective_mismatch" and finding.severity is Severity.CRITICAL
+    assert "Rank 0 made one more collective" not in finding.message  # the sentence starts with the difference
+    assert "rank 0 made one more collective than rank 1: all_reduce of 1 element in main (collective_2gpu.py:58)" in (
+        finding.message
+    )
+    assert "nccl_trace_rank_0 entry 12 [[1]]" in finding.message
+    assert any(f.code == "collective_mismatch" for f in diagnose(_snapshot(tmp_path, "mismatch", now), Context()))
+
+
+def test_a_dump_older_than_the_run_is_not_its(tmp_path: Path) -> None:
+    for r in (0, 1):
+        shutil.copy(REAL / "mismatch" / f"nccl_trace_rank_{r}", tmp_path / f"nccl_trace_rank_{r}")
+    now = os.stat(tmp_path / "nccl_trace_rank_0").st_mtime + 10_000  # the run started long after the dumps
+    found = list(collectives(_snapshot(tmp_path, "mismatch", now), Context()))
+    # Only the watchdog's lines speak, without the dumps' history: the difference, no rank blamed.
+    assert [f.code for f in found] == ["collective_mismatch"]
+    assert "made one more" not in found[0].message
+
+
+def _readings(case: str) -> dict[int, list[GpuActivity]]:
+    out: dict[int, list[GpuActivity]] = {0: [], 1: []}
+    for line in (REAL / case / "nvml.jsonl").read_text().splitlines():
+        if not line.startswith("{"):
+            continue
+        row = json.loads(line)
+        for g in row["gpus"]:
+            if g["util_gpu"] > 0:  # the run's steps, not NCCL's start or the end
+                out[g["index"]].append(
+                    GpuActivity(row["t"], g["power_mw"] / 1000, float(g["sm_clock_mhz"]), float(g["util_gpu"]))
+                )
+    return out
+
+
+def test_the_real_gpu_bound_straggler_is_named_with_its_power_beside_the_others() -> None:
+    got = gpu_bound(_readings("straggler"), {"rank 0": 0, "rank 1": 1})
+    assert got is not None
+    text, figures = got
+    assert text.startswith("rank 1 (GPU 1) computes longer each step: 693 W beside 281 W")
+    assert figures == (
+        "rank 0 (GPU 0): 281 W, SM 1965 MHz, 100 % busy",
+        "rank 1 (GPU 1): 693 W, SM 1515 MHz, 100 % busy",
+    )
+
+
+def test_the_real_healthy_run_has_no_gpu_straggler() -> None:
+    assert gpu_bound(_readings("healthy"), {"rank 0": 0, "rank 1": 1}) is None
+
+
+def _sampled(now: float) -> StackSampling:
+    frames = ("main (collective_2gpu.py:55)", "<module> (collective_2gpu.py:69)")
+    procs = tuple(
+        SampledProcess(
+            900 + r,
+            1.0,
+            f"rank {r}",
+            r,
+            tuple(StackSample(now - 50 + 10 * i, frames, frames[0], None, False, False) for i in range(6)),
+        )
+        for r in (0, 1)
+    )
+    return StackSampling(True, None, "py-spy dump --nonblocking", 10.0, 0.005, procs)
+
+
+def test_the_rule_names_the_gpu_bound_straggler_when_the_stacks_agree() -> None:
+    readings = _readings("straggler")
+    end = max(r.at for rs in readings.values() for r in rs)
+    holders = tuple(
+        GpuHolder(900 + r, 1.0, "u", ("python",), (f"/dev/nvidia{r}",), None, True, None, gpus=(r,)) for r in (0, 1)
+    )
+    snap = Snapshot(
+        host="h",
+        time=end,
+        profile="auto",
+        run_dir="/job",
+        sampling=_sampled(end),
+        holders=holders,
+        run_state=RunState("progressing", "steps every 1.1 s"),
+    )
+    ACTIVITY.clear()
+    try:
+        for gpu, rs in readings.items():
+            for r in rs:
+                ACTIVITY.add(gpu, r)
+        (finding,) = list(gpu_straggler(snap, Context()))
+        assert finding.code == "gpu_straggler" and finding.severity is Severity.WARNING
+        assert "rank 1 (GPU 1) computes longer each step: 693 W beside 281 W" in finding.message
+        ACTIVITY.clear()
+        for gpu, rs in _readings("healthy").items():
+            for r in rs:
+                ACTIVITY.add(gpu, GpuActivity(end - (rs[-1].at - r.at), r.power_w, r.sm_clock_mhz, r.util))
+        assert list(gpu_straggler(snap, Context())) == []
+    finally:
+        ACTIVITY.clear()
