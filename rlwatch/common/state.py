@@ -802,6 +802,9 @@ class Snapshot:
     live_run: LiveRun | None = None  # None: not looked for yet
     profile_evidence: tuple[str, ...] = ()  # why this profile: what discovery saw, or the file that names it
     endings: tuple[LogEnding, ...] = ()  # how each followed log ends (its newest lines)
+    # The last progress line of each log (a step, a step-like or progress-bar line, a checkpoint): where it stands
+    # and its time (its own, or when it was read live), so a failure below it in the same log is never "before" it.
+    progress_lines: tuple[LogLine, ...] = ()
     run_state: RunState | None = None  # what the run is doing, from evidence (engine/diagnosis/health)
     stacks: StackReport | None = None  # the run's processes' stacks, when last read (a hang, a person asking)
     sampling: StackSampling | None = None  # the stacks sampled while the run lives (sources/sampler); None: not run

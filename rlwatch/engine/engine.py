@@ -187,6 +187,10 @@ class Engine:
         self.counter, self.training, self._starts = main.counter, main.training, main.starts
         assert main.learning is not None
         self.learning = main.learning
+        self._progress_lines: dict[str, LogLine] = {}  # each log's last progress line (Snapshot.progress_lines)
+        for kind in main.counter.kinds:
+            if kind.progress or kind.name in ("_steplike", "_progress", "_finished"):
+                main.counter.subscribe(kind.name, self._note_progress)
         # Diagnosis first: the newest part of a big backlog counted ahead of the rest (engine/preview).
         self.preview: TailPreview | None = None
         self.preview_sizes = (MIN_BACKLOG, TAIL_BYTES)  # (backlog that earns a preview, bytes it counts first)
@@ -402,6 +406,12 @@ class Engine:
     def drain_logs(self) -> None:
         while self.poll_logs():
             pass
+    def _note_progress(self, line: LogLine) -> None:
+        """Keep each log's last progress line (called under the lock, as the counter counts it)."""
+        kept = self._progress_lines.get(line.path)
+        if kept is None or line.lineno >= kept.lineno:
+            self._progress_lines[line.path] = line
+
 
     def advance_preview(self) -> bool:
         """One step of diagnosis first, in the order the log loop takes them. True when what a snapshot shows
@@ -937,6 +947,7 @@ class Engine:
                 history=self._history,
                 sources=tuple(self._status.values()),
                 logs=self.tailer.files,
+                progress_lines=tuple(self._progress_lines.values()),
                 backlog=_reading(self.tailer.backlog_progress()),
                 preview=preview.described if preview is not None else None,
                 preview_numbered=preview is None or preview.numbered,
@@ -1314,9 +1325,10 @@ class Engine:
 
 
 def _all_gone(view: RunView, gone: dict[int, str]) -> bool:
-    """Whether the run's processes that rlwatch saw are all gone now (its logs are then at their last words)."""
-    alive = [pid for pid in view.members if pid not in view.weak and pid not in gone]
-    return bool(gone) and not alive
+    """Whether no process of the run is alive now: all it saw are gone, or it sees none (a launcher it never saw as
+    the run's, a run whose every process died before the first look). Its logs are then at their last words, and
+    an ending read moments before (torchrun's report half written) must not stand for them."""
+    return not [pid for pid in view.members if pid not in view.weak and pid not in gone]
 
 
 def _owner(path: Path) -> int | None:

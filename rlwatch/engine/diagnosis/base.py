@@ -3,6 +3,7 @@ of evidence many rules ask (did training progress after this? is this kind histo
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
@@ -70,6 +71,22 @@ def stepped_after(s: Snapshot, i: Incident) -> bool:
     step = s.events.get("step")
     last = step.recent[-1] if step is not None and step.recent else None
     return last is not None and last.path == i.path and last.lineno >= i.lineno + i.count
+
+
+def progress_before(s: Snapshot, path: str, lineno: int | None, t: float | None) -> bool:
+    """Every log's last progress line came before the failure at line ``lineno`` of ``path`` (its time ``t``): above
+    it in its own log, or in another log at a time of its own no later than ``t``. A line read live is dated when it
+    was read, so a step written just before a launcher's stamped failure report, and read with it, is "later" than
+    the report by that clock; its place in the log says it came first (kernel-oom watched live: the crash was taken
+    for history, and the run called stopped "without an error" while a report said crashed)."""
+    lines = s.progress_lines
+    if not lines or t is None:
+        return False
+    return all(
+        (line.path == path and lineno is not None and line.lineno < lineno)
+        or (line.path != path and math.isfinite(line.time) and line.time <= t)
+        for line in lines
+    )
 
 
 def only_history(s: Snapshot, kind: str) -> bool:

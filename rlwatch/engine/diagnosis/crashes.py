@@ -23,6 +23,7 @@ from rlwatch.engine.diagnosis.base import (
     count_of,
     only_history,
     per_file,
+    progress_before,
     progressed_since,
     stepped_after,
 )
@@ -154,7 +155,10 @@ def _torchrun_finding(s: Snapshot, failed: Incident) -> Finding:
         more = f" and {len(failed.victims) - 8} more" if len(failed.victims) > 8 else ""
         victims = f" Stopped after it: {names}{more}."
     # A relaunch that got past it makes it history: told, but not what is wrong now.
-    after = progressed_since(s, failed.by if failed.approximate else failed.last) or stepped_after(s, failed)
+    t = failed.by if failed.approximate else failed.last
+    after = (progressed_since(s, t) and not progress_before(s, failed.path, failed.lineno, t)) or stepped_after(
+        s, failed
+    )
     return Finding(
         INFO if after else CRIT,
         "torchrun_failed",

@@ -31,7 +31,7 @@ import re
 from collections.abc import Iterator
 
 from rlwatch.common.state import EventSummary, Finding, LogEnding, RunState, Snapshot, line_ref
-from rlwatch.engine.diagnosis.base import CRIT, INFO, WARN, Context, StepSeen
+from rlwatch.engine.diagnosis.base import CRIT, INFO, WARN, Context, StepSeen, progress_before
 from rlwatch.engine.diagnosis.wording import hhmm, human_duration
 
 __all__ = ["assess_run", "health"]
@@ -168,6 +168,11 @@ def _where(e: LogEnding, lineno: int | None) -> str:
     return line_ref(name, lineno) if lineno is not None else f"the end of {name}"
 
 
+def _before(s: Snapshot, e: LogEnding, t: float) -> bool:
+    """The run's last progress came before ``e``'s failure, by where its lines stand (base.progress_before)."""
+    return progress_before(s, e.path, min((n for n in (e.first_lineno, e.lineno) if n is not None), default=None), t)
+
+
 def _ended(s: Snapshot, progress_at: float | None, started: float | None) -> LogEnding | None:
     """The failure the run ended in: the latest log ending in a failure with no progress after it, from this attempt
     (a failure older than the oldest live process of the run is an earlier attempt's)."""
@@ -176,7 +181,7 @@ def _ended(s: Snapshot, progress_at: float | None, started: float | None) -> Log
         if not e.failed:
             continue
         t = _failure_time(e)
-        if t is not None and progress_at is not None and progress_at > t:
+        if t is not None and progress_at is not None and progress_at > t and not _before(s, e, t):
             continue  # the run progressed after it (in another log): history
         if t is not None and started is not None and t < started - 5:
             continue
