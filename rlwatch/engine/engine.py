@@ -406,12 +406,12 @@ class Engine:
     def drain_logs(self) -> None:
         while self.poll_logs():
             pass
+
     def _note_progress(self, line: LogLine) -> None:
         """Keep each log's last progress line (called under the lock, as the counter counts it)."""
         kept = self._progress_lines.get(line.path)
         if kept is None or line.lineno >= kept.lineno:
             self._progress_lines[line.path] = line
-
 
     def advance_preview(self) -> bool:
         """One step of diagnosis first, in the order the log loop takes them. True when what a snapshot shows
