@@ -114,6 +114,18 @@ _PINS: dict[tuple[str, str], _Pin] = {}
 _PINS_LOCK = threading.RLock()  # re-entrant: a finalizer may run (garbage collection) while this thread holds it
 
 
+def _forget_after_fork() -> None:
+    """A forked child opens its own: privilege separation's watcher works as another user, and must not take a
+    directory its parent pinned (perhaps through a path that led elsewhere then) for its own; the lock may also be
+    held by a parent's thread that does not exist in the child."""
+    global _PINS_LOCK
+    _PINS.clear()
+    _PINS_LOCK = threading.RLock()
+
+
+os.register_at_fork(after_in_child=_forget_after_fork)
+
+
 def _release(pin: _Pin) -> None:
     """One :class:`StateDir` less on ``pin``; the last one closes its descriptors."""
     with _PINS_LOCK:
