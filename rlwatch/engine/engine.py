@@ -62,7 +62,7 @@ from rlwatch.logs.learning import LearningTracker
 from rlwatch.logs.tailer import Chunk, Tailer
 from rlwatch.logs.training import TrainingTracker
 from rlwatch.logs.waker import Waker
-from rlwatch.sources import procfs
+from rlwatch.sources import hostwide, procfs
 from rlwatch.sources.checkpoints import CheckpointScanner
 from rlwatch.sources.disk import disk_state
 from rlwatch.sources.gpu import GpuBackend, make_gpu_backend
@@ -207,12 +207,15 @@ class Engine:
             cfg.processes, self.clock, proc_root=proc_root, base_dir=self.run_dir, bounded=self._untrusted
         )
         hcfg = cfg.host
+        # Where this process works as the run's owner, root's helper reads the kernel log for it (hostwide).
+        helper = hostwide.current()
         self.kernel_log = KernelLog(
             self.run_dir,
             mode=hcfg.kernel_log,
             patterns=hcfg.kernel_log_files,
             timeout_s=hcfg.command_timeout_s,
             clock=self.clock,
+            live=None if helper is None else hostwide.readers(helper),
         )
         self.limits_source = LimitsSource(
             shm_path=hcfg.shm_path, simulated_shm_bytes=hcfg.simulated_shm_bytes, proc_root=proc_root
@@ -833,6 +836,15 @@ class Engine:
             self._ok("holders", f"cannot scan for GPU holders: {exc}")
             return ()
         raw = dict(scan.holders)
+        skipped = self.holder_scanner.skipped
+        helper = hostwide.current()
+        if helper is not None and skipped:
+            # This process works as the run's owner and could not read other users' descriptors: root's helper
+            # scanned them (the NVIDIA nodes only) and says which of those hold a GPU.
+            seen = helper.holders()
+            if seen is not None:
+                raw.update({pid: devices for pid, devices in seen.items() if pid not in raw})
+                skipped = 0
         raw.pop(os.getpid(), None)  # rlwatch's own NVML handle opens /dev/nvidia*: the observer is not a holder
         view = self._view = self._assess(procs, scan.opened)
         holders = classify_holders(
@@ -844,7 +856,6 @@ class Engine:
             owners=self.owners,
             proc_root=self._proc_root,
         )
-        skipped = self.holder_scanner.skipped
         # Unreadable processes (another user's, without root) may hold a GPU too: say the list is partial.
         self._ok(
             "holders",
