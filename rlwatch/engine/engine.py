@@ -52,6 +52,7 @@ from rlwatch.discover.load import missing_paths, resolve
 from rlwatch.engine.attempts import AttemptTracker, busy_after
 from rlwatch.engine.diagnosis import Context, assess_run, decide, diagnose, timeline
 from rlwatch.engine.diagnosis.base import StepSeen
+from rlwatch.engine.diagnosis.health import undated
 from rlwatch.engine.diagnosis.stacks import rank_times
 from rlwatch.engine.preview import MIN_BACKLOG, TAIL_BYTES, Counting, TailPreview
 from rlwatch.engine.recent_lines import RECENT_LINES, RecentLines
@@ -1072,6 +1073,11 @@ class Engine:
             snap = self.build()
         if self._hang_unread(snap):  # a hung run's report carries where each process waits
             self.capture_stacks("hang declared")
+            snap = self.build()
+        elif undated(snap):  # its step lines carry no time: where each rank stands now is the evidence there is
+            report = capture(self.stack_targets(), "progress not dated", None, self.clock.time())
+            with self._lock:
+                self._stacks = report
             snap = self.build()
         return snap
 

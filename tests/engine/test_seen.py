@@ -9,12 +9,26 @@ from __future__ import annotations
 
 import math
 import os
+from dataclasses import replace
 from pathlib import Path
 
-from rlwatch.common.state import EventSummary, LiveRun, LogLine, ProcessInfo, Severity, Snapshot, SourceStatus
+from rlwatch.common.state import (
+    EventSummary,
+    LiveRun,
+    LogLine,
+    ProcessInfo,
+    ProcessStack,
+    Severity,
+    Snapshot,
+    SourceStatus,
+    StackReport,
+    TrainingState,
+)
 from rlwatch.config.models import Thresholds
 from rlwatch.engine.diagnosis import Context, assess_run
+from rlwatch.engine.diagnosis.health import health, undated
 from rlwatch.engine.seen import NAME, exchange
+from rlwatch.sources.stacks import summarize
 
 NOW = 1_763_700_000.0
 CTX = Context(thresholds=Thresholds(hang_floor_s=60))
@@ -77,3 +91,28 @@ def test_a_step_line_the_last_look_did_not_find_came_after_it(tmp_path: Path) ->
     log.write_text("Train step 1/120 done.\nx\nTrain step 2/120 done.\n")
     seen = exchange(run, _snap(run, log, 3, NOW + 9))
     assert seen is not None and seen.after is None
+
+
+def test_an_undated_first_look_says_where_each_rank_waits_now(tmp_path: Path) -> None:
+    """The first report on a quiet run has no earlier read to lean on: it says unknown (exit 3), and where each rank
+    stands now, read once, is the evidence it gives: rank 0 in the all-reduce, waiting for rank 1."""
+    run = tmp_path / "run"
+    run.mkdir()
+    log = run / "train.log"
+    log.write_text("Train step 12/120 done.\nwaiting for rollout workers...\n")
+    os.utime(log, (NOW, NOW))
+    waiting = ProcessStack(21, "rank 0", ("all_reduce (distributed_c10d.py:50)", "train_step (ddp.py:120)"), "x", 1)
+    away = ProcessStack(
+        22, "rank 1", ("never_reaches_collective (ddp.py:114)",), "never_reaches_collective (ddp.py:114)", 1
+    )
+    waiting = replace(waiting, where="all_reduce (ddp.py:120)")
+    _, summary = summarize((waiting, away))
+    s = _snap(run, log, 1, NOW + 5)
+    s = replace(s, training=TrainingState(12, 120, None, None, False, None, None), run_state=assess_run(s, CTX),
+                stacks=StackReport(NOW + 4, "progress not dated", (waiting, away), (), summary, None))  # fmt: skip
+    assert s.run_state is not None and s.run_state.state == "unknown" and undated(s)
+    unknown = next(f for f in health(s, CTX) if f.code == "run_state_unknown")
+    assert (
+        "Where each waits now: rank 1 in never_reaches_collective (ddp.py:114), not in a collective; rank 0 waits"
+        in (unknown.message)
+    ), unknown.message

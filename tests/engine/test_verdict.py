@@ -292,6 +292,7 @@ def test_a_hang_sends_the_reader_to_the_rank_the_others_wait_for_or_to_every_ran
     report = StackReport(NOW - 50, "hang declared", (waiting, away), (), "", None)
     s = decided(snap(hung, live_run=live, processes=(proc(21, "trainer"), proc(22, "trainer")), stacks=report))
     assert s.verdict is not None and s.verdict.command == "py-spy dump --pid 22"
+    assert "py-spy dump --pid 22)" in (s.verdict.next_step or ""), s.verdict.next_step  # the text report's words too
     # The old simulator's frames: neither rank in a known collective. Not known, so both.
     old_waiting = _stack(21, "rank 0", "wait_in_collective (ddp.py:118)", "hang (ddp.py:126)")
     report = replace(report, processes=(old_waiting, away))

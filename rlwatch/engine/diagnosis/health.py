@@ -34,7 +34,7 @@ from rlwatch.common.state import EventSummary, Finding, LogEnding, RunState, Sna
 from rlwatch.engine.diagnosis.base import CRIT, INFO, WARN, Context, StepSeen, progress_before
 from rlwatch.engine.diagnosis.wording import hhmm, human_duration
 
-__all__ = ["assess_run", "health"]
+__all__ = ["assess_run", "health", "undated"]
 
 # Kinds whose lines prove progress (the counter's own; custom kinds marked `progress: true` come in the context).
 _PROGRESS_KINDS = ("step", "checkpoint_saved")
@@ -359,4 +359,20 @@ def health(s: Snapshot, ctx: Context) -> Iterator[Finding]:
     elif rs.state == "finished":
         yield Finding(INFO, "run_finished", f"The run finished: {rs.why}.", rs.since)
     elif ctx.no_run is None:
-        yield Finding(INFO, "run_state_unknown", f"Whether the run progresses is unknown: {rs.why}.", rs.since)
+        st = s.stacks
+        where = ""
+        if undated(s) and st is not None and st.summary and s.time - st.taken_at <= _STACKS_FRESH_S:
+            where = f" Where each waits now: {st.summary}."
+        yield Finding(INFO, "run_state_unknown", f"Whether the run progresses is unknown: {rs.why}.{where}", rs.since)
+
+
+_STACKS_FRESH_S = 30.0  # stacks read this recently say where the ranks stand "now"
+
+
+def undated(s: Snapshot) -> bool:
+    """The run's processes live and its state is unknown though it stepped: its step lines carry no time, so when
+    it last stepped is only bounded. Where each rank stands (read once, for ``report``) is the evidence there is: a
+    rank in a collective waiting for one that is not in one says more than "too little time since"."""
+    rs, tr = s.run_state, s.training
+    alive = s.live_run is not None and bool(_alive(s))
+    return rs is not None and rs.state == "unknown" and alive and tr is not None and tr.last_step is not None

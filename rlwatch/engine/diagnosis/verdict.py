@@ -159,6 +159,8 @@ def _remedy(f: Finding, s: Snapshot, ctx: Context) -> tuple[Finding, str | None]
         if command is None:  # no process of the run left to read: no key or command that reads one is offered
             fix = None if fix == _FIX.get(f.code) else fix
             step = _GONE_NEXT.get(f.code, step)
+        elif step is not None:
+            step = step.replace("py-spy dump --pid PID", command)  # the words name the pids the remedy reads
     if action == "resume" and not gone:
         action = None  # the trainer lives: a resume would be refused, and a key that fails is no remedy
     if (action, command, fix) != (f.action, f.command, f.fix):
