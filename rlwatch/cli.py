@@ -300,6 +300,11 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="FILE",
         help="a YAML file with fleet.prometheus or fleet.exporters (HOST:PORT of each exporter, read directly)",
     )
+    p.add_argument(
+        "--json",
+        action="store_true",
+        help="read the fleet once and print each distributed job's verdict across its hosts, and each host, as JSON",
+    )
 
     p = sub.add_parser("service", help="keep `rlwatch watch` alive: a systemd unit, or a start-up hook without one")
     p.add_argument("verb", choices=["install"], metavar="install", help="install the unit or hook (the only verb)")
@@ -878,7 +883,68 @@ def run(args: argparse.Namespace, handlers: Mapping[str, Handler] = HANDLERS) ->
     return _dispatch(args, handlers)
 
 
+def cmd_fleet_json(args: argparse.Namespace) -> int:
+    """``fleet --json``: the fleet read once, each distributed job joined across its hosts into one verdict (which
+    node's which rank the others wait for, in which collective), for scripts; exit 1 when a job is hung."""
+    from rlwatch.common.trust import config_distrust
+    from rlwatch.config.models import FleetConfig
+    from rlwatch.discover.load import load_config
+    from rlwatch.export.fleet import FleetError, make_fleet_source
+    from rlwatch.export.fleet.job import join_jobs
+
+    cfg = FleetConfig()
+    if args.config is not None:
+        if not args.config.exists():
+            raise UsageError(f"{args.config}: no such file")
+        cfg = load_config(args.config).fleet
+        if config_distrust(args.config, args.config.parent) is not None:
+            cfg = cfg.model_copy(update={"prometheus": None, "exporters": []})
+    if args.prometheus:
+        cfg = cfg.model_copy(update={"prometheus": args.prometheus})
+    if not cfg.prometheus and not cfg.exporters:
+        raise UsageError("fleet: give --prometheus URL, or --config FILE with fleet.prometheus or fleet.exporters")
+    try:
+        snap = make_fleet_source(cfg).read()
+    except FleetError as exc:
+        raise UsageError(f"fleet: {exc}") from None
+    jobs = join_jobs(snap.hosts)
+    out = {
+        "time": snap.time,
+        "source": snap.source,
+        "error": snap.error,
+        "jobs": [v.as_dict() for v in jobs],
+        "hosts": [
+            {
+                "host": h.name,
+                "target": h.key,
+                "status": h.status.value,
+                "age_s": h.age_s,
+                "job": h.run_job,
+                "node_rank": h.node_rank,
+                "ranks": [
+                    {
+                        "rank": r.rank,
+                        "local_rank": r.local_rank,
+                        "state": r.state,
+                        "where": r.where,
+                        "wait": r.wait,
+                        "still_s": r.still_s,
+                        "collective_seq": r.collective_seq,
+                    }
+                    for r in h.ranks
+                ],
+                "worst": h.worst.code if h.worst else None,
+            }
+            for h in snap.hosts
+        ],
+    }
+    print(json.dumps(out, indent=2))
+    return 1 if any(v.state == "hung" for v in jobs) else 0
+
+
 def _dispatch(args: argparse.Namespace, handlers: Mapping[str, Handler]) -> int:
+    if args.command == "fleet" and getattr(args, "json", False):
+        handlers = {**handlers, "fleet": cmd_fleet_json}
     try:
         return handlers[args.command](args)
     except ConfigError as exc:

@@ -39,6 +39,7 @@ from rlwatch.common.redact import redact
 from rlwatch.common.state import Incident, ProcessInfo, Snapshot
 from rlwatch.common.textsafe import clean_line
 from rlwatch.engine.diagnosis import occurrences
+from rlwatch.engine.diagnosis.collectives import job_of, standings
 
 __all__ = [
     "BudgetState",
@@ -237,6 +238,7 @@ class SnapshotCollector(Collector):
         self._processes(f, snap)
         self._findings(f, snap)
         self._stacks(f, snap)
+        self._job(f, snap)
         self._sources(f, snap, now)
         if extras is not None:
             self._extras(f, extras)
@@ -543,6 +545,44 @@ class SnapshotCollector(Collector):
                 r.collective_share,
             )
             f.gauge("rank_straggler", "1 when the other ranks wait for this one (a straggler).", lab, r.straggler)
+
+    @staticmethod
+    def _job(f: _Families, snap: Snapshot) -> None:
+        """The distributed job this host's ranks belong to and where each of them stands, by its global rank (never a
+        pid): what ``rlwatch fleet`` joins across hosts into one verdict for the job."""
+        job = job_of(snap)
+        if job is None:
+            return
+        info = {
+            "job": job.job,
+            "launcher": job.launcher,
+            "master": job.master or "",
+            "node_rank": "" if job.node_rank is None else str(job.node_rank),
+        }
+        f.gauge("job_info", "The distributed job this host's ranks belong to (value 1).", info, 1)
+        f.gauge("job_world_size", "How many ranks the job has in all (its WORLD_SIZE).", None, job.world_size)
+        for r in standings(snap):
+            lab = {"rank": str(r.rank)}
+            where = {
+                **lab,
+                "local_rank": "" if r.local_rank is None else str(r.local_rank),
+                "state": r.state,
+                "where": r.where,
+                "wait": r.wait or "",
+            }
+            f.gauge(
+                "rank_standing_info",
+                "Where a rank of this host stands: waiting in a collective, still elsewhere, or moving (value 1).",
+                where,
+                1,
+            )
+            f.gauge("rank_still_seconds", "How long the rank has stood in the same frames.", lab, r.still_s)
+            f.gauge(
+                "rank_collective_seq",
+                "The last collective the rank entered in its default process group (its flight record).",
+                lab,
+                r.collective_seq,
+            )
 
     @staticmethod
     def _sources(f: _Families, snap: Snapshot, now: float) -> None:

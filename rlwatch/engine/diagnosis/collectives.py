@@ -30,9 +30,10 @@ from dataclasses import dataclass
 
 from rlwatch.common.state import Finding, Snapshot
 from rlwatch.engine.diagnosis.base import CRIT, WARN, Context
-from rlwatch.engine.diagnosis.stacks import stragglers
+from rlwatch.engine.diagnosis.stacks import still_ranks, stragglers
 from rlwatch.logs.collectives import CollectiveOp, RankProgress, read_lines
 from rlwatch.sources import flight, procfs
+from rlwatch.sources.job import JobIdentity, identity
 from rlwatch.sources.nvml import ACTIVITY, GpuActivity
 
 __all__ = [
@@ -41,10 +42,13 @@ __all__ = [
     "GPU_POWER_RATIO",
     "GPU_WINDOW_S",
     "CollectiveIssue",
+    "RankStanding",
     "collectives",
     "compare",
     "gpu_bound",
     "gpu_straggler",
+    "job_of",
+    "standings",
 ]
 
 # A rank's GPU is computing longer each step when, over the last GPU_WINDOW_S, the median of its power readings is at
@@ -387,3 +391,74 @@ def gpu_straggler(s: Snapshot, ctx: Context) -> Iterator[Finding]:
         return
     text, figures = got
     yield Finding(WARN, "gpu_straggler", f"A GPU-bound straggler slows the run: {text} ({'; '.join(figures)}).", None)
+
+
+# ------------------------------------------------------------------------------------ where each rank stands, for a job
+@dataclass(frozen=True, slots=True)
+class RankStanding:
+    """Where one of this host's ranks stands, for the job's view across hosts (the exporter, ``rlwatch fleet``)."""
+
+    rank: int
+    local_rank: int | None
+    state: str  # "waiting": in a collective; "elsewhere": standing still outside one; "moving": its frames move
+    where: str  # its innermost frame and the run's own frame that led there
+    wait: str | None  # the wait it stands in ("all_reduce"), None: none known
+    still_s: float  # how long it has stood in these frames (0: it moves)
+    collective_seq: int | None = None  # the last collective it entered, from its flight record
+
+
+_ENVIRON: dict[tuple[int, float], dict[str, str]] = {}
+
+
+def _environ(pid: int, create_time: float) -> dict[str, str]:
+    """A rank's environment, read once per process (it does not change)."""
+    key = (pid, create_time)
+    env = _ENVIRON.get(key)
+    if env is None:
+        env = procfs.read_environ(pid) or {}
+        _ENVIRON[key] = env
+        while len(_ENVIRON) > 1024:
+            _ENVIRON.pop(next(iter(_ENVIRON)))
+    return env
+
+
+def job_of(s: Snapshot) -> JobIdentity | None:
+    """The distributed job this host's ranks belong to, from their environment (torchrun's, Ray's)."""
+    sampling = s.sampling
+    if sampling is None:
+        return None
+    return identity(_environ(p.pid, p.create_time) for p in sampling.processes if p.alive and p.rank is not None)
+
+
+def standings(s: Snapshot) -> tuple[RankStanding, ...]:
+    """Each live rank of this host: waiting in a collective, standing still elsewhere, or moving, since when, and
+    the last collective it entered where a flight record says."""
+    sampling = s.sampling
+    if sampling is None or not sampling.available:
+        return ()
+    seqs: dict[int, int] = {}
+    if _suspicious(s):
+        for d in _dumps(s):
+            for g in d.progress:
+                if g.pg == "0" and g.last_enqueued is not None:
+                    seqs[d.rank] = g.last_enqueued
+    out = []
+    for x in still_ranks(s):
+        p = x.proc
+        if p.rank is None:
+            continue
+        local = _environ(p.pid, p.create_time).get("LOCAL_RANK", "")
+        moving = x.reads < 2
+        state = "moving" if moving else ("waiting" if x.latest.collective else "elsewhere")
+        out.append(
+            RankStanding(
+                p.rank,
+                int(local) if local.isdigit() else None,
+                state,
+                x.latest.where,
+                x.latest.wait,
+                0.0 if moving else max(0.0, s.time - x.since),
+                seqs.get(p.rank),
+            )
+        )
+    return tuple(sorted(out, key=lambda r: r.rank))

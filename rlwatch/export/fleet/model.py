@@ -86,6 +86,19 @@ class FleetProcess:
 
 
 @dataclass(frozen=True, slots=True)
+class FleetRank:
+    """One rank of a distributed job as its host's exporter says it stands (``rlwatch_rank_standing_info``)."""
+
+    rank: int
+    local_rank: int | None
+    state: str  # "waiting" | "elsewhere" | "moving"
+    where: str
+    wait: str | None
+    still_s: float | None
+    collective_seq: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class FleetHost:
     """One row of the fleet: what a host's exporter said last, and how old that is."""
 
@@ -116,6 +129,10 @@ class FleetHost:
     resume_step: int | None = None
     processes: tuple[FleetProcess, ...] = ()
     budgets_gave_up: tuple[str, ...] = ()
+    run_job: str | None = None  # the distributed job its ranks belong to (``rlwatch_job_info``), not the scrape job
+    node_rank: int | None = None
+    world_size: int | None = None
+    ranks: tuple[FleetRank, ...] = ()
 
     @property
     def has_data(self) -> bool:

@@ -16,6 +16,7 @@ from rlwatch.export.fleet.model import (
     FleetGpu,
     FleetHost,
     FleetProcess,
+    FleetRank,
     Labels,
     Sample,
 )
@@ -108,6 +109,33 @@ def _processes(series: _Series) -> tuple[FleetProcess, ...]:
     )
 
 
+def _opt_int(text: str | None) -> int | None:
+    return int(text) if text is not None and text.isdigit() else None
+
+
+def _ranks(series: _Series) -> tuple[FleetRank, ...]:
+    still = series.by("rank_still_seconds", "rank")
+    seq = series.by("rank_collective_seq", "rank")
+    out = []
+    for labels, _ in series.all("rank_standing_info"):
+        rank = _opt_int(labels.get("rank"))
+        if rank is None:
+            continue
+        key = labels.get("rank", "")
+        out.append(
+            FleetRank(
+                rank,
+                _opt_int(labels.get("local_rank")),
+                clean_line(labels.get("state", "")),
+                clean_line(labels.get("where", "")),
+                clean_line(labels.get("wait", "")) or None,
+                still.get(key),
+                _int(seq.get(key)),
+            )
+        )
+    return tuple(sorted(out, key=lambda r: r.rank))
+
+
 def host_from_samples(
     key: str,
     samples: Iterable[Sample],
@@ -136,6 +164,7 @@ def host_from_samples(
     rate = s.one("training_steps_per_second")
     events = {clean_line(k): round(v) for k, v in s.by("events_total", "kind").items()}
     gave_up = tuple(sorted(clean_line(k) for k, v in s.by("budget_gave_up", "target").items() if v))
+    job_info = [lab for lab, _ in s.all("job_info")]
     # What another host's exporter said is shown to whoever runs the fleet view: redacted here as well, since a
     # host running an older rlwatch (or anything else that speaks these names) may not have redacted it.
     row = FleetHost(
@@ -166,5 +195,9 @@ def host_from_samples(
         resume_step=_int(s.one("resume_global_step")),
         processes=_processes(s),
         budgets_gave_up=gave_up,
+        run_job=(clean_line(job_info[0].get("job", "")) or None) if job_info else None,
+        node_rank=_opt_int(job_info[0].get("node_rank")) if job_info else None,
+        world_size=_int(s.one("job_world_size")),
+        ranks=_ranks(s),
     )
     return redacted(row)

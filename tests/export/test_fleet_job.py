@@ -1,0 +1,155 @@
+"""A distributed job over two hosts joined into one verdict (export/fleet/job): each host's exporter says which job its
+ranks belong to (from the ranks' real environments, as torchrun sets them) and where each stands; the fleet joins them
+and names the node, the rank and the collective, and never blames a host whose ranks all wait."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+
+import pytest
+from prometheus_client import CollectorRegistry
+from prometheus_client.exposition import generate_latest
+
+from rlwatch.common.clock import FakeClock
+from rlwatch.common.state import RunState, SampledProcess, Snapshot, StackSample, StackSampling
+from rlwatch.export.exporter import SnapshotCollector, start_exporter
+from rlwatch.export.fleet import host_from_samples, parse_exposition
+from rlwatch.export.fleet.job import join_jobs
+from rlwatch.sources.sampler import classify
+from rlwatch.tui.launch import main
+
+pytestmark = pytest.mark.slow
+
+NOW = 1_763_716_800.0
+ALLREDUCE = ("all_reduce (distributed_c10d.py:3068)", "train_step (train.py:31)", "main (train.py:60)")
+FETCH = ("fetch_batch_from_service (train.py:20)", "train_step (train.py:29)", "main (train.py:60)")
+STEP = ("forward (model.py:12)", "train_step (train.py:30)", "main (train.py:60)")
+
+
+def _env(rank: int, node: int) -> dict[str, str]:
+    return {
+        "PATH": "/usr/bin:/bin",
+        "RANK": str(rank),
+        "LOCAL_RANK": str(rank % 2),
+        "GROUP_RANK": str(node),
+        "WORLD_SIZE": "4",
+        "LOCAL_WORLD_SIZE": "2",
+        "MASTER_ADDR": "10.0.0.1",
+        "MASTER_PORT": "29500",
+        "TORCHELASTIC_RUN_ID": "exp-42",
+    }
+
+
+@pytest.fixture
+def ranks() -> Iterator[list[subprocess.Popen[bytes]]]:
+    """Four rank processes with torchrun's environment (two per node), reading stdin until the test ends."""
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", "import sys; sys.stdin.read()"], stdin=subprocess.PIPE, env=_env(r, r // 2)
+        )
+        for r in range(4)
+    ]
+    try:
+        yield procs
+    finally:
+        for p in procs:
+            assert p.stdin is not None
+            p.stdin.close()
+            p.wait(timeout=30)
+
+
+def _sampled(pid: int, rank: int, frames: Sequence[str], moving: bool = False) -> SampledProcess:
+    wait, collective = classify(frames)
+    samples = []
+    for i in range(6):
+        f = (*frames[:-1], f"main (train.py:{60 + i})") if moving else tuple(frames)
+        samples.append(StackSample(NOW - 50 + 10 * i, f, f[0], wait, collective, None if i == 0 else not moving))
+    return SampledProcess(pid, 1.0, f"rank {rank}", rank, tuple(samples))
+
+
+def _host(name: str, procs: Sequence[SampledProcess], state: str = "hung") -> Snapshot:
+    return Snapshot(
+        host=name,
+        time=NOW,
+        profile="auto",
+        run_dir="/job",
+        sampling=StackSampling(True, None, "py-spy dump --nonblocking", 10.0, 0.005, tuple(procs)),
+        run_state=RunState(state, "its ranks stand still"),
+    )
+
+
+def _row(snap: Snapshot):  # type: ignore[no-untyped-def]
+    reg = CollectorRegistry(auto_describe=False)
+    reg.register(SnapshotCollector(lambda: snap, clock=FakeClock(NOW)))
+    text = generate_latest(reg).decode()
+    for pid in snap.sampling.processes if snap.sampling else ():  # no pid in any label
+        assert f'"{pid.pid}"' not in text and f"pid {pid.pid}" not in text
+    return host_from_samples(snap.host, parse_exposition(text), data_age_s=0.0, stale_after_s=60.0)
+
+
+def test_the_job_names_the_node_rank_and_collective_the_others_wait_for(ranks: list[subprocess.Popen[bytes]]) -> None:
+    pids = [p.pid for p in ranks]
+    node_a = _host("node-a", [_sampled(pids[0], 0, ALLREDUCE), _sampled(pids[1], 1, ALLREDUCE)])
+    node_b = _host("node-b", [_sampled(pids[2], 2, ALLREDUCE), _sampled(pids[3], 3, FETCH)])
+    a, b = _row(node_a), _row(node_b)
+    assert (a.run_job, a.node_rank, a.world_size) == ("rdzv:exp-42", 0, 4)
+    assert [(r.rank, r.local_rank, r.state, r.wait) for r in b.ranks] == [
+        (2, 0, "waiting", "all_reduce"),
+        (3, 1, "elsewhere", None),
+    ]
+    (v,) = join_jobs([a, b])
+    assert v.state == "hung" and v.culprit_host == "node-b" and v.culprit_ranks == (3,)
+    assert v.message == (
+        "job rdzv:exp-42: hung 50 s; node-b rank 3 never reached all_reduce (rank 3 is in fetch_batch_from_service "
+        "(train.py:20)); the 3 others wait for it"
+    )
+    assert dict(v.per_host)["node-a"] == "its ranks 0-1 wait for node-b rank 3"
+
+
+def test_a_host_whose_ranks_all_wait_is_not_blamed(ranks: list[subprocess.Popen[bytes]]) -> None:
+    pids = [p.pid for p in ranks]
+    a = _row(_host("node-a", [_sampled(pids[0], 0, ALLREDUCE), _sampled(pids[1], 1, ALLREDUCE)]))
+    (v,) = join_jobs([a])  # node-b's rlwatch does not answer
+    assert v.culprit_host is None and v.culprit_ranks == () and v.missing_ranks == (2, 3)
+    assert "the rank they wait for is among ranks 2-3, which no host reports" in v.message
+    assert dict(v.per_host)["node-a"].endswith("the rank they wait for is on another node")
+
+
+def test_a_healthy_job_says_nothing_is_wrong(ranks: list[subprocess.Popen[bytes]]) -> None:
+    pids = [p.pid for p in ranks]
+    rows = [
+        _row(_host(f"node-{n}", [_sampled(pids[r], r, STEP, moving=True) for r in (2 * n, 2 * n + 1)], "progressing"))
+        for n in (0, 1)
+    ]
+    (v,) = join_jobs(rows)
+    assert v.state == "progressing" and v.culprit_ranks == () and v.missing_ranks == ()
+
+
+def test_fleet_json_joins_two_real_exporters(
+    ranks: list[subprocess.Popen[bytes]], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    pids = [p.pid for p in ranks]
+    node_a = _host("node-a", [_sampled(pids[0], 0, ALLREDUCE), _sampled(pids[1], 1, ALLREDUCE)])
+    node_b = _host("node-b", [_sampled(pids[2], 2, ALLREDUCE), _sampled(pids[3], 3, FETCH)])
+    with (
+        start_exporter(lambda: node_a, clock=FakeClock(NOW)) as ea,
+        start_exporter(lambda: node_b, clock=FakeClock(NOW)) as eb,
+    ):
+        cfg = tmp_path / "fleet.yaml"
+        cfg.write_text(f"fleet:\n  exporters: [127.0.0.1:{ea.port}, 127.0.0.1:{eb.port}]\n")
+        code = main(["fleet", "--config", str(cfg), "--json"])
+    out = json.loads(capsys.readouterr().out)
+    assert code == 1
+    (job,) = out["jobs"]
+    assert (job["job"], job["state"], job["culprit_host"], job["culprit_ranks"]) == (
+        "rdzv:exp-42",
+        "hung",
+        "node-b",
+        [3],
+    )
+    assert job["collective"] == "all_reduce"
+    assert sorted(h["host"] for h in out["hosts"]) == ["node-a", "node-b"]
