@@ -7,7 +7,11 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import subprocess
+import sys
 from pathlib import Path
+
+import pytest
 
 from rlwatch.common.state import (
     GpuHolder,
@@ -213,3 +217,37 @@ def test_the_rule_names_the_gpu_bound_straggler_when_the_stacks_agree() -> None:
         assert list(gpu_straggler(snap, Context())) == []
     finally:
         ACTIVITY.clear()
+
+
+@pytest.mark.slow
+def test_a_declared_hang_asks_each_rank_for_its_flight_record_through_its_pipe_once(tmp_path: Path) -> None:
+    prefix = str(tmp_path / "nccl_pipe_rank_")
+    os.mkfifo(prefix + "1.pipe")
+    reader = os.open(prefix + "1.pipe", os.O_RDONLY | os.O_NONBLOCK)  # as ProcessGroupNCCL opens it
+    env = {"PATH": "/usr/bin:/bin", "RANK": "1", "TORCH_NCCL_DEBUG_INFO_PIPE_FILE": prefix}
+    rank = subprocess.Popen([sys.executable, "-c", "import sys; sys.stdin.read()"], stdin=subprocess.PIPE, env=env)
+    try:
+        frames = ("fetch_batch_from_service (train.py:20)", "main (train.py:60)")
+        samples = tuple(StackSample(1000.0 + 10 * i, frames, frames[0], None, False, True) for i in range(3))
+        sampling = StackSampling(
+            True, None, "py-spy dump", 10.0, None, (SampledProcess(rank.pid, 1.0, "rank 1", 1, samples),)
+        )
+        snap = Snapshot(
+            host="h",
+            time=1030.0,
+            profile="auto",
+            run_dir=str(tmp_path),
+            sampling=sampling,
+            run_state=RunState("hung", "its ranks' stacks have not moved"),
+        )
+        list(collectives(snap, Context()))
+        list(collectives(snap, Context()))  # the same ranks: asked once
+        assert os.read(reader, 16) == b"1"
+        healthy = Snapshot(host="h", time=1030.0, profile="auto", run_dir=str(tmp_path / "other"), sampling=sampling)
+        list(collectives(healthy, Context()))  # not hung: nothing asked
+        assert os.read(reader, 16) == b""  # nothing more was written
+    finally:
+        os.close(reader)
+        assert rank.stdin is not None
+        rank.stdin.close()
+        rank.wait(timeout=30)

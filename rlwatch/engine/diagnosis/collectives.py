@@ -260,11 +260,36 @@ def _dumps(s: Snapshot) -> tuple[flight.FlightDump, ...]:
     return dumps
 
 
+_ASKED: dict[str, frozenset[int]] = {}
+
+
+def _ask_for_dumps(s: Snapshot) -> None:
+    """Once a hang is declared, ask each rank that set ``TORCH_NCCL_DEBUG_INFO_PIPE_FILE`` for its flight record
+    through its pipe (one byte; never blocking), once per set of ranks: the dumps then exist before NCCL's watchdog
+    (600 s by default) kills the run, and the next round reads them."""
+    sampling = s.sampling
+    if sampling is None or s.run_state is None or s.run_state.state != "hung":
+        return
+    ranked = [p for p in sampling.processes if p.alive and p.rank is not None]
+    pids = frozenset(p.pid for p in ranked)
+    if not pids or _ASKED.get(s.run_dir) == pids:
+        return
+    _ASKED[s.run_dir] = pids
+    if len(_ASKED) > 16:
+        _ASKED.pop(next(iter(_ASKED)))
+    try:
+        owners = {os.stat(s.run_dir).st_uid}
+    except OSError:
+        return
+    flight.request_dumps({p.rank: _environ(p.pid, p.create_time) for p in ranked if p.rank is not None}, owners)
+
+
 def issues(s: Snapshot) -> tuple[tuple[CollectiveIssue, ...], tuple[str, ...]]:
     """What the dumps and the watchdog lines say, and the dumps that could not be read (one line each)."""
     ev = s.events.get("nccl_timeout")
     lines = [(x.path, x.lineno, x.text) for x in (ev.recent if ev is not None else ())]
     ops, progress = read_lines(lines)
+    _ask_for_dumps(s)
     dumps = _dumps(s) if _suspicious(s) else ()
     names: dict[str, str] = {}
     bad = tuple(d.error for d in dumps if d.error)
