@@ -210,7 +210,7 @@ def test_config_referencing_missing_paths(tmp_path: Path, fault_row: Callable[[s
         "  config_file: 'gsm8k_grpo.yaml'\n"
     )
     out = run_cli("report", str(run))
-    assert out.returncode in (0, 1) and "Traceback" not in out.stderr, out.stderr
+    assert out.returncode in (0, 1, 3) and "Traceback" not in out.stderr, out.stderr
     missing = [line.strip() for line in out.stdout.splitlines() if line.strip().startswith("config ")]
     assert len(missing) == 4, out.stdout
     assert "config training.logs[1]: wandb/*.log matches nothing (yet)" in missing

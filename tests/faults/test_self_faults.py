@@ -202,7 +202,7 @@ def test_no_terminal(tmp_path: Path, fault_row: Callable[[str, str], FaultRow]) 
         assert out.returncode == 2 and len(lines) == 1 and "needs a terminal" in lines[0], out.stderr
         assert out.stdout == ""
     report = run_cli("report", str(run), "--json")
-    assert report.returncode in (0, 1) and json.loads(report.stdout)["events"]["connection_refused"]["count"] == 1
+    assert report.returncode in (0, 1, 3) and json.loads(report.stdout)["events"]["connection_refused"]["count"] == 1
     row.saw(f"dashboard and demo: exit 2, {lines[0]!r}; report works without a terminal")
 
 
@@ -222,7 +222,7 @@ def test_stdout_closed(
         timeout=60,
         check=False,
     )
-    assert closed.returncode in (0, 1) and b"Traceback" not in closed.stderr
+    assert closed.returncode in (0, 1, 3) and b"Traceback" not in closed.stderr
     proc = subprocess.Popen(
         [PYTHON, "-m", "rlwatch", "watch", str(run), "--json"],
         stdout=subprocess.PIPE,
