@@ -231,7 +231,8 @@ def _dumps(s: Snapshot) -> tuple[flight.FlightDump, ...]:
         if len(_PREFIXES) > 16:
             _PREFIXES.pop(next(iter(_PREFIXES)))
     prefixes = _PREFIXES.get(s.run_dir) or named or (flight.DEFAULT_PREFIX,)
-    prefixes = tuple(dict.fromkeys((*prefixes, os.path.join(s.run_dir, "nccl_trace_rank_"))))
+    if os.path.isabs(s.run_dir):  # the run directory's own dumps; never a path relative to wherever rlwatch runs
+        prefixes = tuple(dict.fromkeys((*prefixes, os.path.join(s.run_dir, "nccl_trace_rank_"))))
     since = s.time - s.run_uptime_s if s.run_uptime_s is not None else None
     if since is None:
         return ()  # a dump from before the run cannot be told from this run's
