@@ -1,7 +1,8 @@
 """The command line. Headless commands live here; the dashboard commands are dispatched by ``tui.launch``.
 
 Every user mistake (bad config, missing directory, unknown scenario, taken port) ends in one line on stderr and exit
-status 2; problems found on the host are exit status 1 (`report`); never a traceback.
+status 2; problems found on the host are exit status 1 (`report`), a run whose progress the evidence does not show
+exit status 3; never a traceback.
 """
 
 from __future__ import annotations
@@ -164,7 +165,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--speed", type=float, default=1.0, metavar="FACTOR", help=SCENARIO_SPEED_HELP)
     p.add_argument("--readonly", action="store_true", help="disable every action key (the dashboard only watches)")
 
-    p = sub.add_parser("report", help="one-shot health report; exit 0 healthy, 1 problems, 2 usage error")
+    p = sub.add_parser("report", help="one-shot health report; exit 0 healthy, 1 problems, 2 usage error, 3 unknown")
     _common(p)
     p.add_argument("--json", action="store_true", help="the stable JSON report")
 
