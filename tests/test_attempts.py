@@ -46,8 +46,10 @@ while True:
     time.sleep(0.1)
 """
 LAUNCHER = """
-import subprocess, sys, time
-kids = [subprocess.Popen([sys.executable, "rank.py", str(i)]) for i in range(2)]
+import os, subprocess, sys, time
+# As torchrun's agent or DeepSpeed's launcher does, each rank gets its rank in its environment.
+env = lambda i: {**os.environ, "RANK": str(i), "LOCAL_RANK": str(i), "WORLD_SIZE": "2"}
+kids = [subprocess.Popen([sys.executable, "rank.py", str(i)], env=env(i)) for i in range(2)]
 print(" ".join(str(k.pid) for k in kids), flush=True)
 time.sleep(600)
 """
@@ -304,8 +306,9 @@ while True:
     time.sleep(0.1)
 """
 HOLDING_LAUNCHER = """
-import subprocess, sys, time
-kids = [subprocess.Popen([sys.executable, "rank.py", str(i), sys.argv[1]]) for i in range(2)]
+import os, subprocess, sys, time
+env = lambda i: {**os.environ, "RANK": str(i), "LOCAL_RANK": str(i), "WORLD_SIZE": "2"}  # a launcher's ranks
+kids = [subprocess.Popen([sys.executable, "rank.py", str(i), sys.argv[1]], env=env(i)) for i in range(2)]
 print(" ".join(str(k.pid) for k in kids), flush=True)
 time.sleep(600)
 """

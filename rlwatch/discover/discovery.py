@@ -138,7 +138,9 @@ PROC_KINDS: tuple[tuple[str, re.Pattern[str]], ...] = (
 VERL_ACTOR_TITLE = re.compile(f"{VERL_TASK_RUNNER}|{VERL_WORKERS}")
 OPENRLHF_ACTOR_TITLE = re.compile(f"{OPENRLHF_CONTROLLER}|{OPENRLHF_MODELS}|{OPENRLHF_ENGINES}")
 # rlwatch's own command line is never evidence of a run (its simulator's pieces are: they stand in for one).
-RLWATCH_CLI = re.compile(r"(^|/)rlwatch( |$)|-m rlwatch(\.cli)?( |$)")
+# The simulator's supervisor (`python -m rlwatch.sim`, `rlwatch sim`) plays the platform that starts a run: it is
+# rlwatch's own too.
+RLWATCH_CLI = re.compile(r"(^|/)rlwatch( |$)|-m rlwatch(\.cli|\.sim)?( |$)")
 TRAINER_KINDS = frozenset({"areal_launcher", "torchrun", "trl_trainer", "launcher", "verl", "openrlhf", "python"})
 # TRL itself on a command line: `trl grpo …`, `python -m trl.scripts.grpo`, one of TRL's example scripts.
 TRL_COMMAND = re.compile(r"(^|[ /])trl [a-z][a-z_-]*( |$)|-m trl(\.\S+)?( |$)|/trl/(scripts|examples)/\S+\.py( |$)")
@@ -198,10 +200,44 @@ class SeveralRuns(Exception):
         )
 
 
-def several_runs(run_dir: Path, found: Found) -> list[tuple[Path, str]]:
-    """The subdirectories of ``run_dir`` that are runs of their own, each with what makes it one: its own logs and
-    checkpoints (or its own rlwatch.yaml). Fewer than two: ``run_dir`` is one run (its logs/, checkpoints/ … are
-    parts of it), and [] is returned."""
+def _inside(path: Path, other: Path) -> bool:
+    return path == other or other in path.parents
+
+
+def live_run_dirs(run_dir: Path, found: Found, proc_root: str = "/proc") -> list[Path]:
+    """The directories below ``run_dir`` where a live process of this user works and writes a log it found (the
+    log under that directory): each is a run as sure as a process runs it. The outermost of nested ones."""
+    real = os.path.realpath(run_dir)
+    logs = {os.path.realpath(p) for p in found.recent_logs}
+    if not logs:
+        return []
+    places: set[str] = set()
+    for pid in procfs.list_pids(proc_root):
+        cwd = procfs.read_cwd(pid, proc_root)
+        if cwd is None or not cwd.startswith(real.rstrip("/") + "/") or cwd in places:
+            continue
+        uids = procfs.all_uids(pid, proc_root)
+        if uids is not None and set(uids) != {os.geteuid()}:
+            continue
+        for fd, path in procfs.fd_entries(pid, proc_root) or []:
+            if path in logs and path.startswith(cwd.rstrip("/") + "/") and procfs.fd_writable(pid, fd, proc_root):
+                places.add(cwd)
+                break
+    dirs = sorted((run_dir / os.path.relpath(c, real) for c in places), key=lambda d: len(d.parts))
+    out: list[Path] = []
+    for d in dirs:
+        first = d.relative_to(run_dir).parts[0]
+        if first in RUN_PARTS or first.startswith(".") or any(_inside(d, o) for o in out):
+            continue  # a run's own logs/ or output/ (its parts), or within a run already found
+        out.append(d)
+    return out
+
+
+def several_runs(run_dir: Path, found: Found, live: Sequence[Path] = ()) -> list[tuple[Path, str]]:
+    """The directories below ``run_dir`` that are runs of their own, each with what makes it one: its own logs and
+    checkpoints (or its own rlwatch.yaml), or a live process working there that writes its log (``live``, with the
+    directories beside it that hold logs of their own). Fewer than two: ``run_dir`` is one run (its logs/,
+    checkpoints/ … are parts of it), and [] is returned."""
     what: dict[Path, set[str]] = {}
 
     def note(path: Path, kind: str) -> None:
@@ -232,18 +268,37 @@ def several_runs(run_dir: Path, found: Found) -> list[tuple[Path, str]]:
     for child in children:
         if (child / "rlwatch.yaml").is_file():
             what.setdefault(child, set()).add("rlwatch.yaml")
-    runs = sorted(
-        (
-            (d, " and ".join(sorted(k)))
-            for d, k in what.items()
-            # A run has logs of its own beside its checkpoints (or a logs/ of its own, or an rlwatch.yaml): a
-            # directory of checkpoints alone is a part of the run around it (TRL's output_dir).
-            if "rlwatch.yaml" in k or ("logs" in k and ("checkpoints" in k or (d / "logs").is_dir()))
-        ),
-        key=lambda r: str(r[0]),
-    )
+    runs = {
+        d: " and ".join(sorted(k))
+        for d, k in what.items()
+        # A run has logs of its own beside its checkpoints (or a logs/ of its own, or an rlwatch.yaml): a
+        # directory of checkpoints alone is a part of the run around it (TRL's output_dir).
+        if "rlwatch.yaml" in k or ("logs" in k and ("checkpoints" in k or (d / "logs").is_dir()))
+    }
+    # A live process working in a directory and writing its log there makes it a run, checkpoint or not (a first
+    # `python3 train.py > train.log` has none yet); beside it, the directories of its siblings that hold logs of
+    # their own are runs too, live or not: two runs side by side are never one.
+    found_live: dict[Path, str] = {}
+    for place in live:
+        found_live[place] = "logs, and a live process working there that writes them"
+        for log in found.recent_logs:
+            rel = log.relative_to(place.parent) if _inside(log, place.parent) else None
+            if rel is None or len(rel.parts) < 2 or rel.parts[0].startswith("."):
+                continue
+            sibling = place.parent / rel.parts[0]
+            if sibling.parent == run_dir and rel.parts[0] in RUN_PARTS:
+                continue  # the run directory's own logs/ or output/: its parts, not a run beside the live one
+            if not any(_inside(sibling, x) or _inside(x, sibling) for x in live):
+                found_live.setdefault(sibling, "logs of its own beside a live run")
+    for d, why in found_live.items():
+        if any(_inside(d, o) for o in runs):
+            continue  # a part of a run found by its own files
+        for inner in [o for o in runs if _inside(o, d)]:
+            del runs[inner]
+        runs[d] = why
+    ordered = sorted(runs.items(), key=lambda r: str(r[0]))
     # Loose logs beside them (``/tmp/x.log``) do not make the parent a run of its own.
-    return runs if len(runs) >= 2 else []
+    return ordered if len(ordered) >= 2 else []
 
 
 def _worked_in(related: Sequence[Proc], runs: Sequence[tuple[Path, str]]) -> tuple[Path, Proc] | None:
@@ -306,6 +361,11 @@ def walk_run_dir(
         except OSError:
             continue
         names = {e.name for e in entries}
+        if depth > 0 and ".git" in names:
+            # A source checkout below the run directory (a framework's clone, rlwatch's own with its test fixtures)
+            # is code: its logs are fixtures or examples, never this run's.
+            found.cut.append(f"{directory.relative_to(run_dir)}/: a source checkout (code, not the run's output)")
+            continue
         session = names >= RAY_SESSION_FILES
         if session:
             found.ray_sessions.append(directory)  # Ray's own logs: read as Ray's (sources/ray), not as the run's
@@ -541,6 +601,7 @@ class Seen:
     host: list[Proc]
     logs: dict[Path, str]  # the newest logs (head and tail), newest first
     scripts: dict[Path, tuple[Proc, str]]  # the .py files the run's processes run, with one process running each
+    proc_root: str = "/proc"
 
     def rel(self, path: Path) -> str:
         return _rel(path, self.run_dir)
@@ -752,7 +813,12 @@ def _run_evidence(seen: Seen, now: float) -> list[str]:
         age = now - seen.found.recent_logs.get(path, now)
         out.append(f"{seen.rel(path)}: a log written {_age(age)} ago")
     for proc in seen.related:
-        what = "an inference server" if proc.kinds & set(SERVER_KINDS) else "a trainer"
+        if proc.kinds & set(SERVER_KINDS):
+            what = "an inference server"
+        elif proc.kinds & TRAINER_KINDS == {"python"} and not _writes_under(proc.pid, seen.run_dir, seen.proc_root):
+            what = "a Python process that writes nothing here (not taken for the trainer)"
+        else:
+            what = "a trainer"
         out.append(f"pid {proc.pid}, {what}, works in or names this directory: {_short_cmd(proc)}")
     return out
 
@@ -896,7 +962,7 @@ def discover(run_dir: Path, profile: str = "auto", *, proc_root: str = "/proc", 
     direct = {p.pid for p in host if _related(p, run_dir)}
     tree = procfs.descendants(direct, procfs.children_map(proc_root)) if direct else set()
     related = [p for p in host if p.pid in tree]
-    runs = several_runs(run_dir, found)
+    runs = several_runs(run_dir, found, live_run_dirs(run_dir, found, proc_root))
     if runs:
         worked = _worked_in(related, runs)
         if worked is None:
@@ -911,7 +977,7 @@ def discover(run_dir: Path, profile: str = "auto", *, proc_root: str = "/proc", 
         )
         return cfg.with_provenance(replace(cfg.provenance, profile=(why, *cfg.provenance.profile)))
     texts = {p: _head_tail(p) for p in _logs_to_read(found)}
-    seen = Seen(run_dir, found, related, host, texts, _scripts(related, run_dir))
+    seen = Seen(run_dir, found, related, host, texts, _scripts(related, run_dir), proc_root)
     chosen, evidence, run_found = _choose_profile(seen, now)
     forced = _as_profile(profile)
     name = forced or chosen
@@ -988,7 +1054,7 @@ def discover(run_dir: Path, profile: str = "auto", *, proc_root: str = "/proc", 
     if found.ray_sessions:  # a copy of Ray's session logs under the run (a live cluster's is found when read)
         newest = max(found.ray_sessions, key=lambda d: (_mtime(str(d / "raylet.out")) or 0.0, str(d)))
         ray = ray.model_copy(update={"session_logs": _rel(newest, run_dir)})
-    processes = _trainer_rule(base.processes, related)
+    processes = _trainer_rule(base.processes, related, run_dir, proc_root)
     cfg = base.model_copy(update={"training": training, "server": server, "ray": ray, "processes": processes})
     return cfg.with_provenance(provenance)
 
@@ -1015,10 +1081,28 @@ def trainer_pattern(argv: tuple[str, ...]) -> str:
 _SHELLS = frozenset({"bash", "sh", "dash", "zsh", "fish", "ksh", "tcsh", "csh", "env", "nohup", "timeout", "setsid"})
 
 
-def _trainer_rule(rules: list[ProcessRule], related: list[Proc]) -> list[ProcessRule]:
+def _writes_under(pid: int, run_dir: Path, proc_root: str) -> bool:
+    """Whether ``pid`` or a process it started holds a file under ``run_dir`` open for writing."""
+    real = os.path.realpath(run_dir).rstrip("/") + "/"
+    family = {pid, *procfs.descendants({pid}, procfs.children_map(proc_root))}
+    for one in sorted(family)[:64]:
+        for fd, path in procfs.fd_entries(one, proc_root) or []:
+            if path.startswith(real) and procfs.fd_writable(one, fd, proc_root):
+                return True
+    return False
+
+
+def _trainer_rule(
+    rules: list[ProcessRule], related: list[Proc], run_dir: Path, proc_root: str = "/proc"
+) -> list[ProcessRule]:
     """The profile's rules, with a trainer rule that matches the trainer discovery found when none of them does:
     a role's pattern that misses the run's own ``python3 train.py`` would leave it out of every table, and a
-    written ``rlwatch.yaml`` (``rlwatch init``) would name a trainer its rules never select."""
+    written ``rlwatch.yaml`` (``rlwatch init``) would name a trainer its rules never select.
+
+    A plain Python process (no launcher, no framework on its command line) is the trainer only when it, or what it
+    started, writes under the run directory: a REPL, a ``python3 -c`` reading ``rlwatch report --json`` or a script
+    looking at checkpoints stands in the directory too, and a rule made from it would make every such process "the
+    trainer" (and a dead run "still starting")."""
     trainers = [
         p
         for p in related
@@ -1026,6 +1110,7 @@ def _trainer_rule(rules: list[ProcessRule], related: list[Proc]) -> list[Process
         and not p.kinds & set(SERVER_KINDS)
         and p.argv
         and os.path.basename(p.argv[0]) not in _SHELLS  # `bash -c "python3 train.py"` names the trainer, is not it
+        and (p.kinds & TRAINER_KINDS != {"python"} or _writes_under(p.pid, run_dir, proc_root))
     ]
     if not trainers:
         return rules

@@ -25,7 +25,7 @@ from dataclasses import dataclass, replace
 from rlwatch.common.state import Attempt, EventSummary, GpuHolder
 from rlwatch.engine.diagnosis.wording import hhmm, human_duration
 from rlwatch.sources import procfs
-from rlwatch.sources.membership import Launch, RunView
+from rlwatch.sources.membership import Launch, RunView, is_session_root
 
 __all__ = ["AttemptTracker", "busy_after"]
 
@@ -100,7 +100,10 @@ class AttemptTracker:
                 self._names[pid] = (seen[pid][0], label(procfs.read_cmdline(pid, self._proc_root), seen[pid][1]))
         for pid in set(view.members) | set(view.earlier):
             p = view.procs.get(pid)
-            if p is not None and p.ppid > 1 and p.ppid in view.procs:
+            parent = view.procs.get(p.ppid) if p is not None else None
+            # A shell that started it (a launch script, `(cd run && nohup python train.py &)`) is no launcher:
+            # once it exits, the run goes on as an ordinary run, never one that "lost its launcher".
+            if p is not None and p.ppid > 1 and parent is not None and not is_session_root(parent):
                 self._parents[pid] = (p.create_time, p.ppid)
         self._parents = {
             pid: v for pid, v in self._parents.items() if pid in view.procs and v[0] == view.procs[pid].create_time

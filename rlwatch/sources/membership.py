@@ -283,14 +283,7 @@ class RunView:
         """A regular file outside the run directory that ``pid`` holds open for writing, or None. An orphan that is
         still writing its own log or checkpoints is doing work — a second experiment started with nohup looks exactly
         like a leftover otherwise — so it is never called a stray on age alone."""
-        for fd, path in (procfs.fd_entries(pid, self.proc_root) or [])[:_MAX_FDS_LOOKED_AT]:
-            if not path.startswith("/") or path.startswith(_NOT_WORK) or path.endswith(" (deleted)"):
-                continue
-            if _under(path, os.path.realpath(self.run_dir)) or not os.path.isfile(path):
-                continue
-            if procfs.fd_writable(pid, fd, self.proc_root):
-                return path
-        return None
+        return _writes_outside(pid, os.path.realpath(self.run_dir), self.proc_root)
 
 
 def may_act_on(uid: int | None, owners: Collection[int]) -> bool:
@@ -428,8 +421,7 @@ def assess(
     allowed = frozenset({os.geteuid()} if owners is None else owners)
     foreign = {pid for pid, p in procs.items() if not may_act_on(p.uid, allowed)}
     searched = (
-        f"no process works in {root}, holds a file under it open, was started by rlwatch, "
-        "or matches a configured role and touches it"
+        f"no process works in {root}, holds a file under it open, was started by rlwatch, or is named by a pidfile"
     )
     if root == "/":
         # Everything works under /: the directory is no evidence. Only launches and pidfile rules count.
@@ -441,7 +433,6 @@ def assess(
         cwd_in = {pid for pid, p in procs.items() if _under(p.cwd, root)}
     direct: dict[int, str] = {}
     weak_direct: dict[int, str] = {}
-    touches = (set(cwd_in) | {pid for pid in files if pid in procs}) - foreign
     for pid, fs in files.items():
         if pid not in procs:
             continue
@@ -459,14 +450,25 @@ def assess(
             direct.setdefault(pid, why)
     parents = {pid: p.ppid for pid, p in procs.items()}
     children = procfs.children_map(parents=parents)
+    _add_pipe_writers(direct, procs, proc_root, foreign)
+    # A role's pattern names what a process is, never whose: a rule that matches `python3` matches the REPL, the
+    # `python3 -c` reading `rlwatch report --json` through a pipe, and every other interpreter a person opens in the
+    # directory. With a role, a process is the run's only when its pidfile names it or its family runs the run (one
+    # of them writes under the directory, was launched by rlwatch, or is named by the run's logs); standing in the
+    # directory or reading its files stays weak evidence, whatever the role.
+    runs_it = set(direct) - foreign
     for pid, role in roles.items():
-        if pid not in procs:
+        if pid not in procs or pid in foreign:
             continue
-        family = {pid, *procfs.ancestors(pid, parents=parents), *procfs.descendants([pid], children)}
         if pid in pidfile_pids:
             direct.setdefault(pid, f"the {role} (named by its pidfile)")
-        elif family & touches:
-            direct.setdefault(pid, f"the {role} (its role rule matches, and it works with {root})")
+            continue
+        family = {pid, *procfs.ancestors(pid, parents=parents), *procfs.descendants([pid], children)}
+        doer = min(family & runs_it, default=None)
+        if doer is not None and doer != pid:
+            direct.setdefault(
+                pid, f"the {role} (its role rule matches, and pid {doer} of its family {_verb(direct[doer])})"
+            )
     # A person's shell (or multiplexer, or login) that merely stands in the directory, or reads a file there, is
     # where the person is, not the run: it is evidence only when it writes there (a launcher script's redirect).
     for pid in cwd_in:
@@ -477,7 +479,12 @@ def assess(
             weak_direct[pid] = f"holds {_rel(fs[0].path, root)} open"
     # Other rlwatch processes (the watchdog, a dashboard, a report) read the run's logs and write its .rlwatch/:
     # observers too, never the run — and so are what started them, up to the shell (`timeout 600 rlwatch watch`).
-    for pid in [pid for pid in {*direct, *weak_direct} if _is_rlwatch(procfs.read_cmdline(pid, proc_root))]:
+    # The simulator (`rlwatch sim`, `python -m rlwatch.sim`, what `rlwatch demo` starts) is rlwatch's own program
+    # standing for the platform — the container runtime, the scheduler — that starts the run's pieces: above them,
+    # never one of them, wherever it stands in their tree.
+    ours = [pid for pid in {*direct, *weak_direct} if _is_rlwatch(procfs.read_cmdline(pid, proc_root))]
+    ours += _simulators_above({*direct, *weak_direct}, procs, proc_root)
+    for pid in ours:
         watchers.add(pid)
         here = procs.get(pid)
         while here is not None and (parent := procs.get(here.ppid)) is not None and not _is_root(parent):
@@ -487,11 +494,17 @@ def assess(
     for pid in watchers:
         direct.pop(pid, None)
         weak_direct.pop(pid, None)
+    places = _Places(root, procs, proc_root)
     # A Ray actor shares its session with the raylet and every other job's workers: only its own children come
     # with it.
-    core_members = _closure(direct, procs, children, watchers, lone=frozenset(named) & set(direct))
+    core_members = _closure(direct, procs, children, watchers, lone=frozenset(named) & set(direct), places=places)
+    # A process that only stands in the directory or reads a file there brings its own children (a `watch` and
+    # what it runs), never its parents nor what they started: the pytest worker, the editor or the launcher script
+    # above a `tail -f` is not the run, and neither is everything else it runs.
     weak_members = {
-        pid: why for pid, why in _closure(weak_direct, procs, children, watchers).items() if pid not in core_members
+        pid: why
+        for pid, why in _closure(weak_direct, procs, children, watchers, places=places, up=False).items()
+        if pid not in core_members
     }
     environ = _EnvironCache(proc_root)
     _add_elastic_siblings(core_members, procs, watchers, environ)
@@ -533,9 +546,54 @@ SESSION_ROOTS = frozenset(
 )  # fmt: skip
 
 
-def _is_root(p: Proc) -> bool:
+def is_session_root(p: Proc) -> bool:
+    """A shell, multiplexer, login, session manager or init: where a run's family ends going up, and never a
+    launcher whose exit a run outlives as an orphan (a launch script that ran ``nohup python train.py &``)."""
     comm = p.comm
     return p.pid <= 1 or comm in SESSION_ROOTS or comm.startswith(("containerd-shim", "tmux"))
+
+
+_is_root = is_session_root
+
+
+class _Places:
+    """Where a process works and what it writes outside the run directory, read once per look: what tells two runs
+    apart that one shell, one script or one test process started side by side."""
+
+    def __init__(self, root: str, procs: Mapping[int, Proc], proc_root: str) -> None:
+        self._root = root
+        self._procs = procs
+        self._proc_root = proc_root
+        self._elsewhere: dict[int, str | None] = {}
+
+    def writes_elsewhere(self, pid: int) -> str | None:
+        if pid not in self._elsewhere:
+            self._elsewhere[pid] = _writes_outside(pid, self._root, self._proc_root)
+        return self._elsewhere[pid]
+
+    def apart(self, other: int, anchor: int) -> bool:
+        """Whether ``other`` shows it runs something of its own rather than ``anchor``'s run: it works in another
+        directory than the run's and than ``anchor``'s, or it writes a file outside the run directory where
+        ``anchor`` writes none. A process whose directory cannot be read shows nothing either way."""
+        p, a = self._procs.get(other), self._procs.get(anchor)
+        if p is None or a is None or p.cwd is None:
+            return False
+        if not _under(p.cwd, self._root) and p.cwd != a.cwd:
+            return True
+        mine = self.writes_elsewhere(other)
+        return mine is not None and mine != self.writes_elsewhere(anchor)
+
+
+def _writes_outside(pid: int, root: str, proc_root: str) -> str | None:
+    """A regular file outside ``root`` that ``pid`` holds open for writing, or None."""
+    for fd, path in (procfs.fd_entries(pid, proc_root) or [])[:_MAX_FDS_LOOKED_AT]:
+        if not path.startswith("/") or path.startswith(_NOT_WORK) or path.endswith(" (deleted)"):
+            continue
+        if _under(path, root) or not os.path.isfile(path):
+            continue
+        if procfs.fd_writable(pid, fd, proc_root):
+            return path
+    return None
 
 
 def _closure(
@@ -544,39 +602,47 @@ def _closure(
     children: Mapping[int, list[int]],
     skip: Collection[int] = (),
     lone: Collection[int] = (),
+    *,
+    places: _Places | None = None,
+    up: bool = True,
 ) -> dict[int, str]:
     """The processes with direct evidence, plus what comes with them — each with how it came in ("a descendant of
     pid 12, which writes train.log"):
 
-    - their **ancestors** up to the first shell, multiplexer, session manager or init (the launcher that started a
-      rank: torchrun, an AReaL launcher, a Ray driver), and the descendants of every member (the other ranks);
-    - the other processes of a member's **process group** when that group's leader is a member too (a launcher's
-      workers re-parented to init keep its group).
+    - the descendants of every member;
+    - with ``up``, their **ancestors** up to the first shell, multiplexer, session manager or init (the launcher
+      that started a rank: torchrun, an AReaL launcher, a Ray driver), and what those launchers started (the other
+      ranks), and the other processes of a member's **process group** when that group's leader is a member too or
+      gone (a launcher's workers re-parented to init keep its group).
 
-    Not the session: a run started from a person's shell shares the shell's session with everything else the person
-    runs from it. Those in ``lone`` (Ray's actors: their parent is the raylet, whose children are every job's
-    workers) bring their descendants only."""
+    What a launcher started and what shares a group come in only where they do not show a run of their own
+    (``places``): one shell line, one script or one test process starts many runs side by side, each in its own
+    directory, and a gone group leader is the shell of all of them. Not the session: a run started from a person's
+    shell shares the shell's session with everything else the person runs from it. Those in ``lone`` (Ray's actors:
+    their parent is the raylet, whose children are every job's workers) bring their descendants only."""
     by_group: dict[int, list[int]] = {}
     for pid, p in procs.items():
         if p.pgid > 0:
             by_group.setdefault(p.pgid, []).append(pid)
     out = dict(direct)
     anchor = {pid: pid for pid in direct}  # the process with direct evidence each member came in through
+    above: set[int] = set()  # members that came in as ancestors: what else they started is checked
 
     def add(other: int, via: int, how: str) -> bool:
-        if other in out or other not in procs or other in skip:
-            return False
+        if other in out or other not in procs or other in skip or procs[other].state == "Z":
+            return False  # an exited process waiting to be reaped is no part of anything
         anchor[other] = anchor[via]
         out[other] = f"{how} pid {anchor[via]}, which {_verb(direct[anchor[via]])}"
         return True
 
-    for pid in list(direct):
+    for pid in list(direct) if up else ():
         here = None if pid in lone else procs.get(pid)
         while here is not None:
             parent = procs.get(here.ppid)
             if parent is None or _is_root(parent) or parent.pid in skip:
                 break
-            add(parent.pid, pid, "an ancestor of")
+            if add(parent.pid, pid, "an ancestor of"):
+                above.add(parent.pid)
             here = parent
     queue = list(out)
     while queue:
@@ -584,40 +650,90 @@ def _closure(
         here = procs.get(pid)
         if here is None:
             continue
-        related = [(c, "a descendant of") for c in children.get(pid, ())]
+        checked = pid in above
+        related = [(c, "a descendant of", checked) for c in children.get(pid, ())]
         # The group's leader is the run's: its group is too. So is the group of a launcher that is gone (torchrun
         # SIGKILLed: its ranks, re-parented to init, keep its group, and only one of them may write the log).
         gone = here.pgid > 1 and here.pgid not in procs
-        if anchor[pid] not in lone and (here.pgid in out or gone):
+        if up and anchor[pid] not in lone and (here.pgid in out or gone):
             related += [
-                (g, "in the process group of")
+                (g, "in the process group of", True)
                 for g in by_group.get(here.pgid, ())
                 if not gone or procs[g].sid == here.sid
             ]
-        for other, how in related:
+        for other, how, check in related:
+            if check and places is not None and other not in out and places.apart(other, anchor[pid]):
+                continue
             if add(other, pid, how):
                 queue.append(other)
     return out
 
 
 def _is_rlwatch(argv: tuple[str, ...]) -> bool:
-    """``rlwatch …`` or ``python -m rlwatch …``: a command of rlwatch's own that watches (the simulator, ``rlwatch
-    sim`` and its ``rlwatch.sim.*`` pieces, stands for a training host: it is the run it simulates)."""
+    """``rlwatch …`` or ``python -m rlwatch …``: a command of rlwatch's own — one that watches, or the simulator's
+    supervisor (``rlwatch sim``, ``python -m rlwatch.sim``), which plays the platform that starts a run. The
+    simulator's pieces (``python -m rlwatch.sim.trainer``, the ``python3 train.py`` it starts) stand for the run's
+    own processes: they are not rlwatch's here."""
     if not argv:
         return False
     # The console script runs as `…/python …/bin/rlwatch watch DIR` once the kernel reads its #! line.
     script = 1 if len(argv) > 1 and os.path.basename(argv[0]).startswith("python") else 0
     if os.path.basename(argv[0]) == "rlwatch" or (script and os.path.basename(argv[1]) == "rlwatch"):
-        rest = list(argv[1 + script :])
-    else:
-        module = next((b for a, b in itertools.pairwise(argv) if a == "-m"), None)
-        if module is None or module.split(".")[0] != "rlwatch":
-            return False
-        if module.startswith("rlwatch.sim"):
-            return False
-        rest = list(argv[argv.index(module) + 1 :])
-    command = next((a for a in rest if not a.startswith("-")), None)
-    return command != "sim"
+        return True
+    module = next((b for a, b in itertools.pairwise(argv) if a == "-m"), None)
+    return module is not None and module in ("rlwatch", "rlwatch.cli", "rlwatch.sim")
+
+
+def _simulators_above(pids: Iterable[int], procs: Mapping[int, Proc], proc_root: str) -> list[int]:
+    """rlwatch's simulator above ``pids`` in the process tree (up to the first shell): the supervisor that started
+    them, and what started it (``rlwatch demo``). Only Python processes are read."""
+    found: list[int] = []
+    looked: set[int] = set()
+    for pid in pids:
+        here = procs.get(pid)
+        while here is not None and (parent := procs.get(here.ppid)) is not None and not _is_root(parent):
+            if parent.pid in looked:
+                break
+            looked.add(parent.pid)
+            if parent.comm.startswith(("python", "rlwatch")) and _is_rlwatch(
+                procfs.read_cmdline(parent.pid, proc_root)
+            ):
+                found.append(parent.pid)
+            here = parent
+    return found
+
+
+def _add_pipe_writers(direct: dict[int, str], procs: Mapping[int, Proc], proc_root: str, skip: Collection[int]) -> None:
+    """``python3 train.py | tee train.log``: the trainer writes the log through ``tee``, whose input is the
+    trainer's output. A process of the writer's session whose standard output or error is the pipe the writer
+    reads writes the log as surely as the writer (a pipeline's processes are siblings under the shell: the tree
+    alone does not tie them)."""
+    pipes: dict[str, int] = {}
+    for pid in list(direct):
+        if not direct[pid].startswith("writes "):
+            continue
+        stdin = _fd_target(pid, 0, proc_root)
+        if stdin is not None and stdin.startswith("pipe:"):
+            pipes.setdefault(stdin, pid)
+    if not pipes:
+        return
+    sessions = {procs[pid].sid for pid in pipes.values() if pid in procs}
+    for pid, p in procs.items():
+        if pid in direct or pid in skip or p.sid not in sessions:
+            continue
+        for fd in (1, 2):
+            target = _fd_target(pid, fd, proc_root)
+            writer = pipes.get(target) if target is not None else None
+            if writer is not None:
+                direct[pid] = f"{direct[writer].split(' (+')[0]} through pid {writer} ({procs[writer].comm})"
+                break
+
+
+def _fd_target(pid: int, fd: int, proc_root: str) -> str | None:
+    try:
+        return os.readlink(f"{proc_root}/{pid}/fd/{fd}")
+    except OSError:
+        return None
 
 
 def _verb(evidence: str) -> str:
@@ -664,8 +780,9 @@ def _lost_launcher(
       groups say nothing after the agent is gone; its ranks share the run id and rendezvous address);
     - it does not lead its own group: its group's leader, or a process under it, started it.
 
-    A process that leads its own group or session and carries no rank's environment was started as itself
-    (``nohup python train.py &``, a daemon): re-parented, it lost nothing rlwatch can show."""
+    A process that leads its own group or session, or carries no rank's environment, was started as itself or by
+    a shell that exited (``nohup python train.py &`` in a launch script): re-parented, it lost nothing rlwatch can
+    show. A parent seen before that was a shell (``former`` leaves those out) is no launcher either."""
     seen = former.get(top.pid)
     if seen is not None and abs(seen[0] - top.create_time) < 1 and seen[1] not in procs and top.ppid != seen[1]:
         # Whoever adopted it (init, or a subreaper rlwatch cannot tell from any other parent), its launcher is gone.
@@ -684,7 +801,10 @@ def _lost_launcher(
             None,
             "torchrun",
         )
-    if top.pid in (top.pgid, top.sid):
+    if top.pid in (top.pgid, top.sid) or not _rank_of_a_launch(environ(top.pid)):
+        # Started as itself (``nohup python train.py &``, a daemon), or by a shell or script that has exited since
+        # — the commonest way to start a long run: an ordinary run, which lost nothing a resume relies on. A
+        # launcher's ranks carry its environment (RANK, LOCAL_RANK, WORLD_SIZE; MPI's ranks): only they lost one.
         return None
     leader = procs.get(top.pgid)
     if leader is None or leader.state == "Z":
@@ -710,6 +830,8 @@ def _launches(
     process group they keep, are each an attempt of their own: an earlier one when older than the live run (younger,
     it may be the live run's own), else — with no launcher left anywhere — the newest of them is the run."""
     tops: dict[int, Proc] = {}
+    # An exited rank waiting to be reaped shows no environment and no launcher: it would pass for a launch of its own.
+    members = {pid: why for pid, why in members.items() if pid in procs and procs[pid].state != "Z"}
     for pid in members:
         here = procs.get(pid)
         seen = 0
@@ -770,6 +892,17 @@ def _launches(
             )
         )
     return tuple(sorted(out, key=lambda x: (x.started_at, x.group)))
+
+
+# What a distributed launcher (torchrun's agent, DeepSpeed's launcher, accelerate, mpirun) puts in each rank's
+# environment; a process started by hand has none of them.
+_RANK_KEYS = ("LOCAL_RANK", "OMPI_COMM_WORLD_RANK", "PMI_RANK")
+
+
+def _rank_of_a_launch(env: Mapping[str, str] | None) -> bool:
+    if not env:
+        return False
+    return any(k in env for k in _RANK_KEYS) or ("RANK" in env and "WORLD_SIZE" in env)
 
 
 class _EnvironCache:

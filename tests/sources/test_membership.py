@@ -103,9 +103,35 @@ def test_a_role_rule_alone_does_not_make_a_process_the_runs(procs: Procs, run_di
     elsewhere, _ = procs.start(SLEEP, cwd=tmp_path)
     inside, _ = procs.start(SLEEP, cwd=run_dir)
     view = assess(str(run_dir), roles={elsewhere: "server", inside: "trainer"})
-    assert inside in view.core and "the trainer" in view.core[inside]
     verdict = view.verdict(elsewhere)
     assert verdict.status == UNKNOWN and "matches the server role" in verdict.why
+    # Standing in the directory with a role stays weak: a rule that matches `python3` matches every interpreter a
+    # person opens there (issue 42, H7).
+    assert inside not in view.core and view.members[inside] == f"works in {run_dir.resolve()}"
+    assert not view.identified or inside in view.weak
+
+
+def test_a_python_standing_in_a_dead_runs_directory_is_never_its_trainer(procs: Procs, run_dir: Path) -> None:
+    """A REPL, `python3 -c "import time; time.sleep(20)"` or a `python3 -c` reading `rlwatch report --json` through
+    a pipe, in the directory of a run that is gone, with the trainer rule discovery made for `python3 -c`: weak
+    evidence only, never the run (a dead run read "unknown: started 0s ago … still starting")."""
+    (run_dir / "train.log").write_text("epoch 0 batch 1/20 loss 1.000\n")
+    idle, _ = procs.start(SLEEP, cwd=run_dir)
+    reader, _ = procs.start(READS, str(run_dir / "train.log"), cwd=run_dir)
+    view = assess(str(run_dir), roles={idle: "trainer", reader: "trainer"})
+    assert not view.core and {idle, reader} <= view.weak
+    assert view.started_at is not None  # weak members still listed, with their evidence, for the views to name
+
+
+def test_a_role_is_the_runs_when_its_family_writes_the_log(procs: Procs, run_dir: Path) -> None:
+    launcher, kid = procs.start(
+        TREE.replace("'import time; time.sleep(120)'", '\'f = open("train.log", "a"); import time; time.sleep(120)\''),
+        cwd=run_dir,
+    )
+    assert wait_until(lambda: any(p.path.endswith("train.log") for p in psutil.Process(int(kid)).open_files()), 10)
+    view = assess(str(run_dir), roles={launcher: "launcher"})
+    assert view.core[int(kid)].startswith("writes train.log")
+    assert view.core[launcher] == f"the launcher (its role rule matches, and pid {kid} of its family writes train.log)"
 
 
 def test_a_pidfile_or_a_launch_is_evidence_wherever_the_process_works(

@@ -70,9 +70,11 @@ def test_a_process_started_as_itself_and_reparented_lost_nothing() -> None:
 
 
 def test_children_of_a_killed_launcher_keep_its_group_and_one_orphaned_attempt_alone_is_the_run() -> None:
+    """DeepSpeed's launcher (no elastic agent) SIGKILLed: its ranks carry RANK/LOCAL_RANK/WORLD_SIZE."""
     k0 = Proc(801, 1, 800, 800, T0 - 600, "python3", "/runs/a")
     k1 = Proc(802, 1, 800, 800, T0 - 600, "python3", "/runs/a")
-    launches = _launches({801: "w", 802: "w"}, _procs(k0, k1))
+    env = {pid: {"RANK": str(i), "LOCAL_RANK": str(i), "WORLD_SIZE": "2"} for i, pid in enumerate((801, 802))}
+    launches = _launches({801: "w", 802: "w"}, _procs(k0, k1), {}, _env(env))
     assert len(launches) == 1
     only = launches[0]
     assert only.current and only.pids == (801, 802) and only.launcher == 800
@@ -152,4 +154,15 @@ def test_a_server_left_running_by_a_script_that_exited_serves_the_live_run() -> 
     trainer = Proc(923, 500, 923, 500, T0 - 30, "python3", "/runs/a")
     launches = _launches({600: "w", 923: "w"}, _procs(server, trainer), servers={600})
     assert all(x.current for x in launches)
-    assert not all(x.current for x in _launches({600: "w", 923: "w"}, _procs(server, trainer)))
+    # A script that started it and exited is no launcher it lost: whatever its role, it is no earlier attempt.
+    assert all(x.current and x.orphaned is None for x in _launches({600: "w", 923: "w"}, _procs(server, trainer)))
+
+
+def test_runs_a_launch_script_started_with_nohup_and_exited_lost_no_launcher() -> None:
+    """``(cd runA && nohup python3 train.py > train.log &); (cd runB && nohup … &)`` in a script or one shell line
+    that has exited: both keep the group of the gone shell and were re-parented to init, with no rank's
+    environment. Ordinary runs (issue 42, M7): nothing is "lost", nothing to stop before starting again."""
+    a = Proc(801, 1, 800, 500, T0 - 600, "python3", "/runs/a")
+    b = Proc(803, 1, 800, 500, T0 - 600, "python3", "/runs/b")
+    for launches in (_launches({801: "w"}, _procs(a, b)), _launches({801: "w", 803: "w"}, _procs(a, b))):
+        assert all(x.orphaned is None and x.current for x in launches)
