@@ -517,6 +517,7 @@ class Verdict:
     step: int | None = None  # the run's step, from the best evidence
     step_from: str | None = None  # "log" (the log's own counter or bar) | "checkpoint"
     steps: tuple[tuple[str, str], ...] = ()  # (finding code, what to do) said for what is alive now, headline first
+    resume_held: bool = False  # a restart loop is suspected or named: no view offers a resume, in no words
 
     def fix_command(self) -> str | None:
         return f"rlwatch act {self.action}" if self.action else self.command

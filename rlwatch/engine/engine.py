@@ -309,6 +309,7 @@ class Engine:
         # most every _ending_every_s, one that stopped changing once more when it stops.
         self._ending_cache: dict[str, tuple[tuple[int, int, int, int, bool], LogEnding | None, float]] = {}
         self._ending_every_s = max(1.0, 5 * cfg.interval_s)
+        self._gone_read: set[int] = set()  # the run's processes seen gone when the endings were last read
         self._status: dict[str, SourceStatus] = {}
         if cfg.provenance.ignored:  # what an untrusted file said and rlwatch did not use (discover/load): never silent
             self._ok("config", "; ".join(cfg.provenance.ignored) + " (the file is not trusted)")
@@ -404,7 +405,7 @@ class Engine:
                 self.preview.before_main_chunk(chunk, self.counter)
             self.counter.feed(chunk)
             if chunk.nlines:
-                self.training.on_any_line(self.clock.time())
+                self.training.on_chunk(chunk, self.clock.time())
                 self._recent_lines.add(chunk, tags)
 
     def drain_logs(self) -> None:
@@ -614,7 +615,11 @@ class Engine:
         volume = self.cfg.training.output_volume
         disk = disk_state(str(resolve(self.run_dir, volume) if volume else self.run_dir))
         ray = self._sample_ray()
-        endings = self._read_endings(now, fresh=view is not None and _all_gone(view, gone))
+        # A process of the run went since the last read: its log's last words (a traceback, a launcher's report)
+        # came as it went, and an ending read moments before must not stand for them (startup-crash: a warning on
+        # the dashboard for 5 s after each crash while report, reading afresh, said crashed).
+        went, self._gone_read = bool(set(gone) - self._gone_read), set(gone)
+        endings = self._read_endings(now, fresh=view is not None and (went or _all_gone(view, gone)))
         kept = latest_kept(self.run_dir, self._stacks.taken_at if self._stacks is not None else None)
         watchdog, wd_err = read_status(self.run_dir, now)  # the headless watchdog's state file, if one ever ran
         if watchdog is not None or wd_err is not None:

@@ -782,6 +782,8 @@ def next_steps(s: Snapshot) -> list[str]:
         if (f.code in decided or (f.code in NEXT_STEPS and f.severity is not Severity.INFO))
         and not (SUPERSEDED.get(f.code, set()) & codes)
     ]
+    if v is not None and v.resume_held:  # a restart loop suspected or named: a resume would start into it
+        advice = [words for words in advice if "act resume" not in words]
     return list(dict.fromkeys(advice))
 
 

@@ -8,11 +8,16 @@ from __future__ import annotations
 
 import shutil
 import time
+from dataclasses import replace
 from pathlib import Path
 
 from rlwatch.common.clock import FakeClock
+from rlwatch.common.state import Finding, ProcessInfo, RecoverState, RunState, ServerState, Severity, Snapshot
 from rlwatch.config.models import Config
+from rlwatch.engine.diagnosis import Context, decide
 from rlwatch.engine.engine import Engine
+from rlwatch.export.report import to_json_dict as to_json
+from rlwatch.export.report import to_text
 from rlwatch.sim.formats import torch_pylog, torchrun_child_failed
 from tests.engine.test_last_words import _proc, _root
 
@@ -95,3 +100,82 @@ def test_with_no_process_of_the_run_seen_the_logs_last_words_are_read_at_once(tm
     rs = engine.build().run_state
     assert rs is not None and rs.state == "crashed", rs
     engine.stop()
+
+
+NOW = 1_763_700_000.0
+URL = "http://127.0.0.1:30000"
+DOWN = Finding(
+    Severity.CRITICAL, "server_down", f"Inference server down since 05:09 (connection refused) at {URL}.", None
+)
+LOOP = Finding(Severity.CRITICAL, "restart_loop", "Restart loop: the container started 3 times, every ~17s.", NOW - 5)
+CRASHED = Finding(Severity.CRITICAL, "run_crashed", "The run crashed: RuntimeError: git clone failed.", NOW - 40)
+
+
+def _after_the_crash(*findings: Finding, **fields: object) -> Snapshot:
+    """restart-loop after its crash at step 57: the trainer gone, the server down, a recover point to resume from."""
+    base = Snapshot(
+        host="h",
+        time=NOW,
+        profile="areal",
+        run_dir="/run",
+        findings=(replace(DOWN, since=NOW - 40), *findings),
+        server=ServerState("sglang", URL, False, NOW - 40, None, error="connection refused"),
+        processes=(
+            ProcessInfo(
+                11, NOW - 900, "trainer", "trainer", 1, None, NOW - 900, 0, ("python3",), "/run", "root", False
+            ),
+        ),
+        recover=RecoverState("/run/step_info.json", 0, 56, 56, 125, 0, 57, 57),
+        run_state=RunState("crashed", "RuntimeError: git clone failed", NOW - 40),
+    )
+    return replace(base, **fields)  # type: ignore[arg-type]
+
+
+def _decided(s: Snapshot, ctx: Context) -> Snapshot:
+    verdict, findings = decide(s, ctx)
+    return replace(s, verdict=verdict, findings=findings)
+
+
+def _resumes(s: Snapshot) -> list[str]:
+    """Every place a view could offer a resume: a finding's key, the verdict's, its next steps, the report's text."""
+    assert s.verdict is not None
+    out = [f"finding {f.code}" for f in s.findings if f.action == "resume"]
+    out += ["verdict"] if s.verdict.action == "resume" else []
+    out += [f"step {code}" for code, words in s.verdict.steps if "act resume" in words]
+    next_steps = to_text(s).partition("Next steps:")[2]
+    out += ["report"] if "act resume" in next_steps else []
+    out += ["json"] if to_json(s)["verdict"]["action"] == "resume" else []
+    return out
+
+
+def test_while_the_container_restarts_by_itself_no_finding_offers_a_resume() -> None:
+    """restart-loop, the 30-40 s between the crash and the loop's third start: the banner and report offered only
+    `r resume` ("The trainer is gone: resume the run"), into the loop."""
+    ctx = Context(trainer_alive=False, starts={"container": (NOW - 900, NOW - 12)})
+    s = _decided(_after_the_crash(CRASHED), ctx)
+    assert _resumes(s) == [], _resumes(s)
+    assert s.verdict is not None and "started again by itself" in (s.verdict.next_step or "")
+    # The same snapshot with no restart since the crash: the resume is the remedy, as before.
+    plain = _decided(_after_the_crash(CRASHED), Context(trainer_alive=False, starts={"container": (NOW - 900,)}))
+    assert plain.verdict is not None and plain.verdict.action == "resume"
+
+
+def test_a_named_restart_loop_leaves_no_resume_in_any_finding() -> None:
+    """restart-loop after 2.5 min: `d` listed server_down with `r resume` and the report's next steps said "The
+    trainer is gone: resume the run" beside "a resume would start into it again"."""
+    ctx = Context(trainer_alive=False, starts={"container": (NOW - 900, NOW - 40, NOW - 5)})
+    s = _decided(_after_the_crash(LOOP, CRASHED), ctx)
+    assert s.verdict is not None and s.verdict.finding == "restart_loop"
+    assert _resumes(s) == [], _resumes(s)
+    assert "a resume would start into it again" in to_text(s)
+
+
+def test_a_progressing_run_is_never_told_its_trainer_is_gone() -> None:
+    """One record said "state": "progressing" beside "The trainer is gone: resume the run" (no process carried the
+    trainer role while the run's members stepped on)."""
+    s = _decided(
+        _after_the_crash(run_state=RunState("progressing", "step 58 at 05:10, about every 2s", NOW - 2), processes=()),
+        Context(),
+    )
+    assert s.verdict is not None and s.verdict.state == "progressing"
+    assert s.verdict.action != "resume" and "trainer is gone" not in (s.verdict.next_step or "")

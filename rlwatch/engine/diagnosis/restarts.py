@@ -14,6 +14,7 @@ from rlwatch.engine.diagnosis.base import (
     CRIT,
     Context,
 )
+from rlwatch.engine.diagnosis.health import last_progress
 from rlwatch.engine.diagnosis.wording import (
     hhmm,
     human_duration,
@@ -70,3 +71,28 @@ def restart_loop(s: Snapshot, ctx: Context) -> Iterator[Finding]:
                 "This is not a crash at a training step: look at what the start command does.",
                 since,
             )
+
+
+# The roles whose start is the run's own start again (a container's banner, its trainer or launcher process).
+_RUN_ROLES = ("container", "trainer", "launcher")
+
+
+def restarting(s: Snapshot, ctx: Context) -> str | None:
+    """What to do while the run restarts by itself, or None: a role of the run started again after the run's last
+    progress, and has not yet lived past a restart loop's short life. The loop is named only at the next start
+    (restart_loop); until then a resume would start a second copy into what may be a loop (restart-loop: for the
+    first 30-40 s after the crash the one remedy shown was the resume)."""
+    short = ctx.thresholds.restart_loop_uptime_s * 1.5
+    _, progress_by = last_progress(s, ctx)
+    for role in _RUN_ROLES:
+        starts = _distinct(sorted(t for t in ctx.starts.get(role, ()) if math.isfinite(t)))
+        if len(starts) < 2:
+            continue
+        newest = starts[-1]
+        if (progress_by is None or newest > progress_by) and s.time - newest <= short:
+            return (
+                f"The {role} started again by itself at {hhmm(newest, s.time)} and has shown no progress since: "
+                f"wait up to {human_duration(short)} to see whether it stays up (a restart loop is named at its "
+                "next start); a resume now would start a second copy into it."
+            )
+    return None

@@ -18,6 +18,7 @@ from dataclasses import replace
 
 from rlwatch.common.state import Finding, RunState, Severity, Snapshot, Verdict
 from rlwatch.engine.diagnosis.base import Context
+from rlwatch.engine.diagnosis.restarts import restarting
 from rlwatch.engine.diagnosis.stacks import awaited
 from rlwatch.sources.stacks import waits_for
 
@@ -93,7 +94,11 @@ def loop_state(rs: RunState, loop: Finding | None) -> RunState:
 
 
 def _trainer_gone(s: Snapshot, ctx: Context) -> bool:
-    """The trainer is gone (a launcher left behind does not train: the resume stops it and starts it again)."""
+    """The trainer is gone (a launcher left behind does not train: the resume stops it and starts it again). Never
+    while the run's state rests on a process of it alive (progressing, hung): one record said "progressing" beside
+    "The trainer is gone: resume the run" when no process carried the trainer's role."""
+    if s.run_state is not None and s.run_state.state in ("progressing", "hung"):
+        return False
     if ctx.trainer_alive is not None:
         return not ctx.trainer_alive
     return not any(p.alive and p.role == "trainer" for p in s.processes)
@@ -141,8 +146,21 @@ def _fix_words(code: str) -> str | None:
     return _FIX.get(code)
 
 
-def _remedy(f: Finding, s: Snapshot, ctx: Context) -> tuple[Finding, str | None]:
-    """The finding with the one remedy for it, from what is alive, and what to do next in words."""
+# The words of every step that ends in a resume: none of them is said while a restart loop is suspected or named.
+_RESUMES = "rlwatch act resume"
+
+
+def _looping(s: Snapshot, ctx: Context) -> str | None:
+    """Why a resume would start into a loop, or None: a restart loop or crash loop is named, or the run restarted by
+    itself after its last progress (restarts.restarting) and has not been seen to stay up yet."""
+    if any(f.code in LOOPS and f.severity is not Severity.INFO for f in s.findings):
+        return ""  # the loop's own finding leads and says what to do
+    return restarting(s, ctx)
+
+
+def _remedy(f: Finding, s: Snapshot, ctx: Context, looping: str | None = None) -> tuple[Finding, str | None]:
+    """The finding with the one remedy for it, from what is alive, and what to do next in words. ``looping``
+    (:func:`_looping`): a restart loop is suspected or named, and no finding offers a resume."""
     action, command = f.action, f.command
     fix = f.fix or _fix_words(f.code)
     gone = _trainer_gone(s, ctx)
@@ -163,6 +181,11 @@ def _remedy(f: Finding, s: Snapshot, ctx: Context) -> tuple[Finding, str | None]
             step = step.replace("py-spy dump --pid PID", command)  # the words name the pids the remedy reads
     if action == "resume" and not gone:
         action = None  # the trainer lives: a resume would be refused, and a key that fails is no remedy
+    if looping is not None and f.code not in LOOPS:
+        # One verdict while the run restarts by itself: no finding offers the resume the loop would swallow.
+        action = None if action == "resume" else action
+        if step is not None and _RESUMES in step:
+            step = looping or None
     if (action, command, fix) != (f.action, f.command, f.fix):
         f = replace(f, action=action, command=command, fix=fix)
     return f, step
@@ -250,9 +273,10 @@ def decide(s: Snapshot, ctx: Context) -> tuple[Verdict, tuple[Finding, ...]]:
         verdict = Verdict(status, state, _why(rs), rs.since if rs else None, step=step, step_from=step_from)
         return verdict, tuple(shown)
     steps: list[tuple[str, str | None]] = []
+    looping = _looping(s, ctx)
     for i, f in enumerate(shown):
         if f.severity is not Severity.INFO:
-            shown[i], step_words = _remedy(f, s, ctx)
+            shown[i], step_words = _remedy(f, s, ctx, looping)
             steps.append((f.code, step_words))
     head = shown[0]
     verdict = Verdict(
@@ -267,6 +291,7 @@ def decide(s: Snapshot, ctx: Context) -> tuple[Verdict, tuple[Finding, ...]]:
         fix=head.fix,
         next_step=steps[0][1],
         steps=tuple((code, words) for code, words in steps if words),
+        resume_held=looping is not None,
         step=step,
         step_from=step_from,
     )
