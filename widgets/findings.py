@@ -4,9 +4,11 @@ Findings are the diagnosis of the whole snapshot, so they sit above every panel.
 ends with its key (``z kill zombies``); each one that a command fixes, with the command. Sources that fail are
 listed after them, dimmed: a panel that shows nothing because its source is broken must say so.
 
-On a short terminal, or above a maximised panel, the banner is one line: the worst finding cut to fit, its key or
-command kept whole, and how many more there are (``d`` lists them all). It never clips a sentence at the third
-line and loses the key at its end.
+On a short terminal the banner is two lines, above a maximised panel one: the worst finding's message cut to fit,
+its key, command or remedy in words kept whole at the end, and how many more there are (``d`` lists them all); the
+message gives way, never the remedy. Taller, the findings show in full when they fit, else the headline with as
+much of its message as its share of the rows holds, then the others one line each. It never clips a sentence at
+the last line and loses the key at its end.
 """
 
 from __future__ import annotations
@@ -16,10 +18,12 @@ import os
 import shlex
 from pathlib import Path
 
+from rich.cells import cell_len
 from rich.console import Console
 from rich.text import Text
 
 from rlwatch.common.state import Finding, Snapshot, SourceStatus
+from rlwatch.common.words import plural
 from rlwatch.engine.diagnosis.verdict import order_key
 from rlwatch.widgets.format import SEVERITY_LABEL, SEVERITY_STYLE, clean_text, fmt_clock
 from rlwatch.widgets.text_block import TextBlock
@@ -143,6 +147,164 @@ def broken_sources(sources: tuple[SourceStatus, ...], any_finding: bool) -> list
     return [s for s in sources if not s.ok and s.error and (not any_finding or s.name not in OWN_LINE)]
 
 
+def _tail(fix: Text | None, more: int) -> Text:
+    """`` → z  kill zombies  +2 more (d)``: what goes whole at the end of a finding cut to fit."""
+    tail = Text(no_wrap=True, end="")
+    if fix is not None:
+        tail.append(" → ", style="dim")
+        tail.append_text(fix)
+    if more:
+        tail.append(f"  +{more} more (d)", style="bold")
+    return tail
+
+
+def _wrap_words(text: str, first: int, rest: int) -> list[str]:
+    """``text`` cut into lines at spaces: the first ``first`` cells wide, the others ``rest``; a word longer than a
+    line (a path) is split where the line ends."""
+    lines: list[str] = []
+    line = ""
+    room = first
+    for whole in text.split(" "):
+        word = whole
+        candidate = f"{line} {word}" if line else word
+        if cell_len(candidate) <= room:
+            line = candidate
+            continue
+        if line:
+            lines.append(line)
+            room = rest
+            line = ""
+        while cell_len(word) > room:  # a word longer than a whole line
+            cut = _cells_prefix(word, room)
+            lines.append(cut)
+            word = word[len(cut) :]
+            room = rest
+        line = word
+    lines.append(line)
+    return lines
+
+
+def _cells_prefix(text: str, cells: int) -> str:
+    """The longest start of ``text`` that takes at most ``cells`` cells (at least one character)."""
+    n = 0
+    for i, ch in enumerate(text):
+        n += cell_len(ch)
+        if n > cells:
+            return text[: max(1, i)]
+    return text
+
+
+def _cut(text: str, cells: int) -> str:
+    """``text`` cut to ``cells`` cells, at a space where one is near, ending with ``…``."""
+    if cell_len(text) <= cells:
+        return text
+    if cells <= 1:
+        return "…"[:cells]
+    head = _cells_prefix(text, cells - 1)
+    space = head.rfind(" ")
+    if space >= len(head) - 12 and space > 0:
+        head = head[:space]
+    return head.rstrip(" ,;:") + "…"
+
+
+def fitted_text(
+    f: Finding,
+    width: int,
+    lines: int,
+    *,
+    more: int = 0,
+    run_dir: str | None = None,
+    readonly: bool = False,
+) -> Text:
+    """One finding in at most ``lines`` lines of ``width`` cells: its severity, as much of its message as fits, and
+    at the end what fixes it (its key, command or words) whole, then how many more findings there are. The message
+    gives way, never the remedy; only a remedy longer than a whole line is cut."""
+    head = Text(f"● {SEVERITY_LABEL[f.severity]} ", style=SEVERITY_STYLE[f.severity], no_wrap=True, end="")
+    fix = fix_text(f, run_dir, readonly=readonly)
+    message = clean_text(f.message, MESSAGE_LIMIT)
+    count = Text(f"  +{more} more (d)", style="bold", no_wrap=True, end="") if more else Text(end="")
+    tail = _tail(fix, 0)
+    tail.append_text(count)
+    if lines == 1:
+        return _one_line(head, message, fix, more, width)
+    if count and tail.cell_len > width and fix is not None and _tail(fix, 0).cell_len <= width + 1:
+        # A long remedy (a command holding the run directory): the count ends the first line, the remedy has the last.
+        first = width - head.cell_len - count.cell_len
+        words = _wrap_words(message, first, width)
+        keep = words[: lines - 1]
+        if len(words) > len(keep):
+            room = first if len(keep) == 1 else width
+            keep[-1] = _cut(keep[-1] + " " + " ".join(words[len(keep) :]), room)
+        out = [Text(w, no_wrap=True, end="") for w in keep]
+        out[0].append_text(count)
+        out.append(_own_line(_tail(fix, 0)))
+        return _joined(head, out, width)
+    words = _wrap_words(message, width - head.cell_len, width)
+    if len(words) <= lines:
+        last = words[-1]
+        if cell_len(last) + tail.cell_len <= width - (head.cell_len if len(words) == 1 else 0):
+            out = [Text(w, no_wrap=True, end="") for w in words]
+            out[-1].append_text(tail)
+            return _joined(head, out, width)
+        if len(words) < lines and tail.cell_len <= width + 1:
+            out = [Text(w, no_wrap=True, end="") for w in words]
+            out.append(_own_line(tail))
+            return _joined(head, out, width)
+    # Cut the message: its lines up to the last, then on the last as much as fits before the remedy.
+    keep = words[: lines - 1]
+    rest = " ".join(words[lines - 1 :])
+    room = width - tail.cell_len
+    if room >= 8:
+        out = [Text(w, no_wrap=True, end="") for w in keep]
+        final = Text(_cut(rest, room), no_wrap=True, end="")
+        final.append_text(tail)
+        out.append(final)
+    else:  # the remedy takes the last line of its own; the message ends on the line before it
+        keep = words[: lines - 1]
+        keep[-1] = _cut(keep[-1] + " " + rest, width - (head.cell_len if lines == 2 else 0))
+        out = [Text(w, no_wrap=True, end="") for w in keep]
+        out.append(_own_line(tail))
+    return _joined(head, out, width)
+
+
+def _one_line(head: Text, message: str, fix: Text | None, more: int, width: int) -> Text:
+    """The one-line form (over a maximised panel, and each other finding in a full banner): the severity, the
+    message cut to what is left, the remedy whole, the count. Where the remedy leaves no room for even the severity's
+    word, the dot of its colour stands for it; only a remedy wider than the line itself is cut, at its end."""
+    tail = _tail(fix, more)
+    if more and width - head.cell_len - tail.cell_len < 16:
+        tail = _tail(fix, 0)  # the count in short (``+2``): the remedy and a few words of the message first
+        tail.append(f"  +{more}", style="bold")
+    room = width - head.cell_len - tail.cell_len
+    line = head.copy()
+    if room >= 2:
+        line.append(_cut(message, room))
+        line.append_text(tail)
+    else:
+        line = Text("● ", style=head.style, no_wrap=True, end="")
+        line.append_text(_own_line(tail)[2:] if fix is not None else _own_line(tail))  # without its arrow
+    line.truncate(width, overflow="ellipsis")
+    return line
+
+
+def _joined(head: Text, out: list[Text], width: int) -> Text:
+    """The lines of a finding, the severity before the first, each cut at ``width`` (none is wider but a remedy
+    longer than a whole line)."""
+    line0 = head.copy()
+    line0.append_text(out[0])
+    out[0] = line0
+    for line in out:
+        line.truncate(width, overflow="ellipsis")
+    return Text("\n", end="").join(out)
+
+
+def _own_line(tail: Text) -> Text:
+    """The remedy on a line of its own: ``→ z  kill zombies  +2 more (d)``."""
+    line = Text(no_wrap=True, end="")
+    line.append_text(tail[1:] if tail.plain.startswith(" ") else tail)
+    return line
+
+
 def compact_text(
     findings: tuple[Finding, ...],
     sources: tuple[SourceStatus, ...],
@@ -150,50 +312,24 @@ def compact_text(
     *,
     run_dir: str | None = None,
     readonly: bool = False,
+    lines: int = 1,
 ) -> Text:
-    """One line of ``width`` cells: the worst finding cut to fit, its key or command whole, and how many more."""
+    """The worst finding in ``lines`` lines (one by default) of ``width`` cells: its message cut to fit, its key or
+    command whole, and how many more there are."""
     shown = ordered(findings)
     broken = broken_sources(sources, bool(shown))
-    line = Text(no_wrap=True, end="")
     if not shown:
+        line = Text(no_wrap=True, end="")
         line.append("✓ No problems found", style="bold green")
         if broken:
-            line.append(f"  · {len(broken)} source{'s' if len(broken) != 1 else ''} not available (d)", style="dim")
+            line.append(f"  · {plural(len(broken), 'source')} not available (d)", style="dim")
         line.truncate(width, overflow="ellipsis")
         return line
-    first = shown[0]
-    tail = Text(no_wrap=True, end="")
-    fix = fix_text(first, run_dir, readonly=readonly)
-    if fix is not None:
-        tail.append(" → ", style="dim")
-        tail.append_text(fix)
     more = len(shown) - 1 + (1 if broken else 0)
-    if more:
-        tail.append(f"  +{more} more (d)", style="bold")
-    head = Text(f"● {SEVERITY_LABEL[first.severity]} ", style=SEVERITY_STYLE[first.severity], no_wrap=True, end="")
-    room = width - head.cell_len - tail.cell_len
-    if room < 12 and fix is not None and fix.cell_len > 8:
-        # Too narrow for the command too: keep the key (or the command's start) and what is left of the message.
-        tail = Text(no_wrap=True, end="")
-        tail.append(" → ", style="dim")
-        tail.append_text(fix)
-        tail.truncate(max(8, width // 3), overflow="ellipsis")
-        if more:
-            tail.append(f" +{more}", style="bold")
-        room = width - head.cell_len - tail.cell_len
-    message = Text(clean_text(first.message, MESSAGE_LIMIT), no_wrap=True, end="")
-    if room > 0:
-        message.truncate(room, overflow="ellipsis")
-        line.append_text(head)
-        line.append_text(message)
-    else:
-        line.append_text(head)
-    line.append_text(tail)
-    line.truncate(width, overflow="ellipsis")
-    return line
+    return fitted_text(shown[0], width, lines, more=more, run_dir=run_dir, readonly=readonly)
 
 
-def one_line_each(
+def headline_first(
     findings: tuple[Finding, ...],
     sources: tuple[SourceStatus, ...],
     width: int,
@@ -202,28 +338,41 @@ def one_line_each(
     run_dir: str | None = None,
     readonly: bool = False,
 ) -> Text:
-    """Up to ``rows`` lines: each finding on one line, its key or command kept whole; the last line says how many
-    more there are when they do not all fit."""
+    """Up to ``rows`` lines when the findings in full do not fit: the headline (the verdict's finding) with as much of
+    its message as its share of the rows holds and its remedy whole, then the others one line each, and how many more
+    there are. A headline whose remedy is in its words (the NaN loss's "resume from step 10") is read whole where it
+    fits, instead of being cut to one line like the rest."""
     shown = ordered(findings)
     broken = broken_sources(sources, bool(shown))
-    fit = shown if len(shown) + (1 if broken else 0) <= rows else shown[: max(1, rows - 1)]
-    lines: list[Text] = []
-    for i, f in enumerate(fit):
-        rest = len(shown) - len(fit) + (1 if broken else 0) if i == len(fit) - 1 and len(fit) < len(shown) else 0
-        lines.append(compact_text((f,), (), width, run_dir=run_dir, readonly=readonly))
-        if rest:
-            lines.append(Text(f"  +{rest} more: d lists every finding", style="bold", no_wrap=True, end=""))
-    if broken and len(fit) == len(shown):
+    others = len(shown) - 1 + (1 if broken else 0)
+    if not shown or rows <= 1:
+        return compact_text(findings, sources, width, run_dir=run_dir, readonly=readonly)
+    if others == 0 or rows == 2:
+        return compact_text(findings, sources, width, run_dir=run_dir, readonly=readonly, lines=rows)
+    budget = min(rows - 1, max(2, rows - others))
+    out: list[Text] = list(
+        fitted_text(shown[0], width, budget, run_dir=run_dir, readonly=readonly).split("\n", allow_blank=True)
+    )
+    left = rows - len(out)
+    rest: list[Finding] = shown[1:]
+    fit = rest if len(rest) + (1 if broken else 0) <= left else rest[: left - 1]
+    for f in fit:
+        out.append(fitted_text(f, width, 1, run_dir=run_dir, readonly=readonly))
+    unshown = len(rest) - len(fit) + (1 if broken else 0)
+    if unshown and len(fit) < len(rest):
+        out.append(Text(f"  +{unshown} more: d lists every finding", style="bold", no_wrap=True, end=""))
+    elif broken:
         srcs = "; ".join(f"{clean_text(s.name)}: {clean_text(s.error or '', 120)}" for s in broken)
         src_line = Text("sources: " + srcs, style="dim", no_wrap=True, end="")
         src_line.truncate(width, overflow="ellipsis")
-        lines.append(src_line)
-    return Text("\n", end="").join(lines)
+        out.append(src_line)
+    return Text("\n", end="").join(out)
 
 
 class FindingsBanner(TextBlock):
-    """The banner. ``rows`` (set by the screen from the terminal's height, 1 over a maximised panel) bounds it: the
-    findings in full when they fit, else one line each with their keys, else the worst one and a count."""
+    """The banner. ``rows`` (set by the screen from the terminal's height: 2 on a short one, 1 over a maximised
+    panel) bounds it: the findings in full when they fit, else the headline first and the others one line each,
+    each remedy whole."""
 
     def __init__(self, *, id: str | None = None) -> None:
         super().__init__(id=id)
@@ -276,4 +425,4 @@ class FindingsBanner(TextBlock):
         if len(full.wrap(self.app.console, width)) <= self.rows:
             self.update(full)
         else:
-            self.update(one_line_each(snap.findings, snap.sources, width, self.rows, **kw))  # type: ignore[arg-type]
+            self.update(headline_first(snap.findings, snap.sources, width, self.rows, **kw))  # type: ignore[arg-type]

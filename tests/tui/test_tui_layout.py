@@ -1,4 +1,4 @@
-"""Every size from 80x24 up, and one grammar of keys: a banner that keeps its first finding and its key on one line,
+"""Every size from 80x24 up, and one grammar of keys: a banner that keeps its first finding and its key on two lines,
 dialogs whose buttons stay on screen, a key bar that keeps help and quit, Ctrl-C that quits, the next step said
 after an action, a maximised panel under a one-line alert."""
 
@@ -18,7 +18,7 @@ from rlwatch.tui.app import RlwatchApp
 from rlwatch.tui.screens.confirm import ConfirmScreen, RunningScreen
 from rlwatch.tui.screens.findings import FindingsScreen
 from rlwatch.tui.screens.main import MainScreen, next_step
-from rlwatch.widgets.findings import compact_text, fix_text, one_line_each
+from rlwatch.widgets.findings import compact_text, fix_text, headline_first
 from rlwatch.widgets.keybar import KeyBar
 from tests import snapshot_data as data
 from tests.tui.test_tui_pilot import RecordingFeed, make_app, recording, settle, status_text, text_of, wait_until
@@ -42,16 +42,17 @@ def banner(app: RlwatchApp) -> str:
 
 
 @pytest.mark.parametrize("scenario", SCENARIOS)
-async def test_at_80x24_the_banner_is_one_line_with_the_worst_finding_its_fix_and_how_many_more(scenario: str) -> None:
+async def test_at_80x24_the_banner_is_two_lines_with_the_worst_finding_its_fix_and_how_many_more(scenario: str) -> None:
     app = make_app(recording(scenario))
     snap = data.SCENARIOS[scenario][0]()
     async with app.run_test(size=SMALL) as pilot:
         await pilot.pause()
         await pilot.pause()
         shown = app.main.query_one("#findings")
-        assert shown.region.height == 1
-        line = banner(app)
-        assert "\n" not in line and len(line) <= 80
+        assert shown.region.height <= 2
+        lines = banner(app).split("\n")
+        assert len(lines) <= 2 and all(len(line) <= 80 for line in lines)
+        line = " ".join(lines)
         if not snap.findings:
             assert "No problems found" in line
             return
@@ -73,11 +74,12 @@ def test_compact_line_keeps_the_key_and_the_command_whole_when_the_message_is_cu
     assert line.endswith("$ rlwatch act rearm /data/run")
 
 
-def test_one_line_each_says_how_many_more_when_they_do_not_fit() -> None:
+def test_the_headline_first_then_one_line_each_says_how_many_more_when_they_do_not_fit() -> None:
     findings = tuple(Finding(Severity.WARNING, f"c{i}", f"finding {i} " + "y" * 200, None) for i in range(9))
-    out = one_line_each(findings, (), 100, 5).plain.splitlines()
+    out = headline_first(findings, (), 100, 5).plain.splitlines()
     assert len(out) == 5
-    assert out[-1].strip() == "+5 more: d lists every finding"
+    assert out[0].startswith("● WARNING finding 0") and out[1].startswith("y")  # the headline takes two lines
+    assert out[-1].strip() == "+6 more: d lists every finding"
 
 
 def test_fix_text_says_the_key_or_the_command_and_readonly_says_the_command() -> None:

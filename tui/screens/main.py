@@ -53,9 +53,13 @@ IDLE_HINT = "d findings · m maximize · 1-6 panels · / search log · ? help"
 
 
 def banner_rows(height: int, maximized: bool) -> int:
-    """How many rows the findings banner may take: one on a short terminal or over a maximised panel."""
-    if maximized or height < SHORT_BELOW:
+    """How many rows the findings banner may take: one over a maximised panel, two on a short terminal (the worst
+    finding's words on the first, and its remedy whole after the rest of them on the second: in one line of 80
+    columns a remedy left the headline two words)."""
+    if maximized:
         return 1
+    if height < SHORT_BELOW:
+        return 2
     return 5 if height < 50 else 8
 
 
@@ -144,7 +148,7 @@ class MainScreen(Screen[None]):
 
     def _fit(self, width: int, height: int) -> None:
         """Small terminals stack the panels in one scrolling column instead of squeezing them, and keep the banner
-        to one line (its first finding, its key, how many more)."""
+        to two lines (its first finding, its key, how many more)."""
         self.set_class(width < NARROW_BELOW, "-narrow")
         self.set_class(height < SHORT_BELOW, "-short")
         self.query_one(FindingsBanner).set_rows(banner_rows(height, self.has_class("-max")))
