@@ -67,6 +67,7 @@ def test_a_heartbeat_that_moves_the_logs_mtime_no_longer_hides_a_hang_from_a_one
     assert seen is not None and seen.by == NOW
     rs = assess_run(later, Context(thresholds=CTX.thresholds, seen=seen))
     assert rs.state == "hung" and rs.since == NOW, rs
+    assert rs.why.startswith("no progress since ") and " at the latest (2m; " in rs.why, rs.why  # a bound, said so
 
 
 def test_a_step_line_the_last_look_did_not_find_came_after_it(tmp_path: Path) -> None:

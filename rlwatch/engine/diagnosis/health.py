@@ -291,10 +291,15 @@ def assess_run(s: Snapshot, ctx: Context) -> RunState:
         if quiet_since is not None and now - quiet_since > allowance:
             gpu = " and the GPUs are idle" if ctx.gpu_idle else ""
             limit = f"its cadence allows {human_duration(allowance)}"
+            # Its last progress known only by a bound (an undated step line: when a read first saw it, or its file's
+            # last write): said as one, never as the time it stopped.
+            bounded = progress_by is not None and quiet_since == progress_by and (progress_at or 0.0) < progress_by
+            latest = " at the latest" if bounded else ""
+            timeless = "; its step lines carry no time of their own" if bounded else ""
             return RunState(
                 "hung",
-                f"no progress since {hhmm(quiet_since, now)} ({human_duration(now - quiet_since)}; {limit}) while "
-                f"its processes are alive (pid {pids}){gpu}{said}",
+                f"no progress since {hhmm(quiet_since, now)}{latest} ({human_duration(now - quiet_since)}; {limit}"
+                f"{timeless}) while its processes are alive (pid {pids}){gpu}{said}",
                 quiet_since,
             )
         if progress_by is not None:  # progress seen, but only bounded in time: too soon to say it moves or hangs
