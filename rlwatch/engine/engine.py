@@ -721,9 +721,23 @@ class Engine:
         now = self.clock.monotonic()
         every = HOLDER_IDLE_SCAN_S if self._quiet else HOLDER_SCAN_S
         if self._holders_at is not None and now - self._holders_at < every:
-            return self._holders
+            # Between scans, a holder whose process ended is dropped at once: its descriptors went with it (after
+            # kill-zombies the dashboard listed both strays, and offered `z`, for up to 30 s after they exited).
+            return tuple(h for h in self._holders if self._running(h.pid, h.create_time))
         self._holders_at = now
         return self._sample_holders(procs, gpu)
+
+    def rescan_holders(self) -> None:
+        """Scan the GPU holders afresh at the next round (an action just stopped some)."""
+        self._holders_at = None
+
+    def _running(self, pid: int, create_time: float | None) -> bool:
+        """``pid`` is still the process seen (not gone, not a zombie, its number not reused)."""
+        stat = procfs.read_stat(pid, self._proc_root)
+        if stat is None or stat.state in ("Z", "X"):
+            return False
+        start = procfs.start_time_from_ticks(stat.starttime_ticks, procfs.boot_time(self._proc_root))
+        return create_time is None or start is None or abs(start - create_time) <= 1
 
     def _exists(self, pid: int) -> bool:
         return os.path.lexists(f"{self._proc_root}/{pid}")
@@ -1323,8 +1337,8 @@ class Engine:
         for _ in range(max(1, math.floor(idle / interval + 1e-9))):
             if self._stop.wait(interval):
                 break
-            if self.log_moves != now[0] or self._alive_marks() != now[1]:
-                self._quiet = False
+            if self.log_moves != now[0] or self._alive_marks() != now[1] or self._holders_at is None:
+                self._quiet = False  # (or an action asked for the GPU holders afresh: rescan_holders)
                 return None  # moved: the next round is a whole one, and the one after it compares afresh
             self.looks += 1
         return now

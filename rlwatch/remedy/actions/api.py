@@ -18,7 +18,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from rlwatch.common.state import ActionPlan, ActionResult, Snapshot
+from rlwatch.common.state import ActionPlan, ActionResult, GpuHolder, Snapshot
 from rlwatch.common.statefiles import StateDir, append_problem
 from rlwatch.discover.load import resolve
 from rlwatch.engine.engine import Engine
@@ -405,16 +405,19 @@ class _Execution:
                 "left alone; plan again"
             )
         t0 = self.clock.time()
+        self.owner.engine.rescan_holders()  # the engine's list, and the dashboard's rows, from a scan after the stop
 
         def none_left(snap: Snapshot) -> str | None:
-            held = [h.pid for h in snap.holders if any(_same(h.pid, h.create_time, i) for i in gone)]
-            return f"still holding: pids {held}" if held else None
+            # A fresh look at the host, never the engine's holder list: between its scans (up to 30 s on a quiet
+            # run) that still listed the strays that had exited, and the verify said FAILED after they were gone.
+            held = [i.pid for i in gone if same_process(i)]
+            return f"still running: pid {', '.join(map(str, held))}" if held else None
 
-        why, snap = self.owner._wait(none_left, KILL_VERIFY_S, since=t0, sources=("holders",))
+        why, snap = self.owner._wait(none_left, KILL_VERIFY_S, since=t0, sources=())
         if why:
             self.problems.append(f"a stopped process still holds the device ({why})")
         glob = self.cfg.gpu.device_glob
-        left = snap.zombies
+        left = [h for h in snap.zombies if not any(_same(h.pid, h.create_time, i) for i in gone) and _alive(h)]
         planned = [Ident(s.pid, s.create_time) for s in self.prepared.stops]
         new = [h for h in left if not any(_same(h.pid, h.create_time, i) for i in planned)]
         if new:  # the planned ones that are left were reported when they could not be stopped
@@ -540,6 +543,11 @@ class _Execution:
             return "training not advancing"
         trainer = f"trainer pid {seen_trainer[0]}" if seen_trainer else "trainer"
         return f"{trainer} running, step {step}" + (f" (past resume step {target})" if target is not None else "")
+
+
+def _alive(h: GpuHolder) -> bool:
+    """The holder's process still runs (a fresh look: the engine's list may be a scan old)."""
+    return same_process(Ident(h.pid, h.create_time))
 
 
 def _same(pid: int, create_time: float, ident: Ident) -> bool:
