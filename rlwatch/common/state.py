@@ -229,6 +229,7 @@ class GpuState:
     outside_bytes: int | None = None
     outside_pids: tuple[int, ...] = ()  # pids NVML reports that do not exist here
     health: GpuHealth | None = None  # ECC, retired/remapped memory, PCIe link, throttling, Xids; None: not read
+    sm_clock_mhz: float | None = None  # the SM clock now: a GPU that computes runs it lower than one waiting in NCCL
 
 
 @dataclass(frozen=True, slots=True)
@@ -767,6 +768,106 @@ class RayState:
 
 
 @dataclass(frozen=True, slots=True)
+class GpuActivity:
+    """One GPU's draw at one read: what tells a GPU that computes longer each step from one that waits in NCCL
+    (both read 100 % busy: NCCL's kernels spin while they wait, at a fraction of the power)."""
+
+    at: float  # wall time
+    power_w: float | None
+    sm_clock_mhz: float | None
+    util: float | None
+
+
+@dataclass(frozen=True, slots=True)
+class CollectiveOp:
+    """One collective as one rank saw it: from a watchdog line or a flight recorder entry."""
+
+    rank: int
+    pg: str  # the process group's id ("0" for the default group)
+    seq: int  # its collective sequence number in that group
+    op: str  # "all_reduce", "broadcast", … (logs/collectives.op_name)
+    numel_in: int | None  # elements in (a watchdog line), or the sum of the input shapes (a flight record)
+    numel_out: int | None
+    where: str  # "train.log:812", "nccl_trace_rank_0 entry 13"
+    state: str | None = None  # a flight record's "scheduled" | "started" | "completed"; a watchdog line: "timed out"
+    sizes: str | None = None  # the shapes as recorded ("[[4194304]]"), where known
+    frame: str | None = None  # the run's own frame that called it ("main (train.py:31)"), where known
+    timeout_ms: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class RankProgress:
+    """How far one rank got in one process group: its last enqueued (entered) and completed collectives."""
+
+    rank: int
+    pg: str
+    last_enqueued: int | None
+    last_completed: int | None
+    where: str
+    last_started: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class FlightState:
+    """The run's flight recorder dumps as last read (sources/flight), on suspicion only (an NCCL timeout logged, the
+    run hung or crashed): every rank's collectives and how far it got."""
+
+    read_at: float
+    ops: tuple[CollectiveOp, ...] = ()
+    progress: tuple[RankProgress, ...] = ()
+    groups: tuple[tuple[str, str], ...] = ()  # (pg id, its name: "default_pg")
+    ranks: tuple[int, ...] = ()  # the ranks whose dump was read
+    errors: tuple[str, ...] = ()  # dumps that could not be read, one line each
+    asked: tuple[str, ...] = ()  # what asking the ranks for a dump through their debug pipe did, one line each
+
+
+@dataclass(frozen=True, slots=True)
+class JobRank:
+    """One of this host's ranks of a distributed job."""
+
+    rank: int  # its global rank (RANK)
+    local_rank: int | None  # LOCAL_RANK
+    gpu: int | None  # the GPU it computes on (the one it holds; among several, its local rank's)
+    pid: int  # never exported: the fleet speaks of global ranks
+
+
+@dataclass(frozen=True, slots=True)
+class JobInfo:
+    """The distributed job this host's ranks belong to, from their environment (sources/job)."""
+
+    job: str  # "rdzv:exp-42", "ray:02000000", "10.0.0.1:29500"
+    launcher: str  # "torchrun" | "ray" | "torch"
+    master: str | None  # "10.0.0.1:29500"
+    node_rank: int | None  # torchrun's GROUP_RANK
+    world_size: int | None
+    ranks: tuple[JobRank, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class RasRank:
+    """One rank as NCCL's RAS service reports it, job-wide."""
+
+    rank: int
+    collectives: int | None  # how many operations it launched (its count in the collective the others differ on)
+    node: str | None  # the node NCCL names ("node-b", an address)
+    pid: int | None  # its process on that node (as NCCL saw it; another namespace's number)
+    gpu: int | None
+    status: str  # "ok" | "behind" (fewer operations than the most) | "missing" | "dead"
+
+
+@dataclass(frozen=True, slots=True)
+class RasState:
+    """What NCCL's RAS service answered, asked on suspicion only (sources/ras)."""
+
+    asked_at: float
+    version: str | None  # the NCCL version the ranks use, where read
+    error: str | None  # why it was not asked or did not answer ("NCCL 2.27.3: RAS crashes there"), one line
+    ranks: tuple[RasRank, ...] = ()
+    operation: str | None = None  # the collective whose counts differ ("AllReduce")
+    summary: str | None = None  # the service's own words on what differs, one line
+
+
+@dataclass(frozen=True, slots=True)
 class Snapshot:
     host: str
     time: float
@@ -815,6 +916,11 @@ class Snapshot:
     learning: LearningState | None = None  # None: no learning metric seen
     ray: RayState | None = None  # a Ray-based run (verl, OpenRLHF): what Ray says of it (sources/ray)
     verdict: Verdict | None = None  # state, headline and remedy, decided once (engine/diagnosis/verdict)
+    # Each GPU's draw over the GPU-bound straggler's window (power, SM clock, utilisation), oldest first.
+    gpu_activity: dict[int, tuple[GpuActivity, ...]] = field(default_factory=dict)
+    job: JobInfo | None = None  # the distributed job this host's ranks belong to; None: no rank of one seen
+    flight: FlightState | None = None  # the ranks' flight recorder dumps; None: not read (nothing suspicious)
+    ras: RasState | None = None  # NCCL's RAS service's answer; None: not asked
 
     @property
     def gpus(self) -> tuple[GpuState, ...]:

@@ -52,8 +52,10 @@ from rlwatch.discover.load import missing_paths, resolve
 from rlwatch.engine.attempts import AttemptTracker, busy_after
 from rlwatch.engine.diagnosis import Context, assess_run, decide, diagnose, timeline
 from rlwatch.engine.diagnosis.base import StepSeen
+from rlwatch.engine.diagnosis.collectives import GPU_MIN_READS
 from rlwatch.engine.diagnosis.health import undated
 from rlwatch.engine.diagnosis.stacks import rank_times
+from rlwatch.engine.job import JobWatch, suspicious
 from rlwatch.engine.preview import MIN_BACKLOG, TAIL_BYTES, Counting, TailPreview
 from rlwatch.engine.recent_lines import RECENT_LINES, RecentLines
 from rlwatch.engine.seen import exchange
@@ -284,6 +286,7 @@ class Engine:
         self._endings: tuple[LogEnding, ...] = ()
         self._stacks: StackReport | None = None
         self._stacks_for: float | None = None  # the hang (its since) whose stacks were read
+        self.job_watch = JobWatch(proc_root)  # the job of the run's ranks, their GPUs' draw, their flight records
         # The stacks sampled while the run lives, on a thread of its own (sources/sampler): never in the way of this
         # engine's loops, whatever py-spy takes.
         scfg = cfg.stacks
@@ -590,6 +593,8 @@ class Engine:
         if fresh_holders:
             self._holders_at = None
         holders = self._holders_now(procs, gpu)
+        self.job_watch.add_gpus(now, gpu)
+        self.job_watch.sample(self._rank_candidates(), holders, self._snapshot)
         role_procs = procs
         view = self._view
         gone = {} if view is None else self._gone_since(view)
@@ -991,6 +996,9 @@ class Engine:
                 limits=self._limits,
                 learning=self.learning.state() if preview is None else preview.learning(self.learning.state()),
                 ray=self._ray,
+                gpu_activity=self.job_watch.activity(now),
+                job=self.job_watch.job,
+                flight=self.job_watch.flight,
             )
             ctx = Context(
                 thresholds=self.cfg.thresholds,
@@ -1098,7 +1106,38 @@ class Engine:
             with self._lock:
                 self._stacks = report
             snap = self.build()
+        if suspicious(snap) and snap.flight is None:  # the ranks' flight records, now that there is a reason
+            self.job_watch.read_flight(snap)
+            snap = self.build()
+        if self._gpu_burst(snap):  # GPUs' draws compared over a few reads: one read says nothing of a straggler
+            snap = self.build()
         return snap
+
+    def _rank_candidates(self) -> list[tuple[int, float]]:
+        """The run's processes that may be ranks: those the stack sampler follows, else (a one-shot look) the run's
+        Python processes."""
+        sampled = self.stack_sampler.state() if self.stack_sampler is not None and self.running else None
+        if sampled is not None:
+            return [(p.pid, p.create_time) for p in sampled.processes if p.alive]
+        view = self._view
+        if view is None:
+            return []
+        with self._lock:
+            started = {p.pid: p.started_at for p in self._procs if p.alive}
+        return [(t.pid, started.get(t.pid, 0.0)) for t in self.stack_targets(view)]
+
+    def _gpu_burst(self, snap: Snapshot, reads: int = GPU_MIN_READS, every_s: float = 0.25) -> bool:
+        """For a one-shot look at a progressing run whose ranks compute on two GPUs or more: the GPUs read a few
+        times (about two seconds), so that a GPU-bound straggler can be told from one read's noise."""
+        job, rs = snap.job, snap.run_state
+        if job is None or rs is None or rs.state != "progressing" or snap.gpu is None or not snap.gpu.available:
+            return False
+        if len({r.gpu for r in job.ranks if r.gpu is not None}) < 2:
+            return False
+        for _ in range(reads):
+            time.sleep(every_s)  # the GPUs' own sampling period: nothing to wait on but time
+            self.job_watch.add_gpus(self.clock.time(), self.gpu_backend.sample())
+        return True
 
     def _writer_unseen(self, snap: Snapshot) -> bool:
         """For a one-shot look: the run seems stopped (no process of it seen here, never one seen going) while a log

@@ -21,38 +21,10 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable
-from dataclasses import dataclass
+
+from rlwatch.common.state import CollectiveOp, RankProgress
 
 __all__ = ["CollectiveOp", "RankProgress", "op_name", "parse_line", "read_lines"]
-
-
-@dataclass(frozen=True, slots=True)
-class CollectiveOp:
-    """One collective as one rank saw it: from a watchdog line or a flight recorder entry."""
-
-    rank: int
-    pg: str  # the process group's id ("0" for the default group)
-    seq: int  # its collective sequence number in that group
-    op: str  # "all_reduce", "broadcast", … (op_name)
-    numel_in: int | None  # elements in (a watchdog line), or the sum of the input shapes (a flight record)
-    numel_out: int | None
-    where: str  # "train.log:812", "nccl_trace_rank_0 entry 13"
-    state: str | None = None  # a flight record's "scheduled" | "started" | "completed"; a watchdog line: "timed out"
-    sizes: str | None = None  # the shapes as recorded ("[[4194304]]"), where known
-    frame: str | None = None  # the run's own frame that called it ("main (train.py:31)"), where known
-    timeout_ms: int | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class RankProgress:
-    """How far one rank got in one process group: its last enqueued (entered) and completed collectives."""
-
-    rank: int
-    pg: str
-    last_enqueued: int | None
-    last_completed: int | None
-    where: str
-    last_started: int | None = None
 
 
 _WORK = re.compile(

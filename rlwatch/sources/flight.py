@@ -27,12 +27,14 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from rlwatch.logs.collectives import CollectiveOp, RankProgress, op_name
+from rlwatch.common.state import CollectiveOp, FlightState, RankProgress
+from rlwatch.logs.collectives import op_name
 
 __all__ = [
     "DEFAULT_PREFIX",
     "MAX_DUMP_BYTES",
     "FlightDump",
+    "FlightReader",
     "NoGlobals",
     "dump_prefixes",
     "find_dumps",
@@ -306,3 +308,74 @@ def request_dumps(environs: Mapping[int, Mapping[str, str]], owners: Iterable[in
         finally:
             os.close(fd)
     return said
+
+
+class FlightReader:
+    """The run's dumps, read on suspicion and again only when one of the files changed (a dump is a few MB and
+    a run's ranks may be many), and each rank asked for its dump through its debug pipe once per hang."""
+
+    def __init__(self) -> None:
+        self._key: tuple[object, ...] | None = None
+        self._dumps: tuple[FlightDump, ...] = ()
+        self._asked_for: object = None
+        self._asked: tuple[str, ...] = ()
+
+    def read(
+        self,
+        run_dir: str,
+        environs: Mapping[int, Mapping[str, str]],
+        since: float | None,
+        now: float,
+        *,
+        hang: object = None,
+    ) -> FlightState:
+        """Every rank's dump written since the run started (``since``; None: the run's start is not known, and a
+        dump from before it cannot be told from its own, so none is read), under the prefixes the ranks'
+        environments name (``environs``: rank -> environment), else PyTorch's default, and in the run directory
+        when it is an absolute path. With ``hang`` (what tells one hang from the next), each rank that set
+        ``TORCH_NCCL_DEBUG_INFO_PIPE_FILE`` is asked for its dump first, once per hang: the dumps then exist
+        before NCCL's watchdog kills the run, and the next read finds them."""
+        try:
+            owners = {os.stat(run_dir).st_uid}
+        except OSError:
+            owners = set()
+        if hang is not None and hang != self._asked_for and environs and owners:
+            self._asked_for = hang
+            said = request_dumps(environs, owners)
+            self._asked = tuple(f"rank {r}: {text}" for r, text in sorted(said.items()))
+        if since is None:
+            return FlightState(read_at=now, asked=self._asked)
+        prefixes = dump_prefixes(environs.values()) if environs else (DEFAULT_PREFIX,)
+        if os.path.isabs(run_dir):  # the run directory's own dumps; never a path relative to where rlwatch runs
+            prefixes = tuple(dict.fromkeys((*prefixes, os.path.join(run_dir, "nccl_trace_rank_"))))
+        key: list[object] = [since]
+        for prefix in prefixes:
+            directory, _, stem = prefix.rpartition("/")
+            try:
+                names = sorted(
+                    n for n in os.listdir(directory or ".") if n.startswith(stem) and n[len(stem) :].isdigit()
+                )
+            except OSError:
+                continue
+            for n in names[:4096]:
+                try:
+                    st = os.lstat(os.path.join(directory, n))
+                except OSError:
+                    continue
+                key.append((directory, n, st.st_mtime_ns, st.st_size))
+        if tuple(key) != self._key:
+            self._key = tuple(key)
+            self._dumps = find_dumps(prefixes, owners, since)
+        good = [d for d in self._dumps if d.error is None]
+        groups: dict[str, str] = {}
+        for d in good:
+            groups.update(d.groups)
+        return FlightState(
+            read_at=now,
+            ops=tuple(o for d in good for o in d.ops),
+            progress=tuple(p for d in good for p in d.progress),
+            groups=tuple(sorted(groups.items())),
+            ranks=tuple(sorted({d.rank for d in good})),
+            errors=tuple(d.error for d in self._dumps if d.error),
+            asked=self._asked,
+        )

@@ -11,18 +11,15 @@ else the Ray job, else the master's address and port (which every node of one jo
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import replace
 
-__all__ = ["JobIdentity", "identity"]
+from rlwatch.common.state import JobInfo, JobRank
+
+__all__ = ["JobIdentity", "identity", "job_info"]
 
 
-@dataclass(frozen=True, slots=True)
-class JobIdentity:
-    job: str  # "rdzv:exp-42", "ray:02000000", "10.0.0.1:29500"
-    launcher: str  # "torchrun" | "ray" | "torch"
-    master: str | None  # "10.0.0.1:29500"
-    node_rank: int | None  # torchrun's GROUP_RANK
-    world_size: int | None
+# The job's record lives with the snapshot's (common/state); this module reads it from the ranks' environment.
+JobIdentity = JobInfo
 
 
 def _int(value: str | None) -> int | None:
@@ -46,3 +43,24 @@ def identity(environs: Iterable[Mapping[str, str]]) -> JobIdentity | None:
         if master is not None and env.get("RANK") is not None:
             return JobIdentity(master, "torchrun" if "TORCHELASTIC_RUN_ID" in env else "torch", master, node, world)
     return None
+
+
+def job_info(ranks: Iterable[tuple[int, Mapping[str, str]]], held: Mapping[int, tuple[int, ...]]) -> JobInfo | None:
+    """The job of this host's ranks (``ranks``: each rank process's pid and environment) with each rank's global
+    and local rank and its GPU: the one it holds (``held``: pid -> GPUs), or among several (NCCL maps its peers'
+    memory) the one of its local rank. None: no rank of a distributed job."""
+    ranks = list(ranks)
+    job = identity(env for _, env in ranks)
+    if job is None:
+        return None
+    out: list[JobRank] = []
+    for pid, env in ranks:
+        rank = _int(env.get("RANK"))
+        if rank is None:
+            continue
+        local = _int(env.get("LOCAL_RANK"))
+        gpus = held.get(pid, ())
+        own = local if local is not None else rank
+        gpu = (gpus[0] if len(gpus) == 1 else own if own in gpus else gpus[0]) if gpus else None
+        out.append(JobRank(rank, local, gpu, pid))
+    return replace(job, ranks=tuple(sorted(out, key=lambda r: r.rank)))

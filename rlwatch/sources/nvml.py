@@ -24,7 +24,7 @@ from collections import deque
 from collections.abc import Callable
 from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeout
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import Any, TypeVar
 
 from rlwatch.common.clock import Clock, SystemClock
@@ -73,42 +73,6 @@ ProcessMap = dict[int, dict[int, int | None]]
 
 
 CLOCK_SM = 1  # nvml.h NVML_CLOCK_SM
-
-
-@dataclass(frozen=True, slots=True)
-class GpuActivity:
-    """One GPU's draw at one read: what tells a GPU that computes longer each step from one that waits in NCCL
-    (both read 100 % busy: NCCL's kernels spin while they wait, at a fraction of the power)."""
-
-    at: float  # wall time
-    power_w: float | None
-    sm_clock_mhz: float | None
-    util: float | None
-
-
-class ActivityLog:
-    """Each GPU's recent draw (power, SM clock, utilisation), newest last, bounded, shared by every NVML backend of
-    this process: the GPU-bound straggler rule (engine/diagnosis/collectives) judges a window of reads, not one."""
-
-    def __init__(self, keep: int = 240) -> None:
-        self._lock = threading.Lock()
-        self._keep = keep
-        self._by_gpu: dict[int, deque[GpuActivity]] = {}
-
-    def add(self, index: int, reading: GpuActivity) -> None:
-        with self._lock:
-            self._by_gpu.setdefault(index, deque(maxlen=self._keep)).append(reading)
-
-    def recent(self, since: float) -> dict[int, tuple[GpuActivity, ...]]:
-        with self._lock:
-            return {i: tuple(r for r in rs if r.at >= since) for i, rs in self._by_gpu.items()}
-
-    def clear(self) -> None:
-        with self._lock:
-            self._by_gpu.clear()
-
-
-ACTIVITY = ActivityLog()
 
 
 def nvml_query(
@@ -297,8 +261,8 @@ class NvmlBackend:
             compute_mode=None if mode is None else COMPUTE_MODES.get(mode, str(mode)),
         )
         clock_info = getattr(nv, "nvmlDeviceGetClockInfo", None)
-        sm_clock = None if clock_info is None else finite_float(nvml_query(clock_info, handle, CLOCK_SM))
-        ACTIVITY.add(index, GpuActivity(self._clock.time(), state.power_w, sm_clock, state.util))
+        if clock_info is not None:  # the engine keeps each GPU's draw over a window (Snapshot.gpu_activity)
+            state = replace(state, sm_clock_mhz=finite_float(nvml_query(clock_info, handle, CLOCK_SM)))
         running = nvml_query(nv.nvmlDeviceGetComputeRunningProcesses, handle, errors=errors)
         if running is None and hasattr(nv, "nvmlDeviceGetComputeRunningProcesses_v2"):
             running = nvml_query(nv.nvmlDeviceGetComputeRunningProcesses_v2, handle)

@@ -9,12 +9,15 @@ import os
 import shutil
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
 from rlwatch.common.state import (
-    GpuHolder,
+    GpuActivity,
+    JobInfo,
+    JobRank,
     RunState,
     SampledProcess,
     Severity,
@@ -24,10 +27,10 @@ from rlwatch.common.state import (
 )
 from rlwatch.engine.diagnosis import diagnose
 from rlwatch.engine.diagnosis.base import Context
-from rlwatch.engine.diagnosis.collectives import collectives, compare, gpu_bound, gpu_straggler
+from rlwatch.engine.diagnosis.collectives import GPU_WINDOW_S, collectives, compare, gpu_bound, gpu_straggler
+from rlwatch.engine.job import JobWatch
 from rlwatch.logs.collectives import read_lines
 from rlwatch.sources import flight
-from rlwatch.sources.nvml import ACTIVITY, GpuActivity
 from tests.snapshot_data import event
 
 REAL = Path(__file__).resolve().parents[1] / "real" / "collective-2gpu"
@@ -119,25 +122,44 @@ def _snapshot(run_dir: Path, case: str, now: float) -> Snapshot:
     )
 
 
+def _read(run_dir: Path, snap: Snapshot) -> Snapshot:
+    """The snapshot as the engine gives it: the dumps read into ``flight`` when the snapshot is suspicious."""
+    watch = JobWatch()
+    watch.read_flight(snap)
+    return replace(snap, flight=watch.flight)
+
+
 def test_the_rule_reads_the_dumps_the_run_left_in_its_directory(tmp_path: Path) -> None:
     for r in (0, 1):
         shutil.copy(REAL / "mismatch" / f"nccl_trace_rank_{r}", tmp_path / f"nccl_trace_rank_{r}")
     now = os.stat(tmp_path / "nccl_trace_rank_0").st_mtime + 10
-    (finding,) = list(collectives(_snapshot(tmp_path, "mismatch", now), Context()))
+    snap = _read(tmp_path, _snapshot(tmp_path, "mismatch", now))
+    assert snap.flight is not None and snap.flight.ranks == (0, 1) and snap.flight.errors == ()
+    (finding,) = list(collectives(snap, Context()))
     assert finding.code == "collective_mismatch" and finding.severity is Severity.CRITICAL
     assert "Rank 0 made one more collective" not in finding.message  # the sentence starts with the difference
     assert "rank 0 made one more collective than rank 1: all_reduce of 1 element in main (collective_2gpu.py:58)" in (
         finding.message
     )
     assert "nccl_trace_rank_0 entry 12 [[1]]" in finding.message
-    assert any(f.code == "collective_mismatch" for f in diagnose(_snapshot(tmp_path, "mismatch", now), Context()))
+    assert any(f.code == "collective_mismatch" for f in diagnose(snap, Context()))
+
+
+def test_the_dumps_are_not_read_without_a_reason(tmp_path: Path) -> None:
+    for r in (0, 1):
+        shutil.copy(REAL / "mismatch" / f"nccl_trace_rank_{r}", tmp_path / f"nccl_trace_rank_{r}")
+    now = os.stat(tmp_path / "nccl_trace_rank_0").st_mtime + 10
+    calm = replace(_snapshot(tmp_path, "mismatch", now), events={}, run_state=RunState("progressing", "steps"))
+    assert _read(tmp_path, calm).flight is None
 
 
 def test_a_dump_older_than_the_run_is_not_its(tmp_path: Path) -> None:
     for r in (0, 1):
         shutil.copy(REAL / "mismatch" / f"nccl_trace_rank_{r}", tmp_path / f"nccl_trace_rank_{r}")
     now = os.stat(tmp_path / "nccl_trace_rank_0").st_mtime + 10_000  # the run started long after the dumps
-    found = list(collectives(_snapshot(tmp_path, "mismatch", now), Context()))
+    snap = _read(tmp_path, _snapshot(tmp_path, "mismatch", now))
+    assert snap.flight is not None and snap.flight.ranks == ()
+    found = list(collectives(snap, Context()))
     # Only the watchdog's lines speak, without the dumps' history: the difference, no rank blamed.
     assert [f.code for f in found] == ["collective_mismatch"]
     assert "made one more" not in found[0].message
@@ -187,36 +209,41 @@ def _sampled(now: float) -> StackSampling:
     return StackSampling(True, None, "py-spy dump --nonblocking", 10.0, 0.005, procs)
 
 
+def _job(gpus: dict[int, int]) -> JobInfo:
+    ranks = tuple(JobRank(r, r, g, 900 + r) for r, g in gpus.items())
+    return JobInfo("rdzv:exp", "torchrun", "10.0.0.1:29500", 0, len(gpus), ranks)
+
+
+def _activity(case: str, end: float) -> dict[int, tuple[GpuActivity, ...]]:
+    """A case's readings moved to end at ``end``, the last GPU_WINDOW_S of them."""
+    out = {}
+    for gpu, rs in _readings(case).items():
+        moved = [GpuActivity(end - (rs[-1].at - r.at), r.power_w, r.sm_clock_mhz, r.util) for r in rs]
+        out[gpu] = tuple(r for r in moved if r.at >= end - GPU_WINDOW_S)
+    return out
+
+
 def test_the_rule_names_the_gpu_bound_straggler_when_the_stacks_agree() -> None:
-    readings = _readings("straggler")
-    end = max(r.at for rs in readings.values() for r in rs)
-    holders = tuple(
-        GpuHolder(900 + r, 1.0, "u", ("python",), (f"/dev/nvidia{r}",), None, True, None, gpus=(r,)) for r in (0, 1)
-    )
+    end = 10_000.0
     snap = Snapshot(
         host="h",
         time=end,
         profile="auto",
         run_dir="/job",
         sampling=_sampled(end),
-        holders=holders,
+        job=_job({0: 0, 1: 1}),
+        gpu_activity=_activity("straggler", end),
         run_state=RunState("progressing", "steps every 1.1 s"),
     )
-    ACTIVITY.clear()
-    try:
-        for gpu, rs in readings.items():
-            for r in rs:
-                ACTIVITY.add(gpu, r)
-        (finding,) = list(gpu_straggler(snap, Context()))
-        assert finding.code == "gpu_straggler" and finding.severity is Severity.WARNING
-        assert "rank 1 (GPU 1) computes longer each step: 693 W beside 281 W" in finding.message
-        ACTIVITY.clear()
-        for gpu, rs in _readings("healthy").items():
-            for r in rs:
-                ACTIVITY.add(gpu, GpuActivity(end - (rs[-1].at - r.at), r.power_w, r.sm_clock_mhz, r.util))
-        assert list(gpu_straggler(snap, Context())) == []
-    finally:
-        ACTIVITY.clear()
+    (finding,) = list(gpu_straggler(snap, Context()))
+    assert finding.code == "gpu_straggler" and finding.severity is Severity.WARNING
+    assert "rank 1 (GPU 1) computes longer each step: 693 W beside 281 W" in finding.message
+    assert list(gpu_straggler(replace(snap, gpu_activity=_activity("healthy", end)), Context())) == []
+    # A one-shot look (no sampling) judges the reads it took, as report does.
+    (once,) = list(gpu_straggler(replace(snap, sampling=None), Context()))
+    assert once.message == finding.message
+    # Two ranks on one GPU: their draws cannot be told apart.
+    assert list(gpu_straggler(replace(snap, job=_job({0: 0, 1: 0})), Context())) == []
 
 
 @pytest.mark.slow
@@ -224,7 +251,8 @@ def test_a_declared_hang_asks_each_rank_for_its_flight_record_through_its_pipe_o
     prefix = str(tmp_path / "nccl_pipe_rank_")
     os.mkfifo(prefix + "1.pipe")
     reader = os.open(prefix + "1.pipe", os.O_RDONLY | os.O_NONBLOCK)  # as ProcessGroupNCCL opens it
-    env = {"PATH": "/usr/bin:/bin", "RANK": "1", "TORCH_NCCL_DEBUG_INFO_PIPE_FILE": prefix}
+    env = {"PATH": "/usr/bin:/bin", "RANK": "1", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "29500"}
+    env["TORCH_NCCL_DEBUG_INFO_PIPE_FILE"] = prefix
     rank = subprocess.Popen([sys.executable, "-c", "import sys; sys.stdin.read()"], stdin=subprocess.PIPE, env=env)
     try:
         frames = ("fetch_batch_from_service (train.py:20)", "main (train.py:60)")
@@ -240,11 +268,16 @@ def test_a_declared_hang_asks_each_rank_for_its_flight_record_through_its_pipe_o
             sampling=sampling,
             run_state=RunState("hung", "its ranks' stacks have not moved"),
         )
-        list(collectives(snap, Context()))
-        list(collectives(snap, Context()))  # the same ranks: asked once
+        watch = JobWatch()
+        watch.sample([(rank.pid, 1.0)], (), snap, flight=False)
+        assert watch.job is not None and [r.rank for r in watch.job.ranks] == [1]
+        watch.read_flight(snap)
+        watch.read_flight(replace(snap, time=1040.0))  # the same hang: asked once
         assert os.read(reader, 16) == b"1"
-        healthy = Snapshot(host="h", time=1030.0, profile="auto", run_dir=str(tmp_path / "other"), sampling=sampling)
-        list(collectives(healthy, Context()))  # not hung: nothing asked
+        assert watch.flight is not None and watch.flight.asked == (f"rank 1: asked through {prefix}1.pipe",)
+        healthy = Snapshot(host="h", time=1030.0, profile="auto", run_dir=str(tmp_path), sampling=sampling)
+        watch.read_flight(healthy)  # not hung: nothing asked
+        assert watch.flight is None
         assert os.read(reader, 16) == b""  # nothing more was written
     finally:
         os.close(reader)

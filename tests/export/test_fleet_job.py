@@ -8,6 +8,7 @@ import json
 import subprocess
 import sys
 from collections.abc import Iterator, Sequence
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -16,6 +17,7 @@ from prometheus_client.exposition import generate_latest
 
 from rlwatch.common.clock import FakeClock
 from rlwatch.common.state import RunState, SampledProcess, Snapshot, StackSample, StackSampling
+from rlwatch.engine.job import JobWatch
 from rlwatch.export.exporter import SnapshotCollector, start_exporter
 from rlwatch.export.fleet import host_from_samples, parse_exposition
 from rlwatch.export.fleet.job import join_jobs
@@ -72,7 +74,8 @@ def _sampled(pid: int, rank: int, frames: Sequence[str], moving: bool = False) -
 
 
 def _host(name: str, procs: Sequence[SampledProcess], state: str = "hung") -> Snapshot:
-    return Snapshot(
+    """A host's snapshot as its engine builds it: the job read from its ranks' real environments (engine/job)."""
+    snap = Snapshot(
         host=name,
         time=NOW,
         profile="auto",
@@ -80,6 +83,9 @@ def _host(name: str, procs: Sequence[SampledProcess], state: str = "hung") -> Sn
         sampling=StackSampling(True, None, "py-spy dump --nonblocking", 10.0, 0.005, tuple(procs)),
         run_state=RunState(state, "its ranks stand still"),
     )
+    watch = JobWatch()
+    watch.sample([(p.pid, p.create_time) for p in procs], (), snap, flight=False)
+    return replace(snap, job=watch.job)
 
 
 def _row(snap: Snapshot):  # type: ignore[no-untyped-def]

@@ -22,19 +22,15 @@ and read again only when one changed.
 
 from __future__ import annotations
 
-import os
 import statistics
 from collections import Counter
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 
-from rlwatch.common.state import Finding, Snapshot
+from rlwatch.common.state import Finding, GpuActivity, JobInfo, Snapshot
 from rlwatch.engine.diagnosis.base import CRIT, WARN, Context
 from rlwatch.engine.diagnosis.stacks import still_ranks, stragglers
 from rlwatch.logs.collectives import CollectiveOp, RankProgress, read_lines
-from rlwatch.sources import flight, procfs
-from rlwatch.sources.job import JobIdentity, identity
-from rlwatch.sources.nvml import ACTIVITY, GpuActivity
 
 __all__ = [
     "GPU_MIN_READS",
@@ -204,107 +200,28 @@ def compare(
     return tuple(out)
 
 
-# ------------------------------------------------------------------------------------------- reading on suspicion
-_SEEN: dict[str, tuple[tuple[object, ...], tuple[flight.FlightDump, ...]]] = {}
-_PREFIXES: dict[str, tuple[str, ...]] = {}
-
-
+# --------------------------------------------------------------------------------------------- what the ranks say
 def _suspicious(s: Snapshot) -> bool:
     ev = s.events.get("nccl_timeout")
     hung = s.run_state is not None and s.run_state.state in ("hung", "crashed")
     return (ev is not None and ev.count > 0) or hung
 
 
-def _run_pids(s: Snapshot) -> list[int]:
-    pids = [p.pid for p in s.processes if p.alive and p.attempt is None]
-    if s.sampling is not None:
-        pids += [p.pid for p in s.sampling.processes if p.alive]
-    return sorted(set(pids))
-
-
-def _dumps(s: Snapshot) -> tuple[flight.FlightDump, ...]:
-    """The run's flight recorder dumps written since it started; read again only when a file changed."""
-    environs = [e for e in (procfs.read_environ(pid) for pid in _run_pids(s)) if e]
-    named = tuple(dict.fromkeys(e[k] for e in environs for k in ("TORCH_FR_DUMP_TEMP_FILE",) if e.get(k)))
-    if environs:
-        _PREFIXES[s.run_dir] = flight.dump_prefixes(environs)
-        if len(_PREFIXES) > 16:
-            _PREFIXES.pop(next(iter(_PREFIXES)))
-    prefixes = _PREFIXES.get(s.run_dir) or named or (flight.DEFAULT_PREFIX,)
-    if os.path.isabs(s.run_dir):  # the run directory's own dumps; never a path relative to wherever rlwatch runs
-        prefixes = tuple(dict.fromkeys((*prefixes, os.path.join(s.run_dir, "nccl_trace_rank_"))))
-    since = s.time - s.run_uptime_s if s.run_uptime_s is not None else None
-    if since is None:
-        return ()  # a dump from before the run cannot be told from this run's
-    signature: list[object] = []
-    for prefix in prefixes:
-        directory, _, stem = prefix.rpartition("/")
-        try:
-            names = sorted(n for n in os.listdir(directory or ".") if n.startswith(stem) and n[len(stem) :].isdigit())
-        except OSError:
-            continue
-        for n in names[:4096]:
-            try:
-                st = os.lstat(os.path.join(directory, n))
-            except OSError:
-                continue
-            signature.append((directory, n, st.st_mtime_ns, st.st_size))
-    key = tuple(signature)
-    cached = _SEEN.get(s.run_dir)
-    if cached is not None and cached[0] == key:
-        return cached[1]
-    owners = {os.stat(s.run_dir).st_uid} if os.path.isdir(s.run_dir) else set()
-    dumps = flight.find_dumps(prefixes, owners, since)
-    _SEEN[s.run_dir] = (key, dumps)
-    if len(_SEEN) > 16:
-        _SEEN.pop(next(iter(_SEEN)))
-    return dumps
-
-
-_ASKED: dict[str, frozenset[int]] = {}
-
-
-def _ask_for_dumps(s: Snapshot) -> None:
-    """Once a hang is declared, ask each rank that set ``TORCH_NCCL_DEBUG_INFO_PIPE_FILE`` for its flight record
-    through its pipe (one byte; never blocking), once per set of ranks: the dumps then exist before NCCL's watchdog
-    (600 s by default) kills the run, and the next round reads them."""
-    sampling = s.sampling
-    if sampling is None or s.run_state is None or s.run_state.state != "hung":
-        return
-    ranked = [p for p in sampling.processes if p.alive and p.rank is not None]
-    pids = frozenset(p.pid for p in ranked)
-    if not pids or _ASKED.get(s.run_dir) == pids:
-        return
-    _ASKED[s.run_dir] = pids
-    if len(_ASKED) > 16:
-        _ASKED.pop(next(iter(_ASKED)))
-    try:
-        owners = {os.stat(s.run_dir).st_uid}
-    except OSError:
-        return
-    flight.request_dumps({p.rank: _environ(p.pid, p.create_time) for p in ranked if p.rank is not None}, owners)
-
-
 def issues(s: Snapshot) -> tuple[tuple[CollectiveIssue, ...], tuple[str, ...]]:
-    """What the dumps and the watchdog lines say, and the dumps that could not be read (one line each)."""
+    """What the dumps (``Snapshot.flight``, read by the engine on suspicion) and the watchdog lines say, and the
+    dumps that could not be read (one line each)."""
     ev = s.events.get("nccl_timeout")
     lines = [(x.path, x.lineno, x.text) for x in (ev.recent if ev is not None else ())]
     ops, progress = read_lines(lines)
-    _ask_for_dumps(s)
-    dumps = _dumps(s) if _suspicious(s) else ()
-    names: dict[str, str] = {}
-    bad = tuple(d.error for d in dumps if d.error)
-    ranks_dumped = {d.rank for d in dumps if d.error is None}
-    if ranks_dumped:
+    flight = s.flight
+    if flight is None:
+        return compare(ops, progress), ()
+    if flight.ranks:
         # The dumps say more than the lines of the same ranks: each rank is read from one place.
-        ops = tuple(o for o in ops if o.rank not in ranks_dumped)
-        progress = tuple(p for p in progress if p.rank not in ranks_dumped)
-    for d in dumps:
-        if d.error is None:
-            ops += d.ops
-            progress += d.progress
-            names.update(d.groups)
-    return compare(ops, progress, names), bad
+        dumped = set(flight.ranks)
+        ops = tuple(o for o in ops if o.rank not in dumped)
+        progress = tuple(p for p in progress if p.rank not in dumped)
+    return compare(ops + flight.ops, progress + flight.progress, dict(flight.groups)), flight.errors
 
 
 def collectives(s: Snapshot, ctx: Context) -> Iterator[Finding]:
@@ -376,43 +293,24 @@ def gpu_bound(
     return text, tuple(fig(k) for k in sorted(med))
 
 
-def _rank_gpus(s: Snapshot) -> dict[str, int]:
-    """Each sampled rank's own GPU: the one it holds, or among several (NCCL maps its peers' memory) the one of its
-    local rank."""
-    sampling = s.sampling
-    if sampling is None:
-        return {}
-    held = {h.pid: h.gpus for h in s.holders if h.gpus}
-    out: dict[str, int] = {}
-    for p in sampling.processes:
-        if not p.alive or p.rank is None:
-            continue
-        gpus = held.get(p.pid, ())
-        if len(gpus) == 1:
-            out[p.label] = gpus[0]
-        elif gpus:
-            env = procfs.read_environ(p.pid) or {}
-            local = env.get("LOCAL_RANK", "")
-            own = int(local) if local.isdigit() else p.rank
-            out[p.label] = own if own in gpus else gpus[0]
-    return out
-
-
 def gpu_straggler(s: Snapshot, ctx: Context) -> Iterator[Finding]:
-    """A warning naming the rank whose GPU computes longer each step, when the stacks cannot tell (they agree)."""
-    if s.run_state is None or s.run_state.state != "progressing":
+    """A warning naming the rank whose GPU computes longer each step, when the stacks cannot tell (they name no
+    straggler). Live, every rank must have been sampled over the window; a one-shot look (no sampling) compares the
+    GPUs' draws over the reads it took."""
+    if s.run_state is None or s.run_state.state != "progressing" or s.job is None:
         return
     sampling = s.sampling
-    if sampling is None or not sampling.available or stragglers(s, ctx) is not None:
-        return  # the stacks name a straggler (or cannot be read): theirs is the finding
-    start = s.time - GPU_WINDOW_S
-    ranked = [p for p in sampling.processes if p.alive and p.rank is not None]
-    if len(ranked) < 2 or any(sum(x.at >= start for x in p.samples) < 2 for p in ranked):
-        return
-    rank_gpus = _rank_gpus(s)
+    if sampling is not None:
+        if not sampling.available or stragglers(s, ctx) is not None:
+            return  # the stacks name a straggler (or cannot be read): theirs is the finding
+        start = s.time - GPU_WINDOW_S
+        ranked = [p for p in sampling.processes if p.alive and p.rank is not None]
+        if len(ranked) < 2 or any(sum(x.at >= start for x in p.samples) < 2 for p in ranked):
+            return
+    rank_gpus = {f"rank {r.rank}": r.gpu for r in s.job.ranks if r.gpu is not None}
     if len(set(rank_gpus.values())) != len(rank_gpus) or len(rank_gpus) < 2:
         return  # two ranks on one GPU: their draws cannot be told apart
-    got = gpu_bound(ACTIVITY.recent(start), rank_gpus)
+    got = gpu_bound(s.gpu_activity, rank_gpus)
     if got is None:
         return
     text, figures = got
@@ -433,27 +331,9 @@ class RankStanding:
     collective_seq: int | None = None  # the last collective it entered, from its flight record
 
 
-_ENVIRON: dict[tuple[int, float], dict[str, str]] = {}
-
-
-def _environ(pid: int, create_time: float) -> dict[str, str]:
-    """A rank's environment, read once per process (it does not change)."""
-    key = (pid, create_time)
-    env = _ENVIRON.get(key)
-    if env is None:
-        env = procfs.read_environ(pid) or {}
-        _ENVIRON[key] = env
-        while len(_ENVIRON) > 1024:
-            _ENVIRON.pop(next(iter(_ENVIRON)))
-    return env
-
-
-def job_of(s: Snapshot) -> JobIdentity | None:
-    """The distributed job this host's ranks belong to, from their environment (torchrun's, Ray's)."""
-    sampling = s.sampling
-    if sampling is None:
-        return None
-    return identity(_environ(p.pid, p.create_time) for p in sampling.processes if p.alive and p.rank is not None)
+def job_of(s: Snapshot) -> JobInfo | None:
+    """The distributed job this host's ranks belong to (the engine reads it from their environment)."""
+    return s.job
 
 
 def standings(s: Snapshot) -> tuple[RankStanding, ...]:
@@ -463,23 +343,21 @@ def standings(s: Snapshot) -> tuple[RankStanding, ...]:
     if sampling is None or not sampling.available:
         return ()
     seqs: dict[int, int] = {}
-    if _suspicious(s):
-        for d in _dumps(s):
-            for g in d.progress:
-                if g.pg == "0" and g.last_enqueued is not None:
-                    seqs[d.rank] = g.last_enqueued
+    for g in s.flight.progress if s.flight is not None else ():
+        if g.pg == "0" and g.last_enqueued is not None:
+            seqs[g.rank] = g.last_enqueued
+    local = {r.rank: r.local_rank for r in s.job.ranks} if s.job is not None else {}
     out = []
     for x in still_ranks(s):
         p = x.proc
         if p.rank is None:
             continue
-        local = _environ(p.pid, p.create_time).get("LOCAL_RANK", "")
         moving = x.reads < 2
         state = "moving" if moving else ("waiting" if x.latest.collective else "elsewhere")
         out.append(
             RankStanding(
                 p.rank,
-                int(local) if local.isdigit() else None,
+                local.get(p.rank),
                 state,
                 x.latest.where,
                 x.latest.wait,
