@@ -398,3 +398,15 @@ def diagnose_and_decide(snap: Snapshot) -> tuple[Finding, ...]:
     s = replace(snap, live_run=live, run_state=stack_run_state(snap, CTX, UNKNOWN))
     s = replace(s, findings=diagnose(s, CTX))
     return decide(s, CTX)[1]
+
+
+def test_a_watchdogs_hang_that_says_where_the_ranks_stood_is_said_with_this_reading_once() -> None:
+    """The dashboard beside a watchdog said "where the ranks stand" twice: the watchdog's (23 s old) and its own."""
+    snap = _snap(_proc(0, _still(SIM_WAIT, NOW - 120, blocked=False)), _proc(1, _still(HEARTBEAT, NOW - 120, False)))
+    theirs = (
+        "no progress since 09:10 (2m); where the ranks stand: rank 1 has been in never_reaches_collective (ddp.py:114) "
+        "for 23s (as the watchdog, pid 7995, watching the logs live, sees it)"
+    )
+    rs = stack_run_state(snap, CTX, RunState("hung", theirs, NOW - 300))
+    assert rs.why.count("where the ranks stand") == 1, rs.why
+    assert "for 2m, not in a collective" in rs.why and rs.why.endswith("watching the logs live, sees it)"), rs.why

@@ -177,6 +177,10 @@ def awaited(s: Snapshot) -> tuple[tuple[int, ...], tuple[int, ...]] | None:
     return tuple(x.proc.pid for x in decided[0]), tuple(x.proc.pid for x in still)
 
 
+_STAND = "; where the ranks stand: "
+_WATCHDOG_SAID = " (as the watchdog, pid "
+
+
 def stack_run_state(s: Snapshot, ctx: Context, state: RunState) -> RunState:
     """The run's state with what its stacks say: hung when its ranks stand still in their waits past the window,
     whatever the logs print; a hang the logs declared gets who waits where."""
@@ -191,7 +195,10 @@ def stack_run_state(s: Snapshot, ctx: Context, state: RunState) -> RunState:
         if moved:
             return state
         text, _ = _describe(still, now, _gone(s))
-        return RunState(state.state, f"{state.why}; where the ranks stand: {text}", state.since, state.evidence)
+        # A why that already says where the ranks stood (a watchdog's, leaned on) gets this reading instead, once.
+        head, stood, tail = state.why.partition(_STAND)
+        said = tail[tail.index(_WATCHDOG_SAID) :] if stood and _WATCHDOG_SAID in tail else ""
+        return RunState(state.state, f"{head}{_STAND}{text}{said}", state.since, state.evidence)
     window = _window(s, ctx)
     if any(x.reads < 2 or now - x.since < window for x in still):
         return state
