@@ -66,6 +66,14 @@ _NOT_STEPS = re.compile(
     r"|val|valid|validation|validating|eval|evaluation|evaluating|test|testing|predict(?:ing|ions?)?|inference"
     r"|running tokenizer|converting)\b"
 )
+# The words of an evaluation among _NOT_STEPS: a line holding one is still a training record where it also names what
+# was trained (CatBoost's `N: learn: … test: …`, XGBoost's `[N] train-logloss:… eval-logloss:…`, LitGPT's `loss train
+# (curr): …, val (prev val iter): …`): the evaluation's metric is printed beside the training one on every record.
+_EVAL_WORDS = frozenset(("val", "valid", "eval", "test"))
+# ... but not where it names an evaluation's own loss (nanoGPT's `step 250: train loss 4.2, val loss 4.3`, its
+# estimate over both splits every eval_interval steps, between the iter lines that are the run's records)
+_EVAL_LOSS = re.compile(r"(?<![a-z])(?:val|valid|eval|test) loss\b")
+_TRAINED = re.compile(r"(?<![a-z])(?:train(?:ing)?|learn)(?![a-z])")
 # An evaluation's metric with a value (`"eval_loss": null` is none): the line is an evaluation's record unless it
 # also holds a training metric (pgx's `{"steps": …, "train_R": …, "eval_R": …}` is a training record).
 _EVAL_METRIC = re.compile(r"\beval_\w*[\"']?\s*[:=]\s*-?\d")
@@ -87,6 +95,7 @@ _RANK = {"global": 0, "current_steps": 1, "num_updates": 1, "iter": 2, "it": 2, 
 _EPOCH = re.compile(
     r"(?i)(?<![\w])epoch(?:\(\w+\))?[\"']?\s*[:=]?\s*\[?\s*(?P<e>\d{1,6})(?![\d.])(?:\s*\]?\s*/\s*(?P<of>\d{1,6}))?"
 )
+_AFTER_EPOCH = re.compile(r"[\s,;:]{1,8}(?P<n>\d{1,12})\s*/\s*(?P<total>\d{1,12})(?!\d|\.\d)")
 # A bare fraction in a bar or in brackets: tqdm's `| 45/100 [`, Keras's `45/100 [====`, `[ 50/500]`, `[50/1251 (`.
 _FRACTION = re.compile(
     r"(?:\|\s*|^\s*|\[\s*)(?P<n>\d{1,12})\s*/\s*(?P<total>\d{1,12})(?=\s*(?:\[|\]|\(|$)|\s+-\s)", re.MULTILINE
@@ -195,7 +204,10 @@ def _epoch(text: str) -> tuple[re.Match[str] | None, int | None, int | None, int
     if em is None:
         return None, None, None, 0
     epochs = int(em.group("of")) if em.group("of") else None
-    return em, int(em.group("e")), epochs, 1 if epochs else 0
+    raw = em.group("e")
+    # epochs count from 1 where shown as e/E, or written zero-padded (fairseq's `epoch 001`); else from 0 (the run's
+    # own first epoch, where the log shows it, says which: ShapeSteps._base)
+    return em, int(raw), epochs, 1 if epochs or (len(raw) > 1 and raw[0] == "0") else 0
 
 
 def read(text: str) -> Reading | None:
@@ -211,7 +223,9 @@ def _counts_else(text: str) -> bool:
     """Whether the line counts something other than training steps (see ``_NOT_STEPS``, ``_EVAL_METRIC``)."""
     low = text.lower()
     if _NOT_STEPS.search(low) is not None:
-        return True
+        words = {m.group(0) for m in _NOT_STEPS.finditer(low)}
+        if not words <= _EVAL_WORDS or _TRAINED.search(low) is None or _EVAL_LOSS.search(low) is not None:
+            return True
     return _EVAL_METRIC.search(low) is not None and _TRAIN_METRIC.search(low) is None
 
 
@@ -245,13 +259,25 @@ def _read(text: str) -> Reading | None:
         shown = int(m.group("total")) if m.group("total") else None
         if shown is not None and int(m.group("n")) > shown:
             shown = None
-        if best is None or rank < best[0]:
+        if best is None or rank < best[0] or (name == "step" and best[1] == "iter"):
+            # LitGPT's `iter 8 | step 2`: where a line names both, the iter counts micro-batches and the step the
+            # optimizer's steps, the one a person names
             best = (rank, name, int(m.group("n")), shown)
     if best is not None:
         _, name, value, of = best
+        if of is not None and epochs is not None and name in ("iter", "step", "batch", "it"):
+            # YOLOX's `epoch: 36/300, iter: 1040/1849`: beside an epoch shown with its total, an i/N counts within
+            # the epoch (a run's own i/N beside a bare epoch number, PaddleSeg's `epoch: 1, iter: 20/500`, does not)
+            return Reading(_template(text, "fraction", of), "fraction", value, of, epoch, epochs, 1)
         if of is None and (tm := _TOTAL_KEY.search(text)) is not None and int(tm.group(1)) >= value:
             of = int(tm.group(1))
         return Reading(_template(text, name, of), name, value, of, epoch, epochs, base)
+    if em is not None and (after := _AFTER_EPOCH.match(text, em.end())) is not None:
+        # fairseq's `| epoch 010  2000 / 8223 loss=…`: the fraction right after the epoch's number is the batch
+        # within that epoch
+        value, total = int(after.group("n")), int(after.group("total"))
+        if 0 <= value <= total:
+            return Reading(_template(text, "fraction", total), "fraction", value, total, epoch, epochs, base)
     bar = _BAR_FRACTION.search(text) if "%|" in text else None
     for m in [bar] if bar is not None else _FRACTION.finditer(text):
         if em is not None and em.start() <= m.start() < em.end():
@@ -281,9 +307,10 @@ def _read(text: str) -> Reading | None:
 # one first in its record.
 _FIELD = re.compile(
     r"(?:(?P<name>[A-Za-z_][\w/]{0,40}?)[\"']?\s*[:=#]?\s*\[?\s*|(?<![\w.:/-]))"
-    r"(?P<n>\d{1,15}|\d(?:\.\d+)?e\+?\d{1,2})(?![\w.%:]|\.\d|/\d|\s*%|\s*(?:ms|s|h|m|min|sec|GiB|MiB|GB|MB)\b)",
+    r"(?P<n>\d{1,15}|\d(?:\.\d+)?e\+?\d{1,2})(?![\w.%]|:\d|\.\d|/\d|\s*%|\s*(?:ms|s|h|m|min|sec|GiB|MiB|GB|MB)\b)",
     re.IGNORECASE,
 )
+_NAME_AFTER = re.compile(r"[ \t]{1,4}([A-Za-z_]{3,24})(?![\w/(:=])")
 _CLOCK = re.compile(r"\d{1,2}:\d{2}(?::\d{2})?|\d{4}-\d{2}-\d{2}|\d{8}-")
 _HEADER_SEPS = ("|", "\t", ",")
 _STEP_NAMES = frozenset(
@@ -342,6 +369,8 @@ def fields(text: str, header: list[str] | None = None) -> list[tuple[str, int]]:
                 continue
             value = int(value)
         name = m.group("name") or ""
+        if not name and (after := _NAME_AFTER.match(text, m.end())) is not None:
+            name = after.group(1)  # fairseq-lua's `0021028 updates`, keras-rl's `308 episodes`: the noun after it
         if col_of is not None and header is not None:
             col = sum(1 for c in col_of if c < at)
             name = header[col] if col < len(header) else ""
@@ -377,8 +406,8 @@ class _Series:
     """One template's counter over the lines: ``last`` as printed, ``step`` the global step it stands for."""
 
     __slots__ = (
-        "advances", "epoch", "epochs", "kind", "last", "low", "moves", "name", "offset", "order", "resets", "since",
-        "speed", "step", "total",
+        "advances", "backs", "epoch", "epochs", "kind", "last", "low", "moves", "name", "offset", "order", "resets",
+        "since", "speed", "step", "total",
     )  # fmt: skip
 
     def __init__(self, r: Reading, epoch: int | None, time: float, kind: int = 0, order: int = 0) -> None:
@@ -393,6 +422,7 @@ class _Series:
         self.total = r.total
         self.step = r.value
         self.advances = 0
+        self.backs = 0  # went back without starting over (a rank lagging, or a field that is no counter: a thread id)
         self.resets = 0  # starts over with no epoch advancing: an evaluation or generation loop's bar
         self.speed = r.speed  # the latest speed its lines printed (steps per hour)
         self.since = (time, r.value)  # (time, step) of its first line, or of its start over: where a rate begins
@@ -413,6 +443,7 @@ class ShapeSteps:
         self._primary: _Series | None = None
         self._epoch: tuple[int, int, int | None] | None = None  # (epoch, base, epochs) named on a line of its own
         self._header: tuple[str, list[str]] | None = None  # the latest table or CSV header: separator, names
+        self._first_epoch: int | None = None  # the first epoch any line named: 0 or 1 says how this run counts them
 
     def _feed_fields(self, text: str, time: float) -> bool:
         """A line no reader knows: a header remembered, or each field of the record followed as a series of its own
@@ -438,6 +469,10 @@ class ShapeSteps:
 
     def _global(self, r: Reading, epoch: int | None, base: int) -> int:
         """The step a person names: a bar's or a bracket's ``i/N`` within epoch ``e`` is ``(e - base) * N + i``."""
+        if self._first_epoch is None and epoch is not None:
+            self._first_epoch = epoch
+        if self._first_epoch in (0, 1):
+            base = self._first_epoch  # the run showed its first epoch: it counts them from that
         if r.name in _PER_EPOCH and r.total and epoch is not None and epoch >= base:
             return (epoch - base) * r.total + r.value
         return r.value
@@ -452,7 +487,13 @@ class ShapeSteps:
             _, epoch, epochs, base = _epoch(text)
             if epoch is not None:
                 self._epoch = (epoch, base, epochs)
-            return self._feed_fields(text, time)
+                if self._first_epoch is None:
+                    self._first_epoch = epoch
+            s = self._primary
+            named = s is not None and s.kind == 1
+            before = self.step() if named else None
+            moved = self._feed_fields(text, time)
+            return moved or (named and self._primary is s and self.step() != before)
         epoch, base, epochs = r.epoch, r.base, r.epochs
         if epoch is None and self._epoch is not None:
             epoch, base, epochs = self._epoch
@@ -464,6 +505,11 @@ class ShapeSteps:
         """One reading of a series (made on its first): True when it moved the run's step on."""
         g = self._global(r, epoch, base)
         s = self._series.get(r.template)
+        if s is None and r.template.count(" ") >= 1:
+            # a record cut short (the last line of a pasted or copied log) is still its template's record: the known
+            # template it begins
+            head = r.template + " "
+            s = next((o for t, o in self._series.items() if t.startswith(head)), None)
         if s is None:
             if len(self._series) >= _MAX_SERIES:
                 return False
@@ -497,6 +543,8 @@ class ShapeSteps:
             s.epoch = epoch
             return False
         else:
+            if r.value < s.last:
+                s.backs += 1
             return False  # a copy (another rank, another file with the same output) or one lagging behind
         # how far it moved, not how many of its lines moved it: a run of a bar's redraws reaches here by its first
         # and last lines only (the event counter passes over the ones between), and counts as far as all of them
@@ -513,8 +561,8 @@ class ShapeSteps:
         best: _Series | None = None
         best_key: tuple[int, int, int] | None = None
         for s in self._series.values():
-            if not s.advances or s.resets >= 2:
-                continue
+            if not s.advances or s.resets >= 2 or (s.kind and s.backs > s.moves):
+                continue  # a learned field that went back more often than on is no counter (a thread's id)
             key = (s.kind, -(s.advances if s.kind == 0 else s.moves), s.order)
             if best_key is None or key < best_key:
                 best, best_key = s, key
@@ -536,7 +584,13 @@ class ShapeSteps:
 
     def step(self) -> int | None:
         s = self._primary
-        return None if s is None else s.step
+        if s is None:
+            return None
+        if s.kind == 1 and not s.resets:
+            # a counter named like a step is one counter on every record that names it (fairseq-lua's `0025035
+            # updates` on its training, checkpoint and state lines): the furthest any of them reached
+            return max(o.step for o in self._series.values() if o.kind == 1 and o.name == s.name and not o.resets)
+        return s.step
 
     def speed(self) -> float | None:
         """Steps per hour, as the run's bar last measured them (None: its lines print no speed)."""

@@ -26,6 +26,8 @@ from rlwatch.common.clock import Clock
 from rlwatch.common.state import LogLine, TrainingState, line_ref
 from rlwatch.logs.native import event_path
 from rlwatch.logs.progress_shape import ShapeSteps
+from rlwatch.logs.tailer import Chunk
+from rlwatch.logs.timestamps import parse_time
 
 _AREAL_STEP = re.compile(r"Train step ([0-9]{1,12})/([0-9]{1,12}) done")
 _AREAL_DONE = "Training completes!"
@@ -52,6 +54,42 @@ _UPDATE_WEIGHTS_KEY = "timeperf/update_weights"
 MAX_DICT_CHARS = 64_000
 MAX_NESTING = 64
 _RECENT = 512
+
+
+_TAIL_LINES = 12
+_TAIL_MAX_BYTES = 4096
+
+
+def _tail_lines(chunk: Chunk, now: float) -> list[LogLine]:
+    """The last ``_TAIL_LINES`` complete lines of ``chunk`` (a line over ``_TAIL_MAX_BYTES`` ends the look back), in
+    order, each with its own time, else ``now`` when the chunk was appended while followed, else NaN (a backlog's
+    undated line)."""
+    data = chunk.data
+    end = len(data)
+    if chunk.continued:
+        end = data.rfind(b"\n") + 1
+        if end <= 0:
+            return []
+    lineno = chunk.first_lineno + chunk.nlines - 1
+    spans: list[tuple[int, int, int]] = []
+    pos = end
+    while len(spans) < _TAIL_LINES and pos > 0:
+        stop = pos - 1 if data[pos - 1] == 10 else pos
+        start = data.rfind(b"\n", 0, stop) + 1
+        if (start == 0 and chunk.continues_line) or stop - start > _TAIL_MAX_BYTES:
+            break
+        spans.append((start, stop, lineno))
+        lineno -= 1
+        pos = start
+    out: list[LogLine] = []
+    for start, stop, number in reversed(spans):
+        text = data[start:stop].decode("utf-8", "replace").rstrip("\r")
+        if not text.strip():
+            continue
+        stamp = parse_time(text, now)
+        when = stamp if stamp is not None else now if chunk.backlog_mtime is None else math.nan
+        out.append(LogLine(chunk.path, number, text, when))
+    return out
 
 
 def parse_areal_step(text: str) -> tuple[int, int] | None:
@@ -277,6 +315,28 @@ class TrainingTracker:
         with self._lock:
             self._apply_pending()
             self._touch(time)
+
+    def on_chunk(self, chunk: Chunk, time: float) -> None:
+        """A chunk was counted (``time``: now): :meth:`on_any_line`, and the chunk's last few complete lines read by
+        their shape.
+
+        The counter hands the tracker only lines holding one of the step-like literals (progress_shape's
+        CANDIDATE_LITERALS): a record with none (CatBoost's ``34:  learn: …``, a CSV or TSV row, a JSON line whose
+        counter is ``epoch``) would never be seen. The newest lines of every chunk are what a run wrote last: read
+        live, a chunk is what was appended since the last poll, so each record is among them as it is written; read
+        after the fact, the file's last lines are its last records. Bounded: ``_TAIL_LINES`` lines of at most
+        ``_TAIL_MAX_BYTES`` per chunk (a 1 MiB chunk), and only the shape reader runs over them (a line the counter
+        delivered is not read twice)."""
+        with self._lock:
+            self._apply_pending()
+            self._touch(time)
+            offset = self._offset()
+            for line in _tail_lines(chunk, time):
+                try:
+                    if self._delivered.add((line.path, line.lineno, line.text)):
+                        self._parse_shape(line, line.text, offset)
+                except Exception as exc:  # a parser's bug must not stop the tracking
+                    self.errors.append(f"{line_ref(line.path, line.lineno)}: {type(exc).__name__}: {exc}")
 
     def set_checkpoint_hint(
         self,
