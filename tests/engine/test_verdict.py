@@ -4,7 +4,9 @@ decided from what is alive, and rendered the same by every view (header, banner,
 
 from __future__ import annotations
 
+import json
 from dataclasses import replace
+from pathlib import Path
 
 from rlwatch.common.clock import FakeClock
 from rlwatch.common.state import (
@@ -32,6 +34,7 @@ from rlwatch.widgets.findings import compact_text
 from rlwatch.widgets.header import header_text
 
 NOW = 1_763_700_000.0
+REAL = Path(__file__).resolve().parents[1] / "real"
 CRIT, WARN = Severity.CRITICAL, Severity.WARNING
 URL = "http://127.0.0.1:30000"
 LOOP = Finding(CRIT, "restart_loop", "Restart loop: the container started 5 times, every ~17s.", NOW - 100)
@@ -330,3 +333,21 @@ def test_unknown_exits_3_never_0() -> None:
     assert exit_code(unknown) == 3
     assert exit_code(decided(snap(run_state=RunState("progressing", "step 12 at 05:00")))) == 0
     assert exit_code(decided(snap(DOWN, run_state=RunState("unknown", "no progress seen yet")))) == 1
+
+
+def test_the_real_two_gpu_hangs_frames_do_not_say_who_waits_so_every_rank_is_read() -> None:
+    """tests/real/torchrun-hang-2gpu: rank 0 waits in NCCL under `.cpu()` (no Python frame of a collective: its stack
+    ends in train_step), rank 1 loops in never_reaches_collective. The frames do not decide it, so rlwatch says so and
+    reads both ranks, never the agent and never one guessed."""
+    data = json.loads((REAL / "torchrun-hang-2gpu" / "hang-2gpu-stacks.json").read_text())
+    stacks = tuple(
+        ProcessStack(p["pid"], p["label"], tuple(p["frames"]), p["where"], p["threads"]) for p in data["processes"]
+    )
+    _, summary = summarize(stacks)
+    assert summary.startswith("which rank waits for which the frames do not tell"), summary
+    agent = replace(proc(914, "trainer"), cmdline=("/usr/bin/python3", "/usr/local/bin/torchrun", "hang_2gpu.py"))
+    live = LiveRun(True, None, NOW - 600, members=((914, "writes train.log"), (956, "child"), (957, "child")))
+    hung = Finding(CRIT, "hung", "The run is hung: no progress since 13:50:12.", NOW - 100)
+    report = StackReport(NOW - 50, "hang declared", stacks, (), summary, None)
+    s = decided(snap(hung, live_run=live, processes=(agent, proc(956, "trainer"), proc(957, "trainer")), stacks=report))
+    assert s.verdict is not None and s.verdict.command == "py-spy dump --pid 956; py-spy dump --pid 957"
