@@ -29,6 +29,7 @@ from rlwatch.common.state import (
     line_number,
 )
 from rlwatch.engine.diagnosis import first_text, hhmm, human_bytes, human_duration, last_text, when_text
+from rlwatch.engine.diagnosis.server import down_when
 from rlwatch.engine.diagnosis.verdict import SERVER_ALIVE, SERVER_GONE, status_of, without_payload
 
 
@@ -103,7 +104,7 @@ def to_json_dict(s: Snapshot) -> dict[str, Any]:
         "kind": srv.kind if srv else None,
         "url": srv.url if srv else None,
         "up": srv.up if srv else None,
-        "down_since": iso(srv.down_since) if srv else None,
+        "down_since": iso(down_when(s)[0]) if srv else None,  # from evidence, as the finding dates it
         "pid": srv.pid if srv else None,
         "error": srv.error if srv else None,
         "expected": srv.expected if srv else False,  # False: no evidence of a server for this run, not "down"
@@ -732,8 +733,7 @@ def to_text(s: Snapshot) -> str:
             f"'Train step {r.resume_global_step + 1}/…')"
         )
     if s.server and s.server.url:
-        state = {True: "up", False: "DOWN", None: "unknown"}[s.server.up]
-        lines.append(f"Inference server: {s.server.url} {state}")
+        lines.append(f"Inference server: {s.server.url} {_server_word(s)}")
     elif s.server and s.server.expected:
         lines.append(f"Inference server: expected, address not known ({'; '.join(s.server.evidence) or '?'})")
     elif s.server:
@@ -767,6 +767,19 @@ def to_text(s: Snapshot) -> str:
         for words in advice:
             lines.append(f"  - {words}")
     return "\n".join(lines) + "\n"
+
+
+def _server_word(s: Snapshot) -> str:
+    """The server's state in the words its finding says, never a bare DOWN beside "one miss is not yet a failure"."""
+    assert s.server is not None
+    if s.server.up is not False:
+        return {True: "up", None: "unknown"}[s.server.up]
+    said = {f.code: f for f in s.findings}
+    if "server_starting" in said:
+        return "starting (not answering yet)"
+    if "server_unhealthy" in said and said["server_unhealthy"].severity is Severity.INFO:
+        return "missed its health check (its process lives; one miss is not yet a failure)"
+    return f"DOWN {down_when(s)[1]}"
 
 
 def next_steps(s: Snapshot) -> list[str]:

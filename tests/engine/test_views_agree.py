@@ -12,9 +12,18 @@ from dataclasses import replace
 from pathlib import Path
 
 from rlwatch.common.clock import FakeClock
-from rlwatch.common.state import Finding, ProcessInfo, RecoverState, RunState, ServerState, Severity, Snapshot
+from rlwatch.common.state import (
+    EventSummary,
+    Finding,
+    ProcessInfo,
+    RecoverState,
+    RunState,
+    ServerState,
+    Severity,
+    Snapshot,
+)
 from rlwatch.config.models import Config
-from rlwatch.engine.diagnosis import Context, decide
+from rlwatch.engine.diagnosis import Context, decide, diagnose, hhmm, timeline
 from rlwatch.engine.engine import Engine
 from rlwatch.export.report import to_json_dict as to_json
 from rlwatch.export.report import to_text
@@ -179,3 +188,112 @@ def test_a_progressing_run_is_never_told_its_trainer_is_gone() -> None:
     )
     assert s.verdict is not None and s.verdict.state == "progressing"
     assert s.verdict.action != "resume" and "trainer is gone" not in (s.verdict.next_step or "")
+
+
+def _refused(first: float, first_by: float | None, count: int = 6) -> EventSummary:
+    """connection_refused as counted: exact (``first_by`` None) or an undated backlog line bounded by ``first_by``."""
+    approximate = first_by is not None
+    return EventSummary(
+        "connection_refused",
+        Severity.WARNING,
+        count,
+        first,
+        NOW - 2,
+        0.0,
+        count,
+        {"/run/trainer.log": count},
+        approximate=approximate,
+        first_by=first_by,
+        last_by=NOW - 1 if approximate else None,
+    )
+
+
+def _down(**fields: object) -> Snapshot:
+    """The server down as a one-shot report's probe finds it: its "down since" is the probe's own time."""
+    base = Snapshot(
+        host="h",
+        time=NOW,
+        profile="areal",
+        run_dir="/run",
+        server=ServerState("sglang", URL, False, NOW - 0.5, None, error="connection refused"),
+        processes=(),
+        run_state=RunState("stopped", "no process of the run is alive here", NOW - 60),
+    )
+    s = replace(base, **fields)  # type: ignore[arg-type]
+    ctx = Context(trainer_alive=False)
+    s = replace(s, findings=diagnose(s, ctx))
+    s = replace(s, timeline=timeline(s))
+    return _decided(s, ctx)
+
+
+def test_a_one_shot_report_dates_the_outage_from_evidence_never_from_its_own_probe() -> None:
+    """restart-loop, gpu-zombie: "[CRITICAL] Inference server down since 20:03:46" and the timeline's "20:03:46
+    inference server down", the moment the report ran; a report a minute later moved it again."""
+    bounded = _down(events={"connection_refused": _refused(float("-inf"), NOW - 70)})
+    down = next(f for f in bounded.findings if f.code == "server_down")
+    assert f"down since {hhmm(NOW - 70, NOW)} at the latest" in down.message and down.since == NOW - 70
+    assert to_json(bounded)["server"]["down_since"] == to_json(replace(bounded, time=NOW + 60))["server"]["down_since"]
+    assert [e.time for e in bounded.timeline if "inference server down" in e.text] == [NOW - 70]
+    assert f"DOWN since {hhmm(NOW - 70, NOW)} at the latest" in to_text(bounded)
+    # Nothing in the logs dates it: the report says it saw it now, not that it went down now.
+    unseen = _down()
+    down = next(f for f in unseen.findings if f.code == "server_down")
+    assert "down (first seen now)" in down.message, down.message
+    assert "inference server down (first seen now)" in [e.text.partition(" (conn")[0] for e in unseen.timeline]
+
+
+def test_a_server_that_missed_one_check_is_not_down_in_the_same_report() -> None:
+    """startup-crash: "Inference server: URL DOWN" beside the INFO "… a busy server can miss a check, so one miss
+    is not yet a failure"."""
+    server = ProcessInfo(21, NOW - 1200, "server", "server", 1, None, NOW - 1200, 0, ("python3",), "/run", "root")
+    s = _down(
+        processes=(server,),
+        server=ServerState("sglang", URL, False, NOW - 0.5, 21, error="timeout after 2s", process_alive=True),
+    )
+    assert [f.code for f in s.findings if f.code.startswith("server")] == ["server_unhealthy"]
+    line = next(x for x in to_text(s).splitlines() if x.startswith("Inference server:"))
+    assert "DOWN" not in line and "one miss is not yet a failure" in line, line
+
+
+def test_when_one_process_of_the_run_dies_its_logs_last_words_are_read_at_once(tmp_path: Path) -> None:
+    """startup-crash watched live: the trainer died of its traceback while the launcher lived on; the dashboard
+    kept the ending it had read a moment before (a growing log is read again only every few seconds) and said
+    WARNING for 5 s while report, reading afresh, said crashed."""
+    run = tmp_path / "run"
+    run.mkdir()
+    root = _root(tmp_path / "proc")
+    log = run / "train.log"
+    log.write_text("".join(f"step {n}/100 loss 0.{n:02d}\n" for n in range(1, 4)))
+    for pid, argv in ((4242, b"launcher.sh\0"), (4300, b"python3\0train.py\0")):
+        _proc(root, pid, argv, run)
+        (root / str(pid) / "fd" / "1").symlink_to(log)
+        (root / str(pid) / "fdinfo").mkdir()
+        (root / str(pid) / "fdinfo" / "1").write_text("pos:\t0\nflags:\t02002001\nmnt_id:\t1\n")
+    clock = FakeClock(time.time())
+    cfg = Config.model_validate({"gpu": {"backend": "none"}, "interval_s": 1.0, "training": {"logs": ["train.log"]}})
+    engine = Engine(cfg, run, clock=clock, proc_root=str(root))
+    engine.poll_logs()
+    engine.sample()
+    snap = engine.build()
+    assert snap.live_run is not None and sorted(pid for pid, _ in snap.live_run.members) == [4242, 4300]
+    clock.advance(0.5)
+    with log.open("a") as fh:
+        fh.write("step 4/100 loss 0.04\n")
+    engine.poll_logs()
+    engine.sample()  # read again: it grew; from now on kept a few seconds while it grows
+    clock.advance(0.5)
+    with log.open("a") as fh:
+        fh.write(
+            "Traceback (most recent call last):\n"
+            '  File "train.py", line 12, in <module>\n'
+            "    model_id = args.model_id\n"
+            "AttributeError: 'Namespace' object has no attribute 'model_id'\n"
+        )
+    shutil.rmtree(root / "4300")  # the trainer is gone; its launcher lives on
+    engine.poll_logs()
+    engine.sample()
+    snap = engine.build()
+    rs = snap.run_state
+    assert rs is not None and rs.state == "crashed", rs
+    assert snap.verdict is not None and snap.verdict.status == "CRITICAL"
+    engine.stop()

@@ -25,6 +25,33 @@ from rlwatch.engine.diagnosis.wording import (
     last_text,
 )
 
+# A probe's "down since" this close to now is the probe's first look, not evidence of when the server went.
+_FIRST_LOOK_S = 5.0
+
+
+def down_when(s: Snapshot) -> tuple[float | None, str]:
+    """When the server went down, from evidence, and those words: the first refused connection's own time; else the
+    latest that first refusal can be (an undated line of a backlog); else the probe's time, said as "first seen now"
+    when it is the probe's first look (a one-shot report dated the outage at the moment it ran, a later report
+    later again). The finding, its "since", the report's server line and its timeline all say this."""
+    srv = s.server
+    if srv is None or srv.up is not False:
+        return None, ""
+    since = srv.down_since
+    ev = s.events.get("connection_refused")
+    first = exact_first(ev)
+    if first is not None and (since is None or first < since):
+        return first, f"since {hhmm(first, s.time)}"  # the errors show when it really went away
+    bound = ev.first_by if ev is not None and ev.count and ev.approximate else None
+    if bound is not None and math.isfinite(bound) and (since is None or bound < since - _FIRST_LOOK_S):
+        return bound, f"since {hhmm(bound, s.time)} at the latest (its first refused connection)"
+    if since is not None and s.time - since < _FIRST_LOOK_S:
+        tr = s.training
+        last = tr.last_step_at if tr is not None and tr.last_step_at is not None else None
+        after = f"; its last step came at {hhmm(last, s.time)}" if last is not None and last < since else ""
+        return since, f"(first seen now{after})"
+    return since, f"since {hhmm(since, s.time)}"
+
 
 def server_down(s: Snapshot, ctx: Context) -> Iterator[Finding]:
     srv = s.server
@@ -106,12 +133,9 @@ def server_down(s: Snapshot, ctx: Context) -> Iterator[Finding]:
             )
             return
         extra = ""
-        since = srv.down_since
+        since, when = down_when(s)
         if refused:
             ev = s.events["connection_refused"]
-            first = exact_first(ev)
-            if first is not None and (since is None or first < since):
-                since = first  # the errors show when it really went away; the probe only saw it now
             extra = (
                 f"; {refused} connection-refused errors{per_file(s, 'connection_refused')}, "
                 f"first {first_text(ev, s.time)}, last {last_text(ev, s.time)}. Training cannot make progress"
@@ -120,7 +144,7 @@ def server_down(s: Snapshot, ctx: Context) -> Iterator[Finding]:
             CRIT,
             "server_down",
             # The state word before the address: a one-line banner cut to fit keeps "down", not the URL.
-            f"Inference server down since {hhmm(since, s.time)} ({srv.error or 'no answer'}) at {srv.url}{extra}.",
+            f"Inference server down {when} ({srv.error or 'no answer'}) at {srv.url}{extra}.",
             since,
             action=_bring_back(s, ctx),
         )

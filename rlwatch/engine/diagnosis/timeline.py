@@ -9,6 +9,7 @@ from rlwatch.common.state import (
     TimelineEntry,
 )
 from rlwatch.engine.diagnosis.crashes import failure_text
+from rlwatch.engine.diagnosis.server import down_when
 from rlwatch.engine.diagnosis.wording import (
     hhmm,
     last_text,
@@ -21,8 +22,10 @@ def timeline(s: Snapshot, limit: int = 20) -> tuple[TimelineEntry, ...]:
     if s.checkpoint and s.checkpoint.latest and s.checkpoint.latest.saved_at:
         c = s.checkpoint.latest
         out.append(TimelineEntry(c.saved_at or 0.0, f"last checkpoint saved ({c.path.rsplit('/', 1)[-1]})"))
-    if s.server and s.server.down_since:
-        out.append(TimelineEntry(s.server.down_since, f"inference server down ({s.server.error or 'no answer'})"))
+    since, when = down_when(s)
+    if s.server and since:
+        said = " (first seen now)" if when.startswith("(first seen now") else ""
+        out.append(TimelineEntry(since, f"inference server down{said} ({s.server.error or 'no answer'})"))
     labels = {
         "connection_refused": "connection-refused errors",
         "cuda_busy": "'device busy or unavailable' errors",
