@@ -1507,7 +1507,7 @@ def partial_program(regex):
     those, [(strings one of which any match of another branch holds, or None; the text such a match starts with,
     after spaces, when it is anchored at the start, or None)]). A line that none of the strings matches and that
     meets no other branch's conditions cannot match: the expression need not run. None: no such split."""
-    from rlwatch.logs.matcher import _required
+    from rlwatch.logs.literals import _required
 
     if regex.flags & ~_re.UNICODE:
         return None
@@ -2129,7 +2129,11 @@ cdef class Failure:
         return _Failure(root=self.root, fields=self.fields, error=self.error).freeze()
 
 
-_REPORT_FIELDS = tuple((name, name.encode()) for name in ("time", "host", "rank", "exitcode", "error_file", "traceback"))
+_REPORT_FIELDS = tuple((name, name.encode()) for name in _tr.REPORT_FIELDS)
+# torchrun's report's section lines, the words torchrun_report reads them by.
+cdef str _FAILURES = _tr.FAILURES
+cdef bytes _ROOT_CAUSE = _tr.ROOT_CAUSE.encode()
+cdef str _NO_OTHER_FAILURES = _tr.NO_OTHER_FAILURES
 
 
 cdef str report_field(str text, U u, Py_ssize_t *value) except *:
@@ -2212,13 +2216,13 @@ cdef class Report:
             if n > 7 and starts_at(us, n - 7, b" FAILED", 7) and PyUnicode_FindChar(stripped, 10, 0, n, 1) < 0:
                 self.name = PyUnicode_Substring(stripped, 0, n - 7)
                 return True
-        if stripped == "Failures:":
+        if stripped == _FAILURES:
             self.section, self.current = 1, None
             return True
-        if starts_at(us, 0, b"Root Cause (first observed failure)", 35):
+        if starts_at(us, 0, _ROOT_CAUSE, len(_ROOT_CAUSE)):
             self.section, self.current = 2, None
             return True
-        if stripped == "<NO_OTHER_FAILURES>":
+        if stripped == _NO_OTHER_FAILURES:
             return True
         # _REPORT_ENTRY: ^\[(\d+)\]:\s*$ over a stripped line
         if self.section and n >= 4 and at(us, 0) == 91 and at(us, n - 2) == 93 and at(us, n - 1) == 58:

@@ -1,7 +1,9 @@
 """Event kinds: the things worth counting in logs, built in and configured.
 
 Every kind is a regular expression over one log line plus *literals*: fixed strings of which at least one occurs in
-every line the expression can match (the matcher looks for the literals first, see ``rlwatch.logs.matcher``).
+every line the expression can match (the matcher looks for the literals first, see ``rlwatch.logs.matcher``; a
+user's expression has them worked out by ``rlwatch.logs.literals``). A foreign program's message (the kernel's,
+Slurm's) is written once, in ``rlwatch.logs.foreign``, and its kind built from there.
 """
 
 from __future__ import annotations
@@ -12,7 +14,8 @@ from dataclasses import dataclass
 from rlwatch.common.patterns import Pattern, compile_pattern
 from rlwatch.common.state import Severity
 from rlwatch.config.models import EventsConfig
-from rlwatch.logs.matcher import required_literals
+from rlwatch.logs.foreign import kernel, slurm
+from rlwatch.logs.literals import required_literals
 from rlwatch.logs.progress_shape import CANDIDATE, CANDIDATE_LITERALS
 
 __all__ = ["PROGRESS_KINDS", "REDRAWN_KINDS", "EventKind", "build_kinds", "builtin_kinds"]
@@ -188,37 +191,16 @@ _BUILTIN: tuple[EventKind, ...] = (
         code_lines_excluded=True,
     ),
     # emergency_brake comes from the configuration: see build_kinds.
-    # The kernel's OOM killer (`Killed process 1234 (python)`), and as Slurm reports it: slurmstepd's cgroup
-    # plugins `Detected 1 oom-kill event(s) in StepId=191.batch cgroup. Some of your processes may have been killed
-    # by the cgroup out-of-memory handler.` (src/plugins/task/cgroup, src/plugins/cgroup/v2), since Slurm 23.02
-    # `Detected 2 oom_kill events in StepId=…. Some of the step tasks have been OOM Killed.`, and srun's
-    # `srun: error: node107: task 0: Out Of Memory` (src/srun/step_ctx.c, launch.c).
+    # The kernel's OOM killer (`Killed process 1234 (python)`), and as Slurm reports it; Slurm ending a job or step
+    # (the node's failure is a kind of its own). The wordings and where each comes from: rlwatch/logs/foreign/.
     _kind(
         "oom_kill",
         _C,
-        r"Killed process \d+|Detected \d+ oom[-_]kill event|\btask \d+: Out Of Memory",
-        ("Killed process", "oom-kill event", "oom_kill event", ": Out Of Memory"),
+        f"{kernel.OOM_KILL_WORDS}|{slurm.OOM_WORDS}",
+        kernel.OOM_KILL_LITERALS + slurm.OOM_LITERALS,
     ),
-    # Slurm ending a job or step (src/slurmd/slurmstepd/req.c, _handle_signal_container; srun's own for a step):
-    # `*** JOB 494583 ON node1 CANCELLED AT 2024-04-20T09:09:37 DUE TO TIME LIMIT ***`, `… DUE TO PREEMPTION ***`,
-    # `… DUE TO JOB REQUEUE ***`, `*** STEP 494583.0 ON node1 CANCELLED AT … ***` (scancel); the node's failure is
-    # a kind of its own.
-    _kind(
-        "slurm_cancelled",
-        _C,
-        r"\*\*\* (?:JOB|STEP) \S+ (?:ON \S+ )?CANCELLED AT \S+ (?:DUE TO (?:TIME LIMIT|PREEMPTION|JOB REQUEUE) )?"
-        r"(?:ON \S+ )?\*\*\*",
-        ("CANCELLED AT",),
-    ),
-    # Slurm: `*** JOB 1 ON n1 CANCELLED AT … DUE TO NODE FAILURE, SEE SLURMCTLD LOG FOR DETAILS ***` (req.c; before
-    # 20.02 `… DUE TO NODE FAILURE ***`), srun's and salloc's `error: Node failure on worker-1` (srun_job.c,
-    # allocate.c), the NODE_FAIL state sacct reports.
-    _kind(
-        "node_failure",
-        _C,
-        r"CANCELLED AT \S+ DUE TO NODE FAILURE|\bNode failure on \S+|\bNODE_FAIL\b",
-        ("DUE TO NODE FAILURE", "Node failure on", "NODE_FAIL"),
-    ),
+    _kind("slurm_cancelled", _C, slurm.CANCELLED_WORDS, slurm.CANCELLED_LITERALS),
+    _kind("node_failure", _C, slurm.NODE_FAILURE_WORDS, slurm.NODE_FAILURE_LITERALS),
     _kind(
         "shm_error",
         _C,

@@ -68,7 +68,7 @@ _HOP = re.compile(
 # Ray's ActorDiedError context lines: `\tclass_name: WorkerDict` (ray/exceptions.py, ActorDiedError.__init__).
 _FIELD = re.compile(r"^\t(?P<key>class_name|actor_id|pid|name|namespace|ip): ?(?P<value>.*)$")
 _DEAD_BECAUSE = re.compile(r"^The actor (?:is dead because|died because its node)")
-_EXIT_TYPE = re.compile(r"Worker exit type: (\w+)")
+EXIT_TYPE = re.compile(r"Worker exit type: (\w+)")  # also read by rlwatch.logs.shapes
 _EXIT_DETAIL = re.compile(r"Worker exit detail: (.*?)(?: Some common causes include|$)")
 _OWNER_EXIT = re.compile(r"Owner worker exit type: (\w+)")
 # The memory monitor (raylet binary strings): `2 worker(s) were killed due to the node running low on memory.
@@ -78,7 +78,9 @@ _OOM = re.compile(
     r"(?: Memory on the node \(IP: (?P<ip>[^,\s]+), ID: (?P<id>\w+)\) was (?P<used>[\d.]+) ?GB used / "
     r"(?P<limit>[\d.]+) ?GB limit \((?P<frac>[\d.]+)\))?"
 )
-_OOM_OLD = re.compile(r"Task was killed due to the node running low on memory|Ray killed this worker")
+OOM_OLD = re.compile(  # also read by rlwatch.logs.shapes
+    r"Task was killed due to the node running low on memory|Ray killed this worker"
+)
 _OOM_REASON = re.compile(r"^OOM kill reason: (.*)")
 _VICTIM = re.compile(
     r"Selected to kill: \((?:Actor|Task|Worker)?\(?[^)]*\)?:?.*?task name=(?P<task>[^,]+),.*?\bpid=(?P<pid>\d+)"
@@ -530,7 +532,7 @@ def _node_ip(cause: object) -> str | None:
 
 
 def _exit_type(message: str) -> str | None:
-    m = _EXIT_TYPE.search(message) or _OWNER_EXIT.search(message)
+    m = EXIT_TYPE.search(message) or _OWNER_EXIT.search(message)
     return m.group(1) if m else None
 
 
@@ -624,7 +626,7 @@ def exit_meaning(exit_type: str | None) -> str | None:
 def _raylet_fields(line: str) -> tuple[int | None, str | None, str | None, str | None]:
     pid = _WORKER_PID.search(line)
     ip = _WORKER_IP.search(line)
-    exit_type = _EXIT_TYPE.search(line)
+    exit_type = EXIT_TYPE.search(line)
     detail = _EXIT_DETAIL.search(line)
     return (
         int(pid.group(1)) if pid else None,

@@ -21,6 +21,8 @@ import re
 import signal as _signal
 from dataclasses import dataclass
 
+from rlwatch.logs import ray, torchrun_report
+from rlwatch.logs.foreign import kernel, slurm
 from rlwatch.logs.progress_shape import read as read_step
 
 __all__ = ["PROGRESS", "RECORD_LEVEL", "Shape", "is_progress", "shape_of", "signal_name"]
@@ -115,13 +117,9 @@ _ERROR = re.compile(
 RECORD_LEVEL = re.compile(r"(?:^|\s|\))(ERROR|CRITICAL|FATAL) \d\d-\d\d \d\d:\d\d:\d\d")
 
 # ------------------------------------------------------------------------------------ exits and signals
-# torch.distributed.elastic's ChildFailedError report (torch/distributed/elastic/multiprocessing/errors/__init__.py):
-#   `  exitcode  : -9 (pid: 1234)` and `  error_file: <N/A>`, and its signal line
-#   `traceback : Signal 9 (SIGKILL) received by PID 1234`; the agent's `failed (exitcode: -9) local_rank: 0
-#   (pid: 1234) of binary: /usr/bin/python` (api.py).
-_SIGNAL_PID = re.compile(r"Signal (\d+) \((SIG[A-Z0-9]+)\) received by PID (\d+)")
-_EXITCODE_PID = re.compile(r"\bexitcode\s*:\s*(-?\d+)\s*\(pid: (\d+)\)")
-_AGENT_FAILED = re.compile(r"failed \(exitcode: (-?\d+)\) local_rank: \d+ \(pid: (\d+)\)")
+# torch.distributed.elastic's ChildFailedError report, its signal line and the agent's own, read by
+# rlwatch/logs/torchrun_report.py: `  exitcode  : -9 (pid: 1234)`, `traceback : Signal 9 (SIGKILL) received by PID
+# 1234`, `failed (exitcode: -9) local_rank: 0 (pid: 1234) of binary: /usr/bin/python`.
 # DeepSpeed's launcher (deepspeed/launcher/launch.py sigkill_handler): `[…] exits with return code = -9`
 _RETURN_CODE = re.compile(r"exits with return code = (-?\d+)")
 # subprocess.CalledProcessError (accelerate, torchrun wrappers): `… returned non-zero exit status 1.`
@@ -148,7 +146,7 @@ _ABSL_SIGNAL = re.compile(r"\*\*\* (SIG[A-Z]+) received at time=|\*\*\* Received
 # Ray (python/ray/exceptions.py, src/ray/core_worker): `The actor is dead because its worker process has died.
 # Worker exit type: SYSTEM_ERROR Worker exit detail: …`; the raylet's `A worker died or was killed while executing a
 # task by an unexpected system error.`; the memory monitor's `Task was killed due to the node running low on memory.`
-_RAY_EXIT = re.compile(r"Worker exit type: (\w+)")
+# (rlwatch/logs/ray.py reads the exit type and the memory monitor's kill).
 # Other words a process uses as it fails: SGLang's scheduler (`Scheduler hit an exception: Traceback …`,
 # python/sglang/srt/managers/scheduler.py), vLLM's workers (`Exception in worker VllmWorkerProcess while processing
 # method init_device: …`, vllm/executor/multiproc_worker_utils.py), SGLang's parent (`Received sigquit from a child
@@ -166,23 +164,8 @@ _RAY_DIED = re.compile(
     r"The actor died unexpectedly|The actor is dead because|A worker died or was killed while executing"
     r"|worker process has died|Worker unexpectedly exits"
 )
-_RAY_OOM = re.compile(r"Task was killed due to the node running low on memory|Ray killed this worker")
-# The kernel (mm/oom_kill.c, dump_header / __oom_kill_process; NVIDIA's driver): `Out of memory: Killed process 1234
-# (python) total-vm:…`, `Memory cgroup out of memory: Killed process …`, `oom-kill:constraint=…,task=python,pid=1234`,
-# `NVRM: Xid (PCI:0000:3b:00): 79, pid=…, GPU has fallen off the bus.`, `NVRM: GPU at PCI:… has fallen off the bus.`
-_KERNEL_OOM = re.compile(r"(?:Out of memory|Memory cgroup out of memory): Killed process (\d+) \(([^)]*)\)")
-_OOM_KILL = re.compile(r"oom-kill:.*\btask=([^,\s]+),pid=(\d+)")
-_XID = re.compile(r"NVRM: Xid \(PCI:([0-9a-fA-F:.]+)\): (\d+)")
-_OFF_BUS = re.compile(r"fallen off the bus")
-# Slurm's own records of how a job ended (see the oom_kill, slurm_cancelled and node_failure kinds in kinds.py for
-# where each wording comes from): the cgroup's OOM kills, srun's `task N: Out Of Memory`, a job cancelled at its
-# time limit, by preemption, requeue or scancel (stopped from outside: Slurm sends SIGTERM, then SIGKILL), a node
-# that failed under it.
-_SLURM_OOM = re.compile(r"Detected (\d+) oom[-_]kill event|\btask \d+: Out Of Memory")
-_SLURM_CANCELLED = re.compile(
-    r"\*\*\* (?:JOB|STEP) \S+ (?:ON \S+ )?CANCELLED AT \S+(?: DUE TO (TIME LIMIT|PREEMPTION|JOB REQUEUE|NODE FAILURE))?"
-)
-_NODE_FAILURE = re.compile(r"\bNode failure on (\S+)")
+# The kernel's and NVIDIA's driver's reports (OOM kills, Xid, a GPU fallen off the bus) and Slurm's records of how a
+# job ended (its cgroup's OOM kills, a cancellation, a failed node) are parsed by rlwatch/logs/foreign/.
 
 
 def _code_shape(code: int, pid: int | None, text: str) -> Shape:
@@ -197,35 +180,32 @@ def shape_of(body: str) -> Shape | None:
     text = body.strip()
     if not text:
         return None
-    if "received by PID" in text and (m := _SIGNAL_PID.search(text)):
-        return Shape(SIGNAL, text, code=-int(m.group(1)), signal=m.group(2), pid=int(m.group(3)))
-    if "exitcode" in text and (m := (_EXITCODE_PID.search(text) or _AGENT_FAILED.search(text))):
-        code = int(m.group(1))
-        if code != 0:
-            return _code_shape(code, int(m.group(2)), text)
+    if received := torchrun_report.signal_received(text):
+        return Shape(SIGNAL, text, code=-received[0], signal=received[1], pid=received[2])
+    if "exitcode" in text and (reported := torchrun_report.exit_reported(text)) and reported[0] != 0:
+        return _code_shape(reported[0], reported[1], text)
     if "return code =" in text and (m := _RETURN_CODE.search(text)) and int(m.group(1)) != 0:
         return _code_shape(int(m.group(1)), None, text)
-    if "Worker exit type" in text and (m := _RAY_EXIT.search(text)):
+    if "Worker exit type" in text and (m := ray.EXIT_TYPE.search(text)):
         return Shape(EXIT, text, detail=m.group(1))
-    if _RAY_OOM.search(text):
+    if ray.OOM_OLD.search(text):
         return Shape(KERNEL, text, detail="ray_memory_monitor")
-    if "Killed process" in text and (m := _KERNEL_OOM.search(text)):
-        return Shape(KERNEL, text, pid=int(m.group(1)), detail=f"oom_kill {m.group(2)}")
-    if "oom-kill:" in text and (m := _OOM_KILL.search(text)):
-        return Shape(KERNEL, text, pid=int(m.group(2)), detail=f"oom_kill {m.group(1)}")
-    if ("oom" in text or "Out Of Memory" in text) and _SLURM_OOM.search(text):
+    if kill := kernel.oom_kill(text):
+        return Shape(KERNEL, text, pid=kill.pid, detail=f"oom_kill {kill.process}")
+    if summary := kernel.oom_summary(text):
+        return Shape(KERNEL, text, pid=summary.pid, detail=f"oom_kill {summary.task}")
+    if slurm.oom_killed(text):
         return Shape(KERNEL, text, signal="SIGKILL", detail="slurm oom_kill")
-    if "CANCELLED AT" in text and (m := _SLURM_CANCELLED.search(text)):
-        if m.group(1) == "NODE FAILURE":
+    if (reason := slurm.cancelled(text)) is not None:
+        if reason == "node failure":
             return Shape(EXIT, text, detail="slurm node failure")
-        return Shape(SIGNAL, text, signal="SIGTERM", detail=f"slurm {(m.group(1) or 'scancel').lower()}")
-    if "Node failure on" in text and (m := _NODE_FAILURE.search(text)):
+        return Shape(SIGNAL, text, signal="SIGTERM", detail=f"slurm {reason}")
+    if slurm.node_failed(text):
         return Shape(EXIT, text, detail="slurm node failure")
-    if "NVRM" in text:
-        if m := _XID.search(text):
-            return Shape(KERNEL, text, detail=f"xid {m.group(2)}")
-        if _OFF_BUS.search(text):
-            return Shape(KERNEL, text, detail="fallen off the bus")
+    if xid := kernel.xid_report(text):
+        return Shape(KERNEL, text, detail=f"xid {xid.xid}")
+    if kernel.says_bus_lost(text):
+        return Shape(KERNEL, text, detail="fallen off the bus")
     m = _EXC.match(text)
     if m is not None and not m.group("type").endswith(_NOT_EXCEPTIONS):
         return Shape(EXCEPTION, text, exc_type=m.group("type"))

@@ -16,7 +16,19 @@ from dataclasses import dataclass, field
 from rlwatch.common.state import ChildFailure
 from rlwatch.logs.signatures import HEADER, exception
 
-__all__ = ["CHILD_TITLES", "Report", "failure_text", "finished", "report_line"]
+__all__ = [
+    "CHILD_TITLES",
+    "FAILURES",
+    "NO_OTHER_FAILURES",
+    "REPORT_FIELDS",
+    "ROOT_CAUSE",
+    "Report",
+    "exit_reported",
+    "failure_text",
+    "finished",
+    "report_line",
+    "signal_received",
+]
 
 _SEPARATOR = re.compile(r"^[\s=\-*_]*$")
 
@@ -25,11 +37,21 @@ _SEPARATOR = re.compile(r"^[\s=\-*_]*$")
 # "[idx]:" and the fields "  time      : …", "  host      : …", "  rank      : R (local_rank: L)",
 # "  exitcode  : C (pid: P)", "  error_file: …", "  traceback : …" (a recorded Python traceback goes on, indented).
 _REPORT_TITLE = re.compile(r"^(\S.*) FAILED\s*$")
+FAILURES = "Failures:"
+ROOT_CAUSE = "Root Cause (first observed failure)"
+NO_OTHER_FAILURES = "<NO_OTHER_FAILURES>"
 _REPORT_ENTRY = re.compile(r"^\[(\d+)\]:\s*$")
-_REPORT_FIELD = re.compile(r"^\s{1,4}(time|host|rank|exitcode|error_file|traceback)\s*:\s?(.*)$")
+REPORT_FIELDS = ("time", "host", "rank", "exitcode", "error_file", "traceback")
+_REPORT_FIELD = re.compile(rf"^\s{{1,4}}({'|'.join(REPORT_FIELDS)})\s*:\s?(.*)$")
 _REPORT_RANK = re.compile(r"^(-?\d+)(?: \(local_rank: (-?\d+)\))?")
-_REPORT_CODE = re.compile(r"^(-?\d+)(?: \(pid: (\d+)\))?")
-_REPORT_SIGNAL = re.compile(r"^Signal (\d+) \((\w+)\)")
+_CODE_PID = r"(-?\d+)(?:\s*\(pid: (\d+)\))?"
+_REPORT_CODE = re.compile("^" + _CODE_PID)
+# The exit code with the pid wherever a line carries it (a report's field behind any prefix), and the agent's own
+# line (agent/server/api.py): `failed (exitcode: -9) local_rank: 0 (pid: 1234) of binary: /usr/bin/python`.
+_EXITCODE = re.compile(r"\bexitcode\s*:\s*" + _CODE_PID)
+_AGENT_FAILED = re.compile(r"failed \(exitcode: (-?\d+)\) local_rank: \d+ \(pid: (\d+)\)")
+# The traceback field of a worker killed by a signal: `Signal 9 (SIGKILL) received by PID 1234`.
+_SIGNAL = re.compile(r"Signal (\d+) \((\w+)\)(?: received by PID (\d+))?")
 _REPORT_LINES = 400  # a report is over by then even for many failures: the block stops reading lines
 
 
@@ -47,7 +69,7 @@ class _Failure:
         code = _REPORT_CODE.match(f.get("exitcode", ""))
         exitcode = int(code.group(1)) if code else None
         text = f.get("traceback", "").strip() or None
-        sig = _REPORT_SIGNAL.match(text or "")
+        sig = _SIGNAL.match(text or "")
         name = sig.group(2) if sig else None
         if name is None and exitcode is not None and exitcode < 0:
             try:
@@ -104,13 +126,13 @@ def report_line(report: Report, body: str) -> bool:
         if m:
             report.name = m.group(1)
             return True
-    if stripped == "Failures:":
+    if stripped == FAILURES:
         report.section, report.current = "failures", None
         return True
-    if stripped.startswith("Root Cause (first observed failure)"):
+    if stripped.startswith(ROOT_CAUSE):
         report.section, report.current = "root", None
         return True
-    if stripped == "<NO_OTHER_FAILURES>":
+    if stripped == NO_OTHER_FAILURES:
         return True
     if _REPORT_ENTRY.match(stripped) and report.section:
         report.current = _Failure(root=report.section == "root")
@@ -122,6 +144,20 @@ def report_line(report: Report, body: str) -> bool:
         report.in_traceback = m.group(1) == "traceback" and bool(HEADER.search(m.group(2)))
         return True
     return False
+
+
+def exit_reported(text: str) -> tuple[int, int] | None:
+    """(exit code, pid) of a failed worker, where a line of the report or of the agent says both; else None."""
+    m = _EXITCODE.search(text)
+    if m is None or m.group(2) is None:
+        m = _AGENT_FAILED.search(text)
+    return (int(m.group(1)), int(m.group(2))) if m else None
+
+
+def signal_received(text: str) -> tuple[int, str, int] | None:
+    """(signal number, its name, pid) of a worker killed by a signal, as the report's traceback field says it."""
+    m = _SIGNAL.search(text) if "received by PID" in text else None
+    return (int(m.group(1)), m.group(2), int(m.group(3))) if m and m.group(3) else None
 
 
 def finished(report: Report) -> bool:

@@ -15,15 +15,8 @@ Besides the live log, kernel logs saved beside the run (``dmesg*.log``, ``kern.l
 always read: a person who saved one there wants it judged, and a live ring may have lost what happened. They are read
 as regular files only (no symbolic links, no FIFOs), from where the last read stopped.
 
-Line formats, each as the kernel prints it (sources in the parsers' comments): the OOM killer's
-``Out of memory: Killed process PID (NAME) total-vm:…kB, anon-rss:…kB, file-rss:…kB, shmem-rss:…kB, UID:… pgtables:…kB
-oom_score_adj:…`` (``mm/oom_kill.c`` ``__oom_kill_process``; ``Memory cgroup out of memory`` when a cgroup's limit
-was hit; older kernels print ``Killed process`` alone) and its ``oom-kill:constraint=…,oom_memcg=…,task_memcg=…,
-task=…,pid=…,uid=…`` summary (``dump_oom_summary``); NVIDIA's ``NVRM: Xid (PCI:0000:3b:00): 79, pid=…, name=…, …``
-(with or without ``PCI:``, pid and name; ``pid='<unknown>'``) and ``GPU has fallen off the bus`` in its three shapes;
-``python[1234]: segfault at … ip … sp … error 4 in libfoo.so[…]`` (``arch/x86/mm/fault.c`` ``show_signal_msg``), ``…
-general protection fault ip:… sp:… error:0 in …`` (``arch/x86/kernel/traps.c``) and ``potentially unexpected fatal
-signal 7`` (SIGBUS, ``kernel/signal.c`` ``print_fatal_signal``).
+The messages are parsed by :mod:`rlwatch.logs.foreign.kernel` (each quoted there from the source that prints
+it); this module reads the log, its line prefixes, and keeps what they said.
 """
 
 from __future__ import annotations
@@ -46,6 +39,7 @@ from rlwatch.common.clock import Clock, SystemClock
 from rlwatch.common.state import GpuState, HostEvent, KernelLogState
 from rlwatch.common.textsafe import clean_line
 from rlwatch.common.trust import LinkRefused, open_followed
+from rlwatch.logs.foreign import kernel as kernel_messages
 from rlwatch.sources import one_line
 
 KEEP_EVENTS = 500
@@ -54,14 +48,11 @@ KMSG_RECORDS_PER_SAMPLE = 50_000
 RETRY_S = 60.0  # a live source that failed is tried again after this long
 COMMAND_EVERY_S = 30.0  # journalctl or dmesg is a process to start: read at most this often (/dev/kmsg every sample)
 
-# Only lines holding one of these are parsed: the kernel log is mostly noise for this purpose.
-_LITERALS = ("Killed process", "oom-kill:", "NVRM", "segfault at", "general protection", "fatal signal 7")
-
 
 def worth_reading(line: str) -> bool:
     """Whether a kernel log line can carry a message rlwatch reads: the one test of which lines matter, used by the
     parser and by root's helper, which hands over these lines and never the rest of the log."""
-    return any(lit in line for lit in _LITERALS)
+    return any(lit in line for lit in kernel_messages.LITERALS)
 
 
 # ---------------------------------------------------------------------------------------------- line prefixes
@@ -78,43 +69,6 @@ _ISO = re.compile(r"^(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:[.,]\d+)?(?:Z|[+-]\d\d:?\
 _SYSLOG = re.compile(r"^([A-Z][a-z]{2} [ \d]\d \d\d:\d\d:\d\d)\s+(?:\S+\s+)?kernel:\s?(.*)$")
 _KERNEL_TAG = re.compile(r"^kernel:\s?(.*)$")  # "kernel: NVRM: …" pasted without its date
 
-# ---------------------------------------------------------------------------------------------- messages
-# mm/oom_kill.c: "%s: Killed process %d (%s) total-vm:%lukB, anon-rss:%lukB, file-rss:%lukB, shmem-rss:%lukB, UID:%u
-# pgtables:%lukB oom_score_adj:%hd" (message "Out of memory" or "Memory cgroup out of memory"); kernels before 4.19
-# print no prefix, before 4.5 no shmem-rss. Digits and "kB" may be split by a terminal's wrap padding (\s*).
-_OOM_KILLED = re.compile(
-    r"(?:(Out of memory|Memory cgroup out of memory)(?: \([a-z_]+\))?: )?Killed process (\d+) \((.+?)\)(?=[\s,]|$)"
-    r"(?:\s*total-vm:\s*\d+\s*kB,\s*anon-rss:\s*(\d+)\s*kB,\s*file-rss:\s*(\d+)\s*kB(?:,\s*shmem-rss:\s*(\d+)\s*kB)?)?"
-)
-# mm/oom_kill.c dump_oom_summary: "oom-kill:constraint=%s,nodemask=%*pbl,cpuset=…,mems_allowed=…,oom_memcg=%s
-# (or global_oom),task_memcg=%s,task=%s,pid=%d,uid=%d".
-_OOM_SUMMARY = re.compile(r"oom-kill:constraint=(\w+)")
-_OOM_MEMCG = re.compile(r",oom_memcg=([^,]*)")
-_OOM_TASK = re.compile(r",task=([^,]*),pid=(\d+)")
-# NVIDIA's driver (open-gpu-kernel-modules, nv.c / os-interface): "NVRM: Xid (PCI:0000:3b:00): 79, pid=…, name=…,
-# GPU has fallen off the bus." Older drivers print no "PCI:" and no pid; some print pid='<unknown>'.
-_XID = re.compile(
-    r"NVRM: Xid \((?:PCI:)?([0-9A-Fa-f]{1,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}(?:\.[0-7])?)\): (\d+)"
-    r"(?:, pid=([^,]*), name=([^,]*))?(?:,\s*(.*))?$"
-)
-# "NVRM: GPU at PCI:0000:65:00: GPU-…" names the board only; these say it is gone:
-# "NVRM: GPU at 0000:65:00.0 has fallen off the bus." / "NVRM: GPU 0000:2b:00.0: GPU has fallen off the bus."
-_BUS_ONE_LINE = re.compile(
-    r"NVRM: GPU (?:at )?(?:PCI:)?([0-9A-Fa-f]{1,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}(?:\.[0-7])?):? "
-    r"(?:GPU )?has fallen off the bus"
-)
-# "NVRM: The NVIDIA GPU 0000:b3:00.0" then "NVRM: fallen off the bus and is not responding to commands." on a later
-# line of the same message (excerpt tests/real/host/kernel/nvrm-fallen-off-bus-no-xid.log).
-_BUS_HEAD = re.compile(r"NVRM: The NVIDIA GPU ([0-9A-Fa-f]{1,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}(?:\.[0-7])?)\s*$")
-_BUS_TAIL = "fallen off the bus and is not responding to commands"
-# arch/x86/mm/fault.c show_signal_msg: "%s%s[%d]: segfault at %lx ip %px sp %px error %lx" + " in %s[%lx+%lx]".
-_SEGFAULT = re.compile(r"(\S+)\[(\d+)\]: segfault at \S+ ip \S+ sp \S+ error \S+(?: in ([^\s\[]+))?")
-# arch/x86/kernel/traps.c: "traps: %s[%d] general protection fault ip:%lx sp:%lx error:%lx in %s[…]"; older kernels
-# "%s[%d] general protection ip:%lx sp:%lx error:%lx".
-_GPF = re.compile(r"(\S+)\[(\d+)\]:? general protection(?: fault)? ip:\s?\S+ sp:\s?\S+ error:\s?\S+(?: in ([^\s\[]+))?")
-# kernel/signal.c print_fatal_signal (print-fatal-signals=1): "%pD: %s: potentially unexpected fatal signal %d."
-_FATAL_SIGNAL = re.compile(r"(?:(\S+): )?potentially unexpected fatal signal 7\b")
-
 
 def normalize_pci(text: str | None) -> str | None:
     """A PCI address as the kernel and NVML print it, in one form: "00000000:3B:00.0", "PCI:0000:3b:00" and
@@ -129,13 +83,6 @@ def normalize_pci(text: str | None) -> str | None:
         return f"{int(domain, 16):04x}:{int(bus, 16):02x}:{int(device, 16):02x}"
     except ValueError:
         return None
-
-
-def _int(text: str | None) -> int | None:
-    if text is None:
-        return None
-    text = text.strip().strip("'\"")
-    return int(text) if text.isdigit() else None
 
 
 @dataclass(frozen=True, slots=True)
@@ -236,82 +183,57 @@ class LineParser:
         head = self._bus_head
         if head is not None:
             pci, left = head
-            if _BUS_TAIL in message:
+            if kernel_messages.BUS_LOST_TAIL in message:
                 self._bus_head = None
-                return [
-                    self._event(
-                        "fallen_off_bus",
-                        stamp,
-                        seq,
-                        f"NVRM: The NVIDIA GPU {pci} has {_BUS_TAIL}",
-                        pci=normalize_pci(pci),
-                    )
-                ]
+                text = f"NVRM: The NVIDIA GPU {pci} has {kernel_messages.BUS_LOST_TAIL}"
+                return [self._event("fallen_off_bus", stamp, seq, text, pci=normalize_pci(pci))]
             self._bus_head = (pci, left - 1) if left > 1 else None
         if "NVRM" in message:
             return self._nvrm(stamp, message, seq)
-        if "Killed process" in message:
-            m = _OOM_KILLED.search(message)
-            if m:
-                pid = int(m.group(2))
-                rss_kb = [int(g) for g in m.group(4, 5, 6) if g is not None]
-                memcg = self._summary.pop(pid, None)
-                if memcg is None and m.group(1) == "Memory cgroup out of memory":
-                    memcg = "(a memory cgroup)"
-                return [
-                    self._event(
-                        "oom_kill",
-                        stamp,
-                        seq,
-                        message,
-                        pid=pid,
-                        process=m.group(3),
-                        rss_bytes=sum(rss_kb) * 1024 if rss_kb else None,
-                        memcg=memcg,
-                    )
-                ]
+        if kill := kernel_messages.oom_kill(message):
+            memcg = self._summary.pop(kill.pid, None)
+            if memcg is None and kill.cgroup:
+                memcg = "(a memory cgroup)"
+            return [
+                self._event(
+                    "oom_kill",
+                    stamp,
+                    seq,
+                    message,
+                    pid=kill.pid,
+                    process=kill.process,
+                    rss_bytes=kill.rss_bytes,
+                    memcg=memcg,
+                )
+            ]
         if "oom-kill:" in message:
-            m = _OOM_SUMMARY.search(message)
-            task = _OOM_TASK.search(message)
-            if m and task:
-                memcg_m = _OOM_MEMCG.search(message)
-                self._summary[int(task.group(2))] = memcg_m.group(1) if memcg_m else None
+            if summary := kernel_messages.oom_summary(message):
+                self._summary[summary.pid] = summary.memcg
                 if len(self._summary) > 64:
                     self._summary.pop(next(iter(self._summary)))
             return []
-        m = _SEGFAULT.search(message)
-        if m:
-            return [self._event("segfault", stamp, seq, message, pid=int(m.group(2)), process=m.group(1))]
-        m = _GPF.search(message)
-        if m:
-            return [self._event("gpf", stamp, seq, message, pid=int(m.group(2)), process=m.group(1))]
-        m = _FATAL_SIGNAL.search(message)
-        if m:
-            return [self._event("sigbus", stamp, seq, message, process=m.group(1))]
+        if fault := kernel_messages.process_fault(message):
+            return [self._event(fault.kind, stamp, seq, message, pid=fault.pid, process=fault.process)]
         return []
 
     def _nvrm(self, stamp: Stamp, message: str, seq: int | None) -> list[HostEvent]:
-        m = _XID.search(message)
-        if m:
-            name = (m.group(4) or "").strip() or None
+        if xid := kernel_messages.xid_report(message):
             return [
                 self._event(
                     "xid",
                     stamp,
                     seq,
                     message,
-                    xid=int(m.group(2)),
-                    pci=normalize_pci(m.group(1)),
-                    pid=_int(m.group(3)),
-                    process=None if name in (None, "<unknown>") else name,
+                    xid=xid.xid,
+                    pci=normalize_pci(xid.pci),
+                    pid=xid.pid,
+                    process=xid.process,
                 )
             ]
-        m = _BUS_ONE_LINE.search(message)
-        if m:
-            return [self._event("fallen_off_bus", stamp, seq, message, pci=normalize_pci(m.group(1)))]
-        m = _BUS_HEAD.search(message)
-        if m:
-            self._bus_head = (m.group(1), 4)
+        if (pci := kernel_messages.bus_lost(message)) is not None:
+            return [self._event("fallen_off_bus", stamp, seq, message, pci=normalize_pci(pci))]
+        if (pci := kernel_messages.bus_lost_head(message)) is not None:
+            self._bus_head = (pci, 4)
         return []
 
 

@@ -15,7 +15,8 @@ from rlwatch.common.state import LogLine
 from rlwatch.config.models import CustomEvent, EventsConfig
 from rlwatch.logs.events import EventCounter, build_kinds
 from rlwatch.logs.kinds import builtin_kinds
-from rlwatch.logs.matcher import Matcher, required_literals
+from rlwatch.logs.literals import required_literals
+from rlwatch.logs.matcher import Matcher
 from rlwatch.logs.prefixes import split_prefix
 from rlwatch.logs.tailer import Chunk
 
