@@ -47,6 +47,7 @@ from rlwatch.sources.stacks import (
     dump_text,
     parse_dump,
     py_spy,
+    rank_of,
 )
 
 __all__ = [
@@ -313,23 +314,6 @@ def record_window(exe: str) -> Window:
     return read
 
 
-def _rank(pid: int, proc_root: str) -> int | None:
-    """RANK (else LOCAL_RANK) from the process's environment, else ``--local-rank N`` / ``--local_rank=N`` in argv."""
-    env = procfs.read_environ(pid, proc_root) or {}
-    for key in ("RANK", "LOCAL_RANK"):
-        value = env.get(key)
-        if value is not None and value.isdigit():
-            return int(value)
-    argv: tuple[str, ...] = procfs.read_cmdline(pid, proc_root)
-    for i, arg in enumerate(argv):
-        for flag in ("--local-rank", "--local_rank"):
-            if arg == flag and i + 1 < len(argv) and argv[i + 1].isdigit():
-                return int(argv[i + 1])
-            if arg.startswith(flag + "=") and arg.split("=", 1)[1].isdigit():
-                return int(arg.split("=", 1)[1])
-    return None
-
-
 class StackSampler:
     """Reads every target's stack each round, keeps a bounded history per process, and paces itself to its budget.
 
@@ -420,7 +404,7 @@ class StackSampler:
                 hist = self._procs.get(key)
                 if hist is None:
                     started = procfs.start_time_from_ticks(int(key[1]), procfs.boot_time(self._proc_root))
-                    rank = _rank(target.pid, self._proc_root)
+                    rank = rank_of(target.pid, self._proc_root)
                     hist = _History(target, started or key[1], rank, deque(maxlen=self._history))
                     self._procs[key] = hist
                 hist.target = target

@@ -69,11 +69,30 @@ def py_spy() -> str | None:
     return shutil.which("py-spy")
 
 
-def rank_label(pid: int, fallback: str, proc_root: str = procfs.PROC) -> str:
-    """ "rank N" from the process's environment (torchrun, accelerate and DeepSpeed set RANK), else ``fallback``."""
+def rank_of(pid: int, proc_root: str = procfs.PROC) -> int | None:
+    """The process's rank: RANK (torchrun, accelerate and DeepSpeed set it), else LOCAL_RANK, from its environment,
+    else ``--local-rank N`` / ``--local_rank=N`` in its argv (DeepSpeed's launcher before it set the environment).
+    The one rule every reader of a rank uses (the stack targets' labels, the sampled processes), so that no two
+    views give one process two ranks."""
     env = procfs.read_environ(pid, proc_root) or {}
-    rank = env.get("RANK")
-    return f"rank {rank}" if rank is not None and rank.isdigit() else fallback
+    for key in ("RANK", "LOCAL_RANK"):
+        value = env.get(key)
+        if value is not None and value.isdigit():
+            return int(value)
+    argv: tuple[str, ...] = procfs.read_cmdline(pid, proc_root)
+    for i, arg in enumerate(argv):
+        for flag in ("--local-rank", "--local_rank"):
+            if arg == flag and i + 1 < len(argv) and argv[i + 1].isdigit():
+                return int(argv[i + 1])
+            if arg.startswith(flag + "=") and arg.split("=", 1)[1].isdigit():
+                return int(arg.split("=", 1)[1])
+    return None
+
+
+def rank_label(pid: int, fallback: str, proc_root: str = procfs.PROC) -> str:
+    """ "rank N" by the one rank rule (:func:`rank_of`), else ``fallback``."""
+    rank = rank_of(pid, proc_root)
+    return fallback if rank is None else f"rank {rank}"
 
 
 def cut_frame_part(value: object) -> str:
