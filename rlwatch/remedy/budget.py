@@ -30,7 +30,9 @@ from rlwatch.common.clock import Clock
 from rlwatch.config.models import BudgetConfig
 
 
-class Verdict(StrEnum):
+class BudgetVerdict(StrEnum):
+    """The restart budget's answer to one restart request: act now, wait (backing off), or given up."""
+
     ACT = "act"
     WAIT = "wait"
     GAVE_UP = "gave_up"
@@ -38,7 +40,7 @@ class Verdict(StrEnum):
 
 @dataclass(frozen=True, slots=True)
 class Decision:
-    verdict: Verdict
+    verdict: BudgetVerdict
     reason: str
     wait_s: float = 0.0  # with WAIT: how long until a restart is allowed
     new: bool = False  # with GAVE_UP: this request is the one that gave up (report it once)
@@ -99,7 +101,7 @@ class RestartBudget:
 
     def _give_up(self, t: _Target, now: float, why: str) -> Decision:
         t.gave_up, t.gave_up_at = why, now
-        return Decision(Verdict.GAVE_UP, why, new=True)
+        return Decision(BudgetVerdict.GAVE_UP, why, new=True)
 
     def request(self, key: str) -> Decision:
         """A policy's condition holds for ``key``: may the watchdog act now?
@@ -110,7 +112,7 @@ class RestartBudget:
         now = self.clock.monotonic()
         t = self._get(key)
         if t.gave_up is not None:
-            return Decision(Verdict.GAVE_UP, t.gave_up)
+            return Decision(BudgetVerdict.GAVE_UP, t.gave_up)
         cfg = self.cfg
         if not t.judged:
             t.judged = True
@@ -135,8 +137,10 @@ class RestartBudget:
         if t.last_restart is not None:
             ready_at = t.last_restart + self.delay_for(t.in_a_row)
             if now < ready_at:
-                return Decision(Verdict.WAIT, f"backing off after {t.in_a_row} restart(s) in a row", ready_at - now)
-        return Decision(Verdict.ACT, "within budget")
+                return Decision(
+                    BudgetVerdict.WAIT, f"backing off after {t.in_a_row} restart(s) in a row", ready_at - now
+                )
+        return Decision(BudgetVerdict.ACT, "within budget")
 
     def started(self, key: str) -> None:
         """The watchdog restarted ``key`` now (call only after :meth:`request` said ACT)."""

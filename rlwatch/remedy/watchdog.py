@@ -38,7 +38,7 @@ from rlwatch.common.clock import Clock
 from rlwatch.common.state import ActionResult, Snapshot
 from rlwatch.config.models import BudgetConfig, Policy
 from rlwatch.discover.load import resolve
-from rlwatch.remedy.budget import RestartBudget, Verdict
+from rlwatch.remedy.budget import BudgetVerdict, RestartBudget
 from rlwatch.remedy.policies import Evidence, Firing, PolicyEngine, armed, used_kinds
 from rlwatch.sources import procfs
 from rlwatch.sources.watchdog_state import PID_FILE, STATE_FILE, VERSION, PidLock, state_dir, take_rearm, write_json
@@ -425,11 +425,11 @@ class Watchdog:
             if budget.gave_up(firing.key) is not None:
                 continue
             decision = budget.request(firing.key)
-            if decision.verdict is Verdict.GAVE_UP:
+            if decision.verdict is BudgetVerdict.GAVE_UP:
                 if decision.new:
                     self._record_gave_up(firing, decision.reason)
                 continue
-            if decision.verdict is Verdict.WAIT:
+            if decision.verdict is BudgetVerdict.WAIT:
                 self._say(firing, "wait", f"{decision.reason}: next try in {decision.wait_s:.0f}s")
                 continue
             refused_at = self._refused_at.get(firing.key)

@@ -12,7 +12,7 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, pr
 
 from rlwatch.common.clock import FakeClock
 from rlwatch.config.models import BudgetConfig
-from rlwatch.remedy.budget import Decision, RestartBudget, Verdict
+from rlwatch.remedy.budget import BudgetVerdict, Decision, RestartBudget
 
 KEY = "restart-workers:worker-1"
 
@@ -25,7 +25,7 @@ def budget(**kw: float) -> tuple[RestartBudget, FakeClock]:
 def restart(b: RestartBudget, key: str = KEY, ok: bool = True) -> Decision:
     """A failure of ``key``: request, and restart it when allowed (verified ``ok``)."""
     d = b.request(key)
-    if d.verdict is Verdict.ACT:
+    if d.verdict is BudgetVerdict.ACT:
         b.started(key)
         b.finished(key, ok)
     return d
@@ -33,16 +33,16 @@ def restart(b: RestartBudget, key: str = KEY, ok: bool = True) -> Decision:
 
 def test_the_first_failure_is_acted_on_at_once() -> None:
     b, _ = budget()
-    assert b.request(KEY).verdict is Verdict.ACT
+    assert b.request(KEY).verdict is BudgetVerdict.ACT
 
 
 def test_burst_spent_within_the_window_gives_up_with_the_numbers() -> None:
     b, clock = budget(burst=3, window_s=1800, delay_s=1, startup_s=5, reset_after_s=10_000)
     for _ in range(3):
-        assert restart(b).verdict is Verdict.ACT
+        assert restart(b).verdict is BudgetVerdict.ACT
         clock.advance(100)  # each ran longer than startup_s: healthy, then failed again
     d = b.request(KEY)
-    assert d.verdict is Verdict.GAVE_UP and d.new
+    assert d.verdict is BudgetVerdict.GAVE_UP and d.new
     assert d.reason == "3 restarts in 5 min (budget: 3 per 30 min)"
     assert b.gave_up(KEY) == d.reason
 
@@ -50,7 +50,7 @@ def test_burst_spent_within_the_window_gives_up_with_the_numbers() -> None:
 def test_restarts_older_than_the_window_do_not_count() -> None:
     b, clock = budget(burst=2, window_s=600, delay_s=1, startup_s=5)
     for _ in range(6):
-        assert restart(b).verdict is Verdict.ACT
+        assert restart(b).verdict is BudgetVerdict.ACT
         clock.advance(400)  # two restarts never fall within one 600 s window
     assert b.gave_up(KEY) is None
 
@@ -58,14 +58,14 @@ def test_restarts_older_than_the_window_do_not_count() -> None:
 def test_restarts_in_a_row_wait_a_doubling_delay_up_to_the_cap() -> None:
     b, clock = budget(burst=100, window_s=10_000, delay_s=10, max_delay_s=35, startup_s=1, reset_after_s=1000)
     waits = []
-    assert restart(b).verdict is Verdict.ACT
+    assert restart(b).verdict is BudgetVerdict.ACT
     for _ in range(4):
         clock.advance(2)  # failing again soon after each restart, but after start-up
         d = b.request(KEY)
-        assert d.verdict is Verdict.WAIT
+        assert d.verdict is BudgetVerdict.WAIT
         waits.append(round(d.wait_s + 2))
         clock.advance(d.wait_s)
-        assert restart(b).verdict is Verdict.ACT
+        assert restart(b).verdict is BudgetVerdict.ACT
     assert waits == [10, 20, 35, 35]
 
 
@@ -76,7 +76,7 @@ def test_a_healthy_period_ends_the_row_and_the_next_restart_is_at_once() -> None
     clock.advance(b.request(KEY).wait_s)
     restart(b)  # second in a row
     clock.advance(600)  # healthy for reset_after_s
-    assert b.request(KEY).verdict is Verdict.ACT
+    assert b.request(KEY).verdict is BudgetVerdict.ACT
 
 
 def test_start_up_failures_in_a_row_give_up_before_the_burst_is_spent() -> None:
@@ -84,12 +84,12 @@ def test_start_up_failures_in_a_row_give_up_before_the_burst_is_spent() -> None:
     restart(b)
     clock.advance(5)  # died during start-up
     d = b.request(KEY)
-    assert d.verdict is Verdict.WAIT
+    assert d.verdict is BudgetVerdict.WAIT
     clock.advance(d.wait_s)
-    assert restart(b).verdict is Verdict.ACT
+    assert restart(b).verdict is BudgetVerdict.ACT
     clock.advance(5)  # and again
     d = b.request(KEY)
-    assert d.verdict is Verdict.GAVE_UP
+    assert d.verdict is BudgetVerdict.GAVE_UP
     assert d.reason == "2 restarts in a row that failed during start-up"
 
 
@@ -100,17 +100,17 @@ def test_a_death_after_running_healthy_resets_the_start_up_count() -> None:
     clock.advance(b.request(KEY).wait_s)
     restart(b)
     clock.advance(120)  # ran past start-up this time
-    assert b.request(KEY).verdict is Verdict.ACT
+    assert b.request(KEY).verdict is BudgetVerdict.ACT
     restart(b)
     clock.advance(5)  # a start-up failure again, but only the first in a row
-    assert b.request(KEY).verdict is not Verdict.GAVE_UP
+    assert b.request(KEY).verdict is not BudgetVerdict.GAVE_UP
 
 
 def test_a_restart_whose_verification_failed_makes_the_next_failure_a_start_up_one() -> None:
     b, clock = budget(burst=10, window_s=10_000, delay_s=1, startup_s=60, startup_retries=1)
     restart(b, ok=False)
     clock.advance(500)  # long after start-up, but it never came back
-    assert b.request(KEY).verdict is Verdict.GAVE_UP
+    assert b.request(KEY).verdict is BudgetVerdict.GAVE_UP
 
 
 def test_repeated_requests_for_one_failure_are_judged_once() -> None:
@@ -118,7 +118,7 @@ def test_repeated_requests_for_one_failure_are_judged_once() -> None:
     restart(b)
     for _ in range(20):  # the condition holds on every evaluation while backing off
         clock.advance(1)
-        assert b.request(KEY).verdict is Verdict.WAIT
+        assert b.request(KEY).verdict is BudgetVerdict.WAIT
     assert b.states()[0].startup_failures == 1
 
 
@@ -130,10 +130,10 @@ def test_gave_up_is_terminal_until_rearmed() -> None:
     for _ in range(5):
         clock.advance(3600)  # the window passing changes nothing: a person must re-arm it
         d = b.request(KEY)
-        assert d.verdict is Verdict.GAVE_UP and not d.new
+        assert d.verdict is BudgetVerdict.GAVE_UP and not d.new
     assert b.rearm(["restart-server"]) == []
     assert b.rearm() == [KEY]
-    assert b.request(KEY).verdict is Verdict.ACT
+    assert b.request(KEY).verdict is BudgetVerdict.ACT
     assert b.states()[0].total_restarts == 1  # the history is forgotten, the total is kept
 
 
@@ -141,8 +141,8 @@ def test_targets_have_budgets_of_their_own() -> None:
     b, clock = budget(burst=1, window_s=1000, startup_s=1)
     restart(b, "restart-workers:worker-0")
     clock.advance(10)
-    assert b.request("restart-workers:worker-0").verdict is Verdict.GAVE_UP
-    assert b.request("restart-workers:worker-1").verdict is Verdict.ACT
+    assert b.request("restart-workers:worker-0").verdict is BudgetVerdict.GAVE_UP
+    assert b.request("restart-workers:worker-1").verdict is BudgetVerdict.ACT
 
 
 def test_a_wall_clock_jump_opens_no_window() -> None:
@@ -150,7 +150,7 @@ def test_a_wall_clock_jump_opens_no_window() -> None:
     restart(b)
     clock.jump_wall(10**6)  # NTP or a person moves the wall clock a long way
     clock.advance(10)
-    assert b.request(KEY).verdict is Verdict.GAVE_UP
+    assert b.request(KEY).verdict is BudgetVerdict.GAVE_UP
 
 
 def test_state_shows_the_next_allowed_time_while_backing_off() -> None:
@@ -189,12 +189,12 @@ class BudgetModel(RuleBasedStateMachine):
     def fail(self, ok: bool) -> None:
         d = self.budget.request(KEY)
         if self.gave_up:
-            assert d.verdict is Verdict.GAVE_UP and not d.new, "acted after gave up without a re-arm"
+            assert d.verdict is BudgetVerdict.GAVE_UP and not d.new, "acted after gave up without a re-arm"
             return
-        if d.verdict is Verdict.GAVE_UP:
+        if d.verdict is BudgetVerdict.GAVE_UP:
             assert d.new
             self.gave_up = True
-        elif d.verdict is Verdict.ACT:
+        elif d.verdict is BudgetVerdict.ACT:
             self.budget.started(KEY)
             self.budget.finished(KEY, ok)
             now = self.clock.monotonic()
@@ -209,7 +209,7 @@ class BudgetModel(RuleBasedStateMachine):
         assert self.budget.rearm() == [KEY]
         self.gave_up = False
         self.since_rearm = []
-        assert self.budget.request(KEY).verdict is Verdict.ACT  # re-armed: the next failure is acted on
+        assert self.budget.request(KEY).verdict is BudgetVerdict.ACT  # re-armed: the next failure is acted on
 
     @invariant()
     def never_more_than_the_burst_in_any_window(self) -> None:
