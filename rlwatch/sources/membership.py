@@ -337,7 +337,8 @@ def _read_procs(proc_root: str) -> dict[int, Proc]:
         if stat is None:
             continue
         start = procfs.start_time_from_ticks(stat.starttime_ticks, btime)
-        if start is None or pid == 2 or stat.ppid == 2:  # kernel threads
+        # Kernel threads by their flag (PF_KTHREAD), never by pid 2: in a PID namespace pid 2 may be the trainer.
+        if start is None or stat.flags & 0x00200000:
             continue
         cwd = procfs.read_cwd(pid, proc_root)
         owner = procfs.owner(pid, proc_root)

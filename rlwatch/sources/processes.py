@@ -165,8 +165,9 @@ class ProcessTable:
             if stat.state == "Z":
                 continue  # defunct: it ended and waits to be reaped; never a live member of anything
             start = procfs.start_time_from_ticks(stat.starttime_ticks, btime)
-            # Kernel threads (children of kthreadd, pid 2) have no command line and can never be a rule's match.
-            if start is not None and stat.ppid != 2 and pid != 2:
+            # Kernel threads (the PF_KTHREAD flag) have no command line and can never be a rule's match. By their flag,
+            # never by pid 2: in a container's PID namespace pid 2 is often the trainer itself (under tini).
+            if start is not None and not stat.flags & 0x00200000:
                 starts[pid] = start
         seen: dict[int, _Seen] = {}
         if any(rx is not None for rx in self._regexes):

@@ -195,7 +195,8 @@ def host_from_samples(
         resume_step=_int(s.one("resume_global_step")),
         processes=_processes(s),
         budgets_gave_up=gave_up,
-        run_job=(clean_line(job_info[0].get("job", "")) or None) if job_info else None,
+        # Prometheus keeps its own "job" label (the scrape job's) and renames the exporter's to "exported_job".
+        run_job=(clean_line(job_info[0].get("exported_job", job_info[0].get("job", ""))) or None) if job_info else None,
         node_rank=_opt_int(job_info[0].get("node_rank")) if job_info else None,
         world_size=_int(s.one("job_world_size")),
         ranks=_ranks(s),
