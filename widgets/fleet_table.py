@@ -15,6 +15,7 @@ from rich.text import Text
 from textual.widgets import DataTable
 
 from rlwatch.common.state import Severity
+from rlwatch.common.words import plural
 from rlwatch.export.fleet import FleetGroup, FleetHost, FleetSnapshot, HostStatus
 from rlwatch.widgets.format import (
     SEVERITY_STYLE,
@@ -234,7 +235,7 @@ def summary(fleet: FleetSnapshot) -> Text:
     line.append("rlwatch fleet", style="bold")
     line.append(f"  {clean_text(fleet.source)}", style="dim")
     n = len(fleet.hosts)
-    line.append(f"  {n} host{'s' if n != 1 else ''}")
+    line.append(f"  {plural(n, 'host')}")
     shown = [(s, counts[s]) for s in sorted(counts, key=lambda s: s.rank)]
     if shown:
         line.append(": ")

@@ -174,3 +174,46 @@ SEVERITY_LABEL: dict[Severity, str] = {
 
 def severity_style(severity: Severity | None) -> str:
     return "bold green" if severity is None else SEVERITY_STYLE[severity]
+
+
+# What a finding is about, in words, for the `d` list: the codes are for machines (report --json, notifications), and
+# `expected_missing` or `run_lost_launcher` mean nothing to a person at 3 a.m.
+FINDING_TITLES: dict[str, str] = {
+    "expected_missing": "an expected process is not running",
+    "torchrun_failed": "torchrun reported a failure",
+    "run_lost_launcher": "the run lost its launcher",
+    "run_crashed": "the run crashed",
+    "run_stopped": "the run stopped",
+    "run_finished": "the run finished",
+    "run_state_unknown": "whether the run progresses is unknown",
+    "no_run": "no run found",
+    "hung": "the run is hung",
+    "gpu_strays": "stray processes hold the GPU",
+    "gpu_unknown_holders": "unknown processes hold the GPU",
+    "device_busy": "the GPU is busy or unavailable",
+    "server_down": "the inference server is down",
+    "server_wait": "waiting for the inference server",
+    "brake_no_relief": "the emergency brake cannot free memory",
+    "over_memory_limit": "a process is over its memory limit",
+    "kernel_oom_kill": "the kernel OOM killer killed a rank",
+    "oom_kill": "the kernel OOM killer killed a process",
+    "shm_small": "/dev/shm is small",
+    "shm_exhausted": "shared memory ran out",
+    "learning_nonfinite": "the loss is not a number",
+    "nccl_timeout": "an NCCL collective timed out",
+    "restart_loop": "a restart loop",
+    "crash_repeating": "the same crash keeps happening",
+    "crashed": "an exception in the logs",
+    "earlier_attempt": "an earlier attempt of the run",
+    "timeout": "timeout errors in the logs",
+    "actions_off": "actions are off",
+}
+
+
+def finding_title(code: str) -> str:
+    """A finding's code said in words (``xid_79`` → ``GPU Xid 79``; an unknown code with its underscores as spaces)."""
+    if code in FINDING_TITLES:
+        return FINDING_TITLES[code]
+    if code.startswith("xid_") and code[4:].isdigit():
+        return f"GPU Xid {code[4:]}"
+    return clean_text(code.replace("_", " "))

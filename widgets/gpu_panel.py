@@ -15,6 +15,7 @@ from textual.containers import Horizontal
 from textual.widgets import Static
 
 from rlwatch.common.state import GpuHolder, GpuState, GpuStatus, History, Series, Snapshot
+from rlwatch.common.words import plural
 from rlwatch.engine.diagnosis import OUTSIDE_MIN_BYTES
 from rlwatch.widgets.format import clean_text, fmt_age, fmt_bytes, fmt_cmdline, fmt_percent
 from rlwatch.widgets.graph import TimeGraph, bucket, spark
@@ -271,7 +272,7 @@ class GpuPanel(Panel):
         strays = len(snap.zombies)
         unknown = len(snap.unknown_holders)
         n = len(snap.holders)
-        subtitle = f"{n} holder{'s' if n != 1 else ''} · {strays} stray" + (f" · {unknown} unknown" if unknown else "")
+        subtitle = f"{plural(n, 'holder')} · {plural(strays, 'stray')}" + (f" · {unknown} unknown" if unknown else "")
         if (self.border_subtitle or "") != (subtitle if n else ""):  # setting it repaints the panel, even to the same
             self.border_subtitle = subtitle if n else ""
         self.set_class(strays > 0, "-alert")

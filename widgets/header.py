@@ -22,12 +22,15 @@ from rlwatch.widgets.format import (
 )
 
 STATUS_BADGE = {"bold red": "bold white on red", "bold yellow": "bold black on yellow", "cyan": "bold black on cyan"}
+# A demo's mark, in a colour no status uses: Textual's theme draws ANSI magenta and red as the same pinkish red
+# (256-colour 197), so a SIMULATED beside OK read as a second CRITICAL.
+SIMULATED_STYLE = "bold white on #5f00af"
 
 
 def header_text(snap: Snapshot, width: int, stale_s: float | None = None) -> Text:
     right = Text(no_wrap=True, end="")
     if snap.simulated:
-        right.append(" SIMULATED ", style="bold white on magenta")
+        right.append(" SIMULATED ", style=SIMULATED_STYLE)
         right.append(" ")
     if stale_s is not None:
         right.append(f" STALE {fmt_duration(stale_s)} ", style="bold white on red")

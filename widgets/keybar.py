@@ -12,10 +12,13 @@ from __future__ import annotations
 from rich.text import Text
 from textual import events
 from textual.widget import Widget
+from textual.widgets import Input
 
 PINNED = ("help", "quit")
 PREFERRED = ("question_mark", "q")  # of two keys for help or quit, the one shown
 KEY_STYLE = "bold reverse"
+HIDDEN = frozenset({"ctrl+q"})  # Textual's own quit key: rlwatch's is q (and Ctrl-C), which waits for a running action
+PROMPT_WORDS = {"search": "search", "search_back": "search", "filter": "filter"}
 
 
 def _shown_key(key: str, display: str | None) -> str:
@@ -36,6 +39,14 @@ class KeyBar(Widget):
     def __init__(self, *, id: str | None = None) -> None:
         super().__init__(id=id)
         self._spans: list[tuple[int, int, str]] = []  # x from, x to, key to press
+        self.remedy: str | None = None  # the key of the remedy the banner names: first, whatever the width
+
+    def set_remedy(self, key: str | None) -> None:
+        """The banner's headline names this key (``s restart server``): the bar shows it first, so a narrow bar
+        that drops keys from its end never drops the one the banner asks for."""
+        if key != self.remedy:
+            self.remedy = key
+            self.refresh()
 
     def on_mount(self) -> None:
         self.screen.bindings_updated_signal.subscribe(self, self._bindings_changed)
@@ -48,11 +59,16 @@ class KeyBar(Widget):
 
     def items(self) -> tuple[list[tuple[str, str, str]], list[tuple[str, str, str]]]:
         """(key to press, key as shown, label) for the left part and for the pinned right part."""
+        prompt = self._prompt()
+        if prompt is not None:
+            return prompt
         left: list[tuple[str, str, str]] = []
         right: dict[str, tuple[str, str, str]] = {}
         seen: set[str] = set()
         for key, active in self.screen.active_bindings.items():
             binding = active.binding
+            if key in HIDDEN:
+                continue
             if not active.enabled and binding.action.startswith("request"):
                 continue
             if binding.action in PINNED:
@@ -65,7 +81,17 @@ class KeyBar(Widget):
             seen.add(binding.description)
             left.append((key, _shown_key(key, binding.key_display), binding.description))
         pinned = [right[a] for a in PINNED if a in right]
-        return left, pinned
+        first = [item for item in left if item[0] == self.remedy]
+        return first + [item for item in left if item[0] != self.remedy], pinned
+
+    def _prompt(self) -> tuple[list[tuple[str, str, str]], list[tuple[str, str, str]]] | None:
+        """At a text prompt (the log's search or filter) the letters are typed, so ``q quit`` would be false: the bar
+        says how the prompt ends, and F1 for help."""
+        focused = self.screen.focused
+        if not isinstance(focused, Input):
+            return None
+        word = PROMPT_WORDS.get(str(getattr(focused.parent, "mode", "")), "done")
+        return [("enter", "Enter", word), ("escape", "Esc", "cancel")], [("f1", "F1", "help")]
 
     def render(self) -> Text:
         width = self.content_size.width

@@ -16,6 +16,7 @@ from textual.app import ComposeResult
 from textual.widgets import DataTable, Static
 
 from rlwatch.common.state import GpuHolder, LiveRun, ProcessInfo, ServerState, Snapshot, WatchdogStatus
+from rlwatch.common.words import plural
 from rlwatch.engine.diagnosis import percent_read
 from rlwatch.widgets.format import clean_text, fmt_age, fmt_bytes, fmt_clock, fmt_cmdline, fmt_duration
 from rlwatch.widgets.memory_panel import short_bytes
@@ -288,14 +289,13 @@ def live_run_line(run: LiveRun | None) -> Text | None:
     line = Text("live run: ", style="dim", no_wrap=True, end="")
     line.append(f"pid {pid}", style="bold")
     if others:
-        line.append(f" and {others} other process{'es' if others > 1 else ''}", style="bold")
+        line.append(f" and {plural(others, 'other process')}", style="bold")
     line.append(": " + clean_text(why, 100), style="green")
     earlier = [a for a in run.attempts if not a.current and a.pids]
     if earlier:
         n = sum(len(a.pids) for a in earlier)
         line.append(
-            f"  + {len(earlier)} earlier attempt{'s' if len(earlier) > 1 else ''} still running "
-            f"({n} process{'es' if n > 1 else ''}), listed apart",
+            f"  + {plural(len(earlier), 'earlier attempt')} still running ({plural(n, 'process')}), listed apart",
             style="bold red",
         )
     return line

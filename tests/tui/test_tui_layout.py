@@ -175,10 +175,10 @@ async def test_the_key_bar_keeps_help_and_quit_at_every_width(width: int) -> Non
         line = str(app.main.query_one(KeyBar).render())
         assert len(line) <= width
         assert line.rstrip().endswith("?  help  q  quit")
-        await pilot.press("6")  # the log: its own keys first, and F1 for help (? searches there)
+        await pilot.press("6")  # the log: the banner's remedy, then its own keys, and F1 for help (? searches there)
         await pilot.pause()
         line = str(app.main.query_one(KeyBar).render())
-        assert line.startswith(" F  follow")
+        assert line.startswith(" z  kill zombies  F  follow")
         assert "F1  help" in line and "q  quit" in line
 
 

@@ -25,6 +25,7 @@ from textual.widget import Widget
 from textual.widgets import Button, Static
 
 from rlwatch.common.state import ActionPlan, ActionResult, ActionTarget, Verdict
+from rlwatch.common.words import plural
 from rlwatch.tui.keys import ACTION_TITLES
 from rlwatch.widgets.format import clean_text, fmt_bytes, fmt_cmdline, fmt_duration
 
@@ -190,9 +191,12 @@ class ConfirmScreen(FittedDialog[bool]):
                 with Horizontal(classes="dialog-buttons"):
                     yield Button("Close", id="close", variant="primary", compact=narrow)
                 return
-            count = len(plan.targets)
-            heading = f"{title}: {count} target{'s' if count != 1 else ''}" if count else title
-            yield Static(Text(heading + "?", style="bold"), classes="dialog-title")
+            heading = Text(f"{title}?", style="bold")
+            what = [f"signals {plural(len(plan.targets), 'process')}"] if plan.targets else []
+            what += [f"starts {plural(len(plan.start), 'process')}"] if plan.start else []
+            if what:
+                heading.append(f"  ({', '.join(what)})", style="dim")
+            yield Static(heading, classes="dialog-title")
             with VerticalScroll(id="confirm-body", classes="dialog-body", can_focus=False):
                 said = verdict_note(self.verdict, plan.action)
                 if said is not None:

@@ -16,7 +16,7 @@ from rlwatch.common.state import Snapshot
 from rlwatch.tui.keys import ACTION_KEYS
 from rlwatch.tui.screens.confirm import FittedDialog
 from rlwatch.widgets.findings import broken_sources, fix_text, ordered
-from rlwatch.widgets.format import SEVERITY_LABEL, SEVERITY_STYLE, clean_text, fmt_clock
+from rlwatch.widgets.format import SEVERITY_LABEL, SEVERITY_STYLE, clean_text, finding_title, fmt_clock
 
 
 def findings_list(snap: Snapshot, *, readonly: bool) -> Text:
@@ -30,7 +30,7 @@ def findings_list(snap: Snapshot, *, readonly: bool) -> Text:
         out.append(f"● {SEVERITY_LABEL[f.severity]}", style=SEVERITY_STYLE[f.severity])
         if f.since is not None:
             out.append(f"  since {fmt_clock(f.since, now=snap.time)}", style="dim")
-        out.append(f"  {f.code}", style="dim")
+        out.append(f"  {finding_title(f.code)}", style="dim")
         out.append("\n")
         out.append(clean_text(f.message, 2000))
         fix = fix_text(f, snap.run_dir, readonly=readonly)

@@ -31,7 +31,7 @@ from rlwatch.tui.screens.findings import FindingsScreen
 from rlwatch.tui.screens.help import HelpScreen
 from rlwatch.tui.screens.stacks import StacksScreen
 from rlwatch.widgets.events_panel import EventsPanel
-from rlwatch.widgets.findings import FindingsBanner, command_line
+from rlwatch.widgets.findings import FindingsBanner, command_line, ordered
 from rlwatch.widgets.format import clean_text
 from rlwatch.widgets.gpu_panel import GpuPanel
 from rlwatch.widgets.header import HeaderBar
@@ -50,6 +50,8 @@ SHORT_BELOW = 32
 FOCUS_TARGETS = {1: "#p1", 2: "#p2", 3: "#events-table", 4: "#p4", 5: "#process-table", 6: "#log-view"}
 NEXT_STEP_FOR_S = 600.0  # after an action, the status line says what comes next for this long
 IDLE_HINT = "d findings · m maximize · 1-6 panels · / search log · ? help"
+IDLE_HINT_MAXIMIZED = "d findings · m restore the panels · 1-6 panels · / search log · ? help"
+ACTION_KEY_OF = {action: key for key, action in ACTION_KEYS.items()}
 
 
 def banner_rows(height: int, maximized: bool) -> int:
@@ -91,6 +93,7 @@ class MainScreen(Screen[None]):
         self._drawn_at = float("-inf")  # monotonic time of the last refresh (pacing, not data: the real clock)
         self.running: ActionPlan | None = None  # the action being executed, if any
         self._done: tuple[ActionResult, float] | None = None  # the last action's result and when (monotonic)
+        self._hinting = False  # the status line shows the idle hint (which says what m does now)
 
     def compose(self) -> ComposeResult:
         yield HeaderBar(id="header")
@@ -114,8 +117,7 @@ class MainScreen(Screen[None]):
             self.query_one("#p1").focus()  # stacked panels: start at the top, not scrolled to the events table
         self.query_one("#log-filter", Input).cursor_blink = self.live
         self.query_one(FindingsBanner).readonly = self.feed.readonly
-        readonly = "read-only: actions disabled · " if self.feed.readonly else ""
-        self.set_status(Text(readonly + IDLE_HINT, style="dim"))
+        self._show_hint()
         self.refresh_data()
         if self.live:
             self.set_interval(self.refresh_s, self.refresh_data)
@@ -188,6 +190,9 @@ class MainScreen(Screen[None]):
     def apply(self, snap: Snapshot) -> None:
         self.snapshot = snap
         self.query_one(FindingsBanner).show(snap)
+        headline = ordered(snap.findings)[0] if snap.findings else None
+        remedy = headline.action if headline is not None and not self.feed.readonly else None
+        self.query_one(KeyBar).set_remedy(ACTION_KEY_OF.get(remedy) if remedy else None)
         if self._done is not None and self.running is None:
             self._say_done()
         self.log_view.severity.update({kind: e.severity for kind, e in snap.events.items()})
@@ -199,7 +204,15 @@ class MainScreen(Screen[None]):
                 self.set_status(Text(f"{title}: cannot draw: {clean_text(repr(exc), 200)}", style="bold red"))
 
     def set_status(self, text: Text) -> None:
+        self._hinting = False
         self.query_one("#status-line", Static).update(text)
+
+    def _show_hint(self) -> None:
+        """The idle hint; over a maximised panel ``m`` restores the layout, and the hint says so."""
+        readonly = "read-only: actions disabled · " if self.feed.readonly else ""
+        hint = IDLE_HINT_MAXIMIZED if self.has_class("-max") else IDLE_HINT
+        self.set_status(Text(readonly + hint, style="dim"))
+        self._hinting = True
 
     # ------------------------------------------------------------------ keys
 
@@ -384,6 +397,8 @@ class MainScreen(Screen[None]):
             row.set_class(panel is not None and panel in row.children, "-max-row")
         self.set_class(panel is not None, "-max")
         self.query_one(FindingsBanner).set_rows(banner_rows(self.size.height, panel is not None))
+        if self._hinting:
+            self._show_hint()
         self.log_view.set_maximized(isinstance(panel, LogPanel))
         if panel is not None:
             self.query_one("#body").scroll_to(y=0, animate=False)
