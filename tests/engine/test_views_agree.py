@@ -13,21 +13,28 @@ from pathlib import Path
 
 from rlwatch.common.clock import FakeClock
 from rlwatch.common.state import (
+    CheckpointInfo,
+    CheckpointState,
     EventSummary,
     Finding,
+    Incident,
+    LiveRun,
+    LogEnding,
     ProcessInfo,
     RecoverState,
     RunState,
     ServerState,
     Severity,
     Snapshot,
+    TrainingState,
 )
 from rlwatch.config.models import Config
-from rlwatch.engine.diagnosis import Context, decide, diagnose, hhmm, timeline
+from rlwatch.engine.diagnosis import Context, assess_run, decide, diagnose, hhmm, timeline
 from rlwatch.engine.engine import Engine
 from rlwatch.export.report import to_json_dict as to_json
 from rlwatch.export.report import to_text
 from rlwatch.sim.formats import torch_pylog, torchrun_child_failed
+from rlwatch.widgets.findings import compact_text
 from tests.engine.test_last_words import _proc, _root
 
 
@@ -297,3 +304,87 @@ def test_when_one_process_of_the_run_dies_its_logs_last_words_are_read_at_once(t
     assert rs is not None and rs.state == "crashed", rs
     assert snap.verdict is not None and snap.verdict.status == "CRITICAL"
     engine.stop()
+
+
+PAYLOAD = "RuntimeError: Failed after 3 retries each. Payload: {'input_ids': [" + ", ".join(["151644"] * 40) + "]}"
+
+
+def _retrying(gone: tuple[tuple[int, str], ...] = ()) -> Snapshot:
+    """server-crash: the trainer's log ends in the failure it logs at every retry; step 24 came at NOW - 40."""
+    ending = LogEnding(
+        path="/run/logs/output.log",
+        failed=True,
+        last_line=PAYLOAD,
+        last_lineno=202,
+        mtime=NOW - 1,
+        progress_lineno=150,
+        progress_line="Train step 24/100 done.",
+        title=PAYLOAD,
+        kind="exception",
+        exc_type="RuntimeError",
+        lineno=202,
+        at=NOW - 1,
+        evidence=((202, PAYLOAD),),
+        count=6,
+    )
+    alive = () if gone else ((15644, "writes logs/trainer.log"), (15529, "writes logs/launcher.log"))
+    run = LiveRun(True, None, NOW - 300, members=alive or ((15529, "writes logs/launcher.log"),), gone=gone)
+    tr = TrainingState(24, 100, None, 1800.0, False, NOW - 40, NOW - 1)
+    return Snapshot(host="h", time=NOW, profile="areal", run_dir="/run", endings=(ending,), live_run=run, training=tr)
+
+
+def test_a_trainer_that_logs_a_failure_and_retries_has_not_crashed_and_its_since_stays() -> None:
+    """server-crash: "run crashed" while the trainer still ran and retried, its "since" and trainer.log:N moving
+    with every retry; once a process of the run is gone, it crashed."""
+    rs = assess_run(_retrying(), Context())
+    assert rs.state != "crashed" and rs.since == NOW - 40, rs
+    later = assess_run(replace(_retrying(), time=NOW + 8), Context())
+    assert later.since == rs.since
+    gone = assess_run(_retrying(gone=((15644, "writes logs/trainer.log"),)), Context())
+    assert gone.state == "crashed", gone
+
+
+def test_no_findings_words_carry_a_request_payload() -> None:
+    s = _retrying(gone=((15644, "writes logs/trainer.log"),))
+    s = replace(s, run_state=assess_run(s, Context()))
+    s = _decided(replace(s, findings=diagnose(s, Context())), Context())
+    crashed = next(f for f in s.findings if f.code == "run_crashed")
+    assert "151644" not in crashed.message and "Failed after 3 retries each" in crashed.message
+    assert "151644" not in compact_text(s.findings, (), 80).plain
+
+
+def _crash(n: int, t: float) -> Incident:
+    title = "AttributeError: 'Namespace' object has no attribute 'model_id'"
+    return Incident("traceback", "/run/train.log", 10 * n, t, t, 5, title, "train.py:12", signature="abc123")
+
+
+def test_a_crash_loops_retry_that_logs_a_step_is_still_the_loop() -> None:
+    """startup-crash: at each retry of the crash loop both views said OK / progressing for 2 s (the retry's step 1
+    and 2 came after the last crash), and one record said "step": 2 beside "step 1 at …"."""
+    crashes = tuple(_crash(n, NOW - 30 + 10 * n) for n in range(3))  # every 10 s; the last at NOW - 10
+    step = EventSummary("step", Severity.INFO, 9, NOW - 60, NOW - 2, 0.0, 0, {"/run/train.log": 9})
+    tb = EventSummary("traceback", Severity.WARNING, 3, NOW - 30, NOW - 10, 0.0, 0, {"/run/train.log": 3})
+    tr = TrainingState(1, None, None, 1800.0, False, NOW - 2, NOW - 2)
+    run = LiveRun(True, None, NOW - 5, members=((4300, "writes train.log"),), gone=((4200, "writes train.log"),))
+    s = Snapshot(
+        host="h",
+        time=NOW,
+        profile="generic",
+        run_dir="/run",
+        incidents=crashes,
+        events={"step": step, "traceback": tb},
+        training=tr,
+        live_run=run,
+        checkpoint=CheckpointState(CheckpointInfo("/run/ckpt/step_2", 2, None, None, NOW - 100, 1), 1, (2,)),
+    )
+    rs = assess_run(s, Context())
+    assert rs.state == "crashed", rs
+    s = replace(s, run_state=rs)
+    s = _decided(replace(s, findings=diagnose(s, Context())), Context())
+    assert s.verdict is not None and s.verdict.status == "CRITICAL"
+    # Long after its last crash, still stepping: the loop is over.
+    outlived = replace(s, time=NOW + 60, run_state=None, findings=(), verdict=None)
+    assert assess_run(outlived, Context()).state != "crashed"
+    # The record's step is the one its state names while it progresses, never an older attempt's checkpoint's.
+    moving = replace(s, run_state=RunState("progressing", "step 1 at 05:09", NOW - 2))
+    assert _decided(moving, Context()).verdict.step == 1  # type: ignore[union-attr]

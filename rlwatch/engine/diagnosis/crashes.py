@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import itertools
+import math
 import re
 from collections import Counter
 from collections.abc import Iterator, Sequence
@@ -94,8 +96,9 @@ def crashes(s: Snapshot, ctx: Context) -> Iterator[Finding]:
         loc = f" at {inc.location}" if inc.location else ""
         same = [i for i in blocks if i.signature == sig]
         first = min(same, key=lambda i: (i.first, i.lineno))
+        over = only_history(s, "traceback") and _outlived(same, s.time)
         yield Finding(
-            INFO if only_history(s, "traceback") else CRIT,
+            INFO if over else CRIT,
             "crash_repeating",
             f"The same crash happened {by_sig[sig]} times: {_short(inc.title)}{loc} [{sig}].",
             older[sig].first if sig in older else exact_time(first),
@@ -113,6 +116,15 @@ def crashes(s: Snapshot, ctx: Context) -> Iterator[Finding]:
             f"({_file(last)}, {incident_text(last, s.time, said=_file(last))}).",
             exact_time(last),
         )
+
+
+def _outlived(same: list[Incident], now: float) -> bool:
+    """The run has lived past its crash loop: longer since the latest of these crashes than half again the longest
+    time between two of them. A retry that logs a step or two before it dies again is still the loop
+    (startup-crash: OK and "progressing" for 2 s at every retry of a crash loop)."""
+    times = sorted(t for i in same if math.isfinite(t := i.first))
+    gaps = [b - a for a, b in itertools.pairwise(times)]
+    return not gaps or now - times[-1] > 1.5 * max(gaps)
 
 
 def _latest(i: Incident) -> tuple[float, float, int]:

@@ -256,6 +256,20 @@ def assess_run(s: Snapshot, ctx: Context) -> RunState:
         return RunState(
             "stopped", f"stopped from outside: {crash_text(failed)} ({where}, {hhmm(when, now)})", when, evidence
         )
+    if failed is not None and alive and s.live_run is not None and not s.live_run.gone:
+        # Every process of the run seen lives on: the failure was logged by a process that caught it and retries
+        # (server-crash: "run crashed" while the trainer retried each request, its "since" moving with every retry).
+        # Not crashed until a process of it dies; dated from its last progress, which does not move.
+        pids = ", ".join(str(pid) for pid in alive[:4])
+        quiet = progress_by if progress_by is not None else started
+        since_words = f"no progress since {hhmm(quiet, now)}; " if quiet is not None else ""
+        return RunState(
+            "unknown",
+            f"{since_words}its processes are alive (pid {pids}) and log a failure they keep retrying: "
+            f"{crash_text(failed)} ({_where(failed, failed.lineno)})",
+            quiet,
+            tuple(f"{_where(failed, n)}: {text}" for n, text in failed.evidence),
+        )
     if failed is not None:
         where = _where(failed, failed.lineno)
         when = _failure_time(failed)

@@ -88,7 +88,12 @@ def loop_state(rs: RunState, loop: Finding | None) -> RunState:
     live only because something starts them again."""
     if loop is None or rs.state in ("crashed", "finished"):
         return rs
-    if rs.state == "progressing" and (loop.since is None or rs.since is None or rs.since > loop.since):
+    # A crash loop still named critical has not been outlived (crashes._outlived): a retry's step is the loop's.
+    if (
+        rs.state == "progressing"
+        and loop.code != "crash_repeating"
+        and (loop.since is None or rs.since is None or rs.since > loop.since)
+    ):
         return rs  # it stepped after the loop began: the loop is over (its finding says when it was)
     return RunState("crashed", loop.message.rstrip("."), loop.since, rs.evidence)
 
@@ -254,7 +259,8 @@ def _step(s: Snapshot) -> tuple[int | None, str | None]:
     tr = s.training
     latest = s.checkpoint.latest if s.checkpoint else None
     ckpt = latest.global_step if latest is not None else None
-    if tr is not None and tr.last_step is not None and (ckpt is None or tr.last_step >= ckpt):
+    now = s.run_state is not None and s.run_state.state == "progressing"  # its state names the log's step
+    if tr is not None and tr.last_step is not None and (ckpt is None or tr.last_step >= ckpt or now):
         return tr.last_step, "log"
     if ckpt is not None:
         return ckpt, "checkpoint"
@@ -264,7 +270,9 @@ def _step(s: Snapshot) -> tuple[int | None, str | None]:
 def decide(s: Snapshot, ctx: Context) -> tuple[Verdict, tuple[Finding, ...]]:
     """The verdict, and the findings in the order every view shows them: the headline first, carrying the verdict's
     remedy (so a view that lists findings says the same key as one that shows the verdict)."""
-    shown = _order(s.findings)
+    # No finding's words carry a request's payload (the banner showed "The run crashed: RuntimeError: Failed after 3
+    # retries each. Payload: {'input_ids': [151644, …" while a server restart ran): every view reads these.
+    shown = [f if (m := without_payload(f.message)) == f.message else replace(f, message=m) for f in _order(s.findings)]
     rs = s.run_state
     status = status_of(s)
     step, step_from = _step(s)
