@@ -18,14 +18,14 @@ events). Each wording below says where it comes from.
 from __future__ import annotations
 
 import re
-import signal as _signal
 from dataclasses import dataclass
 
+from rlwatch.common.signals import signal_name
 from rlwatch.logs import ray, torchrun_report
 from rlwatch.logs.foreign import kernel, slurm
 from rlwatch.logs.progress_shape import read as read_step
 
-__all__ = ["PROGRESS", "RECORD_LEVEL", "Shape", "is_progress", "shape_of", "signal_name"]
+__all__ = ["PROGRESS", "RECORD_LEVEL", "Shape", "is_progress", "shape_of"]
 
 EXCEPTION, ERROR, EXIT, SIGNAL, KERNEL = "exception", "error", "exit", "signal", "kernel"
 
@@ -41,13 +41,6 @@ class Shape:
     signal: str | None = None  # ``SIGKILL``
     pid: int | None = None
     detail: str | None = None  # Ray's worker exit type, a kernel report's subject, …
-
-
-def signal_name(number: int) -> str | None:
-    try:
-        return _signal.Signals(number).name
-    except ValueError:
-        return None
 
 
 # --------------------------------------------------------------------------------------------------- progress

@@ -10,9 +10,9 @@ the root-cause rank the incident's ``cause``.
 from __future__ import annotations
 
 import re
-import signal
 from dataclasses import dataclass, field
 
+from rlwatch.common.signals import signal_name
 from rlwatch.common.state import ChildFailure
 from rlwatch.logs.signatures import HEADER, exception
 
@@ -72,10 +72,7 @@ class _Failure:
         sig = _SIGNAL.match(text or "")
         name = sig.group(2) if sig else None
         if name is None and exitcode is not None and exitcode < 0:
-            try:
-                name = signal.Signals(-exitcode).name
-            except ValueError:
-                name = None
+            name = signal_name(-exitcode)
         if text is not None and HEADER.search(text):
             text = self.error or "a traceback"
         host = f.get("host", "").strip() or None

@@ -8,6 +8,8 @@ from __future__ import annotations
 import time
 from collections.abc import Sequence
 
+from rlwatch.common.signals import signal_text
+
 # AReaL v0.5: colorlog's "%(log_color)s" + "(AReaL) %(log_color)s%(asctime)s.%(msecs)03d %(name)s %(levelname)s: "
 # "%(message)s", the header hard-coded in a bold "milk tea" colour, a reset appended to every record.
 AREAL_HEADER = "\x1b[1;38;2;180;140;80m(AReaL)\x1b[0m"
@@ -495,13 +497,9 @@ def nccl_abort(rank: int, seq: int, timeout_ms: int, ran_ms: int) -> str:
     )
 
 
-def signal_name(code: int) -> str:
-    return {6: "SIGABRT", 9: "SIGKILL", 15: "SIGTERM", 2: "SIGINT"}.get(-code, f"signal {-code}")
-
-
 def _failure_entry(index: int, when: str, host: str, rank: int, exitcode: int, pid: int) -> list[str]:
     trace = (
-        f"Signal {-exitcode} ({signal_name(exitcode)}) received by PID {pid}"
+        f"Signal {-exitcode} ({signal_text(-exitcode)}) received by PID {pid}"
         if exitcode < 0
         else "To enable traceback see: https://pytorch.org/docs/stable/elastic/errors.html"
     )

@@ -57,13 +57,6 @@ def _one_line(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {text[0]}" if text else type(exc).__name__
 
 
-def signal_name(sig: int) -> str:
-    try:
-        return signal.Signals(sig).name
-    except ValueError:
-        return f"signal {sig}"
-
-
 def _open_pidfd(pid: int) -> int | SignalOutcome | None:
     """A pidfd, an outcome that ends the attempt (the pid names nothing), or None: use the psutil path."""
     try:

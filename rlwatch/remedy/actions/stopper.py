@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 
 import psutil
 
+from rlwatch.common.signals import signal_text
 from rlwatch.remedy.actions.identity import (
     CREATE_TIME_TOLERANCE_S,
     Ident,
@@ -27,7 +28,7 @@ from rlwatch.remedy.actions.identity import (
     read_proc_stat,
     same_process,
 )
-from rlwatch.remedy.actions.signals import SignalOutcome, SignalStatus, send_signal, signal_name, wait_gone
+from rlwatch.remedy.actions.signals import SignalOutcome, SignalStatus, send_signal, wait_gone
 
 EXITED = "exited after SIGTERM"
 KILLED = "killed"
@@ -222,7 +223,7 @@ class _Stop:
     def _signal(self, m: _Member, sig: int) -> bool:
         result = send_signal(m.ident, sig)
         if result.sent:
-            m.signals.append(signal_name(sig))
+            m.signals.append(signal_text(sig))
             m.failure = None
             return True
         if result.status is SignalStatus.GONE:
@@ -244,7 +245,7 @@ class _Stop:
                 os.killpg(self.pgid, sig)
             except OSError:
                 return
-            self.group_signals.append(signal_name(sig))
+            self.group_signals.append(signal_text(sig))
 
     def ended(self, m: _Member) -> str:
         """How a member that is now gone ended, judged by the strongest signal that reached it."""
