@@ -444,8 +444,7 @@ def cmd_watch(args: argparse.Namespace) -> int:
     from rlwatch.engine.engine import Engine
     from rlwatch.export.exporter import Exporter, ExporterError, parse_listen, start_exporter
     from rlwatch.export.stream import Partial, changes, plain, unsettled
-    from rlwatch.remedy.watchdog import Watchdog, WatchdogError
-    from rlwatch.remedy.watchdog import plain as plain_watchdog
+    from rlwatch.remedy.watchdog import Watchdog, WatchdogError, plain_watchdog
 
     cfg, run_dir, _ = load(args)
     try:
@@ -743,7 +742,7 @@ def cmd_sim(args: argparse.Namespace) -> int:
 
 
 def cmd_init(args: argparse.Namespace) -> int:
-    from rlwatch.discover.describe import describe, dump_config
+    from rlwatch.discover.describe import describe_config, dump_config
     from rlwatch.discover.discovery import discover
 
     run_dir = Path(args.run_dir)
@@ -766,7 +765,7 @@ def cmd_init(args: argparse.Namespace) -> int:
         write_file(target, text.encode())
     except StateFileError as exc:
         raise UsageError(str(exc)) from None
-    for line in describe(cfg):
+    for line in describe_config(cfg):
         safe_print(f"  {line}")
     safe_print(f"wrote {target}")
     return 0

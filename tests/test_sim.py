@@ -24,7 +24,7 @@ from rlwatch.sim import commands as sim_commands
 from rlwatch.sim.client import CallError, call
 from rlwatch.sim.common import Layout
 from rlwatch.sim.formats import fancy_grid, tqdm_bar
-from rlwatch.sim.ledger import classify
+from rlwatch.sim.ledger import kinds_of_line
 from rlwatch.sim.lifeline import Heartbeat
 from rlwatch.sim.runconfig import rlwatch_config
 from rlwatch.sim.saver import next_step
@@ -160,11 +160,11 @@ def test_classify_counts_each_kind_once_per_line() -> None:
         '\x1b[31m(AReaL)\x1b[0m ERROR: Workflow execution failed: ConnectionRefusedError(111, "Connect call failed '
         "('127.0.0.1', 1)\")"
     )
-    assert classify(line) == {"connection_refused"}
-    assert classify("[rank0]: Traceback (most recent call last):") == {"traceback"}
-    assert classify("{'train_runtime': 12.0, 'train_loss': 0.1, 'epoch': 1.0}") == set()
-    assert classify("{'loss': 0.01, 'reward': 0.5}") == {"step"}
-    assert classify("2025-01-01 00:00:00,000 worker-0 WARNING Emergency-Brake: refusing") == {"emergency_brake"}
+    assert kinds_of_line(line) == {"connection_refused"}
+    assert kinds_of_line("[rank0]: Traceback (most recent call last):") == {"traceback"}
+    assert kinds_of_line("{'train_runtime': 12.0, 'train_loss': 0.1, 'epoch': 1.0}") == set()
+    assert kinds_of_line("{'loss': 0.01, 'reward': 0.5}") == {"step"}
+    assert kinds_of_line("2025-01-01 00:00:00,000 worker-0 WARNING Emergency-Brake: refusing") == {"emergency_brake"}
 
 
 def test_fancy_grid_is_column_major_and_aligned() -> None:

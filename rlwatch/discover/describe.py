@@ -34,7 +34,7 @@ def _count(pattern: str, limit: int = 1000) -> int:
     return n
 
 
-def describe(cfg: Config) -> list[str]:
+def describe_config(cfg: Config) -> list[str]:
     """Human lines saying what this configuration watches and whether it is there now."""
     prov = cfg.provenance
     lines = [f"profile: {cfg.profile}", f"run directory: {cfg.run_dir or os.getcwd()}"]

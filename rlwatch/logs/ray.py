@@ -36,14 +36,14 @@ from rlwatch.logs.timestamps import parse_time
 
 __all__ = [
     "ACTOR_PREFIX",
-    "Attempt",
+    "DriverAttempt",
     "DriverLog",
     "RayLogFacts",
     "actors_from_state",
     "attempt_failure",
     "exit_meaning",
     "failures",
-    "last_exception",
+    "last_exception_line",
     "load_json",
     "looks_like_ray_driver",
     "nodes_from_state",
@@ -155,7 +155,7 @@ class _Died:
 
 
 @dataclass
-class Attempt:
+class DriverAttempt:
     """One run of the driver in its log: from its first line to the next start."""
 
     start: int | None  # line number of its first line (None: before the part of the log read)
@@ -207,11 +207,11 @@ class DriverLog:
     """What one driver log says: its attempts (oldest first) and the Ray actors its lines name (pid → class, ip)."""
 
     path: str
-    attempts: list[Attempt]
+    attempts: list[DriverAttempt]
     named: dict[int, tuple[str, str | None]]  # pid → (class name, ip) from `(Class pid=N, ip=…)` prefixes and hops
 
     @property
-    def latest(self) -> Attempt | None:
+    def latest(self) -> DriverAttempt | None:
         return self.attempts[-1] if self.attempts else None
 
 
@@ -251,7 +251,7 @@ def _hop_actor(m: re.Match[str]) -> RayActor:
 def parse_driver(path: str, lines: Sequence[str], first_lineno: int = 1) -> DriverLog:
     """The attempts and Ray failures in a driver's output (``lines``: the newest part of the log, split as Python's
     universal newlines do, numbered from ``first_lineno``)."""
-    attempts: list[Attempt] = [Attempt(start=None if first_lineno > 1 else first_lineno)]
+    attempts: list[DriverAttempt] = [DriverAttempt(start=None if first_lineno > 1 else first_lineno)]
     named: dict[int, tuple[str, str | None]] = {}
     died: _Died | None = None
     in_oom = False
@@ -291,7 +291,7 @@ def parse_driver(path: str, lines: Sequence[str], first_lineno: int = 1) -> Driv
         # The driver's own lines (and tqdm bars split off their prefix at a carriage return).
         if any(stripped.startswith(s) or s in stripped[:200] for s in _STARTS) or _job_submitted(stripped):
             if _has_content(cur):
-                attempts.append(Attempt(start=lineno))
+                attempts.append(DriverAttempt(start=lineno))
                 cur = attempts[-1]
             elif cur.start is None:
                 cur.start = lineno
@@ -347,11 +347,13 @@ def _job_submitted(text: str) -> bool:
     return "submitted successfully" in text and _JOB.search(text) is not None
 
 
-def _has_content(a: Attempt) -> bool:
+def _has_content(a: DriverAttempt) -> bool:
     return bool(a.steps or a.failed or a.job_status or a.interrupted or a.finished or a.lines > 200)
 
 
-def _named(attempts: Iterable[Attempt], named: dict[int, tuple[str, str | None]]) -> dict[int, tuple[str, str | None]]:
+def _named(
+    attempts: Iterable[DriverAttempt], named: dict[int, tuple[str, str | None]]
+) -> dict[int, tuple[str, str | None]]:
     for a in attempts:
         for _, actor, _ in a.hops:
             if actor.pid is not None:
@@ -363,7 +365,7 @@ def _named(attempts: Iterable[Attempt], named: dict[int, tuple[str, str | None]]
     return named
 
 
-def _progress(a: Attempt, text: str, lineno: int) -> None:
+def _progress(a: DriverAttempt, text: str, lineno: int) -> None:
     m = _VERL_STEP.match(text) if text.startswith("step:") else None
     if m is None and "Global step " in text:
         m = _ORLHF_STEP.search(text)
@@ -537,10 +539,10 @@ def _exit_type(message: str) -> str | None:
 
 
 def _last_exception(text: str) -> str | None:
-    return last_exception(strip_ansi(text).splitlines())
+    return last_exception_line(strip_ansi(text).splitlines())
 
 
-def last_exception(lines: Sequence[str]) -> str | None:
+def last_exception_line(lines: Sequence[str]) -> str | None:
     """The last Python exception line among ``lines`` (a dead actor's stderr, a formatted traceback)."""
     for raw in reversed(lines):
         line = strip_ansi(raw)
@@ -648,13 +650,13 @@ def _evidence(found: RayFailure) -> RayFailure:
     return replace(found, evidence=tuple(kept))
 
 
-def attempt_failure(log: DriverLog, attempt: Attempt, *, current: bool) -> RayFailure | None:
+def attempt_failure(log: DriverLog, attempt: DriverAttempt, *, current: bool) -> RayFailure | None:
     """The failure an attempt ended in, said by its root cause: which actor or node died, its pid and node, why."""
     found = _attempt_failure(log, attempt, current=current)
     return None if found is None else _evidence(found)
 
 
-def _attempt_failure(log: DriverLog, attempt: Attempt, *, current: bool) -> RayFailure | None:
+def _attempt_failure(log: DriverLog, attempt: DriverAttempt, *, current: bool) -> RayFailure | None:
     base = log.path.rsplit("/", 1)[-1]
 
     def at(lineno: int, text: str) -> str:

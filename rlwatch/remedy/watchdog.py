@@ -129,7 +129,7 @@ class _Done:
     message: str
 
 
-def plain(record: Record) -> str:
+def plain_watchdog(record: Record) -> str:
     """One line for a person, for the records the watchdog adds to `rlwatch watch`."""
     t = (record.get("time") or "")[11:19]
     kind = record.get("type")
@@ -729,4 +729,4 @@ def _iso(t: float) -> str | None:
     return iso(t) if math.isfinite(t) else None
 
 
-__all__ = ["Notifier", "Watchdog", "WatchdogError", "log_owners", "plain"]
+__all__ = ["Notifier", "Watchdog", "WatchdogError", "log_owners", "plain_watchdog"]

@@ -80,7 +80,7 @@ CODE_LINE = re.compile(r"^\s*(?:#|(?:raise|except|if|elif|assert|return|def|clas
 BANNER_LITERALS = ("rlwatch-sim start", "***** Running training *****", "LocalLauncher: ")
 
 
-def classify(line: str) -> set[str]:
+def kinds_of_line(line: str) -> set[str]:
     """The kinds one line (without its newline) falls under; ``_banner`` marks a start-up banner."""
     text = ANSI_RE.sub("", line)
     kinds = {kind for kind, rx in KINDS.items() if rx.search(text)}
@@ -178,7 +178,7 @@ class LogSink:
     def _count(self, text: str) -> Counter[str]:
         counts: Counter[str] = Counter()
         for line in text.splitlines():
-            kinds = classify(line)
+            kinds = kinds_of_line(line)
             if "_banner" in kinds:
                 kinds.discard("_banner")
                 if self._banners is None:
@@ -209,7 +209,9 @@ def _banners_in(path: Path | None) -> int:
     except OSError:
         return 0
     return sum(
-        1 for line in text.splitlines() if any(lit in line for lit in BANNER_LITERALS) and "_banner" in classify(line)
+        1
+        for line in text.splitlines()
+        if any(lit in line for lit in BANNER_LITERALS) and "_banner" in kinds_of_line(line)
     )
 
 

@@ -39,8 +39,8 @@ __all__ = [
     "dump_prefixes",
     "find_dumps",
     "load_dump",
-    "parse_dump",
-    "read_dump",
+    "parse_flight_dump",
+    "read_flight_dump",
     "request_dumps",
 ]
 
@@ -142,7 +142,7 @@ def _pg_of(entry: Mapping[Any, Any]) -> str:
     return "0"
 
 
-def parse_dump(value: Any, path: str, rank: int, mtime: float) -> FlightDump:
+def parse_flight_dump(value: Any, path: str, rank: int, mtime: float) -> FlightDump:
     """The collectives and progress of one unpickled dump (``version`` 2.x: ``entries``, ``pg_status``,
     ``pg_config``); fields a version lacks are None, never guessed."""
     name = path.rsplit("/", 1)[-1]
@@ -196,7 +196,7 @@ def parse_dump(value: Any, path: str, rank: int, mtime: float) -> FlightDump:
     return FlightDump(path, rank, mtime, tuple(ops), tuple(progress), groups)
 
 
-def read_dump(path: str, rank: int, owners: Iterable[int] = (), max_bytes: int = MAX_DUMP_BYTES) -> FlightDump:
+def read_flight_dump(path: str, rank: int, owners: Iterable[int] = (), max_bytes: int = MAX_DUMP_BYTES) -> FlightDump:
     """One dump file, read without following a link, only when it is a regular file of the run's user (``owners``;
     root's too) no larger than ``max_bytes``."""
     name = path.rsplit("/", 1)[-1]
@@ -231,7 +231,7 @@ def read_dump(path: str, rank: int, owners: Iterable[int] = (), max_bytes: int =
         value = load_dump(data)
     except Exception as e:  # a pickle refused or cut: any of the unpickler's errors is a reason, never a crash
         return FlightDump(path, rank, st.st_mtime, (), (), {}, f"{name}: not read ({type(e).__name__}: {e})"[:300])
-    return parse_dump(value, path, rank, st.st_mtime)
+    return parse_flight_dump(value, path, rank, st.st_mtime)
 
 
 def dump_prefixes(environs: Iterable[Mapping[str, str]]) -> tuple[str, ...]:
@@ -268,7 +268,7 @@ def find_dumps(
                 continue
             if since is not None and st.st_mtime < since:
                 continue
-            out.append(read_dump(path, int(rest), owners))
+            out.append(read_flight_dump(path, int(rest), owners))
             if len(out) >= max_ranks:
                 return tuple(out)
     return tuple(out)

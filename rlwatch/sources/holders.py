@@ -169,7 +169,7 @@ def _protected_reason(
     if pid in rlwatch_family:
         return "a parent of rlwatch"
     # The same rule as the actions' guard: the script behind an interpreter and the kernel's truncated comm count.
-    known_as = procfs.names_of(procfs.exe_name(pid, proc_root), procfs.comm(pid, proc_root), cmdline)
+    known_as = procfs.daemon_names(procfs.exe_name(pid, proc_root), procfs.comm(pid, proc_root), cmdline)
     daemon = procfs.daemon_name(known_as, names)
     if daemon:
         return f"system daemon ({daemon})"

@@ -93,7 +93,7 @@ class Stamp:
     since_boot: float | None = None
 
 
-def split_prefix(line: str, *, year: int | None = None) -> tuple[Stamp, str, int | None]:
+def split_kernel_prefix(line: str, *, year: int | None = None) -> tuple[Stamp, str, int | None]:
     """(time, message, kmsg sequence number) of one kernel log line in any of the formats above."""
     m = _KMSG.match(line)
     if m:
@@ -156,14 +156,14 @@ class LineParser:
 
     def feed(self, line: str, *, year: int | None = None) -> list[HostEvent]:
         if "\\x0a" in line:  # /dev/kmsg escapes a multi-line message's newlines: each piece has the record's time
-            stamp, message, seq = split_prefix(line, year=year)
+            stamp, message, seq = split_kernel_prefix(line, year=year)
             out: list[HostEvent] = []
             for piece in message.split("\\x0a"):
                 out.extend(self._message(stamp, piece, seq, line))
             return out
         if self._bus_head is None and not worth_reading(line):
             return []
-        stamp, message, seq = split_prefix(line, year=year)
+        stamp, message, seq = split_kernel_prefix(line, year=year)
         return self._message(stamp, message, seq, line)
 
     def _when(self, stamp: Stamp) -> float | None:

@@ -424,7 +424,7 @@ def _basename(path: str) -> str:
     return PurePosixPath(path.removesuffix(" (deleted)")).name
 
 
-def names_of(exe: str | None, comm: str | None, cmdline: Sequence[str]) -> tuple[str, ...]:
+def daemon_names(exe: str | None, comm: str | None, cmdline: Sequence[str]) -> tuple[str, ...]:
     """Every name a daemon may be known by: ``python /usr/bin/dcgm-exporter`` is still dcgm-exporter."""
     names: list[str] = []
     if exe:

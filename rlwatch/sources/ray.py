@@ -673,7 +673,7 @@ class RaySource:
         err = self._err_file(session, pid)
         if err is not None:
             read = _read_tail(err, ERR_TAIL)
-            last = raylog.last_exception(read[0]) if read else None
+            last = raylog.last_exception_line(read[0]) if read else None
             if last:
                 evidence.append(f"{os.path.basename(err)}: {last}")
                 exception = exception or last

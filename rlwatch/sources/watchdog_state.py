@@ -56,7 +56,7 @@ def write_json(path: Path, data: dict[str, Any]) -> str | None:
     return None
 
 
-def read_json(path: Path) -> tuple[dict[str, Any] | None, str | None]:
+def read_state_json(path: Path) -> tuple[dict[str, Any] | None, str | None]:
     state, name = _state_file(path)
     try:
         raw = state.read(name)
@@ -167,7 +167,7 @@ def _notify_from(raw: object) -> NotifyStatus | None:
 
 def read_status(run_dir: Path, now: float) -> tuple[WatchdogStatus | None, str | None]:
     """The watchdog of ``run_dir`` (None when none ever ran there), and a one-line error when its file is bad."""
-    data, error = read_json(state_dir(run_dir) / STATE_FILE)
+    data, error = read_state_json(state_dir(run_dir) / STATE_FILE)
     if data is None:
         return None, error
     return status_from(data, now), None
@@ -181,7 +181,7 @@ def request_rearm(run_dir: Path, targets: list[str] | None, now: float) -> str |
 def take_rearm(run_dir: Path) -> tuple[bool, list[str] | None]:
     """(requested, targets) — consumes a pending re-arm request, if there is one."""
     path = state_dir(run_dir) / REARM_FILE
-    data, error = read_json(path)
+    data, error = read_state_json(path)
     if data is None and error is None:
         return False, None
     state, name = _state_file(path)
@@ -198,7 +198,7 @@ def take_rearm(run_dir: Path) -> tuple[bool, list[str] | None]:
 def clear_gave_up(run_dir: Path, targets: list[str] | None) -> tuple[list[str], str | None]:
     """Re-arm in the state file of a watchdog that is not running: it starts afresh anyway, but the finding goes."""
     path = state_dir(run_dir) / STATE_FILE
-    data, error = read_json(path)
+    data, error = read_state_json(path)
     if data is None:
         return [], error
     kept, cleared = [], []

@@ -17,7 +17,7 @@ import pytest
 from rlwatch.config.models import Config
 from rlwatch.config.profiles import profile_defaults
 from rlwatch.discover import discovery
-from rlwatch.discover.describe import describe, dump_config
+from rlwatch.discover.describe import describe_config, dump_config
 from rlwatch.discover.discovery import Proc, discover, server_of, walk_run_dir
 from rlwatch.discover.load import parse_config, resolve_config
 from tests.simhost import wait_until
@@ -352,7 +352,7 @@ def test_a_server_of_another_run_is_not_taken_when_this_run_has_one(
 
 def test_describe_says_what_is_watched(tmp_path: Path, no_procs: str) -> None:
     areal_tree(tmp_path)
-    lines = describe(discover(tmp_path, proc_root=no_procs))
+    lines = describe_config(discover(tmp_path, proc_root=no_procs))
     assert lines[0] == "profile: areal"
     assert "logs: logs/root/gsm8k-grpo/trial0/*.log (2 files now)" in lines
     assert "checkpoints: checkpoints/root/gsm8k-grpo/trial0" in lines
@@ -361,7 +361,7 @@ def test_describe_says_what_is_watched(tmp_path: Path, no_procs: str) -> None:
 
 
 def test_describe_says_what_is_not_there_yet(tmp_path: Path) -> None:
-    lines = describe(profile_defaults("areal", tmp_path))
+    lines = describe_config(profile_defaults("areal", tmp_path))
     assert "logs: logs/**/*.log (0 files now)" in lines
     assert "checkpoints: checkpoints (not there yet)" in lines
 
@@ -605,7 +605,7 @@ def test_init_writes_the_evidence_as_comments_and_loads_back(tmp_path: Path, no_
     assert "# server: none expected, because:\n#   - grpo.yaml: use_vllm=False" in text
     assert parse_config(text) == cfg.model_copy(update={"run_dir": None})
     assert parse_config(text).server.expected is False
-    lines = describe(cfg)
+    lines = describe_config(cfg)
     assert "server: none expected" in lines and any(line.startswith("  because grpo.yaml") for line in lines)
 
 

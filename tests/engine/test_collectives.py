@@ -38,7 +38,7 @@ REAL = Path(__file__).resolve().parents[1] / "real" / "collective-2gpu"
 
 def _dumps(case: str, sub: str = "") -> list[flight.FlightDump]:
     base = REAL / case / sub if sub else REAL / case
-    return [flight.read_dump(str(base / f"nccl_trace_rank_{r}"), r) for r in (0, 1)]
+    return [flight.read_flight_dump(str(base / f"nccl_trace_rank_{r}"), r) for r in (0, 1)]
 
 
 def _compare(dumps: list[flight.FlightDump]):  # type: ignore[no-untyped-def]

@@ -12,7 +12,7 @@ from rlwatch.logs import ray, torchrun_report
 from rlwatch.logs.foreign import kernel, slurm
 from rlwatch.logs.kinds import builtin_kinds
 from rlwatch.logs.shapes import EXIT, KERNEL, SIGNAL, shape_of
-from rlwatch.sources.kernel import LineParser, split_prefix
+from rlwatch.sources.kernel import LineParser, split_kernel_prefix
 
 REAL = Path(__file__).resolve().parents[1] / "real"
 KERNEL_LOGS = REAL / "host" / "kernel"
@@ -24,7 +24,7 @@ def _lines(path: Path) -> list[str]:
 
 def _messages() -> list[str]:
     """Each kernel message of the saved real kernel logs, its time prefix taken off."""
-    return [split_prefix(line)[1].strip() for path in sorted(KERNEL_LOGS.glob("*.log")) for line in _lines(path)]
+    return [split_kernel_prefix(line)[1].strip() for path in sorted(KERNEL_LOGS.glob("*.log")) for line in _lines(path)]
 
 
 def _kind(name: str) -> object:

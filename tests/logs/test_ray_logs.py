@@ -13,7 +13,7 @@ from rlwatch.logs.ray import (
     ACTOR_PREFIX,
     actors_from_state,
     failures,
-    last_exception,
+    last_exception_line,
     looks_like_ray_driver,
     nodes_from_state,
     parse_driver,
@@ -159,9 +159,9 @@ def test_the_raylet_and_gcs_logs() -> None:
 
 def test_last_exception_of_a_dead_actors_stderr() -> None:
     err = next((RAY / "openrlhf-engine-init-fails" / "ray_logs").glob("worker-*-3485.err"))
-    said = last_exception(err.read_text().splitlines())
+    said = last_exception_line(err.read_text().splitlines())
     assert said is not None and said.startswith("RuntimeError: injected failure in vLLM engine __init__")
-    assert last_exception([":job_id:01000000", ":actor_name:WorkerDict"]) is None
+    assert last_exception_line([":job_id:01000000", ":actor_name:WorkerDict"]) is None
 
 
 def test_odd_text_never_raises() -> None:

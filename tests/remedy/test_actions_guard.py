@@ -16,8 +16,8 @@ from rlwatch.remedy.actions.guard import (
     ProcFacts,
     ancestors_of,
     daemon_name,
+    daemon_names,
     judge,
-    names_of,
     protected_reason,
     read_facts,
 )
@@ -75,17 +75,17 @@ def test_other_users_need_root_the_setting_and_their_name() -> None:
 
 
 def test_daemons_are_known_by_every_name_they_go_by() -> None:
-    assert names_of("/usr/bin/nvidia-persistenced", "nvidia-persiste", ["nvidia-persistenced", "--verbose"]) == (
+    assert daemon_names("/usr/bin/nvidia-persistenced", "nvidia-persiste", ["nvidia-persistenced", "--verbose"]) == (
         "nvidia-persistenced",
         "nvidia-persiste",
     )
-    script = names_of("/usr/bin/python3.11", "python3", ["/usr/bin/python3", "-u", "/opt/bin/nvitop-exporter"])
+    script = daemon_names("/usr/bin/python3.11", "python3", ["/usr/bin/python3", "-u", "/opt/bin/nvitop-exporter"])
     assert "nvitop-exporter" in script
     assert daemon_name(("nvidia-persiste",), NAMES) == "nvidia-persistenced"  # the kernel's 15-character comm
     assert daemon_name(("nvidia-persist",), NAMES) is None
     assert daemon_name(("dcgm-exporter-2",), NAMES) is None
     assert daemon_name(("python3",), NAMES) is None
-    assert names_of("/usr/bin/x (deleted)", None, []) == ("x",)
+    assert daemon_names("/usr/bin/x (deleted)", None, []) == ("x",)
 
 
 def test_real_special_processes() -> None:

@@ -13,7 +13,7 @@ REAL = Path(__file__).resolve().parents[1] / "real" / "collective-2gpu"
 
 
 def test_a_real_dump_is_read_with_no_global_resolved() -> None:
-    d = flight.read_dump(str(REAL / "mismatch" / "nccl_trace_rank_0"), 0)
+    d = flight.read_flight_dump(str(REAL / "mismatch" / "nccl_trace_rank_0"), 0)
     assert d.error is None
     assert d.groups == {"0": "default_pg"}
     assert [(o.seq, o.numel_in, o.state) for o in d.ops[-2:]] == [(12, 4194304, "completed"), (13, 1, "scheduled")]
@@ -34,7 +34,7 @@ def test_a_pickle_that_names_a_global_is_refused_and_runs_nothing(tmp_path: Path
     marker = tmp_path / "ran"
     evil = tmp_path / "nccl_trace_rank_0"
     evil.write_bytes(pickle.dumps({"entries": [_Boom(str(marker))]}))
-    d = flight.read_dump(str(evil), 0)
+    d = flight.read_flight_dump(str(evil), 0)
     assert d.error is not None and "refused global" in d.error and d.error.startswith("nccl_trace_rank_0: not read")
     assert not marker.exists()
     assert d.ops == () and d.progress == ()
@@ -43,16 +43,16 @@ def test_a_pickle_that_names_a_global_is_refused_and_runs_nothing(tmp_path: Path
 def test_a_dump_too_large_a_link_or_garbage_is_a_reason_not_a_crash(tmp_path: Path) -> None:
     big = tmp_path / "nccl_trace_rank_0"
     big.write_bytes(pickle.dumps({"entries": ["x" * 2000]}))
-    assert "larger than a dump" in (flight.read_dump(str(big), 0, max_bytes=1000).error or "")
+    assert "larger than a dump" in (flight.read_flight_dump(str(big), 0, max_bytes=1000).error or "")
     link = tmp_path / "nccl_trace_rank_1"
     link.symlink_to(REAL / "mismatch" / "nccl_trace_rank_1")
-    assert flight.read_dump(str(link), 1).error is not None
+    assert flight.read_flight_dump(str(link), 1).error is not None
     junk = tmp_path / "nccl_trace_rank_2"
     junk.write_bytes(b"\x80\x02}q\x00(X\x01")
-    assert "not read" in (flight.read_dump(str(junk), 2).error or "")
+    assert "not read" in (flight.read_flight_dump(str(junk), 2).error or "")
     plain = tmp_path / "nccl_trace_rank_3"
     plain.write_bytes(pickle.dumps([1, 2, 3]))
-    assert "not a flight recorder dump" in (flight.read_dump(str(plain), 3).error or "")
+    assert "not a flight recorder dump" in (flight.read_flight_dump(str(plain), 3).error or "")
 
 
 def test_dumps_are_found_under_the_ranks_prefix_and_only_since_the_run_began(tmp_path: Path) -> None:

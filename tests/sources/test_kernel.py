@@ -22,7 +22,7 @@ from rlwatch.sources.kernel import (
     LineParser,
     LiveUnavailable,
     normalize_pci,
-    split_prefix,
+    split_kernel_prefix,
     with_gpus,
 )
 
@@ -147,14 +147,14 @@ def test_segfaults_general_protection_and_sigbus() -> None:
 
 
 def test_every_time_prefix() -> None:
-    assert split_prefix("[ 1843.308145] x")[0].since_boot == 1843.308145
-    assert split_prefix("6,339,5140900,-;x")[0].since_boot == 5.1409
-    iso = split_prefix("2025-05-18T19:02:39+0000 host kernel: NVRM: x")
+    assert split_kernel_prefix("[ 1843.308145] x")[0].since_boot == 1843.308145
+    assert split_kernel_prefix("6,339,5140900,-;x")[0].since_boot == 5.1409
+    iso = split_kernel_prefix("2025-05-18T19:02:39+0000 host kernel: NVRM: x")
     assert iso[0].wall == 1747594959.0 and iso[1] == "NVRM: x"
-    assert split_prefix("2025-05-18T19:02:39.123456+00:00 host kernel: x")[0].wall == 1747594959.123456
-    syslog = split_prefix("May 18 19:02:39 kernel: NVRM: x", year=2025)  # journalctl's short format, no host
+    assert split_kernel_prefix("2025-05-18T19:02:39.123456+00:00 host kernel: x")[0].wall == 1747594959.123456
+    syslog = split_kernel_prefix("May 18 19:02:39 kernel: NVRM: x", year=2025)  # journalctl's short format, no host
     assert syslog[1] == "NVRM: x" and syslog[0].wall == time.mktime((2025, 5, 18, 19, 2, 39, 0, 0, -1))
-    assert split_prefix("kernel: NVRM: x")[1] == "NVRM: x"
+    assert split_kernel_prefix("kernel: NVRM: x")[1] == "NVRM: x"
 
 
 def test_pci_addresses_in_one_form() -> None:

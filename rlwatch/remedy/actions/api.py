@@ -31,9 +31,9 @@ from rlwatch.remedy.actions.plan import (
     RESTART_SERVER,
     RESTART_WORKERS,
     RESUME,
-    Launch,
     Planner,
     Prepared,
+    Relaunch,
     Stop,
     gpu_used_total,
     refused,
@@ -246,7 +246,7 @@ class _Execution:
         self.details: list[str] = []
         self.problems: list[str] = []
         self.stopped: list[tuple[Stop, StopReport]] = []
-        self.started: list[tuple[Launch, Ident]] = []
+        self.started: list[tuple[Relaunch, Ident]] = []
         self.steps_before = 0  # step lines counted before a resume's launch: only later ones prove progress
         self.run_pids = owner.engine.processes.run_pids() if self.action == KILL_ZOMBIES else set()
         self.roots = {s.pid for s in prepared.stops}
@@ -342,7 +342,7 @@ class _Execution:
             self.problems.append(f"stopping {stop.name}: {report.error}")
         return report.ok
 
-    def start(self, launch: Launch) -> bool:
+    def start(self, launch: Relaunch) -> bool:
         self.say(f"starting {launch.name}")
         log = Path(launch.log) if launch.log else None
         try:

@@ -16,7 +16,7 @@ import psutil
 from rlwatch.remedy.actions.identity import read_proc_stat
 from rlwatch.sources import procfs
 from rlwatch.sources.membership import may_act_on
-from rlwatch.sources.procfs import daemon_name, names_of
+from rlwatch.sources.procfs import daemon_name, daemon_names
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,7 +94,7 @@ def read_facts(pid: int) -> ProcFacts | None:
         return None
     return ProcFacts(
         pid=pid,
-        names=names_of(exe, stat.comm, cmdline),
+        names=daemon_names(exe, stat.comm, cmdline),
         uid=uid,
         user=procfs.user_name(uid),
         kernel_thread=stat.kernel_thread,

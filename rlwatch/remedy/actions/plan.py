@@ -61,7 +61,7 @@ def with_resume_mode(argv: Sequence[str], mode: str = "auto") -> tuple[tuple[str
 
 
 @dataclass(frozen=True)
-class Launch:
+class Relaunch:
     """How to start one process: an argv list (never a shell string), where, with what environment, logging where."""
 
     name: str
@@ -96,7 +96,7 @@ class Prepared:
 
     plan: ActionPlan
     stops: tuple[Stop, ...] = ()
-    launches: tuple[Launch, ...] = ()
+    launches: tuple[Relaunch, ...] = ()
     resume_step: int | None = None
     rolling: bool = False  # stop and start one process at a time, stops matched to launches by name
     gpu_used_before: int | None = None  # GPU memory in use over all GPUs when planned (NVML only)
@@ -170,7 +170,7 @@ def env_difference(env: dict[str, str] | None, own: dict[str, str] | None = None
     return redact(f"its environment differs from rlwatch's by: {shown}{more}")
 
 
-def foreign_record(launch: Launch) -> str | None:
+def foreign_record(launch: Relaunch) -> str | None:
     """Why ``launch`` must not run because what it would run was recorded from another user's process, or None."""
     record = launch.record
     if record is None or record.uid == os.geteuid():
@@ -182,7 +182,7 @@ def foreign_record(launch: Launch) -> str | None:
     )
 
 
-def target_of_launch(launch: Launch) -> ActionTarget:
+def target_of_launch(launch: Relaunch) -> ActionTarget:
     where = f"start ({launch.source}) in {launch.cwd or '.'}"
     record = launch.record
     whose = f"; as this user (uid {os.geteuid()})" + (
@@ -315,7 +315,7 @@ class Planner:
             return None
         return record.stderr if os.path.isfile(record.stderr) else None
 
-    def _launch_for(self, p: ProcessInfo) -> Launch | None:
+    def _launch_for(self, p: ProcessInfo) -> Relaunch | None:
         rule = self.engine.processes.rule_for(p.name)
         record = self.engine.launch_record(p.name)
         env = dict(record.env) if record and record.env else None
@@ -324,31 +324,31 @@ class Planner:
         err = self._err_for(log, configured, record)
         if rule and rule.command:
             cwd = str(resolve(self.engine.run_dir, rule.cwd)) if rule.cwd else (record.cwd if record else None)
-            return Launch(p.name, p.role, tuple(rule.command), cwd, env, log, CONFIGURED, record, err)
+            return Relaunch(p.name, p.role, tuple(rule.command), cwd, env, log, CONFIGURED, record, err)
         if record and record.argv:
-            return Launch(p.name, p.role, tuple(record.argv), record.cwd, env, log, RECORDED, record, err)
+            return Relaunch(p.name, p.role, tuple(record.argv), record.cwd, env, log, RECORDED, record, err)
         return None
 
-    def _server_launch(self, live: Sequence[ProcessInfo]) -> Launch | None:
+    def _server_launch(self, live: Sequence[ProcessInfo]) -> Relaunch | None:
         srv = self.cfg.server
         pid = live[0].pid if live else None
         if srv.command:
             cwd = str(resolve(self.engine.run_dir, srv.cwd)) if srv.cwd else str(self.engine.run_dir)
-            return Launch("server", "server", tuple(srv.command), cwd, None, self._log_for("server", srv.log, pid))
+            return Relaunch("server", "server", tuple(srv.command), cwd, None, self._log_for("server", srv.log, pid))
         record = self.engine.launch_record(live[0].name if live else "server")
         if record and record.argv:
             env = dict(record.env) if record.env else None
             log = self._log_for("server", srv.log, pid, record)
             err = self._err_for(log, srv.log, record)
-            return Launch("server", "server", tuple(record.argv), record.cwd, env, log, RECORDED, record, err)
+            return Relaunch("server", "server", tuple(record.argv), record.cwd, env, log, RECORDED, record, err)
         return None
 
-    def _resume_launch(self, s: Snapshot) -> Launch | None:
+    def _resume_launch(self, s: Snapshot) -> Relaunch | None:
         a = self.cfg.actions
         if a.resume_command:
             cwd = str(resolve(self.engine.run_dir, a.resume_cwd)) if a.resume_cwd else str(self.engine.run_dir)
             log = self._log_for("launcher", a.resume_log, None)
-            return Launch("launcher", "launcher", tuple(a.resume_command), cwd, None, log, CONFIGURED)
+            return Relaunch("launcher", "launcher", tuple(a.resume_command), cwd, None, log, CONFIGURED)
         # No launcher seen: a trainer run directly is its own launch command. A role with several rules names its
         # processes by rule ("trainer-1"): those count too, a launcher's first, and only one that worked in this run's
         # directory (a pattern also matches another run's trainer, and its command is never this run's resume).
@@ -368,7 +368,7 @@ class Planner:
                 log = self._log_for(name, configured, live.pid if live else None, record)
                 env = dict(record.env) if record.env else None
                 err = self._err_for(log, configured, record)
-                return Launch(name, role, tuple(record.argv), record.cwd, env, log, RECORDED, record, err)
+                return Relaunch(name, role, tuple(record.argv), record.cwd, env, log, RECORDED, record, err)
         return None
 
     def _unknown(self, what: str) -> str:
@@ -581,7 +581,7 @@ class Planner:
             return None
         return owner
 
-    def _relaunches(self, launch: Launch, name: str) -> bool:
+    def _relaunches(self, launch: Relaunch, name: str) -> bool:
         """Whether ``launch`` starts the process ``name`` again: its recorded command, or a configured one that is
         the same command line."""
         if launch.name != name:
@@ -639,7 +639,7 @@ class Planner:
             rule = self.engine.processes.rule_for("trainer")
             env = dict(record.env) if record.env else None
             log = self._driver_log(s) or self._log_for("trainer", rule.log if rule else None, None)
-            launch = Launch("trainer", "trainer", argv, record.cwd, env, log, RECORDED, record)
+            launch = Relaunch("trainer", "trainer", argv, record.cwd, env, log, RECORDED, record)
             replaced = f"{old} replaced by trainer.resume_mode=auto" if old else "trainer.resume_mode=auto added"
         assert launch is not None
         steps: list[str] = []
