@@ -187,7 +187,7 @@ def shape_of(body: str) -> Shape | None:
         return Shape(KERNEL, text, pid=kill.pid, detail=f"oom_kill {kill.process}")
     if summary := kernel.oom_summary(text):
         return Shape(KERNEL, text, pid=summary.pid, detail=f"oom_kill {summary.task}")
-    if slurm.oom_killed(text):
+    if slurm.oom_kill_reported(text):
         return Shape(KERNEL, text, signal="SIGKILL", detail="slurm oom_kill")
     if (reason := slurm.cancelled(text)) is not None:
         if reason == "node failure":

@@ -21,7 +21,7 @@ from rlwatch.discover.load import ConfigError, load_config, parse_config
 from rlwatch.export.notify.delivery import Channel
 from rlwatch.export.notify.notifications import Notifications
 from rlwatch.export.notify.targets import Target, split_urls, targets_from
-from rlwatch.export.notify.text import one_line, scrub, secrets_of
+from rlwatch.export.notify.text import scrub, secrets_of, sendable_line
 from rlwatch.export.notify.tracker import FindingTracker
 from tests.simhost import wait_until
 
@@ -110,7 +110,7 @@ def test_scrub_cuts_the_target_url_credentials_and_token_values() -> None:
 
 def test_log_text_is_one_clean_trimmed_line_and_pings_nobody() -> None:
     raw = "boom\x1b[31m red\x1b]0;title\x07\nsecond line\r\n@everyone look <!channel> " + "x" * 500
-    out = one_line(raw, 120)
+    out = sendable_line(raw, 120)
     assert "\x1b" not in out and "\n" not in out and "\r" not in out
     assert len(out) == 120 and out.endswith("…")
     assert "@everyone" not in out and "<!channel>" not in out

@@ -118,7 +118,7 @@ def test_slurms_records_of_how_a_job_ended(path: str, kind: str, cancelled: str 
     for line in lines:
         assert regex.search(line) is not None, line
         assert slurm.cancelled(line) == cancelled
-        assert slurm.oom_killed(line) is oom
+        assert slurm.oom_kill_reported(line) is oom
         assert slurm.node_failed(line) is node
         shape = shape_of(line)
         assert shape is not None

@@ -14,7 +14,7 @@ from rlwatch.common.textsafe import clean_line
 from rlwatch.export.fleet.model import ERROR_MAX, MAX_BODY, FleetError, Sample
 
 
-def one_line(text: str) -> str:
+def error_line(text: str) -> str:
     line = " ".join(clean_line(text).split())
     return line if len(line) <= ERROR_MAX else line[: ERROR_MAX - 1] + "…"
 
@@ -33,7 +33,7 @@ def reason_of(exc: BaseException) -> str:
         return f"cannot resolve host: {exc.strerror}"
     if isinstance(exc, OSError) and exc.strerror:
         return exc.strerror.lower()
-    return one_line(str(exc)) or type(exc).__name__
+    return error_line(str(exc)) or type(exc).__name__
 
 
 def _http_error(exc: urllib.error.HTTPError) -> str:
@@ -43,12 +43,12 @@ def _http_error(exc: urllib.error.HTTPError) -> str:
     except (OSError, ValueError):
         doc = None
     detail = doc.get("error") if isinstance(doc, dict) else None
-    return f"HTTP {exc.code}: {one_line(str(detail))}" if detail else f"HTTP {exc.code}"
+    return f"HTTP {exc.code}: {error_line(str(detail))}" if detail else f"HTTP {exc.code}"
 
 
 def http_get(url: str, timeout_s: float, *, name: str | None = None) -> bytes:
     """The body at ``url``; every failure is a one-line :class:`FleetError` naming ``name`` (default: the URL)."""
-    where = one_line(name or url)
+    where = error_line(name or url)
     req = urllib.request.Request(url, headers={"User-Agent": "rlwatch-fleet"})  # noqa: S310
     try:
         with urllib.request.urlopen(req, timeout=timeout_s) as resp:  # noqa: S310  (http(s) checked by callers)
@@ -65,7 +65,7 @@ def http_get(url: str, timeout_s: float, *, name: str | None = None) -> bytes:
 def check_http(url: str) -> str:
     parts = urllib.parse.urlsplit(url)
     if parts.scheme not in ("http", "https") or not parts.netloc:
-        raise FleetError(f"{one_line(url)}: expected an http:// or https:// URL")
+        raise FleetError(f"{error_line(url)}: expected an http:// or https:// URL")
     return url
 
 
@@ -89,4 +89,4 @@ def parse_exposition(text: str) -> list[Sample]:
             for s in fam.samples
         ]
     except (ValueError, TypeError, IndexError, KeyError) as exc:
-        raise FleetError(f"not a Prometheus exposition: {one_line(str(exc))}") from None
+        raise FleetError(f"not a Prometheus exposition: {error_line(str(exc))}") from None

@@ -14,7 +14,7 @@ from typing import Any, Protocol
 
 from rlwatch.common.clock import Clock, SystemClock
 from rlwatch.config.models import FleetConfig
-from rlwatch.export.fleet.http import check_http, exporter_url, http_get, one_line, parse_exposition, reason_of
+from rlwatch.export.fleet.http import check_http, error_line, exporter_url, http_get, parse_exposition, reason_of
 from rlwatch.export.fleet.model import PREFIX, FleetError, FleetHost, FleetSnapshot, Sample
 from rlwatch.export.fleet.samples import host_from_samples
 
@@ -50,7 +50,7 @@ class ExporterFleet:
         body = http_get(url, self.timeout_s)
         samples = parse_exposition(body.decode("utf-8", "replace"))
         if not any(name == PREFIX + "info" for name, _, _ in samples):
-            raise FleetError(f"{one_line(url)}: no rlwatch metrics there")
+            raise FleetError(f"{error_line(url)}: no rlwatch metrics there")
         return samples
 
     def read(self) -> FleetSnapshot:
@@ -65,7 +65,7 @@ class ExporterFleet:
                     except FleetError as exc:
                         results[url] = exc
                     except Exception as exc:  # a bug in one host's answer must not hide the others
-                        results[url] = FleetError(f"{one_line(url)}: {reason_of(exc)}")
+                        results[url] = FleetError(f"{error_line(url)}: {reason_of(exc)}")
         hosts = []
         for url in self.urls:
             got = results.get(url)
@@ -74,7 +74,7 @@ class ExporterFleet:
                 hosts.append(host_from_samples(url, got, data_age_s=0.0, stale_after_s=self.stale_after_s))
                 continue
             error = str(got) if got is not None else "not read"
-            error = error.removeprefix(f"{one_line(url)}: ")
+            error = error.removeprefix(f"{error_line(url)}: ")
             if url in self._last:
                 at, samples = self._last[url]
                 host = host_from_samples(
@@ -110,7 +110,7 @@ class PrometheusFleet:
         self.timeout_s = timeout_s
         self.lookback_s = lookback_s
         self.clock: Clock = clock or SystemClock()
-        self.description = f"prometheus {one_line(self.url)}"
+        self.description = f"prometheus {error_line(self.url)}"
         self._last: FleetSnapshot | None = None
 
     # -------------------------------------------------------------------- API
@@ -124,7 +124,7 @@ class PrometheusFleet:
             raise FleetError(f"{self.url}{path}: not a Prometheus API answer") from None
         if not isinstance(doc, dict) or doc.get("status") != "success":
             detail = doc.get("error", "failed") if isinstance(doc, dict) else "failed"
-            raise FleetError(f"{self.url}{path}: {one_line(str(detail))}")
+            raise FleetError(f"{self.url}{path}: {error_line(str(detail))}")
         return doc.get("data")
 
     def query(self, promql: str, at: float) -> list[dict[str, Any]]:
@@ -236,7 +236,7 @@ class PrometheusFleet:
         target: dict[str, Any] | None,
     ) -> FleetHost:
         job, instance = key
-        scrape_error = one_line(str(target.get("lastError") or "")) if target else ""
+        scrape_error = error_line(str(target.get("lastError") or "")) if target else ""
         down = target is not None and target.get("health") == "down"
         if live and not down:
             age = max(0.0, now - scraped) if scraped is not None else 0.0

@@ -39,7 +39,7 @@ from rlwatch.export.notify.heartbeat import Heartbeat, http_get
 from rlwatch.export.notify.message import Item, Notice
 from rlwatch.export.notify.notifications import Notifications, send_test
 from rlwatch.export.notify.targets import ENV, Target, split_urls, targets_from
-from rlwatch.export.notify.text import one_line, scrub, secrets_of
+from rlwatch.export.notify.text import scrub, secrets_of, sendable_line
 from rlwatch.export.notify.tracker import FindingTracker
 
 __all__ = [
@@ -54,11 +54,11 @@ __all__ = [
     "apprise_send",
     "check_target",
     "http_get",
-    "one_line",
     "redact",
     "scrub",
     "secrets_of",
     "send_test",
+    "sendable_line",
     "split_urls",
     "targets_from",
 ]

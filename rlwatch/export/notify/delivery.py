@@ -20,7 +20,7 @@ from rlwatch.common.state import Severity
 from rlwatch.common.textsafe import URL_SCHEME, redact
 from rlwatch.config.models import NotifyConfig
 from rlwatch.export.notify.targets import Target
-from rlwatch.export.notify.text import one_line, scrub
+from rlwatch.export.notify.text import scrub, sendable_line
 
 MAX_BACKOFF_S = 300.0
 
@@ -182,7 +182,7 @@ class Channel:
                 st.error, st.error_at = None, None
             else:
                 st.failed += 1
-                st.error = one_line(scrub(error, self._secrets), 200)
+                st.error = sendable_line(scrub(error, self._secrets), 200)
                 st.error_at = self._clock.time()
 
     def snapshot(self) -> ChannelStatus:

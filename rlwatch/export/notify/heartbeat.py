@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 from rlwatch.common.clock import Clock
 from rlwatch.common.textsafe import redact
-from rlwatch.export.notify.text import one_line, scrub, secrets_of
+from rlwatch.export.notify.text import scrub, secrets_of, sendable_line
 
 Get = Callable[[str, float], str | None]  # (url, timeout) -> error
 
@@ -106,7 +106,7 @@ class Heartbeat:
                 if error is None:
                     self.status.last_ok_at, self.status.error = now, None
                 else:
-                    self.status.error = one_line(scrub(error, self._secrets), 200)
+                    self.status.error = sendable_line(scrub(error, self._secrets), 200)
             self._on_change()
 
     def snapshot(self) -> HeartbeatStatus:

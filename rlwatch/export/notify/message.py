@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 from rlwatch.common.state import Severity
 from rlwatch.export.notify.targets import Target
-from rlwatch.export.notify.text import one_line
+from rlwatch.export.notify.text import sendable_line
 
 MAX_ITEMS = 10  # findings listed in one message; the rest are counted
 TITLE_MAX = 120
@@ -87,7 +87,7 @@ class Notice:
                 counts[WORDS[i.change]] = counts.get(WORDS[i.change], 0) + 1
             head = f"{self.severity.value.upper()} " + ", ".join(f"{n} {w}" for w, n in counts.items())
             what = head
-        title = one_line(f"rlwatch {self.host}: {head}", TITLE_MAX)
+        title = sendable_line(f"rlwatch {self.host}: {head}", TITLE_MAX)
         body = [f"host: {self.host}", f"run: {self.run_dir}"]
         if len(self.items) == 1:
             body.append(f"what: {what}")

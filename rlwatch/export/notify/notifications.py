@@ -21,7 +21,7 @@ from rlwatch.export.notify.delivery import Channel, Send, apprise_send, check_ta
 from rlwatch.export.notify.heartbeat import Get, Heartbeat, http_get
 from rlwatch.export.notify.message import Item, Notice
 from rlwatch.export.notify.targets import Target
-from rlwatch.export.notify.text import LINE_MAX, one_line, scrub, secrets_of
+from rlwatch.export.notify.text import LINE_MAX, scrub, secrets_of, sendable_line
 from rlwatch.export.notify.tracker import FindingTracker
 
 LOG_LINES = 3  # with include_lines: the last lines of each finding's event kind
@@ -114,7 +114,7 @@ class Notifications:
 
     # ------------------------------------------------------------------------------------------------ input
     def safe(self, text: str, limit: int = LINE_MAX) -> str:
-        return one_line(scrub(text, self.secrets), limit)
+        return sendable_line(scrub(text, self.secrets), limit)
 
     def observe(self, snap: Snapshot, done: str) -> Notice | None:
         """One round of findings: whatever changed enough goes out as one message. Returns it (tests read it).
@@ -261,4 +261,4 @@ def send_test(url: str, *, host: str, run_dir: str, timeout_s: float = 10.0, sen
         error = (send or apprise_send)(url, scrub(title, secrets), scrub(body, secrets), Severity.INFO, timeout_s)
     except Exception as exc:
         error = f"{type(exc).__name__}: {exc}"
-    return None if error is None else f"{redact(url)}: {one_line(scrub(error, secrets), 200)}"
+    return None if error is None else f"{redact(url)}: {sendable_line(scrub(error, secrets), 200)}"

@@ -3,7 +3,7 @@
 Target URLs usually hold a token, and finding messages quote log lines (exception titles, paths), so every text that
 leaves through a notification passes through here: :func:`scrub` cuts the targets' own secrets
 (:func:`secrets_of`), the credentials and queries of URLs, ``token=…``-style values and bearer tokens;
-:func:`one_line` cleans text that may come from a log of control characters, keeps it to one line, trims it and
+:func:`sendable_line` cleans text that may come from a log of control characters, keeps it to one line, trims it and
 defuses its ``@mentions``. One place for these rules, so a message, a delivery error and the heartbeat's error are
 all cleaned the same way.
 """
@@ -51,7 +51,7 @@ def scrub(text: str, secrets: Iterable[str] = ()) -> str:
     return redact(_ANY_URL.sub(_url_shown, text))
 
 
-def one_line(text: str, limit: int = LINE_MAX) -> str:
+def sendable_line(text: str, limit: int = LINE_MAX) -> str:
     """Text that may come from a log, made safe to send: no control characters, one line, trimmed, and no
     ``@everyone``/``<!channel>`` that a chat service would turn into a ping (a zero-width space defuses it)."""
     out = _SPACE.sub(" ", clean_line(text.replace("\n", " ").replace("\r", " "))).strip()

@@ -30,7 +30,7 @@ __all__ = [
     "OOM_WORDS",
     "cancelled",
     "node_failed",
-    "oom_killed",
+    "oom_kill_reported",
 ]
 
 OOM_WORDS = r"Detected \d+ oom[-_]kill event|\btask \d+: Out Of Memory"
@@ -48,7 +48,7 @@ NODE_FAILURE_LITERALS = ("DUE TO NODE FAILURE", "Node failure on", "NODE_FAIL")
 _NODE_FAILURE = re.compile(r"\bNode failure on \S+")
 
 
-def oom_killed(text: str) -> bool:
+def oom_kill_reported(text: str) -> bool:
     """Whether the line is Slurm's word that the job's cgroup OOM-killed some of its processes."""
     return ("oom" in text or "Out Of Memory" in text) and _OOM.search(text) is not None
 
