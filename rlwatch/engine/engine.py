@@ -167,6 +167,8 @@ class Engine:
         # An untrusted configuration file still says how to watch, but not what to execute: no action at all.
         self.readonly = cfg.actions.readonly or cfg.provenance.distrust is not None
         self._untrusted = cfg.provenance.distrust is not None  # its expressions run by RE2 (rlwatch.common.patterns)
+        # A person's own trusted file names the run's processes by its role rules; discovery's rules are a guess.
+        self._rules_named = cfg.provenance.source != "discovered" and not self._untrusted
         self._proc_root = proc_root
         self._lock = threading.RLock()
         self._stop = threading.Event()
@@ -783,6 +785,7 @@ class Engine:
             named=self.ray_source.named_members(),
             owners=self.owners,
             former=self.attempts.former_parents(),
+            rules_named=self._rules_named,
         )
         self._looked_at = now = self.clock.time()
         return self.attempts.observe(view, now)

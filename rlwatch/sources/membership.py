@@ -402,6 +402,7 @@ def assess(
     named: Mapping[int, str] = {},
     owners: Collection[int] | None = None,
     former: Mapping[int, tuple[float, int]] = {},
+    rules_named: bool = False,
 ) -> RunView:
     """Find the live run in ``run_dir``. ``roles`` (pid → role) are the live processes role rules selected;
     ``launched`` the (pid, start time) of processes rlwatch started; ``exclude`` paths under the run directory
@@ -414,6 +415,8 @@ def assess(
     relays), core evidence. ``owners`` the users whose processes may be the run's (default: the user running
     rlwatch): another user's process that works in the directory or matches a role is never a member, so it is never
     recorded, stack-read, executed again or a reason to refuse — it could be anyone's, planted to be taken for the run.
+    ``rules_named``: the role rules are a person's own (a trusted file they wrote, not discovery's guess), so a
+    process a rule selects is the run's on the person's word, as a pidfile's is.
     """
     root = os.path.realpath(run_dir)
     procs = _read_procs(proc_root)
@@ -452,17 +455,21 @@ def assess(
     parents = {pid: p.ppid for pid, p in procs.items()}
     children = procfs.children_map(parents=parents)
     _add_pipe_writers(direct, procs, proc_root, foreign)
-    # A role's pattern names what a process is, never whose: a rule that matches `python3` matches the REPL, the
-    # `python3 -c` reading `rlwatch report --json` through a pipe, and every other interpreter a person opens in the
-    # directory. With a role, a process is the run's only when its pidfile names it or its family runs the run (one
-    # of them writes under the directory, was launched by rlwatch, or is named by the run's logs); standing in the
-    # directory or reading its files stays weak evidence, whatever the role.
+    # A role's pattern names what a process is, never whose: a rule discovery guessed that matches `python3` matches
+    # the REPL, the `python3 -c` reading `rlwatch report --json` through a pipe, and every other interpreter a person
+    # opens in the directory. With such a role, a process is the run's only when its pidfile names it or its family
+    # runs the run (one of them writes under the directory, was launched by rlwatch, or is named by the run's logs);
+    # standing in the directory or reading its files stays weak evidence. A rule of the person's own trusted file is
+    # their word, as a pidfile is: a process it selects that works with the run directory is the run's.
     runs_it = set(direct) - foreign
     for pid, role in roles.items():
         if pid not in procs or pid in foreign:
             continue
         if pid in pidfile_pids:
             direct.setdefault(pid, f"the {role} (named by its pidfile)")
+            continue
+        if rules_named and (pid in cwd_in or pid in files):
+            direct.setdefault(pid, f"the {role} (the configuration's role rule names it, and it works with {root})")
             continue
         family = {pid, *procfs.ancestors(pid, parents=parents), *procfs.descendants([pid], children)}
         doer = min(family & runs_it, default=None)
