@@ -293,6 +293,7 @@ class ServerState:
     process_alive: bool | None = None  # the process lives while its health check fails: incident 5
     expected: bool = True  # False: no evidence of a server for this run (e.g. TRL's colocated generation): not "down"
     evidence: tuple[str, ...] = ()  # why a server is expected, or why none is
+    seen_up: bool = False  # this rlwatch saw it healthy once: its down_since is when it saw it go, not a first look
 
 
 @dataclass(frozen=True, slots=True)

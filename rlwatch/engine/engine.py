@@ -956,6 +956,8 @@ class Engine:
             ):
                 # The refused connections in the logs tell when it really went away, better than the next probe.
                 server = replace(server, down_since=refused.first)
+            if server is not None and self._server_last_up is not None:
+                server = replace(server, seen_up=True)
             holders = self._holders
             live_run = _live_run(self._view, gone=self._gone_members, looked_at=self._looked_at)
             if self._view is not None and live_run is not None:

@@ -246,7 +246,14 @@ def test_a_one_shot_report_dates_the_outage_from_evidence_never_from_its_own_pro
     unseen = _down()
     down = next(f for f in unseen.findings if f.code == "server_down")
     assert "down (first seen now)" in down.message, down.message
-    assert "inference server down (first seen now)" in [e.text.partition(" (conn")[0] for e in unseen.timeline]
+    assert "inference server down (first seen)" in [e.text.partition(" (conn")[0] for e in unseen.timeline]
+    # A dashboard started after it went dates it from its own first look, and says so; one that saw it healthy
+    # saw it go.
+    srv = ServerState("sglang", URL, False, NOW - 60, None, error="connection refused")
+    late = next(f for f in _down(server=srv).findings if f.code == "server_down")
+    assert f"down (first seen {hhmm(NOW - 60, NOW)})" in late.message, late.message
+    saw = next(f for f in _down(server=replace(srv, seen_up=True)).findings if f.code == "server_down")
+    assert f"down since {hhmm(NOW - 60, NOW)} (" in saw.message, saw.message
 
 
 def test_a_server_that_missed_one_check_is_not_down_in_the_same_report() -> None:

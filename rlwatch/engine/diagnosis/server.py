@@ -25,7 +25,7 @@ from rlwatch.engine.diagnosis.wording import (
     last_text,
 )
 
-# A probe's "down since" this close to now is the probe's first look, not evidence of when the server went.
+# A first look this close to now is said "first seen now".
 _FIRST_LOOK_S = 5.0
 
 
@@ -33,7 +33,8 @@ def down_when(s: Snapshot) -> tuple[float | None, str]:
     """When the server went down, from evidence, and those words: the first refused connection's own time; else the
     latest that first refusal can be (an undated line of a backlog); else the probe's time, said as "first seen now"
     when it is the probe's first look (a one-shot report dated the outage at the moment it ran, a later report
-    later again). The finding, its "since", the report's server line and its timeline all say this."""
+    later again; a dashboard started after it went dated it from its own start). The finding, its "since", the
+    report's server line and its timeline all say this."""
     srv = s.server
     if srv is None or srv.up is not False:
         return None, ""
@@ -45,11 +46,13 @@ def down_when(s: Snapshot) -> tuple[float | None, str]:
     bound = ev.first_by if ev is not None and ev.count and ev.approximate else None
     if bound is not None and math.isfinite(bound) and (since is None or bound < since - _FIRST_LOOK_S):
         return bound, f"since {hhmm(bound, s.time)} at the latest (its first refused connection)"
-    if since is not None and s.time - since < _FIRST_LOOK_S:
+    if since is not None and not srv.seen_up:
+        # Never seen healthy by this rlwatch: its "down since" is when it first looked (a one-shot report: now).
         tr = s.training
         last = tr.last_step_at if tr is not None and tr.last_step_at is not None else None
         after = f"; its last step came at {hhmm(last, s.time)}" if last is not None and last < since else ""
-        return since, f"(first seen now{after})"
+        seen = "now" if s.time - since < _FIRST_LOOK_S else hhmm(since, s.time)
+        return since, f"(first seen {seen}{after})"
     return since, f"since {hhmm(since, s.time)}"
 
 

@@ -24,7 +24,7 @@ def timeline(s: Snapshot, limit: int = 20) -> tuple[TimelineEntry, ...]:
         out.append(TimelineEntry(c.saved_at or 0.0, f"last checkpoint saved ({c.path.rsplit('/', 1)[-1]})"))
     since, when = down_when(s)
     if s.server and since:
-        said = " (first seen now)" if when.startswith("(first seen now") else ""
+        said = " (first seen)" if when.startswith("(first seen") else ""
         out.append(TimelineEntry(since, f"inference server down{said} ({s.server.error or 'no answer'})"))
     labels = {
         "connection_refused": "connection-refused errors",
