@@ -104,7 +104,9 @@ def to_json_dict(s: Snapshot) -> dict[str, Any]:
         "kind": srv.kind if srv else None,
         "url": srv.url if srv else None,
         "up": srv.up if srv else None,
-        "down_since": iso(down_when(s)[0]) if srv else None,  # from evidence, as the finding dates it
+        # From evidence, as the finding dates it; a first look (no evidence of when it went) is said as one.
+        "down_since": iso(down_when(s)[0]) if srv and not down_when(s)[1].startswith("(first seen") else None,
+        "down_first_seen": iso(down_when(s)[0]) if srv and down_when(s)[1].startswith("(first seen") else None,
         "pid": srv.pid if srv else None,
         "error": srv.error if srv else None,
         "expected": srv.expected if srv else False,  # False: no evidence of a server for this run, not "down"

@@ -246,6 +246,7 @@ def test_a_one_shot_report_dates_the_outage_from_evidence_never_from_its_own_pro
     unseen = _down()
     down = next(f for f in unseen.findings if f.code == "server_down")
     assert "down (first seen now)" in down.message, down.message
+    assert to_json(unseen)["server"]["down_since"] is None and to_json(unseen)["server"]["down_first_seen"]
     assert "inference server down (first seen)" in [e.text.partition(" (conn")[0] for e in unseen.timeline]
     # A dashboard started after it went dates it from its own first look, and says so; one that saw it healthy
     # saw it go.
