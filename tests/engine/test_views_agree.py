@@ -317,7 +317,11 @@ def test_when_one_process_of_the_run_dies_its_logs_last_words_are_read_at_once(t
 PAYLOAD = "RuntimeError: Failed after 3 retries each. Payload: {'input_ids': [" + ", ".join(["151644"] * 40) + "]}"
 
 
-def _retrying(gone: tuple[tuple[int, str], ...] = ()) -> Snapshot:
+def _member(pid: int, started: float) -> ProcessInfo:
+    return ProcessInfo(pid, started, "trainer", "trainer", 1, None, started, 0, ("python3",), "/run", "root")
+
+
+def _retrying(gone: tuple[tuple[int, str], ...] = (), started: float = NOW - 300) -> Snapshot:
     """server-crash: the trainer's log ends in the failure it logs at every retry; step 24 came at NOW - 40."""
     ending = LogEnding(
         path="/run/logs/output.log",
@@ -338,7 +342,17 @@ def _retrying(gone: tuple[tuple[int, str], ...] = ()) -> Snapshot:
     alive = () if gone else ((15644, "writes logs/trainer.log"), (15529, "writes logs/launcher.log"))
     run = LiveRun(True, None, NOW - 300, members=alive or ((15529, "writes logs/launcher.log"),), gone=gone)
     tr = TrainingState(24, 100, None, 1800.0, False, NOW - 40, NOW - 1)
-    return Snapshot(host="h", time=NOW, profile="areal", run_dir="/run", endings=(ending,), live_run=run, training=tr)
+    procs = tuple(_member(pid, started) for pid, _ in run.members)
+    return Snapshot(
+        host="h",
+        time=NOW,
+        profile="areal",
+        run_dir="/run",
+        endings=(ending,),
+        live_run=run,
+        training=tr,
+        processes=procs,
+    )
 
 
 def test_a_trainer_that_logs_a_failure_and_retries_has_not_crashed_and_its_since_stays() -> None:
@@ -350,6 +364,9 @@ def test_a_trainer_that_logs_a_failure_and_retries_has_not_crashed_and_its_since
     assert later.since == rs.since
     gone = assess_run(_retrying(gone=((15644, "writes logs/trainer.log"),)), Context())
     assert gone.state == "crashed", gone
+    # A process of the run started after the failure is a new attempt: the failure's writer is gone.
+    retried = assess_run(_retrying(started=NOW - 0.5), Context())
+    assert retried.state == "crashed", retried
 
 
 def test_no_findings_words_carry_a_request_payload() -> None:

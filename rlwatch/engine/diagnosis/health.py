@@ -173,6 +173,14 @@ def _before(s: Snapshot, e: LogEnding, t: float) -> bool:
     return progress_before(s, e.path, min((n for n in (e.first_lineno, e.lineno) if n is not None), default=None), t)
 
 
+def _older(s: Snapshot, alive: list[int], e: LogEnding) -> bool:
+    """Every process of the run alive now was already running when ``e``'s failure was logged: its writer is one of
+    them, living on. One started since is a new attempt (startup-crash's retry): the failure's writer died."""
+    t = _failure_time(e)
+    started = {p.pid: p.started_at for p in s.processes}
+    return t is not None and all(pid in started and started[pid] <= t for pid in alive)
+
+
 def _ended(s: Snapshot, progress_at: float | None, started: float | None) -> LogEnding | None:
     """The failure the run ended in: the latest log ending in a failure with no progress after it, from this attempt
     (a failure older than the oldest live process of the run is an earlier attempt's)."""
@@ -256,7 +264,7 @@ def assess_run(s: Snapshot, ctx: Context) -> RunState:
         return RunState(
             "stopped", f"stopped from outside: {crash_text(failed)} ({where}, {hhmm(when, now)})", when, evidence
         )
-    if failed is not None and alive and s.live_run is not None and not s.live_run.gone:
+    if failed is not None and alive and s.live_run is not None and not s.live_run.gone and _older(s, alive, failed):
         # Every process of the run seen lives on: the failure was logged by a process that caught it and retries
         # (server-crash: "run crashed" while the trainer retried each request, its "since" moving with every retry).
         # Not crashed until a process of it dies; dated from its last progress, which does not move.

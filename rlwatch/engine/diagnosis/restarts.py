@@ -83,13 +83,15 @@ def restarting(s: Snapshot, ctx: Context) -> str | None:
     (restart_loop); until then a resume would start a second copy into what may be a loop (restart-loop: for the
     first 30-40 s after the crash the one remedy shown was the resume)."""
     short = ctx.thresholds.restart_loop_uptime_s * 1.5
-    _, progress_by = last_progress(s, ctx)
+    # Progress known for sure: an undated line's latest bound (a log's modification time) is no progress after a
+    # restart (a one-shot report kept offering the resume the dashboard held back).
+    progress_at, _ = last_progress(s, ctx)
     for role in _RUN_ROLES:
         starts = _distinct(sorted(t for t in ctx.starts.get(role, ()) if math.isfinite(t)))
         if len(starts) < 2:
             continue
         newest = starts[-1]
-        if (progress_by is None or newest > progress_by) and s.time - newest <= short:
+        if (progress_at is None or newest > progress_at) and s.time - newest <= short:
             return (
                 f"The {role} started again by itself at {hhmm(newest, s.time)} and has shown no progress since: "
                 f"wait up to {human_duration(short)} to see whether it stays up (a restart loop is named at its "

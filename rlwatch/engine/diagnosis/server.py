@@ -41,7 +41,7 @@ def down_when(s: Snapshot) -> tuple[float | None, str]:
     since = srv.down_since
     ev = s.events.get("connection_refused")
     first = exact_first(ev)
-    if first is not None and (since is None or first < since):
+    if first is not None and (since is None or first <= since):
         return first, f"since {hhmm(first, s.time)}"  # the errors show when it really went away
     bound = ev.first_by if ev is not None and ev.count and ev.approximate else None
     if bound is not None and math.isfinite(bound) and (since is None or bound < since - _FIRST_LOOK_S):
