@@ -8,7 +8,8 @@
   GPU-bound straggler whose Python stacks agree (both wait in the same `.item()`).
 - `healthy`: the same with equal work.
 
-Rank 0 writes `Train step N/100 done.` to train.log; NCCL's timeout is 30 s so the watchdog fires quickly.
+Rank 0 writes `Train step N/100 done.` to train.log (every rank, `[rankN]: `-prefixed, with EVERY_RANK_LOGS=1, as a
+job over several nodes does); NCCL's timeout is 30 s (NCCL_TIMEOUT_S) so the watchdog fires quickly.
 """
 
 import datetime
@@ -39,7 +40,7 @@ def main() -> None:
     steps = int(sys.argv[2]) if len(sys.argv) > 2 else 100
     rank, local = int(os.environ["RANK"]), int(os.environ["LOCAL_RANK"])
     torch.cuda.set_device(local)
-    dist.init_process_group("nccl", timeout=datetime.timedelta(seconds=30))
+    dist.init_process_group("nccl", timeout=datetime.timedelta(seconds=int(os.environ.get("NCCL_TIMEOUT_S", "30"))))
     grads = torch.ones(N, device="cuda")
     mat = torch.randn(8192, 8192, device="cuda", dtype=torch.bfloat16)
     log = open("train.log", "a", buffering=1)  # noqa: SIM115
@@ -57,7 +58,9 @@ def main() -> None:
             metric = torch.ones(1, device="cuda")
             dist.all_reduce(metric)  # a metric only rank 0 reduces
             print(f"[rank{rank}] metric {float(metric.item())}", flush=True)
-        if rank == 0:
+        if os.environ.get("EVERY_RANK_LOGS") == "1":
+            print(f"[rank{rank}]: Train step {step}/100 done.", file=log, flush=True)
+        elif rank == 0:
             print(f"Train step {step}/100 done.", file=log, flush=True)
         if mode in ("mismatch", "stall"):
             time.sleep(0.3)
