@@ -597,7 +597,7 @@ def _notifications(cfg: Config, run_dir: Path, host: str, cli: list[str], heartb
     """The targets of `watch` from the config, ``--notify`` and ``RLWATCH_NOTIFY``, each checked before it starts."""
     import re
 
-    from rlwatch.common.textsafe import redact
+    from rlwatch.common.textsafe import redact_url
     from rlwatch.export.notify.delivery import check_target
     from rlwatch.export.notify.notifications import Notifications
     from rlwatch.export.notify.targets import ENV, targets_from
@@ -608,7 +608,7 @@ def _notifications(cfg: Config, run_dir: Path, host: str, cli: list[str], heartb
         if problem:
             raise UsageError(f"notify: {problem}")
     if heartbeat is not None and not re.match(r"^https?://[^/\s]", heartbeat):
-        raise UsageError(f"--heartbeat {redact(heartbeat)}: an http:// or https:// URL")
+        raise UsageError(f"--heartbeat {redact_url(heartbeat)}: an http:// or https:// URL")
     return Notifications(targets, cfg.notify, host=host, run_dir=str(run_dir), heartbeat=heartbeat)
 
 

@@ -25,9 +25,9 @@ from rlwatch.sim.client import CallError, call
 from rlwatch.sim.common import Layout
 from rlwatch.sim.formats import fancy_grid, tqdm_bar
 from rlwatch.sim.ledger import kinds_of_line
-from rlwatch.sim.lifeline import Heartbeat
+from rlwatch.sim.lifeline import SupervisorHeartbeat
 from rlwatch.sim.runconfig import rlwatch_config
-from rlwatch.sim.saver import next_step
+from rlwatch.sim.saver import step_after
 from rlwatch.sim.scenarios import ALL
 from rlwatch.sim.supervisor import free_port
 from rlwatch.sim.trainer import Trainer
@@ -176,8 +176,8 @@ def test_fancy_grid_is_column_major_and_aligned() -> None:
 
 
 def test_next_step_rolls_over_at_the_end_of_an_epoch() -> None:
-    assert next_step({"epoch": 1, "epoch_step": 934, "global_step": 1869, "steps_per_epoch": 935}) == (2, 0, 1870)
-    assert next_step({"epoch": 0, "epoch_step": 5, "global_step": 5, "steps_per_epoch": 935}) == (0, 6, 6)
+    assert step_after({"epoch": 1, "epoch_step": 934, "global_step": 1869, "steps_per_epoch": 935}) == (2, 0, 1870)
+    assert step_after({"epoch": 0, "epoch_step": 5, "global_step": 5, "steps_per_epoch": 935}) == (0, 6, 6)
 
 
 def test_the_seed_makes_the_random_parts_reproducible(tmp_path: Path) -> None:
@@ -391,7 +391,7 @@ def test_server_hang_after_accepts_but_never_answers_and_follows_its_lifeline(tm
     layout.device.parent.mkdir(parents=True)
     layout.device.touch()
     sim_id = str(uuid.uuid4())
-    heartbeat = Heartbeat(layout.alive, sim_id)
+    heartbeat = SupervisorHeartbeat(layout.alive, sim_id)
     heartbeat.start()
     port = free_port()
     argv = [*sim_commands.server(sim_id, tmp_path, 2, 1, "trl", port=port), "--hang-after", "2"]

@@ -59,7 +59,7 @@ def clean_line(text: str) -> str:
 URL_SCHEME = re.compile(r"^\s*([A-Za-z][A-Za-z0-9+.-]*)://")
 
 
-def redact(url: str) -> str:
+def redact_url(url: str) -> str:
     """How a URL that may hold a token is shown: its scheme only (``tgram://***``). Notification targets are such
     URLs, and config errors, the dashboard and ``rlwatch notify`` show them."""
     m = URL_SCHEME.match(url)

@@ -32,7 +32,7 @@ from pydantic import BaseModel, ValidationError
 
 from rlwatch.common.globbing import iglob
 from rlwatch.common.patterns import bounded_problem
-from rlwatch.common.textsafe import redact
+from rlwatch.common.textsafe import redact_url
 from rlwatch.common.trust import LinkRefused, config_distrust, open_followed
 from rlwatch.config.models import Config, ProcessRule, Provenance, names_of
 from rlwatch.discover.discovery import discover
@@ -381,7 +381,7 @@ def _problem(err: Any) -> str:
     if kind != "missing" and isinstance(err.get("input"), str | int | float | bool | type(None)):
         value = err["input"]
         if loc and loc[0] == "notify" and isinstance(value, str):
-            value = redact(value)  # notification URLs hold tokens: never quoted back in full
+            value = redact_url(value)  # notification URLs hold tokens: never quoted back in full
         msg += f" (got {_short(value)})"
     return msg
 

@@ -164,7 +164,7 @@ def _child(run_dir: Path, owner: Controller, sock: socket.socket, root: int, wor
     if bad is not None:
         print(f"rlwatch: {_refusal(run_dir, owner, bad)}", file=sys.stderr)
         return 2
-    hostwide.install(hostwide.HostWide(sock, root, owner.name))
+    hostwide.install_helper(hostwide.HostWide(sock, root, owner.name))
     return work(
         f"works as {owner.name} (uid {owner.uid}), who controls {owner.because}: root watches another user's run "
         f"with that user's rights; root's process (pid {root}) reads only the kernel log and other users' GPU holders"

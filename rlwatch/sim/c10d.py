@@ -23,7 +23,7 @@ import time
 from pathlib import Path
 from types import ModuleType
 
-__all__ = ["all_reduce", "init_process_group", "install"]
+__all__ = ["all_reduce", "init_process_group", "install_c10d"]
 
 _store: Path | None = None
 _rank = 0
@@ -51,7 +51,7 @@ def all_reduce(seq: int) -> None:
         pause = min(0.5, pause * 2)
 
 
-def install(sim_dir: Path) -> ModuleType:
+def install_c10d(sim_dir: Path) -> ModuleType:
     """This module, loaded from a copy at ``sim_dir/site-packages/torch/distributed/distributed_c10d.py`` (written
     once, atomically: every rank installs it), under a name of its own so no real torch is shadowed."""
     target = sim_dir / "site-packages" / "torch" / "distributed" / "distributed_c10d.py"

@@ -20,7 +20,7 @@ from pathlib import Path
 from types import ModuleType
 
 from rlwatch.sim import formats, lifeline
-from rlwatch.sim.c10d import install as install_c10d
+from rlwatch.sim.c10d import install_c10d
 from rlwatch.sim.common import Layout, load_spec, scaled, sleep_until, write_kernel_log
 from rlwatch.sim.ledger import LogSink, PieceLedger
 

@@ -68,7 +68,7 @@ def watch(
     return thread
 
 
-class Heartbeat:
+class SupervisorHeartbeat:
     """The supervisor's side: keeps the alive file fresh until stopped, then removes it."""
 
     def __init__(self, alive_file: Path, sim_id: str) -> None:

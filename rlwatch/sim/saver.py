@@ -86,7 +86,7 @@ def read_step_info(layout: Layout) -> dict[str, int] | None:
     return {k: int(data[k]) for k in keys}
 
 
-def next_step(info: dict[str, int]) -> tuple[int, int, int]:
+def step_after(info: dict[str, int]) -> tuple[int, int, int]:
     """AReaL's ``StepInfo.next()``: the step after the last completed one, rolling over at the epoch's end."""
     if info["epoch_step"] + 1 == info["steps_per_epoch"]:
         return info["epoch"] + 1, 0, info["global_step"] + 1

@@ -37,7 +37,7 @@ from rlwatch.sim.common import (
 )
 from rlwatch.sim.gpu import GpuModel
 from rlwatch.sim.ledger import PartsReader, latest, merge_counts
-from rlwatch.sim.lifeline import Heartbeat, supervisor_alive
+from rlwatch.sim.lifeline import SupervisorHeartbeat, supervisor_alive
 from rlwatch.sim.runconfig import write_run_files
 from rlwatch.sim.scenarios import ALL, Scenario
 
@@ -89,7 +89,7 @@ class Simulation:
         self.sim_id = str(uuid.uuid4())
         self.port = 0
         self.children: list[subprocess.Popen[bytes]] = []
-        self.heartbeat = Heartbeat(self.layout.alive, self.sim_id)
+        self.heartbeat = SupervisorHeartbeat(self.layout.alive, self.sim_id)
         self.gpu = GpuModel(self.layout.device, self.layout.gpu_state, self.seed)
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="sim-supervisor", daemon=True)

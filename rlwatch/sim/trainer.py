@@ -96,7 +96,7 @@ class Trainer:
             f"Recovering from StepInfo(epoch={info['epoch']}, epoch_step={info['epoch_step']}, "
             f"global_step={info['global_step']}, steps_per_epoch={info['steps_per_epoch']}).",
         )
-        return saver.next_step(info)[2]
+        return saver.step_after(info)[2]
 
     def wait_server(self) -> None:
         self.info(ENGINE, "Get server addresses from name_resolve.")

@@ -37,7 +37,7 @@ from dataclasses import dataclass
 from rlwatch.sources.holders import scan_holders
 from rlwatch.sources.kernel import KMSG_RECORDS_PER_SAMPLE, CommandReader, KmsgReader, LiveUnavailable, worth_reading
 
-__all__ = ["HostWide", "HostWideReader", "current", "install", "serve"]
+__all__ = ["HostWide", "HostWideReader", "current", "install_helper", "serve"]
 
 NVIDIA_NODES = "/dev/nvidia*"  # the only device glob the helper scans, whatever a configuration says
 MAX_ANSWER = 8 * 1024 * 1024  # an answer longer than this is not one the helper wrote
@@ -52,7 +52,7 @@ def current() -> HostWide | None:
     return _current
 
 
-def install(client: HostWide | None) -> None:
+def install_helper(client: HostWide | None) -> None:
     """Set (or clear) the process's helper: done once, at start-up, by the code that dropped the rights."""
     global _current
     _current = client

@@ -15,7 +15,7 @@ import pytest
 
 from rlwatch.common.clock import FakeClock
 from rlwatch.common.state import EventSummary, Finding, LogLine, ServerState, Severity, Snapshot
-from rlwatch.common.textsafe import redact
+from rlwatch.common.textsafe import redact_url
 from rlwatch.config.models import NotifyConfig
 from rlwatch.discover.load import ConfigError, load_config, parse_config
 from rlwatch.export.notify.delivery import Channel
@@ -90,9 +90,9 @@ def notifications(
 
 
 def test_a_target_is_shown_by_its_scheme_only() -> None:
-    assert redact("tgram://123456789:AAHdqTcvCH1vGWJxfSeofSAs0K5PALDsaw/-100123") == "tgram://***"
-    assert redact("  Slack://T1/B2/C3") == "slack://***"
-    assert redact("no scheme at all") == "***"
+    assert redact_url("tgram://123456789:AAHdqTcvCH1vGWJxfSeofSAs0K5PALDsaw/-100123") == "tgram://***"
+    assert redact_url("  Slack://T1/B2/C3") == "slack://***"
+    assert redact_url("no scheme at all") == "***"
     assert Target("discord://id/token", name="ops channel").shown == "ops channel"
 
 

@@ -46,7 +46,7 @@ def _http_error(exc: urllib.error.HTTPError) -> str:
     return f"HTTP {exc.code}: {error_line(str(detail))}" if detail else f"HTTP {exc.code}"
 
 
-def http_get(url: str, timeout_s: float, *, name: str | None = None) -> bytes:
+def fetch_body(url: str, timeout_s: float, *, name: str | None = None) -> bytes:
     """The body at ``url``; every failure is a one-line :class:`FleetError` naming ``name`` (default: the URL)."""
     where = error_line(name or url)
     req = urllib.request.Request(url, headers={"User-Agent": "rlwatch-fleet"})  # noqa: S310

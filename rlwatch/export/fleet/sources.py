@@ -14,7 +14,7 @@ from typing import Any, Protocol
 
 from rlwatch.common.clock import Clock, SystemClock
 from rlwatch.config.models import FleetConfig
-from rlwatch.export.fleet.http import check_http, error_line, exporter_url, http_get, parse_exposition, reason_of
+from rlwatch.export.fleet.http import check_http, error_line, exporter_url, fetch_body, parse_exposition, reason_of
 from rlwatch.export.fleet.model import PREFIX, FleetError, FleetHost, FleetSnapshot, Sample
 from rlwatch.export.fleet.samples import host_from_samples
 
@@ -47,7 +47,7 @@ class ExporterFleet:
         self.description = f"{n} exporter{'s' if n != 1 else ''}"
 
     def _read_one(self, url: str) -> list[Sample]:
-        body = http_get(url, self.timeout_s)
+        body = fetch_body(url, self.timeout_s)
         samples = parse_exposition(body.decode("utf-8", "replace"))
         if not any(name == PREFIX + "info" for name, _, _ in samples):
             raise FleetError(f"{error_line(url)}: no rlwatch metrics there")
@@ -117,7 +117,7 @@ class PrometheusFleet:
 
     def _api(self, path: str, params: Mapping[str, str]) -> Any:
         query = urllib.parse.urlencode(params)
-        body = http_get(f"{self.url}{path}?{query}", self.timeout_s, name=f"{self.url}{path}")
+        body = fetch_body(f"{self.url}{path}?{query}", self.timeout_s, name=f"{self.url}{path}")
         try:
             doc = json.loads(body)
         except ValueError:

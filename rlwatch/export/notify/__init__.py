@@ -33,7 +33,7 @@ quick to start without notifications.
 
 from __future__ import annotations
 
-from rlwatch.common.textsafe import redact
+from rlwatch.common.textsafe import redact_url
 from rlwatch.export.notify.delivery import Channel, apprise_send, check_target
 from rlwatch.export.notify.heartbeat import Heartbeat, http_get
 from rlwatch.export.notify.message import Item, Notice
@@ -54,7 +54,7 @@ __all__ = [
     "apprise_send",
     "check_target",
     "http_get",
-    "redact",
+    "redact_url",
     "scrub",
     "secrets_of",
     "send_test",

@@ -17,7 +17,7 @@ from typing import Any
 
 from rlwatch.common.clock import Clock
 from rlwatch.common.state import Severity
-from rlwatch.common.textsafe import URL_SCHEME, redact
+from rlwatch.common.textsafe import URL_SCHEME, redact_url
 from rlwatch.config.models import NotifyConfig
 from rlwatch.export.notify.targets import Target
 from rlwatch.export.notify.text import scrub, sendable_line
@@ -32,11 +32,11 @@ _SCHEME = URL_SCHEME
 def check_target(url: str) -> str | None:
     """Why Apprise cannot send to ``url`` (one line, redacted), or None."""
     if not _SCHEME.match(url):
-        return f"{redact(url)}: not a URL (an Apprise URL is SCHEME://…)"
+        return f"{redact_url(url)}: not a URL (an Apprise URL is SCHEME://…)"
     import apprise
 
     if apprise.Apprise.instantiate(url, asset=_asset(10.0)) is None:
-        return f"{redact(url)}: not a URL Apprise can send to (unknown scheme or missing parts)"
+        return f"{redact_url(url)}: not a URL Apprise can send to (unknown scheme or missing parts)"
     return None
 
 

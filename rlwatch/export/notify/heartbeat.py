@@ -15,7 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from rlwatch.common.clock import Clock
-from rlwatch.common.textsafe import redact
+from rlwatch.common.textsafe import redact_url
 from rlwatch.export.notify.text import scrub, secrets_of, sendable_line
 
 Get = Callable[[str, float], str | None]  # (url, timeout) -> error
@@ -69,7 +69,7 @@ class Heartbeat:
         self._wanted = threading.Event()
         self._stop = threading.Event()
         self._lock = threading.Lock()
-        self.status = HeartbeatStatus(redact(url), every_s)
+        self.status = HeartbeatStatus(redact_url(url), every_s)
         self._thread = threading.Thread(target=self._run, name="rlwatch-heartbeat", daemon=True)
 
     def start(self) -> None:

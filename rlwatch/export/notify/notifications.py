@@ -15,7 +15,7 @@ from typing import Any
 
 from rlwatch.common.clock import Clock, SystemClock
 from rlwatch.common.state import Severity, Snapshot, line_ref
-from rlwatch.common.textsafe import redact
+from rlwatch.common.textsafe import redact_url
 from rlwatch.config.models import NotifyConfig
 from rlwatch.export.notify.delivery import Channel, Send, apprise_send, check_target
 from rlwatch.export.notify.heartbeat import Get, Heartbeat, http_get
@@ -261,4 +261,4 @@ def send_test(url: str, *, host: str, run_dir: str, timeout_s: float = 10.0, sen
         error = (send or apprise_send)(url, scrub(title, secrets), scrub(body, secrets), Severity.INFO, timeout_s)
     except Exception as exc:
         error = f"{type(exc).__name__}: {exc}"
-    return None if error is None else f"{redact(url)}: {sendable_line(scrub(error, secrets), 200)}"
+    return None if error is None else f"{redact_url(url)}: {sendable_line(scrub(error, secrets), 200)}"

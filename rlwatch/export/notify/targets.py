@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from rlwatch.common.state import Severity
-from rlwatch.common.textsafe import redact
+from rlwatch.common.textsafe import redact_url
 from rlwatch.config.models import NotifyConfig
 
 ENV = "RLWATCH_NOTIFY"
@@ -30,7 +30,7 @@ class Target:
 
     @property
     def shown(self) -> str:
-        return self.name or redact(self.url)
+        return self.name or redact_url(self.url)
 
     def wants(self, severity: Severity) -> bool:
         return RANK[severity.value] <= RANK[self.min_severity]
