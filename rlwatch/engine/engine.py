@@ -39,6 +39,7 @@ from rlwatch.common.state import (
     RecoverState,
     Series,
     ServerState,
+    Severity,
     Snapshot,
     SourceStatus,
     StackReport,
@@ -193,9 +194,14 @@ class Engine:
         assert main.learning is not None
         self.learning = main.learning
         self._progress_lines: dict[str, LogLine] = {}  # each log's last progress line (Snapshot.progress_lines)
+        # Logs that printed a failure since their ending was read: read again at the next round, however recently
+        # (server-crash: the dashboard kept an ending read before the trainer's failure, OK beside report's view).
+        self._ending_stale: set[str] = set()
         for kind in main.counter.kinds:
             if kind.progress or kind.name in ("_steplike", "_progress", "_finished"):
                 main.counter.subscribe(kind.name, self._note_progress)
+            elif not kind.internal and kind.severity in (Severity.WARNING, Severity.CRITICAL):
+                main.counter.subscribe(kind.name, lambda line: self._ending_stale.add(line.path))
         # Diagnosis first: the newest part of a big backlog counted ahead of the rest (engine/preview).
         self.preview: TailPreview | None = None
         self.preview_sizes = (MIN_BACKLOG, TAIL_BYTES)  # (backlog that earns a preview, bytes it counts first)
@@ -552,7 +558,8 @@ class Engine:
             seen.add(path)
             cached = self._ending_cache.get(path)
             mono = self.clock.monotonic()
-            recent = cached is not None and mono - cached[2] < self._ending_every_s
+            recent = cached is not None and mono - cached[2] < self._ending_every_s and path not in self._ending_stale
+            self._ending_stale.discard(path)
             numbered = key[4] and cached is not None and not cached[0][4]  # the count reached its end: line numbers
             if (
                 not fresh

@@ -413,3 +413,42 @@ def test_a_crash_loops_retry_that_logs_a_step_is_still_the_loop() -> None:
     # The record's step is the one its state names while it progresses, never an older attempt's checkpoint's.
     moving = replace(s, run_state=RunState("progressing", "step 1 at 05:09", NOW - 2))
     assert _decided(moving, Context()).verdict.step == 1  # type: ignore[union-attr]
+
+
+def test_a_failure_a_live_process_logs_is_read_at_the_next_round(tmp_path: Path) -> None:
+    """server-crash watched live: the dashboard kept the ending it read a moment before the trainer logged its
+    failure (a growing log's ending is read again only every few seconds) and said OK while report said the run's
+    processes log a failure they keep retrying."""
+    run = tmp_path / "run"
+    run.mkdir()
+    root = _root(tmp_path / "proc")
+    log = run / "train.log"
+    log.write_text("".join(f"step {n}/100 loss 0.{n:02d}\n" for n in range(1, 4)))
+    _proc(root, 4242, b"python3\0train.py\0", run)
+    (root / "4242" / "fd" / "1").symlink_to(log)
+    (root / "4242" / "fdinfo").mkdir()
+    (root / "4242" / "fdinfo" / "1").write_text("pos:\t0\nflags:\t02002001\nmnt_id:\t1\n")
+    clock = FakeClock(time.time())
+    cfg = Config.model_validate({"gpu": {"backend": "none"}, "interval_s": 1.0, "training": {"logs": ["train.log"]}})
+    engine = Engine(cfg, run, clock=clock, proc_root=str(root))
+    engine.poll_logs()
+    engine.sample()
+    engine.build()
+    clock.advance(0.5)
+    with log.open("a") as fh:
+        fh.write("step 4/100 loss 0.04\n")
+    engine.poll_logs()
+    engine.sample()  # read again: it grew; from now on kept a few seconds while it grows
+    clock.advance(0.5)
+    with log.open("a") as fh:
+        fh.write(
+            "Traceback (most recent call last):\n"
+            '  File "trainer.py", line 88, in rollout\n'
+            "    raise RuntimeError(f'Failed after 3 retries each. Payload: {payload}')\n"
+            "RuntimeError: Failed after 3 retries each. Payload: {'input_ids': [1, 2, 3]}\n"
+        )
+    engine.poll_logs()
+    engine.sample()
+    snap = engine.build()
+    assert [e.failed for e in snap.endings] == [True]
+    engine.stop()
