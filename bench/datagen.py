@@ -237,7 +237,7 @@ def _refused_rollout(w: _Writer) -> None:
 
 
 def _torchrun_failure(w: _Writer, exitcode: int) -> None:
-    text = formats.torchrun_failure(40112, "gsm8k_grpo.py", "pod-7f9c", exitcode, w.t)
+    text = formats.torchrun_failure_report(40112, "gsm8k_grpo.py", "pod-7f9c", exitcode, w.t)
     # The first line is the agent's report; then a traceback whose final line names ChildFailedError.
     w.emit_block(text, {TB: ("traceback",), "errors.ChildFailedError": ("child_failed",)})
 

@@ -29,7 +29,7 @@ from typing import Any
 from rlwatch.common.state import ChildFailure, CollectiveTimeout, Incident, IncidentTally, line_ref
 from rlwatch.logs.prefixes import prepare
 from rlwatch.logs.signatures import HEADER, TITLE_MSG_CHARS, exception, location, signature
-from rlwatch.logs.torchrun_report import CHILD_TITLES, Report, failure_text, finished, report_line
+from rlwatch.logs.torchrun_report import CHILD_TITLES, Report, child_failure_text, finished, report_line
 
 __all__ = ["EVENT_KINDS", "HEADER_WORD", "IncidentTracker", "Span"]
 
@@ -465,7 +465,7 @@ class IncidentTracker:
         if report is not None and (report.name or root):
             parts = [f"{report.name} FAILED" if report.name else ""]
             if root is not None:
-                parts.append(failure_text(root))
+                parts.append(child_failure_text(root))
             message = ", ".join(p for p in parts if p)
         title = block.exc_type + (f": {message[:TITLE_MSG_CHARS]}" if message else "")
         sig = signature("traceback", block.exc_type, message, block.location)

@@ -23,8 +23,8 @@ __all__ = [
     "REPORT_FIELDS",
     "ROOT_CAUSE",
     "Report",
+    "child_failure_text",
     "exit_reported",
-    "failure_text",
     "finished",
     "report_line",
     "signal_received",
@@ -164,7 +164,7 @@ def finished(report: Report) -> bool:
 CHILD_TITLES = ("torch.distributed.elastic.multiprocessing.errors.ChildFailedError", "ChildFailedError")
 
 
-def failure_text(f: ChildFailure) -> str:
+def child_failure_text(f: ChildFailure) -> str:
     """ "rank 0 exitcode -6 (SIGABRT) on host-a": how one failed worker ended, as torchrun reported it."""
     out = f"rank {f.rank if f.rank is not None else '?'}"
     if f.exitcode is not None:

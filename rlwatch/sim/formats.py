@@ -251,7 +251,7 @@ def update_weights_traceback(final: str) -> str:
     return traceback_block(frames, final, prefix="[rank0]: ")
 
 
-def torchrun_failure(pid: int, script: str, host: str, exitcode: int, t: float | None = None) -> str:
+def torchrun_failure_report(pid: int, script: str, host: str, exitcode: int, t: float | None = None) -> str:
     """torchrun's elastic agent report after its only rank failed."""
     t = _now(t)
     clock = time.strftime("%m%d %H:%M:%S", time.localtime(t)) + f".{int(t * 1e6) % 1_000_000:06d}"

@@ -188,7 +188,7 @@ class Trainer:
             self.request("/update_weights_from_disk", {"model_path": path}, shown)
         except CallError as exc:
             self.storm(formats.update_weights_traceback(str(exc)))
-            self.out.write(formats.torchrun_failure(os.getpid(), "gsm8k_grpo.py", socket.gethostname(), 1))
+            self.out.write(formats.torchrun_failure_report(os.getpid(), "gsm8k_grpo.py", socket.gethostname(), 1))
             raise Fatal("weight update failed") from None
         return time.monotonic() - t0
 
