@@ -168,8 +168,9 @@ class Engine:
         # An untrusted configuration file still says how to watch, but not what to execute: no action at all.
         self.readonly = cfg.actions.readonly or cfg.provenance.distrust is not None
         self._untrusted = cfg.provenance.distrust is not None  # its expressions run by RE2 (rlwatch.common.patterns)
-        # A person's own trusted file names the run's processes by its role rules; discovery's rules are a guess.
-        self._rules_named = cfg.provenance.source != "discovered" and not self._untrusted
+        # Role rules name the run's processes (with a process of their family working with the run directory) unless
+        # an untrusted file wrote them: then a writer in the family must back them.
+        self._rules_named = not self._untrusted
         self._proc_root = proc_root
         self._lock = threading.RLock()
         self._stop = threading.Event()

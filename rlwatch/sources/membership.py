@@ -415,8 +415,9 @@ def assess(
     relays), core evidence. ``owners`` the users whose processes may be the run's (default: the user running
     rlwatch): another user's process that works in the directory or matches a role is never a member, so it is never
     recorded, stack-read, executed again or a reason to refuse — it could be anyone's, planted to be taken for the run.
-    ``rules_named``: the role rules are a person's own (a trusted file they wrote, not discovery's guess), so a
-    process a rule selects is the run's on the person's word, as a pidfile's is.
+    ``rules_named``: the role rules are trusted (a profile's, discovery's or a person's trusted file), so a process a
+    rule selects is the run's where it or its family works with the run directory; an untrusted file's rules need a
+    writer in the family.
     """
     root = os.path.realpath(run_dir)
     procs = _read_procs(proc_root)
@@ -455,23 +456,23 @@ def assess(
     parents = {pid: p.ppid for pid, p in procs.items()}
     children = procfs.children_map(parents=parents)
     _add_pipe_writers(direct, procs, proc_root, foreign)
-    # A role's pattern names what a process is, never whose: a rule discovery guessed that matches `python3` matches
-    # the REPL, the `python3 -c` reading `rlwatch report --json` through a pipe, and every other interpreter a person
-    # opens in the directory. With such a role, a process is the run's only when its pidfile names it or its family
-    # runs the run (one of them writes under the directory, was launched by rlwatch, or is named by the run's logs);
-    # standing in the directory or reading its files stays weak evidence. A rule of the person's own trusted file is
-    # their word, as a pidfile is: a process it selects that works with the run directory is the run's.
+    # A role's pattern names what a process is: a program or a script (discovery makes no rule of a bare `python3`,
+    # which would match the REPL and the `python3 -c` reading `rlwatch report --json` in the directory). A process a
+    # trusted rule selects is the run's where it or its family works with the run directory. An untrusted file's rule
+    # could name anything: its process is the run's only when its pidfile names it or its family runs the run (one
+    # of them writes under the directory, was launched by rlwatch, or is named by the run's logs).
     runs_it = set(direct) - foreign
+    touches = (cwd_in | set(files)) - foreign
     for pid, role in roles.items():
         if pid not in procs or pid in foreign:
             continue
         if pid in pidfile_pids:
             direct.setdefault(pid, f"the {role} (named by its pidfile)")
             continue
-        if rules_named and (pid in cwd_in or pid in files):
-            direct.setdefault(pid, f"the {role} (the configuration's role rule names it, and it works with {root})")
-            continue
         family = {pid, *procfs.ancestors(pid, parents=parents), *procfs.descendants([pid], children)}
+        if rules_named and family & touches:
+            direct.setdefault(pid, f"the {role} (its role rule matches, and it works with {root})")
+            continue
         doer = min(family & runs_it, default=None)
         if doer is not None and doer != pid:
             direct.setdefault(
