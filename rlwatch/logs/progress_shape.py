@@ -27,6 +27,7 @@ from __future__ import annotations
 import math
 import re
 from dataclasses import dataclass, replace
+from functools import lru_cache
 
 __all__ = [
     "CANDIDATE",
@@ -53,7 +54,10 @@ CANDIDATE_LITERALS = (
     "%|",  # tqdm bars: HF Trainer, Lightning, torchtune
     "Epoch",  # [e][i/N] pairs (mmcv, mmengine, torchvision), Keras's epoch lines, Epoch e | Iter i
     "| loss", "loss, ",  # a counter leading its record: llama2.c, tinygrad
-    "pisode", "Round", "round",  # an RL loop's `Episode: N`, a federated loop's `Round N` (read by their shape)
+    # an RL loop's `Episode: N`, `episode 12`, `308 episodes`, `"episode": 3`, a federated loop's `Round N` (read by
+    # their shape); never `episode` inside a name (`arun_episode`, `episode_reward`): a retried rollout's traceback
+    # names its frame thousands of times
+    "pisode:", "pisode ", "pisodes", "pisode=", 'pisode"', "Round", "round",
     "| ",  # a table: a header and its rows, a key/value table printed every iteration (stable-baselines)
 )  # fmt: skip
 CANDIDATE = "|".join(re.escape(lit) for lit in CANDIDATE_LITERALS)
@@ -109,6 +113,7 @@ _PAIR = re.compile(r"\[\s*(?P<e>\d{1,6})\s*\]\s*\[\s*(?P<n>\d{1,12})\s*/\s*(?P<t
 # llama2.c's `100 | loss 4.2 | lr …`, tinygrad's `  12 4.36 s run, 11.87 loss, …`: the counter leads the record.
 _LEADING = re.compile(r"^\s*(?P<n>\d{1,12})\s+(?:\|\s*)?[^\n]*?\b[Ll]oss\b")
 _WORDS = re.compile(r"[A-Za-z_]{2,}")
+_DIGIT = re.compile(r"\d")
 # The speed a bar measured itself: tqdm's `1.36it/s` or `2.08s/it` (its `rate_fmt`), Keras's `3ms/step`. The only
 # speed a log whose lines carry no time has, and the bar's `[elapsed<remaining` follows from it.
 _SPEED = re.compile(r"(?<![\w.])(\d{1,9}(?:\.\d{1,9})?)(it/s|s/it|ms/step|s/step)(?![\w/])")
@@ -212,7 +217,10 @@ def _epoch(text: str) -> tuple[re.Match[str] | None, int | None, int | None, int
 
 def read(text: str) -> Reading | None:
     """The counter a step-like line carries, or None (not step-like, or a line counting something else)."""
-    r = _read(text)
+    return None if _counts_else(text) else _with_speed(text, _read(text))
+
+
+def _with_speed(text: str, r: Reading | None) -> Reading | None:
     if r is None or "/" not in text:
         return r
     rate = speed(text)
@@ -220,9 +228,15 @@ def read(text: str) -> Reading | None:
 
 
 def _counts_else(text: str) -> bool:
-    """Whether the line counts something other than training steps (see ``_NOT_STEPS``, ``_EVAL_METRIC``)."""
+    """Whether the line counts something other than training steps (see ``_NOT_STEPS``, ``_EVAL_METRIC``), or is a
+    Python traceback's frame (``  File "…/rlvr.py", line 93, in arun_episode``: a place in the code, whose line
+    number moves from one traceback to the next; a retried failure prints thousands)."""
+    if text.lstrip().startswith('File "'):
+        return True
     low = text.lower()
-    if _NOT_STEPS.search(low) is not None:
+    if (first := _NOT_STEPS.search(low)) is not None:
+        if first.group(0) not in _EVAL_WORDS:
+            return True  # what most such lines hold (a weight update's `Loading weights …`): no set of words made
         words = {m.group(0) for m in _NOT_STEPS.finditer(low)}
         if not words <= _EVAL_WORDS or _TRAINED.search(low) is None or _EVAL_LOSS.search(low) is not None:
             return True
@@ -230,8 +244,7 @@ def _counts_else(text: str) -> bool:
 
 
 def _read(text: str) -> Reading | None:
-    if _counts_else(text):
-        return None
+    """:func:`read` of a line :func:`_counts_else` let through, without its bar's speed."""
     em, epoch, epochs, base = _epoch(text)
     pair = _PAIR.search(text)
     if pair is not None:
@@ -305,11 +318,22 @@ def _read(text: str) -> Reading | None:
 # steps, samples, tokens or frames (what a step is made of, not the steps), and an epoch's own number last (the only
 # counter a once-per-epoch record has). Among counters of one class, the one that advanced on more records, then the
 # one first in its record.
-_FIELD = re.compile(
-    r"(?:(?P<name>[A-Za-z_][\w/]{0,40}?)[\"']?\s*[:=#]?\s*\[?\s*|(?<![\w.:/-]))"
-    r"(?P<n>\d{1,15}|\d(?:\.\d+)?e\+?\d{1,2})(?![\w.%]|:\d|\.\d|/\d|\s*%|\s*(?:ms|s|h|m|min|sec|GiB|MiB|GB|MB)\b)",
+# A field is a number (``_NUMBER``, found first: its digit is what a scan for it can look for) and the name before it
+# (``_name_before``): a word then at most a quote, a ``:``/``=``/``#``, a bracket and spaces (``Episode: 59``,
+# ``"step": 3``, ``it 517``, ``step2``), the word's last 41 characters at most; without a word, the number stands
+# alone (not after ``-``, ``.``, ``:`` or ``/``: a negative, a decimal's tail, a clock, a fraction's total). One
+# expression over the name and the number both tried every word of a line at every letter: 0.4 ms for one row of
+# AReaL's stats table, where every chunk's last lines are read.
+_NUMBER = re.compile(
+    r"\d(?<![\d.\-]\d)(?:\d{0,14}|(?:\.\d+)?e\+?\d{1,2})"
+    r"(?![\w.%]|:\d|\.\d|/\d|\s*%|\s*(?:ms|s|h|m|min|sec|GiB|MiB|GB|MB)\b)",
     re.IGNORECASE,
 )
+_SEPARATORS = re.compile(r"[\"']?\s*[:=#]?\s*\[?\s*")
+_SEPARATOR_CHARS = frozenset("\"' \t\n\r\f\v:=#[")
+_NAME_START = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz_")
+_NAME_MAX = 41
+_ALONE_AFTER = frozenset(".:/-")  # and a word's letters and digits (_name_before)
 _NAME_AFTER = re.compile(r"[ \t]{1,4}([A-Za-z_]{3,24})(?![\w/(:=])")
 _CLOCK = re.compile(r"\d{1,2}:\d{2}(?::\d{2})?|\d{4}-\d{2}-\d{2}|\d{8}-")
 _HEADER_SEPS = ("|", "\t", ",")
@@ -329,6 +353,7 @@ _NOT_COUNTERS = (
 _MAX_FIELDS = 8
 
 
+@lru_cache(maxsize=4096)  # a run's records name the same few fields on every line
 def _field_class(name: str) -> int | None:
     """How good a field named ``name`` is as the step: 1 (a step's name) … 4 (an epoch); None: never a counter."""
     low = name.lower().strip("_")
@@ -343,6 +368,27 @@ def _field_class(name: str) -> int | None:
     return 2
 
 
+def _name_before(text: str, at: int, floor: int) -> str | None:
+    """The name of the number at ``at`` (no name before ``floor``): the word before it and its separators; "" where
+    it stands alone; None where it is neither (``-5``, ``a-5``, ``12:30``'s minutes)."""
+    j = at
+    while j > floor and text[j - 1] in _SEPARATOR_CHARS:
+        j -= 1
+    k = j
+    while k > floor and (text[k - 1].isalnum() or text[k - 1] in "_/"):
+        k -= 1
+    if k < j and _SEPARATORS.fullmatch(text, j, at) is not None:
+        start = max(k, j - _NAME_MAX)
+        while start < j and text[start] not in _NAME_START:
+            start += 1
+        if start < j:
+            return text[start:j]
+    if at == 0:
+        return ""
+    before = text[at - 1]
+    return None if before.isalnum() or before == "_" or before in _ALONE_AFTER else ""
+
+
 def fields(text: str, header: list[str] | None = None) -> list[tuple[str, int]]:
     """The whole numbers of a record line that could be counters, each with its name ("" where none): at most
     ``_MAX_FIELDS``, in the order of the line. ``header``: the names of the columns of a table or CSV row."""
@@ -355,11 +401,16 @@ def fields(text: str, header: list[str] | None = None) -> list[tuple[str, int]]:
         for i, ch in enumerate(text):
             if ch == sep:
                 col_of.append(i)
-    for m in _FIELD.finditer(text):
-        at = m.start("n")
+    floor = 0  # where the field before ended: a name is never read across it
+    for m in _NUMBER.finditer(text):
+        at = m.start()
+        found = _name_before(text, at, floor)
+        if found is None:
+            continue
+        floor = m.end()
         if any(a <= at < b for a, b in clocks):
             continue
-        raw = m.group("n")
+        raw = m.group()
         try:
             value = int(raw) if raw.isdigit() else float(raw)
         except ValueError:
@@ -368,7 +419,7 @@ def fields(text: str, header: list[str] | None = None) -> list[tuple[str, int]]:
             if not value.is_integer():
                 continue
             value = int(value)
-        name = m.group("name") or ""
+        name = found
         if not name and (after := _NAME_AFTER.match(text, m.end())) is not None:
             name = after.group(1)  # fairseq-lua's `0021028 updates`, keras-rl's `308 episodes`: the noun after it
         if col_of is not None and header is not None:
@@ -382,7 +433,7 @@ def fields(text: str, header: list[str] | None = None) -> list[tuple[str, int]]:
 
 def header_of(text: str) -> tuple[str, list[str]] | None:
     """A table's or a CSV's header line (names between separators, no digits): its separator and its names."""
-    if any(ch.isdigit() for ch in text):
+    if _DIGIT.search(text) is not None:
         return None
     for sep in _HEADER_SEPS:
         if text.count(sep) >= 1:
@@ -444,6 +495,8 @@ class ShapeSteps:
         self._epoch: tuple[int, int, int | None] | None = None  # (epoch, base, epochs) named on a line of its own
         self._header: tuple[str, list[str]] | None = None  # the latest table or CSV header: separator, names
         self._first_epoch: int | None = None  # the first epoch any line named: 0 or 1 says how this run counts them
+        self._version = 0  # bumped by every reading of a series: total() is kept until the next
+        self._total: tuple[int, int | None] = (-1, None)
 
     def _feed_fields(self, text: str, time: float) -> bool:
         """A line no reader knows: a header remembered, or each field of the record followed as a series of its own
@@ -480,10 +533,17 @@ class ShapeSteps:
     def feed(self, text: str, time: float = math.nan) -> bool:
         """Read one line (``time``: its own, or NaN); True when it advanced the series whose counter is the run's
         step."""
-        r = read(text)
+        if _DIGIT.search(text) is None:
+            # no number, no counter: only a table's or a CSV's header is kept (a rule of box-drawing characters, a
+            # banner, a sentence cost nothing more)
+            head = header_of(text)
+            if head is not None and not _counts_else(text):
+                self._header = head
+            return False
+        if _counts_else(text):
+            return False
+        r = _with_speed(text, _read(text))
         if r is None:
-            if _counts_else(text):
-                return False
             _, epoch, epochs, base = _epoch(text)
             if epoch is not None:
                 self._epoch = (epoch, base, epochs)
@@ -503,6 +563,7 @@ class ShapeSteps:
         self, r: Reading, epoch: int | None, base: int, epochs: int | None, time: float, kind: int, order: int
     ) -> bool:
         """One reading of a series (made on its first): True when it moved the run's step on."""
+        self._version += 1
         g = self._global(r, epoch, base)
         s = self._series.get(r.template)
         if s is None and r.template.count(" ") >= 1:
@@ -604,7 +665,13 @@ class ShapeSteps:
         return None if s is None else s.since
 
     def total(self) -> int | None:
-        """The total the lines show: a global counter's, or a per-epoch counter's times the epochs."""
+        """The total the lines show: a global counter's, or a per-epoch counter's times the epochs. The tracker asks
+        after every line: worked out again only after a series was read."""
+        if self._total[0] != self._version:
+            self._total = (self._version, self._work_out_total())
+        return self._total[1]
+
+    def _work_out_total(self) -> int | None:
         s = self._primary
         if s is not None and s.total is None:
             # a counter with no total of its own (OpenRLHF's `Global step 7: {…}`) takes the total of a bar that

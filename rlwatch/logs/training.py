@@ -332,6 +332,8 @@ class TrainingTracker:
             self._touch(time)
             offset = self._offset()
             for line in _tail_lines(chunk, time):
+                if line.text.count("\u2502") >= 3:
+                    continue  # one of AReaL's stats rows, which the shape reader never reads (see _parse)
                 try:
                     if self._delivered.add((line.path, line.lineno, line.text)):
                         self._parse_shape(line, line.text, offset)
