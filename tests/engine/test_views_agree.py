@@ -171,6 +171,10 @@ def test_while_the_container_restarts_by_itself_no_finding_offers_a_resume() -> 
     s = _decided(_after_the_crash(CRASHED), ctx)
     assert _resumes(s) == [], _resumes(s)
     assert s.verdict is not None and "started again by itself" in (s.verdict.next_step or "")
+    # Its start banner read as a step (a one-shot report): a line at the start's own moment is no progress after it.
+    tr = TrainingState(57, None, None, 1800.0, False, NOW - 12, NOW - 12)
+    banner = _decided(_after_the_crash(CRASHED, training=tr), ctx)
+    assert _resumes(banner) == [], _resumes(banner)
     # The same snapshot with no restart since the crash: the resume is the remedy, as before.
     plain = _decided(_after_the_crash(CRASHED), Context(trainer_alive=False, starts={"container": (NOW - 900,)}))
     assert plain.verdict is not None and plain.verdict.action == "resume"

@@ -91,7 +91,7 @@ def restarting(s: Snapshot, ctx: Context) -> str | None:
         if len(starts) < 2:
             continue
         newest = starts[-1]
-        if (progress_at is None or newest > progress_at) and s.time - newest <= short:
+        if (progress_at is None or newest >= progress_at) and s.time - newest <= short:  # (its own banner line)
             return (
                 f"The {role} started again by itself at {hhmm(newest, s.time)} and has shown no progress since: "
                 f"wait up to {human_duration(short)} to see whether it stays up (a restart loop is named at its "
