@@ -2093,7 +2093,7 @@ cdef class Record:
     cpdef object freeze(self):
         cdef object by = None
         if self.title is None:
-            self.title = f"{self.count} {self.storm_label} errors ({base_name(self.path)})"
+            self.title = _inc.storm_title(self.count, self.storm_label, self.path)
         if self.approximate and self.hi != self.last and isfinite(self.hi):
             by = self.hi
         return Incident(

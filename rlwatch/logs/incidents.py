@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from rlwatch.common.state import ChildFailure, CollectiveTimeout, Incident, IncidentTally, line_ref
+from rlwatch.common.words import plural
 from rlwatch.logs.prefixes import prepare
 from rlwatch.logs.signatures import HEADER, TITLE_MSG_CHARS, exception, location, signature
 from rlwatch.logs.torchrun_report import CHILD_TITLES, Report, child_failure_text, finished, report_line
@@ -514,7 +515,7 @@ class IncidentTracker:
             storm.record = rec
         else:
             return
-        rec.title = f"{rec.count} {_STORM_KINDS[kind]} errors ({os.path.basename(path)})"
+        rec.title = storm_title(rec.count, _STORM_KINDS[kind], path)
 
     def _crash(self, kind: str, path: str, lineno: int, span: Span, text: str) -> None:
         rec = self._crashes.get(path)
@@ -582,6 +583,12 @@ class IncidentTracker:
             if best is None or (same, rec.last, rec.lineno) > (best.path == failure.path, best.last, best.lineno):
                 best = rec
         return best
+
+
+def storm_title(count: int, label: str, path: str) -> str:
+    """A retry storm's title, ``5 connection-refused errors (trainer.log)``; the compiled event path calls it too, so
+    both say one error as ``1 … error`` (a storm threshold of 1 is allowed)."""
+    return f"{plural(count, label + ' error')} ({os.path.basename(path)})"
 
 
 def _timeout_title(rec: _Record) -> str:

@@ -13,7 +13,18 @@ from collections.abc import Iterator
 import pytest
 from textual.widgets import Static
 
-from rlwatch.common.state import Finding, Severity, Snapshot
+from rlwatch.common.state import (
+    CheckpointInfo,
+    CheckpointState,
+    Finding,
+    LearningState,
+    MetricPoint,
+    RunState,
+    Severity,
+    Snapshot,
+)
+from rlwatch.engine.diagnosis import Context
+from rlwatch.engine.diagnosis.learning import learning
 from rlwatch.widgets.findings import compact_text, headline_first
 from tests import snapshot_data as data
 from tests.tui.test_tui_pilot import RecordingFeed, make_app, text_of
@@ -222,3 +233,36 @@ def test_headline_first_gives_the_headline_its_share_and_every_other_finding_a_l
         "→ a higher memory limit" in line for line in out[:-2]
     )
     assert out[-2].startswith("● CRITICAL torchrun's root cause") and out[-1].startswith("● WARNING Last exception")
+
+
+def _nan_loss_findings() -> tuple[Finding, ...]:
+    """The nan-loss demo's findings as the learning rule makes them: NaN from step 12 to 24, checkpoints at 10 and 20."""
+    nan = float("nan")
+    loss = tuple(MetricPoint(i, 1.0 / i if i < 12 else nan, float("nan")) for i in range(1, 25))
+    ck = CheckpointState(CheckpointInfo("/run/ckpt/step_20", 20, None, None, None, None), 2, (10, 20))
+    s = dataclasses.replace(
+        data.SCENARIOS["healthy"][0](),
+        learning=LearningState(series={"loss": loss}),
+        checkpoint=ck,
+        run_state=RunState("finished", "training finished at step 24 of 24", None),
+    )
+    return tuple(learning(s, Context()))
+
+
+def test_the_nan_finding_carries_the_resume_step_in_its_fix_words() -> None:
+    (nan,) = _nan_loss_findings()
+    assert nan.severity is CRIT and nan.fix == "resume from step 10"
+
+
+async def test_at_80x24_the_nan_banner_keeps_resume_from_step_10_whole() -> None:
+    findings = (*_nan_loss_findings(), NAN_LOSS[1], NAN_LOSS[2])
+    app = make_app(RecordingFeed(with_findings(findings, None)))
+    async with app.run_test(size=(80, 24)) as pilot:
+        await pilot.pause()
+        await pilot.pause()
+        banner = app.main.query_one("#findings", Static)
+        lines = text_of(banner).split("\n")
+        assert banner.region.height == len(lines) <= 2 and all(len(line) <= 77 for line in lines)
+        said = " ".join(lines)
+        assert "→ resume from step 10" in said, said
+        assert "Loss has been NaN" in said, said

@@ -13,6 +13,7 @@ import os
 from collections.abc import Iterator
 
 from rlwatch.common.state import Attempt, Finding, Snapshot
+from rlwatch.common.words import plural
 from rlwatch.engine.diagnosis.base import CRIT, INFO, WARN, Context, count_of, only_history
 from rlwatch.engine.diagnosis.wording import hhmm, human_bytes
 
@@ -64,7 +65,7 @@ def attempts(s: Snapshot, ctx: Context) -> Iterator[Finding]:
                 yield Finding(
                     INFO,
                     "run_lost_launcher",
-                    f"The run has lost its launcher: {a.orphaned}{since}; its {len(a.pids)} process(es) (pid "
+                    f"The run has lost its launcher: {a.orphaned}{since}; its {plural(len(a.pids), 'process')} (pid "
                     f"{listed}) run on. A resume or restart cannot rely on it: stop these processes before starting "
                     "the run again.",
                     a.launcher_gone_at,
@@ -74,8 +75,7 @@ def attempts(s: Snapshot, ctx: Context) -> Iterator[Finding]:
     new_gpus = {g for a in live for g in a.gpus}
     for a in earlier:
         pids = a.pids
-        many = len(pids) > 1
-        what = f"{len(pids)} processes" if many else "1 process"
+        what = plural(len(pids), "process")
         holds = ""
         if a.gpus:
             mem = f"hold {human_bytes(a.gpu_mem_bytes)} on" if a.gpu_mem_bytes else "hold"

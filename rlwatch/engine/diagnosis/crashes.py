@@ -17,6 +17,7 @@ from rlwatch.common.state import (
     Snapshot,
     line_ref,
 )
+from rlwatch.common.words import plural
 from rlwatch.engine.diagnosis.base import (
     CRIT,
     INFO,
@@ -185,20 +186,22 @@ def _file(i: Incident) -> str:
 
 
 def failures(s: Snapshot, ctx: Context) -> Iterator[Finding]:
+    # Each kind's noun for one (plural() makes the many) and the words after it: "1 NCCL error", "2 NCCL errors".
     words = {
-        "cuda_oom": "CUDA out-of-memory errors",
-        "nccl_timeout": "NCCL watchdog timeouts",
-        "nccl_error": "NCCL errors",
-        "child_failed": "torchrun child failures",
-        "engine_dead": "inference-engine deaths",
-        "oom_kill": "kernel OOM kills in the logs",
-        "slurm_cancelled": "Slurm cancellations (a time limit, a preemption, a requeue or scancel)",
-        "node_failure": "node failures Slurm reported",
-        "server_wait": "retries waiting for the vLLM server to come up",
+        "cuda_oom": ("CUDA out-of-memory error", ""),
+        "nccl_timeout": ("NCCL watchdog timeout", ""),
+        "nccl_error": ("NCCL error", ""),
+        "child_failed": ("torchrun child failure", ""),
+        "engine_dead": ("inference-engine death", ""),
+        "oom_kill": ("kernel OOM kill", " in the logs"),
+        "slurm_cancelled": ("Slurm cancellation", " (a time limit, a preemption, a requeue or scancel)"),
+        "node_failure": ("node failure", " Slurm reported"),
+        "server_wait": ("retry", " waiting for the vLLM server to come up"),
+        "timeout": ("timeout error", ""),
     }
     # torchrun's report read whole (torchrun_failed) says what its ChildFailedError lines say, and more.
     read_whole = any(i.root_cause is not None for i in s.incidents)
-    for kind, text in [*words.items(), ("timeout", "timeout errors")]:
+    for kind, (noun, tail) in words.items():
         n = count_of(s, kind)
         if not n or (kind == "child_failed" and read_whole):
             continue
@@ -207,7 +210,8 @@ def failures(s: Snapshot, ctx: Context) -> Iterator[Finding]:
             msg = _nccl_text(s, ev)
         else:
             said = f": {_short(ev.recent[-1].text.strip(), 200)}" if ev.recent else ""
-            msg = f"{n} {text}{per_file(s, kind)}, last {last_text(ev, s.time)}{said}"
+            many = "retries" if noun == "retry" else None
+            msg = f"{plural(n, noun, many)}{tail}{per_file(s, kind)}, last {last_text(ev, s.time)}{said}"
         if only_history(s, kind):
             yield Finding(INFO, kind, msg + "; there has been progress since.", exact_first(ev))
         elif kind == "engine_dead" and s.training is not None and s.training.finished:
@@ -223,11 +227,12 @@ def _nccl_text(s: Snapshot, ev: EventSummary) -> str:
     3 times): rank 0 ALLREDUCE SeqNum=5, timeout 10000 ms"."""
     timeouts = [i for i in s.incidents if i.kind == "nccl_timeout"]
     if not timeouts:
-        return f"{ev.count} NCCL watchdog timeout lines{per_file(s, 'nccl_timeout')}, last {last_text(ev, s.time)}"
+        lines = plural(ev.count, "NCCL watchdog timeout line")
+        return f"{lines}{per_file(s, 'nccl_timeout')}, last {last_text(ev, s.time)}"
     older = [t for t in s.dropped_incidents if t.kind == "nccl_timeout"]  # before the kept ones
     n = len(timeouts) + sum(t.count for t in older)
     printed = sum(i.count for i in timeouts) + sum(t.lines for t in older)
-    head = f"{n} NCCL collective timeout{'s' if n != 1 else ''}"
+    head = plural(n, "NCCL collective timeout")
     if printed > n:
         head += f" (printed {printed} times)" if n == 1 else f" (printed {printed} times in all)"
     shown = []

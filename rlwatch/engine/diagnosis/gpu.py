@@ -8,6 +8,7 @@ from rlwatch.common.state import (
     Finding,
     Snapshot,
 )
+from rlwatch.common.words import plural
 from rlwatch.engine.diagnosis.base import (
     CRIT,
     INFO,
@@ -26,6 +27,10 @@ from rlwatch.engine.diagnosis.wording import (
 OUTSIDE_MIN_BYTES = 1024**3  # less than this held outside is not worth a finding
 
 
+# CUDA's "CUDA-capable device(s) is/are busy or unavailable", counted in words that agree with the count.
+_BUSY_ERROR = "CUDA 'device busy or unavailable' error"
+
+
 def gpu(s: Snapshot, ctx: Context) -> Iterator[Finding]:
     """GPU holders and held memory. Killing is advised only for strays — holders with positive reasons — and
     never for memory held outside this container, which no kill from here can reach."""
@@ -42,7 +47,8 @@ def gpu(s: Snapshot, ctx: Context) -> Iterator[Finding]:
         yield Finding(
             CRIT if busy_now else WARN,
             "gpu_strays",
-            f"{len(strays)} stray process(es) hold the GPU (pid {pids}): {strays[0].reason}.{mode}",
+            f"{plural(len(strays), 'stray process')} {'holds' if len(strays) == 1 else 'hold'} the GPU (pid {pids}): "
+            f"{strays[0].reason}.{mode}",
             min(h.create_time for h in strays),
             action="kill-zombies",
         )
@@ -52,8 +58,9 @@ def gpu(s: Snapshot, ctx: Context) -> Iterator[Finding]:
         yield Finding(
             WARN if busy_now else INFO,
             "gpu_unknown_holders",
-            f"{len(unknown)} process(es) outside the live run hold the GPU (pid {pids}) and rlwatch cannot tell "
-            f"what they are — pid {first.pid}: {first.evidence}. It will not stop them on its own.",
+            f"{plural(len(unknown), 'process')} outside the live run {'holds' if len(unknown) == 1 else 'hold'} "
+            f"the GPU (pid {pids}) and rlwatch cannot tell what they are — pid {first.pid}: {first.evidence}. "
+            "It will not stop them on its own.",
             min(h.create_time for h in unknown),
             command=f"rlwatch act kill-zombies --pid {first.pid}",
         )
@@ -78,7 +85,7 @@ def gpu(s: Snapshot, ctx: Context) -> Iterator[Finding]:
         yield Finding(
             INFO if history else CRIT,
             "device_busy",
-            f"{busy} 'CUDA-capable device(s) is/are busy or unavailable' errors{per_file(s, 'cuda_busy')}, "
+            f"{plural(busy, _BUSY_ERROR)}{per_file(s, 'cuda_busy')}, "
             f"last {last_text(ev, s.time)}" + ("; the device has been usable since." if history else "."),
             exact_first(ev),
             action="kill-zombies" if strays and not history else None,  # the strays are what holds it

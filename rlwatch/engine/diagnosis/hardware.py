@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from rlwatch.common.state import Finding, GpuState, HostEvent, Snapshot
+from rlwatch.common.words import plural
 from rlwatch.engine.diagnosis.base import CRIT, INFO, WARN, Context, count_of
 from rlwatch.engine.diagnosis.host import current_event, log_stopped, resume_text, run_started, tie
 from rlwatch.engine.diagnosis.wording import exact_first, hhmm, last_text
@@ -55,7 +56,7 @@ def gpu_health(s: Snapshot, ctx: Context) -> Iterator[Finding]:
             continue
         faults = []
         if h.ecc_volatile_uncorrected:
-            faults.append(f"{h.ecc_volatile_uncorrected} uncorrectable ECC error(s) since the driver loaded")
+            faults.append(f"{plural(h.ecc_volatile_uncorrected, 'uncorrectable ECC error')} since the driver loaded")
         if h.remap_failure:
             faults.append("a memory row could not be remapped (NVIDIA's RMA condition)")
         retired = (h.retired_sbe or 0) + (h.retired_dbe or 0)
@@ -83,8 +84,8 @@ def gpu_health(s: Snapshot, ctx: Context) -> Iterator[Finding]:
             yield Finding(
                 INFO,
                 "gpu_memory_history",
-                f"{name} has had {h.ecc_aggregate_uncorrected} uncorrectable ECC error(s) over its life, none since "
-                "the driver loaded; the memory repaired itself (remapped rows).",
+                f"{name} has had {plural(h.ecc_aggregate_uncorrected, 'uncorrectable ECC error')} over its life, "
+                "none since the driver loaded; the memory repaired itself (remapped rows).",
                 None,
             )
         if h.pcie_width is not None and h.pcie_width_max and h.pcie_width < h.pcie_width_max:
@@ -249,7 +250,7 @@ def gpu_fault_in_logs(s: Snapshot, ctx: Context) -> Iterator[Finding]:
     line = ev.recent[-1].text.strip() if ev.recent else ""
     quoted = f": '{line[:160]}'" if line else ""
     msg = (
-        f"The run's logs report a GPU hardware fault{quoted} ({n} line(s), last {last_text(ev, s.time)}). The GPU, "
-        f"not the code, failed: {_drain(s)}."
+        f"The run's logs report a GPU hardware fault{quoted} ({plural(n, 'line')}, last {last_text(ev, s.time)}). "
+        f"The GPU, not the code, failed: {_drain(s)}."
     )
     yield Finding(CRIT, "gpu_fault", msg, exact_first(ev))

@@ -15,6 +15,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 from rlwatch.common.state import ChildFailure, Finding, HostEvent, Snapshot
+from rlwatch.common.words import plural
 from rlwatch.engine.diagnosis.base import CRIT, INFO, WARN, Context, count_of
 from rlwatch.engine.diagnosis.wording import exact_first, hhmm, human_bytes, last_text
 from rlwatch.sources.limits import SHM_NEEDS
@@ -250,8 +251,8 @@ def shared_memory(s: Snapshot, ctx: Context) -> Iterator[Finding]:
         line = ev.recent[-1].text.strip() if ev.recent else ""
         quoted = f" — '{line[:160]}'" if line else ""
         msg = (
-            f"The run died of shared memory: {errors} shared-memory error(s) in its logs, last {last_text(ev, s.time)}"
-            f"{quoted}. {size + '. ' if size else ''}Fix: {fix}; then {resume_text(s)}."
+            f"The run died of shared memory: {plural(errors, 'shared-memory error')} in its logs, last "
+            f"{last_text(ev, s.time)}{quoted}. {size + '. ' if size else ''}Fix: {fix}; then {resume_text(s)}."
         )
         yield Finding(CRIT, "shm_exhausted", msg, exact_first(ev))
         return
@@ -335,7 +336,7 @@ def checkpoint_space(s: Snapshot, ctx: Context) -> Iterator[Finding]:
         yield Finding(
             WARN,
             "checkpoint_space",
-            f"At {human_bytes(size)} a checkpoint and one every {every} steps, the {left} saves left need "
+            f"At {human_bytes(size)} a checkpoint and one every {plural(every, 'step')}, the {left} saves left need "
             f"{human_bytes(need)}; {d.path} has {human_bytes(d.free_bytes)} free and the run keeps {ckpt.count} so "
             f"far. The save near step {latest.global_step + every * (d.free_bytes // size + 1)} would fail unless old "
             "checkpoints are deleted (save_total_limit) or the volume grows.",

@@ -13,6 +13,7 @@ import statistics
 from collections.abc import Iterator, Sequence
 
 from rlwatch.common.state import Finding, MetricPoint, Snapshot
+from rlwatch.common.words import plural
 from rlwatch.engine.diagnosis.base import CRIT, WARN, Context
 
 _SHOWN = {
@@ -68,6 +69,20 @@ def _resume(s: Snapshot, step: int) -> str:
     return checkpoint_before(s, step)
 
 
+def _resume_fix(s: Snapshot, step: int) -> str:
+    """:func:`_resume` in the few words a one-line banner keeps whole, the step included: at 80 columns the finding's
+    "Resume from the last checkpoint before it, at step 10" was cut, and no key says it (``r`` resumes from the
+    latest checkpoint, which may hold the NaN already)."""
+    ck = s.checkpoint
+    if s.learning is not None and not s.learning.steps_exact:
+        return "resume from the checkpoint before it"
+    if ck is None or not ck.steps:
+        return "no checkpoint: start again"
+    areal = ck.latest is not None and ck.latest.epoch is not None  # as checkpoint_before counts
+    before = [c for c in ck.steps if (c + 1 if areal else c) < step]
+    return f"resume from step {before[-1]}" if before else "no checkpoint before it: start again"
+
+
 def learning(s: Snapshot, ctx: Context) -> Iterator[Finding]:
     ls = s.learning
     if ls is None:
@@ -83,8 +98,8 @@ def learning(s: Snapshot, ctx: Context) -> Iterator[Finding]:
                 WARN,
                 "learning_nonfinite",
                 f"{_SHOWN[name]}{_key(s, name)} is {'NaN' if math.isnan(bad[-1].value) else 'infinite'} at the last "
-                f"{len(bad)} logged step(s), {_where(s, bad[0].step)}; critical if it stays so for "
-                f"{cfg.nonfinite_steps}. {_resume(s, bad[0].step)} if it does.",
+                f"{plural(len(bad), 'logged step')}, {_where(s, bad[0].step)}; critical if it stays so for "
+                f"{plural(cfg.nonfinite_steps, 'logged step')}. {_resume(s, bad[0].step)} if it does.",
                 _time(bad[0]),
             )
             continue
@@ -106,6 +121,7 @@ def learning(s: Snapshot, ctx: Context) -> Iterator[Finding]:
                 f"{_where(s, first.step)}: {doing}. {_resume(s, first.step)}; "
                 "try a lower learning rate, bf16 instead of fp16, or gradient clipping.",
                 _time(first),
+                fix=_resume_fix(s, first.step),
             )
     for name in ("loss", "grad_norm"):
         yield from _spike(s, ctx, name, series.get(name, ()))

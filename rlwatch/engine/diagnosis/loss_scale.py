@@ -12,6 +12,7 @@ import re
 from collections.abc import Iterator
 
 from rlwatch.common.state import Finding, Snapshot
+from rlwatch.common.words import plural
 from rlwatch.engine.diagnosis.base import CRIT, WARN, Context
 from rlwatch.engine.diagnosis.wording import exact_first, last_text
 
@@ -41,7 +42,7 @@ def loss_scale(s: Snapshot, ctx: Context) -> Iterator[Finding]:
         return
     last = ev.recent[-1].text.strip()
     scale = _scale(last)
-    said = f"{ev.count} overflows, last {last_text(ev, s.time)}: {last[:200]}"
+    said = f"{plural(ev.count, 'overflow')}, last {last_text(ev, s.time)}: {last[:200]}"
     if any(m in last for m in _AT_MINIMUM) or (scale is not None and scale <= COLLAPSED):
         yield Finding(
             CRIT,

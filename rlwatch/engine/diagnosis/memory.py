@@ -8,6 +8,7 @@ from rlwatch.common.state import (
     Finding,
     Snapshot,
 )
+from rlwatch.common.words import plural
 from rlwatch.engine.diagnosis.base import (
     CRIT,
     INFO,
@@ -50,7 +51,8 @@ def memory(s: Snapshot, ctx: Context) -> Iterator[Finding]:
                 s.time,
             )
     if mem and mem.oom_kills:
-        yield Finding(CRIT, "oom_kill", f"The kernel OOM killer has killed {mem.oom_kills} process(es) here.", None)
+        killed = plural(mem.oom_kills, "process")
+        yield Finding(CRIT, "oom_kill", f"The kernel OOM killer has killed {killed} here.", None)
     for p in s.processes:
         limit = ctx.memory_limits.get(p.name)
         if p.alive and limit and p.rss_bytes and p.rss_bytes > limit:
@@ -88,8 +90,8 @@ def brake(s: Snapshot, ctx: Context) -> Iterator[Finding]:
         yield Finding(
             INFO,
             "brake",
-            f"Emergency brake fired {ev.count} times, the last at {hhmm(last, s.time)}, before the workers now "
-            f"running started ({hhmm(min(workers), s.time)}); it has not fired since.",
+            f"Emergency brake fired {plural(ev.count, 'time')}, the last at {hhmm(last, s.time)}, before the workers "
+            f"now running started ({hhmm(min(workers), s.time)}); it has not fired since.",
             exact_first(ev),
         )
         return
@@ -97,8 +99,9 @@ def brake(s: Snapshot, ctx: Context) -> Iterator[Finding]:
         yield Finding(
             CRIT,
             "brake_no_relief",
-            f"Emergency brake fired {ev.streak} times in a row ({ev.count} in all, {ev.rate_per_min:.1f}/min) "
-            "and memory is not coming back: the brake cannot free leaked memory, only restarting the worker does.",
+            f"Emergency brake fired {plural(ev.streak, 'time')} in a row ({ev.count} in all, "
+            f"{ev.rate_per_min:.1f}/min) and memory is not coming back: the brake cannot free leaked memory, only "
+            "restarting the worker does.",
             exact_first(ev),
             action="restart-workers",
         )
@@ -106,7 +109,7 @@ def brake(s: Snapshot, ctx: Context) -> Iterator[Finding]:
         yield Finding(
             WARN,
             "brake",
-            f"Emergency brake fired {ev.count} times (streak {ev.streak}).",
+            f"Emergency brake fired {plural(ev.count, 'time')} (streak {ev.streak}).",
             exact_first(ev),
             action="restart-workers",
         )

@@ -18,6 +18,7 @@ import re
 from collections.abc import Iterator
 
 from rlwatch.common.state import Finding, RayFailure, RunState, Snapshot
+from rlwatch.common.words import plural
 from rlwatch.engine.diagnosis.base import CRIT, INFO, WARN, Context
 from rlwatch.engine.diagnosis.wording import hhmm
 from rlwatch.logs.ray import task_actor
@@ -79,7 +80,7 @@ def kernel_words(s: Snapshot, f: RayFailure) -> str | None:
     kills = s.memory.oom_kills if s.memory is not None else None
     if kills:
         return (
-            f"this container's memory cgroup counted {kills} OOM kill(s): most likely the kernel's OOM killer "
+            f"this container's memory cgroup counted {plural(kills, 'OOM kill')}: most likely the kernel's OOM killer "
             f"(dmesg on its node says which pid)"
         )
     return None
@@ -160,7 +161,7 @@ def ray(s: Snapshot, ctx: Context) -> Iterator[Finding]:
         yield Finding(
             WARN if alive else INFO,
             "ray_node_dead",
-            f"Ray reports {len(r.dead_nodes)} dead node(s): {'; '.join(r.dead_nodes[:3])}.",
+            f"Ray reports {plural(len(r.dead_nodes), 'dead node')}: {'; '.join(r.dead_nodes[:3])}.",
             None,
         )
 

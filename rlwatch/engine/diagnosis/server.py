@@ -9,6 +9,7 @@ from rlwatch.common.state import (
     Finding,
     Snapshot,
 )
+from rlwatch.common.words import plural
 from rlwatch.engine.diagnosis.base import (
     CRIT,
     INFO,
@@ -140,7 +141,7 @@ def server_down(s: Snapshot, ctx: Context) -> Iterator[Finding]:
         if refused:
             ev = s.events["connection_refused"]
             extra = (
-                f"; {refused} connection-refused errors{per_file(s, 'connection_refused')}, "
+                f"; {plural(refused, 'connection-refused error')}{per_file(s, 'connection_refused')}, "
                 f"first {first_text(ev, s.time)}, last {last_text(ev, s.time)}. Training cannot make progress"
             )
         yield Finding(
@@ -158,8 +159,8 @@ def server_down(s: Snapshot, ctx: Context) -> Iterator[Finding]:
         yield Finding(
             WARN,
             "connection_errors",
-            f"{refused} connection-refused errors{per_file(s, 'connection_refused')} from {first_text(ev, s.time)} "
-            f"to {last_text(ev, s.time)}; no inference server is expected for this run{why}.",
+            f"{plural(refused, 'connection-refused error')}{per_file(s, 'connection_refused')} from "
+            f"{first_text(ev, s.time)} to {last_text(ev, s.time)}; no inference server is expected for this run{why}.",
             exact_first(ev),
         )
     elif refused >= ctx.thresholds.connection_storm and (srv is None or srv.up is None):
@@ -167,8 +168,8 @@ def server_down(s: Snapshot, ctx: Context) -> Iterator[Finding]:
         yield Finding(
             CRIT,
             "connection_refused",
-            f"{refused} connection-refused errors{per_file(s, 'connection_refused')} from {first_text(ev, s.time)} "
-            f"to {last_text(ev, s.time)}: the inference server is probably gone.",
+            f"{plural(refused, 'connection-refused error')}{per_file(s, 'connection_refused')} from "
+            f"{first_text(ev, s.time)} to {last_text(ev, s.time)}: the inference server is probably gone.",
             exact_first(ev),
         )
 
