@@ -56,7 +56,7 @@ from rlwatch.engine.diagnosis.base import StepSeen
 from rlwatch.engine.diagnosis.collectives import GPU_MIN_READS
 from rlwatch.engine.diagnosis.health import undated
 from rlwatch.engine.diagnosis.stacks import rank_times
-from rlwatch.engine.job import JobWatch, suspicious
+from rlwatch.engine.job import JobWatch, ras_suspicion, suspicious
 from rlwatch.engine.preview import MIN_BACKLOG, TAIL_BYTES, Counting, TailPreview
 from rlwatch.engine.recent_lines import RECENT_LINES, RecentLines
 from rlwatch.engine.seen import exchange
@@ -1012,6 +1012,7 @@ class Engine:
                 gpu_activity=self.job_watch.activity(now),
                 job=self.job_watch.job,
                 flight=self.job_watch.flight,
+                ras=self.job_watch.ras,
             )
             ctx = Context(
                 thresholds=self.cfg.thresholds,
@@ -1121,6 +1122,9 @@ class Engine:
             snap = self.build()
         if suspicious(snap) and snap.flight is None:  # the ranks' flight records, now that there is a reason
             self.job_watch.read_flight(snap)
+            snap = self.build()
+        if ras_suspicion(snap) is not None and snap.ras is None:  # NCCL RAS: where every rank of the job stands
+            self.job_watch.ask_ras(snap, wait=True)
             snap = self.build()
         if self._gpu_burst(snap):  # GPUs' draws compared over a few reads: one read says nothing of a straggler
             snap = self.build()

@@ -1,9 +1,9 @@
 """What the engine reads of a distributed job's ranks for each snapshot: the job they belong to and their GPUs, each
-GPU's draw over a window, and — on suspicion only — the ranks' flight recorder dumps.
+GPU's draw over a window, and — on suspicion only — the ranks' flight recorder dumps and NCCL's RAS service.
 
-These are kept here, per engine, and put on the snapshot (``Snapshot.job``, ``gpu_activity``, ``flight``), so that
-the rules that read them (engine/diagnosis/collectives) do no I/O and every view — the dashboard, ``watch``, the
-exporter, a one-shot ``report`` — judges the same evidence.
+These are kept here, per engine, and put on the snapshot (``Snapshot.job``, ``gpu_activity``, ``flight``, ``ras``),
+so that the rules that read them (engine/diagnosis/collectives) do no I/O and every view — the dashboard, ``watch``,
+the exporter, a one-shot ``report`` — judges the same evidence.
 """
 
 from __future__ import annotations
@@ -11,15 +11,21 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Iterable, Mapping
 
-from rlwatch.common.state import FlightState, GpuActivity, GpuHolder, GpuStatus, JobInfo, Snapshot
+from rlwatch.common.state import FlightState, GpuActivity, GpuHolder, GpuStatus, JobInfo, RasState, Snapshot
 from rlwatch.engine.diagnosis.collectives import GPU_WINDOW_S
+from rlwatch.engine.diagnosis.stacks import still_ranks
 from rlwatch.sources import procfs
 from rlwatch.sources.flight import FlightReader
 from rlwatch.sources.job import job_info
+from rlwatch.sources.ras import RasAsker
 
-__all__ = ["JobWatch", "suspicious"]
+__all__ = ["RAS_STILL_S", "JobWatch", "ras_suspicion", "suspicious"]
 
 KEEP_READS = 600  # per GPU: a window of GPU_WINDOW_S at the fastest sampling rate, with room
+# A rank standing still in a collective this long is reason enough to ask NCCL's RAS service where the others stand,
+# before the run is declared hung: on a node whose ranks all wait, the one they wait for is on another node.
+RAS_STILL_S = 60.0
+_HEAD_BYTES = 1024 * 1024  # of each log, read for NCCL's version line (NCCL_DEBUG=INFO prints it at start)
 
 
 def suspicious(s: Snapshot) -> bool:
@@ -27,6 +33,33 @@ def suspicious(s: Snapshot) -> bool:
     ev = s.events.get("nccl_timeout")
     hung = s.run_state is not None and s.run_state.state in ("hung", "crashed")
     return (ev is not None and ev.count > 0) or hung
+
+
+def ras_suspicion(s: Snapshot) -> object:
+    """What tells this suspicion from the next (None: nothing suspicious): a declared hang (its start), an NCCL
+    timeout logged (how many), a rank standing still in a collective for :data:`RAS_STILL_S` (since when)."""
+    rs = s.run_state
+    hung = rs.since if rs is not None and rs.state == "hung" else None
+    ev = s.events.get("nccl_timeout")
+    timeouts = ev.count if ev is not None and ev.count > 0 else None
+    still = [
+        x.since for x in still_ranks(s) if x.reads >= 2 and x.latest.collective and s.time - x.since >= RAS_STILL_S
+    ]
+    if hung is None and timeouts is None and not still:
+        return None
+    return (hung, timeouts, min(still) if still else None)
+
+
+def _log_heads(s: Snapshot) -> list[str]:
+    """The lines that may name the ranks' NCCL version: NCCL's errors as logged, and each log's first megabyte."""
+    lines = [x.text for kind in ("nccl_timeout", "nccl_error") if (ev := s.events.get(kind)) for x in ev.recent]
+    for path in s.logs[:16]:
+        try:
+            with open(path, "rb") as f:
+                lines.extend(f.read(_HEAD_BYTES).decode("utf-8", "replace").splitlines())
+        except OSError:
+            continue
+    return lines
 
 
 class JobWatch:
@@ -37,8 +70,11 @@ class JobWatch:
         self._environ: dict[tuple[int, float], dict[str, str]] = {}
         self._activity: dict[int, deque[GpuActivity]] = {}
         self._flight = FlightReader()
+        self._ras = RasAsker(proc_root)
         self.job: JobInfo | None = None
         self.flight: FlightState | None = None
+        self.ras: RasState | None = None
+        self._heads: tuple[object, list[str]] = (None, [])
 
     def _env(self, pid: int, create_time: float) -> dict[str, str]:
         """A process's environment, read once per process (it does not change)."""
@@ -73,6 +109,7 @@ class JobWatch:
         self.job = job_info([(pid, env) for pid, env in envs if env.get("RANK", "").isdigit()], held)
         if flight:
             self.read_flight(last)
+            self.ask_ras(last)
 
     def read_flight(self, last: Snapshot) -> None:
         """The ranks' dumps, read while ``last`` is suspicious (else forgotten); each rank asked once per hang."""
@@ -87,3 +124,19 @@ class JobWatch:
         hang = ("hung", rs.since) if rs is not None and rs.state == "hung" else None
         since = last.time - last.run_uptime_s if last.run_uptime_s is not None else None
         self.flight = self._flight.read(last.run_dir, environs, since, last.time, hang=hang)
+
+    def ask_ras(self, last: Snapshot, *, wait: bool = False) -> None:
+        """NCCL's RAS service, asked (in a thread of its own) while ``last`` gives a reason (:func:`ras_suspicion`);
+        with ``wait``, answered before this returns (a one-shot report)."""
+        key = ras_suspicion(last)
+        job = self.job
+        if key is None or job is None or not job.ranks:
+            self.ras = self._ras.poll(None, {}, (), (), None, last.time)
+            return
+        by_pid = {pid: env for (pid, _), env in self._environ.items()}
+        environs = {r.rank: by_pid.get(r.pid, {}) for r in job.ranks}
+        pids = [r.pid for r in job.ranks]
+        if self._heads[0] != key:  # the logs' heads read once per suspicion, not every round
+            self._heads = (key, _log_heads(last))
+        heads = self._heads[1]
+        self.ras = self._ras.poll(key, environs, pids, heads, job.world_size, last.time, wait=wait)

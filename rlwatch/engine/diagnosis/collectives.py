@@ -27,7 +27,7 @@ from collections import Counter
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 
-from rlwatch.common.state import Finding, GpuActivity, JobInfo, Snapshot
+from rlwatch.common.state import Finding, GpuActivity, JobInfo, RasRank, Snapshot
 from rlwatch.engine.diagnosis.base import CRIT, WARN, Context
 from rlwatch.engine.diagnosis.stacks import still_ranks, stragglers
 from rlwatch.logs.collectives import CollectiveOp, RankProgress, read_lines
@@ -44,6 +44,7 @@ __all__ = [
     "gpu_bound",
     "gpu_straggler",
     "job_of",
+    "ras_issue",
     "standings",
 ]
 
@@ -224,22 +225,100 @@ def issues(s: Snapshot) -> tuple[tuple[CollectiveIssue, ...], tuple[str, ...]]:
     return compare(ops + flight.ops, progress + flight.progress, dict(flight.groups)), flight.errors
 
 
+def _rank_list(ranks: Sequence[int]) -> str:
+    return _who(ranks) if len(ranks) <= 3 else f"the {len(ranks)} others"
+
+
+def _ras_place(r: RasRank) -> str:
+    parts = [f"process {r.pid}" if r.pid is not None else None, f"on node {r.node}" if r.node else None]
+    gpu = f", GPU {r.gpu}" if r.gpu is not None else ""
+    said = " ".join(p for p in parts if p)
+    return f"{_who([r.rank])} is {said}{gpu}" if said else ""
+
+
+def ras_issue(s: Snapshot) -> CollectiveIssue | None:
+    """What NCCL's RAS service says of the job's ranks (``Snapshot.ras``, asked by the engine on suspicion only):
+    the ranks whose count of launched operations differs from the others' — "Rank 1 has launched up to operation 10
+    while rank 0 reached 11 (NCCL RAS)" — and the ranks it did not hear from. The ranks may be on any node: where
+    none of them is this host's, it says so, and this host's ranks are never the ones blamed. Never on a progressing
+    run (counts differ by one between two ranks' launches all the time)."""
+    ras = s.ras
+    if ras is None or ras.error is not None or not ras.ranks:
+        return None
+    if s.run_state is not None and s.run_state.state in ("progressing", "finished"):
+        return None
+    counted = {x.rank: x.collectives for x in ras.ranks if x.collectives is not None and x.status in ("ok", "behind")}
+    gone = [x for x in ras.ranks if x.status in ("missing", "dead")]
+    counts = Counter(counted.values())
+    if len(counts) < 2 and not gone:
+        return None
+    parts: list[str] = []
+    odd: list[int] = []
+    if len(counts) >= 2:
+        top = counts.most_common()
+        usual = top[0][0] if top[0][1] > top[1][1] else max(counts)  # no majority: the most launched is the usual
+        others = sorted(rank for rank, n in counted.items() if n == usual)
+        by_count: dict[int, list[int]] = {}
+        for rank, n in sorted(counted.items()):
+            if n != usual:
+                by_count.setdefault(n, []).append(rank)
+        for n, ranks in sorted(by_count.items()):
+            odd.extend(ranks)
+            verb = "has" if len(ranks) == 1 else "have"
+            parts.append(
+                f"{_who(ranks)} {verb} launched up to operation {n} while {_rank_list(others)} reached {usual}"
+            )
+    for g in gone:
+        odd.append(g.rank)
+        why = "is considered dead (unreachable over RAS's network)" if g.status == "dead" else "did not answer"
+        parts.append(f"{_who([g.rank])} {why}")
+    if not parts:
+        return None
+    text = "; ".join(parts)
+    op = f", {ras.operation} operations" if ras.operation else ""
+    places = "; ".join(p for x in ras.ranks if x.rank in odd and (p := _ras_place(x)))
+    text = f"{text[0].upper()}{text[1:]} (NCCL RAS{op}{': ' + places if places else ''})"
+    mine = {r.rank for r in s.job.ranks} if s.job is not None else set()
+    if mine and not mine & set(odd):
+        text += f"; this host's {_who(sorted(mine))} wait{'s' if len(mine) == 1 else ''} for it on another node"
+    evidence = (f"NCCL RAS{' ' + ras.version if ras.version else ''}: {ras.summary}",) if ras.summary else ()
+    return CollectiveIssue("collective_missing_rank", "0", max(counts, default=0), tuple(odd), text, evidence)
+
+
 def collectives(s: Snapshot, ctx: Context) -> Iterator[Finding]:
-    """A collective mismatch, or a rank missing from a collective the others entered, named with its evidence."""
+    """A collective mismatch, or a rank missing from a collective the others entered, named with its evidence; what
+    NCCL's RAS service says of the job's ranks joins the flight records' finding, or stands alone where there is
+    none (the culprit's dump is on another node)."""
     if s.run_state is not None and s.run_state.state == "finished":
         return
     found, _ = issues(s)
-    for issue in found:
+    ras = ras_issue(s)
+    for i, issue in enumerate(found):
         sev = CRIT if issue.code == "collective_mismatch" or _suspicious(s) else WARN
         first = issue.message[0].upper() + issue.message[1:]
+        evidence = issue.evidence
+        if i == 0 and ras is not None:
+            first = f"{first}. {ras.message}"
+            evidence = evidence + ras.evidence
+        elif i == 0 and s.ras is not None and s.ras.error is None and s.ras.summary:
+            evidence = (*evidence, f"NCCL RAS: {s.ras.summary}")
         yield Finding(
             sev,
             issue.code,
-            f"{first} (evidence: {'; '.join(issue.evidence)}).",
+            f"{first} (evidence: {'; '.join(evidence)}).",
             None,
             fix="fix the code path that makes a different collective on one rank"
             if issue.code == "collective_mismatch"
             else "read the missing rank's stack",
+        )
+    if not found and ras is not None:
+        where = "; ".join(e for e in ras.evidence)
+        yield Finding(
+            CRIT if _suspicious(s) else WARN,
+            ras.code,
+            f"{ras.message}{' (evidence: ' + where + ')' if where else ''}.",
+            None,
+            fix=f"read the stack of {_who(ras.ranks)} where it runs (py-spy dump on its node)",
         )
 
 
@@ -328,7 +407,7 @@ class RankStanding:
     where: str  # its innermost frame and the run's own frame that led there
     wait: str | None  # the wait it stands in ("all_reduce"), None: none known
     still_s: float  # how long it has stood in these frames (0: it moves)
-    collective_seq: int | None = None  # the last collective it entered, from its flight record
+    collective_seq: int | None = None  # the last collective it entered: its flight record, else NCCL RAS's count
 
 
 def job_of(s: Snapshot) -> JobInfo | None:
@@ -338,7 +417,7 @@ def job_of(s: Snapshot) -> JobInfo | None:
 
 def standings(s: Snapshot) -> tuple[RankStanding, ...]:
     """Each live rank of this host: waiting in a collective, standing still elsewhere, or moving, since when, and
-    the last collective it entered where a flight record says."""
+    the last collective it entered where a flight record (else NCCL's RAS service) says."""
     sampling = s.sampling
     if sampling is None or not sampling.available:
         return ()
@@ -346,6 +425,13 @@ def standings(s: Snapshot) -> tuple[RankStanding, ...]:
     for g in s.flight.progress if s.flight is not None else ():
         if g.pg == "0" and g.last_enqueued is not None:
             seqs[g.rank] = g.last_enqueued
+    ras, world = s.ras, s.job.world_size if s.job is not None else None
+    if ras is not None and ras.error is None:
+        # NCCL RAS's count of the operations each rank launched, where no flight record says: the same number for
+        # a default group of one collective type (all_reduce #11 is the 11th AllReduce), and job-wide.
+        for r in ras.ranks:
+            if r.collectives is not None and (world is None or r.rank < world):
+                seqs.setdefault(r.rank, r.collectives)
     local = {r.rank: r.local_rank for r in s.job.ranks} if s.job is not None else {}
     out = []
     for x in still_ranks(s):
