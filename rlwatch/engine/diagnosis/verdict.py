@@ -48,6 +48,13 @@ _NEXT = {
     "run_crashed": "Read the failure above and the lines before it; fix what it names, then resume from the last "
     "checkpoint (rlwatch act resume).",
     "run_stopped": "If it was not stopped on purpose, resume it from the last checkpoint (rlwatch act resume).",
+    "torchrun_failed": "Read the root cause above and what its rank printed before it; fix what it names, then "
+    "resume from the last checkpoint (rlwatch act resume).",
+    "kernel_oom_kill": "The kernel killed a process of the run for memory: raise the pod's or container's memory "
+    "limit, or make the run hold less (smaller batches, fewer workers); then resume from the last checkpoint "
+    "(rlwatch act resume).",
+    "oom_kill": "The kernel killed a process for memory: raise the memory limit, or make the run hold less; then "
+    "resume from the last checkpoint (rlwatch act resume).",
 }
 # Where neither a key nor a command fixes a finding, what does, in the few words a one-line banner keeps whole.
 _FIX = {
@@ -62,6 +69,7 @@ _FIX = {
     "oom_kill": "a higher memory limit, or a run that holds less",
     "hung": "read each rank's stack (t)",
     "nccl_timeout": "read each rank's stack (t)",
+    "torchrun_failed": "fix the root cause, then resume",
 }
 _XID = "The GPU failed in hardware: drain this node (do not restart the run on it) and resume on another."
 SERVER_ALIVE = "The trainer still runs: restart the inference server (rlwatch act restart-server)."
@@ -180,7 +188,7 @@ def _remedy(f: Finding, s: Snapshot, ctx: Context, looping: str | None = None) -
     elif f.code in ("hung", "nccl_timeout") and action is None and command is None:
         command = _read_stacks(s)
         if command is None:  # no process of the run left to read: no key or command that reads one is offered
-            fix = None if fix == _FIX.get(f.code) else fix
+            fix = _GONE_FIX.get(f.code) if fix == _FIX.get(f.code) else fix
             step = _GONE_NEXT.get(f.code, step)
         elif step is not None:
             step = step.replace("py-spy dump --pid PID", command)  # the words name the pids the remedy reads
@@ -197,11 +205,32 @@ def _remedy(f: Finding, s: Snapshot, ctx: Context, looping: str | None = None) -
 
 
 _LAUNCHERS = ("torchrun", "torch.distributed.run", "torch.distributed.launch", "deepspeed", "accelerate")
-# What to do next once no process of the run is left whose stack could be read.
+# What to do next once no process of the run is left whose stack could be read, in words and in the banner's few.
 _GONE_NEXT = {
     "nccl_timeout": "A rank never joined a collective, and no rank is left to read: read the first error before the "
     "timeout (above) in each rank's log; then resume from the last checkpoint (rlwatch act resume).",
 }
+_GONE_FIX = {"nccl_timeout": "read each rank's log, then resume"}
+# Failures whose cause another finding names: torchrun's report says which rank failed first, the NCCL timeout or
+# the OOM kill beside it says why, and what fixes that is what fixes the run (after the nccl-timeout abort the
+# headline was torchrun's report with no remedy at all, its cause's remedy only in the second line).
+_CAUSED_BY_ANOTHER = ("torchrun_failed",)
+# What can be such a cause: a finding about the run's own failure (never, say, the watchdog missing beside it).
+_CAUSES = (
+    "nccl_timeout",
+    "kernel_oom_kill",
+    "oom_kill",
+    "cuda_oom",
+    "shm_small",
+    "shm_exhausted",
+    "gpu_lost",
+    "gpu_fault",
+    "gpu_memory_fault",
+    "server_down",
+    "connection_refused",
+    "collective_mismatch",
+    "collective_missing_rank",
+)
 
 
 def _py_spy(pids: tuple[int, ...]) -> str:
@@ -267,6 +296,30 @@ def _step(s: Snapshot) -> tuple[int | None, str | None]:
     return (tr.last_step, "log") if tr is not None and tr.last_step is not None else (None, None)
 
 
+def _by_its_cause(shown: list[Finding], steps: list[tuple[str, str | None]]) -> None:
+    """A failure another finding explains (:data:`_CAUSED_BY_ANOTHER`) takes that finding's remedy and next step, in
+    place: the first critical finding beside it with a remedy of its own (a key, a command or fix words) is its
+    cause's. Without one it keeps its own general words."""
+    words = dict(steps)
+    cause = next(
+        (
+            f
+            for f in shown
+            if f.severity is Severity.CRITICAL
+            and (f.code in _CAUSES or f.code.startswith("xid_"))
+            and (f.action or f.command or f.fix)
+        ),
+        None,
+    )
+    if cause is None:
+        return
+    for i, f in enumerate(shown):
+        if f.code in _CAUSED_BY_ANOTHER and f.severity is Severity.CRITICAL:
+            shown[i] = replace(f, action=cause.action, command=cause.command, fix=cause.fix)
+            at = next(j for j, (code, _) in enumerate(steps) if code == f.code)
+            steps[at] = (f.code, words.get(cause.code) or steps[at][1])
+
+
 def decide(s: Snapshot, ctx: Context) -> tuple[Verdict, tuple[Finding, ...]]:
     """The verdict, and the findings in the order every view shows them: the headline first, carrying the verdict's
     remedy (so a view that lists findings says the same key as one that shows the verdict)."""
@@ -286,6 +339,7 @@ def decide(s: Snapshot, ctx: Context) -> tuple[Verdict, tuple[Finding, ...]]:
         if f.severity is not Severity.INFO:
             shown[i], step_words = _remedy(f, s, ctx, looping)
             steps.append((f.code, step_words))
+    _by_its_cause(shown, steps)
     head = shown[0]
     verdict = Verdict(
         status,
