@@ -579,7 +579,8 @@ class SnapshotCollector(Collector):
             f.gauge("rank_still_seconds", "How long the rank has stood in the same frames.", lab, r.still_s)
             f.gauge(
                 "rank_collective_seq",
-                "The last collective the rank entered in its default process group (its flight record).",
+                "The last collective the rank entered in its default process group (its flight record, else NCCL RAS's "
+                "count of the operations it launched).",
                 lab,
                 r.collective_seq,
             )

@@ -16,7 +16,9 @@ from prometheus_client import CollectorRegistry
 from prometheus_client.exposition import generate_latest
 
 from rlwatch.common.clock import FakeClock
-from rlwatch.common.state import RunState, SampledProcess, Snapshot, StackSample, StackSampling
+from rlwatch.common.state import RasRank, RasState, RunState, SampledProcess, Snapshot, StackSample, StackSampling
+from rlwatch.engine.diagnosis.base import Context
+from rlwatch.engine.diagnosis.collectives import collectives
 from rlwatch.engine.job import JobWatch
 from rlwatch.export.exporter import SnapshotCollector, start_exporter
 from rlwatch.export.fleet import host_from_samples, parse_exposition
@@ -133,6 +135,37 @@ def test_a_healthy_job_says_nothing_is_wrong(ranks: list[subprocess.Popen[bytes]
     ]
     (v,) = join_jobs(rows)
     assert v.state == "progressing" and v.culprit_ranks == () and v.missing_ranks == ()
+
+
+def test_nccl_ras_gives_each_rank_its_collective_number_and_the_fleet_the_rank_behind(
+    ranks: list[subprocess.Popen[bytes]],
+) -> None:
+    # No flight record on either node (the dumps were never written): NCCL RAS's job-wide counts, asked on each node,
+    # say how many collectives each rank launched; each exporter exports its own ranks' numbers.
+    pids = [p.pid for p in ranks]
+    counts = {0: 4812, 1: 4812, 2: 4812, 3: 4811}
+    ras = RasState(
+        NOW - 5,
+        "2.28.9",
+        None,
+        tuple(
+            RasRank(r, n, "10.0.0.1" if r < 2 else "10.0.0.2", 700 + r, r % 2, "behind" if n < 4812 else "ok")
+            for r, n in counts.items()
+        ),
+        "AllReduce",
+    )
+    node_a = replace(_host("node-a", [_sampled(pids[0], 0, ALLREDUCE), _sampled(pids[1], 1, ALLREDUCE)]), ras=ras)
+    node_b = replace(_host("node-b", [_sampled(pids[2], 2, ALLREDUCE), _sampled(pids[3], 3, FETCH)]), ras=ras)
+    a, b = _row(node_a), _row(node_b)
+    assert [(r.rank, r.collective_seq) for r in a.ranks + b.ranks] == [(0, 4812), (1, 4812), (2, 4812), (3, 4811)]
+    (v,) = join_jobs([a, b])
+    assert v.culprit_host == "node-b" and v.culprit_ranks == (3,) and v.collective == "all_reduce #4812"
+    # node-a alone says where the rank its ranks wait for stands, and never blames its own.
+    (f,) = [f for f in collectives(node_a, Context()) if f.code == "collective_missing_rank"]
+    assert f.message.startswith(
+        "Rank 3 has launched up to operation 4811 while ranks 0, 1, 2 reached 4812 (NCCL RAS, AllReduce operations: "
+        "rank 3 is process 703 on node 10.0.0.2, GPU 1); this host's ranks 0, 1 wait for it on another node"
+    )
 
 
 def test_fleet_json_joins_two_real_exporters(
