@@ -374,10 +374,12 @@ def health(s: Snapshot, ctx: Context) -> Iterator[Finding]:
         yield Finding(CRIT, "run_crashed", f"The run crashed: {rs.why}.", rs.since)
     elif rs.state == "hung":
         st = s.stacks
-        if st is not None and rs.since is not None and st.taken_at >= rs.since and (st.summary or st.error):
-            where = f" Where each waits: {st.summary}." if st.summary else f" Its stacks could not be read: {st.error}."
-        elif "; where the ranks stand: " in rs.why:  # the sampler's reading already says it
+        if "; where the ranks stand: " in rs.why:
+            # The sampler's reading says it, with how long each has stood there: the stacks read once at the hang
+            # would say it a second time in other words ("where the ranks stand …. Where each waits: …").
             where = ""
+        elif st is not None and rs.since is not None and st.taken_at >= rs.since and (st.summary or st.error):
+            where = f" Where each waits: {st.summary}." if st.summary else f" Its stacks could not be read: {st.error}."
         else:
             where = " Its stacks are read once the hang is declared (key t reads them now)."
         yield Finding(CRIT, "hung", f"The run is hung: {rs.why}.{where}", rs.since)
