@@ -21,6 +21,7 @@ from rlwatch.common.state import (
     SampledProcess,
     Severity,
     Snapshot,
+    StackReport,
     StackSample,
     StackSampling,
     WatchdogStatus,
@@ -28,6 +29,7 @@ from rlwatch.common.state import (
 from rlwatch.config.models import StacksConfig, Thresholds
 from rlwatch.engine.diagnosis import diagnose
 from rlwatch.engine.diagnosis.base import Context
+from rlwatch.engine.diagnosis.health import health
 from rlwatch.engine.diagnosis.stacks import rank_times, stack_run_state, stragglers
 from rlwatch.export.exporter import SnapshotCollector
 from rlwatch.sources import sampler as sampler_mod
@@ -106,6 +108,29 @@ def test_a_hang_the_logs_declared_says_where_the_ranks_stand() -> None:
     rs = stack_run_state(snap, CTX, RunState("hung", "no progress since 09:10", NOW - 300))
     assert rs.state == "hung" and rs.since == NOW - 300
     assert "where the ranks stand: rank 1 has been in fetch_batch_from_service" in rs.why
+
+
+def test_a_hang_says_where_the_ranks_stand_once() -> None:
+    """The hang demo's finding said it twice: "where the ranks stand: rank 1 has been in … rank 0 waits for it …"
+    from the sampler, then "Where each waits: …" from the stacks read once when the hang was declared."""
+    sampled = _snap(_proc(0, _still(ALLREDUCE, NOW - 30)), _proc(1, _still(FETCH, NOW - 30)))
+    rs = stack_run_state(sampled, CTX, RunState("hung", "no progress since 09:10", NOW - 300))
+    once = StackReport(
+        NOW - 20,
+        "hang declared",
+        (),
+        (),
+        "rank 1 in fetch_batch_from_service (train.py:27), not in a collective; rank 0 waits for it in all_reduce",
+        None,
+    )
+    (hung,) = [f for f in health(replace(sampled, run_state=rs, stacks=once), CTX) if f.code == "hung"]
+    assert hung.message.count("fetch_batch_from_service") == 1, hung.message
+    assert "where the ranks stand: " in hung.message and "Where each waits" not in hung.message
+    # Without the sampler's reading, the stacks read once say it.
+    (alone,) = health(
+        replace(sampled, run_state=RunState("hung", "no progress since 09:10", NOW - 300), stacks=once), CTX
+    )
+    assert "Where each waits: rank 1 in fetch_batch_from_service" in alone.message
 
 
 def test_crashed_and_finished_stand_whatever_the_stacks_say() -> None:
