@@ -106,5 +106,59 @@ def test_after_the_fact(tmp_path: Path, entry: dict[str, Any]) -> None:
     tr = snap.training
     assert tr is not None and tr.last_step == entry["step"], (entry["file"], tr)
     assert not tr.finished, (entry["file"], tr)
-    assert snap.run_state is not None and snap.run_state.state not in ("crashed", "hung"), snap.run_state
+    assert snap.run_state is not None and snap.run_state.state not in ("crashed", "hung", "finished"), snap.run_state
     assert not [f for f in snap.findings if f.severity == Severity.CRITICAL], snap.findings
+
+
+# Records as the issue's runs wrote them, each a format no framework word names: torchrun's `it N | …` that stayed
+# "unknown" for 517 steps, a bare `[N]`, a JSON line keyed `upd`, a CSV with its header, a key/value table printed
+# every iteration (its step the `iterations` row).
+_RECORDS: dict[str, tuple[str, Any]] = {
+    "it-bar": ("", lambda n: f"it {n:6d} | loss {0.9 - n / 1e4:.4f} | 0.14s/it\n"),
+    "bare-bracket": ("", lambda n: f"[{n}] loss={0.9 - n / 1e4:.4f} acc=0.88\n"),
+    "json-upd": ("", lambda n: f'{{"upd": {n}, "loss": {0.9 - n / 1e4:.4f}, "lr": 0.0003}}\n'),
+    "csv": ("step,loss,lr\n", lambda n: f"{n},{0.9 - n / 1e4:.4f},0.0003\n"),
+    "kv-table": (
+        "",
+        lambda n: (
+            "------------------------------\n"
+            "| rollout/           |       |\n"
+            f"|    ep_rew_mean     | {n % 7 + 1:<5d} |\n"
+            "| time/              |       |\n"
+            f"|    iterations      | {n:<5d} |\n"
+            f"|    total_timesteps | {2048 * n:<5d} |\n"
+            "------------------------------\n"
+        ),
+    ),
+}
+
+
+@pytest.mark.parametrize("name", list(_RECORDS))
+def test_live_progressing_within_three_records(tmp_path: Path, name: str) -> None:
+    """Issue 41: a run writing records one at a time, followed live, is progressing by its third record at the latest,
+    with the step its records say."""
+    head, record = _RECORDS[name]
+    run = tmp_path / "run"
+    run.mkdir()
+    log = run / "train.log"
+    log.write_text(head)
+    now = time.time()
+    engine = _engine(run, now)
+    writer = LiveRun(True, None, now - 3600, members=((os.getpid(), "writes the run's log"),))
+    states: list[str] = []
+    try:
+        engine.drain_logs()
+        for n in range(517, 520):
+            with log.open("a") as out:
+                out.write(record(n))
+            engine.drain_logs()
+            snap = engine.build()
+            state = assess_run(replace(snap, live_run=writer, time=now), Context(thresholds=engine.cfg.thresholds))
+            states.append(state.state)
+            if state.state == "progressing":
+                break
+    finally:
+        engine.stop()
+    assert states[-1] == "progressing", (name, states)
+    tr = snap.training
+    assert tr is not None and tr.last_step == n and tr.step_source, (name, tr)

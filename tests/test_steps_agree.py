@@ -6,10 +6,23 @@ and a rate from the bar's own speed where the lines carry no time."""
 from __future__ import annotations
 
 import json
+import os
+import shutil
+import time
 from pathlib import Path
+from typing import Any
 
+import pytest
+import yaml
+from prometheus_client import CollectorRegistry
+from prometheus_client.exposition import generate_latest
+from prometheus_client.parser import text_string_to_metric_families
+
+from rlwatch.common.clock import FakeClock
+from rlwatch.common.state import Snapshot
 from rlwatch.discover.load import resolve_config
 from rlwatch.engine.engine import Engine
+from rlwatch.export.exporter import SnapshotCollector
 from rlwatch.export.report import to_json, to_text
 from rlwatch.export.stream import changes
 from rlwatch.widgets.training_panel import training_text
@@ -54,9 +67,64 @@ def test_panel_report_events_and_stream_say_the_logs_step(tmp_path: Path) -> Non
     assert snap.events["step"].count == 21
     panel = training_text(tr, snap.time, snap.run_state, snap.verdict).plain
     assert "step 21/150" in panel and "(checkpoint)" not in panel
-    assert "Training: step 21/150, 4896 steps/h (the bar's own speed)" in to_text(snap)
+    assert "Training: step 21/150 (read from a bar's i/N), 4896 steps/h (the bar's own speed)" in to_text(snap)
     data = json.loads(to_json(snap))
     assert data["training"]["last_step"] == 21 and data["training"]["rate_from"] == "bar"
+    assert data["training"]["step_source"] == "a bar's i/N"
     assert data["verdict"]["step"] == 21
     first = next(changes(None, snap))  # watch --json's first record
     assert first["verdict"]["step"] == 21 and first["events"]["step"] == 21
+
+
+CORPUS = Path(__file__).resolve().parent / "real" / "progress"
+ENTRIES: list[dict[str, Any]] = yaml.safe_load((CORPUS / "sources.yaml").read_text())
+
+
+def _exported_step(snap: Snapshot) -> float | None:
+    reg = CollectorRegistry(auto_describe=False)
+    reg.register(SnapshotCollector(lambda: snap, clock=FakeClock(snap.time)))
+    for fam in text_string_to_metric_families(generate_latest(reg).decode()):
+        for sample in fam.samples:
+            if sample.name == "rlwatch_training_step":
+                return sample.value
+    return None
+
+
+@pytest.mark.parametrize("entry", ENTRIES, ids=[e["file"].rsplit(".", 1)[0] for e in ENTRIES])
+def test_one_step_everywhere_over_the_progress_corpus(tmp_path: Path, entry: dict[str, Any]) -> None:
+    """Issue 41: on every run of the progress corpus (both halves: this asks that the views agree, not that the
+    step is right), the events, the tracker, the verdict, the report (text and JSON), the exporter, watch --json's
+    first record and the panel say one step, and the report and the panel the field it was read from."""
+    run = tmp_path / "run"
+    run.mkdir()
+    log = run / "train.log"
+    shutil.copyfile(CORPUS / entry["file"], log)
+    an_hour_ago = time.time() - 3600
+    os.utime(log, (an_hour_ago, an_hour_ago))
+    cfg, _ = resolve_config(run, None)
+    engine = Engine(cfg, run)
+    engine.unseen_writer_wait_s = 0
+    try:
+        snap = engine.collect_once()
+    finally:
+        engine.stop()
+    tr, v = snap.training, snap.verdict
+    assert tr is not None and v is not None
+    step = tr.last_step
+    assert v.step == step, (entry["file"], v, tr)
+    data = json.loads(to_json(snap))
+    assert data["training"]["last_step"] == data["verdict"]["step"] == step
+    counted = data["events"].get("step", {}).get("count", 0)
+    assert (counted > 0) == (step is not None), (entry["file"], counted, step)
+    first = next(changes(None, snap))
+    assert first["verdict"]["step"] == step and (first["events"].get("step", 0) > 0) == (step is not None)
+    assert _exported_step(snap) == step
+    panel = training_text(tr, snap.time, snap.run_state, snap.verdict).plain
+    text = to_text(snap)
+    if step is None:
+        assert "no step yet" in panel and tr.step_source is None
+        return
+    assert tr.step_source, entry["file"]
+    assert data["training"]["step_source"] == tr.step_source
+    assert f"step {step}" in panel and f"from {tr.step_source}" in panel, panel
+    assert f"Training: step {step}" in text and f"(read from {tr.step_source})" in text, text

@@ -45,6 +45,8 @@ def step_line(tr: TrainingState, now: float, run: RunState | None = None, verdic
             line.append_text(progress_bar(step, tr.total_steps))
         if verdict is not None and verdict.step_from == "checkpoint":
             line.append("  (checkpoint)", style="dim")
+        elif tr.step_source:
+            line.append(f"  from {clean_text(tr.step_source)}", style="dim")  # the field the step was read from
     if tr.finished:
         line.append("  FINISHED", style="bold green")
     elif run is not None and run.state in _STATE_BADGE:  # what the banner's state rests on, said the same here

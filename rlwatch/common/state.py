@@ -348,6 +348,9 @@ class TrainingState:
     # what steps_per_hour comes from: "lines" (the step lines' times), "bar" (the speed the run's own progress bar
     # printed: tqdm's it/s or s/it, where the lines carry no time); None with no rate
     rate_from: str | None = None
+    # which field the step was read from, as the report and the panel say it ("`it`", "a bar's i/N", "AReaL's `Train
+    # step N/M`"); None with no step
+    step_source: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -944,6 +944,7 @@ class Engine:
             uptime = None if self._container_started is None else now - self._container_started
             run_up = [now - p.started_at for p in self._procs if p.alive and p.role in ("launcher", "trainer")]
             events = self.counter.summaries() if preview is None else preview.events(self.counter)
+            events = self.training.with_shape_steps(events)  # a step read by its shape is a step event too
             incidents = self.counter.incidents()
             # Older incidents are tallied by the main count alone: while a preview is shown, counts are partial.
             dropped = self.counter.dropped_incidents() if preview is None else ()

@@ -280,7 +280,9 @@ class SnapshotCollector(Collector):
         if tr is None:
             return
         rate = None if tr.steps_per_hour is None else tr.steps_per_hour / 3600.0
-        f.gauge("training_step", "Last completed training step.", None, tr.last_step)
+        v = snap.verdict  # the step every view says: the log's own, else the latest checkpoint's (one step everywhere)
+        step = v.step if v is not None and v.step is not None else tr.last_step
+        f.gauge("training_step", "Last completed training step.", None, step)
         f.gauge("training_total_steps", "Steps the run is configured for.", None, tr.total_steps)
         f.gauge("training_steps_per_second", "Recent training speed.", None, rate)
         f.gauge("training_reward", "Last reported mean reward.", None, tr.reward)

@@ -66,6 +66,7 @@ def to_json_dict(s: Snapshot) -> dict[str, Any]:
         "reward": tr.reward if tr else None,
         "steps_per_hour": tr.steps_per_hour if tr else None,
         "rate_from": tr.rate_from if tr else None,  # "lines" (their times) or "bar" (the bar's own it/s)
+        "step_source": tr.step_source if tr else None,  # the field the step was read from ("`it`", "a bar's i/N")
         "stalled": tr.stalled if tr else False,
         "finished": tr.finished if tr else False,
         "weight_update_s": list(tr.weight_update_s[-10:]) if tr else [],
@@ -718,6 +719,8 @@ def to_text(s: Snapshot) -> str:
         rate = f", {tr.steps_per_hour:.0f} steps/h{by_bar}" if tr.steps_per_hour else ""
         reward = f", reward {tr.reward:.4g}" if tr.reward is not None else ""
         ckpt = " (from the checkpoint)" if v is not None and v.step_from == "checkpoint" else ""
+        if not ckpt and tr.step_source:
+            ckpt = f" (read from {tr.step_source})"
         lines.append(f"Training: step {step}{total}{ckpt}{rate}{reward}{'  STALLED' if tr.stalled else ''}")
     latest = s.checkpoint.latest if s.checkpoint else None
     if latest:

@@ -23,9 +23,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from rlwatch.common.clock import Clock
-from rlwatch.common.state import LogLine, TrainingState, line_ref
+from rlwatch.common.state import EventSummary, LogLine, Severity, TrainingState, line_ref
 from rlwatch.logs.native import event_path
-from rlwatch.logs.progress_shape import ShapeSteps
+from rlwatch.logs.progress_shape import CANDIDATE, ShapeSteps
 from rlwatch.logs.tailer import Chunk
 from rlwatch.logs.timestamps import parse_time
 
@@ -56,7 +56,12 @@ MAX_NESTING = 64
 _RECENT = 512
 
 
+# Where the step was read from, in the words the report and the panel say it with (TrainingState.step_source).
+_AREAL_SOURCE = "AReaL's `Train step N/M`"
+_VERL_SOURCE = "verl's `step:N`"
+_ORLHF_SOURCE = "OpenRLHF's `Global step N`"
 _TAIL_LINES = 12
+_CANDIDATE = re.compile(CANDIDATE)  # what the counter hands the tracker itself (the _steplike kind's literals)
 _TAIL_MAX_BYTES = 4096
 
 
@@ -308,6 +313,17 @@ class TrainingTracker:
         self._shape_step: int | None = None
         self._shape_total: int | None = None
         self._shape_points: deque[tuple[float, int]] = deque(maxlen=max(2, history))
+        # The records read by their shape that moved the run's step on: the ``step`` events of a run whose steps no
+        # framework of the catalogue prints (with_shape_steps), so that events.step counts what training.last_step
+        # says. Their times where the lines carried one; the latest dated record.
+        self._shape_steps = 0
+        self._shape_files: dict[str, int] = {}
+        self._shape_first: float | None = None
+        self._shape_last: float | None = None
+        self._shape_line: LogLine | None = None
+        # the numbered step line of which framework said the step (AReaL's, which the compiled path reads itself,
+        # where it is not this one's step)
+        self._numbered_source: tuple[int, str] | None = None
 
     # -- feeding ---------------------------------------------------------------------------------------------
 
@@ -334,6 +350,10 @@ class TrainingTracker:
             for line in _tail_lines(chunk, time):
                 if line.text.count("\u2502") >= 3:
                     continue  # one of AReaL's stats rows, which the shape reader never reads (see _parse)
+                if _CANDIDATE.search(line.text) is not None:
+                    # the counter delivers it, in its order: a bar's last redraw read here ahead of the redraws
+                    # it still holds made the bar start over (149 of 150 at the end of a finished run)
+                    continue
                 try:
                     if self._delivered.add((line.path, line.lineno, line.text)):
                         self._parse_shape(line, line.text, offset)
@@ -436,7 +456,7 @@ class TrainingTracker:
         if "step:" in text and (verl := _VERL_STEP.search(text)) is not None:
             self._on_verl_step(line, int(verl.group(1)), verl.group(2), offset)
         elif "Global step " in text and (orlhf := _ORLHF_STEP.search(text)) is not None:
-            self._on_numbered_step(line, int(orlhf.group(1)), None, offset)
+            self._on_numbered_step(line, int(orlhf.group(1)), None, offset, source=_ORLHF_SOURCE)
             metrics = parse_metrics(text)
             reward = next((metrics[k] for k in _ORLHF_REWARDS if metrics and k in metrics), None)
             if reward is not None:
@@ -467,7 +487,12 @@ class TrainingTracker:
             return
         if not self._dicts:  # TRL's dicts say when the run finished (train_runtime); its bar's last redraw does not
             self._finished = False
+        self._shape_steps += 1
+        self._shape_files[line.path] = self._shape_files.get(line.path, 0) + 1
         if math.isfinite(time):
+            self._shape_first = time if self._shape_first is None else min(self._shape_first, time)
+            if self._shape_last is None or time >= self._shape_last:
+                self._shape_last, self._shape_line = time, line
             m = time - offset
             if self._last_step_m is None or m >= self._last_step_m:
                 self._last_step_at, self._last_step_m = time, m
@@ -502,7 +527,7 @@ class TrainingTracker:
         self._mark_step(line.time, step, offset)
 
     def _on_numbered_step(
-        self, line: LogLine, step: int, total: int | None, offset: float, *, mark: bool = True
+        self, line: LogLine, step: int, total: int | None, offset: float, *, mark: bool = True, source: str
     ) -> None:
         """A step that carries its number (verl, OpenRLHF): counted like AReaL's (a copy of the same output in
         another file lags and is ignored; a number going back in the same file is a relaunch appending to it)."""
@@ -515,6 +540,7 @@ class TrainingTracker:
         if total:
             self._areal_total = total
         self._areal_path = line.path
+        self._numbered_source = (step, source)
         self._finished = False
         if mark:
             self._mark_step(line.time, step, offset)
@@ -526,9 +552,9 @@ class TrainingTracker:
         validation = bool(pairs) and all(k.startswith("val-") for k in pairs)
         if validation:
             if step > 0:
-                self._on_numbered_step(line, step, None, offset, mark=False)
+                self._on_numbered_step(line, step, None, offset, mark=False, source=_VERL_SOURCE)
             return
-        self._on_numbered_step(line, step, None, offset)
+        self._on_numbered_step(line, step, None, offset, source=_VERL_SOURCE)
         for key in _VERL_REWARDS:
             value = _to_float(pairs.get(key, "").replace("np.float64(", "").rstrip(")"))
             if value is not None:
@@ -624,6 +650,47 @@ class TrainingTracker:
             return hint.global_step + (self._dicts - hint.dicts_at_hint) * (self._logging_steps or 1)
         return self._dicts or None
 
+    def _source_now(self) -> str | None:
+        """Which field :meth:`_step_now` read the step from (progress_shape's ShapeSteps.source for a step known by
+        its shape: a field's name as the lines write it, else what kind of counter)."""
+        if self._areal_step is not None:
+            said = self._numbered_source
+            return said[1] if said is not None and said[0] == self._areal_step else _AREAL_SOURCE
+        if self._shape_step is not None:
+            field = self._shape.source()
+            if field is None:
+                return None
+            return field if field.startswith(("a ", "an ")) else f"`{field}`"
+        if self._hint is not None:
+            return "the checkpoint's global_step and the metric dicts logged since"
+        return "the metric dicts logged" if self._dicts else None
+
+    def with_shape_steps(self, events: dict[str, EventSummary]) -> dict[str, EventSummary]:
+        """``events`` with the records read by their shape counted as ``step`` events, where the catalogue's step
+        kind counted none: one step everywhere (events.step, training.last_step). Their times only where the lines
+        carried one (approximate, no bound, otherwise); the latest dated record as the kind's recent line."""
+        have = events.get("step")
+        if have is not None and have.count:
+            return events
+        with self._lock:
+            self._apply_pending()
+            if not self._shape_steps or self._areal_step is not None or self._shape_step is None:
+                return events
+            first, last = self._shape_first, self._shape_last
+            summary = EventSummary(
+                kind="step",
+                severity=have.severity if have is not None else Severity.INFO,
+                count=self._shape_steps,
+                first=first,
+                last=last,
+                rate_per_min=0.0,
+                streak=0,
+                files=dict(self._shape_files),
+                recent=(self._shape_line,) if self._shape_line is not None else (),
+                approximate=last is None,
+            )
+        return {**events, "step": summary}
+
     def _total_now(self) -> int | None:
         if self._configured_total is not None:
             return self._configured_total
@@ -680,4 +747,5 @@ class TrainingTracker:
                 weight_update_timeout_s=self._timeout_s,
                 finished=self._finished,
                 rate_from=rate_from,
+                step_source=self._source_now() if step is not None else None,
             )

@@ -200,8 +200,17 @@ def _ended(s: Snapshot, progress_at: float | None, started: float | None) -> Log
 
 
 def _finished_by_ending(s: Snapshot) -> LogEnding | None:
+    """A log whose last progress line is a bar at its end, where that bar is the run's outermost counter: the run's
+    step reached its total, or equals the bar's count (the bar counts the steps), or no step is known beside it. A
+    nested bar at its end (a rollout's 32/32 inside step 56 of 2290, an evaluation's) finishes nothing."""
+    tr = s.training
+    step, total = (tr.last_step, tr.total_steps) if tr is not None else (None, None)
     for e in s.endings:
-        if not e.failed and e.progress_line is not None and _BAR_DONE.search(e.progress_line):
+        if e.progress_line is None or (m := _BAR_DONE.search(e.progress_line)) is None:
+            continue
+        if step is not None and not (total and step >= total) and int(m.group(1)) != step:
+            continue
+        if not e.failed:
             return e
     return None
 
