@@ -55,6 +55,16 @@ def test_demo_help_names_the_default_and_says_each_scenario_in_words() -> None:
     assert "faster than real time" in out and "disable every action key" in out
 
 
+def test_the_server_crash_scenario_says_the_trainer_retries_before_it_dies() -> None:
+    """`demo --help` said "the trainer dies": it retries, recovers when the server is restarted (s), and dies only if
+    nobody restarts it."""
+    from rlwatch.sim import SCENARIOS
+
+    said = " ".join(SCENARIOS["server-crash"].split())
+    assert "retries" in said and "unless the server is restarted (s)" in said, said
+    assert not said.endswith("the trainer dies"), said
+
+
 def test_act_help_lists_each_action_with_what_it_does() -> None:
     out = run_cli("act", "--help").stdout
     for action in ("restart-workers", "kill-zombies", "resume", "restart-server", "rearm"):

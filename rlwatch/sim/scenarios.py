@@ -111,7 +111,8 @@ ALL: dict[str, Scenario] = {
         ),
         Scenario(
             "server-crash",
-            "incident 1: the SGLang server vanishes mid-run; rollouts fail with connection refused, the trainer dies",
+            "incident 1: the SGLang server vanishes mid-run; the trainer's rollouts fail with connection refused and "
+            "it retries them; unless the server is restarted (s) it gives up and dies in its next weight update",
             "areal",
             "launcher",
             _server_crash,
