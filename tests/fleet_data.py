@@ -8,6 +8,7 @@ from typing import Any
 
 from rlwatch.common.state import Severity
 from rlwatch.export.fleet import FleetException, FleetFinding, FleetGpu, FleetHost, FleetProcess, FleetSnapshot
+from rlwatch.export.fleet.model import FleetRank
 
 NOW = 1_763_716_800.0  # 2025-11-21 09:20:00 UTC
 GB = 1_000_000_000
@@ -124,3 +125,53 @@ def broken() -> FleetSnapshot:
     snap = fleet()
     hosts = tuple(replace(h, stale=True, age_s=None if h.age_s is None else h.age_s + 30) for h in snap.hosts)
     return replace(snap, hosts=hosts, error="http://prometheus.monitoring:9090/api/v1/query: connection refused")
+
+
+def job_fleet() -> FleetSnapshot:
+    """Two nodes of one hung torchrun job (node-b's rank 3 stands in its own code, the 3 others wait in all_reduce
+    #4812) beside a pod of another job that progresses."""
+    allreduce = "all_reduce (distributed_c10d.py:3068) ← train_step (train.py:31)"
+    fetch = "fetch_batch_from_service (train.py:20)"
+
+    def node(name: str, node_rank: int, ranks: tuple[FleetRank, ...]) -> FleetHost:
+        return areal(
+            f"pod-{node_rank}",
+            key=f"10.0.0.{node_rank + 1}:9410",
+            host=name,
+            profile="auto",
+            run_dir="/job",
+            steps_per_hour=None,
+            stalled=True,
+            findings=(FleetFinding(CRIT, "run_hung"),),
+            run_job="rdzv:exp-42",
+            node_rank=node_rank,
+            world_size=4,
+            ranks=ranks,
+        )
+
+    hosts = (
+        node(
+            "node-a",
+            0,
+            (
+                FleetRank(0, 0, "waiting", allreduce, "all_reduce", 52.0, 4812),
+                FleetRank(1, 1, "waiting", allreduce, "all_reduce", 51.0, 4812),
+            ),
+        ),
+        node(
+            "node-b",
+            1,
+            (
+                FleetRank(2, 0, "waiting", allreduce, "all_reduce", 50.0, 4812),
+                FleetRank(3, 1, "elsewhere", fetch, None, 50.0, 4811),
+            ),
+        ),
+        areal(
+            "pod-0",
+            run_job="rdzv:exp-7",
+            node_rank=0,
+            world_size=1,
+            ranks=(FleetRank(0, 0, "moving", "forward (model.py:12)", None, 0.0),),
+        ),
+    )
+    return FleetSnapshot(time=NOW, source="2 exporters", hosts=hosts)

@@ -19,8 +19,9 @@ from textual.widgets import DataTable, Footer, Static
 
 from rlwatch.common.clock import Clock
 from rlwatch.export.fleet import FleetSnapshot
+from rlwatch.export.fleet.job import JobVerdict
 from rlwatch.tui.base import MonitorApp
-from rlwatch.widgets.fleet_table import FleetTable, group_detail, host_detail, summary
+from rlwatch.widgets.fleet_table import FleetTable, group_detail, host_detail, host_job, job_lines, jobs, summary
 from rlwatch.widgets.format import clean_text, fmt_duration
 
 ReadFleet = Callable[[], FleetSnapshot]
@@ -54,6 +55,16 @@ class FleetScreen(Screen[None]):
     #fleet-error.-shown {
         display: block;
     }
+    #fleet-jobs {
+        height: auto;
+        max-height: 8;
+        padding: 0 1;
+        display: none;
+        border-bottom: solid $primary 40%;
+    }
+    #fleet-jobs.-shown {
+        display: block;
+    }
     #fleet-detail {
         height: auto;
         max-height: 60%;
@@ -79,11 +90,13 @@ class FleetScreen(Screen[None]):
         self.live = live
         self.fleet: FleetSnapshot | None = None
         self.detail_key: str | None = None
+        self.verdicts: tuple[JobVerdict, ...] = ()  # each distributed job's verdict across its hosts
         self._reading = False  # one read at a time: a slow Prometheus must not pile up threads
 
     def compose(self) -> ComposeResult:
         yield Static(id="fleet-summary")
         yield Static(id="fleet-error")
+        yield Static(id="fleet-jobs")
         yield FleetTable(id="fleet-table")
         with VerticalScroll(id="fleet-detail"):
             yield Static(id="fleet-detail-body")
@@ -131,6 +144,10 @@ class FleetScreen(Screen[None]):
         error.set_class(fleet.error is not None, "-shown")
         if fleet.error is not None:
             error.update(Text(f"cannot read the fleet: {clean_text(fleet.error, 300)} (showing the last known)"))
+        self.verdicts = jobs(fleet)
+        verdicts = self.query_one("#fleet-jobs", Static)
+        verdicts.set_class(bool(self.verdicts), "-shown")
+        verdicts.update(job_lines(self.verdicts))
         self.table.show(fleet)
         status = HINT
         if not fleet.hosts:
@@ -172,7 +189,7 @@ class FleetScreen(Screen[None]):
             if kind == "host":
                 host = next((h for h in fleet.hosts if h.key == ident), None)
                 if host is not None:
-                    found = host_detail(host, fleet.time)
+                    found = host_detail(host, fleet.time, host_job(self.verdicts, host))
                     panel.border_title = f"detail · {clean_text(host.name)}"
             else:
                 group = next((g for g in fleet.groups if str(g.signature) == ident), None)

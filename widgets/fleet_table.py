@@ -17,6 +17,7 @@ from textual.widgets import DataTable
 from rlwatch.common.state import Severity
 from rlwatch.common.words import plural
 from rlwatch.export.fleet import FleetGroup, FleetHost, FleetSnapshot, HostStatus
+from rlwatch.export.fleet.job import JobVerdict, join_jobs
 from rlwatch.widgets.format import (
     SEVERITY_STYLE,
     UNKNOWN,
@@ -247,6 +248,40 @@ def summary(fleet: FleetSnapshot) -> Text:
     return line
 
 
+JOB_STYLE = {"hung": "bold red", "waiting": "bold yellow", "unknown": "grey50", "progressing": "green"}
+JOB_MARK = {"hung": "✖", "waiting": "▲", "unknown": "?", "progressing": "●"}
+
+
+def jobs(fleet: FleetSnapshot) -> tuple[JobVerdict, ...]:
+    """Each distributed job the fleet's hosts report, joined across them into one verdict, the hung first: the same
+    verdicts ``rlwatch fleet --json`` prints."""
+    return join_jobs(fleet.hosts)
+
+
+def job_lines(verdicts: tuple[JobVerdict, ...]) -> Text:
+    """One line per job, above the host rows: its verdict in the words ``fleet --json`` gives it (the node, rank and
+    collective the others wait for), cut at the screen's edge with an ellipsis; a host's detail says what the verdict
+    says of that host's own ranks."""
+    out = Text(no_wrap=True, overflow="ellipsis")
+    for i, v in enumerate(verdicts):
+        if i:
+            out.append("\n")
+        style = JOB_STYLE.get(v.state, "")
+        line = Text(f"{JOB_MARK.get(v.state, '?')} ", style=style)
+        line.append(clean_text(v.message, 2000), style=style if v.state != "progressing" else "")
+        out.append_text(line)
+    return out
+
+
+def host_job(verdicts: tuple[JobVerdict, ...], host: FleetHost) -> str | None:
+    """What the job's verdict says of this host's own ranks ("its ranks 0-1 wait for node-b rank 3")."""
+    for v in verdicts:
+        said = dict(v.per_host).get(host.name)
+        if said is not None:
+            return f"{v.job}: {said}"
+    return None
+
+
 class FleetTable(DataTable[Text]):
     """The fleet, one row per host; keeps the cursor on the same host across refreshes."""
 
@@ -300,8 +335,9 @@ def _kv(table: Table, key: str, value: str | Text, style: str = "") -> None:
     table.add_row(Text(key, style="dim"), value if isinstance(value, Text) else Text(value, style=style))
 
 
-def host_detail(host: FleetHost, now: float) -> Group:
-    """Everything the fleet knows about one host, for the detail panel."""
+def host_detail(host: FleetHost, now: float, job: str | None = None) -> Group:
+    """Everything the fleet knows about one host, for the detail panel (``job``: what its job's verdict says of its
+    own ranks)."""
     head = Text(no_wrap=True)
     head.append(clean_text(host.name), style="bold")
     head.append("  ")
@@ -322,6 +358,8 @@ def host_detail(host: FleetHost, now: float) -> Group:
     if host.age_s is not None:
         _kv(facts, "data age", fmt_duration(host.age_s), "bold yellow" if host.stale else "")
     _kv(facts, "run", f"{clean_text(host.profile or UNKNOWN)} · {shorten_path(host.run_dir or UNKNOWN, 80)}")
+    if job is not None:
+        _kv(facts, "job", clean_text(job, 300))
     training = f"step {fmt_step(host)} · rate {fmt_rate(host.steps_per_hour)} · reward {fmt_number(host.reward)}"
     if host.stalled:
         training += " · STALLED"
