@@ -9,17 +9,20 @@ import os
 import re
 import socket
 import subprocess
+import sys
 import threading
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
+import psutil
 import pytest
 
 from rlwatch.common.state import JobInfo, JobRank, RasState, RunState, Severity, Snapshot
 from rlwatch.engine.diagnosis.base import Context
 from rlwatch.engine.diagnosis.collectives import collectives, ras_issue
+from rlwatch.engine.job import JobWatch
 from rlwatch.sources import procfs, ras
 from tests.simhost import wait_until
 from tests.unprivileged import CAN_DROP_PRIVILEGES, NOBODY, _interpreters, as_nobody
@@ -371,3 +374,45 @@ def test_nothing_is_said_from_ras_on_a_progressing_run_or_an_equal_count() -> No
     assert list(collectives(_snap(equal), Context())) == []
     refused = RasState(150.0, "2.27.3", "NCCL 2.27.3: a RAS query crashes jobs there (NVIDIA/nccl#1762): not asked")
     assert list(collectives(_snap(refused), Context())) == []
+
+
+# ------------------------------------------------------------------------------------ the engine's job watch fills it
+@pytest.mark.slow
+def test_the_job_watch_asks_a_hung_run_s_service_and_never_a_progressing_one(server: RasServer, tmp_path: Path) -> None:
+    env = {
+        "PATH": "/usr/bin:/bin",
+        "RANK": "0",
+        "LOCAL_RANK": "0",
+        "WORLD_SIZE": "2",
+        "MASTER_ADDR": "127.0.0.1",
+        "MASTER_PORT": "29500",
+        "TORCHELASTIC_RUN_ID": "exp-gpu",
+        "NCCL_RAS_ADDR": f"127.0.0.1:{server.port}",
+    }
+    rank = subprocess.Popen([sys.executable, "-c", "import sys; sys.stdin.read()"], stdin=subprocess.PIPE, env=env)
+    try:
+        log = tmp_path / "train.log"
+        log.write_text("node-a:22:22 [0] NCCL INFO NCCL version 2.28.9+cuda13.0\nstep 10\n")
+        created = psutil.Process(rank.pid).create_time()
+        base = Snapshot(host="node-a", time=time.time(), profile="auto", run_dir=str(tmp_path), logs=(str(log),))
+        watch = JobWatch()
+        calm = replace(base, run_state=RunState("progressing", "steps"))
+        watch.sample([(rank.pid, created)], (), calm)
+        assert watch.job is not None and watch.ras is None
+        hung = replace(base, run_state=RunState("hung", "no step for 90 s", since=base.time - 90))
+
+        def asked() -> RasState | None:
+            watch.sample([(rank.pid, created)], (), hung)
+            return watch.ras
+
+        state = wait_until(asked, timeout=20)
+        assert state.version == "2.28.9" and [(r.rank, r.status) for r in state.ranks] == [(0, "ok"), (1, "behind")]
+        assert len(server.commands) == 1 and server.commands[0][-2:] == ["SET FORMAT json", "STATUS"]
+        (finding,) = list(collectives(replace(hung, job=watch.job, ras=state), Context()))
+        assert "Rank 1 has launched up to operation 10 while rank 0 reached 11 (NCCL RAS" in finding.message
+        watch.sample([(rank.pid, created)], (), calm)  # the run moves again: the answer is forgotten
+        assert watch.ras is None
+    finally:
+        assert rank.stdin is not None
+        rank.stdin.close()
+        rank.wait(timeout=30)
