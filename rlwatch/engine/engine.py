@@ -1126,7 +1126,8 @@ class Engine:
             snap = self.build()
         if ras_suspicion(snap) is not None and snap.ras is None:  # NCCL RAS: where every rank of the job stands
             self.job_watch.ask_ras(snap, wait=True)
-            snap = self.build()
+            if self.job_watch.ras is not None:
+                snap = self.build()
         if self._gpu_burst(snap):  # GPUs' draws compared over a few reads: one read says nothing of a straggler
             snap = self.build()
         return snap

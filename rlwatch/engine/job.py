@@ -37,11 +37,12 @@ def suspicious(s: Snapshot) -> bool:
 
 def ras_suspicion(s: Snapshot) -> object:
     """What tells this suspicion from the next (None: nothing suspicious): a declared hang (its start), an NCCL
-    timeout logged (how many), a rank standing still in a collective for :data:`RAS_STILL_S` (since when)."""
+    timeout logged (whether: a storm of its lines is one suspicion), a rank standing still in a collective for
+    :data:`RAS_STILL_S` (since when)."""
     rs = s.run_state
     hung = rs.since if rs is not None and rs.state == "hung" else None
     ev = s.events.get("nccl_timeout")
-    timeouts = ev.count if ev is not None and ev.count > 0 else None
+    timeouts = True if ev is not None and ev.count > 0 else None
     still = [
         x.since for x in still_ranks(s) if x.reads >= 2 and x.latest.collective and s.time - x.since >= RAS_STILL_S
     ]
