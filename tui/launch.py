@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 from rlwatch.cli import HANDLERS, UsageError, is_terminal, load, parse, run
 from rlwatch.common.redact import clean_text, redact_lines, redacted
 from rlwatch.common.statefiles import StateFileError, write_file
+from rlwatch.discover.discovery import SeveralRuns
 from rlwatch.discover.load import resolve_config
 from rlwatch.engine.engine import IDLE_SAMPLE_S, STOPPED_SAMPLE_S, Engine
 from rlwatch.engine.feed import StaticFeed
@@ -162,9 +163,28 @@ def run_dashboard(engine: Engine) -> int:
 
 
 def cmd_dashboard(args: argparse.Namespace) -> int:
-    cfg, run_dir, _ = load(args)
+    try:
+        cfg, run_dir, _ = load(args)
+    except SeveralRuns as exc:
+        # A directory of several runs: at a terminal the person picks one (tui/screens/runs.py); elsewhere the
+        # runs are listed, one line each (rlwatch.cli). Leaving the list (q) watches none.
+        if not (is_terminal(sys.stdin) and is_terminal(sys.__stderr__)):
+            raise
+        chosen = choose_run(exc)
+        if chosen is None:
+            return 0
+        cfg, run_dir, _ = load(argparse.Namespace(**{**vars(args), "run_dir": str(chosen)}))
     need_terminal()
     return run_dashboard(Engine(cfg, run_dir))
+
+
+def choose_run(exc: SeveralRuns) -> Path | None:
+    """The run the person picks from the ones ``exc`` lists, or None when they leave the list."""
+    from rlwatch.tui.screens.runs import ChooseRunApp
+
+    app = ChooseRunApp(exc.run_dir, exc.runs)
+    run_app(app)
+    return app.return_value
 
 
 def demo_config(run_dir: Path, speed: float) -> Config:
