@@ -68,7 +68,9 @@ _NOT_STEPS = re.compile(
     r"|checkpoint shards|shards?|map|tokeni[sz]\w*|heartbeat|repeated|occurrences?|times|filter|resolving"
     r"|extracting|generating|processed prompts|adding requests|capturing|compiling|sanity checking"
     r"|val|valid|validation|validating|eval|evaluation|evaluating|test|testing|predict(?:ing|ions?)?|inference"
-    r"|running tokenizer|converting)\b"
+    r"|running tokenizer|converting"
+    # a launcher's or container's count of its own starts (`container boot 3`, `restart 2/3`): never training steps
+    r"|boot\w*|reboot\w*|restart\w*|relaunch\w*|respawn\w*)\b"
 )
 # The words of an evaluation among _NOT_STEPS: a line holding one is still a training record where it also names what
 # was trained (CatBoost's `N: learn: … test: …`, XGBoost's `[N] train-logloss:… eval-logloss:…`, LitGPT's `loss train
