@@ -146,9 +146,11 @@ def test_ranks_printing_the_same_step_are_one_step() -> None:
         [f"Evaluating: {n * 25}%|██  | {n}/4 [00:0{n}<00:03,  1.0s/it]" for n in range(1, 5)],
         [f"Epoch(val) [1][{n}0/50]  eta: 0:00:05  time: 0.1" for n in range(1, 5)],
         [f"step {n * 250}: train loss 4.2, val loss 4.3" for n in range(1, 5)],
+        [f"[2026-11-28T20:0{n}:51] rlwatch-sim start: container boot {n} (hostname vm)" for n in range(1, 5)],
+        [f"[launcher] relaunching the trainer ({n}/5)" for n in range(1, 5)],
     ],
     ids=["retry", "attempt", "checkpoint-shards", "download", "dataset-map", "tokenise", "heartbeat", "repeated",
-         "eval-bar", "mm-val", "nanogpt-eval"],
+         "eval-bar", "mm-val", "nanogpt-eval", "container-boot", "relaunch"],
 )  # fmt: skip
 def test_counters_that_are_not_training_steps(lines: list[str]) -> None:
     steps = ShapeSteps()
