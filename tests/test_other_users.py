@@ -311,16 +311,7 @@ def test_init_force_never_writes_through_a_planted_link(theirs: Path, run: Path,
     written afterwards is theirs, as if they had run ``init`` themselves."""
 
     def init(*args: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run(
-            separated.as_root("init", str(theirs), *args),
-            capture_output=True,
-            text=True,
-            timeout=60,
-            check=False,
-            cwd="/",
-            env=separated.env,
-            stdin=subprocess.DEVNULL,
-        )
+        return separated.run_as_root("init", str(theirs), *args, timeout=60)
 
     victim = run / "victim.txt"
     victim.write_text("root's file\n")

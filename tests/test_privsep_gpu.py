@@ -83,17 +83,8 @@ def test_another_users_gpu_holder_is_seen_through_roots_side(separated: Runtime,
             os.chown(path, NOBODY.pw_uid, NOBODY.pw_gid)
 
         def report() -> dict[str, Any]:
-            out = subprocess.run(
-                separated.as_root("report", str(run), "--json"),
-                capture_output=True,
-                text=True,
-                timeout=120,
-                check=False,
-                cwd="/",
-                env=separated.env,
-                stdin=subprocess.DEVNULL,
-            )
-            assert out.returncode in (0, 1), out.stderr
+            out = separated.run_as_root("report", str(run), "--json")
+            assert out.returncode in (0, 1, 3), out.stderr
             assert f"works as {NOBODY.pw_name}" in out.stderr
             return dict(json.loads(out.stdout))
 

@@ -69,26 +69,40 @@ class Runtime:
         """The same rlwatch run by root (which then works on another user's run as that user)."""
         return [*self.python, "-m", "rlwatch", *args]
 
+    def run_as_root(self, *args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+        """``rlwatch ARGS`` run by root to its end, from ``/``, with nothing on its standard input."""
+        return subprocess.run(
+            self.as_root(*args),
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            check=False,
+            cwd="/",
+            env=self.env,
+            stdin=subprocess.DEVNULL,
+        )
+
+
+def _ask(argv: list[str], env: dict[str, str], name: str) -> tuple[str | None, str]:
+    """Run a probe: (why it failed, in one line starting with ``name``, or None; what it printed)."""
+    try:
+        out = subprocess.run(
+            argv, capture_output=True, text=True, timeout=60, check=False, cwd="/", env=env, stdin=subprocess.DEVNULL
+        )
+    except OSError as exc:
+        return f"{name}: {exc}", ""
+    if out.returncode != 0:
+        lines = (out.stderr or out.stdout).strip().splitlines()
+        return f"{name}: {lines[-1] if lines else f'exit {out.returncode}'}", out.stdout
+    return None, out.stdout
+
 
 def _probe(python: list[str], env: dict[str, str], package_dir: Path) -> str | None:
     """None when ``nobody`` imports rlwatch and its dependencies from ``package_dir`` with ``python``; else why not."""
-    try:
-        out = subprocess.run(
-            as_nobody(*python, "-c", PROBE),
-            capture_output=True,
-            text=True,
-            timeout=60,
-            check=False,
-            cwd="/",
-            env=env,
-            stdin=subprocess.DEVNULL,
-        )
-    except OSError as exc:
-        return f"{python[0]}: {exc}"
-    if out.returncode != 0:
-        lines = (out.stderr or out.stdout).strip().splitlines()
-        return f"{python[0]}: {lines[-1] if lines else f'exit {out.returncode}'}"
-    major, minor, where = out.stdout.split(maxsplit=2)
+    failed, said = _ask(as_nobody(*python, "-c", PROBE), env, python[0])
+    if failed is not None:
+        return failed
+    major, minor, where = said.split(maxsplit=2)
     if (int(major), int(minor)) != sys.version_info[:2]:
         return f"{python[0]} is Python {major}.{minor}, not {sys.version_info[0]}.{sys.version_info[1]}"
     if Path(where.strip()).parent != package_dir:
@@ -190,20 +204,12 @@ SEPARATION_PROBE = (
 
 
 def separation_problem(python: list[str], env: dict[str, str]) -> str | None:
-    out = subprocess.run(
-        [*python, "-c", SEPARATION_PROBE],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-        cwd="/",
-        env=env,
-        stdin=subprocess.DEVNULL,
-    )
-    if out.returncode != 0:
-        lines = (out.stderr or out.stdout).strip().splitlines()
-        return f"{python[0]}: {lines[-1] if lines else f'exit {out.returncode}'}"
-    bad = json.loads(out.stdout)
+    """None when root's rlwatch, run by ``python`` with ``env``, can become ``nobody`` and still import the rest of
+    itself; else why not."""
+    failed, said = _ask([*python, "-c", SEPARATION_PROBE], env, python[0])
+    if failed is not None:
+        return failed
+    bad = json.loads(said)
     return None if bad is None else f"{python[0]}: nobody cannot read {bad}"
 
 

@@ -212,25 +212,22 @@ class HostWideReader:
         self._helper = helper
         self.name = "kmsg"
 
-    def open(self) -> None:
+    def _answer(self, verb: str, key: str, missing: str) -> object:
+        """The ``key`` of the helper's answer to ``verb``; :class:`LiveUnavailable` with its words when it has none."""
         try:
-            body = self._helper.ask("kernel-open")
+            body = self._helper.ask(verb)
         except HelperGone as exc:
             raise LiveUnavailable(str(exc)) from None
-        name = body.get("name")
-        if not isinstance(name, str):
-            raise LiveUnavailable(f"as root: {body.get('error') or 'no kernel log reader'}")
-        self.name = name
+        if key not in body:
+            raise LiveUnavailable(f"as root: {body.get('error') or missing}")
+        return body[key]
+
+    def open(self) -> None:
+        self.name = str(self._answer("kernel-open", "name", "no kernel log reader"))
 
     def read(self, limit: int = KMSG_RECORDS_PER_SAMPLE) -> list[str]:
-        try:
-            body = self._helper.ask("kernel-read")
-        except HelperGone as exc:
-            raise LiveUnavailable(str(exc)) from None
-        lines = body.get("lines")
-        if not isinstance(lines, list):
-            raise LiveUnavailable(f"as root: {body.get('error') or 'no answer'}")
-        return [str(line) for line in lines[:limit]]
+        lines = self._answer("kernel-read", "lines", "no answer")
+        return [str(line) for line in lines[:limit]] if isinstance(lines, list) else []
 
     def close(self) -> None:
         return None
