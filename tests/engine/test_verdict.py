@@ -10,6 +10,8 @@ from pathlib import Path
 
 from rlwatch.common.clock import FakeClock
 from rlwatch.common.state import (
+    CheckpointInfo,
+    CheckpointState,
     Finding,
     GpuHolder,
     LiveRun,
@@ -358,7 +360,14 @@ def test_torchruns_report_alone_says_what_to_do() -> None:
     failed = Finding(CRIT, "torchrun_failed", "torchrun's root cause (first observed failure): rank 0 (exit 1).", NOW)
     s = decided(snap(failed, processes=(proc(11, "trainer", alive=False),)))
     assert s.verdict is not None and s.verdict.fix == "fix the root cause, then resume"
-    assert s.verdict.next_step is not None and "rlwatch act resume" in s.verdict.next_step
+    # No checkpoint: start it again, never "resume from the last checkpoint" (kernel-oom's finding said "start the run
+    # again (no checkpoint to resume from was found)" beside a next step to resume).
+    assert s.verdict.next_step is not None and "start the run again (no checkpoint" in s.verdict.next_step
+    assert "act resume" not in s.verdict.next_step
+    ckpt = CheckpointState(CheckpointInfo("/run/out/checkpoint-5", 5, None, None, None, None), 1, (5,))
+    s = decided(snap(failed, processes=(proc(11, "trainer", alive=False),), checkpoint=ckpt))
+    assert s.verdict is not None and s.verdict.next_step is not None
+    assert s.verdict.next_step.endswith("then resume from checkpoint-5 (step 5) (rlwatch act resume)."), s.verdict
 
 
 def test_unknown_exits_3_never_0() -> None:

@@ -18,6 +18,7 @@ from dataclasses import replace
 
 from rlwatch.common.state import Finding, RunState, Severity, Snapshot, Verdict
 from rlwatch.engine.diagnosis.base import Context
+from rlwatch.engine.diagnosis.host import resume_text
 from rlwatch.engine.diagnosis.restarts import restarting
 from rlwatch.engine.diagnosis.stacks import awaited
 from rlwatch.sources.stacks import waits_for
@@ -48,13 +49,14 @@ _NEXT = {
     "run_crashed": "Read the failure above and the lines before it; fix what it names, then resume from the last "
     "checkpoint (rlwatch act resume).",
     "run_stopped": "If it was not stopped on purpose, resume it from the last checkpoint (rlwatch act resume).",
-    "torchrun_failed": "Read the root cause above and what its rank printed before it; fix what it names, then "
-    "resume from the last checkpoint (rlwatch act resume).",
+}
+# Next steps that end in starting the run again, said from what there is to start from (a checkpoint, the recover
+# info, or nothing: "start the run again", never a resume from a checkpoint that does not exist).
+_NEXT_THEN = {
+    "torchrun_failed": "Read the root cause above and what its rank printed before it; fix what it names",
     "kernel_oom_kill": "The kernel killed a process of the run for memory: raise the pod's or container's memory "
-    "limit, or make the run hold less (smaller batches, fewer workers); then resume from the last checkpoint "
-    "(rlwatch act resume).",
-    "oom_kill": "The kernel killed a process for memory: raise the memory limit, or make the run hold less; then "
-    "resume from the last checkpoint (rlwatch act resume).",
+    "limit, or make the run hold less (smaller batches, fewer workers)",
+    "oom_kill": "The kernel killed a process for memory: raise the memory limit, or make the run hold less",
 }
 # Where neither a key nor a command fixes a finding, what does, in the few words a one-line banner keeps whole.
 _FIX = {
@@ -178,6 +180,9 @@ def _remedy(f: Finding, s: Snapshot, ctx: Context, looping: str | None = None) -
     fix = f.fix or _fix_words(f.code)
     gone = _trainer_gone(s, ctx)
     step = _NEXT.get(f.code) or (_XID if f.code.startswith("xid_") and f.severity is Severity.CRITICAL else None)
+    if f.code in _NEXT_THEN:
+        again = resume_text(s)
+        step = f"{_NEXT_THEN[f.code]}; then {again}" + (f" ({_RESUMES})." if again.startswith("resume") else ".")
     if f.code in LOOPS:
         action = None  # a restart into the same failure fixes nothing
     elif f.code in ("server_down", "connection_refused") and not (s.training and s.training.finished):
