@@ -60,6 +60,7 @@ from rlwatch.discover.server_evidence import (
     trl_version,
     url_host,
 )
+from rlwatch.logs.progress_shape import holds_records
 from rlwatch.sources import procfs
 
 MAX_DEPTH = 8
@@ -162,6 +163,7 @@ class Found:
     verl_ckpt_dirs: dict[Path, float] = field(default_factory=dict)  # default_local_dir -> newest global_step_N mtime
     ds_ckpt_dirs: dict[Path, float] = field(default_factory=dict)  # --ckpt.path (holding _actor/) -> newest mtime
     ray_sessions: list[Path] = field(default_factory=list)  # Ray session log directories (copies) under the run
+    record_files: dict[Path, float] = field(default_factory=dict)  # may be logs by their lines (see RECORD_SUFFIXES)
     entries: int = 0
     truncated: bool = False
     cut: list[str] = field(default_factory=list)  # what the bounds of the walk left unread
@@ -436,6 +438,62 @@ def _see_file(found: Found, path: Path, name: str, depth: int, now: float) -> No
             found.recent_logs[path] = mtime
     elif name.endswith((".yaml", ".yml")) and name not in ("rlwatch.yaml", "rlwatch.yml") and depth <= 1:
         found.yamls.append(path)
+    elif may_hold_records(name) and not _DATA_DIRS.intersection(path.parts):
+        mtime = _mtime(str(path))
+        if mtime is not None and now - mtime <= RECENT_S:
+            found.record_files[path] = mtime
+
+
+# The run's own files whatever their names (issue 41): a text file of the run directory written in the last 24 h
+# whose name says nothing of a log (`metrics.csv`, `progress.txt`, `log.jsonl`, `stdout`) is one when its newest
+# lines are recurring records with a counter (progress_shape.holds_records), read to RECORD_PROBE_BYTES of its end,
+# the newest RECORD_PROBE_FILES of them. Checkpoints, datasets and binaries are never read: other suffixes, the
+# directories a dataset or a cache lives in, a NUL byte.
+RECORD_SUFFIXES = (".csv", ".tsv", ".txt", ".jsonl")
+RECORD_PROBE_BYTES = 16 * 1024
+RECORD_PROBE_FILES = 32
+_DATA_DIRS = frozenset({"data", "dataset", "datasets", "cache", ".cache", "node_modules", "site-packages", ".git"})
+
+
+def may_hold_records(name: str) -> bool:
+    """A name that may be a log's by its lines: one of RECORD_SUFFIXES, or none at all (`stdout`, `train_output`)."""
+    return not name.startswith(".") and ("." not in name or name.endswith(RECORD_SUFFIXES))
+
+
+def record_log(path: Path) -> bool:
+    """Whether the file at ``path`` holds recurring records (its last RECORD_PROBE_BYTES, text only)."""
+    try:
+        with open_read(path) as fh:
+            fh.seek(0, os.SEEK_END)
+            end = fh.tell()
+            fh.seek(max(0, end - RECORD_PROBE_BYTES))
+            data = fh.read(RECORD_PROBE_BYTES)
+    except (OSError, ValueError):
+        return False
+    if not data or b"\0" in data:
+        return False
+    text = data.decode("utf-8", "replace")
+    if end > RECORD_PROBE_BYTES:
+        text = text.partition("\n")[2]  # the first line read may be cut
+    return holds_records(text)
+
+
+def _written_by(related: list[Proc], proc_root: str) -> dict[Path, float]:
+    """The regular files the run's processes hold open for writing (their stdout and stderr among them) that are
+    logs: named as one, or holding recurring records (record_log). 64 processes at most."""
+    out: dict[Path, float] = {}
+    for p in sorted(related, key=lambda p: p.pid)[:64]:
+        for fd, target in procfs.fd_entries(p.pid, proc_root) or []:
+            if not target.startswith("/") or target.startswith(("/dev/", "/proc/", "/sys/", "/run/")):
+                continue
+            path = Path(target)
+            if path in out or not procfs.fd_writable(p.pid, fd, proc_root) or not path.is_file():
+                continue
+            named = path.name.endswith(".log") or is_output_capture(path.name)
+            mtime = _mtime(target) if named or may_hold_records(path.name) else None
+            if mtime is not None and (named or record_log(path)):
+                out[path] = mtime
+    return out
 
 
 def _read_tail(path: Path, size: int = TAIL_BYTES) -> str:
@@ -993,6 +1051,9 @@ def discover(run_dir: Path, profile: str = "auto", *, proc_root: str = "/proc", 
     trial_dir = max(found.areal_log_dirs, key=lambda d: (found.areal_log_dirs[d], str(d)), default=None)
     if trial_dir is not None:
         logs.append(f"{_glob_rel(trial_dir, run_dir)}/*.log" if trial_dir != run_dir else "*.log")
+    probed = sorted(found.record_files, key=lambda p: (-found.record_files[p], str(p)))[:RECORD_PROBE_FILES]
+    found.recent_logs.update({p: found.record_files[p] for p in probed if record_log(p)})
+    found.recent_logs.update(_written_by(related, proc_root))
     others = [p for p in found.recent_logs if trial_dir is None or p.parent != trial_dir]
     others = sorted(others, key=lambda p: (-found.recent_logs[p], str(p)))[: MAX_LOGS - len(logs)]
     logs += sorted(_glob_rel(p, run_dir) for p in others)

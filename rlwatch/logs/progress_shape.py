@@ -35,6 +35,7 @@ __all__ = [
     "REDRAW_MAX_BYTES",
     "Reading",
     "ShapeSteps",
+    "holds_records",
     "read",
     "redraw_key",
     "speed",
@@ -337,7 +338,8 @@ _NAME_START = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz_")
 _NAME_MAX = 41
 _ALONE_AFTER = frozenset(".:/-")  # and a word's letters and digits (_name_before)
 _NAME_AFTER = re.compile(r"[ \t]{1,4}([A-Za-z_]{3,24})(?![\w/(:=])")
-_CLOCK = re.compile(r"\d{1,2}:\d{2}(?::\d{2})?|\d{4}-\d{2}-\d{2}|\d{8}-")
+# a time of day with its fraction (logging's `13:17:40,982`: the milliseconds advance too), a date
+_CLOCK = re.compile(r"\d{1,2}:\d{2}(?::\d{2}(?:[.,]\d{1,9})?)?|\d{4}-\d{2}-\d{2}|\d{8}-")
 _HEADER_SEPS = ("|", "\t", ",")
 _STEP_NAMES = frozenset(
     (
@@ -686,3 +688,17 @@ class ShapeSteps:
         if s.epoch is not None and s.name in _PER_EPOCH:
             return s.total * s.epochs if s.epochs else None
         return s.total
+
+
+def holds_records(text: str) -> bool:
+    """Whether ``text`` (a file's newest lines) is made of records with a counter: a template that recurs with a field
+    advancing, as the shape reader follows them (a CSV's rows, a JSON line per step, ``it 517 | …``). What decides
+    that a file of the run whose name says nothing (``metrics.csv``, ``progress.txt``, ``stdout``) is one of its
+    logs; prose, a config, a list of paths or a dataset's rows with no advancing field are not."""
+    steps = ShapeSteps()
+    lines = [line for line in text.splitlines() if line.strip()][-_PROBE_LINES:]
+    moved = sum(1 for line in lines if steps.feed(line))
+    return moved >= 2 and steps.step() is not None
+
+
+_PROBE_LINES = 200

@@ -1,0 +1,96 @@
+"""Issue 41, the run's own files whatever their names: a text file of the run directory whose lines are recurring
+records (`metrics.csv`, `progress.txt`, a JSON-lines `stdout`) is one of its logs; a dataset's rows, prose, a single
+number, a binary are not. Live, what the run's processes hold open for writing (their stdout) is followed, wherever it
+lies and whatever its name."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from rlwatch.discover.discovery import discover
+from rlwatch.discover.load import resolve_config
+from rlwatch.engine.engine import Engine
+from tests.simhost import wait_until
+
+
+def _write(path: Path, text: str | bytes) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if isinstance(text, bytes):
+        path.write_bytes(text)
+    else:
+        path.write_text(text)
+
+
+@pytest.fixture
+def no_procs(tmp_path: Path) -> str:
+    root = tmp_path.parent / f"{tmp_path.name}-proc"
+    root.mkdir()
+    return str(root)
+
+
+def _run(run: Path) -> None:
+    _write(run / "metrics.csv", "step,loss,lr\n" + "".join(f"{s},{1 - s / 100:.3f},0.0003\n" for s in range(1, 41)))
+    _write(run / "progress.txt", "".join(f"it {s:5d} | loss {1 - s / 100:.4f} | 0.14s/it\n" for s in range(1, 30)))
+    _write(run / "stdout", "".join(json.dumps({"upd": s, "reward": s / 10}) + "\n" for s in range(1, 20)))
+    # not logs: a dataset's rows (under data/), prose, a single number, a binary, a checkpoint
+    _write(run / "data" / "train.csv", "id,text,label\n" + "".join(f"{i},sample {i},{i % 2}\n" for i in range(500)))
+    _write(run / "README.txt", "This run fine-tunes a model.\nSee the config for its settings.\n")
+    _write(run / "latest_checkpointed_iteration.txt", "40\n")
+    _write(run / "weights", bytes(range(256)) * 64)
+    _write(run / "global_step_40" / "model.pt", b"\x80\x02" + b"\0" * 100)
+
+
+def test_record_files_of_the_run_are_its_logs(tmp_path: Path, no_procs: str) -> None:
+    run = tmp_path / "run"
+    _run(run)
+    logs = set(discover(run, proc_root=no_procs).training.logs)
+    assert {"metrics.csv", "progress.txt", "stdout"} <= logs, logs
+    assert not logs & {"data/train.csv", "README.txt", "latest_checkpointed_iteration.txt", "weights"}, logs
+
+
+def test_a_csv_of_the_run_gives_its_step_after_the_fact(tmp_path: Path) -> None:
+    run = tmp_path / "run"
+    run.mkdir()
+    _write(run / "metrics.csv", "step,loss,lr\n" + "".join(f"{s},{1 - s / 100:.3f},0.0003\n" for s in range(1, 41)))
+    an_hour_ago = time.time() - 3600
+    os.utime(run / "metrics.csv", (an_hour_ago, an_hour_ago))
+    cfg, _ = resolve_config(run, None)
+    engine = Engine(cfg, run)
+    engine.unseen_writer_wait_s = 0
+    try:
+        snap = engine.collect_once()
+    finally:
+        engine.stop()
+    assert snap.training is not None and snap.training.last_step == 40, snap.training
+
+
+_WRITER = """
+import sys, time
+for step in range(1, 100000):
+    print(f"round {step:5d} | loss {1 / step:.4f}", flush=True)
+    time.sleep(0.05)
+"""
+
+
+@pytest.mark.slow
+def test_the_stdout_a_live_process_writes_is_followed_wherever_it_lies(tmp_path: Path) -> None:
+    run = tmp_path / "run"
+    run.mkdir()
+    target = tmp_path / "elsewhere" / "job_output"
+    target.parent.mkdir()
+    with target.open("w") as out:
+        proc = subprocess.Popen([sys.executable, "-c", _WRITER], stdout=out, cwd=run)
+    try:
+        wait_until(lambda: target.read_text().count("\n") >= 5, timeout=30.0)
+        logs = discover(run).training.logs
+        assert str(target) in logs, logs
+    finally:
+        proc.kill()
+        proc.wait(timeout=30)
