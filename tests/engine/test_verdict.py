@@ -8,6 +8,8 @@ import json
 from dataclasses import replace
 from pathlib import Path
 
+import pytest
+
 from rlwatch.common.clock import FakeClock
 from rlwatch.common.state import (
     CheckpointInfo,
@@ -368,6 +370,22 @@ def test_torchruns_report_alone_says_what_to_do() -> None:
     s = decided(snap(failed, processes=(proc(11, "trainer", alive=False),), checkpoint=ckpt))
     assert s.verdict is not None and s.verdict.next_step is not None
     assert s.verdict.next_step.endswith("then resume from checkpoint-5 (step 5) (rlwatch act resume)."), s.verdict
+
+
+@pytest.mark.parametrize(
+    "code",
+    ["run_crashed", "checkpoint_wont_fit", "loss_scale_collapse", "watchdog_not_responding", "device_busy",
+     "kernel_oom_kill", "torchrun_failed", "crash_repeating", "restart_loop", "gpu_lost"],
+)  # fmt: skip
+def test_every_critical_headline_carries_a_remedy_the_banner_shows_and_a_next_step(code: str) -> None:
+    """A critical headline with no key, no command and no fix words left the banner's remedy empty (the nccl-timeout
+    abort, the server restart's 'The run crashed: …')."""
+    s = decided(snap(Finding(CRIT, code, "Something critical happened.", NOW), processes=(proc(11, "trainer"),)))
+    v = s.verdict
+    assert v is not None and v.finding == code
+    assert v.action or v.command or v.fix, v
+    assert "→" in compact_text(s.findings, (), 117).plain
+    assert to_json(s)["verdict"]["next_steps"], code
 
 
 def test_unknown_exits_3_never_0() -> None:

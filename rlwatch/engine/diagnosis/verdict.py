@@ -49,6 +49,10 @@ _NEXT = {
     "run_crashed": "Read the failure above and the lines before it; fix what it names, then resume from the last "
     "checkpoint (rlwatch act resume).",
     "run_stopped": "If it was not stopped on purpose, resume it from the last checkpoint (rlwatch act resume).",
+    "checkpoint_wont_fit": "Free space on the checkpoint volume or keep fewer checkpoints (save_total_limit) before "
+    "the next save fails and takes the run down.",
+    "loss_scale_collapse": "fp16 training has stopped learning: lower the learning rate, clip gradients or train in "
+    "bf16, and resume from a checkpoint saved before the collapse.",
 }
 # Next steps that end in starting the run again, said from what there is to start from (a checkpoint, the recover
 # info, or nothing: "start the run again", never a resume from a checkpoint that does not exist).
@@ -72,6 +76,11 @@ _FIX = {
     "hung": "read each rank's stack (t)",
     "nccl_timeout": "read each rank's stack (t)",
     "torchrun_failed": "fix the root cause, then resume",
+    "run_crashed": "fix what it names, then resume",
+    "checkpoint_wont_fit": "free space, or keep fewer checkpoints",
+    "loss_scale_collapse": "lower the learning rate, or train in bf16",
+    "watchdog_not_responding": "restart the watchdog",
+    "device_busy": "stop what holds the GPU",
 }
 _XID = "The GPU failed in hardware: drain this node (do not restart the run on it) and resume on another."
 SERVER_ALIVE = "The trainer still runs: restart the inference server (rlwatch act restart-server)."
@@ -179,7 +188,8 @@ def _remedy(f: Finding, s: Snapshot, ctx: Context, looping: str | None = None) -
     action, command = f.action, f.command
     fix = f.fix or _fix_words(f.code)
     gone = _trainer_gone(s, ctx)
-    step = _NEXT.get(f.code) or (_XID if f.code.startswith("xid_") and f.severity is Severity.CRITICAL else None)
+    hardware = f.code.startswith("xid_") or f.code in ("gpu_lost", "gpu_fault", "gpu_memory_fault")
+    step = _NEXT.get(f.code) or (_XID if hardware and f.severity is Severity.CRITICAL else None)
     if f.code in _NEXT_THEN:
         again = resume_text(s)
         step = f"{_NEXT_THEN[f.code]}; then {again}" + (f" ({_RESUMES})." if again.startswith("resume") else ".")
