@@ -171,6 +171,14 @@ def test_while_the_container_restarts_by_itself_no_finding_offers_a_resume() -> 
     s = _decided(_after_the_crash(CRASHED), ctx)
     assert _resumes(s) == [], _resumes(s)
     assert s.verdict is not None and "started again by itself" in (s.verdict.next_step or "")
+
+
+def test_while_the_container_restarts_by_itself_the_headline_still_says_what_to_do() -> None:
+    """The same 30 s: with the resume held, the server_down headline showed no remedy at all in the banner."""
+    ctx = Context(trainer_alive=False, starts={"container": (NOW - 900, NOW - 12)})
+    s = _decided(_after_the_crash(CRASHED), ctx)
+    assert s.verdict is not None and s.verdict.fix == "wait: it restarts by itself", s.verdict
+    assert "→ wait: it restarts by itself" in compact_text(s.findings, (), 117).plain
     # Its start banner read as a step (a one-shot report): a line at the start's own moment is no progress after it.
     tr = TrainingState(57, None, None, 1800.0, False, NOW - 12, NOW - 12)
     banner = _decided(_after_the_crash(CRASHED, training=tr), ctx)

@@ -82,6 +82,7 @@ _FIX = {
     "watchdog_not_responding": "restart the watchdog",
     "device_busy": "stop what holds the GPU",
 }
+_WAIT_FIX = "wait: it restarts by itself"  # restarts.restarting's words, short
 _XID = "The GPU failed in hardware: drain this node (do not restart the run on it) and resume on another."
 SERVER_ALIVE = "The trainer still runs: restart the inference server (rlwatch act restart-server)."
 SERVER_GONE = "The trainer is gone: resume the run (rlwatch act resume); its launcher brings its server back."
@@ -211,7 +212,12 @@ def _remedy(f: Finding, s: Snapshot, ctx: Context, looping: str | None = None) -
         action = None  # the trainer lives: a resume would be refused, and a key that fails is no remedy
     if looping is not None and f.code not in LOOPS:
         # One verdict while the run restarts by itself: no finding offers the resume the loop would swallow.
-        action = None if action == "resume" else action
+        if action == "resume":
+            action = None
+            if looping and not (command or fix):
+                # What to do instead, in the banner too: restart-loop's server_down led with no remedy at all for
+                # the 30 s between the first restart and the loop's name.
+                fix = _WAIT_FIX
         if step is not None and _RESUMES in step:
             step = looping or None
     if (action, command, fix) != (f.action, f.command, f.fix):
