@@ -133,6 +133,12 @@ def test_a_hang_says_where_the_ranks_stand_once() -> None:
     assert "Where each waits: rank 1 in fetch_batch_from_service" in alone.message
 
 
+def test_a_last_line_ending_in_dots_gets_no_fourth() -> None:
+    hung = RunState("hung", "no progress since 09:10; its last line: torchrun.log:55: waiting for workers...", NOW)
+    (found,) = health(_snap(run_state=hung), CTX)
+    assert "waiting for workers... Its stacks" in found.message, found.message
+
+
 def test_crashed_and_finished_stand_whatever_the_stacks_say() -> None:
     snap = _snap(_proc(0, _still(ALLREDUCE, NOW - 240)), _proc(1, _still(FETCH, NOW - 240)))
     crashed = RunState("crashed", "killed", NOW - 200)

@@ -380,7 +380,7 @@ def health(s: Snapshot, ctx: Context) -> Iterator[Finding]:
     if rs is None or rs.state == "progressing":
         return
     if rs.state == "crashed":
-        yield Finding(CRIT, "run_crashed", f"The run crashed: {rs.why}.", rs.since)
+        yield Finding(CRIT, "run_crashed", f"The run crashed: {_sentence(rs.why)}", rs.since)
     elif rs.state == "hung":
         st = s.stacks
         if "; where the ranks stand: " in rs.why:
@@ -391,17 +391,23 @@ def health(s: Snapshot, ctx: Context) -> Iterator[Finding]:
             where = f" Where each waits: {st.summary}." if st.summary else f" Its stacks could not be read: {st.error}."
         else:
             where = " Its stacks are read once the hang is declared (key t reads them now)."
-        yield Finding(CRIT, "hung", f"The run is hung: {rs.why}.{where}", rs.since)
+        yield Finding(CRIT, "hung", f"The run is hung: {_sentence(rs.why)}{where}", rs.since)
     elif rs.state == "stopped":
-        yield Finding(WARN, "run_stopped", f"The run stopped: {rs.why}.", rs.since)
+        yield Finding(WARN, "run_stopped", f"The run stopped: {_sentence(rs.why)}", rs.since)
     elif rs.state == "finished":
-        yield Finding(INFO, "run_finished", f"The run finished: {rs.why}.", rs.since)
+        yield Finding(INFO, "run_finished", f"The run finished: {_sentence(rs.why)}", rs.since)
     elif ctx.no_run is None:
         st = s.stacks
         where = ""
         if undated(s) and st is not None and st.summary and s.time - st.taken_at <= _STACKS_FRESH_S:
             where = f" Where each waits now: {st.summary}."
         yield Finding(INFO, "run_state_unknown", f"Whether the run progresses is unknown: {rs.why}.{where}", rs.since)
+
+
+def _sentence(why: str) -> str:
+    """``why`` as a sentence: a full stop added, unless it ends in one already (a last line quoted whole, "waiting
+    for rollout workers...", became "workers....")."""
+    return why if why.endswith((".", "…", "!", "?")) else why + "."
 
 
 _STACKS_FRESH_S = 30.0  # stacks read this recently say where the ranks stand "now"
