@@ -136,7 +136,7 @@ def test_restart_workers_frees_the_leak_and_stops_the_brake_streak(tmp_path: Pat
 
     done = act(sim.dir, "restart-workers", "--yes")
     assert done.returncode == 0, done.stdout + done.stderr
-    assert "2 worker(s) running again with fresh memory" in done.stdout
+    assert "2 workers running again with fresh memory" in done.stdout
 
     def trial_after_restart(path: Path, offset: int) -> bool:
         return re.search(rb"trial \d+ done in", path.read_bytes()[offset:]) is not None
@@ -283,7 +283,7 @@ def test_a_holder_is_stopped_by_pid_only_when_named_and_the_run_never(stray_dir:
     assert not running(stray_dir.stray) and other.poll() is None
     second = act(run_dir, "kill-zombies", "--yes")
     assert second.returncode == 1
-    assert "1 holder(s) rlwatch cannot classify were left alone" in second.stdout
+    assert "1 holder rlwatch cannot classify was left alone" in second.stdout
     assert f"pid {other.pid}: not part of the live run, but not orphaned" in second.stdout
     assert "--pid PID" in second.stdout and other.poll() is None
     named = act(run_dir, "kill-zombies", "--yes", "--pid", str(other.pid))

@@ -29,7 +29,7 @@ def test_kill_zombies_under_the_dashboards_engine_is_verified_on_the_host_and_th
         actions = Actions(engine)
         result = actions.execute(actions.prepare("kill-zombies"))
         assert result.ok, result.message
-        assert "1 stray GPU holder(s) gone; no stray process holds" in result.message
+        assert "1 stray GPU holder gone; no stray process holds" in result.message
         # The stray's row goes within a round or two, not at the next 30 s scan.
         wait_until(lambda: not engine.snapshot().zombies, 8)
     finally:

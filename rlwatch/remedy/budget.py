@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 
 from rlwatch.common.clock import Clock
+from rlwatch.common.words import plural
 from rlwatch.config.models import BudgetConfig
 
 
@@ -138,7 +139,7 @@ class RestartBudget:
             ready_at = t.last_restart + self.delay_for(t.in_a_row)
             if now < ready_at:
                 return Decision(
-                    BudgetVerdict.WAIT, f"backing off after {t.in_a_row} restart(s) in a row", ready_at - now
+                    BudgetVerdict.WAIT, f"backing off after {plural(t.in_a_row, 'restart')} in a row", ready_at - now
                 )
         return Decision(BudgetVerdict.ACT, "within budget")
 

@@ -410,7 +410,7 @@ def test_an_unknown_holder_named_with_pid_is_planned_and_stopped(procs: Procs, h
     actions = host.actions()
     unnamed = actions.prepare(KILL_ZOMBIES)
     assert unnamed.plan.refused is not None and not unnamed.stops
-    assert unnamed.plan.refused.startswith("no stray GPU holders; 1 holder(s) rlwatch cannot classify were left alone")
+    assert unnamed.plan.refused.startswith("no stray GPU holders; 1 holder rlwatch cannot classify was left alone")
     assert f"pid {other.pid}: not part of the live run, but not orphaned" in unnamed.plan.refused
     assert "rlwatch act kill-zombies --pid PID" in unnamed.plan.refused
     named = actions.prepare(KILL_ZOMBIES, pids=[other.pid])

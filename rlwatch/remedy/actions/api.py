@@ -20,6 +20,7 @@ from pathlib import Path
 
 from rlwatch.common.state import ActionPlan, ActionResult, GpuHolder, Snapshot
 from rlwatch.common.statefiles import StateDir, append_problem
+from rlwatch.common.words import plural
 from rlwatch.discover.load import resolve
 from rlwatch.engine.engine import Engine
 from rlwatch.remedy.actions.audit import AuditLog
@@ -288,7 +289,7 @@ class _Execution:
         ok = not self.problems
         message = f"{self.action}: done — {summary}" if ok else f"{self.action}: FAILED — {self.problems[0]}"
         if len(self.problems) > 1:
-            message += f" (and {len(self.problems) - 1} more problem(s) below)"
+            message += f" (and {plural(len(self.problems) - 1, 'more problem')} below)"
             self.details.extend(f"problem: {why}" for why in self.problems[1:])
         self.record("result", ok=ok, message=message, problems=self.problems)
         if self.owner.audit.error:
@@ -422,9 +423,11 @@ class _Execution:
         new = [h for h in left if not any(_same(h.pid, h.create_time, i) for i in planned)]
         if new:  # the planned ones that are left were reported when they could not be stopped
             pids = ", ".join(str(h.pid) for h in new)
-            self.problems.append(f"stray holder(s) not in this plan on {glob}: pid {pids}; plan again")
-        summary = f"{len(gone)} stray GPU holder(s) gone; " + (
-            f"no stray process holds {glob}" if not left else f"{len(left)} stray(s) left"
+            self.problems.append(
+                f"{plural(len(new), 'stray holder')} not in this plan on {glob}: pid {pids}; plan again"
+            )
+        summary = f"{plural(len(gone), 'stray GPU holder')} gone; " + (
+            f"no stray process holds {glob}" if not left else f"{plural(len(left), 'stray')} left"
         )
         return summary + self._memory_back(gone, t0)
 
@@ -479,7 +482,7 @@ class _Execution:
             parts.append(f"{launch.name} pid {ident.pid} RSS {_mb(rss)}" + (f" (was {_mb(old)})" if old else ""))
             if old and rss is not None and rss >= old:
                 self.problems.append(f"{launch.name}'s memory is not fresh: RSS {_mb(rss)}, was {_mb(old)}")
-        return f"{len(self.started)} worker(s) running again with fresh memory: " + ", ".join(parts)
+        return f"{plural(len(self.started), 'worker')} running again with fresh memory: " + ", ".join(parts)
 
     def verify_server(self) -> str:
         if not self.started:

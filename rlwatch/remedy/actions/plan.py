@@ -18,6 +18,7 @@ from pathlib import Path
 
 from rlwatch.common.redact import redact
 from rlwatch.common.state import ActionPlan, ActionTarget, GpuHolder, GpuState, ProcessInfo, Snapshot
+from rlwatch.common.words import plural
 from rlwatch.discover.load import resolve
 from rlwatch.engine.diagnosis.wording import human_bytes
 from rlwatch.engine.engine import Engine
@@ -423,7 +424,9 @@ class Planner:
                 why = "no stray GPU holders"
                 if unknown:
                     why += (
-                        f"; {len(unknown)} holder(s) rlwatch cannot classify were left alone ("
+                        f"; {plural(len(unknown), 'holder')} rlwatch cannot classify "
+                        + ("was" if len(unknown) == 1 else "were")
+                        + " left alone ("
                         + "; ".join(unknown[:3])
                         + "); to stop one, name it: rlwatch act kill-zombies --pid PID"
                     )
