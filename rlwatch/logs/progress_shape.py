@@ -9,7 +9,10 @@ a tqdm or Keras bar). This module reads one such line (:func:`read`) and follows
 - a counter *named* like a step (global_step, iteration, iter, step, update, batch: best first) wins over a bare
   fraction or a bar; an epoch's own number or fraction is never the step;
 - a counter that starts over while the epoch advances is a batch index within the epoch: the steps of the epochs
-  before are added (``(e - e0) * N + i`` where the line shows N), so the step is the global one;
+  before are added (``(e - e0) * N + i`` where the line shows N), so the step is the global one. Which a named
+  ``i/N`` beside a bare epoch number is, the lines decide, not its name: one that starts over when the epoch advances
+  (``epoch 2 batch 19/20``) counts within the epoch, one that never does (PaddleSeg's ``epoch: 1, iter: 20/500``)
+  stays global;
 - several ranks printing the same step are one step (an equal counter is a copy, a slightly smaller one a rank or a
   copied log lagging behind);
 - a template is progress only once it recurred with its counter advancing; a template whose counter starts over
@@ -54,6 +57,8 @@ CANDIDATE_LITERALS = (
     "Batch",  # MXNet's Epoch[e] Batch [i]
     "%|",  # tqdm bars: HF Trainer, Lightning, torchtune
     "Epoch",  # [e][i/N] pairs (mmcv, mmengine, torchvision), Keras's epoch lines, Epoch e | Iter i
+    "epoch ",  # a hand-written loop's `epoch 2 batch 19/20 loss …`: every record, so that its batch index is seen
+    # starting over as the epoch advances (read from a chunk's last lines only, it never is after the fact)
     "| loss", "loss, ",  # a counter leading its record: llama2.c, tinygrad
     # an RL loop's `Episode: N`, `episode 12`, `308 episodes`, `"episode": 3`, a federated loop's `Round N` (read by
     # their shape); never `episode` inside a name (`arun_episode`, `episode_reward`): a retried rollout's traceback
@@ -283,7 +288,8 @@ def _read(text: str) -> Reading | None:
         _, name, value, of = best
         if of is not None and epochs is not None and name in ("iter", "step", "batch", "it"):
             # YOLOX's `epoch: 36/300, iter: 1040/1849`: beside an epoch shown with its total, an i/N counts within
-            # the epoch (a run's own i/N beside a bare epoch number, PaddleSeg's `epoch: 1, iter: 20/500`, does not)
+            # the epoch (an i/N beside a bare epoch number is read as the run's own, PaddleSeg's `epoch: 1, iter:
+            # 20/500`, until its lines show it starting over as the epoch advances: ShapeSteps._advance)
             return Reading(_template(text, "fraction", of), "fraction", value, of, epoch, epochs, 1)
         if of is None and (tm := _TOTAL_KEY.search(text)) is not None and int(tm.group(1)) >= value:
             of = int(tm.group(1))
@@ -461,8 +467,8 @@ class _Series:
     """One template's counter over the lines: ``last`` as printed, ``step`` the global step it stands for."""
 
     __slots__ = (
-        "advances", "backs", "epoch", "epochs", "kind", "last", "low", "moves", "name", "offset", "order", "resets",
-        "since", "speed", "step", "total",
+        "advances", "backs", "epoch", "epochs", "kind", "last", "low", "moves", "name", "offset", "order", "per_epoch",
+        "resets", "since", "speed", "step", "total",
     )  # fmt: skip
 
     def __init__(self, r: Reading, epoch: int | None, time: float, kind: int = 0, order: int = 0) -> None:
@@ -479,6 +485,8 @@ class _Series:
         self.advances = 0
         self.backs = 0  # went back without starting over (a rank lagging, or a field that is no counter: a thread id)
         self.resets = 0  # starts over with no epoch advancing: an evaluation or generation loop's bar
+        # a named i/N that its lines showed starting over as the epoch advanced: it counts within the epoch
+        self.per_epoch = False
         self.speed = r.speed  # the latest speed its lines printed (steps per hour)
         self.since = (time, r.value)  # (time, step) of its first line, or of its start over: where a rate begins
 
@@ -588,7 +596,21 @@ class ShapeSteps:
             s.speed = r.speed
         advanced_epoch = epoch is not None and s.epoch is not None and epoch > s.epoch
         before = s.step
-        if g != r.value:  # a per-epoch counter placed by its epoch
+        if (
+            epoch is not None
+            and r.total
+            and r.total == s.total
+            and r.name not in _PER_EPOCH
+            and (s.per_epoch or (advanced_epoch and r.value <= s.last))
+        ):
+            # a named i/N beside a bare epoch number that starts over when the epoch advances (`epoch 2 batch 19/20`):
+            # a batch index within the epoch, whatever its name, placed by its epoch as a bar's i/N is
+            s.per_epoch = True
+            g = self._global(replace(r, name="fraction"), epoch, base)
+            if g <= s.step:
+                return False  # a copy, or a rank lagging behind
+            s.step, s.last = g, r.value
+        elif g != r.value:  # a per-epoch counter placed by its epoch
             if g <= s.step:
                 return False  # a copy, or a rank lagging behind
             s.step, s.last = g, r.value
@@ -635,12 +657,15 @@ class ShapeSteps:
 
     def source(self) -> str | None:
         """The field the run's step is read from (its name as the lines write it; "a bar", "a [e][i/N] pair", "a
-        counter leading each record", "an unnamed counter"), for the report to say which it read."""
+        counter leading each record", "an unnamed counter", "a `batch` counted within each epoch"), for the report to
+        say which it read."""
         s = self._primary
         if s is None:
             return None
         names = {"pair": "a [e][i/N] pair", "fraction": "a bar's i/N", "leading": "a counter leading each record"}
         name = s.name.lstrip("~")
+        if s.per_epoch:
+            return f"a `{name}` counted within each epoch"  # its lines showed it starting over as the epoch advanced
         return names.get(name, name or "an unnamed counter")
 
     def restarted(self) -> bool:
@@ -685,7 +710,7 @@ class ShapeSteps:
             )
         if s is None or s.total is None:
             return None
-        if s.epoch is not None and s.name in _PER_EPOCH:
+        if s.epoch is not None and (s.name in _PER_EPOCH or s.per_epoch):
             return s.total * s.epochs if s.epochs else None
         return s.total
 

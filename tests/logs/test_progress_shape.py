@@ -168,6 +168,77 @@ def test_a_bar_that_starts_over_and_over_is_not_the_steps() -> None:
     assert steps.step() is None
 
 
+# A named i/N beside a bare epoch number: what the lines show decides whether it counts within the epoch.
+def _per_epoch_batch(e: int, b: int) -> str:
+    return f"epoch {e} batch {b}/20 loss {2 - (e * 20 + b) / 100:.3f}"
+
+
+def _global_iter(e: int, b: int) -> str:  # PaddleSeg: the iter never starts over while the epoch advances
+    return f"[TRAIN] epoch: {e + 1}, iter: {e * 20 + b + 1}/500, loss: 0.5, lr: 0.01"
+
+
+_BESIDE_EPOCH = {"starts over each epoch": (_per_epoch_batch, 59, None), "never starts over": (_global_iter, 60, 500)}
+
+
+@pytest.mark.parametrize("name", list(_BESIDE_EPOCH))
+def test_an_i_of_n_beside_a_bare_epoch_is_read_by_what_its_lines_show(name: str) -> None:
+    line, step, total = _BESIDE_EPOCH[name]
+    steps = ShapeSteps()
+    for e in range(3):
+        for b in range(20):
+            steps.feed(line(e, b))
+    assert (steps.step(), steps.total()) == (step, total)
+    # before the epoch advanced the lines cannot tell the two apart: the counter and its total as shown
+    first = ShapeSteps()
+    for b in range(20):
+        first.feed(line(0, b))
+    assert (first.step(), first.total()) == ((19, 20) if total is None else (20, 500))
+    # the epochs' total shown: E x N
+    shown = ShapeSteps()
+    for e in range(3):
+        for b in range(20):
+            shown.feed(f"epoch {e + 1}/3 batch {b}/20 loss 0.5")
+    assert (shown.step(), shown.total()) == (59, 60)
+
+
+@pytest.mark.parametrize("name", list(_BESIDE_EPOCH))
+def test_an_i_of_n_beside_a_bare_epoch_live_and_after_the_fact(tmp_path: Path, name: str) -> None:
+    """3 epochs of 20 lines: followed live (appended a few lines at a time) and read after the fact (an hour old, as
+    ``rlwatch report`` reads it), the same step; a batch index that starts over is counted within its epoch."""
+    line, step, total = _BESIDE_EPOCH[name]
+    lines = [f"{line(e, b)}\n" for e in range(3) for b in range(20)]
+    live_run = tmp_path / "live"
+    live_run.mkdir()
+    log = live_run / "train.log"
+    log.write_bytes(b"")
+    cfg, _ = resolve_config(live_run, None, "auto")
+    engine = Engine(cfg, live_run, clock=FakeClock(start=time.time()))
+    try:
+        engine.drain_logs()
+        for at in range(0, len(lines), 3):
+            with log.open("a") as out:
+                out.write("".join(lines[at : at + 3]))
+            engine.drain_logs()
+        live = engine.build().training
+    finally:
+        engine.stop()
+    after_run = tmp_path / "after"
+    after_run.mkdir()
+    (after_run / "train.log").write_text("".join(lines))
+    an_hour_ago = time.time() - 3600
+    os.utime(after_run / "train.log", (an_hour_ago, an_hour_ago))
+    cfg, _ = resolve_config(after_run, None, "auto")
+    engine = Engine(cfg, after_run)
+    try:
+        after = engine.collect_once().training
+    finally:
+        engine.stop()
+    for tr in (live, after):
+        assert tr is not None and (tr.last_step, tr.total_steps) == (step, total), (name, tr)
+    if total is None:
+        assert after is not None and after.step_source == "a `batch` counted within each epoch"
+
+
 def test_a_run_logging_through_python_logging_is_hung_once_its_steps_stop(tmp_path: Path) -> None:
     """Issue 32's first run: two ranks log `step N/1000` through Python's logging every 1.2 s, then hang, rank 0
     printing a heartbeat every 10 s. The steps' own times give the cadence; the heartbeat is no step; with its
