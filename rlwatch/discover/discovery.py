@@ -20,7 +20,7 @@ import os
 import re
 import time
 from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import BinaryIO
@@ -479,15 +479,23 @@ def record_log(path: Path) -> bool:
 
 
 def _written_by(related: list[Proc], proc_root: str) -> dict[Path, float]:
-    """The regular files the run's processes hold open for writing (their stdout and stderr among them) that are
-    logs: named as one, or holding recurring records (record_log). 64 processes at most."""
+    """The regular files the run's processes hold open for writing that are logs (:func:`written_logs`)."""
+    return written_logs([p.pid for p in related], proc_root)
+
+
+def written_logs(pids: Iterable[int], proc_root: str = "/proc", *, known: Collection[str] = ()) -> dict[Path, float]:
+    """The regular files processes ``pids`` hold open for writing (their stdout and stderr among them) that are logs:
+    named as one, or holding recurring records (record_log); 64 processes at most. ``known``: paths already
+    followed, neither probed nor returned again. Discovery asks it once; a watching engine asks it for the live run's
+    processes as they come, since a run's logs are often created after rlwatch started (a watchdog started with the
+    container sees the launcher's redirect, not the ranks' train.log)."""
     out: dict[Path, float] = {}
-    for p in sorted(related, key=lambda p: p.pid)[:64]:
-        for fd, target in procfs.fd_entries(p.pid, proc_root) or []:
+    for pid in sorted(pids)[:64]:
+        for fd, target in procfs.fd_entries(pid, proc_root) or []:
             if not target.startswith("/") or target.startswith(("/dev/", "/proc/", "/sys/", "/run/")):
                 continue
             path = Path(target)
-            if path in out or not procfs.fd_writable(p.pid, fd, proc_root) or not path.is_file():
+            if target in known or path in out or not procfs.fd_writable(pid, fd, proc_root) or not path.is_file():
                 continue
             named = path.name.endswith(".log") or is_output_capture(path.name)
             mtime = _mtime(target) if named or may_hold_records(path.name) else None

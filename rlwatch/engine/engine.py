@@ -48,6 +48,7 @@ from rlwatch.common.state import (
 )
 from rlwatch.common.trust import open_read
 from rlwatch.config.models import Config
+from rlwatch.discover.discovery import written_logs
 from rlwatch.discover.knobs import read_knobs
 from rlwatch.discover.load import missing_paths, resolve
 from rlwatch.engine.attempts import AttemptTracker, busy_after
@@ -795,8 +796,21 @@ class Engine:
             former=self.attempts.former_parents(),
             rules_named=self._rules_named,
         )
+        self._follow_what_it_writes(view)
         self._looked_at = now = self.clock.time()
         return self.attempts.observe(view, now)
+
+    def _follow_what_it_writes(self, view: RunView) -> None:
+        """Follow the logs the live run's processes hold open for writing, as they appear: a run's logs are often
+        created after rlwatch started (a watchdog started with the container, or beside the launcher, saw only the
+        launcher's redirect, and the ranks' train.log was never read). Only the run's own processes count, by
+        evidence (not those that only stand in its directory), and only files that are logs by name or by their
+        lines (discover.discovery.written_logs)."""
+        core = [pid for pid in view.members if pid not in view.weak]
+        if not core or self._untrusted:
+            return
+        for path in written_logs(core, self._proc_root, known=self.tailer.files):
+            self.tailer.follow(str(path))
 
     def _gone_since(self, view: RunView) -> dict[int, str]:
         """The run's processes this engine saw (at this look or an earlier one) that are gone now (pid → their
