@@ -6,6 +6,7 @@ import ipaddress
 import os
 import signal
 import socket
+import subprocess
 from collections.abc import Iterator
 from typing import Any
 
@@ -52,3 +53,17 @@ def _no_network_beyond_loopback() -> Iterator[None]:
     socket.socket.connect = _loopback_only  # type: ignore[method-assign, assignment]
     yield
     socket.socket.connect = _real_connect  # type: ignore[method-assign]
+
+
+@pytest.fixture
+def started() -> Iterator[list[subprocess.Popen[bytes]]]:
+    """Processes a test started, each in a session of its own: their whole groups are killed at its end (only what
+    the test started is ever signalled). A module that needs another kind of list defines its own."""
+    procs: list[subprocess.Popen[bytes]] = []
+    yield procs
+    for p in procs:
+        try:
+            os.killpg(p.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        p.wait(timeout=30)

@@ -188,3 +188,38 @@ def run_report(run_dir: Path, timeout: float = 60) -> tuple[int, dict[str, Any]]
 
 def report(run_dir: Path) -> dict[str, Any]:
     return run_report(run_dir)[1]
+
+
+class StartedProcesses:
+    """The processes a test started, by (pid, start time): only those are ever signalled, and a pid reused by another
+    process since is left alone."""
+
+    def __init__(self) -> None:
+        self.idents: list[tuple[int, float]] = []
+
+    def add(self, pid: int) -> int:
+        self.idents.append((pid, psutil.Process(pid).create_time()))
+        return pid
+
+    def signal(self, pid: int, sig: int) -> None:
+        created = next(c for p, c in self.idents if p == pid)
+        proc = psutil.Process(pid)
+        assert proc.create_time() == created
+        proc.send_signal(sig)
+
+    def kill(self, pid: int) -> None:
+        """SIGKILL one of them and reap it (a child of the test) or wait for it to go."""
+        self.signal(pid, signal.SIGKILL)
+        try:
+            psutil.Process(pid).wait(10)
+        except psutil.NoSuchProcess:
+            pass
+
+    def kill_all(self) -> None:
+        for pid, created in self.idents:
+            try:
+                proc = psutil.Process(pid)
+                if proc.create_time() == created:
+                    proc.kill()
+            except psutil.Error:
+                pass

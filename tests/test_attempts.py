@@ -32,7 +32,7 @@ from rlwatch.export.report import to_json
 from rlwatch.remedy.actions.api import Actions
 from rlwatch.remedy.actions.plan import KILL_ZOMBIES
 from rlwatch.sources.gpu import NoGpuBackend
-from tests.simhost import wait_until
+from tests.simhost import StartedProcesses, wait_until
 
 pytestmark = pytest.mark.slow
 
@@ -66,34 +66,9 @@ while True:
 CONFIG = "profile: generic\ngpu: {backend: none}\ntraining: {logs: [train.log]}\nthresholds: {hang_floor_s: 1.5}\n"
 
 
-class Started:
-    """What this test started, by (pid, start time): only those are ever signalled."""
-
-    def __init__(self) -> None:
-        self.idents: list[tuple[int, float]] = []
-
-    def add(self, pid: int) -> None:
-        self.idents.append((pid, psutil.Process(pid).create_time()))
-
-    def signal(self, pid: int, sig: int) -> None:
-        created = next(c for p, c in self.idents if p == pid)
-        proc = psutil.Process(pid)
-        assert proc.create_time() == created
-        proc.send_signal(sig)
-
-    def kill_all(self) -> None:
-        for pid, created in self.idents:
-            try:
-                proc = psutil.Process(pid)
-                if proc.create_time() == created:
-                    proc.kill()
-            except psutil.Error:
-                pass
-
-
 @pytest.fixture
-def started() -> Iterator[Started]:
-    s = Started()
+def started() -> Iterator[StartedProcesses]:
+    s = StartedProcesses()
     yield s
     s.kill_all()
 
@@ -119,7 +94,7 @@ def _finding(s: Snapshot, code: str) -> str | None:
 
 
 def test_an_orphaned_earlier_attempt_beside_a_new_run_is_named_apart_with_its_command(
-    tmp_path: Path, started: Started
+    tmp_path: Path, started: StartedProcesses
 ) -> None:
     run = _run_dir(tmp_path)
     launcher = subprocess.Popen(
@@ -213,7 +188,7 @@ def _report(run: Path) -> dict[str, Any]:
 
 
 def test_a_sigkilled_trainer_is_stopped_at_once_and_rlwatch_or_a_shell_in_its_directory_is_not_the_run(
-    tmp_path: Path, started: Started
+    tmp_path: Path, started: StartedProcesses
 ) -> None:
     run = tmp_path / "run"
     run.mkdir()
@@ -274,7 +249,7 @@ while True:
 
 
 def test_a_log_still_being_written_with_no_process_seen_is_unknown_never_progressing_nor_stopped(
-    tmp_path: Path, started: Started
+    tmp_path: Path, started: StartedProcesses
 ) -> None:
     run = tmp_path / "run"
     run.mkdir()
@@ -315,7 +290,7 @@ time.sleep(600)
 
 
 def test_kill_zombies_leaves_an_earlier_attempt_that_writes_alone_and_stops_it_when_named(
-    tmp_path: Path, started: Started
+    tmp_path: Path, started: StartedProcesses
 ) -> None:
     run = tmp_path / "run"
     run.mkdir()

@@ -24,7 +24,7 @@ from typing import Any
 import psutil
 import pytest
 
-from tests.simhost import wait_until
+from tests.simhost import StartedProcesses, wait_until
 
 pytestmark = pytest.mark.gpu
 
@@ -86,28 +86,9 @@ def _env(**extra: str) -> dict[str, str]:
     return {**os.environ, "PYTHONPATH": root + os.pathsep + os.environ.get("PYTHONPATH", ""), **extra}
 
 
-class Started:
-    """The processes this test started, by (pid, start time): only those are signalled, whatever happens."""
-
-    def __init__(self) -> None:
-        self.idents: list[tuple[int, float]] = []
-
-    def add(self, pid: int) -> None:
-        self.idents.append((pid, psutil.Process(pid).create_time()))
-
-    def kill_all(self) -> None:
-        for pid, created in self.idents:
-            try:
-                proc = psutil.Process(pid)
-                if proc.create_time() == created:
-                    proc.kill()
-            except psutil.Error:
-                pass
-
-
 @pytest.fixture
-def started() -> Iterator[Started]:
-    s = Started()
+def started() -> Iterator[StartedProcesses]:
+    s = StartedProcesses()
     yield s
     s.kill_all()
 
@@ -117,7 +98,9 @@ def _records(out: Path) -> list[dict[str, Any]]:
 
 
 @pytest.mark.timeout(600)
-def test_torchrun_ranks_orphaned_beside_a_new_run_are_named_before_it_fails(tmp_path: Path, started: Started) -> None:
+def test_torchrun_ranks_orphaned_beside_a_new_run_are_named_before_it_fails(
+    tmp_path: Path, started: StartedProcesses
+) -> None:
     run = tmp_path / "run"
     run.mkdir()
     (run / "rlwatch.yaml").write_text("profile: generic\ntraining: {logs: [train.log]}\n")

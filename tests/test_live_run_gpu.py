@@ -24,7 +24,7 @@ from typing import Any
 import psutil
 import pytest
 
-from tests.simhost import wait_until
+from tests.simhost import StartedProcesses, wait_until
 
 pytestmark = pytest.mark.gpu
 
@@ -84,33 +84,14 @@ def _env() -> dict[str, str]:
     return {**os.environ, "PYTHONPATH": root + os.pathsep + os.environ.get("PYTHONPATH", "")}
 
 
-class Started:
-    """The processes this test started, by (pid, start time), killed at the end whatever happened."""
-
-    def __init__(self) -> None:
-        self.idents: list[tuple[int, float]] = []
-
-    def add(self, pid: int) -> None:
-        self.idents.append((pid, psutil.Process(pid).create_time()))
-
-    def kill_all(self) -> None:
-        for pid, created in self.idents:
-            try:
-                proc = psutil.Process(pid)
-                if proc.create_time() == created:
-                    proc.kill()
-            except psutil.Error:
-                pass
-
-
 @pytest.fixture
-def started() -> Iterator[Started]:
-    s = Started()
+def started() -> Iterator[StartedProcesses]:
+    s = StartedProcesses()
     yield s
     s.kill_all()
 
 
-def leftover(tmp_path: Path, started: Started, mib: int = 2816) -> int:
+def leftover(tmp_path: Path, started: StartedProcesses, mib: int = 2816) -> int:
     pidfile = tmp_path / "leftover.pid"
     subprocess.run([sys.executable, "-c", LEFTOVER, str(mib), str(pidfile)], cwd=tmp_path, check=True, timeout=60)
     pid = int(wait_until(lambda: pidfile.exists() and pidfile.read_text(), timeout=60))
@@ -126,7 +107,7 @@ def report(run_dir: Path, *prefix: str) -> dict[str, Any]:
     return dict(json.loads(out.stdout))
 
 
-def test_kill_zombies_stops_the_orphan_and_never_the_live_run(tmp_path: Path, started: Started) -> None:
+def test_kill_zombies_stops_the_orphan_and_never_the_live_run(tmp_path: Path, started: StartedProcesses) -> None:
     run_dir = tmp_path / "run"
     run_dir.mkdir()
     orphan = leftover(tmp_path, started)
@@ -171,7 +152,7 @@ def test_kill_zombies_stops_the_orphan_and_never_the_live_run(tmp_path: Path, st
 
 
 @pytest.mark.skipif(shutil.which("unshare") is None, reason="needs unshare(1) for a PID namespace")
-def test_memory_held_outside_the_namespace_is_reported_not_killed(tmp_path: Path, started: Started) -> None:
+def test_memory_held_outside_the_namespace_is_reported_not_killed(tmp_path: Path, started: StartedProcesses) -> None:
     run_dir = tmp_path / "run"
     run_dir.mkdir()
     orphan = leftover(tmp_path, started, mib=6 * 1024)

@@ -56,7 +56,7 @@ from rlwatch.sources.launches import LaunchBook
 from rlwatch.sources.membership import assess
 from rlwatch.sources.ray import RaySource, find_cluster
 from tests.simhost import wait_until
-from tests.unprivileged import Runtime
+from tests.unprivileged import Runtime, shared_dir
 
 try:
     NOBODY, NOGROUP = pwd.getpwnam("nobody").pw_uid, pwd.getpwnam("nobody").pw_gid
@@ -71,8 +71,7 @@ TOKEN = "0c1dfe3a22b94a0e9b7d4e1f9a6c5b4d"  # a token as Ray makes one (uuid4().
 @pytest.fixture
 def run() -> Iterator[Path]:
     """Root's run directory, 0755 like most, where ``nobody`` can enter but not write."""
-    d = Path(tempfile.mkdtemp(prefix="rlwatch-other-users-", dir="/tmp"))
-    os.chmod(d, 0o755)
+    d = shared_dir("rlwatch-other-users-")
     yield d
     shutil.rmtree(d, ignore_errors=True)
 
@@ -80,21 +79,9 @@ def run() -> Iterator[Path]:
 @pytest.fixture
 def theirs() -> Iterator[Path]:
     """``nobody``'s own 0755 directory."""
-    d = Path(tempfile.mkdtemp(prefix="rlwatch-nobody-", dir="/tmp"))
-    os.chmod(d, 0o755)
-    os.chown(d, NOBODY, NOGROUP)
+    d = shared_dir("rlwatch-nobody-", owner=NOBODY)
     yield d
     shutil.rmtree(d, ignore_errors=True)
-
-
-@pytest.fixture
-def started() -> Iterator[list[subprocess.Popen[bytes]]]:
-    procs: list[subprocess.Popen[bytes]] = []
-    yield procs
-    for p in procs:
-        if p.poll() is None:
-            os.killpg(p.pid, signal.SIGKILL)
-        p.wait(timeout=10)
 
 
 def _as_nobody(started: list[subprocess.Popen[bytes]], argv: list[str], cwd: Path, **env: str) -> int:

@@ -22,7 +22,6 @@ import signal
 import socket
 import subprocess
 import sys
-import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -35,6 +34,7 @@ from rlwatch.engine.engine import Engine
 from rlwatch.remedy.actions.api import Actions
 from rlwatch.remedy.actions.plan import KILL_ZOMBIES, RESTART_SERVER
 from tests.simhost import wait_until, younger_from_now_on
+from tests.unprivileged import shared_dir
 
 try:
     NOBODY, NOGROUP = pwd.getpwnam("nobody").pw_uid, pwd.getpwnam("nobody").pw_gid
@@ -61,8 +61,7 @@ time.sleep(300)
 @pytest.fixture
 def run() -> Iterator[Path]:
     """Root's run directory, 0755 like most, where ``nobody`` can enter but not write."""
-    d = Path(tempfile.mkdtemp(prefix="rlwatch-other-actions-", dir="/tmp"))
-    os.chmod(d, 0o755)
+    d = shared_dir("rlwatch-other-actions-")
     yield d
     shutil.rmtree(d, ignore_errors=True)
 

@@ -19,7 +19,6 @@ import re
 import shutil
 import signal
 import subprocess
-import tempfile
 import textwrap
 from collections.abc import Iterator
 from pathlib import Path
@@ -28,7 +27,7 @@ import pytest
 
 from rlwatch.discover.privsep import controller
 from tests.simhost import wait_until
-from tests.unprivileged import CAN_DROP_PRIVILEGES, NOBODY, PYTHON, Runtime, separation_problem
+from tests.unprivileged import CAN_DROP_PRIVILEGES, NOBODY, PYTHON, Runtime, separation_problem, shared_dir
 
 pytestmark = [
     pytest.mark.slow,
@@ -41,8 +40,7 @@ SECRET = "ROOT_ONLY_SECRET_CONTENT_7f3a"
 @pytest.fixture
 def base() -> Iterator[Path]:
     """A directory under /tmp (0755): pytest's own temporary tree is private to root, and nobody could not enter it."""
-    d = Path(tempfile.mkdtemp(prefix="rlwatch-privsep-", dir="/tmp"))
-    d.chmod(0o755)
+    d = shared_dir("rlwatch-privsep-")
     yield d
     shutil.rmtree(d, ignore_errors=True)
 

@@ -24,11 +24,9 @@ import os
 import pwd
 import re
 import shutil
-import signal
 import stat
 import subprocess
 import sys
-import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -49,6 +47,7 @@ from rlwatch.sources.launches import LaunchBook
 from rlwatch.sources.processes import LaunchRecord
 from rlwatch.sources.watchdog_state import write_json
 from tests.simhost import wait_until
+from tests.unprivileged import shared_dir
 
 try:
     NOBODY, NOGROUP = pwd.getpwnam("nobody").pw_uid, pwd.getpwnam("nobody").pw_gid
@@ -61,18 +60,10 @@ THIRD = 54321  # a uid no account has: a third user
 PRECIOUS = "OTHER ROOT RUN LOG (must not change)\n"
 
 
-def _tmpdir(prefix: str, mode: int, owner: int = 0) -> Path:
-    d = Path(tempfile.mkdtemp(prefix=prefix, dir="/tmp"))
-    os.chmod(d, mode)
-    if owner:
-        os.chown(d, owner, NOGROUP)
-    return d
-
-
 @pytest.fixture
 def roots() -> Iterator[Path]:
     """A directory of root's runs, 0755 like most, where ``nobody`` can look but not write."""
-    d = _tmpdir("rlwatch-root-", 0o755)
+    d = shared_dir("rlwatch-root-")
     yield d
     shutil.rmtree(d, ignore_errors=True)
 
@@ -80,19 +71,9 @@ def roots() -> Iterator[Path]:
 @pytest.fixture
 def theirs() -> Iterator[Path]:
     """``nobody``'s own 0755 directory."""
-    d = _tmpdir("rlwatch-nobody-", 0o755, NOBODY)
+    d = shared_dir("rlwatch-nobody-", owner=NOBODY)
     yield d
     shutil.rmtree(d, ignore_errors=True)
-
-
-@pytest.fixture
-def started() -> Iterator[list[subprocess.Popen[bytes]]]:
-    procs: list[subprocess.Popen[bytes]] = []
-    yield procs
-    for p in procs:
-        if p.poll() is None:
-            os.killpg(p.pid, signal.SIGKILL)
-        p.wait(timeout=10)
 
 
 def as_nobody(script: str, cwd: Path) -> None:

@@ -11,11 +11,9 @@ from __future__ import annotations
 import json
 import os
 import pwd
-import signal
 import subprocess
 import sys
 import uuid
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -37,18 +35,6 @@ WORKER = (
     "import sys, time; log = open(sys.argv[2] if len(sys.argv) > 2 else 'worker.log', 'a'); "
     "print('up', file=log, flush=True); time.sleep(300)"
 )
-
-
-@pytest.fixture
-def started() -> Iterator[list[subprocess.Popen[bytes]]]:
-    procs: list[subprocess.Popen[bytes]] = []
-    yield procs
-    for p in procs:
-        try:
-            os.killpg(p.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-        p.wait(timeout=30)
 
 
 def _worker(

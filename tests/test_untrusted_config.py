@@ -16,10 +16,8 @@ import json
 import os
 import pwd
 import shutil
-import signal
 import subprocess
 import sys
-import tempfile
 import time
 import uuid
 from collections.abc import Iterator
@@ -36,6 +34,7 @@ from rlwatch.discover.load import resolve_config
 from rlwatch.logs.events import NATIVE, EventCounter, build_kinds
 from tests.logs.chunking import whole_line_chunks
 from tests.simhost import wait_until
+from tests.unprivileged import shared_dir
 
 try:
     NOBODY, NOGROUP = pwd.getpwnam("nobody").pw_uid, pwd.getpwnam("nobody").pw_gid
@@ -171,8 +170,7 @@ def theirs() -> Iterator[Path]:
     """Root's 0755 run directory, where ``nobody``'s rlwatch.yaml lies (given to it with chown, as a shared directory
     or a copied file leaves it): a run directory ``nobody`` owns is worked on as ``nobody`` (issue 40, item 1), and
     what is left for this rule is a file root reads in a directory of its own."""
-    d = Path(tempfile.mkdtemp(prefix="rlwatch-untrusted-", dir="/tmp"))
-    os.chmod(d, 0o755)
+    d = shared_dir("rlwatch-untrusted-")
     yield d
     shutil.rmtree(d, ignore_errors=True)
 
@@ -180,8 +178,7 @@ def theirs() -> Iterator[Path]:
 @pytest.fixture
 def rootonly() -> Iterator[Path]:
     """Root's private directory (0700), outside every run directory."""
-    d = Path(tempfile.mkdtemp(prefix="rlwatch-rootonly-", dir="/tmp"))
-    os.chmod(d, 0o700)
+    d = shared_dir("rlwatch-rootonly-", 0o700)
     yield d
     shutil.rmtree(d, ignore_errors=True)
 
@@ -383,16 +380,6 @@ def test_n10_an_untrusted_files_expressions_cannot_hang_the_report(theirs: Path)
     assert "rlwatch.yaml:10: events.custom[1].pattern: RE2 cannot run it (invalid escape sequence: \\1): ignored" in (
         _config_source(report)
     )
-
-
-@pytest.fixture
-def started() -> Iterator[list[subprocess.Popen[bytes]]]:
-    procs: list[subprocess.Popen[bytes]] = []
-    yield procs
-    for p in procs:
-        if p.poll() is None:
-            os.killpg(p.pid, signal.SIGKILL)
-        p.wait(timeout=10)
 
 
 def _sleeper(

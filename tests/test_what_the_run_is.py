@@ -13,7 +13,6 @@ Only the processes the tests started are signalled, by pid and start time; waits
 from __future__ import annotations
 
 import json
-import signal
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -25,7 +24,7 @@ import pytest
 from rlwatch.discover.discovery import SeveralRuns, discover
 from rlwatch.sources.membership import assess
 from tests.faults.conftest import run_cli
-from tests.simhost import Sim, wait_until
+from tests.simhost import Sim, StartedProcesses, wait_until
 
 pytestmark = pytest.mark.slow
 
@@ -39,36 +38,9 @@ for e in range(10**6):
 """
 
 
-class Mine:
-    """Processes this test started, by (pid, start time): only those are signalled."""
-
-    def __init__(self) -> None:
-        self.idents: list[tuple[int, float]] = []
-
-    def add(self, pid: int) -> int:
-        self.idents.append((pid, psutil.Process(pid).create_time()))
-        return pid
-
-    def kill(self, pid: int) -> None:
-        created = next(c for p, c in self.idents if p == pid)
-        proc = psutil.Process(pid)
-        if proc.create_time() == created:
-            proc.send_signal(signal.SIGKILL)
-            proc.wait(10)
-
-    def kill_all(self) -> None:
-        for pid, created in self.idents:
-            try:
-                proc = psutil.Process(pid)
-                if proc.create_time() == created:
-                    proc.kill()
-            except psutil.Error:
-                pass
-
-
 @pytest.fixture
-def mine() -> Iterator[Mine]:
-    m = Mine()
+def mine() -> Iterator[StartedProcesses]:
+    m = StartedProcesses()
     yield m
     m.kill_all()
 
@@ -87,7 +59,7 @@ def _writes(pid: int, log: Path) -> bool:
         return False
 
 
-def test_two_runs_started_from_one_shell_line_are_two_runs(tmp_path: Path, mine: Mine) -> None:
+def test_two_runs_started_from_one_shell_line_are_two_runs(tmp_path: Path, mine: StartedProcesses) -> None:
     parent = tmp_path / "MY"
     a, b = parent / "runA", parent / "runB"
     for d in (a, b):
@@ -132,7 +104,7 @@ time.sleep(300)
 """
 
 
-def test_a_viewers_parent_and_what_else_it_runs_are_not_the_run(tmp_path: Path, mine: Mine) -> None:
+def test_a_viewers_parent_and_what_else_it_runs_are_not_the_run(tmp_path: Path, mine: StartedProcesses) -> None:
     """A `tail -f` started by a process (a pytest worker, an editor, a script) that also runs other things elsewhere:
     the viewer is weak evidence alone, and neither its parent nor that parent's other children come with it."""
     run, elsewhere = tmp_path / "run", tmp_path / "other"

@@ -40,6 +40,16 @@ NOBODY = _nobody()
 CAN_DROP_PRIVILEGES = os.geteuid() == 0 and shutil.which("setpriv") is not None and NOBODY is not None
 
 
+def shared_dir(prefix: str, mode: int = 0o755, owner: int | None = None) -> Path:
+    """A fresh directory under /tmp with ``mode`` (and ``owner``, with nobody's group): pytest's own temporary tree is
+    private to root, so a second user could neither enter it nor own a directory there. The caller removes it."""
+    d = Path(tempfile.mkdtemp(prefix=prefix, dir="/tmp"))
+    os.chmod(d, mode)
+    if owner is not None:
+        os.chown(d, owner, NOBODY.pw_gid if NOBODY is not None else -1)
+    return d
+
+
 def as_nobody(*argv: str) -> list[str]:
     """``argv`` run as the unprivileged user ``nobody`` (needs :data:`CAN_DROP_PRIVILEGES`)."""
     assert NOBODY is not None

@@ -1,4 +1,5 @@
-"""Root works on another user's run as that user: the drop of root's rights, and the one helper that keeps them.
+"""Root works on another user's run as that user: the command in a child that dropped root's rights, the parent
+keeping them for the host-wide readings only.
 
 rlwatch is often run as root on pods where several people train. A run directory that another user owns (or that
 another user could swap, through a directory of theirs above it) is theirs to fill: its logs, its ``rlwatch.yaml``,
