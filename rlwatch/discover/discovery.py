@@ -18,6 +18,7 @@ import glob
 import itertools
 import os
 import re
+import threading
 import time
 from collections import deque
 from collections.abc import Callable, Collection, Iterable, Sequence
@@ -460,10 +461,27 @@ def may_hold_records(name: str) -> bool:
     return not name.startswith(".") and ("." not in name or name.endswith(RECORD_SUFFIXES))
 
 
+# What record_log found in files that hold no records, by (device, inode): binary (a NUL byte) or text, with the size
+# and modification time it had. A binary file does not become a log, so it is not read again while it does not shrink
+# (a smaller file at that inode is a new file: inodes are reused); a text file is read again once it changed. A
+# watching engine asks written_logs at every look at the run, and a rank holding a binary file open for writing (a
+# checkpoint being saved, a memory-mapped cache) cost a 16 KiB read at each of them. Bounded: the oldest judgements
+# are dropped first.
+_NOT_RECORDS: dict[tuple[int, int], tuple[bool, int, int]] = {}
+_NOT_RECORDS_MAX = 4096
+_NOT_RECORDS_LOCK = threading.Lock()  # the engine's loops may ask at once
+
+
 def record_log(path: Path) -> bool:
     """Whether the file at ``path`` holds recurring records (its last RECORD_PROBE_BYTES, text only)."""
     try:
         with open_read(path) as fh:
+            st = os.fstat(fh.fileno())
+            key = (st.st_dev, st.st_ino)
+            with _NOT_RECORDS_LOCK:
+                judged = _NOT_RECORDS.get(key)
+            if _still_no_records(judged, st.st_size, st.st_mtime_ns):
+                return False
             fh.seek(0, os.SEEK_END)
             end = fh.tell()
             fh.seek(max(0, end - RECORD_PROBE_BYTES))
@@ -471,11 +489,33 @@ def record_log(path: Path) -> bool:
     except (OSError, ValueError):
         return False
     if not data or b"\0" in data:
+        _judged(key, (bool(data), st.st_size, st.st_mtime_ns))
         return False
     text = data.decode("utf-8", "replace")
     if end > RECORD_PROBE_BYTES:
         text = text.partition("\n")[2]  # the first line read may be cut
-    return holds_records(text)
+    if holds_records(text):
+        with _NOT_RECORDS_LOCK:
+            _NOT_RECORDS.pop(key, None)
+        return True
+    _judged(key, (False, st.st_size, st.st_mtime_ns))
+    return False
+
+
+def _still_no_records(judged: tuple[bool, int, int] | None, size: int, mtime_ns: int) -> bool:
+    if judged is None:
+        return False
+    binary, was_size, was_mtime = judged
+    return size >= was_size if binary else (size, mtime_ns) == (was_size, was_mtime)
+
+
+def _judged(key: tuple[int, int], judged: tuple[bool, int, int]) -> None:
+    """Remember that the file ``key`` held no records (binary, size, modification time)."""
+    with _NOT_RECORDS_LOCK:
+        _NOT_RECORDS.pop(key, None)
+        _NOT_RECORDS[key] = judged
+        while len(_NOT_RECORDS) > _NOT_RECORDS_MAX:
+            del _NOT_RECORDS[next(iter(_NOT_RECORDS))]
 
 
 def _written_by(related: list[Proc], proc_root: str) -> dict[Path, float]:

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from rlwatch.discover.discovery import discover
+from rlwatch.discover.discovery import discover, record_log
 from rlwatch.discover.load import resolve_config
 from rlwatch.engine.engine import Engine
 from tests.simhost import wait_until
@@ -94,3 +94,34 @@ def test_the_stdout_a_live_process_writes_is_followed_wherever_it_lies(tmp_path:
     finally:
         proc.kill()
         proc.wait(timeout=30)
+
+
+def _records(n: int) -> str:
+    return "".join(f"it {s:5d} | loss {1 - s / 100:.4f}\n" for s in range(1, n + 1))
+
+
+def test_a_file_without_records_is_not_read_again_until_it_changes(tmp_path: Path) -> None:
+    """The engine asks at every look which files the run writes; a text file judged to hold no records is read again
+    only once it changed (its bytes replaced under the same size and time are not seen: it was not read)."""
+    path = tmp_path / "notes"
+    path.write_text("This run fine-tunes a model.\n" * 4)
+    assert not record_log(path)
+    stat = path.stat()
+    path.write_text(_records(4)[: stat.st_size].ljust(stat.st_size, "\n"))
+    os.utime(path, ns=(stat.st_atime_ns, stat.st_mtime_ns))
+    assert not record_log(path), "read again although its size and time are those judged"
+    with path.open("a") as fh:
+        fh.write(_records(20))
+    assert record_log(path), "not read again once it changed"
+
+
+def test_a_binary_file_is_not_read_again_while_it_grows_but_a_new_file_at_its_inode_is(tmp_path: Path) -> None:
+    path = tmp_path / "weights"
+    path.write_bytes(b"\x80\x02" + b"\0" * 4096)
+    assert not record_log(path)
+    with path.open("ab") as fh:  # a checkpoint being written grows: judged once, not read at each look
+        fh.write(_records(40).encode())
+    assert not record_log(path)
+    with path.open("w") as fh:  # truncated and written again, smaller: a new file for all that can be told
+        fh.write(_records(20))
+    assert record_log(path)
