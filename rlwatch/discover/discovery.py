@@ -304,17 +304,27 @@ def several_runs(run_dir: Path, found: Found, live: Sequence[Path] = ()) -> list
     return ordered if len(ordered) >= 2 else []
 
 
-def _worked_in(related: Sequence[Proc], runs: Sequence[tuple[Path, str]]) -> tuple[Path, Proc] | None:
-    """The one run of ``runs`` a live process works in (its directory, or a file of its command line), if only one,
-    with the first process seen working in it (the evidence to show)."""
-    hits: dict[Path, Proc] = {}
+def _worked_in(
+    related: Sequence[Proc], runs: Sequence[tuple[Path, str]], writing: Sequence[Path] = ()
+) -> tuple[Path, Proc] | None:
+    """The one run of ``runs`` a live process works in (its directory, or a file of its command line), with the first
+    process seen working in it (the evidence to show). Where several are worked in, the one run where a live process
+    also writes its log (``writing``, from live_run_dirs) is it: a shell's `python3 -c` left standing in a dead run's
+    directory proves no life there. None when that does not make one."""
+    hits: dict[Path, list[Proc]] = {}
     for proc in related:
         for run, _ in runs:
             inside = str(run) + os.sep
             works = proc.cwd is not None and (proc.cwd == str(run) or proc.cwd.startswith(inside))
             if works or any(arg.startswith(inside) for arg in proc.argv):
-                hits.setdefault(run, proc)
-    return next(iter(hits.items())) if len(hits) == 1 else None
+                hits.setdefault(run, []).append(proc)
+    if len(hits) > 1:
+        hits = {run: procs for run, procs in hits.items() if any(_inside(w, run) for w in writing)}
+    if len(hits) != 1:
+        return None
+    chosen, procs = next(iter(hits.items()))
+    writers = [p for p in procs if p.cwd is not None and any(_inside(Path(p.cwd), w) for w in writing)]
+    return chosen, (writers or procs)[0]
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -1068,9 +1078,10 @@ def discover(run_dir: Path, profile: str = "auto", *, proc_root: str = "/proc", 
     direct = {p.pid for p in host if _related(p, run_dir)}
     tree = procfs.descendants(direct, procfs.children_map(proc_root)) if direct else set()
     related = [p for p in host if p.pid in tree]
-    runs = several_runs(run_dir, found, live_run_dirs(run_dir, found, proc_root))
+    writing = live_run_dirs(run_dir, found, proc_root)
+    runs = several_runs(run_dir, found, writing)
     if runs:
-        worked = _worked_in(related, runs)
+        worked = _worked_in(related, runs, writing)
         if worked is None:
             raise SeveralRuns(run_dir, runs)
         # The one a live process works in: where the person stands, narrowed to the run that is running. Every

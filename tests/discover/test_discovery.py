@@ -683,3 +683,32 @@ def test_loose_logs_beside_several_runs_do_not_merge_them_and_output_dirs_are_pa
         (one / out / "checkpoint-5").mkdir(parents=True)
         write(one / out / "checkpoint-5" / "trainer_state.json", '{"global_step": 5}')
     assert discover(one, proc_root=no_procs).run_dir == str(one)
+
+
+_WRITES_ITS_LOG = """
+import sys, time
+with open(sys.argv[1], "a", buffering=1) as log:
+    for step in range(1, 100000):
+        log.write(f"step {step}\\n")
+        time.sleep(0.2)
+"""
+
+
+@pytest.mark.slow
+def test_a_process_standing_in_a_dead_run_does_not_hide_the_live_one(
+    tmp_path: Path, started: list[subprocess.Popen[bytes]]
+) -> None:
+    """A trainer writes run-b's log while a shell's `python3 -c` stands in run-a (dead, its log and checkpoint left):
+    run-b is the run, by its writer, not "2 runs" because two directories have a live process in them."""
+    parent = tmp_path / "runs"
+    two_runs(parent)
+    log = parent / "run-b" / "logs" / "train.log"
+    idle = [sys.executable, "-c", "import time; time.sleep(120)"]
+    for argv, cwd in (([sys.executable, "-c", _WRITES_ITS_LOG, str(log)], "run-b"), (idle, "run-a")):
+        started.append(subprocess.Popen(argv, cwd=parent / cwd, start_new_session=True))
+    wait_until(lambda: log.read_text().count("\n") >= 3, timeout=30.0)
+    cfg = discover(parent)
+    assert cfg.run_dir == str(parent / "run-b")
+    assert cfg.provenance.profile[0].startswith(
+        f"{parent} holds 2 runs; this is the one a live process works in: pid {started[0].pid} "
+    ), cfg.provenance.profile
