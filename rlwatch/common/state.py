@@ -11,6 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from enum import StrEnum
 
+from rlwatch.common.vocab import RunStateName, StatusName
+
 # Line numbers from here up stand for lines whose number is not known yet: the newest part of a big backlog is
 # diagnosed before the lines above it are counted (``rlwatch.engine.preview``), numbered from this base until the
 # count answers. Shown as "?" (:func:`line_ref`), "null" in JSON, never as a number. A real file would need more
@@ -467,15 +469,12 @@ class RankTime:
     gpu_util: float | None = None  # its GPU's utilisation (%), where the GPU it holds is known
 
 
-RUN_STATES = ("progressing", "finished", "crashed", "hung", "stopped", "unknown")
-
-
 @dataclass(frozen=True, slots=True)
 class RunState:
     """What the run is doing, and the evidence for it. "progressing" and "finished" are the only healthy states:
     health is shown by progress, never by the absence of a known failure."""
 
-    state: str  # one of RUN_STATES
+    state: RunStateName
     why: str  # one line: the evidence, in words
     since: float | None = None  # when it came to be so, where known
     evidence: tuple[str, ...] = ()  # the lines it rests on, each with where it is ("train.log:812: …")
@@ -509,8 +508,8 @@ class Verdict:
     (:mod:`rlwatch.engine.diagnosis.verdict`). Every view renders this record; none derives a state, a status or a
     remedy of its own, so no two of them can disagree about a run."""
 
-    status: str  # "CRITICAL" | "WARNING" | "OK" | "UNKNOWN" | "NO RUN"
-    state: str  # one of RUN_STATES
+    status: StatusName
+    state: RunStateName
     why: str  # the state in words: the headline's when a finding names the cause
     since: float | None = None
     finding: str | None = None  # the headline finding's code (the worst, a restart loop first); None: none
@@ -656,7 +655,7 @@ class WatchdogStatus:
     reading_backlog: tuple[int, int] | None = None  # (bytes read, bytes): it acts on nothing until it is read
     # What the run is doing as the watchdog, which reads its logs live (each line timed as it comes), sees it:
     # (state, why, since). Evidence another view can lean on where its own lines carry no time (a one-shot report).
-    run_state: tuple[str, str, float | None] | None = None
+    run_state: tuple[RunStateName, str, float | None] | None = None
     straggler: str | None = None  # the straggler finding its stacks, sampled live, name (a one-shot report has none)
 
 

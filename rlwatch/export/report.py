@@ -28,6 +28,7 @@ from rlwatch.common.state import (
     Snapshot,
     line_number,
 )
+from rlwatch.common.vocab import StatusName
 from rlwatch.engine.diagnosis import first_text, hhmm, human_bytes, human_duration, last_text, when_text
 from rlwatch.engine.diagnosis.server import down_when
 from rlwatch.engine.diagnosis.verdict import SERVER_ALIVE, SERVER_GONE, status_of, without_payload
@@ -616,7 +617,7 @@ def _ending_json(e: LogEnding) -> dict[str, Any]:
     }
 
 
-def status_word(s: Snapshot) -> str:
+def status_word(s: Snapshot) -> StatusName:
     """The verdict's status, decided once by the engine (engine/diagnosis/verdict) so every view says the same; for
     a snapshot built without one, the same rule (:func:`status_of`)."""
     return s.verdict.status if s.verdict is not None else status_of(s)

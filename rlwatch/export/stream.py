@@ -16,12 +16,13 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from rlwatch.common.state import Snapshot, SourceStatus, line_number
+from rlwatch.common.vocab import RunStateName
 from rlwatch.export.report import iso, status_word, verdict_json
 
 _NUMBERS = re.compile(r"[0-9]+(?:\.[0-9]+)?")
 
 
-def _state_of(s: Snapshot) -> str | None:
+def _state_of(s: Snapshot) -> RunStateName | None:
     if s.verdict is not None:
         return s.verdict.state
     return s.run_state.state if s.run_state is not None else None

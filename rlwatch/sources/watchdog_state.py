@@ -23,8 +23,9 @@ import psutil
 
 from rlwatch.common.numbers import finite_float
 from rlwatch.common.redact import redacted
-from rlwatch.common.state import RUN_STATES, GaveUp, NotifyStatus, WatchdogStatus
+from rlwatch.common.state import GaveUp, NotifyStatus, WatchdogStatus
 from rlwatch.common.statefiles import STATE_DIR, StateDir, StateFileError, locate
+from rlwatch.common.vocab import RunStateName, is_run_state
 
 STATE_FILE = "watchdog.json"
 PID_FILE = "watchdog.pid"
@@ -121,11 +122,11 @@ def status_from(data: dict[str, Any], now: float) -> WatchdogStatus:
     )
 
 
-def _run_state(value: object) -> tuple[str, str, float | None] | None:
+def _run_state(value: object) -> tuple[RunStateName, str, float | None] | None:
     if not isinstance(value, dict):
         return None
     state, why = value.get("state"), value.get("why")
-    if state not in RUN_STATES or not isinstance(why, str):
+    if not is_run_state(state) or not isinstance(why, str):
         return None
     return state, why[:1000], finite_float(value.get("since"))
 

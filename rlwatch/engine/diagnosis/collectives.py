@@ -28,6 +28,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 
 from rlwatch.common.state import Finding, GpuActivity, JobInfo, RasRank, Snapshot
+from rlwatch.common.vocab import RankPlace
 from rlwatch.engine.diagnosis.base import CRIT, WARN, Context
 from rlwatch.engine.diagnosis.stacks import still_ranks, stragglers
 from rlwatch.logs.collectives import CollectiveOp, RankProgress, read_lines
@@ -83,8 +84,13 @@ def _sig(o: CollectiveOp) -> tuple[str, int | None]:
     return (o.op, o.numel_in)
 
 
-def _who(ranks: Sequence[int]) -> str:
-    return ("rank " if len(ranks) == 1 else "ranks ") + ", ".join(str(r) for r in sorted(ranks))
+def _who(ranks: Sequence[int], gpus: Mapping[int, int] | None = None) -> str:
+    """ "rank 0", "ranks 0, 1"; with ``gpus`` (rank -> this host's GPU, where the job's environment says), "rank 0
+    (GPU 0)": a person on the host acts on a GPU, and ``nvidia-smi`` speaks of GPUs, not ranks."""
+    gpus = gpus or {}
+    return ("rank " if len(ranks) == 1 else "ranks ") + ", ".join(
+        f"{r} (GPU {gpus[r]})" if r in gpus else str(r) for r in sorted(ranks)
+    )
 
 
 def _group(pg: str, names: Mapping[str, str]) -> str:
@@ -98,7 +104,11 @@ def _usual(o: CollectiveOp, pops: Sequence[CollectiveOp]) -> bool:
 
 
 def _mismatch(
-    pg: str, pops: Sequence[CollectiveOp], ranks: Sequence[int], names: Mapping[str, str]
+    pg: str,
+    pops: Sequence[CollectiveOp],
+    ranks: Sequence[int],
+    names: Mapping[str, str],
+    gpus: Mapping[int, int],
 ) -> CollectiveIssue | None:
     """The first collective number at which ranks that both recorded it made different calls."""
     at: dict[tuple[int, int], CollectiveOp] = {(o.rank, o.seq): o for o in pops}
@@ -121,13 +131,13 @@ def _mismatch(
             new = [r for r, o in here.items() if not _usual(o, pops)]
             if new and len(new) < len(here):
                 odd = new
-        parts = [f"{_who([r])} called {_call(o)}" for r, o in sorted(here.items())]
+        parts = [f"{_who([r], gpus)} called {_call(o)}" for r, o in sorted(here.items())]
         text = f"collectives differ across ranks at #{seq} of {_group(pg, names)}: " + "; ".join(parts)
         if odd:
             extra = here[odd[0]]
             others = [r for r in here if r not in odd]
             text += (
-                f". {_who(odd)} made one more collective than {_who(others)}: {_call(extra)}, which "
+                f". {_who(odd, gpus)} made one more collective than {_who(others, gpus)}: {_call(extra)}, which "
                 f"{_who(others)} never made; the others' #{seq} is their next {_size(here[others[0]])}"
             )
         evidence = tuple(
@@ -143,6 +153,7 @@ def _missing(
     prog: Sequence[RankProgress],
     ranks: Sequence[int],
     names: Mapping[str, str],
+    gpus: Mapping[int, int],
 ) -> CollectiveIssue | None:
     """Ranks that never entered the collective the others entered and still wait in."""
     enq: dict[int, int] = {}
@@ -172,7 +183,7 @@ def _missing(
     called = f" (called in {op.frame})" if op is not None and op.frame else ""
     last = ", ".join(f"{_who([r])} last entered #{enq[r]}" for r in behind)
     text = (
-        f"{_who(behind)} never entered {name} of {_group(pg, names)}{called}, which {_who(ahead)} "
+        f"{_who(behind, gpus)} never entered {name} of {_group(pg, names)}{called}, which {_who(ahead, gpus)} "
         f"entered and {'waits' if len(ahead) == 1 else 'wait'} in; {last}"
     )
     evidence = tuple(f"{_who([r])}: {where[r]} (last entered #{enq[r]})" for r in sorted(enq))
@@ -180,10 +191,14 @@ def _missing(
 
 
 def compare(
-    ops: Sequence[CollectiveOp], progress: Sequence[RankProgress] = (), names: Mapping[str, str] | None = None
+    ops: Sequence[CollectiveOp],
+    progress: Sequence[RankProgress] = (),
+    names: Mapping[str, str] | None = None,
+    gpus: Mapping[int, int] | None = None,
 ) -> tuple[CollectiveIssue, ...]:
-    """Every process group's mismatch (first) and missing ranks, across the ranks that reported on it."""
-    names = names or {}
+    """Every process group's mismatch (first) and missing ranks, across the ranks that reported on it; ``gpus``
+    (rank -> GPU, this host's ranks) names each rank's GPU beside it."""
+    names, gpus = names or {}, gpus or {}
     out: list[CollectiveIssue] = []
     for pg in sorted({o.pg for o in ops} | {p.pg for p in progress}, key=lambda g: (len(g), g)):
         pops = [o for o in ops if o.pg == pg]
@@ -191,11 +206,11 @@ def compare(
         ranks = sorted({o.rank for o in pops} | {p.rank for p in prog})
         if len(ranks) < 2:
             continue
-        found = _mismatch(pg, pops, ranks, names)
+        found = _mismatch(pg, pops, ranks, names, gpus)
         if found is not None:
             out.append(found)
             continue
-        missing = _missing(pg, pops, prog, ranks, names)
+        missing = _missing(pg, pops, prog, ranks, names, gpus)
         if missing is not None:
             out.append(missing)
     return tuple(out)
@@ -214,15 +229,16 @@ def issues(s: Snapshot) -> tuple[tuple[CollectiveIssue, ...], tuple[str, ...]]:
     ev = s.events.get("nccl_timeout")
     lines = [(x.path, x.lineno, x.text) for x in (ev.recent if ev is not None else ())]
     ops, progress = read_lines(lines)
+    gpus = {r.rank: r.gpu for r in s.job.ranks if r.gpu is not None} if s.job is not None else {}
     flight = s.flight
     if flight is None:
-        return compare(ops, progress), ()
+        return compare(ops, progress, gpus=gpus), ()
     if flight.ranks:
         # The dumps say more than the lines of the same ranks: each rank is read from one place.
         dumped = set(flight.ranks)
         ops = tuple(o for o in ops if o.rank not in dumped)
         progress = tuple(p for p in progress if p.rank not in dumped)
-    return compare(ops + flight.ops, progress + flight.progress, dict(flight.groups)), flight.errors
+    return compare(ops + flight.ops, progress + flight.progress, dict(flight.groups), gpus), flight.errors
 
 
 def _rank_list(ranks: Sequence[int]) -> str:
@@ -403,7 +419,7 @@ class RankStanding:
 
     rank: int
     local_rank: int | None
-    state: str  # "waiting": in a collective; "elsewhere": standing still outside one; "moving": its frames move
+    state: RankPlace  # "waiting": in a collective; "elsewhere": standing still outside one; "moving": its frames move
     where: str  # its innermost frame and the run's own frame that led there
     wait: str | None  # the wait it stands in ("all_reduce"), None: none known
     still_s: float  # how long it has stood in these frames (0: it moves)
@@ -439,7 +455,7 @@ def standings(s: Snapshot) -> tuple[RankStanding, ...]:
         if p.rank is None:
             continue
         moving = x.reads < 2
-        state = "moving" if moving else ("waiting" if x.latest.collective else "elsewhere")
+        state: RankPlace = "moving" if moving else ("waiting" if x.latest.collective else "elsewhere")
         out.append(
             RankStanding(
                 p.rank,

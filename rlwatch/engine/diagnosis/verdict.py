@@ -17,6 +17,7 @@ import re
 from dataclasses import replace
 
 from rlwatch.common.state import Finding, RunState, Severity, Snapshot, Verdict
+from rlwatch.common.vocab import StatusName
 from rlwatch.engine.diagnosis.base import Context
 from rlwatch.engine.diagnosis.host import resume_text
 from rlwatch.engine.diagnosis.restarts import restarting
@@ -88,7 +89,7 @@ SERVER_ALIVE = "The trainer still runs: restart the inference server (rlwatch ac
 SERVER_GONE = "The trainer is gone: resume the run (rlwatch act resume); its launcher brings its server back."
 
 
-def status_of(s: Snapshot) -> str:
+def status_of(s: Snapshot) -> StatusName:
     """CRITICAL or WARNING by the worst finding; otherwise OK only with evidence that the run progresses (or
     finished): a run whose state is unknown is UNKNOWN, never OK for the lack of a known failure."""
     if any(f.code == "no_run" for f in s.findings):

@@ -17,6 +17,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from rlwatch.common.vocab import JOB_STATES, JobStateName
 from rlwatch.export.fleet.model import FleetHost, FleetRank
 
 __all__ = ["JobVerdict", "join_jobs"]
@@ -27,7 +28,7 @@ class JobVerdict:
     """One job across its hosts."""
 
     job: str
-    state: str  # "hung" | "waiting" | "progressing" | "unknown"
+    state: JobStateName
     message: str
     hosts: tuple[str, ...]  # the hosts that report ranks of it
     ranks: int  # how many of its ranks are reported
@@ -93,7 +94,7 @@ def _one(job: str, hosts: Sequence[FleetHost]) -> JobVerdict:
     elsewhere = [(h, r) for h, r in placed if r.state == "elsewhere"]
     moving = [(h, r) for h, r in placed if r.state == "moving"]
 
-    def verdict(state: str, message: str, **more: Any) -> JobVerdict:
+    def verdict(state: JobStateName, message: str, **more: Any) -> JobVerdict:
         return JobVerdict(job, state, message, names, len(reported), world, missing_ranks=missing, **more)
 
     if not placed:
@@ -103,7 +104,7 @@ def _one(job: str, hosts: Sequence[FleetHost]) -> JobVerdict:
     collective = _collective([r for _, r in waiting])
     still = [r.still_s for _, r in waiting + elsewhere if r.still_s is not None]
     still_s = min(still) if still and not moving else None
-    state = "hung" if still_s is not None else "waiting"
+    state: JobStateName = "hung" if still_s is not None else "waiting"
     head = f"job {job}: " + (f"hung {_duration(still_s)}" if still_s is not None else "ranks wait")
     per_host: list[tuple[str, str]] = []
     by_host: dict[str, list[FleetRank]] = defaultdict(list)
@@ -178,5 +179,4 @@ def join_jobs(hosts: Iterable[FleetHost]) -> tuple[JobVerdict, ...]:
         if h.run_job and h.has_data and not h.stale:
             by_job[h.run_job].append(h)
     verdicts = [_one(job, members) for job, members in by_job.items()]
-    order = {"hung": 0, "waiting": 1, "unknown": 2, "progressing": 3}
-    return tuple(sorted(verdicts, key=lambda v: (order.get(v.state, 9), v.job)))
+    return tuple(sorted(verdicts, key=lambda v: (JOB_STATES.index(v.state), v.job)))
