@@ -105,6 +105,18 @@ _ERROR = re.compile(
     r"|\bNCCL (?P<nccl>WARN) "
 )
 
+# PyTorch's flight recorder announcing a dump (torch/csrc/distributed/c10d/ProcessGroupNCCL.cpp, torch 2.6 to 2.11)
+# logs at error level, yet says no failure: a dump asked through the ranks' debug pipe (as rlwatch asks a hung run),
+# or one another rank signalled. `[PG ID 0 PG GUID 0(default_pg) Rank 0] ProcessGroupNCCL preparing to dump debug
+# info. Include stack trace: 1, only active collectives: 0`, `… Observed flight recorder dump signal from another
+# rank via TCPStore.`, `… First PG on this rank to signal dumping.` Read as a failure, the hung run that rlwatch asked
+# for a dump turned "unknown: it logs a failure it keeps retrying". The timeout or error that caused a dump is logged
+# on lines of its own, which stay failures.
+_DUMP_NOTICE = re.compile(
+    r"ProcessGroupNCCL preparing to dump debug info|Observed flight recorder dump signal from another rank"
+    r"|First PG on this rank to signal dumping"
+)
+
 # vLLM's record prefix, which the prefix splitter takes off every line of a multi-line record (a logged traceback):
 # its level decides whether such a line is an error, whatever the line itself says.
 RECORD_LEVEL = re.compile(r"(?:^|\s|\))(ERROR|CRITICAL|FATAL) \d\d-\d\d \d\d:\d\d:\d\d")
@@ -226,5 +238,5 @@ def shape_of(body: str) -> Shape | None:
     if _FAILING.search(text):
         return Shape(ERROR, text)
     if m := _ERROR.search(text):
-        return Shape(ERROR, text)
+        return None if "dump" in text and _DUMP_NOTICE.search(text) else Shape(ERROR, text)
     return None

@@ -4,6 +4,7 @@ gives file and commit), is read as the shape it is; ordinary lines are not."""
 from __future__ import annotations
 
 import time
+from pathlib import Path
 
 import pytest
 
@@ -217,3 +218,35 @@ def test_any_frameworks_step_line_is_progress_but_not_a_failure_or_a_quoted_line
     assert not is_progress("RuntimeError: loss is nan at step 52")
     assert not is_progress("    for step in range(1, 1001):")
     assert not is_progress("Retry 3/5: step 12 of the barrier timed out")
+
+
+REAL_JOB = Path(__file__).resolve().parents[1] / "real" / "job-2node-1gpu-watched"
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        # torch 2.11's ProcessGroupNCCL.cpp, as a hung rank logged them when asked for a dump through its debug pipe
+        # (tests/real/job-2node-1gpu-watched/job-stall) and when another rank signalled one (job-mismatch)
+        "[E1128 23:34:49.535917686 ProcessGroupNCCL.cpp:1628] [PG ID 0 PG GUID 0(default_pg) Rank 0] ProcessGroupNCCL "
+        "preparing to dump debug info. Include stack trace: 1, only active collectives: 0",
+        "[E1128 23:35:36.676684619 ProcessGroupNCCL.cpp:1849] [PG ID 0 PG GUID 0(default_pg) Rank 1] Observed flight "
+        "recorder dump signal from another rank via TCPStore.",
+        "[E1128 23:35:35.170443931 ProcessGroupNCCL.cpp:2636] [PG ID 0 PG GUID 0(default_pg) Rank 0] First PG on this "
+        "rank to signal dumping.",
+    ],
+)
+def test_a_flight_recorder_dump_notice_is_no_failure(line: str) -> None:
+    assert shape_of(line) is None
+
+
+def test_a_hung_rank_asked_for_its_dump_has_not_failed() -> None:
+    """The stalled job's ranks, asked for their flight records through the debug pipe, each logged one error-level
+    notice of the dump: the log did not end in a failure (the run was read as retrying one, and left 'hung')."""
+    for node in ("node-a", "node-b"):
+        log = REAL_JOB / "job-stall" / node / "torchrun.log"
+        e = ending_of(str(log), log.read_text().splitlines(), 1, time.time(), None)
+        assert e is not None and not e.failed, e
+    log = REAL_JOB / "job-mismatch" / "node-a" / "torchrun.log"  # the timeout that led to a dump stays a failure
+    e = ending_of(str(log), log.read_text().splitlines(), 1, time.time(), None)
+    assert e is not None and e.failed and "WorkNCCL(SeqNum=13" in e.title
