@@ -19,7 +19,7 @@ from rlwatch.sources.flight import FlightReader
 from rlwatch.sources.job import job_info
 from rlwatch.sources.ras import RasAsker
 
-__all__ = ["RAS_STILL_S", "JobWatch", "ras_suspicion", "suspicious"]
+__all__ = ["RAS_STILL_S", "JobWatch", "moving", "ras_suspicion", "suspicious"]
 
 KEEP_READS = 600  # per GPU: a window of GPU_WINDOW_S at the fastest sampling rate, with room
 # A rank standing still in a collective this long is reason enough to ask NCCL's RAS service where the others stand,
@@ -51,6 +51,14 @@ def ras_suspicion(s: Snapshot) -> object:
     return (hung, timeouts, min(still) if still else None)
 
 
+def moving(s: Snapshot) -> bool:
+    """The run shows progress again (or finished): only then does a suspicion end and its evidence go. While it stays
+    hung, crashed, stopped or unknown, what NCCL RAS and the flight records last said is kept with its time: the run's
+    state may change its words (a hung run whose rank then logs NCCL's timeout), the answer does not."""
+    rs = s.run_state
+    return rs is not None and rs.state in ("progressing", "finished")
+
+
 def _log_heads(s: Snapshot) -> list[str]:
     """The lines that may name the ranks' NCCL version: NCCL's errors as logged, and each log's first megabyte."""
     lines = [x.text for kind in ("nccl_timeout", "nccl_error") if (ev := s.events.get(kind)) for x in ev.recent]
@@ -76,6 +84,7 @@ class JobWatch:
         self.flight: FlightState | None = None
         self.ras: RasState | None = None
         self._heads: tuple[object, list[str]] = (None, [])
+        self._suspicion: object = None  # the suspicion NCCL RAS is asked under, kept until the run moves again
 
     def _env(self, pid: int, create_time: float) -> dict[str, str]:
         """A process's environment, read once per process (it does not change)."""
@@ -113,9 +122,11 @@ class JobWatch:
             self.ask_ras(last)
 
     def read_flight(self, last: Snapshot) -> None:
-        """The ranks' dumps, read while ``last`` is suspicious (else forgotten); each rank asked once per hang."""
+        """The ranks' dumps, read while ``last`` is suspicious; the last read kept while the run does not move again
+        (:func:`moving`), then forgotten; each rank asked once per hang."""
         if not suspicious(last):
-            self.flight = None
+            if moving(last) or last.run_state is None:
+                self.flight = None
             return
         by_pid = {pid: env for (pid, _), env in self._environ.items()}
         environs: Mapping[int, Mapping[str, str]] = (
@@ -128,10 +139,22 @@ class JobWatch:
 
     def ask_ras(self, last: Snapshot, *, wait: bool = False) -> None:
         """NCCL's RAS service, asked (in a thread of its own) while ``last`` gives a reason (:func:`ras_suspicion`);
-        with ``wait``, answered before this returns (a one-shot report)."""
+        with ``wait``, answered before this returns (a one-shot report).
+
+        One suspicion lasts until the run moves again: its key is kept while the run's state changes its words (a
+        hang whose ranks then log NCCL's timeout), so the service is asked again only every ``RasAsker.AGAIN_S``, and
+        an answer that named the ranks is kept, with its time, over a later question that failed or went unanswered.
+        """
         key = ras_suspicion(last)
+        if moving(last):
+            self._suspicion, self.ras = None, None
+        elif self._suspicion is not None:
+            key = self._suspicion
+        else:
+            self._suspicion = key
         job = self.job
         if key is None or job is None or not job.ranks:
+            self._suspicion = None
             self.ras = self._ras.poll(None, {}, (), (), None, last.time)
             return
         by_pid = {pid: env for (pid, _), env in self._environ.items()}
@@ -140,4 +163,12 @@ class JobWatch:
         if self._heads[0] != key:  # the logs' heads read once per suspicion, not every round
             self._heads = (key, _log_heads(last))
         heads = self._heads[1]
-        self.ras = self._ras.poll(key, environs, pids, heads, job.world_size, last.time, wait=wait)
+        got = self._ras.poll(key, environs, pids, heads, job.world_size, last.time, wait=wait)
+        kept = self.ras
+        if (
+            (got is not None and got.error is None and got.ranks)
+            or kept is None
+            or kept.error is not None
+            or not kept.ranks
+        ):
+            self.ras = got
