@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import math
 import os
-import socket
 import threading
 import time
 from collections import deque
@@ -19,7 +18,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
 
-from rlwatch.common.clock import Clock, SystemClock
+from rlwatch.common.clock import Clock
 from rlwatch.common.globbing import glob_paths
 from rlwatch.common.heap import release_free_heap
 from rlwatch.common.state import (
@@ -41,7 +40,6 @@ from rlwatch.common.state import (
     ServerState,
     Severity,
     Snapshot,
-    SourceStatus,
     StackReport,
     TaggedLine,
     WatchdogStatus,
@@ -52,6 +50,7 @@ from rlwatch.discover.discovery import written_logs
 from rlwatch.discover.knobs import read_knobs
 from rlwatch.discover.load import missing_paths, resolve
 from rlwatch.engine.attempts import AttemptTracker, busy_after
+from rlwatch.engine.base import EngineBase
 from rlwatch.engine.diagnosis import Context, assess_run, decide, diagnose, timeline
 from rlwatch.engine.diagnosis.base import StepSeen
 from rlwatch.engine.diagnosis.collectives import GPU_MIN_READS
@@ -148,7 +147,7 @@ def _pct(part: int | None, whole: int | None) -> float | None:
     return 100.0 * part / whole
 
 
-class Engine:
+class Engine(EngineBase):
     """One monitored host. Construct, then either ``collect_once()`` (report) or ``start()`` (dashboard, watch)."""
 
     def __init__(
@@ -162,30 +161,7 @@ class Engine:
         force_polling: bool = False,
         host: str | None = None,
     ) -> None:
-        self.cfg = cfg
-        self.run_dir = run_dir.resolve()
-        self.clock: Clock = clock or SystemClock()
-        self.host = host or socket.gethostname()
-        # An untrusted configuration file still says how to watch, but not what to execute: no action at all.
-        self.readonly = cfg.actions.readonly or cfg.provenance.distrust is not None
-        self._untrusted = cfg.provenance.distrust is not None  # its expressions run by RE2 (rlwatch.common.patterns)
-        # Role rules name the run's processes (with a process of their family working with the run directory) unless
-        # an untrusted file wrote them: then a writer in the family must back them.
-        self._rules_named = not self._untrusted
-        self._proc_root = proc_root
-        self._lock = threading.RLock()
-        self._stop = threading.Event()
-        self._threads: list[threading.Thread] = []
-        self._first_look = threading.Event()  # the log loop's first pass (the preview included) is published
-        self._first_sample = threading.Event()  # the host sources' first round is published
-        self._listeners: list[Callable[[Snapshot], None]] = []
-        # None: every source is read every interval_s. A number (the dashboard's IDLE_SAMPLE_S): while the run is
-        # quiet, whole rounds come at most this far apart, with a cheap look each interval (see _next_round).
-        self.idle_sample_s: float | None = None
-        self.stopped_sample_s: float | None = None  # the same, longer, while no process of the run is alive
-        self.rounds = 0  # whole sampling rounds so far
-        self.looks = 0  # cheap looks taken instead of a round while the run was quiet
-        self._quiet = False  # the sample loop is backing off: nothing of the run moved over the last round
+        super().__init__(cfg, run_dir, clock=clock, proc_root=proc_root, host=host)
 
         # Logs.
         self.log_patterns = self._log_patterns()
@@ -323,7 +299,6 @@ class Engine:
         self._ending_cache: dict[str, tuple[tuple[int, int, int, int, bool], LogEnding | None, float]] = {}
         self._ending_every_s = max(1.0, 5 * cfg.interval_s)
         self._gone_read: set[int] = set()  # the run's processes seen gone when the endings were last read
-        self._status: dict[str, SourceStatus] = {}
         if cfg.provenance.ignored:  # what an untrusted file said and rlwatch did not use (discover/load): never silent
             self._ok("config", "; ".join(cfg.provenance.ignored) + " (the file is not trusted)")
         self._hist_gpu_util: dict[int, Ring] = {}
@@ -332,13 +307,6 @@ class Engine:
         self._history = History()
         self._container_started: float | None = None  # wall time; the uptime is derived from it at build
         self._seen: StepSeen | None = None
-        self._snapshot = Snapshot(
-            host=self.host,
-            time=self.clock.time(),
-            profile=cfg.profile,
-            run_dir=str(self.run_dir),
-            simulated=cfg.simulated,
-        )
 
     # ----------------------------------------------------------------------------------------------------- logs
     def _log_patterns(self) -> list[str]:
@@ -480,9 +448,6 @@ class Engine:
             preview.close()
 
     # --------------------------------------------------------------------------------------------------- sources
-    def _ok(self, name: str, error: str | None = None) -> None:
-        self._status[name] = SourceStatus(name, error is None, self.clock.time(), error)
-
     def role_processes(self) -> tuple[ProcessInfo, ...]:
         """Every process a role rule selects, this run's or not (the processes table shows only the run's)."""
         with self._lock:
@@ -1079,16 +1044,10 @@ class Engine:
         return limits
 
     # ------------------------------------------------------------------------------------------------ Feed API
-    def snapshot(self) -> Snapshot:
-        return self._snapshot
-
     def lines_after(self, seq: int, limit: int = 2000) -> Sequence[TaggedLine]:
         """Not under the engine's lock (the lines have their own): the dashboard's event loop calls this, and must
         not wait for a chunk of backlog being counted."""
         return self._recent_lines.after(seq, limit)
-
-    def on_snapshot(self, listener: Callable[[Snapshot], None]) -> None:
-        self._listeners.append(listener)
 
     def event_streaks(self, kind: str) -> dict[str, int]:
         """Per-file current streak of ``kind`` (for per-worker policies), read under the counter's lock."""
@@ -1275,11 +1234,6 @@ class Engine:
             if planned and progress is not None:
                 progress(*self.tailer.backlog_progress())
         self._drop_preview()  # everything is read: the answer is the main count's alone
-
-    @property
-    def running(self) -> bool:
-        """True while the background loops run (then callers read snapshots instead of sampling themselves)."""
-        return bool(self._threads) and not self._stop.is_set()
 
     def start(self) -> None:
         """Run the loops in daemon threads until :meth:`stop`."""

@@ -389,9 +389,9 @@ class Watchdog:
         if n is None:
             return
         if n.channels:
-            self.engine._ok("notify", n.error())
+            self.engine.note_source("notify", n.error())
         if n.heartbeat is not None:
-            self.engine._ok("heartbeat", n.heartbeat_error())
+            self.engine.note_source("heartbeat", n.heartbeat_error())
 
     # ---------------------------------------------------------------------------------------------- deciding
     def _evidence(self, snap: Snapshot) -> Evidence:
