@@ -244,6 +244,21 @@ def _watchdog_saw(s: Snapshot) -> RunState | None:
     return RunState(state, why if why.endswith(said) else why + said, since)
 
 
+def _held_by_a_rank(s: Snapshot) -> str | None:
+    """What the job's collectives say of a rank the others wait for (NCCL RAS asked on suspicion, the flight
+    records), in a few words; None when they name none."""
+    from rlwatch.engine.diagnosis.collectives import issues, ras_issue  # the collectives' rules read run states too
+
+    found, _ = issues(s)
+    missing = next((i for i in found if i.code == "collective_missing_rank"), None)
+    if missing is None:
+        missing = ras_issue(s)
+    if missing is None:
+        return None
+    text = missing.message
+    return f"the job waits for a rank: {text[0].lower()}{text[1:]}"
+
+
 def assess_run(s: Snapshot, ctx: Context) -> RunState:
     """The run's state, from the evidence in ``s`` (see the module's docstring)."""
     now = s.time
@@ -274,6 +289,21 @@ def assess_run(s: Snapshot, ctx: Context) -> RunState:
             "stopped", f"stopped from outside: {crash_text(failed)} ({where}, {hhmm(when, now)})", when, evidence
         )
     if failed is not None and alive and s.live_run is not None and not s.live_run.gone and _older(s, alive, failed):
+        quiet = progress_by if progress_by is not None else started
+        held = _held_by_a_rank(s) if quiet is not None and now - quiet > allowance else None
+        if held is not None:
+            # Its ranks' collectives say what the failure's words do not: the job waits for a rank that never came
+            # (NCCL RAS's counts, the flight records). A hang, whatever the ranks log while they wait (NCCL's own
+            # timeout report, a dump's notices), and it stays one until progress is seen again.
+            pids = ", ".join(str(pid) for pid in alive[:4])
+            assert quiet is not None
+            return RunState(
+                "hung",
+                f"no progress since {hhmm(quiet, now)} ({human_duration(now - quiet)}; its cadence allows "
+                f"{human_duration(allowance)}) while its processes are alive (pid {pids}); {held}",
+                quiet,
+                tuple(f"{_where(failed, n)}: {text}" for n, text in failed.evidence),
+            )
         # Every process of the run seen lives on: the failure was logged by a process that caught it and retries
         # (server-crash: "run crashed" while the trainer retried each request, its "since" moving with every retry).
         # Not crashed until a process of it dies; dated from its last progress, which does not move.

@@ -1,0 +1,89 @@
+"""A distributed run's state while its ranks wait for one that never came: the job's collectives (NCCL RAS asked on
+suspicion, the flight records) hold it hung whatever its ranks log meanwhile; on the GPU host the state went from
+hung to unknown as soon as the ranks logged an error-level line while waiting (tests/real/job-2node-1gpu-watched)."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from rlwatch.common.state import (
+    JobInfo,
+    JobRank,
+    LiveRun,
+    LogEnding,
+    ProcessInfo,
+    RasRank,
+    RasState,
+    Snapshot,
+    TrainingState,
+)
+from rlwatch.engine.diagnosis import Context, assess_run
+
+NOW = 1_795_908_912.0
+LAST_STEP = NOW - 88  # as in the stalled job: the fleet read it 88 s after the last step
+
+# NCCL RAS's answer on both nodes of the stalled job (tests/real/job-2node-1gpu/job-stall/ras-status.txt)
+RAS = RasState(
+    NOW - 20,
+    "2.28.9",
+    None,
+    (RasRank(0, 11, "127.0.0.1", 20, 0, "ok"), RasRank(1, 10, "127.0.0.1", 21, 0, "behind")),
+    "AllReduce",
+    "Communicator ranks have different AllReduce operation counts",
+)
+
+
+def _node(rank: int, *, ras: RasState | None = RAS) -> Snapshot:
+    """A node of the stalled job: its torchrun and its rank alive, its last step 88 s ago, and an error its rank
+    logged while it waits (NCCL's timeout report, as on the mismatched job)."""
+    torchrun = ProcessInfo(
+        3, NOW - 100, "trainer", "trainer", 500_000_000, None, NOW - 100, 0, ("torchrun",), "/r", "u"
+    )
+    waiting = ProcessInfo(34, NOW - 95, "run", "rank", 900_000_000, None, NOW - 95, 0, ("python3",), "/r", "u")
+    failed = LogEnding(
+        "/r/torchrun.log",
+        True,
+        "failure detected by watchdog at work sequence id: 11",
+        3,
+        NOW - 10,
+        NOW - 10,
+        title="[Rank 0] Collective WorkNCCL(SeqNum=11, OpType=ALLREDUCE, NumelIn=1, NumelOut=1, Timeout(ms)=30000) "
+        "raised the following async exception",
+        kind="error",
+        lineno=3,
+        at=NOW - 10,
+        evidence=((3, "WorkNCCL(SeqNum=11, OpType=ALLREDUCE)"),),
+        count=1,
+    )
+    return Snapshot(
+        host=f"node-{'ab'[rank]}",
+        time=NOW,
+        profile="generic",
+        run_dir="/r",
+        training=TrainingState(10, 100, None, None, False, LAST_STEP, LAST_STEP),
+        processes=(torchrun, waiting),
+        live_run=LiveRun(
+            True, None, NOW - 100, members=((3, "writes train.log"), (34, "writes train.log")), looked_at=NOW
+        ),
+        endings=(failed,),
+        job=JobInfo("rdzv:exp-gpu", "torchrun", "127.0.0.1:29500", rank, 2, (JobRank(rank, 0, 0, 34),)),
+        ras=ras,
+    )
+
+
+def test_ranks_that_wait_for_a_rank_named_by_nccl_ras_are_hung_whatever_they_log() -> None:
+    rs = assess_run(_node(0), Context())
+    assert rs.state == "hung" and rs.since == LAST_STEP, rs
+    assert "the job waits for a rank: rank 1 has launched up to operation 10 while rank 0 reached 11" in rs.why
+    assert "this host's rank 0 waits for it on another node" in rs.why
+
+
+def test_without_that_evidence_the_logged_failure_leaves_the_state_unknown() -> None:
+    assert assess_run(_node(0, ras=None), Context()).state == "unknown"
+    even = replace(RAS, ranks=tuple(replace(r, collectives=11, status="ok") for r in RAS.ranks))
+    assert assess_run(_node(0, ras=even), Context()).state == "unknown"
+
+
+def test_progress_ends_it() -> None:
+    moving = replace(_node(0), training=TrainingState(11, 100, None, None, False, NOW - 1, NOW - 1))
+    assert assess_run(moving, Context()).state != "hung"
