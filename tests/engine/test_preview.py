@@ -20,8 +20,8 @@ import pytest
 from rlwatch.common.clock import FakeClock
 from rlwatch.common.state import UNCOUNTED, Snapshot, line_number, line_ref
 from rlwatch.discover.load import resolve_config
-from rlwatch.engine import engine as engine_module
 from rlwatch.engine import preview as preview_module
+from rlwatch.engine import reading  # where the preview's waits are read
 from rlwatch.engine.engine import Engine
 from rlwatch.engine.preview import Counting
 from rlwatch.logs import linecount, newlines
@@ -117,7 +117,7 @@ def _final(engine: Engine) -> Snapshot:
 def test_the_preview_names_the_last_exception_first_and_changes_nothing_once_read(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
-    monkeypatch.setattr(engine_module, "PREVIEW_FIRST_WAIT_S", 0.0)  # counted before its line count can answer
+    monkeypatch.setattr(reading, "PREVIEW_FIRST_WAIT_S", 0.0)  # counted before its line count can answer
     root = tmp_path / "run"
     root.mkdir()
     last_line = _backlog(root / "trainer.log", 40_000)  # about 3 MB
@@ -264,7 +264,7 @@ def test_a_line_count_that_answers_soon_numbers_the_first_look(monkeypatch: pyte
         return made[-1]
 
     monkeypatch.setattr(engine, "_counting", counting)
-    monkeypatch.setattr(engine_module, "PREVIEW_FIRST_WAIT_S", 60.0)  # a deadline, not a pause: it ends at the answer
+    monkeypatch.setattr(reading, "PREVIEW_FIRST_WAIT_S", 60.0)  # a deadline, not a pause: it ends at the answer
     try:
         assert engine.advance_preview()
         assert engine.preview is not None and engine.preview.numbered
@@ -279,7 +279,7 @@ def test_a_line_count_that_answers_soon_numbers_the_first_look(monkeypatch: pyte
 
 def test_report_s_first_look_changes_nothing_in_its_answer(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     """`report` at a terminal shows the newest part's diagnosis first; what it then answers is the same as without."""
-    monkeypatch.setattr(engine_module, "PREVIEW_FIRST_WAIT_S", 0.0)  # counted before its line count can answer
+    monkeypatch.setattr(reading, "PREVIEW_FIRST_WAIT_S", 0.0)  # counted before its line count can answer
     root = tmp_path / "run"
     root.mkdir()
     last_line = _backlog(root / "trainer.log", 40_000)
@@ -365,7 +365,7 @@ def test_the_main_count_numbers_the_preview_when_it_gets_there_first(
     to the preview's a second time: the chunk that holds the part's first byte gives its first line's number, the
     merged counts freeze there, and the preview is counted again with true numbers."""
     monkeypatch.setattr(preview_module, "PrefixCount", _NeverCounted)
-    monkeypatch.setattr(engine_module, "PREVIEW_WAIT_S", 0.0)
+    monkeypatch.setattr(reading, "PREVIEW_WAIT_S", 0.0)
     root = tmp_path / "run"
     root.mkdir()
     last_line = _backlog(root / "trainer.log", 12_000)  # about 900 KB, the newest 64 KiB previewed

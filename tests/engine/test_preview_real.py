@@ -15,8 +15,8 @@ from rlwatch.common.clock import FakeClock
 from rlwatch.common.state import Snapshot
 from rlwatch.config.models import Config
 from rlwatch.discover.load import resolve_config
-from rlwatch.engine import engine as engine_module
 from rlwatch.engine import preview as preview_module
+from rlwatch.engine import reading  # where the preview's waits are read
 from rlwatch.engine.engine import Engine
 from rlwatch.logs.tailer import Tailer
 
@@ -81,7 +81,7 @@ def test_the_newest_part_never_says_more_than_the_whole_file(
     case: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(preview_module, "PrefixCount", _Uncounted)
-    monkeypatch.setattr(engine_module, "PREVIEW_FIRST_WAIT_S", 0.0)
+    monkeypatch.setattr(reading, "PREVIEW_FIRST_WAIT_S", 0.0)
     real = (REAL / case / CASES[case]).read_bytes()
     root = tmp_path / "run"
     root.mkdir()
