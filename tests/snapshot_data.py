@@ -818,7 +818,7 @@ def restart_loop() -> Snapshot:
             ),
             Finding(WARN, "weight_update_slow", "Weight update took 97.4s, near its 120s timeout.", None),
             Finding(WARN, "disk_low", "Only 7.4 GB free on /job; a checkpoint takes 3.2 GB.", None),
-            Finding(WARN, "timeouts", "3 timeout errors (train.log 3), last 13:48:00.", at(13, 11)),
+            Finding(WARN, "timeout", "3 timeout errors (train.log 3), last 13:48:00.", at(13, 11)),
         ),
         timeline=(
             TimelineEntry(at(13, 2, 40), "last training step (57)"),

@@ -14,6 +14,7 @@ from collections.abc import Sequence
 
 from rlwatch.common.state import Severity
 from rlwatch.common.textsafe import INVISIBLE
+from rlwatch.common.vocab import FindingCode
 from rlwatch.engine.diagnosis import hhmm
 
 # Complete escape sequences first (CSI, OSC, DCS/SOS/PM/APC strings, two-byte ESC sequences), so colour codes and
@@ -178,7 +179,7 @@ def severity_style(severity: Severity | None) -> str:
 
 # What a finding is about, in words, for the `d` list: the codes are for machines (report --json, notifications), and
 # `expected_missing` or `run_lost_launcher` mean nothing to a person at 3 a.m.
-FINDING_TITLES: dict[str, str] = {
+FINDING_TITLES: dict[FindingCode, str] = {
     "expected_missing": "an expected process is not running",
     "torchrun_failed": "torchrun reported a failure",
     "run_lost_launcher": "the run lost its launcher",

@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from enum import StrEnum
 
-from rlwatch.common.vocab import RunStateName, StatusName
+from rlwatch.common.vocab import FindingCode, RunStateName, StatusName
 
 # Line numbers from here up stand for lines whose number is not known yet: the newest part of a big backlog is
 # diagnosed before the lines above it are counted (``rlwatch.engine.preview``), numbered from this base until the
@@ -487,7 +487,7 @@ class RunState:
 @dataclass(frozen=True, slots=True)
 class Finding:
     severity: Severity
-    code: str
+    code: FindingCode  # one of vocab.FINDING_CODES (or an Xid's, vocab.xid_code)
     message: str
     since: float | None
     # What fixes it, said by every view in its own words: an action (a key on the dashboard, ``rlwatch act ACTION``
@@ -512,7 +512,7 @@ class Verdict:
     state: RunStateName
     why: str  # the state in words: the headline's when a finding names the cause
     since: float | None = None
-    finding: str | None = None  # the headline finding's code (the worst, a restart loop first); None: none
+    finding: FindingCode | None = None  # the headline finding's code (the worst, a restart loop first); None: none
     message: str | None = None  # its message
     action: str | None = None  # the one remedy: an action (a key on the dashboard, ``rlwatch act ACTION``)…
     command: str | None = None  # …or, when no action fixes it, the command that does

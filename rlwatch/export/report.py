@@ -28,7 +28,7 @@ from rlwatch.common.state import (
     Snapshot,
     line_number,
 )
-from rlwatch.common.vocab import StatusName
+from rlwatch.common.vocab import FindingCode, StatusName
 from rlwatch.engine.diagnosis import first_text, hhmm, human_bytes, human_duration, last_text, when_text
 from rlwatch.engine.diagnosis.server import down_when
 from rlwatch.engine.diagnosis.verdict import SERVER_ALIVE, SERVER_GONE, status_of, without_payload
@@ -631,7 +631,7 @@ def exit_code(s: Snapshot) -> int:
     return 3 if status_word(s) == "UNKNOWN" else 0
 
 
-NEXT_STEPS = {
+NEXT_STEPS: dict[FindingCode, str] = {
     "server_down": "If the trainer still runs, restart the inference server (rlwatch act restart-server); if it is "
     "gone, resume the run (rlwatch act resume), whose launcher brings its server back.",
     "server_unhealthy": "The server process lives but does not answer: restart it (rlwatch act restart-server).",
@@ -680,7 +680,7 @@ def _advice(f: Finding) -> str:
 
 # A finding whose next step is left out when a more specific one is there: known strays are what holds the GPU, and
 # the generic advice to go and find it would send the reader in a circle.
-SUPERSEDED: dict[str, set[str]] = {
+SUPERSEDED: dict[FindingCode, set[FindingCode]] = {
     "device_busy": {"gpu_strays"},
     "run_stopped": {"ray_job_stopped"},
 }

@@ -12,6 +12,7 @@ them.
 from __future__ import annotations
 
 from rlwatch.common.state import Finding, RunState, Snapshot
+from rlwatch.common.vocab import FindingCode
 from rlwatch.engine.diagnosis.attempts import attempts
 from rlwatch.engine.diagnosis.base import CRIT, INFO, WARN, Context, Rule
 from rlwatch.engine.diagnosis.collectives import collectives, gpu_straggler
@@ -77,7 +78,7 @@ __all__ = [
 ]
 
 # Findings that name a failure the run ended in, from the catalogue of known kinds.
-NAMED_FAILURES = frozenset(
+NAMED_FAILURES: frozenset[FindingCode] = frozenset(
     {
         "torchrun_failed",
         "crash_repeating",

@@ -28,7 +28,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 
 from rlwatch.common.state import Finding, GpuActivity, JobInfo, RasRank, Snapshot
-from rlwatch.common.vocab import RankPlace
+from rlwatch.common.vocab import FindingCode, RankPlace
 from rlwatch.engine.diagnosis.base import CRIT, WARN, Context
 from rlwatch.engine.diagnosis.stacks import still_ranks, stragglers
 from rlwatch.logs.collectives import CollectiveOp, RankProgress, read_lines
@@ -63,7 +63,7 @@ GPU_MIN_READS = 8
 class CollectiveIssue:
     """A mismatch or a missing rank, in words, with the entries it rests on."""
 
-    code: str  # "collective_mismatch" | "collective_missing_rank"
+    code: FindingCode  # "collective_mismatch" | "collective_missing_rank"
     pg: str
     seq: int
     ranks: tuple[int, ...]  # the rank(s) named as the odd one out

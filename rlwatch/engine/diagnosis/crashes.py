@@ -17,6 +17,7 @@ from rlwatch.common.state import (
     Snapshot,
     line_ref,
 )
+from rlwatch.common.vocab import FindingCode
 from rlwatch.common.words import plural
 from rlwatch.engine.diagnosis.base import (
     CRIT,
@@ -187,7 +188,7 @@ def _file(i: Incident) -> str:
 
 def failures(s: Snapshot, ctx: Context) -> Iterator[Finding]:
     # Each kind's noun for one (plural() makes the many) and the words after it: "1 NCCL error", "2 NCCL errors".
-    words = {
+    words: dict[FindingCode, tuple[str, str]] = {
         "cuda_oom": ("CUDA out-of-memory error", ""),
         "nccl_timeout": ("NCCL watchdog timeout", ""),
         "nccl_error": ("NCCL error", ""),

@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from rlwatch.common.state import Finding, GpuState, HostEvent, Snapshot
+from rlwatch.common.vocab import xid_code
 from rlwatch.common.words import plural
 from rlwatch.engine.diagnosis.base import CRIT, INFO, WARN, Context, count_of
 from rlwatch.engine.diagnosis.host import current_event, log_stopped, resume_text, run_started, tie
@@ -228,7 +229,7 @@ def xid_errors(s: Snapshot, ctx: Context) -> Iterator[Finding]:
                 named = ", ".join(f"{c} ({describe(c).meaning})" for c in hard)
                 them = "hardware faults; look for them" if len(hard) > 1 else "a hardware fault; look for it"
                 msg += f" It follows Xid {named}: {them} in the kernel log, the GPU may need a reset."
-        yield Finding(sev, f"xid_{xid}", msg, last.time)
+        yield Finding(sev, xid_code(xid), msg, last.time)
 
 
 def _follows(text: str) -> int | None:

@@ -15,6 +15,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 from rlwatch.common.state import ChildFailure, Finding, HostEvent, Snapshot
+from rlwatch.common.vocab import FindingCode
 from rlwatch.common.words import plural
 from rlwatch.engine.diagnosis.base import CRIT, INFO, WARN, Context, count_of
 from rlwatch.engine.diagnosis.wording import exact_first, hhmm, human_bytes, last_text
@@ -150,7 +151,7 @@ def kernel_kills(s: Snapshot, ctx: Context) -> Iterator[Finding]:
             f"{found.who[0].upper()}{found.who[1:]} {_WHAT[event.kind]}{when}{_where(event)}{sure}"
             f"{log_stopped(s, event.time)}.{hint} Once the cause is fixed, {resume_text(s)}."
         )
-        yield Finding(CRIT, f"kernel_{event.kind}", msg, event.time)
+        yield Finding(CRIT, _CODE[event.kind], msg, event.time)
     for kind, events in others.items():
         yield _untied(s, kind, events)
 
@@ -160,6 +161,13 @@ _WHAT = {
     "segfault": "crashed with a segmentation fault",
     "gpf": "crashed with a general protection fault",
     "sigbus": "died of a bus error (SIGBUS)",
+}
+# The finding's code for each kind of the kernel's events (the kinds _WHAT says).
+_CODE: dict[str, FindingCode] = {
+    "oom_kill": "kernel_oom_kill",
+    "segfault": "kernel_segfault",
+    "gpf": "kernel_gpf",
+    "sigbus": "kernel_sigbus",
 }
 
 
@@ -208,7 +216,7 @@ def _untied(s: Snapshot, kind: str, events: list[HostEvent]) -> Finding:
         what = f"{_name(newest)} {_WHAT[kind]}{when}{_where(newest)}"
         more = f" ({len(events)} such crashes)" if len(events) > 1 else ""
         msg = f"The kernel reports {what}{more}; it is not one of this run's processes."
-    return Finding(INFO, f"kernel_{kind}", msg, newest.time)
+    return Finding(INFO, _CODE[kind], msg, newest.time)
 
 
 def _oom(s: Snapshot, event: HostEvent, found: Tie, when: str) -> Finding:

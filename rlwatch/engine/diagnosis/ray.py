@@ -18,6 +18,7 @@ import re
 from collections.abc import Iterator
 
 from rlwatch.common.state import Finding, RayFailure, RunState, Snapshot
+from rlwatch.common.vocab import FindingCode
 from rlwatch.common.words import plural
 from rlwatch.engine.diagnosis.base import CRIT, INFO, WARN, Context
 from rlwatch.engine.diagnosis.wording import hhmm
@@ -25,7 +26,7 @@ from rlwatch.logs.ray import task_actor
 
 __all__ = ["RAY_CODES", "ray", "ray_run_state", "resume_words"]
 
-_CODES = {
+_CODES: dict[str, FindingCode] = {
     "actor_died": "ray_actor_died",
     "task_error": "ray_actor_died",
     "creation_failed": "ray_actor_died",
@@ -36,7 +37,7 @@ _CODES = {
     "job_failed": "ray_job_failed",
 }
 # Findings that name the failure a Ray run ended in (rlwatch.engine.diagnosis NAMED_FAILURES).
-RAY_CODES = frozenset(_CODES.values())
+RAY_CODES: frozenset[FindingCode] = frozenset(_CODES.values())
 # The processes whose life means the run's driver still runs.
 _DRIVER_ROLES = ("trainer", "launcher", "task-runner", "controller")
 

@@ -17,7 +17,7 @@ import re
 from dataclasses import replace
 
 from rlwatch.common.state import Finding, RunState, Severity, Snapshot, Verdict
-from rlwatch.common.vocab import StatusName
+from rlwatch.common.vocab import FindingCode, StatusName
 from rlwatch.engine.diagnosis.base import Context
 from rlwatch.engine.diagnosis.host import resume_text
 from rlwatch.engine.diagnosis.restarts import restarting
@@ -27,13 +27,13 @@ from rlwatch.sources.stacks import waits_for
 __all__ = ["LOOPS", "decide", "loop_state", "order_key", "status_of", "without_payload"]
 
 # Findings that mean the run cannot stay up, whatever is restarted: they lead, in this order.
-LOOPS = ("restart_loop", "crash_repeating")
+LOOPS: tuple[FindingCode, ...] = ("restart_loop", "crash_repeating")
 # A request's payload (token ids) as a log's last line: never the words a state is said in.
 _PAYLOAD = re.compile(r"(?:-?\d+\s*,\s*){12,}")
 _LAST_LINE = "; its last line: "
 
 # What to do next, in words, where the headline's own action does not say all of it.
-_NEXT = {
+_NEXT: dict[FindingCode, str] = {
     "restart_loop": "The container (or its launcher) keeps restarting and never stays up: read the first lines "
     "after each start and fix the start command; no key fixes a restart loop, and a resume would start into it "
     "again.",
@@ -57,14 +57,14 @@ _NEXT = {
 }
 # Next steps that end in starting the run again, said from what there is to start from (a checkpoint, the recover
 # info, or nothing: "start the run again", never a resume from a checkpoint that does not exist).
-_NEXT_THEN = {
+_NEXT_THEN: dict[FindingCode, str] = {
     "torchrun_failed": "Read the root cause above and what its rank printed before it; fix what it names",
     "kernel_oom_kill": "The kernel killed a process of the run for memory: raise the pod's or container's memory "
     "limit, or make the run hold less (smaller batches, fewer workers)",
     "oom_kill": "The kernel killed a process for memory: raise the memory limit, or make the run hold less",
 }
 # Where neither a key nor a command fixes a finding, what does, in the few words a one-line banner keeps whole.
-_FIX = {
+_FIX: dict[FindingCode, str] = {
     "restart_loop": "fix the start command",
     "crash_repeating": "fix the exception",
     "gpu_lost": "drain the node, resume elsewhere",
@@ -166,7 +166,7 @@ def _why(rs: RunState | None) -> str:
     return without_payload(rs.why)
 
 
-def _fix_words(code: str) -> str | None:
+def _fix_words(code: FindingCode) -> str | None:
     if code.startswith("xid_"):
         return "drain the node, resume elsewhere"
     return _FIX.get(code)
@@ -236,9 +236,9 @@ _GONE_FIX = {"nccl_timeout": "read each rank's log, then resume"}
 # Failures whose cause another finding names: torchrun's report says which rank failed first, the NCCL timeout or
 # the OOM kill beside it says why, and what fixes that is what fixes the run (after the nccl-timeout abort the
 # headline was torchrun's report with no remedy at all, its cause's remedy only in the second line).
-_CAUSED_BY_ANOTHER = ("torchrun_failed",)
+_CAUSED_BY_ANOTHER: tuple[FindingCode, ...] = ("torchrun_failed",)
 # What can be such a cause: a finding about the run's own failure (never, say, the watchdog missing beside it).
-_CAUSES = (
+_CAUSES: tuple[FindingCode, ...] = (
     "nccl_timeout",
     "kernel_oom_kill",
     "oom_kill",

@@ -16,6 +16,7 @@ from typing import Any
 from rlwatch.common.clock import Clock, SystemClock
 from rlwatch.common.state import Severity, Snapshot, line_ref
 from rlwatch.common.textsafe import redact_url
+from rlwatch.common.vocab import FindingCode
 from rlwatch.config.models import NotifyConfig
 from rlwatch.export.notify.delivery import Channel, Send, apprise_send, check_target
 from rlwatch.export.notify.heartbeat import Get, Heartbeat, http_get
@@ -26,7 +27,11 @@ from rlwatch.export.notify.tracker import FindingTracker
 
 LOG_LINES = 3  # with include_lines: the last lines of each finding's event kind
 # The event kind whose lines are the evidence of a finding (sent only with include_lines: true).
-EVIDENCE = {"brake": "emergency_brake", "brake_no_relief": "emergency_brake", "crash_repeating": "traceback"}
+EVIDENCE: dict[FindingCode, str] = {
+    "brake": "emergency_brake",
+    "brake_no_relief": "emergency_brake",
+    "crash_repeating": "traceback",
+}
 EVIDENCE |= {"crashed": "traceback", "connection_errors": "connection_refused"}
 
 
@@ -141,7 +146,7 @@ class Notifications:
             items.append(Item(change, severity, rec.code, self.safe(text), rec.since, lines))
         return self._post(Notice(self.clock.time(), self.host, self.run_dir, tuple(items), self.safe(done)))
 
-    def _lines(self, snap: Snapshot, code: str) -> tuple[str, ...]:
+    def _lines(self, snap: Snapshot, code: FindingCode) -> tuple[str, ...]:
         ev = snap.events.get(EVIDENCE.get(code, code))
         if ev is None:
             return ()

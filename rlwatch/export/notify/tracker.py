@@ -14,9 +14,10 @@ from dataclasses import dataclass
 
 from rlwatch.common.clock import Clock
 from rlwatch.common.state import Finding, Severity
+from rlwatch.common.vocab import FindingCode
 
 # Findings that are one story under two codes: a brake that stops helping is the brake storm getting worse.
-FAMILY = {
+FAMILY: dict[FindingCode, FindingCode] = {
     "brake_no_relief": "brake",
     "crashed": "crash_repeating",
     "server_unhealthy": "server_down",
@@ -25,12 +26,12 @@ FAMILY = {
     "connection_refused": "server_down",
 }
 # Told by their own message (the gave_up record), not a second time as a finding.
-SKIP = frozenset({"watchdog_gave_up"})
+SKIP: frozenset[FindingCode] = frozenset({"watchdog_gave_up"})
 
 
 @dataclass(slots=True)
 class _Open:
-    code: str
+    code: FindingCode
     severity: Severity
     message: str
     since: float | None
@@ -47,12 +48,12 @@ class FindingTracker:
         self.update_every_s = update_every_s
         self.clear_after_s = clear_after_s
         self.clock = clock
-        self.open: dict[str, _Open] = {}
+        self.open: dict[FindingCode, _Open] = {}
 
     def observe(self, findings: Iterable[Finding]) -> list[tuple[str, _Open]]:
         """The changes worth telling this round, as (change, record), most severe first."""
         now = self.clock.monotonic()
-        current: dict[str, Finding] = {}
+        current: dict[FindingCode, Finding] = {}
         for f in findings:
             if f.code in SKIP:
                 continue
