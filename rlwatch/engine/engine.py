@@ -41,21 +41,19 @@ from rlwatch.common.state import (
     StackReport,
     WatchdogStatus,
 )
-from rlwatch.common.trust import open_read
 from rlwatch.config.models import Config
-from rlwatch.discover.discovery import written_logs
 from rlwatch.discover.knobs import read_knobs
 from rlwatch.discover.load import missing_paths, resolve
-from rlwatch.engine.attempts import AttemptTracker, busy_after
+from rlwatch.engine.attempts import busy_after
 from rlwatch.engine.diagnosis import Context, assess_run, decide, diagnose, timeline
 from rlwatch.engine.diagnosis.base import StepSeen
 from rlwatch.engine.diagnosis.collectives import GPU_MIN_READS
 from rlwatch.engine.diagnosis.health import undated
 from rlwatch.engine.diagnosis.stacks import rank_times
 from rlwatch.engine.job import JobWatch, ras_suspicion, suspicious
-from rlwatch.engine.preview import TailPreview
-from rlwatch.engine.reading import PREVIEW_FIRST_WAIT_S, PREVIEW_SAMPLE_WAIT_S, PREVIEW_WAIT_S, LogReading
+from rlwatch.engine.reading import PREVIEW_FIRST_WAIT_S, PREVIEW_SAMPLE_WAIT_S, PREVIEW_WAIT_S
 from rlwatch.engine.seen import exchange
+from rlwatch.engine.tracking import HOST_ROLES, MAX_MEMBER_ROWS, RunTracking
 from rlwatch.logs.ending import read_ending
 from rlwatch.sources import hostwide, procfs
 from rlwatch.sources.checkpoints import CheckpointScanner
@@ -63,20 +61,17 @@ from rlwatch.sources.disk import disk_state
 from rlwatch.sources.gpu import GpuBackend, make_gpu_backend
 from rlwatch.sources.holders import HolderScanner, attribute, classify_holders
 from rlwatch.sources.kernel import KernelLog, with_gpus
-from rlwatch.sources.launches import LaunchBook
 from rlwatch.sources.limits import LimitsSource
-from rlwatch.sources.membership import STRAY, RunView, assess, first_stamp, may_act_on, open_files, run_owners
+from rlwatch.sources.membership import STRAY, RunView
 from rlwatch.sources.memory import MemorySource, with_growth_forecast
-from rlwatch.sources.processes import LaunchRecord, ProcessTable, member_info, program_label
+from rlwatch.sources.processes import program_label
 from rlwatch.sources.procfs import container_uptime_s
-from rlwatch.sources.ray import RaySource
 from rlwatch.sources.recover import find_step_info, read_recover
 from rlwatch.sources.sampler import StackSampler, may_read
 from rlwatch.sources.server import ServerProbe
 from rlwatch.sources.stacks import StackTarget, capture, latest_kept, rank_label
 from rlwatch.sources.watchdog_state import read_status
 
-_LOG_HEAD_BYTES = 64 * 1024
 # Bytes counted since the last heap release after which catching up returns free heap to the system
 # (rlwatch.common.heap).
 RELEASE_AFTER_BYTES = 64 << 20
@@ -91,8 +86,6 @@ IDLE_SAMPLE_S = 5.0
 STOPPED_SAMPLE_S = 10.0
 HOLDER_IDLE_SCAN_S = 30.0  # ... and scans for GPU holders (every process's descriptors) at most this often
 UNSEEN_WRITER_WAIT_S = 2.0
-HOST_ROLES = ("watchdog", "server")  # roles watched for what they are, not for being of the run's family
-MAX_MEMBER_ROWS = 32
 HISTORY = 600
 
 
@@ -150,7 +143,7 @@ def _pct(part: int | None, whole: int | None) -> float | None:
     return 100.0 * part / whole
 
 
-class Engine(LogReading):
+class Engine(RunTracking):
     """One monitored host. Construct, then either ``collect_once()`` (report) or ``start()`` (dashboard, watch)."""
 
     def __init__(
@@ -167,13 +160,11 @@ class Engine(LogReading):
         super().__init__(cfg, run_dir, clock=clock, proc_root=proc_root, host=host)
 
         self._setup_reading(force_polling=force_polling)
+        self._setup_tracking()
 
         # Host sources.
         self.memory_source = MemorySource(self.clock)
         self.gpu_backend = gpu_backend or make_gpu_backend(cfg.gpu, self.run_dir)
-        self.processes = ProcessTable(
-            cfg.processes, self.clock, proc_root=proc_root, base_dir=self.run_dir, bounded=self._untrusted
-        )
         hcfg = cfg.host
         # Where this process works as the run's owner, root's helper reads the kernel log for it (hostwide).
         helper = hostwide.current()
@@ -188,13 +179,6 @@ class Engine(LogReading):
         self.limits_source = LimitsSource(
             shm_path=hcfg.shm_path, simulated_shm_bytes=hcfg.simulated_shm_bytes, proc_root=proc_root
         )
-        self.launches = LaunchBook(self.run_dir / ".rlwatch" / "launches.json")
-        # Whose processes may be the run's: never another user's, whose command a resume would run as this user.
-        self.owners = run_owners(
-            allow_other_users=cfg.actions.allow_other_users,
-            other_users=cfg.actions.other_users,
-            trusted=cfg.provenance.distrust is None,
-        )
         self.holder_scanner = HolderScanner(cfg.gpu.device_glob, self.clock, proc_root=proc_root)
         self.checkpoints = CheckpointScanner(
             [resolve(self.run_dir, d) for d in cfg.training.checkpoint_dirs], self.clock
@@ -203,8 +187,6 @@ class Engine(LogReading):
         # colocated generation) would report it "down".
         expected = cfg.server_expected
         self.server_probe = ServerProbe(cfg.server, self.clock) if cfg.server.url and expected else None
-        # A Ray-based run (verl, OpenRLHF): Ray's session logs and State API (sources/ray).
-        self.ray_source = RaySource(cfg, self.run_dir, self.clock, proc_root=proc_root)
         self._ray: RayState | None = None
         knobs_path = cfg.training.config_file
         self.knobs = read_knobs(resolve(self.run_dir, knobs_path)) if knobs_path else {}
@@ -214,22 +196,11 @@ class Engine(LogReading):
         # Latest parts, replaced whole by the loops.
         self._memory: MemoryState | None = None
         self._gpu: GpuStatus | None = None
-        self._procs: tuple[ProcessInfo, ...] = ()
         self._holders: tuple[GpuHolder, ...] = ()
         self._holders_at: float | None = None  # monotonic time of the last /proc scan for GPU holders
-        self._view: RunView | None = None  # the live run as last found, made with the holder scan
-        self._looked_at: float | None = None  # wall time of that look
-        self._gone_members: dict[int, str] = {}  # the run's processes seen and gone since (pid → their evidence)
-        self._seen_members: dict[int, tuple[float, str]] = {}  # pid → (start, evidence) of every member seen
-        # Launchers seen going, earlier attempts' writes over time (engine/attempts); quiet for the hang window's
-        # floor, an earlier attempt's processes are strays.
-        self.attempts = AttemptTracker(cfg.thresholds.hang_floor_s, proc_root)
         # How long a one-shot look watches a freshly written log of a run with no process seen (_writer_unseen);
         # RLWATCH_UNSEEN_WRITER_WAIT_S sets it (0: never watch, as the test suite does for logs no process writes).
         self.unseen_writer_wait_s = _seconds(os.environ.get("RLWATCH_UNSEEN_WRITER_WAIT_S"), UNSEEN_WRITER_WAIT_S)
-        # path → ((dev, ino), (line, time) of its first timestamp or None, size when read): a log's head is read once
-        self._log_heads: dict[str, tuple[tuple[int, int], tuple[int, float] | None, int]] = {}
-        self._launched: set[tuple[int, float]] = set()  # (pid, start time) of processes rlwatch started
         self._checkpoint: CheckpointState | None = None
         self._recover: RecoverState | None = None
         self._server: ServerState | None = None
@@ -269,9 +240,6 @@ class Engine(LogReading):
             if scfg.sample
             else None
         )
-        self._member_starts: dict[str, set[float]] = {}  # role -> start times of processes seen as the run's
-        self._member_pids: set[int] = set()  # every pid seen as the run's
-        self._role_procs: tuple[ProcessInfo, ...] = ()  # every process a role rule selects, the run's or not
         # path -> (what the file was when read, its ending, when read (monotonic)); a growing file is read again at
         # most every _ending_every_s, one that stopped changing once more when it stops.
         self._ending_cache: dict[str, tuple[tuple[int, int, int, int, bool], LogEnding | None, float]] = {}
@@ -289,61 +257,6 @@ class Engine(LogReading):
     # ----------------------------------------------------------------------------------------------------- logs
 
     # --------------------------------------------------------------------------------------------------- sources
-    def role_processes(self) -> tuple[ProcessInfo, ...]:
-        """Every process a role rule selects, this run's or not (the processes table shows only the run's)."""
-        with self._lock:
-            return self._role_procs
-
-    def _table(self, procs: Sequence[ProcessInfo], view: RunView) -> tuple[ProcessInfo, ...]:
-        """The processes table: the live run's members, each with its evidence — those a role rule names under
-        their role, the others (a custom ``python3 train.py``) as they are — and the host's watchdog and inference
-        server, watched for what they are. A process another run owns matches the same role patterns: never shown
-        as this run's. A member that exited stays, as the run's history."""
-        members = {pid: why for pid, why in view.members.items() if pid not in view.weak}
-        # What rlwatch itself just started is the run's before the next look at the host says so (an action's check
-        # waits for the process it started to show, with its fresh memory).
-        with self._lock:
-            launched = tuple(self._launched)
-        for pid, create_time in launched:
-            if pid not in members and any(p.pid == pid and abs(p.create_time - create_time) < 1 for p in procs):
-                members[pid] = "was started by rlwatch"
-        rows: list[ProcessInfo] = []
-        strangers: list[str] = []
-        for p in procs:
-            if not p.alive:
-                if p.pid in self._member_pids:
-                    rows.append(p)
-            elif p.pid in members:
-                rows.append(replace(p, evidence=members[p.pid]))
-            elif p.role in HOST_ROLES:
-                # Another user's process that matches the server's rule is not the host's server: it would soften an
-                # outage ("one miss is not yet a failure"), block restart-server, or be what it stops. Said, not used.
-                uid = procfs.owner(p.pid, self._proc_root)
-                if uid == 0 or may_act_on(uid, self.owners):
-                    rows.append(p)
-                else:
-                    who = p.user or ("more than one user" if uid is None else uid)
-                    strangers.append(f"pid {p.pid} matches the {p.role} rule but runs as {who}: not the run's {p.role}")
-        if strangers or "other users" in self._status:
-            self._ok("other users", "; ".join(strangers[:3]) or None)
-        shown = {p.pid for p in rows}
-        for pid, why in sorted(members.items())[:MAX_MEMBER_ROWS]:
-            if pid not in shown and (info := member_info(pid, why, self._proc_root)) is not None:
-                rows.append(info)
-        # An earlier attempt's processes still running beside the live run: shown apart, under their attempt.
-        earlier = [x for x in view.launches if not x.current]
-        for index, launch in enumerate(view.launches):
-            if launch not in earlier:
-                continue
-            for pid in launch.pids[:MAX_MEMBER_ROWS]:
-                why = view.earlier.get(pid, "")
-                known = next((p for p in rows if p.pid == pid), None)
-                if known is not None:
-                    rows[rows.index(known)] = replace(known, evidence=why, attempt=index)
-                elif (info := member_info(pid, why, self._proc_root)) is not None:
-                    rows.append(replace(info, attempt=index))
-        self._member_pids |= set(members)
-        return tuple(rows)
 
     def _read_endings(self, now: float, *, fresh: bool = False) -> tuple[LogEnding, ...]:
         """How each followed log ends, read again only for a file that changed (its newest 64 KiB at most).
@@ -511,32 +424,6 @@ class Engine(LogReading):
         """Ask Ray's State API (a network request bounded by ray.timeout_s): its own loop, or once for a report."""
         self.ray_source.poll_api(force=force)
 
-    def _start_times(self, preview: TailPreview | None = None) -> dict[str, tuple[float, ...]]:
-        """When the run's processes (and, from its logs, the container) started: the restart-loop evidence."""
-        logged = self._starts if preview is None else preview.starts(self._starts)
-        starts = {k: tuple(v) for k, v in logged.items()}
-        for role in ("trainer", "launcher"):
-            # Only the starts of processes that were the run's: a role's pattern matches other runs' trainers too.
-            ours = self._member_starts.get(role, set())
-            seen = [t for t in self.processes.start_times(role) if round(t, 2) in ours]
-            if seen:
-                starts[role] = tuple(seen)
-        return starts
-
-    def launch_record(self, name: str) -> LaunchRecord | None:
-        """How ``name`` was started: as seen by this engine, else as remembered by an earlier rlwatch — a record of
-        this user's process first; another's is returned only for the planner to refuse it, saying whose it is."""
-        found = [r for r in (self.processes.launch_record(name), self.launches.get(name)) if r is not None]
-        return next((r for r in found if r.uid == os.geteuid()), found[0] if found else None)
-
-    def started_by(self, name: str) -> str | None:
-        """The named process ``name`` was first seen started under, by this engine or an earlier rlwatch (a server
-        rlwatch restarted has rlwatch for a parent; the book still knows the launcher started the first one)."""
-        for record in (self.processes.launch_record(name), self.launches.get(name)):
-            if record is not None and record.started_by is not None:
-                return record.started_by
-        return None
-
     def _holders_now(self, procs: Sequence[ProcessInfo], gpu: GpuStatus) -> tuple[GpuHolder, ...]:
         """GPU holders, scanned at most every HOLDER_SCAN_S: reading every /proc/<pid>/fd is the costliest part of a
         sample, and holders change rarely. Actions never trust this list: they re-check each target's identity."""
@@ -563,127 +450,6 @@ class Engine(LogReading):
 
     def _exists(self, pid: int) -> bool:
         return os.path.lexists(f"{self._proc_root}/{pid}")
-
-    def note_launched(self, pid: int, create_time: float) -> None:
-        """A process rlwatch started: evidence that it is the run's, whatever its command line."""
-        with self._lock:
-            self._launched.add((pid, create_time))
-
-    def live_run(self, *, fresh: bool = False) -> RunView:
-        """The live run as found from evidence (:mod:`rlwatch.sources.membership`); ``fresh`` looks again now, as
-        an action does right before it signals anything."""
-        if fresh or self._view is None:
-            with self._lock:
-                procs = self._role_procs
-            self._view = self._assess(procs, None)
-        return self._view
-
-    def _assess(self, procs: Sequence[ProcessInfo], opened: dict[int, list[tuple[int, str]]] | None) -> RunView:
-        roles = {p.pid: p.name for p in procs if p.alive}
-        exclude = [str(self.run_dir / ".rlwatch"), os.path.dirname(self.cfg.gpu.device_glob) + "/"]
-        files = (
-            None
-            if opened is None
-            else open_files(opened, str(self.run_dir), proc_root=self._proc_root, exclude=exclude)
-        )
-        with self._lock:
-            launched = set(self._launched)
-        view = assess(
-            str(self.run_dir),
-            attempt=self._latest_attempt(),
-            roles=roles,
-            pidfile_pids=self.processes.pidfile_pids,
-            launched=launched,
-            exclude=exclude,
-            proc_root=self._proc_root,
-            files=files,
-            named=self.ray_source.named_members(),
-            owners=self.owners,
-            former=self.attempts.former_parents(),
-            rules_named=self._rules_named,
-        )
-        self._follow_what_it_writes(view)
-        self._looked_at = now = self.clock.time()
-        return self.attempts.observe(view, now)
-
-    def _follow_what_it_writes(self, view: RunView) -> None:
-        """Follow the logs the live run's processes hold open for writing, as they appear: a run's logs are often
-        created after rlwatch started (a watchdog started with the container, or beside the launcher, saw only the
-        launcher's redirect, and the ranks' train.log was never read). Only the run's own processes count, by
-        evidence (not those that only stand in its directory), and only files that are logs by name or by their
-        lines (discover.discovery.written_logs)."""
-        core = [pid for pid in view.members if pid not in view.weak]
-        if not core or self._untrusted:
-            return
-        for path in written_logs(core, self._proc_root, known=self.tailer.files):
-            self.tailer.follow(str(path))
-
-    def _gone_since(self, view: RunView) -> dict[int, str]:
-        """The run's processes this engine saw (at this look or an earlier one) that are gone now (pid → their
-        evidence): a run killed between two looks is dead now, not at the next look, and stays known as dead after
-        it (a pid reused since is another process: the start time decides)."""
-        for pid, why in view.members.items():
-            p = view.procs.get(pid)
-            if pid not in view.weak and p is not None:
-                self._seen_members[pid] = (p.create_time, why)
-        btime = procfs.boot_time(self._proc_root)
-        gone: dict[int, str] = {}
-        for pid, (created, why) in self._seen_members.items():
-            stat = procfs.read_stat(pid, self._proc_root)
-            start = None if stat is None else procfs.start_time_from_ticks(stat.starttime_ticks, btime)
-            if stat is None or stat.state == "Z" or (start is not None and abs(start - created) > 1):
-                gone[pid] = why
-        if len(self._seen_members) > 4 * MAX_MEMBER_ROWS:  # the oldest that are gone first
-            for pid in list(gone)[: len(self._seen_members) - 4 * MAX_MEMBER_ROWS]:
-                del self._seen_members[pid]
-        return gone
-
-    def _latest_attempt(self) -> tuple[str, float] | None:
-        """(what shows it, when) the run's latest attempt began, alive or gone: a leftover older than it is from an
-        earlier attempt. Each candidate is no later than that start, so the newest of them is a safe reference."""
-        seen = [
-            (start, f"its {role} started then; rlwatch saw it")
-            for role in ("trainer", "launcher")
-            for start in self.processes.start_times(role)
-        ]
-        for role in ("trainer", "launcher"):
-            record = self.launches.get(role)
-            if record is not None:
-                seen.append((record.create_time, f"its {role} started then; rlwatch launched it"))
-        logged = self._earliest_log_line()
-        if logged is not None:
-            seen.append(logged)
-        if not seen:
-            return None
-        start, shown_by = max(seen)
-        return shown_by, start
-
-    def _earliest_log_line(self) -> tuple[float, str] | None:
-        """For a run with a launcher: the earliest timestamped line of its logs. The launcher writes first and starts
-        everything else, so no process of any attempt in these logs is older. Without a launcher role (a trainer
-        that logs elsewhere while a server it waits for starts later) the logs date nothing, and none is used."""
-        if not any(rule.role == "launcher" for rule in self.cfg.processes):
-            return None
-        best: tuple[float, str] | None = None
-        for path in self.tailer.files:
-            key = self._log_heads.get(path)
-            try:
-                st = os.stat(path)
-            except OSError:
-                continue
-            if key is None or key[0] != (st.st_dev, st.st_ino) or (key[1] is None and st.st_size != key[2]):
-                try:
-                    with open_read(path) as fh:
-                        head = fh.read(_LOG_HEAD_BYTES)
-                except OSError:
-                    continue
-                key = ((st.st_dev, st.st_ino), first_stamp(head, self.clock.time()), st.st_size)
-                self._log_heads[path] = key
-            found = key[1]
-            if found is not None and (best is None or found[1] < best[0]):
-                rel = os.path.relpath(path, self.run_dir)
-                best = (found[1], f"the earliest line of its logs, {rel}:{found[0]}, was written then")
-        return best
 
     def _sample_holders(self, procs: Sequence[ProcessInfo], gpu: GpuStatus) -> tuple[GpuHolder, ...]:
         try:
