@@ -20,7 +20,7 @@ __all__ = ["SCENARIOS", "SimError", "Simulation", "run_sim"]
 
 def run_sim(scenario: str, run_dir: str | os.PathLike[str], speed: float = 1.0, seed: int | None = 0) -> int:
     """Run ``scenario`` into ``run_dir`` until SIGINT/SIGTERM, stop everything it started, return an exit code."""
-    from rlwatch.sim.supervisor import run_sim as run
+    from rlwatch.sim.supervisor import run_supervised as run
 
     return run(scenario, run_dir, speed=speed, seed=seed)
 

@@ -6,7 +6,7 @@ import argparse
 import sys
 
 from rlwatch.sim.scenarios import SCENARIOS
-from rlwatch.sim.supervisor import run_sim
+from rlwatch.sim.supervisor import run_supervised
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -24,7 +24,7 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     if not args.speed > 0:
         p.error(f"--speed must be greater than 0, got {args.speed}")
-    return run_sim(args.scenario, args.dir, speed=args.speed, seed=args.seed)
+    return run_supervised(args.scenario, args.dir, speed=args.speed, seed=args.seed)
 
 
 if __name__ == "__main__":

@@ -379,7 +379,7 @@ def _running(proc: psutil.Process) -> bool:
         return False
 
 
-def run_sim(scenario: str, run_dir: str | os.PathLike[str], speed: float = 1.0, seed: int | None = 0) -> int:
+def run_supervised(scenario: str, run_dir: str | os.PathLike[str], speed: float = 1.0, seed: int | None = 0) -> int:
     """Run ``scenario`` into ``run_dir`` until SIGINT/SIGTERM/SIGHUP, then stop everything it started.
 
     Returns 0 after a clean stop and 2 when the simulation cannot start (unknown scenario, bad speed, a foreign or

@@ -57,7 +57,7 @@ _HEAD_LINES = 200  # a log's first timestamp is within its first lines (a banner
 
 
 @dataclass(frozen=True, slots=True)
-class Proc:
+class ProcRow:
     """One process as read from /proc for the membership pass."""
 
     pid: int
@@ -72,7 +72,7 @@ class Proc:
 
 
 @dataclass(frozen=True, slots=True)
-class Verdict:
+class MembershipVerdict:
     status: str  # RUN | STRAY | UNKNOWN
     why: str  # the evidence, in words a person can check
 
@@ -123,7 +123,7 @@ class RunView:
     """The live run as found on the host at one moment, and the means to judge any other process against it."""
 
     run_dir: str
-    procs: Mapping[int, Proc]
+    procs: Mapping[int, ProcRow]
     members: Mapping[int, str]  # pid → how it was recognised as the run's
     core: Mapping[int, str]  # the members with core evidence (directly, not through a relative)
     weak: frozenset[int]  # members only through working in / reading the run directory
@@ -194,7 +194,7 @@ class RunView:
         leader = self.procs.get(p.sid) if p is not None else None
         if p is None or p.sid <= 0 or (leader is not None and leader.state != "Z"):
             return None
-        current: Proc | None = p
+        current: ProcRow | None = p
         seen = 0
         while current is not None and current.sid == p.sid and seen < 4096:
             parent = self.procs.get(current.ppid)
@@ -209,28 +209,30 @@ class RunView:
             seen += 1
         return None
 
-    def verdict(self, pid: int, create_time: float | None = None) -> Verdict:
+    def verdict(self, pid: int, create_time: float | None = None) -> MembershipVerdict:
         """Whether ``pid`` is the live run's, a stray (with positive reasons), or unknown — always with why."""
         proc = self.procs.get(pid)
         started = create_time if create_time is not None else (proc.create_time if proc else None)
         if pid in self.foreign:
             uid = proc.uid if proc is not None else None
             who = f"uid {uid}" if uid is not None else "more than one user, or one that cannot be read"
-            return Verdict(UNKNOWN, f"runs as {who}, whose processes are never the run's: not judged, never a stray")
+            return MembershipVerdict(
+                UNKNOWN, f"runs as {who}, whose processes are never the run's: not judged, never a stray"
+            )
         if pid in self.earlier:
             if pid in self.strays:
-                return Verdict(STRAY, self.strays[pid])
+                return MembershipVerdict(STRAY, self.strays[pid])
             launch = next((x for x in self.launches if pid in x.pids), None)
             lost = f"; {launch.orphaned}" if launch is not None and launch.orphaned else ""
-            return Verdict(
+            return MembershipVerdict(
                 UNKNOWN,
                 f"of an earlier attempt beside the live run: it {_verb(self.earlier[pid])}{lost}; "
                 "stopped only when a person names its pid",
             )
         if pid in self.members and pid not in self.weak:
-            return Verdict(RUN, self.members[pid])
+            return MembershipVerdict(RUN, self.members[pid])
         if started is not None and self.container_started_at is not None and started < self.container_started_at - 1:
-            return Verdict(
+            return MembershipVerdict(
                 STRAY,
                 f"left from an earlier container start: started {_minutes(self.container_started_at - started)} "
                 "before this container's init (pid 1)",
@@ -242,23 +244,23 @@ class RunView:
             if against is not None and orphan and role is None and started is not None and started < against[0]:
                 elsewhere = self.writes_elsewhere(pid)
                 if elsewhere is not None:  # doing work of its own: an experiment run with nohup, not a leftover
-                    return Verdict(RUN, f"{self.members[pid]} and writes {elsewhere}")
-                return Verdict(
+                    return MembershipVerdict(RUN, f"{self.members[pid]} and writes {elsewhere}")
+                return MembershipVerdict(
                     STRAY,
                     f"a leftover of an earlier attempt: {self.members[pid]} but is not part of the live run; "
                     f"{orphan}; started {_minutes(against[0] - started)} before {against[1]}",
                 )
-            return Verdict(RUN, self.members[pid])
+            return MembershipVerdict(RUN, self.members[pid])
         if not self.identified and against is None:
-            return Verdict(UNKNOWN, f"{self.unknown_reason}")
+            return MembershipVerdict(UNKNOWN, f"{self.unknown_reason}")
         if role is not None:
-            return Verdict(
+            return MembershipVerdict(
                 UNKNOWN, f"matches the {role} role but never touched {self.run_dir}: it may serve another job"
             )
         if orphan is None:
             parent = self.procs.get(proc.ppid) if proc else None
             who = f"pid {proc.ppid} ({parent.comm})" if proc and parent else "alive"
-            return Verdict(
+            return MembershipVerdict(
                 UNKNOWN,
                 f"not part of the live run, but not orphaned: its session or parent is alive ({who}); "
                 "it may be another job",
@@ -267,14 +269,16 @@ class RunView:
             against = (self.started_at, "the live run")
         if started is None or against is None or started >= against[0]:
             after = f"{_minutes(started - against[0])} after" if started is not None and against else "after"
-            return Verdict(UNKNOWN, f"{orphan}, but it started {after} the live run began: it may belong to it")
+            return MembershipVerdict(
+                UNKNOWN, f"{orphan}, but it started {after} the live run began: it may belong to it"
+            )
         elsewhere = self.writes_elsewhere(pid)
         if elsewhere is not None:
-            return Verdict(
+            return MembershipVerdict(
                 UNKNOWN,
                 f"{orphan}, but it writes {elsewhere}: a job of its own, perhaps another experiment",
             )
-        return Verdict(
+        return MembershipVerdict(
             STRAY,
             f"{orphan}; never touched {self.run_dir}; started {_minutes(against[0] - started)} before {against[1]}",
         )
@@ -329,9 +333,9 @@ def first_stamp(head: bytes, now: float) -> tuple[int, float] | None:
     return None
 
 
-def _read_procs(proc_root: str) -> dict[int, Proc]:
+def _read_procs(proc_root: str) -> dict[int, ProcRow]:
     btime = procfs.boot_time(proc_root)
-    procs: dict[int, Proc] = {}
+    procs: dict[int, ProcRow] = {}
     for pid in procfs.list_pids(proc_root):
         stat = procfs.read_stat(pid, proc_root)
         if stat is None:
@@ -342,7 +346,7 @@ def _read_procs(proc_root: str) -> dict[int, Proc]:
             continue
         cwd = procfs.read_cwd(pid, proc_root)
         owner = procfs.owner(pid, proc_root)
-        procs[pid] = Proc(pid, stat.ppid, stat.pgrp, stat.session, start, stat.comm, cwd, stat.state, owner)
+        procs[pid] = ProcRow(pid, stat.ppid, stat.pgrp, stat.session, start, stat.comm, cwd, stat.state, owner)
     return procs
 
 
@@ -376,7 +380,7 @@ def open_files_under(
     return open_files(entries, root, proc_root=proc_root, exclude=exclude)
 
 
-def _container_start(procs: Mapping[int, Proc], proc_root: str) -> float | None:
+def _container_start(procs: Mapping[int, ProcRow], proc_root: str) -> float | None:
     init = procs.get(1)
     btime = procfs.boot_time(proc_root)
     if init is None or btime is None:
@@ -555,7 +559,7 @@ SESSION_ROOTS = frozenset(
 )  # fmt: skip
 
 
-def is_session_root(p: Proc) -> bool:
+def is_session_root(p: ProcRow) -> bool:
     """A shell, multiplexer, login, session manager or init: where a run's family ends going up, and never a
     launcher whose exit a run outlives as an orphan (a launch script that ran ``nohup python train.py &``)."""
     comm = p.comm
@@ -569,7 +573,7 @@ class _Places:
     """Where a process works and what it writes outside the run directory, read once per look: what tells two runs
     apart that one shell, one script or one test process started side by side."""
 
-    def __init__(self, root: str, procs: Mapping[int, Proc], proc_root: str) -> None:
+    def __init__(self, root: str, procs: Mapping[int, ProcRow], proc_root: str) -> None:
         self._root = root
         self._procs = procs
         self._proc_root = proc_root
@@ -607,7 +611,7 @@ def _writes_outside(pid: int, root: str, proc_root: str) -> str | None:
 
 def _closure(
     direct: Mapping[int, str],
-    procs: Mapping[int, Proc],
+    procs: Mapping[int, ProcRow],
     children: Mapping[int, list[int]],
     skip: Collection[int] = (),
     lone: Collection[int] = (),
@@ -693,7 +697,7 @@ def _is_rlwatch(argv: tuple[str, ...]) -> bool:
     return module is not None and module in ("rlwatch", "rlwatch.cli", "rlwatch.sim")
 
 
-def _simulators_above(pids: Iterable[int], procs: Mapping[int, Proc], proc_root: str) -> list[int]:
+def _simulators_above(pids: Iterable[int], procs: Mapping[int, ProcRow], proc_root: str) -> list[int]:
     """rlwatch's simulator above ``pids`` in the process tree (up to the first shell): the supervisor that started
     them, and what started it (``rlwatch demo``). Only Python processes are read."""
     found: list[int] = []
@@ -712,7 +716,9 @@ def _simulators_above(pids: Iterable[int], procs: Mapping[int, Proc], proc_root:
     return found
 
 
-def _add_pipe_writers(direct: dict[int, str], procs: Mapping[int, Proc], proc_root: str, skip: Collection[int]) -> None:
+def _add_pipe_writers(
+    direct: dict[int, str], procs: Mapping[int, ProcRow], proc_root: str, skip: Collection[int]
+) -> None:
     """``python3 train.py | tee train.log``: the trainer writes the log through ``tee``, whose input is the
     trainer's output. A process of the writer's session whose standard output or error is the pipe the writer
     reads writes the log as surely as the writer (a pipeline's processes are siblings under the shell: the tree
@@ -762,7 +768,7 @@ class _Lost:
     name: str | None = None  # what the launcher was, where known otherwise than by its pid
 
 
-def _reaped_by(top: Proc, procs: Mapping[int, Proc]) -> str | None:
+def _reaped_by(top: ProcRow, procs: Mapping[int, ProcRow]) -> str | None:
     """Where ``top`` was re-parented when it lost its parent (init, a subreaper), or None: its parent is another."""
     parent = procs.get(top.ppid)
     if top.ppid in (0, 1):
@@ -776,8 +782,8 @@ def _reaped_by(top: Proc, procs: Mapping[int, Proc]) -> str | None:
 
 
 def _lost_launcher(
-    top: Proc,
-    procs: Mapping[int, Proc],
+    top: ProcRow,
+    procs: Mapping[int, ProcRow],
     former: Mapping[int, tuple[float, int]],
     environ: Callable[[int], Mapping[str, str] | None],
 ) -> _Lost | None:
@@ -829,7 +835,7 @@ def _lost_launcher(
 
 def _launches(
     members: Mapping[int, str],
-    procs: Mapping[int, Proc],
+    procs: Mapping[int, ProcRow],
     former: Mapping[int, tuple[float, int]] = {},
     environ: Callable[[int], Mapping[str, str] | None] = lambda pid: None,
     servers: Collection[int] = (),
@@ -838,7 +844,7 @@ def _launches(
     (a launcher's tree, a server started apart from the trainer); the members a lost launcher left, grouped by the
     process group they keep, are each an attempt of their own: an earlier one when older than the live run (younger,
     it may be the live run's own), else — with no launcher left anywhere — the newest of them is the run."""
-    tops: dict[int, Proc] = {}
+    tops: dict[int, ProcRow] = {}
     # An exited rank waiting to be reaped shows no environment and no launcher: it would pass for a launch of its own.
     members = {pid: why for pid, why in members.items() if pid in procs and procs[pid].state != "Z"}
     for pid in members:
@@ -938,7 +944,7 @@ def _elastic_key(env: Mapping[str, str] | None, cwd: str | None) -> tuple[str | 
 
 def _add_elastic_siblings(
     members: dict[int, str],
-    procs: Mapping[int, Proc],
+    procs: Mapping[int, ProcRow],
     skip: Collection[int],
     environ: Callable[[int], Mapping[str, str] | None],
 ) -> None:

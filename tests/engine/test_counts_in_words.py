@@ -9,7 +9,7 @@ from pathlib import Path
 
 from rlwatch.common.state import EventSummary, GpuHolder, Severity, Snapshot
 from rlwatch.engine.diagnosis import Context
-from rlwatch.engine.diagnosis.crashes import failures
+from rlwatch.engine.diagnosis.crashes import catalogued_failures
 from rlwatch.engine.diagnosis.gpu import gpu
 from rlwatch.logs.incidents import IncidentTracker
 
@@ -26,18 +26,18 @@ def events(kind: str, n: int) -> dict[str, EventSummary]:
 
 
 def test_one_timeout_is_one_timeout_error() -> None:
-    (one,) = [f for f in failures(snap(events=events("timeout", 1)), Context()) if f.code == "timeout"]
+    (one,) = [f for f in catalogued_failures(snap(events=events("timeout", 1)), Context()) if f.code == "timeout"]
     assert one.message.startswith("1 timeout error (launcher.log 1)"), one.message
-    (two,) = [f for f in failures(snap(events=events("timeout", 2)), Context()) if f.code == "timeout"]
+    (two,) = [f for f in catalogued_failures(snap(events=events("timeout", 2)), Context()) if f.code == "timeout"]
     assert two.message.startswith("2 timeout errors (launcher.log 2)"), two.message
 
 
 def test_one_retry_waiting_for_the_server_and_one_nccl_error() -> None:
-    (retry,) = failures(snap(events=events("server_wait", 1)), Context())
+    (retry,) = catalogued_failures(snap(events=events("server_wait", 1)), Context())
     assert retry.message.startswith("1 retry waiting for the vLLM server"), retry.message
-    (retries,) = failures(snap(events=events("server_wait", 3)), Context())
+    (retries,) = catalogued_failures(snap(events=events("server_wait", 3)), Context())
     assert retries.message.startswith("3 retries waiting for the vLLM server"), retries.message
-    (nccl,) = failures(snap(events=events("nccl_error", 1)), Context())
+    (nccl,) = catalogued_failures(snap(events=events("nccl_error", 1)), Context())
     assert nccl.message.startswith("1 NCCL error ("), nccl.message
 
 

@@ -17,7 +17,7 @@ from rlwatch.common.state import (
     Snapshot,
     TrainingState,
 )
-from rlwatch.engine.diagnosis import Context, assess_run
+from rlwatch.engine.diagnosis import Context, decide_run_state
 
 NOW = 1_795_908_912.0
 LAST_STEP = NOW - 88  # as in the stalled job: the fleet read it 88 s after the last step
@@ -72,18 +72,18 @@ def _node(rank: int, *, ras: RasState | None = RAS) -> Snapshot:
 
 
 def test_ranks_that_wait_for_a_rank_named_by_nccl_ras_are_hung_whatever_they_log() -> None:
-    rs = assess_run(_node(0), Context())
+    rs = decide_run_state(_node(0), Context())
     assert rs.state == "hung" and rs.since == LAST_STEP, rs
     assert "the job waits for a rank: rank 1 has launched up to operation 10 while rank 0 reached 11" in rs.why
     assert "this host's rank 0 waits for it on another node" in rs.why
 
 
 def test_without_that_evidence_the_logged_failure_leaves_the_state_unknown() -> None:
-    assert assess_run(_node(0, ras=None), Context()).state == "unknown"
+    assert decide_run_state(_node(0, ras=None), Context()).state == "unknown"
     even = replace(RAS, ranks=tuple(replace(r, collectives=11, status="ok") for r in RAS.ranks))
-    assert assess_run(_node(0, ras=even), Context()).state == "unknown"
+    assert decide_run_state(_node(0, ras=even), Context()).state == "unknown"
 
 
 def test_progress_ends_it() -> None:
     moving = replace(_node(0), training=TrainingState(11, 100, None, None, False, NOW - 1, NOW - 1))
-    assert assess_run(moving, Context()).state != "hung"
+    assert decide_run_state(moving, Context()).state != "hung"

@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from rlwatch.common.state import Attempt, LiveRun, LogEnding, Snapshot
-from rlwatch.engine.diagnosis import Context, assess_run, diagnose
+from rlwatch.engine.diagnosis import Context, decide_run_state, diagnose
 from rlwatch.export.report import status_word
 
 NOW = 1_800_000_000.0
@@ -31,7 +31,7 @@ def _snap(run: LiveRun | None, *, written: float = NOW - 1.0) -> Snapshot:
 
 def _state(s: Snapshot) -> tuple[str, str, str]:
     ctx = Context()
-    rs = assess_run(s, ctx)
+    rs = decide_run_state(s, ctx)
     s = replace(s, run_state=rs)
     s = replace(s, findings=diagnose(s, ctx))
     return rs.state, rs.why, status_word(s)

@@ -25,7 +25,7 @@ from rlwatch.common.state import (
     TrainingState,
 )
 from rlwatch.config.models import Thresholds
-from rlwatch.engine.diagnosis import Context, assess_run
+from rlwatch.engine.diagnosis import Context, decide_run_state
 from rlwatch.engine.diagnosis.health import health, undated
 from rlwatch.engine.seen import NAME, exchange
 from rlwatch.sources.stacks import summarize
@@ -62,10 +62,10 @@ def test_a_heartbeat_that_moves_the_logs_mtime_no_longer_hides_a_hang_from_a_one
         fh.write("waiting for rollout workers...\n" * 60)
     os.utime(log, (NOW + 120, NOW + 120))
     later = _snap(run, log, 2, NOW + 121)
-    assert assess_run(later, CTX).state == "unknown"  # alone, the read knows only "by the mtime"
+    assert decide_run_state(later, CTX).state == "unknown"  # alone, the read knows only "by the mtime"
     seen = exchange(run, later)
     assert seen is not None and seen.by == NOW
-    rs = assess_run(later, Context(thresholds=CTX.thresholds, seen=seen))
+    rs = decide_run_state(later, Context(thresholds=CTX.thresholds, seen=seen))
     assert rs.state == "hung" and rs.since == NOW, rs
     assert rs.why.startswith("no progress since ") and " at the latest (2m; " in rs.why, rs.why  # a bound, said so
 
@@ -85,7 +85,7 @@ def test_a_step_line_the_last_look_did_not_find_came_after_it(tmp_path: Path) ->
     later = _snap(run, log, 3, NOW + 6)
     seen = exchange(run, later)
     assert seen is not None and seen.after == NOW + 1
-    rs = assess_run(later, Context(thresholds=CTX.thresholds, seen=seen))
+    rs = decide_run_state(later, Context(thresholds=CTX.thresholds, seen=seen))
     assert rs.state == "progressing", rs
     # Another file under the same name (rotated, recreated) is not the line the record speaks of.
     log.unlink()
@@ -109,7 +109,7 @@ def test_an_undated_first_look_says_where_each_rank_waits_now(tmp_path: Path) ->
     waiting = replace(waiting, where="all_reduce (ddp.py:120)")
     _, summary = summarize((waiting, away))
     s = _snap(run, log, 1, NOW + 5)
-    s = replace(s, training=TrainingState(12, 120, None, None, False, None, None), run_state=assess_run(s, CTX),
+    s = replace(s, training=TrainingState(12, 120, None, None, False, None, None), run_state=decide_run_state(s, CTX),
                 stacks=StackReport(NOW + 4, "progress not dated", (waiting, away), (), summary, None))  # fmt: skip
     assert s.run_state is not None and s.run_state.state == "unknown" and undated(s)
     unknown = next(f for f in health(s, CTX) if f.code == "run_state_unknown")

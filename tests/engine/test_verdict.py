@@ -198,7 +198,7 @@ def test_the_same_crash_on_every_start_is_crashed_even_beside_a_progress_line() 
     """Read live, a progress line of the same chunk as the crash may look newer than it: the crash loop still wins."""
     from rlwatch.common.state import EventSummary, Incident
     from rlwatch.config.models import Thresholds
-    from rlwatch.engine.diagnosis import assess_run
+    from rlwatch.engine.diagnosis import decide_run_state
 
     title = "AttributeError: 'Namespace' object has no attribute 'model_id'"
     crashes = tuple(
@@ -211,7 +211,7 @@ def test_the_same_crash_on_every_start_is_crashed_even_beside_a_progress_line() 
     step = EventSummary("step", Severity.INFO, 6, NOW - 90, NOW - 39, 1.0, 0, {})
     live = LiveRun(True, None, NOW - 100, members=((5, "writes train.log"),))
     s = snap(incidents=crashes, events={"traceback": tb, "step": step}, live_run=live, processes=(proc(5, "trainer"),))
-    rs = assess_run(s, Context(thresholds=Thresholds()))
+    rs = decide_run_state(s, Context(thresholds=Thresholds()))
     assert rs.state == "crashed" and "same crash happened 3 times" in rs.why, rs
 
 

@@ -29,7 +29,7 @@ from rlwatch.common.state import (
     TrainingState,
 )
 from rlwatch.config.models import Config
-from rlwatch.engine.diagnosis import Context, assess_run, decide, diagnose, hhmm, timeline
+from rlwatch.engine.diagnosis import Context, decide, decide_run_state, diagnose, hhmm, timeline
 from rlwatch.engine.engine import Engine
 from rlwatch.export.report import to_json_dict as to_json
 from rlwatch.export.report import to_text
@@ -370,20 +370,20 @@ def _retrying(gone: tuple[tuple[int, str], ...] = (), started: float = NOW - 300
 def test_a_trainer_that_logs_a_failure_and_retries_has_not_crashed_and_its_since_stays() -> None:
     """server-crash: "run crashed" while the trainer still ran and retried, its "since" and trainer.log:N moving
     with every retry; once a process of the run is gone, it crashed."""
-    rs = assess_run(_retrying(), Context())
+    rs = decide_run_state(_retrying(), Context())
     assert rs.state != "crashed" and rs.since == NOW - 40, rs
-    later = assess_run(replace(_retrying(), time=NOW + 8), Context())
+    later = decide_run_state(replace(_retrying(), time=NOW + 8), Context())
     assert later.since == rs.since
-    gone = assess_run(_retrying(gone=((15644, "writes logs/trainer.log"),)), Context())
+    gone = decide_run_state(_retrying(gone=((15644, "writes logs/trainer.log"),)), Context())
     assert gone.state == "crashed", gone
     # A process of the run started after the failure is a new attempt: the failure's writer is gone.
-    retried = assess_run(_retrying(started=NOW - 0.5), Context())
+    retried = decide_run_state(_retrying(started=NOW - 0.5), Context())
     assert retried.state == "crashed", retried
 
 
 def test_no_findings_words_carry_a_request_payload() -> None:
     s = _retrying(gone=((15644, "writes logs/trainer.log"),))
-    s = replace(s, run_state=assess_run(s, Context()))
+    s = replace(s, run_state=decide_run_state(s, Context()))
     s = _decided(replace(s, findings=diagnose(s, Context())), Context())
     crashed = next(f for f in s.findings if f.code == "run_crashed")
     assert "151644" not in crashed.message and "Failed after 3 retries each" in crashed.message
@@ -414,14 +414,14 @@ def test_a_crash_loops_retry_that_logs_a_step_is_still_the_loop() -> None:
         live_run=run,
         checkpoint=CheckpointState(CheckpointInfo("/run/ckpt/step_2", 2, None, None, NOW - 100, 1), 1, (2,)),
     )
-    rs = assess_run(s, Context())
+    rs = decide_run_state(s, Context())
     assert rs.state == "crashed", rs
     s = replace(s, run_state=rs)
     s = _decided(replace(s, findings=diagnose(s, Context())), Context())
     assert s.verdict is not None and s.verdict.status == "CRITICAL"
     # Long after its last crash, still stepping: the loop is over.
     outlived = replace(s, time=NOW + 60, run_state=None, findings=(), verdict=None)
-    assert assess_run(outlived, Context()).state != "crashed"
+    assert decide_run_state(outlived, Context()).state != "crashed"
     # The record's step is the one its state names while it progresses, never an older attempt's checkpoint's.
     moving = replace(s, run_state=RunState("progressing", "step 1 at 05:09", NOW - 2))
     assert _decided(moving, Context()).verdict.step == 1  # type: ignore[union-attr]

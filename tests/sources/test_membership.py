@@ -13,7 +13,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from rlwatch.sources.membership import RUN, STRAY, UNKNOWN, Proc, RunView, Verdict, assess, first_stamp
+from rlwatch.sources.membership import RUN, STRAY, UNKNOWN, MembershipVerdict, ProcRow, RunView, assess, first_stamp
 from tests.simhost import wait_until
 
 SLEEP = "import time; print('ready', flush=True); time.sleep(120)"
@@ -74,7 +74,7 @@ def test_writing_a_log_under_the_run_directory_is_core_evidence(procs: Procs, ru
     pid, _ = procs.start(WRITES_LOG, cwd=run_dir)
     view = assess(str(run_dir))
     assert view.core[pid] == "writes train.log"
-    assert view.verdict(pid) == Verdict(RUN, "writes train.log")
+    assert view.verdict(pid) == MembershipVerdict(RUN, "writes train.log")
     assert view.identified and view.started_at == psutil.Process(pid).create_time()
 
 
@@ -174,7 +174,7 @@ def test_nothing_found_says_what_was_looked_for(run_dir: Path) -> None:
 
 # ------------------------------------------------------------------------------------------------ verdict rules
 def view_of(
-    *procs: Proc, core: dict[int, str] | None = None, weak: dict[int, str] | None = None, **kw: object
+    *procs: ProcRow, core: dict[int, str] | None = None, weak: dict[int, str] | None = None, **kw: object
 ) -> RunView:
     members = {**(weak or {}), **(core or {})}
     return RunView(
@@ -190,12 +190,12 @@ def view_of(
     )
 
 
-INIT = Proc(1, 0, 1, 1, 100.0, "init", "/")
-TRAINER = Proc(500, 400, 500, 400, 5000.0, "python3", "/data/run")
-SHELL = Proc(400, 1, 400, 400, 4000.0, "bash", "/data/run")
+INIT = ProcRow(1, 0, 1, 1, 100.0, "init", "/")
+TRAINER = ProcRow(500, 400, 500, 400, 5000.0, "python3", "/data/run")
+SHELL = ProcRow(400, 1, 400, 400, 4000.0, "bash", "/data/run")
 # A leftover of an earlier attempt: its session's leader (300) is gone, it was re-parented to init.
-LEFTOVER = Proc(310, 1, 310, 300, 3000.0, "python", "/data/run")
-LEFTOVER_CHILD = Proc(311, 310, 310, 300, 3001.0, "python", "/data/run")
+LEFTOVER = ProcRow(310, 1, 310, 300, 3000.0, "python", "/data/run")
+LEFTOVER_CHILD = ProcRow(311, 310, 310, 300, 3001.0, "python", "/data/run")
 
 
 def test_an_orphaned_leftover_of_an_earlier_attempt_is_a_stray() -> None:
@@ -221,7 +221,7 @@ def test_an_orphaned_leftover_of_an_earlier_attempt_is_a_stray() -> None:
 def test_a_leftover_is_a_stray_only_against_core_evidence_and_only_when_older() -> None:
     weak_only = view_of(INIT, LEFTOVER, weak={310: "works in /data/run"})
     assert weak_only.verdict(310).status == RUN  # no live run to set it against: it may be the run
-    younger = Proc(310, 1, 310, 300, 6000.0, "python", "/data/run")
+    younger = ProcRow(310, 1, 310, 300, 6000.0, "python", "/data/run")
     view = view_of(INIT, SHELL, TRAINER, younger, core={500: "writes train.log"}, weak={310: "works in /data/run"})
     assert view.verdict(310).status == RUN
     role = view_of(
@@ -231,24 +231,24 @@ def test_a_leftover_is_a_stray_only_against_core_evidence_and_only_when_older() 
 
 
 def test_a_session_leader_is_never_orphaned() -> None:
-    daemon = Proc(310, 1, 310, 310, 3000.0, "python", "/srv")  # setsid'd, re-parented to init: a service
+    daemon = ProcRow(310, 1, 310, 310, 3000.0, "python", "/srv")  # setsid'd, re-parented to init: a service
     view = view_of(INIT, SHELL, TRAINER, daemon, core={500: "writes train.log"})
     verdict = view.verdict(310)
     assert verdict.status == UNKNOWN and "not orphaned" in verdict.why
-    zombie_leader = Proc(300, 1, 300, 300, 2999.0, "bash", "/", state="Z")
+    zombie_leader = ProcRow(300, 1, 300, 300, 2999.0, "bash", "/", state="Z")
     view = view_of(INIT, SHELL, TRAINER, LEFTOVER, zombie_leader, core={500: "writes train.log"})
     assert view.verdict(310).status == STRAY  # an exited leader waiting to be reaped is gone
 
 
 def test_an_orphan_younger_than_the_run_is_unknown() -> None:
-    young = Proc(600, 1, 600, 590, 5500.0, "python", "/tmp")
+    young = ProcRow(600, 1, 600, 590, 5500.0, "python", "/tmp")
     view = view_of(INIT, SHELL, TRAINER, young, core={500: "writes train.log"})
     verdict = view.verdict(600)
     assert verdict.status == UNKNOWN and "after the live run began" in verdict.why
 
 
 def test_a_process_from_before_this_container_started_is_a_stray() -> None:
-    old = Proc(50, 1, 50, 40, 50.0, "python", "/data/run")
+    old = ProcRow(50, 1, 50, 40, 50.0, "python", "/data/run")
     view = view_of(INIT, old, container_started_at=100.0)
     verdict = view.verdict(50)
     assert verdict.status == STRAY and verdict.why.startswith("left from an earlier container start")
@@ -279,7 +279,7 @@ def test_an_orphan_that_writes_files_of_its_own_is_never_a_stray(procs: Procs, t
     idle, _ = procs.start(SLEEP, cwd=tmp_path / "other")
 
     def view(pid: int) -> RunView:
-        old = Proc(pid, 1, pid, 300, 3000.0, "python", str(tmp_path / "other"))  # leader 300 gone, under init
+        old = ProcRow(pid, 1, pid, 300, 3000.0, "python", str(tmp_path / "other"))  # leader 300 gone, under init
         return RunView(
             run_dir=str(tmp_path / "run"),
             procs={1: INIT, 500: TRAINER, pid: old},

@@ -16,7 +16,7 @@ from rlwatch.common.vocab import FindingCode
 from rlwatch.engine.diagnosis.attempts import attempts
 from rlwatch.engine.diagnosis.base import CRIT, INFO, WARN, Context, Rule
 from rlwatch.engine.diagnosis.collectives import collectives, gpu_straggler
-from rlwatch.engine.diagnosis.crashes import crashes, failure_text, failures, occurrences, torchrun_failure
+from rlwatch.engine.diagnosis.crashes import catalogued_failures, crashes, failure_text, occurrences, torchrun_failure
 from rlwatch.engine.diagnosis.disk import disk
 from rlwatch.engine.diagnosis.gpu import OUTSIDE_MIN_BYTES, gpu
 from rlwatch.engine.diagnosis.hardware import gpu_fault_in_logs, gpu_health, xid_errors
@@ -60,6 +60,7 @@ __all__ = [
     "assess_run",
     "backlog_text",
     "decide",
+    "decide_run_state",
     "diagnose",
     "exact_first",
     "exact_time",
@@ -117,7 +118,7 @@ RULES: tuple[Rule, ...] = (
     attempts,
     training,
     crashes,
-    failures,
+    catalogued_failures,
     ray,
     disk,
     actions_off,
@@ -139,7 +140,7 @@ RULES: tuple[Rule, ...] = (
 )
 
 
-def assess_run(s: Snapshot, ctx: Context) -> RunState:
+def decide_run_state(s: Snapshot, ctx: Context) -> RunState:
     """The run's state from evidence (:mod:`.health`), with what Ray says of a Ray-based run (:mod:`.ray`) and what
     the ranks' stacks say (:mod:`.stacks`: a hang whatever the logs print, who waits where); a run caught in a
     restart loop is crashed, in the loop's words (:func:`.verdict.loop_state`)."""
@@ -156,9 +157,14 @@ def assess_run(s: Snapshot, ctx: Context) -> RunState:
     return rs
 
 
+# Its former name, which the engine (engine/engine.py) still calls; health.assess_run is only the part that reads the
+# logs and processes.
+assess_run = decide_run_state
+
+
 def diagnose(s: Snapshot, ctx: Context) -> tuple[Finding, ...]:
-    """Every rule's findings, most severe first. The run's state (:func:`assess_run`) is on the snapshot first: rules
-    that would say the same thing in other words (a stall beside a hang) look at it."""
+    """Every rule's findings, most severe first. The run's state (:func:`decide_run_state`) is on the snapshot first:
+    rules that would say the same thing in other words (a stall beside a hang) look at it."""
     found: list[Finding] = []
     for rule in RULES:
         found.extend(rule(s, ctx))

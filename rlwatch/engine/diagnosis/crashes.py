@@ -186,7 +186,7 @@ def _file(i: Incident) -> str:
     return line_ref(i.path, i.lineno)
 
 
-def failures(s: Snapshot, ctx: Context) -> Iterator[Finding]:
+def catalogued_failures(s: Snapshot, ctx: Context) -> Iterator[Finding]:
     # Each kind's noun for one (plural() makes the many) and the words after it: "1 NCCL error", "2 NCCL errors".
     words: dict[FindingCode, tuple[str, str]] = {
         "cuda_oom": ("CUDA out-of-memory error", ""),

@@ -135,7 +135,7 @@ def gpu_health(s: Snapshot, ctx: Context) -> Iterator[Finding]:
 SAME_FAULT_S = 60.0  # the driver's lines, NVML's event and a repeat within this long tell of one fault
 
 
-def occurrences(group: list[HostEvent]) -> int:
+def xid_occurrences(group: list[HostEvent]) -> int:
     """How many separate faults a group of reports of one Xid on one GPU are: the kernel's Xid line, its "fallen off
     the bus" line and NVML's event for the same moment are one."""
     times = sorted(e.time for e in group if e.time is not None)
@@ -195,7 +195,7 @@ def xid_errors(s: Snapshot, ctx: Context) -> Iterator[Finding]:
         per_gpu: dict[str, list[HostEvent]] = {}
         for e in group:
             per_gpu.setdefault(_gpu_of(e), []).append(e)
-        n = sum(occurrences(evs) for evs in per_gpu.values())
+        n = sum(xid_occurrences(evs) for evs in per_gpu.values())
         times = f", {n} times" if n > 1 else ""
         pid_of = next((e for e in reversed(group) if e.pid is not None), last)
         found = tie(s, pid_of) if pid_of.pid is not None else None
