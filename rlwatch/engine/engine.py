@@ -38,7 +38,6 @@ from rlwatch.common.state import (
     Series,
     ServerState,
     Snapshot,
-    StackReport,
     WatchdogStatus,
 )
 from rlwatch.config.models import Config
@@ -53,7 +52,8 @@ from rlwatch.engine.diagnosis.stacks import rank_times
 from rlwatch.engine.job import JobWatch, ras_suspicion, suspicious
 from rlwatch.engine.reading import PREVIEW_FIRST_WAIT_S, PREVIEW_SAMPLE_WAIT_S, PREVIEW_WAIT_S
 from rlwatch.engine.seen import exchange
-from rlwatch.engine.tracking import HOST_ROLES, MAX_MEMBER_ROWS, RunTracking
+from rlwatch.engine.stack_targets import StackTargets
+from rlwatch.engine.tracking import HOST_ROLES, MAX_MEMBER_ROWS
 from rlwatch.logs.ending import read_ending
 from rlwatch.sources import hostwide, procfs
 from rlwatch.sources.checkpoints import CheckpointScanner
@@ -64,12 +64,10 @@ from rlwatch.sources.kernel import KernelLog, with_gpus
 from rlwatch.sources.limits import LimitsSource
 from rlwatch.sources.membership import STRAY, RunView
 from rlwatch.sources.memory import MemorySource, with_growth_forecast
-from rlwatch.sources.processes import program_label
 from rlwatch.sources.procfs import container_uptime_s
 from rlwatch.sources.recover import find_step_info, read_recover
-from rlwatch.sources.sampler import StackSampler, may_read
 from rlwatch.sources.server import ServerProbe
-from rlwatch.sources.stacks import StackTarget, capture, latest_kept, rank_label
+from rlwatch.sources.stacks import capture, latest_kept
 from rlwatch.sources.watchdog_state import read_status
 
 # Bytes counted since the last heap release after which catching up returns free heap to the system
@@ -143,7 +141,7 @@ def _pct(part: int | None, whole: int | None) -> float | None:
     return 100.0 * part / whole
 
 
-class Engine(RunTracking):
+class Engine(StackTargets):
     """One monitored host. Construct, then either ``collect_once()`` (report) or ``start()`` (dashboard, watch)."""
 
     def __init__(
@@ -161,6 +159,7 @@ class Engine(RunTracking):
 
         self._setup_reading(force_polling=force_polling)
         self._setup_tracking()
+        self._setup_stacks()
 
         # Host sources.
         self.memory_source = MemorySource(self.clock)
@@ -220,26 +219,7 @@ class Engine(RunTracking):
         self._limits: HostLimits | None = None
         self._watchdog: WatchdogStatus | None = None
         self._endings: tuple[LogEnding, ...] = ()
-        self._stacks: StackReport | None = None
-        self._stacks_for: float | None = None  # the hang (its since) whose stacks were read
         self.job_watch = JobWatch(proc_root)  # the job of the run's ranks, their GPUs' draw, their flight records
-        # The stacks sampled while the run lives, on a thread of its own (sources/sampler): never in the way of this
-        # engine's loops, whatever py-spy takes.
-        scfg = cfg.stacks
-        self.stack_sampler = (
-            StackSampler(
-                self._sampled_targets,
-                self.clock,
-                interval_s=scfg.interval_s,
-                cpu_budget=scfg.cpu_budget,
-                history=scfg.history,
-                run_owner=_owner(self.run_dir),
-                proc_root=proc_root,
-                method=scfg.method,
-            )
-            if scfg.sample
-            else None
-        )
         # path -> (what the file was when read, its ending, when read (monotonic)); a growing file is read again at
         # most every _ending_every_s, one that stopped changing once more when it stops.
         self._ending_cache: dict[str, tuple[tuple[int, int, int, int, bool], LogEnding | None, float]] = {}
@@ -703,19 +683,6 @@ class Engine(RunTracking):
             snap = self.build()
         return snap
 
-    def _rank_candidates(self) -> list[tuple[int, float]]:
-        """The run's processes that may be ranks: those the stack sampler follows, else (a one-shot look) the run's
-        Python processes."""
-        sampled = self.stack_sampler.state() if self.stack_sampler is not None and self.running else None
-        if sampled is not None:
-            return [(p.pid, p.create_time) for p in sampled.processes if p.alive]
-        view = self._view
-        if view is None:
-            return []
-        with self._lock:
-            started = {p.pid: p.started_at for p in self._procs if p.alive}
-        return [(t.pid, started.get(t.pid, 0.0)) for t in self.stack_targets(view)]
-
     def _gpu_burst(self, snap: Snapshot, reads: int = GPU_MIN_READS, every_s: float = 0.25) -> bool:
         """For a one-shot look at a progressing run whose ranks compute on two GPUs or more: the GPUs read a few
         times (about two seconds), so that a GPU-bound straggler can be told from one read's noise."""
@@ -761,49 +728,6 @@ class Engine(RunTracking):
         return False
 
     # ------------------------------------------------------------------------------------------------ stacks
-    def stack_targets(self, view: RunView | None = None) -> list[StackTarget]:
-        """The live run's Python processes (its members, with evidence), each labelled by its rank where known, and
-        the host's inference server's Python processes (its scheduler: SGLang's and vLLM's are its children)."""
-        view = view or self.live_run()
-        with self._lock:
-            procs = {p.pid: p for p in self._procs if p.alive}
-        pids = set(view.members) - view.weak  # a process that only reads the logs is not a rank
-        for server in procs.values():
-            if server.role == "server":
-                pids |= {server.pid, *_children(server.pid, self._proc_root)}
-        out = []
-        owner = _owner(self.run_dir)
-        for pid in sorted(pids):
-            if not may_read(pid, owner, self._proc_root):
-                continue  # another user's process: never read, even by root
-            argv = procfs.read_cmdline(pid, self._proc_root)
-            exe = os.path.basename(argv[0]) if argv else ""
-            titled = bool(argv) and argv[0].lower().startswith(("ray::", "sglang::", "vllm::"))
-            if not (exe.startswith("python") or titled or "python" in exe):
-                continue
-            p = procs.get(pid)
-            name = p.name if p is not None else program_label(argv) if argv else "?"
-            fallback = name if str(pid) in name else f"{name} (pid {pid})"
-            out.append(StackTarget(pid, rank_label(pid, fallback, self._proc_root)))
-        return out
-
-    def _sampled_targets(self) -> list[StackTarget]:
-        """The sampler's targets: the run as the sampling loop last found it (never assessed on the sampler's
-        thread), none before it has."""
-        view = self._view
-        return [] if view is None else self.stack_targets(view)
-
-    def capture_stacks(self, why: str) -> StackReport:
-        """Read every Python process of the run's stack now (py-spy, never pausing them), keep the dump in the run's
-        ``.rlwatch/stacks/`` and on the next snapshots. Blocking: seconds at most."""
-        report = capture(self.stack_targets(), why, self.run_dir, self.clock.time())
-        with self._lock:
-            self._stacks = report
-        return report
-
-    def _hang_unread(self, snap: Snapshot) -> bool:
-        rs = snap.run_state
-        return rs is not None and rs.state == "hung" and self._stacks_for != rs.since
 
     def _stacks_on_hang(self) -> None:
         """Once per hang, as soon as it is declared: where each process waits, read while it still waits."""
@@ -989,23 +913,6 @@ def _all_gone(view: RunView, gone: dict[int, str]) -> bool:
     the run's, a run whose every process died before the first look). Its logs are then at their last words, and
     an ending read moments before (torchrun's report half written) must not stand for them."""
     return not [pid for pid in view.members if pid not in view.weak and pid not in gone]
-
-
-def _owner(path: Path) -> int | None:
-    """The run directory's owner: the only user besides rlwatch's own whose processes the sampler may read."""
-    try:
-        return path.stat().st_uid
-    except OSError:
-        return None
-
-
-def _children(pid: int, proc_root: str) -> list[int]:
-    """A process's direct children, from /proc/PID/task/PID/children (none where the kernel does not keep it)."""
-    try:
-        with open(f"{proc_root}/{pid}/task/{pid}/children", "rb") as fh:
-            return [int(x) for x in fh.read().split()]
-    except (OSError, ValueError):
-        return []
 
 
 def _seconds(text: str | None, default: float) -> float:
