@@ -147,6 +147,8 @@ def job_fleet() -> FleetSnapshot:
             node_rank=node_rank,
             world_size=4,
             ranks=ranks,
+            run_state="hung",
+            state_s=50.0,
         )
 
     hosts = (
@@ -172,6 +174,7 @@ def job_fleet() -> FleetSnapshot:
             node_rank=0,
             world_size=1,
             ranks=(FleetRank(0, 0, "moving", "forward (model.py:12)", None, 0.0),),
+            run_state="progressing",
         ),
     )
     return FleetSnapshot(time=NOW, source="2 exporters", hosts=hosts)

@@ -40,6 +40,9 @@ from rlwatch.common.state import Incident, ProcessInfo, Snapshot
 from rlwatch.common.textsafe import clean_line
 from rlwatch.engine.diagnosis import occurrences
 from rlwatch.engine.diagnosis.collectives import job_of, standings
+from rlwatch.engine.diagnosis.jobwide import job_evidence, last_collectives
+from rlwatch.engine.job import moving
+from rlwatch.logs.collectives import op_name
 
 __all__ = [
     "BudgetState",
@@ -585,6 +588,73 @@ class SnapshotCollector(Collector):
                 "count of the operations it launched).",
                 lab,
                 r.collective_seq,
+            )
+        rs = snap.run_state
+        if rs is not None:  # the host's own state, for the job's verdict: "progressing" only where a host says so
+            f.gauge(
+                "job_host_state_info",
+                "This host's run's state (label state), for the job's verdict (value 1).",
+                {"state": rs.state},
+                1,
+            )
+            f.gauge(
+                "job_host_state_seconds",
+                "How long this host's run has been in its state, from the time its evidence gives: a hang since its "
+                "last progress.",
+                None,
+                None if rs.since is None else max(0.0, snap.time - rs.since),
+            )
+        ras = snap.ras
+        if ras is not None and ras.error is None and ras.ranks and not moving(snap):
+            # Kept, with the time it was asked, until the run moves again (engine/job): a stable answer to scrape.
+            f.gauge(
+                "job_evidence_timestamp_seconds",
+                "When the job's collective evidence was read (epoch), per source: NCCL RAS asked, flight records read.",
+                {"source": "nccl_ras"},
+                ras.asked_at,
+            )
+            for x in ras.ranks:
+                f.gauge(
+                    "job_rank_launched",
+                    "Operations of the job's collective (label op) that each rank of the whole job launched, as NCCL "
+                    "RAS answered on suspicion (label status: ok, behind, missing, dead).",
+                    {"rank": str(x.rank), "status": x.status, "node": x.node or "", "op": op_name(ras.operation or "")},
+                    x.collectives,
+                )
+        flight = snap.flight
+        if flight is not None and flight.ranks and not moving(snap):
+            f.gauge(
+                "job_evidence_timestamp_seconds",
+                "When the job's collective evidence was read (epoch), per source: NCCL RAS asked, flight records read.",
+                {"source": "flight"},
+                flight.read_at,
+            )
+        for e in job_evidence(snap):
+            f.gauge(
+                "job_collective_issue_info",
+                "Ranks of the job its collectives name on this host (value 1): behind or missing from the collective "
+                "the others entered (label seq, op), or calling another; from NCCL RAS, flight records or the log.",
+                {
+                    "code": e.code,
+                    "source": e.source,
+                    "ranks": ",".join(str(r) for r in e.ranks),
+                    "op": e.op or "",
+                    "seq": str(e.seq),
+                },
+                1,
+            )
+        for rank, o in sorted(last_collectives(snap).items()):
+            f.gauge(
+                "rank_last_collective_info",
+                "The last collective this host's rank entered in its default group (label seq, op, numel: its input "
+                "elements), from its flight record or the watchdog's lines, while the run does not progress.",
+                {
+                    "rank": str(rank),
+                    "seq": str(o.seq),
+                    "op": o.op,
+                    "numel": "" if o.numel_in is None else str(o.numel_in),
+                },
+                1,
             )
 
     @staticmethod

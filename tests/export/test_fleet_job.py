@@ -16,13 +16,23 @@ from prometheus_client import CollectorRegistry
 from prometheus_client.exposition import generate_latest
 
 from rlwatch.common.clock import FakeClock
-from rlwatch.common.state import RasRank, RasState, RunState, SampledProcess, Snapshot, StackSample, StackSampling
+from rlwatch.common.state import (
+    FlightState,
+    RasRank,
+    RasState,
+    RunState,
+    SampledProcess,
+    Snapshot,
+    StackSample,
+    StackSampling,
+)
 from rlwatch.engine.diagnosis.base import Context
 from rlwatch.engine.diagnosis.collectives import collectives
 from rlwatch.engine.job import JobWatch
 from rlwatch.export.exporter import SnapshotCollector, start_exporter
 from rlwatch.export.fleet import host_from_samples, parse_exposition
 from rlwatch.export.fleet.job import join_jobs
+from rlwatch.sources.flight import read_flight_dump
 from rlwatch.sources.sampler import classify
 from rlwatch.tui.launch import main
 
@@ -112,8 +122,8 @@ def test_the_job_names_the_node_rank_and_collective_the_others_wait_for(ranks: l
     (v,) = join_jobs([a, b])
     assert v.state == "hung" and v.culprit_host == "node-b" and v.culprit_ranks == (3,)
     assert v.message == (
-        "job rdzv:exp-42: hung 50 s; node-b rank 3 never reached all_reduce (rank 3 is in fetch_batch_from_service "
-        "(train.py:20)); the 3 others wait for it"
+        "job rdzv:exp-42: hung 50 s; node-b rank 3 never reached all_reduce (in fetch_batch_from_service, "
+        "train.py:20); the 3 others wait for it"
     )
     assert dict(v.per_host)["node-a"] == "its ranks 0-1 wait for node-b rank 3"
 
@@ -192,3 +202,109 @@ def test_fleet_json_joins_two_real_exporters(
     )
     assert job["collective"] == "all_reduce"
     assert sorted(h["host"] for h in out["hosts"]) == ["node-a", "node-b"]
+
+
+ITEM = ("main (train.py:56)",)  # real NCCL: a waiting rank stands at its own `.item()`, in no collective frame
+REAL_JOB = Path(__file__).resolve().parents[1] / "real" / "job-2node-1gpu-watched"
+
+
+def _ras(counts: dict[int, int]) -> RasState:
+    top = max(counts.values())
+    return RasState(
+        NOW - 20,
+        "2.28.9",
+        None,
+        tuple(
+            RasRank(r, n, "10.0.0.1" if r < 2 else "10.0.0.2", 700 + r, r % 2, "behind" if n < top else "ok")
+            for r, n in counts.items()
+        ),
+        "AllReduce",
+    )
+
+
+def test_ranks_waiting_outside_a_collective_frame_are_joined_by_nccl_ras(ranks: list[subprocess.Popen[bytes]]) -> None:
+    """Live on the GPU host every rank stood 'elsewhere' (at `.item()`), and the job line said "progressing: no rank
+    waits in a collective" while both hosts were hung and NCCL RAS had named the rank behind. node-a's state says
+    unknown, as it did live after its flap: it is never read as progressing."""
+    pids = [p.pid for p in ranks]
+    ras = _ras({0: 4812, 1: 4812, 2: 4812, 3: 4811})
+    a = _row(replace(_host("node-a", [_sampled(pids[0], 0, ITEM), _sampled(pids[1], 1, ITEM)], "unknown"), ras=ras))
+    b = _row(replace(_host("node-b", [_sampled(pids[2], 2, ITEM), _sampled(pids[3], 3, FETCH)]), ras=ras))
+    assert {r.state for r in a.ranks + b.ranks} == {"elsewhere"}
+    assert (a.run_state, b.run_state) == ("unknown", "hung") and a.launched[3] == 4811
+    (v,) = join_jobs([a, b])
+    assert v.state == "hung" and v.culprit_host == "node-b" and v.culprit_ranks == (3,)
+    assert v.message == (
+        "job rdzv:exp-42: hung 50 s; node-b rank 3 never reached all_reduce #4812 (in fetch_batch_from_service, "
+        "train.py:20); the 3 others wait for it"
+    )
+    assert dict(v.per_host) == {
+        "node-a": "its ranks 0-1 wait for node-b rank 3",
+        "node-b": "rank 3 never reached all_reduce #4812",
+    }
+    assert v.evidence == ("NCCL RAS",) and dict(v.host_states) == {"node-a": "unknown", "node-b": "hung"}
+    # node-a alone holds the answer: the fleet still names node-b's rank, never one of node-a's.
+    (alone,) = join_jobs([a])
+    assert alone.culprit_ranks == (3,) and alone.culprit_host is None and "node-a" not in alone.message.split(";")[1]
+
+
+def test_no_evidence_is_not_known_never_progressing(ranks: list[subprocess.Popen[bytes]]) -> None:
+    pids = [p.pid for p in ranks]
+    a = _row(_host("node-a", [_sampled(pids[0], 0, ITEM), _sampled(pids[1], 1, ITEM)], "unknown"))
+    b = _row(_host("node-b", [_sampled(pids[2], 2, ITEM), _sampled(pids[3], 3, ITEM)], "unknown"))
+    (v,) = join_jobs([a, b])
+    assert v.state != "progressing" and v.culprit_ranks == ()
+    assert v.message.startswith("job rdzv:exp-42: not known (every host unknown)"), v.message
+
+
+def test_two_healthy_hosts_say_the_job_progresses_and_nothing_else(ranks: list[subprocess.Popen[bytes]]) -> None:
+    pids = [p.pid for p in ranks]
+    snaps = [
+        replace(
+            _host(f"node-{n}", [_sampled(pids[r], r, STEP, moving=True) for r in (2 * n, 2 * n + 1)], "progressing"),
+            ras=_ras({0: 4812, 1: 4812, 2: 4812, 3: 4811}),  # counts differ by one between launches all the time
+        )
+        for n in (0, 1)
+    ]
+    assert [f for s in snaps for f in collectives(s, Context())] == []
+    rows = [_row(s) for s in snaps]
+    assert all(r.evidence == () and not r.launched and r.calls == () for r in rows)
+    (v,) = join_jobs(rows)
+    assert v.state == "progressing" and v.message == "job rdzv:exp-42: progressing on 2 hosts"
+    assert v.culprit_ranks == () and v.per_host == () and v.collective is None
+
+
+def test_a_mismatch_split_across_two_nodes_dumps_is_named_by_the_fleet(tmp_path: Path) -> None:
+    """The mismatched job on the GPU host: each node's flight record holds only its own rank's #13 (rank 0's
+    all_reduce of 1 element, rank 1's of 4194304); joined, the fleet names the mismatch."""
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", "import sys; sys.stdin.read()"],
+            stdin=subprocess.PIPE,
+            env={**_env(r, r), "WORLD_SIZE": "2", "LOCAL_RANK": "0", "TORCHELASTIC_RUN_ID": "exp-gpu"},
+        )
+        for r in range(2)
+    ]
+    try:
+        rows = []
+        for r, node in enumerate(("node-a", "node-b")):
+            dump = read_flight_dump(str(REAL_JOB / "job-mismatch" / node / f"nccl_trace_rank_{r}"), r)
+            assert dump.error is None, dump.error
+            flight = FlightState(NOW - 5, dump.ops, dump.progress, tuple(dump.groups.items()), (r,))
+            snap = replace(_host(node, [_sampled(procs[r].pid, r, ITEM)], "unknown"), flight=flight)
+            rows.append(_row(snap))
+        assert [(c.rank, c.seq, c.op, c.numel) for row in rows for c in row.calls] == [
+            (0, 13, "all_reduce", 1),
+            (1, 13, "all_reduce", 4194304),
+        ]
+        (v,) = join_jobs(rows)
+        assert v.state != "progressing" and v.collective == "#13"
+        assert v.message.endswith(
+            "collectives differ across hosts at #13: node-a rank 0 called all_reduce of 1 element; node-b rank 1 "
+            "called all_reduce of 4194304 elements"
+        ), v.message
+    finally:
+        for p in procs:
+            assert p.stdin is not None
+            p.stdin.close()
+            p.wait(timeout=30)

@@ -42,10 +42,10 @@ async def test_each_job_s_verdict_is_one_line_above_the_hosts() -> None:
         expected = [v.message for v in join_jobs(fleet_data.job_fleet().hosts)]
         assert [line[2:] for line in lines] == expected  # the same words as fleet --json, the hung job first
         assert lines[0].startswith(
-            "✖ job rdzv:exp-42: hung 50 s; node-b rank 3 never reached all_reduce #4812 (rank 3 is in "
-            "fetch_batch_from_service (train.py:20)); the 3 others wait for it"
+            "✖ job rdzv:exp-42: hung 50 s; node-b rank 3 never reached all_reduce #4812 (in "
+            "fetch_batch_from_service, train.py:20); the 3 others wait for it"
         )
-        assert lines[1] == "● job rdzv:exp-7: no rank waits in a collective"
+        assert lines[1] == "● job rdzv:exp-7: progressing on 1 host"
         # node-a's detail says what the verdict says of its own ranks: it waits, it is not blamed.
         screen = app.fleet_screen
         while screen.table.selected_key() != "host:10.0.0.1:9410":

@@ -99,6 +99,28 @@ class FleetRank:
 
 
 @dataclass(frozen=True, slots=True)
+class FleetEvidence:
+    """Ranks of a job that a host's collectives name (``rlwatch_job_collective_issue_info``): behind or missing from
+    collective ``seq`` the others entered, or calling another there."""
+
+    code: str  # "collective_missing_rank" | "collective_mismatch"
+    source: str  # "nccl_ras" | "flight" | "log"
+    ranks: tuple[int, ...]
+    op: str | None
+    seq: int | None
+
+
+@dataclass(frozen=True, slots=True)
+class FleetCall:
+    """A rank's last entered collective as its host read it (``rlwatch_rank_last_collective_info``)."""
+
+    rank: int
+    seq: int
+    op: str
+    numel: int | None
+
+
+@dataclass(frozen=True, slots=True)
 class FleetHost:
     """One row of the fleet: what a host's exporter said last, and how old that is."""
 
@@ -133,6 +155,12 @@ class FleetHost:
     node_rank: int | None = None
     world_size: int | None = None
     ranks: tuple[FleetRank, ...] = ()
+    run_state: str | None = None  # its run's state ("hung", "unknown", "progressing" …), None: not said
+    state_s: float | None = None  # how long it has been in that state
+    evidence: tuple[FleetEvidence, ...] = ()
+    launched: Mapping[int, int] = field(default_factory=dict)  # NCCL RAS's count of each job rank's operations
+    launched_op: str | None = None  # the collective those counts are of ("all_reduce")
+    calls: tuple[FleetCall, ...] = ()
 
     @property
     def has_data(self) -> bool:

@@ -11,6 +11,8 @@ from rlwatch.common.state import Severity
 from rlwatch.common.textsafe import clean_line
 from rlwatch.export.fleet.model import (
     PREFIX,
+    FleetCall,
+    FleetEvidence,
     FleetException,
     FleetFinding,
     FleetGpu,
@@ -136,6 +138,36 @@ def _ranks(series: _Series) -> tuple[FleetRank, ...]:
     return tuple(sorted(out, key=lambda r: r.rank))
 
 
+def _ints(text: str) -> tuple[int, ...]:
+    return tuple(int(x) for x in text.split(",") if x.strip().isdigit())
+
+
+def _evidence(series: _Series) -> tuple[FleetEvidence, ...]:
+    out = []
+    for labels, _ in series.all("job_collective_issue_info"):
+        ranks = _ints(labels.get("ranks", ""))
+        if ranks:
+            out.append(
+                FleetEvidence(
+                    clean_line(labels.get("code", "")),
+                    clean_line(labels.get("source", "")),
+                    ranks,
+                    clean_line(labels.get("op", "")) or None,
+                    _opt_int(labels.get("seq")),
+                )
+            )
+    return tuple(out)
+
+
+def _calls(series: _Series) -> tuple[FleetCall, ...]:
+    out = []
+    for labels, _ in series.all("rank_last_collective_info"):
+        rank, seq = _opt_int(labels.get("rank")), _opt_int(labels.get("seq"))
+        if rank is not None and seq is not None:
+            out.append(FleetCall(rank, seq, clean_line(labels.get("op", "")), _opt_int(labels.get("numel"))))
+    return tuple(sorted(out, key=lambda c: c.rank))
+
+
 def host_from_samples(
     key: str,
     samples: Iterable[Sample],
@@ -165,6 +197,13 @@ def host_from_samples(
     events = {clean_line(k): round(v) for k, v in s.by("events_total", "kind").items()}
     gave_up = tuple(sorted(clean_line(k) for k, v in s.by("budget_gave_up", "target").items() if v))
     job_info = [lab for lab, _ in s.all("job_info")]
+    state = s.all("job_host_state_info")
+    verdict = s.all("verdict_info")
+    run_state = clean_line(state[0][0].get("state", "")) if state else None
+    if not run_state and verdict:
+        run_state = clean_line(verdict[0][0].get("state", ""))
+    launched_rows = s.all("job_rank_launched")
+    launched = {rank: round(v) for lab, v in launched_rows if (rank := _opt_int(lab.get("rank"))) is not None}
     # What another host's exporter said is shown to whoever runs the fleet view: redacted here as well, since a
     # host running an older rlwatch (or anything else that speaks these names) may not have redacted it.
     row = FleetHost(
@@ -200,5 +239,11 @@ def host_from_samples(
         node_rank=_opt_int(job_info[0].get("node_rank")) if job_info else None,
         world_size=_int(s.one("job_world_size")),
         ranks=_ranks(s),
+        run_state=run_state or None,
+        state_s=s.one("job_host_state_seconds"),
+        evidence=_evidence(s),
+        launched=launched,
+        launched_op=(clean_line(launched_rows[0][0].get("op", "")) or None) if launched_rows else None,
+        calls=_calls(s),
     )
     return redacted(row)
