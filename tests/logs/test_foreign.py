@@ -52,6 +52,21 @@ def test_every_oom_kill_of_the_real_kernel_logs_is_one_answer_for_every_reader()
     assert odd is not None and odd.process == "(resolved)"  # a name with brackets in it is read whole
 
 
+def test_the_pids_each_real_oom_kill_line_names() -> None:
+    """Whether the OOM killer took a given process (a Ray worker that died with SYSTEM_ERROR) is asked of every line
+    the oom_kill kind counted: each real kill line names its one pid, also cut off after it as a program's log may
+    quote it, and never a pid that only begins with the same digits."""
+    kills = [(m, kernel.oom_kill(m)) for m in _messages() if "Killed process" in m]
+    for message, kill in kills:
+        assert kill is not None
+        assert kernel.killed_pids(message) == (kill.pid,), message
+        cut = message[: message.index(str(kill.pid)) + len(str(kill.pid))]
+        assert kernel.killed_pids(f"worker log: {cut}") == (kill.pid,)
+    assert kernel.killed_pids("Out of memory: Killed process 6984051 (python)") == (6984051,)
+    assert 698405 not in kernel.killed_pids("Out of memory: Killed process 6984051 (python)")
+    assert kernel.killed_pids("oom-kill:constraint=CONSTRAINT_NONE,task=python,pid=698405,uid=1000") == ()
+
+
 def test_the_oom_summary_of_the_real_kernel_logs_even_wrapped_by_a_terminal() -> None:
     summaries = [kernel.oom_summary(m) for m in _messages() if "oom-kill:" in m]
     assert [(s.pid, s.task, s.memcg) for s in summaries if s is not None] == [

@@ -14,7 +14,6 @@ failure and no driver lives on, :func:`ray_run_state` says the run crashed, with
 from __future__ import annotations
 
 import os
-import re
 from collections.abc import Iterator
 
 from rlwatch.common.state import Finding, RayFailure, RunState, Snapshot
@@ -22,6 +21,7 @@ from rlwatch.common.vocab import FindingCode
 from rlwatch.common.words import plural
 from rlwatch.engine.diagnosis.base import CRIT, INFO, WARN, Context
 from rlwatch.engine.diagnosis.wording import hhmm
+from rlwatch.logs.foreign.kernel import killed_pids
 from rlwatch.logs.ray import task_actor
 
 __all__ = ["RAY_CODES", "ray", "ray_run_state", "resume_words"]
@@ -74,9 +74,8 @@ def kernel_words(s: Snapshot, f: RayFailure) -> str | None:
             where = os.path.basename(k.source) if k.source.startswith("/") else k.source
             return f"the kernel's OOM killer killed pid {actor.pid} ({where}: {k.text[:160]})"
     ev = s.events.get("oom_kill")
-    named = re.compile(rf"Killed process {actor.pid}\b")
     for line in reversed(ev.recent if ev is not None else ()):
-        if named.search(line.text):
+        if actor.pid in killed_pids(line.text):
             return f"the kernel's OOM killer killed pid {actor.pid} ({os.path.basename(line.path)}:{line.lineno})"
     kills = s.memory.oom_kills if s.memory is not None else None
     if kills:

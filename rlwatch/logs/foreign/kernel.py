@@ -1,6 +1,7 @@
 """The kernel's and NVIDIA's driver's reports, each parsed here once: the kernel log source turns them into host
 events (:mod:`rlwatch.sources.kernel`), a log's ending names them (:mod:`rlwatch.logs.shapes`), and the catalogue
-counts the OOM kill (:mod:`rlwatch.logs.kinds`). Each function reads one message with its line prefix (time,
+counts the OOM kill (:mod:`rlwatch.logs.kinds`), whose lines Ray's diagnosis asks for a worker's pid
+(:mod:`rlwatch.engine.diagnosis.ray`). Each function reads one message with its line prefix (time,
 host, ``kernel:``) already taken off, or anywhere in a line where a program copied it into its own log.
 
 The messages, each as the kernel prints it: the OOM killer's ``Out of memory: Killed process PID (NAME)
@@ -30,6 +31,7 @@ __all__ = [
     "XidReport",
     "bus_lost",
     "bus_lost_head",
+    "killed_pids",
     "oom_kill",
     "oom_summary",
     "process_fault",
@@ -52,6 +54,8 @@ _OOM_KILLED = re.compile(
 )
 # mm/oom_kill.c dump_oom_summary: "oom-kill:constraint=%s,nodemask=%*pbl,cpuset=…,mems_allowed=…,oom_memcg=%s
 # (or global_oom),task_memcg=%s,task=%s,pid=%d,uid=%d".
+# The pid of every kill a line names, in any of the forms above (what OOM_KILL_WORDS counts), whole numbers only.
+_OOM_KILLED_PIDS = re.compile(r"Killed process (\d+)\b")
 _OOM_SUMMARY = re.compile(r"oom-kill:constraint=(\w+)")
 _OOM_MEMCG = re.compile(r",oom_memcg=([^,]*)")
 _OOM_TASK = re.compile(r",task=([^,]*),pid=(\d+)")
@@ -89,6 +93,15 @@ def oom_kill(message: str) -> OomKill | None:
         rss_bytes=sum(rss_kb) * 1024 if rss_kb else None,
         cgroup=m.group(1) == "Memory cgroup out of memory",
     )
+
+
+def killed_pids(message: str) -> tuple[int, ...]:
+    """The pids a line says the OOM killer killed, in any form the catalogue's ``oom_kill`` kind counts (an old
+    kernel's bare ``Killed process PID``, a kill copied into a program's log with its name cut off), where
+    :func:`oom_kill` needs the whole line: whether a given process was killed, asked of every line that counted."""
+    if "Killed process" not in message:
+        return ()
+    return tuple(int(m) for m in _OOM_KILLED_PIDS.findall(message))
 
 
 def oom_summary(message: str) -> OomSummary | None:
