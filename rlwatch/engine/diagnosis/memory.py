@@ -20,6 +20,7 @@ from rlwatch.engine.diagnosis.wording import (
     hhmm,
     human_bytes,
 )
+from rlwatch.sources.processes import GROWTH_WINDOW_S
 
 
 def memory(s: Snapshot, ctx: Context) -> Iterator[Finding]:
@@ -64,7 +65,7 @@ def memory(s: Snapshot, ctx: Context) -> Iterator[Finding]:
                 action=_restart(p.role),
             )
         growth = p.rss_growth_bytes_per_hour
-        if p.alive and growth is not None and growth >= th.leak_bytes_per_hour:
+        if p.alive and growth is not None and growth >= th.leak_bytes_per_hour and _past_start_up(s, p.started_at):
             when = ""
             if mem and mem.forecast_exhausted_at:
                 when = f"; at this rate RAM runs out at {hhmm(mem.forecast_exhausted_at, s.time)}"
@@ -76,6 +77,25 @@ def memory(s: Snapshot, ctx: Context) -> Iterator[Finding]:
                 p.started_at,
                 action=_restart(p.role),
             )
+
+
+# The start-up a process's growth window (sources/processes.GROWTH_WINDOW_S) must lie past:
+# torch's imports, CUDA's context, the model's load, the data loader's workers and the allocator's first steps grow a
+# trainer's RSS by hundreds of MB in its first minutes (live on the GPU host: torchrun "grows 919 MB/h" 63 s after it
+# started, its ranks' first steps 6 to 13 s in). A leak is growth sustained across the run's steps, not that.
+LEAK_START_UP_S = 120.0
+
+
+def _past_start_up(s: Snapshot, started_at: float) -> bool:
+    """The process's growth rests on a window that lies past its start-up (it has lived the start-up and a whole
+    window since), and, where the run logs steps, the run steps across it: a hung or starting run's growth is no
+    leak to restart for."""
+    if s.time - started_at < LEAK_START_UP_S + GROWTH_WINDOW_S:
+        return False
+    tr, rs = s.training, s.run_state
+    if tr is not None and tr.last_step is not None:
+        return rs is None or rs.state == "progressing"
+    return True
 
 
 def brake(s: Snapshot, ctx: Context) -> Iterator[Finding]:
