@@ -93,6 +93,12 @@ _TRAIN_METRIC = re.compile(
     r"(?<![\w])(?:loss|train\w*|reward|rew)\b"
 )  # searched in the line made lower-case: quicker than a case-insensitive expression
 # The total a line states beside its counter: LLaMA-Factory's `"total_steps": 82`, `max_steps=1000`.
+# ... or on a line of its own: HF Trainer's `Total optimization steps = 460`, `max_steps: 1000`, `Total training
+# steps: 2290` (not `num_updates`: fairseq's counter)
+_STATED_TOTAL = re.compile(
+    r"(?i)(?<![\w])(?:total|max(?:imum)?|number of|num_train(?:ing)?|num_total)[_ ](?:[a-z]+[_ ]){0,2}?"
+    r"(?:steps|iters|iterations|updates)\b[\"']?\s*[:=]?\s*(\d{1,12})(?![\d.])"
+)
 _TOTAL_KEY = re.compile(r"(?i)\b(?:total|max|num)_?(?:steps|iters|iterations)[\"']?\s*[:=]\s*(\d{1,12})")
 # A counter named like a step: the name (not the tail of another word: `total_steps`, `warmup_steps`, `ms/step`),
 # an optional quote and separator, an optional bracket, the number, an optional `/ total` or ` of total`.
@@ -103,9 +109,11 @@ _NAMED = re.compile(
     re.IGNORECASE,
 )
 _RANK = {"global": 0, "current_steps": 1, "num_updates": 1, "iter": 2, "it": 2, "step": 3, "update": 4, "batch": 5}
-# An epoch's own number: `Epoch 3/10`, `epoch 001:`, `Epoch: [0]`, `Epoch(train) [1]`, `"epoch": 2` (not a float).
+# An epoch's own number: `Epoch 3/10`, `Epoch 3 of 10`, `epoch 001:`, `Epoch: [0]`, `Epoch(train) [1]`, `"epoch": 2`
+# (not a float).
 _EPOCH = re.compile(
-    r"(?i)(?<![\w])epoch(?:\(\w+\))?[\"']?\s*[:=]?\s*\[?\s*(?P<e>\d{1,6})(?![\d.])(?:\s*\]?\s*/\s*(?P<of>\d{1,6}))?"
+    r"(?i)(?<![\w])epoch(?:\(\w+\))?[\"']?\s*[:=]?\s*\[?\s*(?P<e>\d{1,6})(?![\d.])"
+    r"(?:(?:\s*\]?\s*/\s*|\s+of\s+)(?P<of>\d{1,6}))?"
 )
 _AFTER_EPOCH = re.compile(r"[\s,;:]{1,8}(?P<n>\d{1,12})\s*/\s*(?P<total>\d{1,12})(?!\d|\.\d)")
 # A bare fraction in a bar or in brackets: tqdm's `| 45/100 [`, Keras's `45/100 [====`, `[ 50/500]`, `[50/1251 (`.
@@ -335,7 +343,7 @@ def _read(text: str) -> Reading | None:
 # AReaL's stats table, where every chunk's last lines are read.
 _NUMBER = re.compile(
     r"\d(?<![\d.\-]\d)(?:\d{0,14}|(?:\.\d+)?e\+?\d{1,2})"
-    r"(?![\w.%]|:\d|\.\d|/\d|\s*%|\s*(?:ms|s|h|m|min|sec|GiB|MiB|GB|MB)\b)",
+    r"(?![\w.%]|:\d|\.\d|\s*%|\s*(?:ms|s|h|m|min|sec|GiB|MiB|GB|MB)\b)",
     re.IGNORECASE,
 )
 _SEPARATORS = re.compile(r"[\"']?\s*[:=#]?\s*\[?\s*")
@@ -343,6 +351,10 @@ _SEPARATOR_CHARS = frozenset("\"' \t\n\r\f\v:=#[")
 _NAME_START = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz_")
 _NAME_MAX = 41
 _ALONE_AFTER = frozenset(".:/-")  # and a word's letters and digits (_name_before)
+# a field's total: `mb 100/300`, `Epoch 3 of 500` (a number over its total is no fraction: a date's `2021/01`)
+_OF_TOTAL = re.compile(r"(?:\s*/\s*|\s+of\s+)(\d{1,12})(?![\d.])")
+# a row of a key/value table printed every iteration (stable-baselines' logger: `|    iterations      | 3     |`)
+_KV_ROW = re.compile(r"\s*\|\s*([A-Za-z_][\w./-]{0,40})\s*\|\s*(\d[\d.e+]{0,20})\s*\|\s*")
 _NAME_AFTER = re.compile(r"[ \t]{1,4}([A-Za-z_]{3,24})(?![\w/(:=])")
 # a time of day with its fraction (logging's `13:17:40,982`: the milliseconds advance too), a date
 _CLOCK = re.compile(r"\d{1,2}:\d{2}(?::\d{2}(?:[.,]\d{1,9})?)?|\d{4}-\d{2}-\d{2}|\d{8}-")
@@ -356,10 +368,14 @@ _STEP_NAMES = frozenset(
 )  # fmt: skip
 _PART_NAMES = ("episode", "timestep", "env_step", "envstep", "frame", "sample", "token", "image", "consumed", "action")
 _NOT_COUNTERS = (
-    "time", "elapsed", "eta", "sec", "fps", "speed", "throughput", "mem", "lr", "loss", "rank", "pid", "gpu", "seed",
-    "len", "size", "max", "min", "mean", "avg", "std", "year", "day", "hour", "port", "version", "v_num", "cuda",
-    "count", "num_", "batch_size", "world", "node", "dp", "tp", "pp", "sp", "device", "worker", "thread", "part",
+    "time", "elapsed", "sec", "fps", "speed", "throughput", "mem", "loss", "rank", "seed", "len", "size", "mean",
+    "year", "hour", "port", "version", "v_num", "cuda", "count", "num_", "batch_size", "world", "node", "device",
+    "worker", "thread", "part",
 )  # fmt: skip
+# ... and these only as a whole part of the name (`lr`, `max_len`, `gpu0`), never inside a word: `minibatch` is a
+# counter, `min` is not
+_NOT_COUNTER_PARTS = frozenset(("eta", "lr", "pid", "gpu", "max", "min", "avg", "std", "day", "dp", "tp", "pp", "sp"))
+_NAME_PARTS = re.compile(r"[a-z]+")
 _MAX_FIELDS = 8
 
 
@@ -373,7 +389,7 @@ def _field_class(name: str) -> int | None:
         return 3
     if low in {"epoch", "epochs"}:
         return 4
-    if any(w in low for w in _NOT_COUNTERS):
+    if any(w in low for w in _NOT_COUNTERS) or not _NOT_COUNTER_PARTS.isdisjoint(_NAME_PARTS.findall(low)):
         return None
     return 2
 
@@ -399,11 +415,16 @@ def _name_before(text: str, at: int, floor: int) -> str | None:
     return None if before.isalnum() or before == "_" or before in _ALONE_AFTER else ""
 
 
-def fields(text: str, header: list[str] | None = None) -> list[tuple[str, int]]:
-    """The whole numbers of a record line that could be counters, each with its name ("" where none): at most
-    ``_MAX_FIELDS``, in the order of the line. ``header``: the names of the columns of a table or CSV row."""
+def fields(text: str, header: list[str] | None = None) -> list[tuple[str, int, int | None]]:
+    """The whole numbers of a record line that could be counters, each with its name ("" where none) and the total
+    the line shows beside it (``100/300``, ``3 of 500``; None where none): at most ``_MAX_FIELDS``, in the order of
+    the line. ``header``: the names of the columns of a table or CSV row. A key/value table's row names its one
+    number by its key."""
+    if text.count("|") == 3 and (kv := _KV_ROW.fullmatch(text)) is not None:
+        value = _whole(kv.group(2))
+        return [] if value is None else [(kv.group(1), value, None)]
     clocks = [(m.start(), m.end()) for m in _CLOCK.finditer(text)]
-    out: list[tuple[str, int]] = []
+    out: list[tuple[str, int, int | None]] = []
     col_of: list[int] | None = None
     if header is not None:
         sep = next(c for c in _HEADER_SEPS if text.count(c) >= len(header) - 1)
@@ -414,31 +435,46 @@ def fields(text: str, header: list[str] | None = None) -> list[tuple[str, int]]:
     floor = 0  # where the field before ended: a name is never read across it
     for m in _NUMBER.finditer(text):
         at = m.start()
+        if at < floor:
+            continue  # the total of the field before (`3 of 500`'s 500)
         found = _name_before(text, at, floor)
         if found is None:
             continue
         floor = m.end()
         if any(a <= at < b for a, b in clocks):
             continue
-        raw = m.group()
-        try:
-            value = int(raw) if raw.isdigit() else float(raw)
-        except ValueError:
+        value = _whole(m.group())
+        if value is None:
             continue
-        if isinstance(value, float):
-            if not value.is_integer():
-                continue
-            value = int(value)
+        total = None
+        if (of := _OF_TOTAL.match(text, floor)) is not None:
+            total = int(of.group(1))
+            floor = of.end()
+            if value > total:
+                continue  # no fraction (a date's 2021/01/15)
         name = found
         if not name and (after := _NAME_AFTER.match(text, m.end())) is not None:
             name = after.group(1)  # fairseq-lua's `0021028 updates`, keras-rl's `308 episodes`: the noun after it
         if col_of is not None and header is not None:
             col = sum(1 for c in col_of if c < at)
             name = header[col] if col < len(header) else ""
-        out.append((name, value))
+        out.append((name, value, total))
         if len(out) >= _MAX_FIELDS:
             break
     return out
+
+
+def _whole(raw: str) -> int | None:
+    """A field's number as a whole number (``1.2e+06`` is 1200000); None: a decimal, or no number."""
+    try:
+        value = int(raw) if raw.isdigit() else float(raw)
+    except ValueError:
+        return None
+    if isinstance(value, float):
+        if not value.is_integer():
+            return None
+        value = int(value)
+    return value
 
 
 def header_of(text: str) -> tuple[str, list[str]] | None:
@@ -492,6 +528,17 @@ class _Series:
 
 
 _MAX_SERIES = 64
+
+
+def _name_rank(s: _Series) -> int:
+    """Among step-named fields that moved alike (stable-baselines' `iterations` and `n_updates` rows), the one a
+    person names: an iteration over a step over an update (an iteration's several gradient updates)."""
+    if s.kind != 1:
+        return 0
+    low = s.name.lstrip("~").lower()
+    return 0 if "global" in low else 1 if low.startswith("it") else 2 if "step" in low else 3
+
+
 _PER_EPOCH = ("pair", "fraction")  # a bar's or a bracket's i/N counts within the epoch
 
 
@@ -509,10 +556,15 @@ class ShapeSteps:
         self._first_epoch: int | None = None  # the first epoch any line named: 0 or 1 says how this run counts them
         self._version = 0  # bumped by every reading of a series: total() is kept until the next
         self._total: tuple[int, int | None] = (-1, None)
+        # a learned record's fields that count within another of its fields (a batch within its epoch): by template,
+        # the field's place → the outer field's place
+        self._outer: dict[str, dict[int, int]] = {}
+        self._stated: int | None = None  # the total steps a line of their own stated (`Total optimization steps = 460`)
 
     def _feed_fields(self, text: str, time: float) -> bool:
         """A line no reader knows: a header remembered, or each field of the record followed as a series of its own
-        (keyed by the record's template and the field's place)."""
+        (keyed by the record's template and the field's place). A field that counts within another of its record
+        (``_outer_of``) is placed by it, as a batch index is by its epoch."""
         head = header_of(text)
         if head is not None:
             self._header = head
@@ -523,14 +575,58 @@ class ShapeSteps:
             if text.count(sep) == len(names) - 1:
                 header = [n.strip() for n in names]
         template = masked(text)
+        found = fields(text, header)
+        outer = self._outer.get(template)
+        if len(found) > 1 and len(self._outer) < _MAX_SERIES:
+            # before any field of the record is read: which started over while a field before it advanced
+            for j in range(1, len(found)):
+                if (outer is None or j not in outer) and self._outer_of(template, found, j) is not None:
+                    outer = self._outer[template]
         moved = False
-        for i, (name, value) in enumerate(fields(text, header)):
+        for i, (name, value, total) in enumerate(found):
             kind = _field_class(name)
             if kind is None:
                 continue
-            r = Reading(f"~{i}|{template}", f"~{name}", value, None, None, None)
-            moved = self._advance(r, None, 0, None, time, kind, i) or moved
+            key = f"~{i}|{template}"
+            o = outer.get(i) if outer is not None else None
+            r = Reading(key, f"~{name}", value, total, None, None)
+            if o is None:
+                moved = self._advance(r, None, 0, None, time, kind, i) or moved
+                continue
+            _, epoch, epochs = found[o]
+            base = 1 if epochs else 0
+            new = key not in self._series
+            moved = self._advance(r, epoch, base, epochs, time, kind, i) or moved
+            s = self._series.get(key)
+            if new and s is not None and total and epochs:
+                # an i/N beside an outer counter shown with its own total (`[ep 1/10] mb 100/300`) counts within
+                # it from its first record, as YOLOX's iter beside its `epoch: 36/300` does
+                s.per_epoch = True
+                s.step = self._global(replace(r, name="fraction"), epoch, base)
+                s.since = (time, s.step)
         return moved
+
+    def _outer_of(self, template: str, found: list[tuple[str, int, int | None]], j: int) -> int | None:
+        """The field of the record ``found`` that field ``j`` counts within, remembered for its template; None: none
+        (yet). The nearest field before it that advanced on the record where ``j`` started over (``epoch,batch``
+        rows: ``1,300`` then ``2,100``), or, shown with a total beside ``j``'s own, one named as an epoch or by
+        nothing known (``[ep 1/10] mb 100/300``; never a step's name: a micro-batch within its step is not the
+        step). Its value is then the epoch ``j`` is placed by."""
+        _, value, total = found[j]
+        s = self._series.get(f"~{j}|{template}")
+        for i in range(j - 1, -1, -1):
+            outer_name, outer_value, outer_total = found[i]
+            kind = _field_class(outer_name)
+            if kind is None:
+                continue
+            prior = self._series.get(f"~{i}|{template}")
+            starts_over = s is not None and prior is not None and value < s.last and outer_value > prior.last
+            if starts_over or (total and outer_total and kind in (2, 4) and s is None):
+                self._outer.setdefault(template, {})[j] = i
+                if s is not None and prior is not None:
+                    s.epoch = prior.last  # the epoch its records so far were in
+                return i
+        return None
 
     def _global(self, r: Reading, epoch: int | None, base: int) -> int:
         """The step a person names: a bar's or a bracket's ``i/N`` within epoch ``e`` is ``(e - base) * N + i``."""
@@ -554,6 +650,14 @@ class ShapeSteps:
             return False
         if _counts_else(text):
             return False
+        if ("otal" in text or "ax" in text or "umber" in text or "num_" in text) and (
+            stated := _STATED_TOTAL.search(text)
+        ) is not None:
+            # a statement of the total (`Total optimization steps = 460`, `max_steps: 1000`): kept for the counter
+            # that has none of its own, and taken out of the line so that its number is no counter
+            self._stated = int(stated.group(1))
+            self._version += 1
+            text = text[: stated.start()] + text[stated.end() :]
         r = _with_speed(text, _read(text))
         if r is None:
             _, epoch, epochs, base = _epoch(text)
@@ -646,11 +750,11 @@ class ShapeSteps:
         moved furthest among those a reader knows (a run of redraws counts as far as it went), the one that moved
         on more records among learned fields, then the first in its record."""
         best: _Series | None = None
-        best_key: tuple[int, int, int] | None = None
+        best_key: tuple[int, int, int, int] | None = None
         for s in self._series.values():
             if not s.advances or s.resets >= 2 or (s.kind and s.backs > s.moves):
                 continue  # a learned field that went back more often than on is no counter (a thread's id)
-            key = (s.kind, -(s.advances if s.kind == 0 else s.moves), s.order)
+            key = (s.kind, -(s.advances if s.kind == 0 else s.moves), s.order, _name_rank(s))
             if best_key is None or key < best_key:
                 best, best_key = s, key
         return best
@@ -708,6 +812,10 @@ class ShapeSteps:
             s = next(
                 (o for o in self._series.values() if o.total and not o.resets and o.advances and o.step == s.step), s
             )
+        if s is not None and s.total is None and self._stated is not None and s.step <= self._stated:
+            low = s.name.lstrip("~").lower()
+            if low in _STEP_NAMES or f"{low}s" in _STEP_NAMES or low == "global":
+                return self._stated  # a step counter, and the total its run stated on a line of its own
         if s is None or s.total is None:
             return None
         if s.epoch is not None and (s.name in _PER_EPOCH or s.per_epoch):

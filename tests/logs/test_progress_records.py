@@ -1,0 +1,144 @@
+"""Records learned from the run's own lines (rlwatch/logs/progress_shape.py, issue 41): blocks, columns, documents,
+counters under any name, a counter that starts over each epoch, totals stated beside a counter or on a line of their
+own. Every text here is written for the test, in the shape the issue names; none is a framework's verbatim output."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import pytest
+
+from rlwatch.logs.progress_shape import ShapeSteps, fields
+
+
+def _read(lines: list[str]) -> ShapeSteps:
+    steps = ShapeSteps()
+    for line in lines:
+        steps.feed(line)
+    return steps
+
+
+def _kv_table(n: int) -> list[str]:
+    """A key/value table printed every iteration, as stable-baselines' logger prints one: a section row, indented
+    keys, the iteration's row among rates, means and a count of environment steps; the updates row appears from the
+    second table on."""
+    rows = [
+        "| stats/               |            |",
+        f"|    reward_mean       | {-40 + n:<10d} |",
+        f"|    steps_per_second  | {900 + 7 * n % 50:<10d} |",
+        f"|    iterations        | {n:<10d} |",
+        f"|    env_timesteps     | {4096 * n:<10d} |",
+    ]
+    if n > 1:
+        rows.append(f"|    n_updates         | {10 * (n - 1):<10d} |")
+    rule = "-" * len(rows[0])
+    return [rule, *rows, rule]
+
+
+def test_a_key_value_table_printed_every_iteration_is_one_record_per_table() -> None:
+    steps = _read([line for n in range(1, 6) for line in _kv_table(n)])
+    # the iteration row: a step's name over the environment steps, and an iteration over the updates that moved
+    # alike from the third table on
+    assert (steps.step(), steps.source()) == (5, "iterations")
+
+
+def test_a_key_value_row_names_its_number_by_its_key() -> None:
+    assert fields("|    iterations        | 12         |") == [("iterations", 12, None)]
+    assert fields("|    reward_mean       | -3         |") == []
+    assert fields("|    approx_kl         | 0.0071     |") == []
+
+
+def test_a_counter_that_starts_over_each_epoch_counts_on_across_epochs() -> None:
+    """`epoch,minibatch,loss`: the minibatch index starts over when the epoch advances, and no total is shown: the
+    steps of the epochs before are added (what the epoch's last record reached)."""
+    rows = ["epoch,minibatch,loss"] + [
+        f"{e},{b},{1.0 - 0.01 * (e * 4 + b):.3f}" for e in (1, 2, 3) for b in range(1, 5)
+    ]
+    steps = _read(rows)
+    assert steps.step() == 12
+    assert steps.total() is None
+
+
+def test_an_inner_counter_beside_an_outer_one_with_totals_is_outer_times_inner() -> None:
+    """`[stage 2/8] block 30/40`: both shown with totals, the inner one counts within the outer from its first record:
+    (outer - 1) x inner total + inner, of outer total x inner total."""
+    lines = [f"[stage {r}/8] block {p}/40 cost {3.0 / (r + p):.4f}" for r in (1, 2) for p in (10, 20, 30, 40)]
+    steps = _read(lines[:3])
+    assert (steps.step(), steps.total()) == (30, 320)
+    steps = _read([*lines, "[stage 3/8] block 10/40 cost 0.2000"])
+    assert (steps.step(), steps.total()) == (90, 320)
+    assert steps.source() == "a `block` counted within each epoch"
+
+
+def test_an_unnamed_outer_counter_that_advances_as_the_inner_one_starts_over() -> None:
+    lines = [f"ph {p} | it {i} | cost {1.0 / (p * i):.4f}" for p in (1, 2) for i in (50, 100, 150)]
+    assert _read(lines).step() == 300
+
+
+def test_a_counter_shown_of_its_total() -> None:
+    lines = [f"Generation {g} of 250 evaluated in 3.1s" for g in range(1, 5)]
+    steps = _read(lines)
+    assert (steps.step(), steps.total()) == (4, 250)
+
+
+def test_a_total_stated_on_a_line_of_its_own() -> None:
+    """A banner states the total steps once; the records after it carry the step alone."""
+    lines = [
+        "== run: 3 epochs, 120 batches each ==",
+        "   Total optimization steps = 360",
+        *(f"record: {{'loss': {0.9 - s / 1000:.4f}, 'step': {s}}}" for s in (10, 20, 30)),
+    ]
+    steps = _read(lines)
+    assert (steps.step(), steps.total()) == (30, 360)
+
+
+def test_a_stated_total_is_no_step_and_names_no_counter_of_another_kind() -> None:
+    steps = _read(["max_steps: 5000", "max_steps: 5000", *(f"gen {g} | fitness {g * 1.5:.1f}" for g in (1, 2, 3))])
+    # the statement repeated is not a counter; `gen` is no step's name, so the stated total is not its total
+    assert (steps.step(), steps.total(), steps.source()) == (3, None, "gen")
+
+
+_FORMATS: dict[str, tuple[Callable[[int], str], str, int, str]] = {
+    # name: (the record for counter n, the lines before the first record, the step after n = 1..6, its source)
+    "yaml documents": (
+        lambda n: f"---\ncycle: {n}\nmean_return: {n * 1.5:.2f}\nenv_frames: {n * 25600}",
+        "",
+        6,
+        "cycle",
+    ),
+    "header then fields": (
+        lambda n: f"*** sweep {n} ***\n  actor_loss {1 / n:.4f}\n  critic_loss {2 / n:.4f}",
+        "",
+        6,
+        "sweep",
+    ),
+    "tsv with a header": (lambda n: f"{n * 3.5:.1f}\t{n}\t{n * 512}\t{-n:.2f}", "clock\tpass\tframes\tret", 6, "pass"),
+    "json with an unknown key": (
+        lambda n: f'{{"mode": "learn", "n_pass": {n * 5}, "agent_steps": {n * 8192}, "pg": 0.{n}}}',
+        "",
+        30,
+        "n_pass",
+    ),
+    "dict with an unknown key": (
+        lambda n: f"{{'wave': {n}, 'episodes': {n * 40}, 'gain': {n / 7:.3f}}}",
+        "",
+        6,
+        "wave",
+    ),
+    "a float counter": (lambda n: f"samples {n / 10:.1f}e+06 | gain {n * 0.3:.2f}", "", 600000, "samples"),
+}
+
+
+@pytest.mark.parametrize("name", list(_FORMATS))
+def test_records_of_every_shape(name: str) -> None:
+    record, head, step, source = _FORMATS[name]
+    lines = [line for line in head.splitlines()]
+    for n in range(1, 7):
+        lines.extend(record(n).splitlines())
+    steps = _read(lines)
+    assert (steps.step(), steps.source()) == (step, source), name
+
+
+def test_a_date_is_no_fraction_and_no_counter() -> None:
+    assert fields("saved 2024/05/17 run") == []
+    assert fields("mb 100/300 loss 0.5") == [("mb", 100, 300)]
