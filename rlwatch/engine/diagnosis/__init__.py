@@ -11,7 +11,9 @@ them.
 
 from __future__ import annotations
 
-from rlwatch.common.state import Finding, RunState, Snapshot
+from dataclasses import dataclass, replace
+
+from rlwatch.common.state import Finding, RankTime, RunState, Snapshot, TimelineEntry, Verdict
 from rlwatch.common.vocab import FindingCode
 from rlwatch.engine.diagnosis.attempts import attempts
 from rlwatch.engine.diagnosis.base import CRIT, INFO, WARN, Context, Rule
@@ -29,7 +31,7 @@ from rlwatch.engine.diagnosis.memory import brake, memory
 from rlwatch.engine.diagnosis.ray import RAY_CODES, ray, ray_run_state
 from rlwatch.engine.diagnosis.restarts import restart_loop
 from rlwatch.engine.diagnosis.server import server_down
-from rlwatch.engine.diagnosis.stacks import stack_run_state, straggler
+from rlwatch.engine.diagnosis.stacks import rank_times, stack_run_state, straggler
 from rlwatch.engine.diagnosis.timeline import timeline
 from rlwatch.engine.diagnosis.training import training
 from rlwatch.engine.diagnosis.trust import actions_off
@@ -56,6 +58,7 @@ __all__ = [
     "RULES",
     "WARN",
     "Context",
+    "Diagnosis",
     "Rule",
     "assess_run",
     "backlog_text",
@@ -73,6 +76,7 @@ __all__ = [
     "last_text",
     "occurrences",
     "percent_read",
+    "run_diagnosis",
     "timeline",
     "torchrun_failure",
     "when_text",
@@ -178,3 +182,39 @@ def diagnose(s: Snapshot, ctx: Context) -> tuple[Finding, ...]:
     if "hung" in codes:
         found = [f for f in found if f.code != "stalled"]  # the same silence, said by the stricter rule
     return tuple(sorted(found, key=lambda f: (f.severity.rank, f.since or 0.0)))
+
+
+@dataclass(frozen=True)
+class Diagnosis:
+    """What the diagnosis makes of one snapshot, every part in one record: the run's state, where each rank spent its
+    time, the findings in the order every view shows them, the timeline and the verdict."""
+
+    run_state: RunState
+    rank_times: tuple[RankTime, ...]
+    findings: tuple[Finding, ...]
+    timeline: tuple[TimelineEntry, ...]
+    verdict: Verdict
+
+    def applied(self, s: Snapshot) -> Snapshot:
+        """``s`` with this diagnosis on it."""
+        return replace(
+            s,
+            run_state=self.run_state,
+            rank_times=self.rank_times,
+            findings=self.findings,
+            timeline=self.timeline,
+            verdict=self.verdict,
+        )
+
+
+def run_diagnosis(s: Snapshot, ctx: Context) -> Diagnosis:
+    """Diagnose an assembled snapshot, each pass reading what the one before decided: the run's state first (rules
+    look at it), the ranks' times where stacks are sampled (the straggler rule reads them), every rule's findings and
+    the timeline, then the one verdict, which orders the findings (its headline first)."""
+    state = decide_run_state(s, ctx)
+    s = replace(s, run_state=state)
+    if s.sampling is not None:
+        s = replace(s, rank_times=rank_times(s, ctx))
+    s = replace(s, findings=diagnose(s, ctx), timeline=timeline(s))
+    verdict, findings = decide(s, ctx)
+    return Diagnosis(state, s.rank_times, findings, s.timeline, verdict)
