@@ -198,9 +198,10 @@ def _one(job: str, hosts: Sequence[FleetHost]) -> JobVerdict:
     any_hung = any(states[h.name] in ("hung", "crashed") for h in hosts)
 
     named = None if healthy else (_by_evidence(hosts) or _by_counts(hosts))
-    if named is None and not healthy:
+    if named is None and (not healthy or (placed and not moving)):
         # Where seqs are known, a rank whose last entered collective is below the others' never entered theirs;
-        # else a rank standing still outside a collective while others wait in one.
+        # else a rank standing still outside a collective while others wait in one. Stacks that stay put make a hang
+        # before the hosts' cadence allows them to say so: then not even hosts that still say "progressing" are.
         seqs = [r.collective_seq for _, r in placed if r.collective_seq is not None]
         top = max(seqs) if seqs else None
         behind = [
@@ -212,7 +213,7 @@ def _one(job: str, hosts: Sequence[FleetHost]) -> JobVerdict:
     calls = [(h, c) for h in hosts for c in h.calls]
     mismatch = None if healthy else _mismatch(calls)
 
-    if healthy and hosts:
+    if healthy and hosts and named is None:
         return verdict("progressing", f"job {job}: progressing on {_count(len(hosts), 'host')}")
     if not placed and not hosts:
         return verdict("unknown", f"job {job}: not known: no host reports where its ranks stand")
