@@ -531,11 +531,15 @@ _MAX_SERIES = 64
 
 
 def _name_rank(s: _Series) -> int:
-    """Among step-named fields that moved alike (stable-baselines' `iterations` and `n_updates` rows), the one a
-    person names: an iteration over a step over an update (an iteration's several gradient updates)."""
+    """Among fields of one class that moved alike, the one a person names: of step names (stable-baselines'
+    `iterations` and `n_updates` rows), a global step over an iteration over a step over an update (an iteration's
+    several gradient updates); of what steps are made of, the environment's steps (timesteps, frames, samples: the
+    unit a run's length is set in) over its episodes, whose length varies."""
+    low = s.name.lstrip("~").lower()
+    if s.kind == 3:
+        return 1 if "episode" in low else 0
     if s.kind != 1:
         return 0
-    low = s.name.lstrip("~").lower()
     return 0 if "global" in low else 1 if low.startswith("it") else 2 if "step" in low else 3
 
 
@@ -609,7 +613,8 @@ class ShapeSteps:
     def _outer_of(self, template: str, found: list[tuple[str, int, int | None]], j: int) -> int | None:
         """The field of the record ``found`` that field ``j`` counts within, remembered for its template; None: none
         (yet). The nearest field before it that advanced on the record where ``j`` started over (``epoch,batch``
-        rows: ``1,300`` then ``2,100``), or, shown with a total beside ``j``'s own, one named as an epoch or by
+        rows: ``1,300`` then ``2,100``; a counter that went up and back to where it began, not a count per episode
+        that goes up and down), or, shown with a total beside ``j``'s own, one named as an epoch or by
         nothing known (``[ep 1/10] mb 100/300``; never a step's name: a micro-batch within its step is not the
         step). Its value is then the epoch ``j`` is placed by."""
         _, value, total = found[j]
@@ -620,7 +625,16 @@ class ShapeSteps:
             if kind is None:
                 continue
             prior = self._series.get(f"~{i}|{template}")
-            starts_over = s is not None and prior is not None and value < s.last and outer_value > prior.last
+            starts_over = (
+                s is not None
+                and prior is not None
+                and outer_value > prior.last
+                and value < s.last
+                and value <= s.low + 1  # back to where it began: started over (not a count per episode going down)
+                and s.moves >= 1  # and it counted up before, never back, and started over once at most
+                and not s.backs
+                and s.resets <= 1
+            )
             if starts_over or (total and outer_total and kind in (2, 4) and s is None):
                 self._outer.setdefault(template, {})[j] = i
                 if s is not None and prior is not None:
@@ -748,13 +762,13 @@ class ShapeSteps:
     def _choose(self) -> _Series | None:
         """The run's step: a series a reader knows before a learned field, then by the field's class; the one that
         moved furthest among those a reader knows (a run of redraws counts as far as it went), the one that moved
-        on more records among learned fields, then the first in its record."""
+        on more records among learned fields, then by its name (``_name_rank``), then the first in its record."""
         best: _Series | None = None
         best_key: tuple[int, int, int, int] | None = None
         for s in self._series.values():
             if not s.advances or s.resets >= 2 or (s.kind and s.backs > s.moves):
                 continue  # a learned field that went back more often than on is no counter (a thread's id)
-            key = (s.kind, -(s.advances if s.kind == 0 else s.moves), s.order, _name_rank(s))
+            key = (s.kind, -(s.advances if s.kind == 0 else s.moves), _name_rank(s), s.order)
             if best_key is None or key < best_key:
                 best, best_key = s, key
         return best

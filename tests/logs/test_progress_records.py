@@ -142,3 +142,21 @@ def test_records_of_every_shape(name: str) -> None:
 def test_a_date_is_no_fraction_and_no_counter() -> None:
     assert fields("saved 2024/05/17 run") == []
     assert fields("mb 100/300 loss 0.5") == [("mb", 100, 300)]
+
+
+def test_the_environment_steps_over_the_episodes() -> None:
+    """Two counts of what steps are made of, both advancing on every row: the environment's steps (what a run's length
+    is set in) are the step, not the episodes (their length varies)."""
+    rows = ["episodes,pi_loss,frames seen,clock"] + [
+        f"{4 * r + r % 3},-0.0{r},{r * 1024},{r * 0.9:.2f}" for r in range(1, 9)
+    ]
+    steps = _read(rows)
+    assert (steps.step(), steps.source()) == (8192, "frames seen")
+
+
+def test_a_count_per_episode_that_goes_up_and_down_is_not_counted_within_the_episode() -> None:
+    """`Round: N, moves: M`: M is each round's own count (up, down, up), not an index that starts over each round:
+    never summed into a step; the round is."""
+    moves = [310, 290, 305, 280, 330, 300, 315, 270, 320]
+    steps = _read([f"Round: {r}, moves: {m}, score: {m % 7 - 3}" for r, m in enumerate(moves, start=1)])
+    assert (steps.step(), steps.source()) == (9, "Round")
