@@ -319,7 +319,7 @@ def split(run_dir: Path, rounds: int = 30, snapshots: int = 20) -> list[str]:
     sample_ms = per_call_ms(eng.sample, rounds)  # the holder scan cached (it runs every 5 s, or 30 s while quiet)
 
     def holders() -> None:
-        eng._holders_at = None
+        eng.rescan_holders()
         eng.sample()  # a round with the holder scan in it, less a round without it below
 
     holders_ms = per_call_ms(holders, 3) - sample_ms

@@ -9,7 +9,7 @@ import pytest
 
 from rlwatch.common.heap import release_free_heap
 from rlwatch.discover.load import resolve_config
-from rlwatch.engine import engine as engine_mod
+from rlwatch.engine import loops  # where the heap is released
 from rlwatch.engine.engine import Engine
 from tests.simhost import wait_until
 
@@ -29,8 +29,8 @@ def _run_dir(tmp_path: Path, lines: int) -> Path:
 
 def test_log_loop_releases_heap_after_a_backlog_only(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     calls: list[int] = []
-    monkeypatch.setattr(engine_mod, "release_free_heap", lambda: calls.append(1) or True)
-    monkeypatch.setattr(engine_mod, "RELEASE_AFTER_BYTES", 64 << 10)
+    monkeypatch.setattr(loops, "release_free_heap", lambda: calls.append(1) or True)
+    monkeypatch.setattr(loops, "RELEASE_AFTER_BYTES", 64 << 10)
     run_dir = _run_dir(tmp_path, 4000)  # about 200 KB: over the lowered threshold
     cfg, _ = resolve_config(run_dir, None)
     engine = Engine(cfg, run_dir)
@@ -49,8 +49,8 @@ def test_log_loop_releases_heap_after_a_backlog_only(tmp_path: Path, monkeypatch
 
 def test_sample_loop_releases_heap_every_so_often(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     calls: list[int] = []
-    monkeypatch.setattr(engine_mod, "release_free_heap", lambda: calls.append(1) or True)
-    monkeypatch.setattr(engine_mod, "RELEASE_EVERY_S", 0.05)
+    monkeypatch.setattr(loops, "release_free_heap", lambda: calls.append(1) or True)
+    monkeypatch.setattr(loops, "RELEASE_EVERY_S", 0.05)
     run_dir = _run_dir(tmp_path, 10)  # a tiny log: no backlog release
     cfg, _ = resolve_config(run_dir, None)
     engine = Engine(cfg.model_copy(update={"interval_s": 0.02}), run_dir)
