@@ -54,7 +54,10 @@ def growth_per_hour(
 ) -> float | None:
     """Growth of the value per hour over the last ``window_s`` of ``(monotonic, value)`` samples.
 
-    None until the window holds enough samples spread over enough time to mean something.
+    None until the window holds enough samples spread over enough time to mean something. What grows must still be
+    growing: the answer is the smaller of the whole window's slope and its newer half's. A leak goes on; a process's
+    start-up (torch imported, a CUDA context made: a torchrun agent went from nothing to 540 MB in its first seconds,
+    then stayed) grows once and stops, and its one step read over a minute is no rate of anything.
     """
     recent = _recent(samples, window_s)
     if len(recent) < min_samples:
@@ -65,6 +68,11 @@ def growth_per_hour(
     per_second = slope(recent)
     if per_second is None:
         return None
+    middle = min(times) + (max(times) - min(times)) / 2
+    newer = [(t, v) for t, v in recent if t >= middle]
+    newer_slope = slope(newer) if len(newer) >= min_samples else None
+    if newer_slope is not None:
+        per_second = min(per_second, newer_slope)
     per_hour = per_second * 3600.0
     return per_hour if math.isfinite(per_hour) else None  # a finite slope can still overflow an hour's worth
 

@@ -28,11 +28,23 @@ RAS_STILL_S = 60.0
 _HEAD_BYTES = 1024 * 1024  # of each log, read for NCCL's version line (NCCL_DEBUG=INFO prints it at start)
 
 
+def _failed_collective(s: Snapshot) -> float | None:
+    """When a collective first failed in NCCL (an ``nccl_error`` line naming its ``WorkNCCL(…)``), else None.
+
+    Over sockets (ranks on different hosts, or sharing one GPU) NCCL itself fails a collective whose sizes differ
+    across ranks at once ("invalid usage"), 30 s to 10 minutes before its watchdog's timeout dumps the records."""
+    ev = s.events.get("nccl_error")
+    if ev is None or not ev.count or not any("WorkNCCL(" in x.text for x in ev.recent):
+        return None
+    return ev.first if ev.first is not None else s.time
+
+
 def suspicious(s: Snapshot) -> bool:
-    """An NCCL timeout was logged, or the run is hung or crashed: then the dumps are worth reading."""
+    """An NCCL timeout or a failed collective was logged, or the run is hung or crashed: then the dumps are worth
+    reading."""
     ev = s.events.get("nccl_timeout")
     hung = s.run_state is not None and s.run_state.state in ("hung", "crashed")
-    return (ev is not None and ev.count > 0) or hung
+    return (ev is not None and ev.count > 0) or hung or _failed_collective(s) is not None
 
 
 def ras_suspicion(s: Snapshot) -> object:
@@ -133,7 +145,10 @@ class JobWatch:
             {r.rank: by_pid.get(r.pid, {}) for r in self.job.ranks} if self.job is not None else {}
         )
         rs = last.run_state
-        hang = ("hung", rs.since) if rs is not None and rs.state == "hung" else None
+        hang: object = ("hung", rs.since) if rs is not None and rs.state == "hung" else None
+        failed = _failed_collective(last)
+        if hang is None and failed is not None:  # ask the live ranks now, not at NCCL's timeout
+            hang = ("collective failed", failed)
         since = last.time - last.run_uptime_s if last.run_uptime_s is not None else None
         self.flight = self._flight.read(last.run_dir, environs, since, last.time, hang=hang)
 

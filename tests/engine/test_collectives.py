@@ -48,6 +48,15 @@ def _compare(dumps: list[flight.FlightDump]):  # type: ignore[no-untyped-def]
     return compare(ops, progress, names)
 
 
+def _flight(case: str):  # type: ignore[no-untyped-def]
+    dumps = _dumps(case)
+    return (
+        tuple(o for d in dumps for o in d.ops),
+        tuple(p for d in dumps for p in d.progress),
+        {k: v for d in dumps for k, v in d.groups.items()},
+    )
+
+
 def _log_lines(case: str) -> list[tuple[str, int, str]]:
     path = REAL / case / "torchrun.log"
     text = path.read_text(errors="replace").splitlines()
@@ -143,6 +152,43 @@ def test_the_rule_reads_the_dumps_the_run_left_in_its_directory(tmp_path: Path) 
     )
     assert "nccl_trace_rank_0 entry 12 [[1]]" in finding.message
     assert any(f.code == "collective_mismatch" for f in diagnose(snap, Context()))
+
+
+def test_the_ranks_gpus_are_named_beside_them_where_the_job_says(tmp_path: Path) -> None:
+    for r in (0, 1):
+        shutil.copy(REAL / "mismatch" / f"nccl_trace_rank_{r}", tmp_path / f"nccl_trace_rank_{r}")
+    now = os.stat(tmp_path / "nccl_trace_rank_0").st_mtime + 10
+    snap = replace(_read(tmp_path, _snapshot(tmp_path, "mismatch", now)), job=_job({0: 0, 1: 1}))
+    (finding,) = list(collectives(snap, Context()))
+    assert "rank 0 (GPU 0) called all_reduce of 1 element" in finding.message
+    assert "rank 1 (GPU 1) called all_reduce of 4194304 elements" in finding.message
+    assert "rank 0 (GPU 0) made one more collective than rank 1 (GPU 1)" in finding.message
+    # The stalled rank too; with no job known (its ranks gone), ranks alone.
+    (issue,) = compare(*_flight("stall"), gpus={0: 0, 1: 1})
+    assert issue.message.startswith("rank 1 (GPU 1) never entered all_reduce of 4194304 elements #11")
+    assert "which rank 0 (GPU 0) entered" in issue.message
+    assert "(GPU" not in _compare(_dumps("stall"))[0].message
+
+
+def test_a_collective_nccl_failed_is_reason_enough_to_read_the_dumps(tmp_path: Path) -> None:
+    # Two ranks sharing one H200 (each its own host to NCCL, over sockets): NCCL failed rank 0's extra all_reduce at
+    # once, 30 s before its watchdog's timeout; the dumps asked for then name the mismatch.
+    for r in (0, 1):
+        shutil.copy(REAL / "mismatch" / f"nccl_trace_rank_{r}", tmp_path / f"nccl_trace_rank_{r}")
+    now = os.stat(tmp_path / "nccl_trace_rank_0").st_mtime + 10
+    line = (
+        "[rank0]:[E1129 00:21:34.449082790 ProcessGroupNCCL.cpp:612] [Rank 0] Collective WorkNCCL(SeqNum=13, "
+        "OpType=ALLREDUCE, NumelIn=1, NumelOut=1, Timeout(ms)=30000) raised the following async exception: NCCL "
+        "error: invalid usage (run with NCCL_DEBUG=WARN for details), NCCL version 2.28.9"
+    )
+    failed = event("nccl_error", Severity.CRITICAL, 1, now - 5, now - 5, recent=[("torchrun.log", 9, line, now - 5)])
+    snap = replace(_snapshot(tmp_path, "mismatch", now), events={"nccl_error": failed}, run_state=None)
+    read = _read(tmp_path, snap)
+    assert read.flight is not None and read.flight.ranks == (0, 1)
+    assert [f.code for f in collectives(read, Context())] == ["collective_mismatch"]
+    # An NCCL error that names no collective (a communicator's set-up) is no such reason.
+    other = replace(failed, recent=(replace(failed.recent[0], text="NCCL error: unhandled system error"),))
+    assert _read(tmp_path, replace(snap, events={"nccl_error": other})).flight is None
 
 
 def test_the_dumps_are_not_read_without_a_reason(tmp_path: Path) -> None:

@@ -234,6 +234,18 @@ def test_growth_needs_enough_span() -> None:
     assert forecast.growth_per_hour([(0.0, 1.0), (100.0, 2.0)]) is None  # too few samples
 
 
+def test_a_start_up_that_grew_once_and_stopped_is_no_growth() -> None:
+    # As a torchrun agent read live on a GPU host: 150 MB while torch is imported, 540 MB from its 8th second on.
+    startup = [(float(t), 150e6 + 390e6 * t / 8) for t in range(0, 8)]
+    flat = [(float(t), 540e6 + (t % 3) * 1e5) for t in range(8, 66, 2)]
+    assert forecast.slope(startup + flat) is not None and forecast.slope(startup + flat) * 3600 > 512 * 1024**2
+    growth = forecast.growth_per_hour(startup + flat)
+    assert growth is not None and growth < 512 * 1024**2 / 10
+    # A leak that goes on is still read whole.
+    leak = [(float(t), 540e6 + 1e5 * t) for t in range(0, 66, 2)]
+    assert forecast.growth_per_hour(startup + [(t + 8, v) for t, v in leak]) == pytest.approx(3.6e8, rel=0.3)
+
+
 def test_growth_uses_only_the_recent_window() -> None:
     old = [(float(t), 5000.0 - t) for t in range(0, 1000, 10)]  # fell long ago
     recent = [(float(t), 4000.0 + t) for t in range(1000, 1600, 10)]  # rising for the last ten minutes

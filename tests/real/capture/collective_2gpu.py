@@ -8,7 +8,9 @@
   GPU-bound straggler whose Python stacks agree (both wait in the same `.item()`).
 - `healthy`: the same with equal work.
 
-Rank 0 writes `Train step N/100 done.` to train.log (every rank, `[rankN]: `-prefixed, with EVERY_RANK_LOGS=1, as a
+On a host with one GPU both ranks share it, each its own host to NCCL (``NCCL_HOSTID``).
+
+Rank 0 writes `Train step N/STEPS done.` to train.log (every rank, `[rankN]: `-prefixed, with EVERY_RANK_LOGS=1, as a
 job over several nodes does); NCCL's timeout is 30 s (NCCL_TIMEOUT_S) so the watchdog fires quickly.
 """
 
@@ -39,6 +41,12 @@ def main() -> None:
     mode = sys.argv[1]
     steps = int(sys.argv[2]) if len(sys.argv) > 2 else 100
     rank, local = int(os.environ["RANK"]), int(os.environ["LOCAL_RANK"])
+    gpus = torch.cuda.device_count()
+    if gpus < int(os.environ.get("LOCAL_WORLD_SIZE", "1")):
+        # Fewer GPUs than ranks: they share one, and NCCL refuses two ranks of one host on one GPU, so each rank
+        # is a host of its own to NCCL (its peers reached over sockets).
+        os.environ.setdefault("NCCL_HOSTID", f"collective-2gpu-rank{rank}")
+        local %= gpus
     torch.cuda.set_device(local)
     dist.init_process_group("nccl", timeout=datetime.timedelta(seconds=int(os.environ.get("NCCL_TIMEOUT_S", "30"))))
     grads = torch.ones(N, device="cuda")
@@ -59,9 +67,9 @@ def main() -> None:
             dist.all_reduce(metric)  # a metric only rank 0 reduces
             print(f"[rank{rank}] metric {float(metric.item())}", flush=True)
         if os.environ.get("EVERY_RANK_LOGS") == "1":
-            print(f"[rank{rank}]: Train step {step}/100 done.", file=log, flush=True)
+            print(f"[rank{rank}]: Train step {step}/{steps} done.", file=log, flush=True)
         elif rank == 0:
-            print(f"Train step {step}/100 done.", file=log, flush=True)
+            print(f"Train step {step}/{steps} done.", file=log, flush=True)
         if mode in ("mismatch", "stall"):
             time.sleep(0.3)
     print(f"[rank{rank}] finished", flush=True)
