@@ -10,16 +10,15 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from rich.text import Text
-from textual import events
 from textual.app import ComposeResult
 from textual.message import Message
-from textual.widgets import DataTable, Static
+from textual.widgets import Static
 
 from rlwatch.common.state import EventSummary, Incident, IncidentTally, Snapshot, line_ref
 from rlwatch.engine.diagnosis import failure_text, first_text, incident_text, last_text, occurrences
 from rlwatch.widgets.format import SEVERITY_STYLE, basename, clean_text, fmt_age, fmt_clock
 from rlwatch.widgets.panel import Panel
-from rlwatch.widgets.table_fill import fill_rows
+from rlwatch.widgets.row_table import RowTable, TableColumn
 from rlwatch.widgets.text_block import TextBlock
 
 RECENT_SHOWN = 3
@@ -119,18 +118,6 @@ def _when(i: Incident, now: float | None) -> str:
     return incident_text(i, now, said=line_ref(i.path, i.lineno)) if i.approximate else fmt_clock(i.last, now=now)
 
 
-class EventTable(DataTable[Text]):
-    """The kinds table; a mouse click on a row selects it at once (keyboard: arrows highlight, enter selects)."""
-
-    async def _on_click(self, event: events.Click) -> None:
-        before = self.cursor_coordinate
-        await super()._on_click(event)
-        row = self.cursor_coordinate.row
-        if self.cursor_coordinate != before and 0 <= row < self.row_count:
-            row_key = self.coordinate_to_cell_key(self.cursor_coordinate).row_key
-            self.post_message(DataTable.RowSelected(self, row, row_key))
-
-
 class EventsPanel(Panel):
     """The table of kinds plus the lines behind the highlighted one."""
 
@@ -150,18 +137,14 @@ class EventsPanel(Panel):
         self._rows: list[tuple[str, tuple[Text, ...]]] | None = None  # what the table shows
 
     def compose(self) -> ComposeResult:
-        table = EventTable(id="events-table", cursor_type="row", zebra_stripes=False)
-        table.add_column("kind", key="kind")
-        table.add_column("count", key="count")
-        table.add_column("/min", key="rate")
-        table.add_column("streak", key="streak")
-        table.add_column("last", key="last")
-        yield table
+        # a click on a row selects it at once (keyboard: arrows move the cursor, enter selects)
+        columns = [("kind", "kind"), ("count", "count"), ("rate", "/min"), ("streak", "streak"), ("last", "last")]
+        yield RowTable([TableColumn(key, label) for key, label in columns], id="events-table")
         yield TextBlock(id="events-detail", classes="body")
 
     @property
-    def table(self) -> DataTable[Text]:
-        return self.query_one("#events-table", DataTable)
+    def table(self) -> RowTable:
+        return self.query_one("#events-table", RowTable)
 
     def data_key(self, snap: Snapshot) -> object:
         return (snap.events, snap.incidents, self.show_zero)
@@ -181,9 +164,9 @@ class EventsPanel(Panel):
         table = self.table
         rows = ordered(self._events, show_zero=self.show_zero)
         cells: list[tuple[str, tuple[Text, ...]]] = [(e.kind, event_row(e, self._now)) for e in rows]
-        if cells != self._rows:  # refilling a table redraws it: most seconds it reads the same
+        if cells != self._rows:  # most seconds it reads the same
             self._rows = cells
-            fill_rows(table, cells)
+            table.set_rows(cells)  # the same kinds: only the rows whose cells changed are drawn again
         if not rows:
             self._highlighted = None
             quiet = "no events counted yet" if not self._events else "no events (a to show kinds at zero)"
@@ -195,7 +178,7 @@ class EventsPanel(Panel):
         # appears later must not sit below a highlighted server_ready.
         index = kinds.index(self._chosen) if self._chosen in kinds else 0
         if table.cursor_row != index:
-            table.move_cursor(row=index, animate=False)
+            table.move_cursor(row=index)
         self._highlighted = kinds[index]
         self._show_detail()
 
@@ -205,19 +188,17 @@ class EventsPanel(Panel):
         if text:
             self.query_one("#events-detail", Static).update(text)
 
-    def on_data_table_row_highlighted(self, event: DataTable.RowHighlighted) -> None:
+    def on_row_table_row_highlighted(self, event: RowTable.RowHighlighted) -> None:
         event.stop()
-        if event.row_key.value is not None:
-            self._highlighted = event.row_key.value
-            # a person moves the cursor only in a focused table; the panel's own moves land where _chosen says
-            if self.table.has_focus:
-                self._chosen = None if event.cursor_row == 0 else event.row_key.value
-            self._show_detail()
+        self._highlighted = event.row_key
+        # a person moves the cursor only in a focused table; the panel's own moves land where _chosen says
+        if self.table.has_focus:
+            self._chosen = None if event.cursor_row == 0 else event.row_key
+        self._show_detail()
 
-    def on_data_table_row_selected(self, event: DataTable.RowSelected) -> None:
+    def on_row_table_row_selected(self, event: RowTable.RowSelected) -> None:
         event.stop()
-        if event.row_key.value is not None:
-            self.post_message(self.KindSelected(event.row_key.value))
+        self.post_message(self.KindSelected(event.row_key))
 
     def kinds_in_order(self) -> list[str]:
         """Kinds with a count, most severe first: the cycle the ``e`` key walks through."""

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from rich.cells import cell_len
 from rich.text import Text
 from textual.app import ComposeResult
-from textual.widgets import DataTable, Static
+from textual.widgets import Static
 
 from rlwatch.common.state import GpuHolder, LiveRun, ProcessInfo, ServerState, Snapshot, WatchdogStatus
 from rlwatch.common.words import plural
@@ -21,7 +21,7 @@ from rlwatch.engine.diagnosis import percent_read
 from rlwatch.widgets.format import clean_text, fmt_age, fmt_bytes, fmt_clock, fmt_cmdline, fmt_duration
 from rlwatch.widgets.memory_panel import short_bytes
 from rlwatch.widgets.panel import Panel
-from rlwatch.widgets.table_fill import fill_rows
+from rlwatch.widgets.row_table import RowTable, TableColumn
 from rlwatch.widgets.text_block import TextBlock
 
 COMMAND_WIDTH = 120  # the most a command is given, however wide the panel: past it a line is hard to read
@@ -123,7 +123,7 @@ def label(p: ProcessInfo) -> str:
 # the right so the executable's name stays. What gives way first when space runs out: the evidence column (the
 # live-run line above the table sums it up), then the restart count while it is zero everywhere, then the long units
 # ("300.0 MB" becomes "300M") and long names. Each column is as wide as its widest cell, never wider than it is given.
-CELL_PADDING = 2  # a DataTable cell has one cell of padding on each side
+CELL_PADDING = 2 * RowTable.CELL_PADDING  # a table's cell has padding on each side
 COMMAND_MIN = 24  # below this the numbers are shortened first
 COMMAND_ROOM = 40  # a zero restart count or the evidence column is shown only if the command keeps this much
 COMMAND_FLOOR = 8  # the executable's name at least, however narrow
@@ -329,7 +329,7 @@ class ProcessPanel(Panel):
         # The columns depend on the width (table_layout): set when the panel is first drawn, and again when its width
         # changes. The evidence (how rlwatch knows a process is the run's) is summed up for the run as a whole in the
         # live-run line above the table when the panel is too narrow for its column.
-        yield DataTable(id="process-table", cursor_type="row", show_cursor=False)
+        yield RowTable(id="process-table", show_cursor=False)
 
     def data_key(self, snap: Snapshot) -> object:
         gpu_host = snap.gpu is not None and bool(snap.gpu.gpus)
@@ -356,7 +356,7 @@ class ProcessPanel(Panel):
             text.append("\n")
             text.append_text(run)
         self.query_one("#server-line", Static).update(text)
-        table = self.query_one("#process-table", DataTable)
+        table = self.query_one("#process-table", RowTable)
         # Grouped by attempt: the live run first, then each earlier attempt still running beside it under a heading.
         order = sorted(
             snap.processes,
@@ -373,9 +373,7 @@ class ProcessPanel(Panel):
         details = [detail.plain for _, detail in headings.values()]
         layout = table_layout(self._width, order, snap.time, gpu=gpu, titles=titles, details=details)
         if layout != self._layout:
-            table.clear(columns=True)
-            for column in layout.columns:
-                table.add_column(column.label, key=column.key, width=column.width)
+            table.set_columns([TableColumn(c.key, c.label, c.width) for c in layout.columns])
             self._layout = layout
         group: object = object()
         rows: list[tuple[str, tuple[object, ...]]] = []
@@ -386,4 +384,4 @@ class ProcessPanel(Panel):
             rows.append((f"{p.pid}:{p.create_time}", process_row(p, snap.time, layout, gpu)))
         if not order:
             rows.append(("", heading_row(Text(NO_PROCESSES, style="dim"), Text(""), layout)))
-        fill_rows(table, rows)  # the same processes: only the cells that changed are set
+        table.set_rows(rows)  # the same processes: only the rows whose cells changed are drawn again

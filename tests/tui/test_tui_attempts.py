@@ -8,9 +8,10 @@ import dataclasses
 from collections.abc import Iterator
 
 import pytest
-from textual.widgets import DataTable, Static
+from textual.widgets import Static
 
 from rlwatch.common.state import Attempt, LiveRun, ProcessInfo
+from rlwatch.widgets.row_table import RowTable
 from tests import snapshot_data as data
 from tests.tui.test_tui_pilot import RecordingFeed, make_app, text_of, wait_until
 
@@ -57,14 +58,14 @@ async def test_the_processes_table_shows_an_earlier_attempt_apart_under_its_laun
     app = make_app(RecordingFeed(snap, data.healthy_lines()))
     async with app.run_test(size=(200, 60)) as pilot:
         await pilot.press("5", "m")  # maximised: the heading's detail whole in the command column
-        table: DataTable[object] = app.main.query_one("#process-table", DataTable)
-        await wait_until(pilot, lambda: table.row_count >= 6 and "evidence" in [k.value for k in table.columns])
+        table = app.main.query_one("#process-table", RowTable)
+        await wait_until(pilot, lambda: table.row_count >= 6 and "evidence" in table.column_keys)
         first = [str(table.get_row_at(i)[0]) for i in range(table.row_count)]
         pids = [str(table.get_row_at(i)[1]) for i in range(table.row_count)]
         assert first[0] == "live run"
         heading = next(i for i, text in enumerate(first) if text.startswith("earlier attempt"))
         assert first[heading] == "earlier attempt"
-        command = [str(key.value) for key in table.columns].index("command")  # a heading's detail: the widest column
+        command = table.column_keys.index("command")  # a heading's detail: the widest column
         detail = str(table.get_row_at(heading)[command])
         assert detail == "launcher torchrun pid 837 gone since 09:12:10; holds GPU 0,1 15.6 GB"
         assert set(pids[1:heading]) == {"4601", "4650", "4711"}  # the live run's rows, before the heading

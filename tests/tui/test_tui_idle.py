@@ -18,7 +18,6 @@ from textual.app import App, ComposeResult
 from textual.geometry import Region
 from textual.renderables.styled import Styled
 from textual.strip import Strip
-from textual.widgets import DataTable
 
 from rlwatch.common.clock import FakeClock
 from rlwatch.common.state import Severity, Snapshot
@@ -26,7 +25,7 @@ from rlwatch.discover.load import resolve_config
 from rlwatch.engine.engine import Engine
 from rlwatch.live import LiveFeed
 from rlwatch.tui.app import RlwatchApp
-from rlwatch.widgets.table_fill import fill_rows
+from rlwatch.widgets.row_table import RowTable, TableColumn
 from rlwatch.widgets.text_block import TextBlock
 from tests import snapshot_data as data
 from tests.simhost import wait_until
@@ -36,7 +35,7 @@ from tests.tui.test_tui_pilot import make_app, recording
 class _Probe(App[None]):
     def compose(self) -> ComposeResult:
         yield TextBlock(id="block")
-        yield DataTable(id="table")
+        yield RowTable([TableColumn("kind", "kind"), TableColumn("last", "last")], id="table")
 
 
 async def test_an_age_that_ticks_repaints_without_a_layout_and_a_longer_text_relays_out() -> None:
@@ -64,34 +63,41 @@ async def test_an_age_that_ticks_repaints_without_a_layout_and_a_longer_text_rel
         assert layouts == []
 
 
-async def test_rows_read_again_set_only_their_changed_cells() -> None:
+async def test_rows_read_again_repaint_only_the_rows_that_changed() -> None:
     app = _Probe()
     async with app.run_test() as pilot:
-        table: DataTable[Any] = app.query_one(DataTable)
-        table.add_column("kind", key="kind")
-        table.add_column("last", key="last")
-        fill_rows(table, [("a", (Text("a"), Text("1s ago"))), ("b", (Text("b"), Text("2s ago")))])
+        table = app.query_one(RowTable)
+        table.set_rows([("a", (Text("a"), Text("1s ago"))), ("b", (Text("b"), Text("2s ago")))])
         await pilot.pause()
-        cleared: list[int] = []
-        real = table.clear
+        refreshed: list[tuple[tuple[Any, ...], bool]] = []
+        real = table.refresh
 
-        def spy(*args: Any, **kw: Any) -> Any:
-            cleared.append(1)
-            return real(*args, **kw)
+        def spy(*regions: Any, layout: bool = False, **kw: Any) -> Any:
+            refreshed.append((regions, layout))
+            return real(*regions, layout=layout, **kw)
 
-        table.clear = spy  # type: ignore[method-assign]
-        fill_rows(table, [("a", (Text("a"), Text("2s ago"))), ("b", (Text("b"), Text("3s ago")))])
-        assert cleared == []
+        table.refresh = spy  # type: ignore[method-assign]
+        table.set_rows([("a", (Text("a"), Text("1s ago"))), ("b", (Text("b"), Text("3s ago")))])
         assert [c.plain for c in table.get_row("b")] == ["b", "3s ago"]
-        fill_rows(table, [("b", (Text("b"), Text("4s ago")))])  # another set of rows: cleared and refilled
-        assert cleared == [1]
-        assert [k.value for k in table.rows] == ["b"]
+        assert [(r[0].y, r[0].height) for r, _ in refreshed] == [(2, 1)]  # row b's line (the header is line 0)
+        assert not any(layout for _, layout in refreshed)
+        refreshed.clear()
+        table.set_rows([("a", (Text("a"), Text("1s ago"))), ("b", (Text("b"), Text("3s ago")))])
+        assert refreshed == []  # the same rows: nothing at all
+        table.set_rows([("a", (Text("a"), Text("1s ago"))), ("b", (Text("b"), Text("1h00m ago")))])
+        assert any(layout for _, layout in refreshed)  # a column wider: laid out again
+        refreshed.clear()
+        table.set_rows([("b", (Text("b"), Text("4s ago")))])  # another set of rows
+        assert any(layout for _, layout in refreshed)
+        assert table.row_keys == ["b"]
+        await pilot.pause()
+        assert "4s ago" in table.render_line(1).text
 
 
 def _cells_rendered(app: RlwatchApp) -> list[str]:
     """Spy on the events table: the text of every cell it renders through Rich (a render cache miss) from now on.
     A render that its caches answer costs no such call."""
-    table = app.main.query_one("#events-table", DataTable)
+    table = app.main.query_one("#events-table", RowTable)
     rendered: list[str] = []
     inside = [False]
     real_lines, real_console = table.render_lines, app.console.render_lines
@@ -115,13 +121,13 @@ def _cells_rendered(app: RlwatchApp) -> list[str]:
 
 
 def _table_lines(app: RlwatchApp) -> list[str]:
-    table = app.main.query_one("#events-table", DataTable)
+    table = app.main.query_one("#events-table", RowTable)
     return [table.render_line(y).text for y in range(table.size.height)]
 
 
 async def test_a_snapshot_that_moves_only_ages_renders_only_the_age_cells_that_changed() -> None:
-    """Issue 35: one changed age made the table render every cell of every row again (its render caches are keyed by
-    a count of updates that ``update_cell`` bumps). A snapshot a second on changes the ages of three of the five
+    """Issue 35: one changed age made Textual's DataTable render every cell of every row again (its render caches are
+    keyed by a count of updates that ``update_cell`` bumps). A snapshot a second on changes the ages of three of the five
     kinds ("19s ago" → "20s ago"; "2h07m ago" stays): three cells rendered, and the screen shows them."""
     feed = recording("healthy")
     base = feed.snapshot()

@@ -11,7 +11,7 @@ from collections.abc import Callable, Iterator, Sequence
 import pytest
 from textual.pilot import Pilot
 from textual.widget import Widget
-from textual.widgets import Button, DataTable, Static
+from textual.widgets import Button, Static
 
 from rlwatch.common.clock import FakeClock
 from rlwatch.common.state import (
@@ -46,6 +46,7 @@ from rlwatch.widgets.gpu_panel import GpuPanel
 from rlwatch.widgets.header import HeaderBar
 from rlwatch.widgets.log_view import LogView
 from rlwatch.widgets.memory_panel import MemoryPanel
+from rlwatch.widgets.row_table import RowTable
 from tests import snapshot_data as data
 
 SIZE = (120, 40)
@@ -329,7 +330,7 @@ async def test_clicking_an_event_row_filters_the_log_to_that_kind() -> None:
     feed = recording("server-crash")
     app = make_app(feed)
     async with app.run_test(size=SIZE) as pilot:
-        table = app.main.query_one("#events-table", DataTable)
+        table = app.main.query_one("#events-table", RowTable)
         second = table.get_row_at(1)[0].plain
         assert await pilot.click("#events-table", offset=(4, 2))
         await pilot.pause()
@@ -515,7 +516,7 @@ async def test_m_maximizes_the_focused_panel_and_restores() -> None:
 async def test_a_shows_event_kinds_at_zero() -> None:
     app = make_app(recording("server-crash"))
     async with app.run_test(size=SIZE) as pilot:
-        table = app.main.query_one("#events-table", DataTable)
+        table = app.main.query_one("#events-table", RowTable)
         before = table.row_count
         await pilot.press("a")
         await pilot.pause()

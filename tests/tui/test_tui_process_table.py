@@ -8,11 +8,11 @@ import dataclasses
 from collections.abc import Iterator
 
 import pytest
-from textual.widgets import DataTable
 
 from rlwatch.common.state import Attempt, LiveRun
 from rlwatch.tui.app import RlwatchApp
 from rlwatch.widgets.process_panel import COMMAND_FLOOR, NO_PROCESSES, attempt_heading, table_layout
+from rlwatch.widgets.row_table import RowTable
 from tests import snapshot_data as data
 from tests.tui.test_tui_pilot import make_app, recording, wait_until
 
@@ -27,10 +27,10 @@ def _utc() -> Iterator[None]:
 
 def _shown(app: RlwatchApp) -> tuple[list[str], list[list[str]], int, int]:
     """The columns' keys, each row's cells as text, the columns' total width, and the width inside the panel."""
-    table: DataTable[object] = app.main.query_one("#process-table", DataTable)
-    keys = [str(key.value) for key in table.columns]
-    rows = [[getattr(c, "plain", str(c)) for c in table.get_row_at(i)] for i in range(table.row_count)]
-    used = sum(c.get_render_width(table) for c in table.columns.values())
+    table = app.main.query_one("#process-table", RowTable)
+    keys = table.column_keys
+    rows = [[c.plain for c in table.get_row_at(i)] for i in range(table.row_count)]
+    used = sum(table.column_widths)
     return keys, rows, used, app.main.query_one("#p5").scrollable_content_region.width
 
 
