@@ -14,7 +14,10 @@ rescan about once a second. On each poll, for each watched path:
 
 Chunks carry complete lines only, split as Python's universal newlines do (``\\n``, ``\\r\\n``, ``\\r``). The
 unfinished last line of a file is held back until it is completed. A line ending in a bare ``\\r`` at the end of
-what has been written is held too, until the next byte shows whether it is ``\\r\\n``. When a file is rotated
+what has been written is held too, until the next byte shows whether it is ``\\r\\n``, or until a poll finds the
+file grown no further since the one that read it (a tqdm bar's last redraw, in a log that stopped there: after the
+fact, or a run that stopped writing): then it is delivered, and a ``\\n`` written after all only ends the line
+already delivered (it is passed over, so no empty line is counted and the numbers stay). When a file is rotated
 away, deleted or truncated, its unfinished last line is delivered as a line of its own once the old content has
 been drained, since it can never be completed. A line longer than ``max_line_bytes`` is delivered in pieces
 (``continued`` / ``continues_line``) that keep one line number, so it is never held whole in memory.
@@ -109,7 +112,20 @@ def _kind_error(mode: int) -> str | None:
 class _Handle:
     """One open file, pinned by its inode, with what has been read and delivered from it."""
 
-    __slots__ = ("backlog_end", "dev", "fd", "head", "ino", "lineno", "mtime", "offset", "pending", "piece", "size")
+    __slots__ = (
+        "backlog_end",
+        "cr_ended",
+        "dev",
+        "fd",
+        "head",
+        "ino",
+        "lineno",
+        "mtime",
+        "offset",
+        "pending",
+        "piece",
+        "size",
+    )
 
     def __init__(self, fd: int, st: os.stat_result, offset: int = 0, lineno: int = 1) -> None:
         self.fd = fd
@@ -120,6 +136,7 @@ class _Handle:
         self.lineno = lineno  # number of the next line to start
         self.pending = b""  # the unfinished last line (read, not delivered)
         self.piece = False  # part of the pending line was delivered already
+        self.cr_ended = False  # a line ending in a bare "\r" was delivered last: a "\n" next would only end it
         self.head = b""
         self.backlog_end = 0  # bytes before this offset were in the file when it was opened (see Chunk)
         self.mtime = st.st_mtime  # the file's modification time when it was opened
@@ -346,12 +363,17 @@ class Tailer:
         if st.st_size != cur.size or st.st_size < cur.offset:
             if st.st_size < cur.offset or not self._head_intact(cur):
                 self._flush(path, cur, chunks)
-                cur.offset, cur.lineno, cur.piece = 0, 1, False
+                cur.offset, cur.lineno, cur.piece, cur.cr_ended = 0, 1, False, False
                 cur.backlog_end = 0  # written again while followed: live
                 cur.head = self._pread(cur, _HEAD_BYTES, 0) or b""
             cur.size = st.st_size
         if st.st_size > cur.offset:
             self._read(path, cur, chunks)
+        elif cur.pending.endswith(b"\r") and st.st_size == cur.offset:
+            # grown no further since the poll that read it: a bar's last redraw is not held back for a "\n" that
+            # may never come (the file stopped there)
+            self._flush(path, cur, chunks)
+            cur.cr_ended = True
 
     def _followed_elsewhere(self, watch: _Watch, st: os.stat_result) -> bool:
         key = (st.st_dev, st.st_ino)
@@ -466,6 +488,12 @@ class Tailer:
             handle.offset = data
 
     def _split(self, path: str, handle: _Handle, block: bytes, chunks: list[Chunk]) -> None:
+        if handle.cr_ended:
+            handle.cr_ended = False
+            if block[:1] == b"\n":  # the "\r\n" of a line delivered at its "\r": it is ended already
+                block = block[1:]
+                if not block:
+                    return
         data = handle.pending + block if handle.pending else block
         at = handle.offset - len(data)  # where data starts in the file
         end = complete_end(data)
@@ -486,7 +514,8 @@ class Tailer:
         handle.pending = rest
 
     def _flush(self, path: str, handle: _Handle, chunks: list[Chunk]) -> None:
-        """Deliver the unfinished last line of a file that will not grow any more (rotated, deleted, truncated)."""
+        """Deliver the unfinished last line of a file that will not grow any more (rotated, deleted, truncated), or
+        a line ending in a bare ``\\r`` that the file stopped at."""
         rest = handle.pending
         if not rest:
             return

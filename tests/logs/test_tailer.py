@@ -89,6 +89,31 @@ def test_crlf_split_across_writes_counts_once(log: Path) -> None:
     assert texts(tailer.poll()) == [b"tqdm 20%\r"]
 
 
+def test_a_bar_ending_the_file_on_a_bare_cr_is_delivered_once_the_file_stops(log: Path) -> None:
+    """A tqdm bar's last redraw ends in a bare CR and nothing follows it when the file stops there: held while the
+    next byte may make it CRLF, delivered by the first poll that finds the file grown no further. A LF written after
+    all only ends that line: no empty line is counted, and the next line keeps its number."""
+    tailer = tailer_for(log)
+    log.write_bytes(b"head\nbar 1/9\rbar 2/9\r")
+    assert lines_of(tailer.poll()) == [(str(log), 1, b"head\n"), (str(log), 2, b"bar 1/9\r")]
+    chunks = tailer.poll()  # grown no further: the last redraw is not held back any longer
+    assert lines_of(chunks) == [(str(log), 3, b"bar 2/9\r")] and sum(c.nlines for c in chunks) == 1
+    assert tailer.poll() == []
+    append(log, b"\nnext\n")
+    chunks = tailer.poll()
+    assert lines_of(chunks) == [(str(log), 4, b"next\n")] and sum(c.nlines for c in chunks) == 1
+    data = log.read_bytes()
+    assert all(data[c.offset : c.offset + len(c.data)] == c.data for c in chunks)
+    append(log, b"bar 3/9\r")
+    assert tailer.poll() == []  # held: read by this poll
+    append(log, b"bar 4/9\r")  # grown since: the held line was a redraw like the others
+    assert texts(tailer.poll()) == [b"bar 3/9\r"]
+    assert texts(tailer.poll()) == [b"bar 4/9\r"]
+    append(log, b"bar 5/9\r")  # no LF after the released line: read as it comes
+    tailer.poll()
+    assert texts(tailer.poll()) == [b"bar 5/9\r"]
+
+
 def test_read_blocks_never_split_crlf(log: Path) -> None:
     tailer = tailer_for(log, block_bytes=3)
     data = b"ab\r\ncd\r\r\n\n\rx\r\ny\n"

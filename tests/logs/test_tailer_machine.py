@@ -31,16 +31,22 @@ pieces = st.sampled_from(
 payloads = st.lists(pieces, min_size=1, max_size=12).map(b"".join)
 
 
-def expected_lines(content: bytes, finished: bool) -> list[bytes]:
-    """What the tailer owes for one generation of the file's content."""
-    lines = content.splitlines(keepends=True)
+def expected_lines(content: bytes, finished: bool, released: frozenset[int] = frozenset()) -> list[bytes]:
+    """What the tailer owes for one generation of the file's content. ``released``: where a bare CR ended the file
+    at a poll that found it grown no further (that line was delivered then, and a LF written after it only ended it)."""
+    lines: list[bytes] = []
+    at = 0
+    for line in content.splitlines(keepends=True):
+        cr = at + len(line) - (2 if line.endswith(b"\r\n") else 1)
+        lines.append(line[:-1] if line.endswith(b"\r\n") and cr in released else line)
+        at += len(line)
     if finished or not lines:
         return lines
     last = lines[-1]
     if not last.endswith((b"\n", b"\r")):
         lines.pop()  # unfinished: held
-    elif last.endswith(b"\r") and not last.endswith(b"\r\n"):
-        lines.pop()  # a bare CR at the very end may still become CRLF: held
+    elif last.endswith(b"\r") and not last.endswith(b"\r\n") and len(content) - 1 not in released:
+        lines.pop()  # a bare CR at the very end may still become CRLF: held while the file grows
     return lines
 
 
@@ -51,7 +57,9 @@ class TailedFile(RuleBasedStateMachine):
         self.path = self.dir / "app.log"
         self.tailer = Tailer([str(self.dir / "*.log")], max_line_bytes=MAX_LINE, block_bytes=block, rescan_s=0.0)
         self.counter = EventCounter(build_kinds(EventsConfig()), FakeClock())
-        self.finished: list[bytes] = []  # contents of generations that ended (rotated, truncated, deleted)
+        self.finished: list[tuple[bytes, frozenset[int]]] = []  # generations that ended (rotated, truncated, deleted)
+        self.released: set[int] = set()  # where a bare CR ending the current generation was delivered
+        self.polled: int | None = None  # the current generation's length at the last poll (None: a new one since)
         self.current: bytes | None = None  # content of the file at the path now; None when there is none
         self.got: list[list[bytes]] = []  # delivered lines, per generation (numbering restarts at 1)
         self.open_line = False  # the last delivered line continues in the next chunk
@@ -63,6 +71,10 @@ class TailedFile(RuleBasedStateMachine):
 
     # -------------------------------------------------------------------------------------------- helpers
     def poll(self) -> None:
+        content = self.current
+        if content is not None and self.polled == len(content) and content.endswith(b"\r"):
+            self.released.add(len(content) - 1)  # read by the last poll, grown no further since: delivered now
+        self.polled = None if content is None else len(content)
         for chunk in self.tailer.poll():
             self.take(chunk)
             self.counter.feed(chunk)
@@ -92,7 +104,9 @@ class TailedFile(RuleBasedStateMachine):
 
     def end_generation(self) -> None:
         if self.current is not None:
-            self.finished.append(self.current)
+            self.finished.append((self.current, frozenset(self.released)))
+        self.released = set()
+        self.polled = None
 
     # --------------------------------------------------------------------------------------------- rules
     @rule(data=payloads)
@@ -155,9 +169,9 @@ class TailedFile(RuleBasedStateMachine):
     # ----------------------------------------------------------------------------------------- invariants
     @invariant()
     def delivered_exactly_what_was_written(self) -> None:
-        gens = [expected_lines(c, finished=True) for c in self.finished]
+        gens = [expected_lines(c, True, released) for c, released in self.finished]
         if self.current is not None:
-            gens.append(expected_lines(self.current, finished=False))
+            gens.append(expected_lines(self.current, False, frozenset(self.released)))
         got = self.complete()
         assert [line for gen in got for line in gen] == [line for gen in gens for line in gen]
         assert [len(g) for g in got if g] == [len(g) for g in gens if g]  # each generation numbered from 1
