@@ -564,6 +564,9 @@ class ShapeSteps:
         # the field's place → the outer field's place
         self._outer: dict[str, dict[int, int]] = {}
         self._stated: int | None = None  # the total steps a line of their own stated (`Total optimization steps = 460`)
+        # a named counter and the epoch on its line, by the line's template: (epoch, value, stride, records alike)
+        # while they may move as iterations and what each is made of (_made_of); True once they did
+        self._strides: dict[str, tuple[int, int, int, int] | bool] = {}
 
     def _feed_fields(self, text: str, time: float) -> bool:
         """A line no reader knows: a header remembered, or each field of the record followed as a series of its own
@@ -684,10 +687,53 @@ class ShapeSteps:
             before = self.step() if named else None
             moved = self._feed_fields(text, time)
             return moved or (named and self._primary is s and self.step() != before)
+        if r.epoch is not None and r.total is None and len(self._strides) < _MAX_SERIES:
+            r = self._made_of(r, text, time)
         epoch, base, epochs = r.epoch, r.base, r.epochs
         if epoch is None and self._epoch is not None:
             epoch, base, epochs = self._epoch
         return self._advance(r, epoch, base, epochs, time, 0, 0)
+
+    def _made_of(self, r: Reading, text: str, time: float) -> Reading:
+        """The reading of a record whose numbered "epoch" is the run's iteration: where the named counter beside it
+        moved by one same stride of 2 or more on each of three records in a row while the epoch moved by exactly one
+        (ManiSkill's and cleanRL-style PPO loops' ``Epoch: 26, global_step=2560000``: 102400 environment steps per
+        iteration), the counter counts what each iteration is made of (environment steps, samples, tokens), and the
+        records' own counter, the epoch, is the step, as an update counter is over an environment-step counter. A
+        batch counter within its epoch starts over (never one stride per epoch); an epoch's summary line beside a
+        step counter moves by one stride only where its epochs are of one length, and is read the same way: once per
+        epoch, the epoch is what the records count."""
+        key = r.template
+        seen = self._strides.get(key)
+        assert r.epoch is not None
+        if seen is True:
+            return self._epoch_reading(r, text)
+        if not isinstance(seen, tuple):
+            self._strides[key] = (r.epoch, r.value, 0, 0)
+            return r
+        epoch, value, stride, alike = seen
+        moved = r.value - value
+        if r.epoch == epoch + 1 and moved >= 2:
+            alike = alike + 1 if moved == stride else 1
+            if alike < 2:
+                self._strides[key] = (r.epoch, r.value, moved, alike)
+                return r
+            self._strides[key] = True
+            if self._series.pop(key, None) is self._primary:  # its series so far: what the iterations were made of
+                self._primary = self._choose()
+            read = self._epoch_reading(r, text)
+            self._advance(replace(read, value=epoch), None, 0, None, time, 0, 0)  # from the record before
+            return read
+        if (r.epoch, r.value) != (epoch, value):  # not a copy of the record before (another rank's)
+            self._strides[key] = (r.epoch, r.value, 0, 0)
+        return r
+
+    def _epoch_reading(self, r: Reading, text: str) -> Reading:
+        """A record's epoch read as its counter (see :meth:`_made_of`), named as the line writes it."""
+        em = _EPOCH.search(text)
+        name = re.sub(r"\W", "", em.group(0).split("(")[0]).rstrip("0123456789") if em is not None else "epoch"
+        assert r.epoch is not None
+        return Reading(f"{r.template}|epochs", name, r.epoch, r.epochs, None, None, r.base, r.speed)
 
     def _advance(
         self, r: Reading, epoch: int | None, base: int, epochs: int | None, time: float, kind: int, order: int

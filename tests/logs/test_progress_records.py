@@ -160,3 +160,25 @@ def test_a_count_per_episode_that_goes_up_and_down_is_not_counted_within_the_epi
     moves = [310, 290, 305, 280, 330, 300, 315, 270, 320]
     steps = _read([f"Round: {r}, moves: {m}, score: {m % 7 - 3}" for r, m in enumerate(moves, start=1)])
     assert (steps.step(), steps.source()) == (9, "Round")
+
+
+def test_an_epoch_beside_a_counter_moving_one_stride_per_record_is_the_iteration() -> None:
+    """`Cycle: N, samples_seen=M` where M moves by the same 8192 on every record while N moves by one: M counts what
+    each iteration is made of, and the iteration, however named (an "epoch" here), is the step, from the third record
+    on; its lines between (a rate, an evaluation) change nothing."""
+    lines: list[str] = []
+    for n in range(4, 12):
+        lines += [f"epoch {n} done | global_step {(n - 4) * 8192} | kl 0.01{n}", f"rate: {700 + n} per second"]
+    steps = ShapeSteps()
+    seen = [(steps.feed(line), steps.step()) for line in lines]
+    assert seen[4] == (True, 6)  # the third record: read as the iteration at once
+    assert (steps.step(), steps.source(), steps.total()) == (11, "epoch", None)
+
+
+def test_a_counter_of_its_own_beside_the_epoch_stays_the_step() -> None:
+    """A step counter beside the epoch that moves by varying amounts (epochs of different lengths), or that starts
+    over in each epoch, is the step as before: only one same stride on every record makes it a count of parts."""
+    varying = [f"epoch {e} step {s} loss 0.{e}" for e, s in enumerate((120, 250, 370, 500, 640), start=1)]
+    assert _read(varying).step() == 640
+    within = [f"epoch {e} step {s} loss 0.{s}" for e in range(3) for s in (100, 200, 300)]
+    assert _read(within).step() == 900  # the epochs before added: 2 x 300 + 300
