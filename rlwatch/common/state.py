@@ -354,6 +354,11 @@ class TrainingState:
     # step N/M`"); None with no step
     step_source: str | None = None
 
+    @property
+    def step_interval_s(self) -> float | None:
+        """Seconds a step takes at its rate, where a rate is known: the cadence every hang rule measures quiet by."""
+        return 3600.0 / self.steps_per_hour if self.steps_per_hour and self.steps_per_hour > 0 else None
+
 
 @dataclass(frozen=True, slots=True)
 class DiskState:

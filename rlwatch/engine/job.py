@@ -12,7 +12,7 @@ from collections import deque
 from collections.abc import Iterable, Mapping
 
 from rlwatch.common.state import FlightState, GpuActivity, GpuHolder, GpuStatus, JobInfo, RasState, Snapshot
-from rlwatch.engine.diagnosis.collectives import GPU_WINDOW_S
+from rlwatch.engine.diagnosis.collectives import GPU_WINDOW_S, quiet_enough_to_ask
 from rlwatch.engine.diagnosis.stacks import still_ranks
 from rlwatch.sources import procfs
 from rlwatch.sources.flight import FlightReader
@@ -47,12 +47,23 @@ def suspicious(s: Snapshot) -> bool:
     return (ev is not None and ev.count > 0) or hung or _failed_collective(s) is not None
 
 
+def _quiet_since(s: Snapshot) -> float | None:
+    """When a run still called progressing last showed progress, where it has been silent long enough to ask NCCL
+    RAS where its ranks stand (collectives.quiet_enough_to_ask), else None."""
+    rs = s.run_state
+    if rs is None or rs.state != "progressing" or rs.since is None:
+        return None
+    interval = s.training.step_interval_s if s.training is not None else None
+    return rs.since if quiet_enough_to_ask(s.time - rs.since, interval) else None
+
+
 def ras_suspicion(s: Snapshot) -> object:
     """What tells this suspicion from the next (None: nothing suspicious): a declared hang (its start), an NCCL
     timeout logged (whether: a storm of its lines is one suspicion), a rank standing still in a collective for
-    :data:`RAS_STILL_S` (since when)."""
+    :data:`RAS_STILL_S` (since when), a run silent past a few of its steps (its last progress)."""
     rs = s.run_state
-    hung = rs.since if rs is not None and rs.state == "hung" else None
+    quiet = _quiet_since(s)
+    hung = rs.since if rs is not None and rs.state == "hung" else quiet
     ev = s.events.get("nccl_timeout")
     timeouts = True if ev is not None and ev.count > 0 else None
     still = [
@@ -68,7 +79,7 @@ def moving(s: Snapshot) -> bool:
     hung, crashed, stopped or unknown, what NCCL RAS and the flight records last said is kept with its time: the run's
     state may change its words (a hung run whose rank then logs NCCL's timeout), the answer does not."""
     rs = s.run_state
-    return rs is not None and rs.state in ("progressing", "finished")
+    return rs is not None and rs.state in ("progressing", "finished") and _quiet_since(s) is None
 
 
 def _log_heads(s: Snapshot) -> list[str]:

@@ -14,10 +14,12 @@ from rlwatch.common.state import (
     ProcessInfo,
     RasRank,
     RasState,
+    RunState,
     Snapshot,
     TrainingState,
 )
 from rlwatch.engine.diagnosis import Context, decide_run_state
+from rlwatch.engine.job import moving, ras_suspicion
 
 NOW = 1_795_908_912.0
 LAST_STEP = NOW - 88  # as in the stalled job: the fleet read it 88 s after the last step
@@ -87,3 +89,48 @@ def test_without_that_evidence_the_logged_failure_leaves_the_state_unknown() -> 
 def test_progress_ends_it() -> None:
     moving = replace(_node(0), training=TrainingState(11, 100, None, None, False, NOW - 1, NOW - 1))
     assert decide_run_state(moving, Context()).state != "hung"
+
+
+def _quiet_node(quiet_s: float, ras: RasState | None) -> Snapshot:
+    """A node of a job stepping every second whose step lines stopped ``quiet_s`` ago, nothing logged since, still
+    called progressing by the last snapshot (as the engine hands it on)."""
+    last = NOW - quiet_s
+    node = replace(
+        _node(0, ras=ras),
+        training=TrainingState(10, 100, None, 3600.0, False, last, last),
+        endings=(),
+    )
+    return replace(node, run_state=RunState("progressing", "step 10", last))
+
+
+def _asked(after_quiet_s: float, quiet_s: float, *, even: bool = False) -> RasState:
+    ranks = RAS.ranks if not even else tuple(replace(r, collectives=11, status="ok") for r in RAS.ranks)
+    return replace(RAS, asked_at=NOW - quiet_s + after_quiet_s, ranks=ranks)
+
+
+def test_a_job_whose_steps_stopped_and_whose_rank_nccl_ras_names_behind_is_hung_before_the_floor() -> None:
+    """Live on one H200 the hang came at the 60 s floor and the fleet's verdict at +64 s; asked on the quiet, NCCL
+    RAS names the rank behind and the run is hung about 25 s after its last step."""
+    rs = decide_run_state(_quiet_node(27, _asked(16, 27)), Context())
+    assert rs.state == "hung" and rs.since == NOW - 27, rs
+    assert "no progress since" in rs.why and "(27s)" in rs.why, rs.why
+    assert "the job waits for a rank: rank 1 has launched up to operation 10 while rank 0 reached 11" in rs.why
+
+
+def test_counts_read_early_in_the_quiet_or_even_or_a_short_quiet_are_no_early_hang() -> None:
+    # read 5 s into the quiet: two ranks' launches differ by one all the time in a run that moves
+    assert decide_run_state(_quiet_node(27, _asked(5, 27)), Context()).state == "progressing"
+    # every rank at the same count: nobody is behind
+    assert decide_run_state(_quiet_node(27, _asked(16, 27, even=True)), Context()).state == "progressing"
+    # quiet for less than RAS_QUIET_S + RAS_SETTLED_S
+    assert decide_run_state(_quiet_node(20, _asked(12, 20)), Context()).state == "progressing"
+    # a run whose steps take 10 s: 5 of them (50 s) first
+    slow = replace(_quiet_node(40, _asked(16, 40)), training=TrainingState(10, 100, None, 360.0, False, NOW - 40, NOW))
+    assert decide_run_state(slow, Context()).state == "progressing"
+
+
+def test_nccl_ras_is_asked_once_the_steps_stopped_for_a_while_and_the_answer_kept_while_quiet() -> None:
+    assert ras_suspicion(_quiet_node(5, None)) is None and moving(_quiet_node(5, None))
+    quiet = _quiet_node(16, None)
+    assert ras_suspicion(quiet) is not None and not moving(quiet)
+    assert ras_suspicion(quiet) == ras_suspicion(replace(quiet, time=NOW + 3))  # one suspicion while it lasts

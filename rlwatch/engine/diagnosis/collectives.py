@@ -38,6 +38,9 @@ __all__ = [
     "GPU_POWER_MIN_GAP_W",
     "GPU_POWER_RATIO",
     "GPU_WINDOW_S",
+    "RAS_QUIET_FACTOR",
+    "RAS_QUIET_S",
+    "RAS_SETTLED_S",
     "CollectiveIssue",
     "RankStanding",
     "collectives",
@@ -45,6 +48,7 @@ __all__ = [
     "gpu_bound",
     "gpu_straggler",
     "job_of",
+    "quiet_enough_to_ask",
     "ras_issue",
     "standings",
 ]
@@ -57,6 +61,21 @@ GPU_POWER_RATIO = 1.6
 GPU_POWER_MIN_GAP_W = 80.0
 GPU_WINDOW_S = 60.0
 GPU_MIN_READS = 8
+
+# NCCL's RAS service is asked (engine/job) once the run has shown no progress for RAS_QUIET_FACTOR of its step
+# intervals and at least RAS_QUIET_S: a job whose ranks wait in a collective for one that never came stops its step
+# lines at once, and its hosts' hang rule waits for its floor (60 s) before it says so. Counts that differ are a hang's
+# evidence only when read RAS_SETTLED_S or more into the quiet: in a run that moves, two ranks' launches differ by one
+# all the time. On two "nodes" of one H200 (tests/real/job-2node-1gpu-watched) the stalled rank was named at +64 s
+# through the floor; asked on the quiet, the job is hung with its rank named in about 25 s.
+RAS_QUIET_FACTOR = 5.0
+RAS_QUIET_S = 15.0
+RAS_SETTLED_S = 10.0
+
+
+def quiet_enough_to_ask(quiet_s: float, interval_s: float | None) -> bool:
+    """Whether a run silent for ``quiet_s`` (its steps every ``interval_s``, where known) is worth asking NCCL RAS."""
+    return quiet_s >= max(RAS_QUIET_S, RAS_QUIET_FACTOR * interval_s if interval_s else 0.0)
 
 
 @dataclass(frozen=True, slots=True)
@@ -252,16 +271,21 @@ def _ras_place(r: RasRank) -> str:
     return f"{_who([r.rank])} is {said}{gpu}" if said else ""
 
 
-def ras_issue(s: Snapshot) -> CollectiveIssue | None:
+def ras_issue(s: Snapshot, *, quiet_since: float | None = None) -> CollectiveIssue | None:
     """What NCCL's RAS service says of the job's ranks (``Snapshot.ras``, asked by the engine on suspicion only):
     the ranks whose count of launched operations differs from the others' — "Rank 1 has launched up to operation 10
     while rank 0 reached 11 (NCCL RAS)" — and the ranks it did not hear from. The ranks may be on any node: where
     none of them is this host's, it says so, and this host's ranks are never the ones blamed. Never on a progressing
-    run (counts differ by one between two ranks' launches all the time)."""
+    run (counts differ by one between two ranks' launches all the time) — unless ``quiet_since`` (the run's last
+    progress) is given and the service was asked RAS_SETTLED_S or more after it: then the counts are where the ranks
+    stopped."""
     ras = s.ras
     if ras is None or ras.error is not None or not ras.ranks:
         return None
-    if s.run_state is not None and s.run_state.state in ("progressing", "finished"):
+    if quiet_since is not None:
+        if ras.asked_at - quiet_since < RAS_SETTLED_S:
+            return None
+    elif s.run_state is not None and s.run_state.state in ("progressing", "finished"):
         return None
     counted = {x.rank: x.collectives for x in ras.ranks if x.collectives is not None and x.status in ("ok", "behind")}
     gone = [x for x in ras.ranks if x.status in ("missing", "dead")]

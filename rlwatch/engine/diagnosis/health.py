@@ -149,13 +149,6 @@ def _seen(ev: EventSummary, ctx: Context) -> StepSeen | None:
     return seen
 
 
-def _interval(s: Snapshot) -> float | None:
-    tr = s.training
-    if tr is None or not tr.steps_per_hour or tr.steps_per_hour <= 0:
-        return None
-    return 3600.0 / tr.steps_per_hour
-
-
 def _failure_time(e: LogEnding) -> float | None:
     """The failure's own time; else the time of the log's last line, which it came before; the file's modification
     time only last: a resumed run's new server appending to the same log moves it past the old failure (which then
@@ -253,10 +246,24 @@ def _held_by_a_rank(s: Snapshot) -> str | None:
     missing = next((i for i in found if i.code == "collective_missing_rank"), None)
     if missing is None:
         missing = ras_issue(s)
-    if missing is None:
+    return None if missing is None else _waiting_words(missing.message)
+
+
+def _waiting_words(message: str) -> str:
+    return f"the job waits for a rank: {message[0].lower()}{message[1:]}"
+
+
+def _waits_for_a_rank(s: Snapshot, quiet: float | None, interval: float | None, factor: float) -> str | None:
+    """Before its cadence's allowance, a job whose ranks stopped at once and whose collectives name a rank behind:
+    NCCL RAS asked after the quiet settled (collectives.ras_issue with ``quiet_since``), the run silent for ``factor``
+    of its steps and at least RAS_QUIET_S + RAS_SETTLED_S. Its words, else None. A rank that falls one collective
+    behind and catches up is never this: its counts are read only once the quiet has lasted."""
+    from rlwatch.engine.diagnosis.collectives import RAS_QUIET_S, RAS_SETTLED_S, ras_issue
+
+    if quiet is None or s.time - quiet < max(RAS_QUIET_S + RAS_SETTLED_S, factor * interval if interval else 0.0):
         return None
-    text = missing.message
-    return f"the job waits for a rank: {text[0].lower()}{text[1:]}"
+    missing = ras_issue(s, quiet_since=quiet)
+    return None if missing is None else _waiting_words(missing.message)
 
 
 def assess_run(s: Snapshot, ctx: Context) -> RunState:
@@ -273,7 +280,7 @@ def assess_run(s: Snapshot, ctx: Context) -> RunState:
         # attempt's last step, and not progressing on the strength of it.
         earlier = f"; the earlier attempt's last progress came at {hhmm(progress_by, now)}"
         progress_at = progress_by = None
-    interval = _interval(s)
+    interval = s.training.step_interval_s if s.training is not None else None
     allowance = max(th.hang_factor * interval, th.hang_floor_s) if interval else th.hang_floor_s
     tr = s.training
     step = f"step {tr.last_step}" if tr is not None and tr.last_step is not None else "progress"
@@ -330,6 +337,16 @@ def assess_run(s: Snapshot, ctx: Context) -> RunState:
         return RunState("finished", f"its progress bar reached its end ({where}: {done.progress_line})", done.mtime)
     writers = [e for e in s.endings if e.mtime is not None and now - e.mtime <= allowance]
     cadence = f", about every {human_duration(interval)}" if interval else ""
+    early = _waits_for_a_rank(s, progress_by, interval, th.hang_factor) if alive else None
+    if early is not None:
+        assert progress_by is not None
+        pids = ", ".join(str(pid) for pid in alive[:4])
+        return RunState(
+            "hung",
+            f"no progress since {hhmm(progress_by, now)} ({human_duration(now - progress_by)}) while its processes "
+            f"are alive (pid {pids}); {early}",
+            progress_by,
+        )
     if progress_at is not None and now - progress_at <= allowance and alive:
         return RunState("progressing", f"{step} at {hhmm(progress_at, now)}{cadence}", progress_at)
     quiet_since = progress_by if progress_by is not None else started

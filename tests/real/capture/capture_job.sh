@@ -4,7 +4,10 @@
 # and once with a collective mismatch, joined by `rlwatch fleet --json`; then a GPU-bound straggler and a healthy run
 # on one host under a live `rlwatch watch --json` (and one `rlwatch report --json` of the straggler). Times are
 # date +%s.%N; each case is tarred into OUT/CASE.tar.gz as it ends. rlwatch must be importable (PYTHONPATH) and py-spy on PATH.
+# CASES (environment) picks some of job-stall, job-mismatch, straggler and healthy; all by default.
 set -u
+CASES=${CASES:-job-stall job-mismatch straggler healthy}
+want() { case " $CASES " in *" $1 "*) return 0;; esac; return 1; }
 OUT=$1; W=/tmp/job; rm -rf $W; mkdir -p $W
 HERE=$(cd "$(dirname "$0")" && pwd)
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 PYTHONUNBUFFERED=1
@@ -45,7 +48,7 @@ stop_nodes() { for p in "${UNS[@]}"; do kill -9 $p 2>/dev/null; done; wait "${UN
   (cd $W && tar czf $OUT/$1.tar.gz --exclude='*.pipe' $1); }
 
 # ---- 1. a job over two nodes, the last rank stalled at step 11 (NCCL's timeout 300 s: the watchdog does not end it)
-C=$W/job-stall; mkdir -p $C; now > $C/T_START
+if want job-stall; then C=$W/job-stall; mkdir -p $C; now > $C/T_START
 node node-a 0 0 9491 stall job-stall 300; node node-b 1 $GPU_B 9492 stall job-stall 300
 if waitfor $C/node-a/train.log 'rank0\]: Train step 10/' 150; then
   now > $C/T_LAST_STEP
@@ -53,10 +56,10 @@ if waitfor $C/node-a/train.log 'rank0\]: Train step 10/' 150; then
   python3 $HERE/ras_query.py > $C/ras-status.txt 2>&1
   python3 -m rlwatch fleet --config $C/fleet.yaml --json > $C/fleet-end.json 2>&1
 else echo "job-stall: no step 10"; fi
-stop_nodes job-stall
+stop_nodes job-stall; fi
 
 # ---- 2. the same job with a collective mismatch at step 12 (NCCL's timeout 30 s: its watchdog dumps the records)
-C=$W/job-mismatch; mkdir -p $C; now > $C/T_START
+if want job-mismatch; then C=$W/job-mismatch; mkdir -p $C; now > $C/T_START
 node node-a 0 0 9491 mismatch job-mismatch 30; node node-b 1 $GPU_B 9492 mismatch job-mismatch 30
 if waitfor $C/node-a/train.log 'rank0\]: Train step 11/' 150; then
   now > $C/T_LAST_STEP; sleep 8
@@ -65,10 +68,11 @@ if waitfor $C/node-a/train.log 'rank0\]: Train step 11/' 150; then
   waitfor $C/node-a/watch.jsonl collective_ 50 && now > $C/T_FINDING_A
   python3 -m rlwatch fleet --config $C/fleet.yaml --json > $C/fleet-end.json 2>&1
 else echo "job-mismatch: no step 11"; fi
-stop_nodes job-mismatch
+stop_nodes job-mismatch; fi
 
 # ---- 3. a GPU-bound straggler (rank 1: 4x the matrix work) and 4. a healthy run, on one host, watched live
 for mode in $([ $NGPU -gt 1 ] && echo straggler healthy); do
+  want $mode || continue
   C=$W/$mode; mkdir -p $C; cd $C; now > T_START
   TORCH_NCCL_TRACE_BUFFER_SIZE=2000 TORCH_FR_DUMP_TEMP_FILE=$C/nccl_trace_rank_ setsid torchrun --nproc-per-node 2 \
     $HERE/collective_2gpu.py $mode 400 > torchrun.log 2>&1 &
