@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from rlwatch.common.clock import Clock
 from rlwatch.common.state import EventSummary, LogLine, Severity, TrainingState, line_ref
 from rlwatch.logs.native import event_path
-from rlwatch.logs.progress_shape import CANDIDATE, ShapeSteps
+from rlwatch.logs.progress_shape import CANDIDATE, ShapeSteps, header_of
 from rlwatch.logs.tailer import Chunk
 from rlwatch.logs.timestamps import parse_time
 
@@ -94,6 +94,30 @@ def _tail_lines(chunk: Chunk, now: float) -> list[LogLine]:
         stamp = parse_time(text, now)
         when = stamp if stamp is not None else now if chunk.backlog_mtime is None else math.nan
         out.append(LogLine(chunk.path, number, text, when))
+    return out
+
+
+_HEAD_LINES = 16
+
+
+def _head_headers(chunk: Chunk) -> list[LogLine]:
+    """The header lines among a file's first ``_HEAD_LINES`` lines (a CSV's or TSV's column names, a table's head),
+    where ``chunk`` begins the file: read after the fact, a file's last lines are its records, and their columns are
+    named by a header far above them (``ep,frames,ret`` names the frames a count of environment steps). A header
+    holding a step-like literal reaches the tracker through the counter instead."""
+    if chunk.first_lineno != 1 or chunk.continues_line:
+        return []
+    data = chunk.data
+    out: list[LogLine] = []
+    start = 0
+    for number in range(1, _HEAD_LINES + 1):
+        stop = data.find(b"\n", start, start + _TAIL_MAX_BYTES)
+        if stop < 0:
+            break
+        text = data[start:stop].decode("utf-8", "replace").rstrip("\r")
+        if header_of(text) is not None and _CANDIDATE.search(text) is None:
+            out.append(LogLine(chunk.path, number, text, math.nan))
+        start = stop + 1
     return out
 
 
@@ -347,7 +371,7 @@ class TrainingTracker:
             self._apply_pending()
             self._touch(time)
             offset = self._offset()
-            for line in _tail_lines(chunk, time):
+            for line in _head_headers(chunk) + _tail_lines(chunk, time):
                 if line.text.count("\u2502") >= 3:
                     continue  # one of AReaL's stats rows, which the shape reader never reads (see _parse)
                 if _CANDIDATE.search(line.text) is not None:

@@ -8,7 +8,11 @@ from collections.abc import Callable
 
 import pytest
 
+from rlwatch.common.clock import FakeClock
+from rlwatch.logs.newlines import count_lines
 from rlwatch.logs.progress_shape import ShapeSteps, fields
+from rlwatch.logs.tailer import Chunk
+from rlwatch.logs.training import TrainingTracker
 
 
 def _read(lines: list[str]) -> ShapeSteps:
@@ -182,3 +186,15 @@ def test_a_counter_of_its_own_beside_the_epoch_stays_the_step() -> None:
     assert _read(varying).step() == 640
     within = [f"epoch {e} step {s} loss 0.{s}" for e in range(3) for s in (100, 200, 300)]
     assert _read(within).step() == 900  # the epochs before added: 2 x 300 + 300
+
+
+def test_a_header_at_the_top_of_a_file_names_the_columns_of_its_last_rows() -> None:
+    """Read after the fact, a TSV's last rows are its records and its header is far above them, with no step-like word
+    in it: the header still names the columns (the first, seconds elapsed, is no counter; the updates are the step),
+    and the report says which column it read."""
+    text = "elapsed_s\tupd\tret\n" + "".join(f"{r * 7 + r % 3}\t{r * 4}\t0.{(r * 37) % 11}\n" for r in range(1, 200))
+    data = text.encode()
+    tracker = TrainingTracker(FakeClock(1.8e9), stall_s=600.0, weight_update_timeout_s=120.0)
+    tracker.on_chunk(Chunk("/run/progress.tsv", data, 1, count_lines(data), backlog_mtime=1.8e9 - 3600), 1.8e9)
+    state = tracker.state()
+    assert (state.last_step, state.step_source) == (199 * 4, "`upd`")
