@@ -355,7 +355,8 @@ _ALONE_AFTER = frozenset(".:/-")  # and a word's letters and digits (_name_befor
 _OF_TOTAL = re.compile(r"(?:\s*/\s*|\s+of\s+)(\d{1,12})(?![\d.])")
 # a row of a key/value table printed every iteration (stable-baselines' logger: `|    iterations      | 3     |`)
 _KV_ROW = re.compile(r"\s*\|\s*([A-Za-z_][\w./-]{0,40})\s*\|\s*(\d[\d.e+]{0,20})\s*\|\s*")
-_NAME_AFTER = re.compile(r"[ \t]{1,4}([A-Za-z_]{3,24})(?![\w/(:=])")
+# ... a noun after a number names it (`0021028 updates`), not a key followed by its own value (`100 loss 0.52`)
+_NAME_AFTER = re.compile(r"[ \t]{1,4}([A-Za-z_]{3,24})(?![\w/(:=])(?![ \t]{1,4}[+-]?\.?\d)")
 # a time of day with its fraction (logging's `13:17:40,982`: the milliseconds advance too), a date
 _CLOCK = re.compile(r"\d{1,2}:\d{2}(?::\d{2}(?:[.,]\d{1,9})?)?|\d{4}-\d{2}-\d{2}|\d{8}-")
 _HEADER_SEPS = ("|", "\t", ",")

@@ -198,3 +198,12 @@ def test_a_header_at_the_top_of_a_file_names_the_columns_of_its_last_rows() -> N
     tracker.on_chunk(Chunk("/run/progress.tsv", data, 1, count_lines(data), backlog_mtime=1.8e9 - 3600), 1.8e9)
     state = tracker.state()
     assert (state.last_step, state.step_source) == (199 * 4, "`upd`")
+
+
+def test_a_key_after_a_number_with_its_own_value_does_not_name_it() -> None:
+    """`[E2]  300 loss 0.41`: `loss` names the 0.41 after it, not the 300 before it (a noun with no number of its own
+    after it still does: `0021028 updates`); the unnamed counter starts over in each epoch and is counted within it."""
+    assert fields("[E2]  300 loss 0.41") == [("E", 2, None), ("", 300, None)]
+    assert fields("0021028 updates | lr 0.5") == [("updates", 21028, None)]
+    steps = _read([f"[E{e}]  {i:4d} loss 0.{i}" for e in range(1, 4) for i in range(100, 1001, 100)])
+    assert (steps.step(), steps.source()) == (3000, "an unnamed counter")
