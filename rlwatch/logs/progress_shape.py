@@ -101,10 +101,11 @@ _STATED_TOTAL = re.compile(
 )
 _TOTAL_KEY = re.compile(r"(?i)\b(?:total|max|num)_?(?:steps|iters|iterations)[\"']?\s*[:=]\s*(\d{1,12})")
 # A counter named like a step: the name (not the tail of another word: `total_steps`, `warmup_steps`, `ms/step`),
-# an optional quote and separator, an optional bracket, the number, an optional `/ total` or ` of total`.
+# an optional quote and separator, an optional bracket, the number (not a percentage: `steps:  95%|█| 1900/2000`
+# is at step 1900), an optional `/ total` or ` of total`.
 _NAMED = re.compile(
     r"(?<![\w/.-])(?P<name>global[_ ]?steps?|current_steps|num_updates|iterations?|iters?|steps?|updates?"
-    r"|batch(?:_idx|es)?|it)(?![\w/])[\"']?\s*(?:[:=#]\s*)?\[?\s*(?P<n>\d{1,12})(?!\d|\.\d)"
+    r"|batch(?:_idx|es)?|it)(?![\w/])[\"']?\s*(?:[:=#]\s*)?\[?\s*(?P<n>\d{1,12})(?!\d|\.\d|\s*%)"
     r"(?:\s*(?:/|of)\s*(?P<total>\d{1,12})(?!\d))?",
     re.IGNORECASE,
 )
@@ -505,7 +506,7 @@ class _Series:
 
     __slots__ = (
         "advances", "backs", "epoch", "epochs", "kind", "last", "low", "moves", "name", "offset", "order", "per_epoch",
-        "resets", "since", "speed", "step", "total",
+        "resets", "since", "speed", "step", "total", "whole",
     )  # fmt: skip
 
     def __init__(self, r: Reading, epoch: int | None, time: float, kind: int = 0, order: int = 0) -> None:
@@ -524,6 +525,9 @@ class _Series:
         self.resets = 0  # starts over with no epoch advancing: an evaluation or generation loop's bar
         # a named i/N that its lines showed starting over as the epoch advanced: it counts within the epoch
         self.per_epoch = False
+        # an i/N placed by its epoch that went on when the epoch advanced instead of starting over: the run's own
+        # count (`epoch 2/3 step 110/300`), read as it is
+        self.whole = False
         self.speed = r.speed  # the latest speed its lines printed (steps per hour)
         self.since = (time, r.value)  # (time, step) of its first line, or of its start over: where a rate begins
 
@@ -775,6 +779,14 @@ class ShapeSteps:
             if g <= s.step:
                 return False  # a copy, or a rank lagging behind
             s.step, s.last = g, r.value
+        elif g != r.value and (s.whole or (advanced_epoch and r.value > s.last and s.last > s.low)):
+            # an i/N beside the epoch that did not start over as the epoch advanced: it counts the run's steps
+            if not s.whole:
+                s.whole = True
+                s.step = s.last
+            if r.value <= s.step:
+                return False  # a copy, or a rank lagging behind
+            s.step, s.last = r.value, r.value
         elif g != r.value:  # a per-epoch counter placed by its epoch
             if g <= s.step:
                 return False  # a copy, or a rank lagging behind
@@ -879,7 +891,7 @@ class ShapeSteps:
                 return self._stated  # a step counter, and the total its run stated on a line of its own
         if s is None or s.total is None:
             return None
-        if s.epoch is not None and (s.name in _PER_EPOCH or s.per_epoch):
+        if s.epoch is not None and (s.name in _PER_EPOCH or s.per_epoch) and not s.whole:
             return s.total * s.epochs if s.epochs else None
         return s.total
 

@@ -207,3 +207,23 @@ def test_a_key_after_a_number_with_its_own_value_does_not_name_it() -> None:
     assert fields("0021028 updates | lr 0.5") == [("updates", 21028, None)]
     steps = _read([f"[E{e}]  {i:4d} loss 0.{i}" for e in range(1, 4) for i in range(100, 1001, 100)])
     assert (steps.step(), steps.source()) == (3000, "an unnamed counter")
+
+
+def test_a_percentage_is_never_the_step() -> None:
+    """`steps:  95%|███| 1900/2000`: the name `steps` stands before the bar's percentage, not its counter; the bar's
+    1900 of 2000 is the step."""
+    steps = _read(
+        [f"steps:  {p}%|{'#' * (p // 10)}| {20 * p}/2000 [00:{p:02d}<00:05,  3.10it/s]" for p in range(80, 96)]
+    )
+    assert (steps.step(), steps.total()) == (1900, 2000)
+
+
+def test_an_i_of_n_beside_an_epoch_that_goes_on_as_the_epoch_advances_is_the_runs_count() -> None:
+    """`epoch 2/4 step 130/400`: an i/N beside an epoch shown with its total is taken to count within the epoch
+    (as a bar that starts over does), until the epoch advances and it does not start over: then it is the run's own
+    count, read as it is, and its N the run's total."""
+    lines = [f"epoch {e}/4 step {s}/400 lr 3e-4" for e in (1, 2, 3) for s in range(100 * e - 80, 100 * e + 1, 20)]
+    steps = _read(lines)
+    assert (steps.step(), steps.total()) == (300, 400)
+    within = [f"epoch {e}/4 step {s}/100 lr 3e-4" for e in (1, 2, 3) for s in range(20, 101, 20)]
+    assert (_read(within).step(), _read(within).total()) == (300, 400)
