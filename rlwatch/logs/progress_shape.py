@@ -102,11 +102,11 @@ _STATED_TOTAL = re.compile(
 _TOTAL_KEY = re.compile(r"(?i)\b(?:total|max|num)_?(?:steps|iters|iterations)[\"']?\s*[:=]\s*(\d{1,12})")
 # A counter named like a step: the name (not the tail of another word: `total_steps`, `warmup_steps`, `ms/step`),
 # an optional quote and separator, an optional bracket, the number (not a percentage: `steps:  95%|█| 1900/2000`
-# is at step 1900), an optional `/ total` or ` of total`.
+# is at step 1900; its thousands grouped or not: `Step 10,850`), an optional `/ total` or ` of total`.
 _NAMED = re.compile(
     r"(?<![\w/.-])(?P<name>global[_ ]?steps?|current_steps|num_updates|iterations?|iters?|steps?|updates?"
-    r"|batch(?:_idx|es)?|it)(?![\w/])[\"']?\s*(?:[:=#]\s*)?\[?\s*(?P<n>\d{1,12})(?!\d|\.\d|\s*%)"
-    r"(?:\s*(?:/|of)\s*(?P<total>\d{1,12})(?!\d))?",
+    r"|batch(?:_idx|es)?|it)(?![\w/])[\"']?\s*(?:[:=#]\s*)?\[?\s*(?P<n>\d{1,3}(?:,\d{3})+(?![\d,])|\d{1,12})"
+    r"(?!\d|\.\d|\s*%)(?:\s*(?:/|of)\s*(?P<total>\d{1,3}(?:,\d{3})+(?![\d,])|\d{1,12})(?!\d))?",
     re.IGNORECASE,
 )
 _RANK = {"global": 0, "current_steps": 1, "num_updates": 1, "iter": 2, "it": 2, "step": 3, "update": 4, "batch": 5}
@@ -260,6 +260,11 @@ def _counts_else(text: str) -> bool:
     return _EVAL_METRIC.search(low) is not None and _TRAIN_METRIC.search(low) is None
 
 
+def _grouped(digits: str) -> int:
+    """A named counter's number, its thousands grouped by commas or not (``10,850`` is 10850)."""
+    return int(digits.replace(",", "")) if "," in digits else int(digits)
+
+
 def _read(text: str) -> Reading | None:
     """:func:`read` of a line :func:`_counts_else` let through, without its bar's speed."""
     em, epoch, epochs, base = _epoch(text)
@@ -286,13 +291,13 @@ def _read(text: str) -> Reading | None:
         if name == "it" and not m.group("total") and ":" not in m.group(0) and "=" not in m.group(0):
             continue  # `it` only as `it: 12` / `it=12` / `it 12/100`, not the word
         rank = _RANK.get(name, 6)
-        shown = int(m.group("total")) if m.group("total") else None
-        if shown is not None and int(m.group("n")) > shown:
+        shown = _grouped(m.group("total")) if m.group("total") else None
+        if shown is not None and _grouped(m.group("n")) > shown:
             shown = None
         if best is None or rank < best[0] or (name == "step" and best[1] == "iter"):
             # LitGPT's `iter 8 | step 2`: where a line names both, the iter counts micro-batches and the step the
             # optimizer's steps, the one a person names
-            best = (rank, name, int(m.group("n")), shown)
+            best = (rank, name, _grouped(m.group("n")), shown)
     if best is not None:
         _, name, value, of = best
         if of is not None and epochs is not None and name in ("iter", "step", "batch", "it"):

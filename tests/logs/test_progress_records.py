@@ -227,3 +227,9 @@ def test_an_i_of_n_beside_an_epoch_that_goes_on_as_the_epoch_advances_is_the_run
     assert (steps.step(), steps.total()) == (300, 400)
     within = [f"epoch {e}/4 step {s}/100 lr 3e-4" for e in (1, 2, 3) for s in range(20, 101, 20)]
     assert (_read(within).step(), _read(within).total()) == (300, 400)
+
+
+def test_a_named_counter_with_its_thousands_grouped() -> None:
+    """`Step 10,850 | …`: the step is 10850, not 10; a total grouped alike is read alike."""
+    steps = _read([f"Step {n:,}/{120_000:,} | loss 0.{n % 97}" for n in range(9_800, 10_900, 50)])
+    assert (steps.step(), steps.total()) == (10_850, 120_000)
