@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ast
 import json
 import os
 import subprocess
@@ -108,3 +109,27 @@ def test_report_redacts_without_requests_and_reads_without_watchfiles(tmp_path: 
     marker = [line for line in out.stdout.splitlines() if line.startswith("LOADED=")]
     assert marker and json.loads(marker[0][len("LOADED=") :]) == [1, []]  # the formats were built, and redacted
     assert "hf_abcdefghijklmnopqrstuvwxyz0123" not in out.stdout
+
+
+def test_nothing_imports_textual_private_modules() -> None:
+    """Textual's modules named with a leading underscore are its internals: a release can change them with no error
+    and no deprecation (issue 44). The dashboard uses only Textual's public modules."""
+    root = Path(__file__).resolve().parent.parent
+    found = []
+    for folder, _, files in os.walk(root / "rlwatch", followlinks=True):  # rlwatch/tui, rlwatch/widgets are links
+        for name in files:
+            if not name.endswith(".py"):
+                continue
+            path = Path(folder) / name
+            for node in ast.walk(ast.parse(path.read_text(), str(path))):
+                if isinstance(node, ast.Import):
+                    modules = [a.name for a in node.names]
+                elif isinstance(node, ast.ImportFrom) and node.module:
+                    modules = [node.module, *(f"{node.module}.{a.name}" for a in node.names)]
+                else:
+                    continue
+                for module in modules:
+                    parts = module.split(".")
+                    if parts[0] == "textual" and any(p.startswith("_") for p in parts[1:]):
+                        found.append(f"{path.relative_to(root)}:{node.lineno}: {module}")
+    assert found == []

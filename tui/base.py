@@ -24,9 +24,9 @@ class MonitorApp(App[None]):
     def __init__(self, *, clock: Clock | None, refresh_s: float, live: bool) -> None:
         super().__init__()
         if self.driver_class.__name__ == "LinuxDriver" and self.driver_class.__module__.startswith("textual."):
-            from rlwatch.tui.driver import QuietLinuxDriver  # termios: imported where Textual's own driver was
+            from rlwatch.tui.driver import KeySplittingDriver  # termios: imported where Textual's own driver was
 
-            self.driver_class = QuietLinuxDriver  # its input thread sleeps until there is input
+            self.driver_class = KeySplittingDriver  # an Escape typed with the next key stays two keys
         self.clock: Clock = clock or SystemClock()
         self.refresh_s = refresh_s
         self.live = live
