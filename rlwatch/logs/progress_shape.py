@@ -202,6 +202,7 @@ class Reading:
     epochs: int | None
     base: int = 0
     speed: float | None = None  # steps per hour, as the line's own bar measured it (tqdm's it/s or s/it)
+    label: str = ""  # an i/N's own name where the line names it (`iter: 1040/1849`), for the report to say
 
 
 def speed(text: str) -> float | None:
@@ -304,7 +305,7 @@ def _read(text: str) -> Reading | None:
             # YOLOX's `epoch: 36/300, iter: 1040/1849`: beside an epoch shown with its total, an i/N counts within
             # the epoch (an i/N beside a bare epoch number is read as the run's own, PaddleSeg's `epoch: 1, iter:
             # 20/500`, until its lines show it starting over as the epoch advances: ShapeSteps._advance)
-            return Reading(_template(text, "fraction", of), "fraction", value, of, epoch, epochs, 1)
+            return Reading(_template(text, "fraction", of), "fraction", value, of, epoch, epochs, 1, label=name)
         if of is None and (tm := _TOTAL_KEY.search(text)) is not None and int(tm.group(1)) >= value:
             of = int(tm.group(1))
         return Reading(_template(text, name, of), name, value, of, epoch, epochs, base)
@@ -510,8 +511,8 @@ class _Series:
     """One template's counter over the lines: ``last`` as printed, ``step`` the global step it stands for."""
 
     __slots__ = (
-        "advances", "backs", "epoch", "epochs", "kind", "last", "low", "moves", "name", "offset", "order", "per_epoch",
-        "resets", "since", "speed", "step", "total", "whole",
+        "advances", "backs", "epoch", "epochs", "kind", "label", "last", "low", "moves", "name", "offset", "order",
+        "per_epoch", "resets", "since", "speed", "step", "total", "whole",
     )  # fmt: skip
 
     def __init__(self, r: Reading, epoch: int | None, time: float, kind: int = 0, order: int = 0) -> None:
@@ -533,6 +534,7 @@ class _Series:
         # an i/N placed by its epoch that went on when the epoch advanced instead of starting over: the run's own
         # count (`epoch 2/3 step 110/300`), read as it is
         self.whole = False
+        self.label = r.label
         self.speed = r.speed  # the latest speed its lines printed (steps per hour)
         self.since = (time, r.value)  # (time, step) of its first line, or of its start over: where a rate begins
 
@@ -846,6 +848,8 @@ class ShapeSteps:
             return None
         names = {"pair": "a [e][i/N] pair", "fraction": "a bar's i/N", "leading": "a counter leading each record"}
         name = s.name.lstrip("~")
+        if s.label:
+            return s.label if s.whole else f"a `{s.label}` counted within each epoch"
         if s.per_epoch:
             return f"a `{name}` counted within each epoch"  # its lines showed it starting over as the epoch advanced
         return names.get(name, name or "an unnamed counter")

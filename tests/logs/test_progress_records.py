@@ -224,9 +224,9 @@ def test_an_i_of_n_beside_an_epoch_that_goes_on_as_the_epoch_advances_is_the_run
     count, read as it is, and its N the run's total."""
     lines = [f"epoch {e}/4 step {s}/400 lr 3e-4" for e in (1, 2, 3) for s in range(100 * e - 80, 100 * e + 1, 20)]
     steps = _read(lines)
-    assert (steps.step(), steps.total()) == (300, 400)
-    within = [f"epoch {e}/4 step {s}/100 lr 3e-4" for e in (1, 2, 3) for s in range(20, 101, 20)]
-    assert (_read(within).step(), _read(within).total()) == (300, 400)
+    assert (steps.step(), steps.total(), steps.source()) == (300, 400, "step")
+    within = _read([f"epoch {e}/4 step {s}/100 lr 3e-4" for e in (1, 2, 3) for s in range(20, 101, 20)])
+    assert (within.step(), within.total(), within.source()) == (300, 400, "a `step` counted within each epoch")
 
 
 def test_a_named_counter_with_its_thousands_grouped() -> None:
