@@ -132,6 +132,22 @@ def at(h: int, m: int, s: int = 0) -> float:
     return DAY + h * 3600 + m * 60 + s
 
 
+def _busy(_: int) -> float:
+    return 3.0
+
+
+def _bursts(j: int) -> float:
+    return 0.0 if j % 20 else 9.0
+
+
+def _full(_: int) -> float:
+    return 78.6
+
+
+def _empty(_: int) -> float:
+    return 0.4
+
+
 def series(now: float, fn: Callable[[int], float | None], *, n: int = 120, step: float = 5.0) -> Series:
     """``n`` samples every ``step`` seconds ending at ``now``; ``fn(i)`` gives sample ``i`` (0 is the oldest)."""
     times = tuple(now - (n - 1 - i) * step for i in range(n))
@@ -1266,8 +1282,8 @@ def startup_crash() -> Snapshot:
     vllm = ("trl", "vllm-serve", "--model", "Qwen/Qwen3-8B", "--tensor-parallel-size", "4", "--port", "8000")
     trainer = ("accelerate", "launch", "--num_processes", "4", "grpo_train.py", "--model_name", "Qwen/Qwen3-8B")
     history = History(
-        gpu_util={i: series(now, (lambda j: 3.0) if i < 4 else (lambda j: 0.0 if j % 20 else 9.0)) for i in range(8)},
-        gpu_mem={i: series(now, lambda j, i=i: 78.6 if i < 4 else 0.4) for i in range(8)},
+        gpu_util={i: series(now, _busy if i < 4 else _bursts) for i in range(8)},
+        gpu_mem={i: series(now, _full if i < 4 else _empty) for i in range(8)},
         ram_used=series(now, lambda i: 18.0),
         swap_used=series(now, lambda i: 0.0),
     )
