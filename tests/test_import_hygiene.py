@@ -133,3 +133,30 @@ def test_nothing_imports_textual_private_modules() -> None:
                     if parts[0] == "textual" and any(p.startswith("_") for p in parts[1:]):
                         found.append(f"{path.relative_to(root)}:{node.lineno}: {module}")
     assert found == []
+
+
+def test_no_dashboard_class_overrides_a_private_textual_method() -> None:
+    """A method of Textual's named with a leading underscore (``_on_mouse_scroll_up``, ``_on_scroll_to``) is as
+    internal as its private modules: the dashboard's widgets override none (they handle the public ``on_…`` message
+    and stop the widget's own with ``prevent_default``)."""
+    import importlib
+    import inspect
+    import pkgutil
+
+    import rlwatch.tui
+    import rlwatch.widgets
+
+    found = []
+    for package in (rlwatch.tui, rlwatch.widgets):
+        for info in pkgutil.walk_packages(package.__path__, package.__name__ + "."):
+            module = importlib.import_module(info.name)
+            for cls in vars(module).values():
+                if not inspect.isclass(cls) or cls.__module__ != module.__name__:
+                    continue
+                textual_bases = [b for b in cls.__mro__[1:] if b.__module__.startswith("textual.")]
+                for name, value in vars(cls).items():
+                    if not name.startswith("_") or name.startswith("__") or not inspect.isfunction(value):
+                        continue
+                    if any(inspect.isfunction(vars(base).get(name)) for base in textual_bases):
+                        found.append(f"{cls.__module__}.{cls.__qualname__}.{name}")
+    assert found == []

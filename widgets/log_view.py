@@ -34,6 +34,7 @@ from textual.binding import Binding
 from textual.geometry import Size
 from textual.message import Message
 from textual.scroll_view import ScrollView
+from textual.scrollbar import ScrollTo
 from textual.strip import Strip
 from textual.widgets import Input, Static
 
@@ -486,7 +487,10 @@ class LogView(ScrollView, can_focus=True):
         if self._at_bottom() and not self.following:
             self.follow()
 
-    def _on_mouse_scroll_up(self, event: events.MouseScrollUp) -> None:
+    # The wheel is handled here, in public handlers that stop the widget's own (prevent_default): its scroll
+    # neither stops nor resumes following.
+    def on_mouse_scroll_up(self, event: events.MouseScrollUp) -> None:
+        event.prevent_default()
         if event.ctrl or event.shift:
             self.action_pan(-1)
         else:
@@ -494,7 +498,8 @@ class LogView(ScrollView, can_focus=True):
             self._set_y(self.scroll_y - WHEEL_ROWS)
         event.stop()
 
-    def _on_mouse_scroll_down(self, event: events.MouseScrollDown) -> None:
+    def on_mouse_scroll_down(self, event: events.MouseScrollDown) -> None:
+        event.prevent_default()
         if event.ctrl or event.shift:
             self.action_pan(1)
         else:
@@ -502,9 +507,8 @@ class LogView(ScrollView, can_focus=True):
             self._resume_at_bottom()
         event.stop()
 
-    def _on_scroll_to(self, message: object) -> None:
-        # the scrollbar dragged: follow only at the bottom
-        super()._on_scroll_to(message)  # type: ignore[arg-type]
+    def on_scroll_to(self, message: ScrollTo) -> None:
+        """The scrollbar dragged (the widget's own handler scrolls after this): follow only at the bottom."""
         self.call_after_refresh(self._scrollbar_moved)
 
     def _scrollbar_moved(self) -> None:

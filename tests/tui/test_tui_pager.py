@@ -7,11 +7,12 @@ from collections.abc import Iterator
 
 import pytest
 from textual import events
+from textual.scrollbar import ScrollTo
 from textual.widgets import Static
 
 from rlwatch.common.state import TaggedLine
 from rlwatch.tui.app import RlwatchApp
-from rlwatch.widgets.log_view import LogView
+from rlwatch.widgets.log_view import WHEEL_ROWS, LogView
 from tests import snapshot_data as data
 from tests.tui.test_tui_pilot import RecordingFeed, make_app, recording, settle, text_of, wait_until
 
@@ -293,3 +294,23 @@ async def test_n_past_the_only_match_says_it_wrapped_and_ampersand_starts_empty(
         await pilot.press("escape")  # Esc keeps the filter there was
         await pilot.pause()
         assert view.filter.text == "line 1"
+
+
+async def test_the_wheel_moves_its_own_rows_and_the_scrollbar_follows_only_at_the_bottom() -> None:
+    """The view's handlers replace the widget's own (one wheel turn is WHEEL_ROWS lines, not those and the widget's
+    three), and a scrollbar dragged to the bottom follows again, dragged up it stops following."""
+    app, _ = app_with(numbered(300))
+    async with app.run_test(size=SIZE) as pilot:
+        view = app.main.query_one(LogView)
+        await pilot.pause()
+        bottom = view.scroll_y
+        view.post_message(events.MouseScrollUp(view, 2, 2, 0, -1, 0, False, False, False))
+        await pilot.pause()
+        assert view.scroll_y == bottom - WHEEL_ROWS
+        view.post_message(events.MouseScrollDown(view, 2, 2, 0, 1, 0, False, False, False))
+        await pilot.pause()
+        assert view.scroll_y == bottom and view.following
+        view.post_message(ScrollTo(y=0, animate=False))
+        await wait_until(pilot, lambda: not view.following)
+        view.post_message(ScrollTo(y=view.max_scroll_y, animate=False))
+        await wait_until(pilot, lambda: view.following)
