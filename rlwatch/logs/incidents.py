@@ -28,6 +28,7 @@ from typing import Any
 
 from rlwatch.common.state import ChildFailure, CollectiveTimeout, Incident, IncidentTally, line_ref
 from rlwatch.common.words import plural
+from rlwatch.logs import wording
 from rlwatch.logs.prefixes import prepare
 from rlwatch.logs.signatures import HEADER, TITLE_MSG_CHARS, exception, location, signature
 from rlwatch.logs.torchrun_report import CHILD_TITLES, Report, child_failure_text, finished, report_line
@@ -40,15 +41,12 @@ _INF = float("inf")
 
 # In every traceback header (``HEADER``). A line without it, in a file without an open block, is nothing to the
 # tracker: the counter checks this (and ``open_paths``) before handing it a line, most lines being such.
-HEADER_WORD = "Traceback"
-_FRAME = re.compile(r'^\s*File "([^"]*)", line (\d+)')
-_CHAIN = re.compile(
-    r"^\s*(?:During handling of the above exception, another exception occurred:"
-    r"|The above exception was the direct cause of the following exception:)\s*$"
-)
+HEADER_WORD = wording.TRACEBACK
+_FRAME = re.compile(r"^\s*" + re.escape(wording.FRAME_FILE) + r'([^"]*)' + re.escape(wording.FRAME_LINE) + r"(\d+)")
+_CHAIN = re.compile(rf"^\s*(?:{re.escape(wording.CHAIN_CONTEXT)}|{re.escape(wording.CHAIN_CAUSE)})\s*$")
 # Python 3.11 prints exception groups with a gutter ("  | ", "  + ") in front of every line of the group.
 _GUTTER = re.compile(r"^\s*[|+](?:[ -]?[|+])*[ -]?")
-_RANK_TAG = re.compile(r"\[rank(\d+)\]")
+_RANK_TAG = re.compile(re.escape(wording.RANK_PREFIX) + r"(\d+)\]")
 
 # ProcessGroupNCCL's watchdog (torch/csrc/distributed/c10d/ProcessGroupNCCL.cpp): "[Rank 0] Watchdog caught
 # collective operation timeout: WorkNCCL(SeqNum=5, OpType=ALLREDUCE, NumelIn=…, NumelOut=…, Timeout(ms)=10000) ran
@@ -68,11 +66,12 @@ _NCCL_SAME_BURST = 5000  # lines: a later timeout with the same rank and sequenc
 # the gutter nor the prefix rules apply), and is complete. Lines holding an escape or ``Traceback`` are left to the
 # line-by-line rules.
 _FRAME_RUN = re.compile(rb"(?:[ \t]+[\x21-\x2a\x2c-\x7b\x7d\x7e][^\n\x1b]*\n)+")
-_FRAME_WORD = b'File "'
+_FRAME_WORD = wording.FRAME_FILE.encode()
+_EXCEPTION_WORD = wording.EXCEPTION_WORD.encode()
 # Blank lines and the messages between the links of a chained traceback, as whole lines.
 _BETWEEN_RUN = re.compile(
-    rb"(?:[ \t]*(?:During handling of the above exception, another exception occurred:"
-    rb"|The above exception was the direct cause of the following exception:)?[ \t]*\n)+"
+    rb"(?:[ \t]*(?:%s|%s)?[ \t]*\n)+"
+    % (re.escape(wording.CHAIN_CONTEXT.encode()), re.escape(wording.CHAIN_CAUSE.encode()))
 )
 _WINDOW = 16 << 10  # bytes of frame lines read in bulk per call at most
 _N_LINES = [re.compile(rb"(?:[^\n]*\n){%d}" % k) for k in range(81)]  # the first k lines of a span, found in C
@@ -367,7 +366,7 @@ class IncidentTracker:
             return pos, lineno  # one of them closes the block: line by line
         block.idle += n
         block.gap += n
-        if data.find(b"exception", pos, end) >= 0:
+        if data.find(_EXCEPTION_WORD, pos, end) >= 0:
             block.state = "chain"
         block.seen = lineno + n - 1
         if len(self.open_paths.get(path, ())) > 1:
@@ -416,7 +415,7 @@ class IncidentTracker:
                 block.exc_type, block.exc_msg = exc
                 block.state = "after"
                 block.idle = 0
-                if block.exc_type.endswith("ChildFailedError"):
+                if block.exc_type.endswith(wording.CHILD_FAILED):
                     block.report = Report()
                 self._publish(key[0], block, _as_span(when()), lineno)
                 return

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from rlwatch.common.patterns import Pattern, compile_pattern
 from rlwatch.common.state import Severity
 from rlwatch.config.models import EventsConfig
+from rlwatch.logs import wording
 from rlwatch.logs.foreign import kernel, slurm
 from rlwatch.logs.literals import required_literals
 from rlwatch.logs.progress_shape import CANDIDATE, CANDIDATE_LITERALS
@@ -43,7 +44,7 @@ class EventKind:
 
 # A traceback quotes the source line of each frame (`    raise ChildFailedError(`, `    except TimeoutError:`).
 # Such a line names the error without being one; without this, every chained traceback would count its own code.
-_CODE_LINE = re.compile(r"^\s*(?:#|(?:raise|except|if|elif|assert|return|def|class|await|yield|lambda)\b)")
+_CODE_LINE = re.compile(r"^\s*(?:#|(?:" + "|".join(map(re.escape, wording.CODE_KEYWORDS)) + r")\b)")
 
 
 def _kind(

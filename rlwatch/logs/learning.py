@@ -31,6 +31,7 @@ from collections import OrderedDict, deque
 from collections.abc import Callable
 
 from rlwatch.common.state import LearningState, LogLine, MetricPoint
+from rlwatch.logs import wording
 from rlwatch.logs.native import event_path
 from rlwatch.logs.training import parse_areal_step, parse_metrics, parse_stats_row
 
@@ -174,19 +175,19 @@ class LearningTracker:
 
     def _parse(self, line: LogLine) -> None:
         text = line.text
-        if "Train step " in text:
+        if wording.AREAL_TRAIN_STEP in text:
             areal = parse_areal_step(text)
             if areal is not None:
                 self._areal_step = areal[0]
             return
-        verl = parse_verl(text) if "step:" in text else None
+        verl = parse_verl(text) if wording.VERL_STEP in text else None
         if verl is not None:
             step, values = verl
             found = canonical(values, VERL_KEYS)
-            if found and self._contents.add(("verl", step, text[text.find("step:") :])):
+            if found and self._contents.add(("verl", step, text[text.find(wording.VERL_STEP) :])):
                 self._record(step, found, line.time)
             return
-        if "{" in text:
+        if wording.METRIC_DICT in text:
             metrics = parse_metrics(text)
             if metrics is not None and "train_runtime" not in metrics and ("loss" in metrics or "reward" in metrics):
                 if self._contents.add(("trl", text[text.find("{") :])):
@@ -196,8 +197,8 @@ class LearningTracker:
                         told, self._steps_exact = self._ordinal, False
                     self._record(told, canonical(metrics, TRL_KEYS), line.time)
                 return
-        if "act_loss=" in text:
-            postfix = text[text.rfind("act_loss=") :]
+        if wording.LEARNING_ORDINAL_POSTFIX in text:
+            postfix = text[text.rfind(wording.LEARNING_ORDINAL_POSTFIX) :]
             found = canonical(parse_postfix(postfix), OPENRLHF_KEYS)
             if found and self._contents.add(("openrlhf", postfix)):  # a bar drawn again is the same point
                 self._ordinal += 1

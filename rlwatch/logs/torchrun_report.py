@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 
 from rlwatch.common.signals import signal_name
 from rlwatch.common.state import ChildFailure
+from rlwatch.logs import wording
 from rlwatch.logs.signatures import HEADER, exception
 
 __all__ = [
@@ -36,10 +37,10 @@ _SEPARATOR = re.compile(r"^[\s=\-*_]*$")
 # _FAILURE_FORMAT_TEMPLATE): "<name> FAILED", "Failures:", "Root Cause (first observed failure):", then per failure
 # "[idx]:" and the fields "  time      : …", "  host      : …", "  rank      : R (local_rank: L)",
 # "  exitcode  : C (pid: P)", "  error_file: …", "  traceback : …" (a recorded Python traceback goes on, indented).
-_REPORT_TITLE = re.compile(r"^(\S.*) FAILED\s*$")
-FAILURES = "Failures:"
-ROOT_CAUSE = "Root Cause (first observed failure)"
-NO_OTHER_FAILURES = "<NO_OTHER_FAILURES>"
+_REPORT_TITLE = re.compile(r"^(\S.*)" + re.escape(wording.TORCHRUN_FAILED) + r"\s*$")
+FAILURES = wording.TORCHRUN_FAILURES
+ROOT_CAUSE = wording.TORCHRUN_ROOT_CAUSE
+NO_OTHER_FAILURES = wording.TORCHRUN_NO_OTHER_FAILURES
 _REPORT_ENTRY = re.compile(r"^\[(\d+)\]:\s*$")
 REPORT_FIELDS = ("time", "host", "rank", "exitcode", "error_file", "traceback")
 _REPORT_FIELD = re.compile(rf"^\s{{1,4}}({'|'.join(REPORT_FIELDS)})\s*:\s?(.*)$")

@@ -24,33 +24,36 @@ from dataclasses import dataclass
 
 from rlwatch.common.clock import Clock
 from rlwatch.common.state import EventSummary, LogLine, Severity, TrainingState, line_ref
+from rlwatch.logs import wording
 from rlwatch.logs.native import event_path
 from rlwatch.logs.progress_shape import CANDIDATE, ShapeSteps
 from rlwatch.logs.tailer import Chunk
 from rlwatch.logs.timestamps import parse_time
 
-_AREAL_STEP = re.compile(r"Train step ([0-9]{1,12})/([0-9]{1,12}) done")
-_AREAL_DONE = "Training completes!"
+_AREAL_STEP = re.compile(
+    re.escape(wording.AREAL_TRAIN_STEP) + r"([0-9]{1,12})/([0-9]{1,12})" + re.escape(wording.AREAL_STEP_DONE)
+)
+_AREAL_DONE = wording.AREAL_DONE
 # verl's console logger: `step:12 - key:value - …` at the start of the message (after a Ray prefix
 # `(TaskRunner pid=N) `), values as pformat or `{v:.3f}` (verl/utils/logger/aggregate_logger.py).
 _VERL_STEP = re.compile(r"(?:^|\) )step:([0-9]{1,12}) - (.*)$")
 _VERL_PAIR = re.compile(r"(?:^| - )([^\s:]+):([^\s]+)")
 _VERL_REWARDS = ("critic/rewards/mean", "critic/score/mean")
 # OpenRLHF: `✨ Global step 12: {…}` (openrlhf/trainer/ppo_trainer.py); its reward keys, best first.
-_ORLHF_STEP = re.compile(r"Global step ([0-9]{1,12}): \{")
+_ORLHF_STEP = re.compile(re.escape(wording.ORLHF_GLOBAL_STEP) + r"([0-9]{1,12}): \{")
 _ORLHF_REWARDS = ("rollout/reward_mean", "reward")
 # verl's bar (ray_trainer.py fit()): `Training Progress:  33%|███▎      | 4/12 [00:04<00:09,  1.17s/it]`.
 _VERL_BAR = re.compile(
-    r"Training Progress:\s+\d+%\|[^|]*\| *([0-9]{1,12})/([0-9]{1,12}) \[[^\]]*?([0-9.]+)(s/it|it/s)?\]"
+    re.escape(wording.VERL_BAR) + r"\s+\d+%\|[^|]*\| *([0-9]{1,12})/([0-9]{1,12}) \[[^\]]*?([0-9.]+)(s/it|it/s)?\]"
 )
-_VERL_TOTAL = re.compile(r"Total training steps: ([0-9]{1,12})")
-_FINISHED = ("Final validation metrics", "' succeeded")  # verl's last pprint; `ray job submit`: Job '…' succeeded
-_DISK_UPDATE_TEXT = "Loading weights from disk done in "  # the fixed start of _DISK_UPDATE: tested first
-_DISK_UPDATE = re.compile(_DISK_UPDATE_TEXT + r"([0-9]{1,9}(?:\.[0-9]{0,9})?)s")
+_VERL_TOTAL = re.compile(re.escape(wording.VERL_TOTAL) + r"([0-9]{1,12})")
+_FINISHED = wording.FINISHED  # verl's last pprint; `ray job submit`: Job '…' succeeded
+_DISK_UPDATE_TEXT = wording.AREAL_DISK_UPDATE  # the fixed start of _DISK_UPDATE: tested first
+_DISK_UPDATE = re.compile(re.escape(_DISK_UPDATE_TEXT) + r"([0-9]{1,9}(?:\.[0-9]{0,9})?)s")
 _PREFIX = re.compile(r"^(?:\s*\[[^\]]{0,40}\]:?)+\s*")  # merged.log's "[actor]   ", torch's "[rank0]: "
 _BARE_FLOAT = re.compile(r"\b(?:nan|inf)\b")
 _TABLE_BARS = ("│", "┃", "|")  # fancy_grid, heavy grids, plain pipes
-_UPDATE_WEIGHTS_KEY = "timeperf/update_weights"
+_UPDATE_WEIGHTS_KEY = wording.AREAL_UPDATE_WEIGHTS_KEY
 MAX_DICT_CHARS = 64_000
 MAX_NESTING = 64
 _RECENT = 512
@@ -203,9 +206,9 @@ def _tracked_stats(text: str, bar: str) -> dict[str, float]:
 
 def reward_rank(key: str) -> int:
     """How good a stats key is as *the* reward: 2 for the actor's task reward, 1 for the rollout reward, else 0."""
-    if key.endswith("task_reward/avg"):
+    if key.endswith(wording.REWARD_BEST):
         return 2
-    if key == "rollout/reward" or key.endswith(("/rollout/reward", "rollout/reward/avg")):
+    if key == wording.REWARD_ROLLOUT or key.endswith(wording.REWARD_ROLLOUT_ENDINGS):
         return 1
     return 0
 
@@ -440,7 +443,7 @@ class TrainingTracker:
         self._touch(line.time, offset)
         if _AREAL_DONE in text or any(f in text for f in _FINISHED):
             self._finished = True
-        step = parse_areal_step(text) if "Train step " in text else None
+        step = parse_areal_step(text) if wording.AREAL_TRAIN_STEP in text else None
         if step is not None:
             self._on_areal_step(line, *step, offset)
         else:
@@ -453,17 +456,17 @@ class TrainingTracker:
         """The step and metric lines of every framework but AReaL's step line (verl, OpenRLHF, verl's bar, TRL's
         dicts). The compiled path (rlwatch/logs/_eventpath.pyx) calls this too, for lines holding one of their
         fixed texts: rarer than AReaL's rows, and kept in one place."""
-        if "step:" in text and (verl := _VERL_STEP.search(text)) is not None:
+        if wording.VERL_STEP in text and (verl := _VERL_STEP.search(text)) is not None:
             self._on_verl_step(line, int(verl.group(1)), verl.group(2), offset)
-        elif "Global step " in text and (orlhf := _ORLHF_STEP.search(text)) is not None:
+        elif wording.ORLHF_GLOBAL_STEP in text and (orlhf := _ORLHF_STEP.search(text)) is not None:
             self._on_numbered_step(line, int(orlhf.group(1)), None, offset, source=_ORLHF_SOURCE)
             metrics = parse_metrics(text)
             reward = next((metrics[k] for k in _ORLHF_REWARDS if metrics and k in metrics), None)
             if reward is not None:
                 self._record_reward(int(orlhf.group(1)), 3, reward)
-        elif "Training Progress:" in text or "Total training steps: " in text:
+        elif wording.VERL_BAR in text or wording.VERL_TOTAL in text:
             self._on_bar(text)
-        elif "{" in text:
+        elif wording.METRIC_DICT in text:
             metrics = parse_metrics(text)
             if metrics is not None:
                 self._on_metrics(line, metrics, offset)
