@@ -819,7 +819,7 @@ cpdef tuple py_split_prefix(str text):
 import time as _time_module
 from rlwatch.logs import timestamps as _timestamps
 
-cdef object _py_minute = _timestamps._minute  # local time of a minute: datetime's rules (zones, folds), in Python
+cdef object _py_minute = _timestamps.local_minute  # local time of a minute: datetime's rules (zones, folds), in Python
 cdef dict _minutes = {}  # packed (year, month, day, hour, minute) -> epoch seconds or None
 cdef double _year_for = NAN  # time.localtime(now).tm_year, remembered for one `now`
 cdef long _year_value = 0
@@ -1104,7 +1104,7 @@ cdef int64_t _ordinal(int64_t y, int64_t m, int64_t d) noexcept nogil:
 
 
 cdef object _local_minute(int64_t y, int64_t mo, int64_t d, int64_t h, int64_t mi):
-    """``timestamps._minute``: local-time epoch seconds of a minute's start (None: impossible), remembered."""
+    """``timestamps.local_minute``: local-time epoch seconds of a minute's start (None: impossible), remembered."""
     cdef object key
     cdef object v
     if not (0 <= y <= 99999 and 0 <= mo <= 99 and 0 <= d <= 99 and 0 <= h <= 99 and 0 <= mi <= 99):
@@ -1604,7 +1604,7 @@ def partial_program(regex):
     those, [(strings one of which any match of another branch holds, or None; the text such a match starts with,
     after spaces, when it is anchored at the start, or None)]). A line that none of the strings matches and that
     meets no other branch's conditions cannot match: the expression need not run. None: no such split."""
-    from rlwatch.logs.literals import _required
+    from rlwatch.logs.literals import sequence_literals
 
     if regex.flags & ~_re.UNICODE:
         return None
@@ -1623,7 +1623,7 @@ def partial_program(regex):
             continue
         state = [False]
         try:
-            required = _required(list(branch), state)
+            required = sequence_literals(list(branch), state)
         except RecursionError:
             required = None
         if state[0] or (required is not None and not all(required)):
@@ -1843,15 +1843,15 @@ from rlwatch.logs.signatures import signature as _py_signature
 from rlwatch.logs.kinds import REDRAWN_KINDS as _REDRAWN_KINDS
 
 cdef int64_t UNCOUNTED = _UNCOUNTED
-cdef object _GUTTER_SUB = _inc._GUTTER.sub
-cdef object _WORK_SEARCH = _inc._WORK.search
-cdef object _WORK_RANK_SEARCH = _inc._WORK_RANK.search
-cdef object _WORK_TIMEOUT_SEARCH = _inc._WORK_TIMEOUT.search
-cdef object _PG_SEARCH = _inc._PG.search
-cdef object _crash_title = _inc._crash_title
-cdef object _timeout_title = _inc._timeout_title
+cdef object _GUTTER_SUB = _inc.GUTTER.sub
+cdef object _WORK_SEARCH = _inc.WORK.search
+cdef object _WORK_RANK_SEARCH = _inc.WORK_RANK.search
+cdef object _WORK_TIMEOUT_SEARCH = _inc.WORK_TIMEOUT.search
+cdef object _PG_SEARCH = _inc.PROCESS_GROUP.search
+cdef object _crash_title = _inc.crash_title
+cdef object _timeout_title = _inc.timeout_title
 cdef object _CollectiveTimeout = _inc.CollectiveTimeout
-cdef object _Failure = _tr._Failure
+cdef object _Failure = _tr.ReportFailure
 cdef object _failure_text = _tr.child_failure_text
 cdef tuple _CHILD_TITLES = tuple(_tr.CHILD_TITLES)
 cdef str _TB = S_TB_HEADER
@@ -3676,7 +3676,7 @@ cdef class Core:
         b.state = 0
         b.exc_type = ""
         b.exc_msg = ""
-        b.rank = _inc._rank_of(tag) if S_RANK in tag else None
+        b.rank = _inc.rank_of(tag) if S_RANK in tag else None
         fs.blocks[tag] = b
 
     cdef inline void inc_close(self, FileState fs, str tag) except *:
@@ -4015,7 +4015,7 @@ cdef class Core:
         if work is None:
             return
         m = _WORK_RANK_SEARCH(text)
-        rank = int(m.group(1)) if m else _inc._rank_of(text[: max(0, work.start())])
+        rank = int(m.group(1)) if m else _inc.rank_of(text[: max(0, work.start())])
         seq, op = int(work.group(1)), work.group(2)
         key = (fs.path, rank, seq, op)
         found = self.timeouts.get(key)
@@ -4196,7 +4196,7 @@ cdef extern from *:
     int _lowest "rlw_lowest"(uint64_t m) noexcept nogil
 
 
-from rlwatch.logs.kinds import _CODE_LINE as _CODE_LINE_RE
+from rlwatch.logs.kinds import CODE_LINE as _CODE_LINE_RE
 
 cdef str _CODE_LINE_PATTERN = _CODE_LINE_RE.pattern
 
@@ -4229,7 +4229,7 @@ cdef void _trackers_init() except *:
     from rlwatch.common import state
     from rlwatch.logs import learning, training
 
-    _PREFIX_SUB = training._PREFIX.sub
+    _PREFIX_SUB = training.LINE_PREFIX.sub
     _line_ref_py = state.line_ref
     _MetricPoint = state.MetricPoint
     _MP_STEP = _MetricPoint.__dict__["step"]
@@ -4308,23 +4308,23 @@ cdef object weight_update_seconds(str text):
 
 cdef bint recent_add_ordered(object recent, object key) except -1:
     """``training._Recent.add``: an OrderedDict of the newest keys."""
-    cdef object keys = recent._keys
+    cdef object keys = recent.keys
     if key in keys:
         keys.move_to_end(key)
         return False
     keys[key] = None
-    if len(keys) > recent._size:
+    if len(keys) > recent.size:
         keys.popitem(last=False)
     return True
 
 
 cdef bint recent_add_plain(object recent, object key) except -1:
     """``learning._Recent.add``: an OrderedDict of the newest keys (not moved when seen again)."""
-    cdef object keys = recent._keys
+    cdef object keys = recent.keys
     if key in keys:
         return False
     keys[key] = None
-    if len(keys) > recent._size:
+    if len(keys) > recent.size:
         keys.popitem(last=False)
     return True
 
@@ -4339,7 +4339,7 @@ cdef int reward_rank(str key) except -1:
 
 def training_apply(object t, double offset):
     """``TrainingTracker._apply_pending`` after its offset is read: every queued line parsed, in order."""
-    cdef object queue = t._queue
+    cdef object queue = t.queue
     cdef object line
     _trackers_init()
     popleft = queue.popleft
@@ -4356,34 +4356,34 @@ cdef void touch(object t, double time, double offset) except *:
     if not isfinite(time):
         return
     m = time - offset
-    last = t._last_line_m
+    last = t.last_line_m
     if last is None or m > <double>last:
-        t._last_line_at = time
-        t._last_line_m = m
+        t.last_line_at = time
+        t.last_line_m = m
 
 
 cdef void mark_step(object t, double time, object counter, double offset) except *:
     cdef double m
     if isfinite(time):
         m = time - offset
-        last = t._last_step_m
+        last = t.last_step_m
         if last is None or m >= <double>last:
-            t._last_step_at = time
-            t._last_step_m = m
-        t._rate_points.append((time, counter))
+            t.last_step_at = time
+            t.last_step_m = m
+        t.rate_points.append((time, counter))
 
 
 cdef void record_reward(object t, object slot, int rank, double value) except *:
     if not isfinite(value):
         return
-    if slot == t._reward_slot:
-        if rank <= t._reward_slot_rank:
+    if slot == t.reward_slot:
+        if rank <= t.reward_slot_rank:
             return
-        if t._rewards:
-            t._rewards.pop()
-    t._rewards.append(value)
-    t._reward_slot = slot
-    t._reward_slot_rank = rank
+        if t.rewards:
+            t.rewards.pop()
+    t.rewards.append(value)
+    t.reward_slot = slot
+    t.reward_slot_rank = rank
 
 
 cdef struct B:
@@ -4503,7 +4503,7 @@ cdef void training_parse(object t, object line, double offset) except *:
     cdef str key, k
     cdef int rank
     cdef object value
-    if not recent_add_ordered(t._delivered, (line.path, line.lineno, text)):
+    if not recent_add_ordered(t.delivered, (line.path, line.lineno, text)):
         return
     touch(t, time, offset)
     cdef U u = uview(text)
@@ -4512,27 +4512,27 @@ cdef void training_parse(object t, object line, double offset) except *:
         bhas(bt, text, W_AREAL_DONE, S_AREAL_DONE)
         or bhas_any(bt, text, W_FINISHED, N_FINISHED, S_FINISHED)
     ):
-        t._finished = True  # AReaL's last line; verl's last pprint; `ray job submit`'s Job '...' succeeded
+        t.finished = True  # AReaL's last line; verl's last pprint; `ray job submit`'s Job '...' succeeded
     areal = areal_step(text) if bhas(bt, text, W_TRAIN_STEP, S_TRAIN_STEP) else None
     if areal is not None:
         step, total = areal
-        last = t._areal_step
+        last = t.areal_step
         if last is not None and step <= last:
-            if line.path != t._areal_path:
+            if line.path != t.areal_path:
                 areal = None  # a copy of the same output in another file, lagging behind
             else:
-                t._rate_points.clear()  # the run restarted and appends to the same log
+                t.rate_points.clear()  # the run restarted and appends to the same log
         if areal is not None:
-            t._areal_step = step
-            t._areal_total = total if total > 0 else None
-            t._areal_path = line.path
-            t._finished = False
+            t.areal_step = step
+            t.areal_total = total if total > 0 else None
+            t.areal_path = line.path
+            t.finished = False
             mark_step(t, time, step, offset)
     else:
         if bhas_any(bt, text, W_OTHER_FORMATS, N_OTHER_FORMATS, S_OTHER_FORMATS):
-            t._parse_other_formats(line, text, offset)  # verl, OpenRLHF, verl's bar, TRL's dicts: in Python
+            t.parse_other_formats(line, text, offset)  # verl, OpenRLHF, verl's bar, TRL's dicts: in Python
         if count_char(text, 0x2502) < 3:  # not one of AReaL's stats rows
-            t._parse_shape(line, text, offset)  # progress known by its shape (logs/progress_shape.py): in Python
+            t.parse_shape(line, text, offset)  # progress known by its shape (logs/progress_shape.py): in Python
     cdef Py_ssize_t heavy = 0, plain = 0
     cdef Py_ssize_t lbars[_MAX_BARS]
     cdef Py_ssize_t hbars[_MAX_BARS]
@@ -4547,7 +4547,7 @@ cdef void training_parse(object t, object line, double offset) except *:
         # _tracked_stats and _on_stats_row: only the reward keys and the update-weights timing are read; the cells
         # are text.split(bar)[1:-1], found as bounds, and only those read become strings
         timing = bhas(bt, text, W_UPDATE_WEIGHTS, _UPDATE_WEIGHTS_KEY)
-        slot = t._areal_step if t._areal_step is not None else t._dicts
+        slot = t.areal_step if t.areal_step is not None else t.dicts
         row = {}
         if light >= 3:
             bars = &lbars[0]
@@ -4586,17 +4586,17 @@ cdef void training_parse(object t, object line, double offset) except *:
                 record_reward(t, slot, rank, <double>value)
             elif (
                 k == _UPDATE_WEIGHTS_KEY
-                and not t._disk_updates
+                and not t.disk_updates
                 and isfinite(<double>value)
                 and <double>value >= 0
-                and t._contents.add(("timeperf", slot))
+                and t.contents.add(("timeperf", slot))
             ):
-                t._updates.append(value)  # xccl mode logs no per-update line: the step's timing stat is the one
+                t.updates.append(value)  # xccl mode logs no per-update line: the step's timing stat is the one
     if bhas(bt, text, W_DISK_UPDATE, _DISK_UPDATE_TEXT):
         duration = weight_update_seconds(text)
-        if duration is not None and t._contents.add(("update", strip_str(_PREFIX_SUB("", text)))):
-            t._disk_updates = True
-            t._updates.append(duration)
+        if duration is not None and t.contents.add(("update", strip_str(_PREFIX_SUB("", text)))):
+            t.disk_updates = True
+            t.updates.append(duration)
 
 
 cdef class LearningFeed:
@@ -4608,18 +4608,18 @@ cdef class LearningFeed:
     def __init__(self, tracker):
         _trackers_init()
         self.t = tracker
-        self.lock = tracker._lock
+        self.lock = tracker.lock
 
     def __call__(self, line):
         cdef object t = self.t
         with self.lock:
-            if not recent_add_plain(t._delivered, (line.path, line.lineno, line.text)):
+            if not recent_add_plain(t.delivered, (line.path, line.lineno, line.text)):
                 return
             learning_parse(t, line)
 
 
 cdef void learning_parse(object t, object line) except *:
-    """``LearningTracker._parse``: AReaL's stats rows here, every other format in its Python."""
+    """``LearningTracker.parse_line``: AReaL's stats rows here, every other format in its Python."""
     cdef str text = line.text
     cdef str bar
     cdef list cells, order
@@ -4640,14 +4640,14 @@ cdef void learning_parse(object t, object line) except *:
     if bhas(bt, text, W_TRAIN_STEP, S_TRAIN_STEP):
         areal = areal_step(text)
         if areal is not None:
-            t._areal_step = areal[0]
+            t.areal_step = areal[0]
         return
     if (
         bhas(bt, text, W_VERL_STEP, S_VERL_STEP)
         or bhas(bt, text, W_METRIC_DICT, S_METRIC_DICT)
         or bhas(bt, text, W_ORDINAL_POSTFIX, S_ORDINAL_POSTFIX)
     ):
-        t._parse(line)
+        t.parse_line(line)
         return
     rlw_bars(u.kind, u.data, u.n, lbars, &light, hbars, &heavy, pbars, &plain, _MAX_BARS)
     if light >= 3:
@@ -4704,8 +4704,8 @@ cdef void learning_parse(object t, object line) except *:
         found[name] = (chosen, values[chosen])
     if not found:
         return
-    step = t._areal_step if t._areal_step is not None else t._ordinal
-    if recent_add_plain(t._contents, ("areal", step, tuple(sorted(found)))):
+    step = t.areal_step if t.areal_step is not None else t.ordinal
+    if recent_add_plain(t.contents, ("areal", step, tuple(sorted(found)))):
         learning_record(t, step, found, line.time)
 
 
@@ -4749,18 +4749,18 @@ cdef bint _suffixed(str key) except -1:
 
 cdef void learning_record(object t, object step, dict found, double time) except *:
     """``LearningTracker._record``."""
-    cdef dict series_of = t._series
+    cdef dict series_of = t.series
     cdef double when = time if isfinite(time) else NAN
     for name, pair in found.items():
         key, value = pair
         series = series_of.get(name)
         if series is None:
-            series = series_of[name] = _deque(maxlen=t._history)
+            series = series_of[name] = _deque(maxlen=t.history)
         if series and series[len(series) - 1].step == step:  # the same step told again: the newest wins
             series.pop()
         series.append(metric_point(step, value, when))
-        t._keys[name] = key
-    t._version += 1
+        t.keys[name] = key
+    t.version += 1
 
 
 def py_areal_step(str text):

@@ -24,6 +24,7 @@ __all__ = [
     "REPORT_FIELDS",
     "ROOT_CAUSE",
     "Report",
+    "ReportFailure",
     "child_failure_text",
     "exit_reported",
     "finished",
@@ -57,7 +58,7 @@ _REPORT_LINES = 400  # a report is over by then even for many failures: the bloc
 
 
 @dataclass(slots=True)
-class _Failure:
+class ReportFailure:
     """One "[idx]:" entry of a torchrun report while its fields are read."""
 
     root: bool
@@ -95,8 +96,8 @@ class Report:
 
     name: str | None = None
     section: str = ""  # "" | "failures" | "root"
-    current: _Failure | None = None
-    failures: list[_Failure] = field(default_factory=list)
+    current: ReportFailure | None = None
+    failures: list[ReportFailure] = field(default_factory=list)
     in_traceback: bool = False  # reading the indented lines of a recorded traceback
     done: bool = False
 
@@ -133,7 +134,7 @@ def report_line(report: Report, body: str) -> bool:
     if stripped == NO_OTHER_FAILURES:
         return True
     if _REPORT_ENTRY.match(stripped) and report.section:
-        report.current = _Failure(root=report.section == "root")
+        report.current = ReportFailure(root=report.section == "root")
         report.failures.append(report.current)
         return True
     m = _REPORT_FIELD.match(text)
