@@ -32,15 +32,19 @@ contracts: $(STAMP)
 # The in-process tests run on two workers (pytest-xdist), and so do the end-to-end tests (real processes, a
 # simulator, a watchdog: `slow`), which mostly wait on what they started (about a third of a core each); the
 # fault-injection suite (`faults`, whose table is printed at its end by one session-wide plugin) runs one at a time.
-# All three always run; any failing fails the target. The sources are compiled to bytecode first, as an install
-# does: where PYTHONDONTWRITEBYTECODE is set (many containers set it) every rlwatch process a test starts would
-# compile them again, a third of a second of CPU each.
+# All three always run; any failing fails the target. Then the log and engine tests run again with the compiled
+# event path off (RLWATCH_NATIVE=0), as msgpack runs its suite on both of its paths: until every per-line rule is
+# compiled from its one Python text, the Python path is a second implementation that users without a compiler run,
+# and test_native_equivalence alone does not reach every rule the other tests check. The sources are compiled to
+# bytecode first, as an install does: where PYTHONDONTWRITEBYTECODE is set (many containers set it) every rlwatch
+# process a test starts would compile them again, a third of a second of CPU each.
 pytest: $(STAMP)
 	@$(PY) -m compileall -q rlwatch tui widgets tests bench >/dev/null
 	@status=0; \
 	$(VENV)/bin/pytest -q -p no:cacheprovider -m "not slow and not faults" -n 2 || status=1; \
 	$(VENV)/bin/pytest -q -p no:cacheprovider -m "slow and not faults" -n 2 || status=1; \
 	$(VENV)/bin/pytest -q -p no:cacheprovider -m "faults" || status=1; \
+	RLWATCH_NATIVE=0 $(VENV)/bin/pytest -q -p no:cacheprovider -m "not faults" -n 2 tests/logs tests/engine || status=1; \
 	exit $$status
 
 test: lint typecheck contracts pytest

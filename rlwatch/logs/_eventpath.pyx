@@ -13,6 +13,9 @@ colour codes, prefixes, timestamps, which kinds match, code-line exclusion, coun
 traceback blocks, storms, crashes, the trackers' parsing). What stays in Python is called per chunk or on a rare
 line: the kinds' own regular expressions where they are more than literals, torchrun's report, NCCL timeouts, an
 incident's signature the first time it is seen, local-time conversion of a minute not seen before.
+
+What other programs print (``Train step ``, a traceback's header, torchrun's report words) is not written here: it is
+read when the module loads from ``rlwatch.logs.wording``, the table the Python rules read too.
 """
 
 from cpython.unicode cimport PyUnicode_KIND, PyUnicode_DATA, PyUnicode_GET_LENGTH
@@ -312,15 +315,123 @@ cpdef str py_strip_ansi(str text):
     return strip_sgr(text)
 
 
+# ================================================================================================ framework wording
+# What other programs print lives in rlwatch/logs/wording.py, the one table the Python rules read too: here each entry
+# is held as its UTF-8 bytes (for the byte searches and the nogil matchers, ``Lit``) and as text.
+from rlwatch.logs import wording
+
+cdef struct Lit:
+    const char *p
+    Py_ssize_t n
+
+
+cdef list _held = []  # the bytes each Lit points into, kept for the module's life
+
+
+cdef Lit lit(str text) except *:
+    cdef bytes b = text.encode("utf-8")
+    cdef Lit out
+    _held.append(b)
+    out.p = PyBytes_AS_STRING(b)
+    out.n = PyBytes_GET_SIZE(b)
+    return out
+
+
+DEF _MAX_LITS = 16
+
+
+cdef int lits(object texts, Lit *out) except -1:
+    """Fill out[] with the entries of a tuple of the table; how many."""
+    cdef int k = 0
+    if len(texts) > _MAX_LITS:
+        raise ValueError(f"wording: more than {_MAX_LITS} alternatives in {texts!r}")
+    for text in texts:
+        out[k] = lit(text)
+        k += 1
+    return k
+
+
+cdef inline bint starts_lit(U u, Py_ssize_t pos, Lit w) noexcept nogil:
+    return starts_at(u, pos, w.p, w.n)
+
+
+cdef Lit W_RANK = lit(wording.RANK_PREFIX)
+cdef Lit W_RAYLET = lit(wording.RAY_RAYLET)
+cdef Lit W_AUTOSCALER = lit(wording.RAY_AUTOSCALER)
+cdef Lit W_STREAMS[_MAX_LITS]
+cdef int N_STREAMS = lits(wording.STREAM_TAGS, W_STREAMS)
+cdef Lit W_LEVELS[_MAX_LITS]
+cdef int N_LEVELS = lits(wording.LOG_LEVELS, W_LEVELS)
+cdef Lit W_KEYWORDS[_MAX_LITS]
+cdef int N_KEYWORDS = lits(wording.CODE_KEYWORDS, W_KEYWORDS)
+cdef Lit W_TRACEBACK = lit(wording.TRACEBACK)
+cdef Lit W_TB_HEADER = lit(wording.TRACEBACK_HEADER)
+cdef Lit W_FRAME_FILE = lit(wording.FRAME_FILE)
+cdef Lit W_FRAME_LINE = lit(wording.FRAME_LINE)
+cdef Lit W_CHAIN_CONTEXT = lit(wording.CHAIN_CONTEXT)
+cdef Lit W_CHAIN_CAUSE = lit(wording.CHAIN_CAUSE)
+cdef Lit W_EXCEPTION = lit(wording.EXCEPTION_WORD)
+cdef Lit W_TR_FAILED = lit(wording.TORCHRUN_FAILED)
+cdef Lit W_TR_ROOT_CAUSE = lit(wording.TORCHRUN_ROOT_CAUSE)
+cdef Lit W_TRAIN_STEP = lit(wording.AREAL_TRAIN_STEP)
+cdef Lit W_STEP_DONE = lit(wording.AREAL_STEP_DONE)
+cdef Lit W_AREAL_DONE = lit(wording.AREAL_DONE)
+cdef Lit W_UPDATE_WEIGHTS = lit(wording.AREAL_UPDATE_WEIGHTS_KEY)
+cdef Lit W_DISK_UPDATE = lit(wording.AREAL_DISK_UPDATE)
+cdef Lit W_REWARD = lit(wording.REWARD_KEY_WORD)
+cdef Lit W_FINISHED[_MAX_LITS]
+cdef int N_FINISHED = lits(wording.FINISHED, W_FINISHED)
+cdef Lit W_OTHER_FORMATS[_MAX_LITS]
+cdef int N_OTHER_FORMATS = lits(wording.OTHER_FORMATS, W_OTHER_FORMATS)
+cdef Lit W_METRIC_DICT = lit(wording.METRIC_DICT)
+cdef Lit W_VERL_STEP = lit(wording.VERL_STEP)
+cdef Lit W_ORDINAL_POSTFIX = lit(wording.LEARNING_ORDINAL_POSTFIX)
+cdef str S_TB_HEADER = wording.TRACEBACK_HEADER
+cdef str S_RANK = wording.RANK_PREFIX
+cdef str S_CHILD_FAILED = wording.CHILD_FAILED
+cdef tuple S_EXCEPTION_ENDINGS = tuple(wording.EXCEPTION_NAME_ENDINGS)
+cdef str S_TRAIN_STEP = wording.AREAL_TRAIN_STEP
+cdef str S_AREAL_DONE = wording.AREAL_DONE
+cdef tuple S_FINISHED = tuple(wording.FINISHED)
+cdef tuple S_OTHER_FORMATS = tuple(wording.OTHER_FORMATS)
+cdef str S_METRIC_DICT = wording.METRIC_DICT
+cdef str S_VERL_STEP = wording.VERL_STEP
+cdef str S_ORDINAL_POSTFIX = wording.LEARNING_ORDINAL_POSTFIX
+cdef str S_UPDATE_WEIGHTS = wording.AREAL_UPDATE_WEIGHTS_KEY
+cdef str S_DISK_UPDATE = wording.AREAL_DISK_UPDATE
+cdef str S_REWARD = wording.REWARD_KEY_WORD
+cdef str S_REWARD_BEST = wording.REWARD_BEST
+cdef str S_REWARD_ROLLOUT = wording.REWARD_ROLLOUT
+cdef tuple S_REWARD_ROLLOUT_ENDINGS = tuple(wording.REWARD_ROLLOUT_ENDINGS)
+
+
+cdef Py_ssize_t stream_tag(U u, Py_ssize_t pos) noexcept nogil:
+    """The length of a CRI stream tag (``stdout ``) at pos, or 0."""
+    cdef int k
+    for k in range(N_STREAMS):
+        if starts_lit(u, pos, W_STREAMS[k]):
+            return W_STREAMS[k].n
+    return 0
+
+
+cdef Py_ssize_t level_at(U u, Py_ssize_t pos, Py_ssize_t end) noexcept nogil:
+    """The length of a logging level's name at text[pos:end], or 0."""
+    cdef int k
+    for k in range(N_LEVELS):
+        if pos + W_LEVELS[k].n <= end and starts_lit(u, pos, W_LEVELS[k]):
+            return W_LEVELS[k].n
+    return 0
+
+
 # ========================================================================================================= prefixes
 # rlwatch/logs/prefixes.py: split_prefix, with each of its expressions (all re.ASCII) matched by hand.
 
 cdef Py_ssize_t _rank_writer(U u, Py_ssize_t pos) noexcept nogil:
     """``\\[rank\\d+\\]:\\s?`` at pos: its end, or -1."""
     cdef Py_ssize_t i
-    if not starts_at(u, pos, b"[rank", 5):
+    if not starts_lit(u, pos, W_RANK):
         return -1
-    i = pos + 5
+    i = pos + W_RANK.n
     if i >= u.n or not adigit(at(u, i)):
         return -1
     while i < u.n and adigit(at(u, i)):
@@ -425,18 +536,18 @@ cdef Py_ssize_t _kv_writer(U u, Py_ssize_t pos) noexcept nogil:
 cdef Py_ssize_t _ray_writer(U u, Py_ssize_t pos) noexcept nogil:
     """``\\((?:raylet|autoscaler(?: \\+\\w+)?)\\) `` at pos."""
     cdef Py_ssize_t i
-    if starts_at(u, pos, b"(raylet) ", 9):
-        return pos + 9
-    if not starts_at(u, pos, b"(autoscaler", 11):
+    if starts_lit(u, pos, W_RAYLET) and pos + W_RAYLET.n < u.n and at(u, pos + W_RAYLET.n) == 32:
+        return pos + W_RAYLET.n + 1
+    if not starts_lit(u, pos, W_AUTOSCALER):
         return -1
-    i = pos + 11
+    i = pos + W_AUTOSCALER.n
     if starts_at(u, i, b" +", 2) and i + 2 < u.n and aword(at(u, i + 2)):
         i += 3
         while i < u.n and aword(at(u, i)):
             i += 1
         if starts_at(u, i, b") ", 2):
             return i + 2
-        i = pos + 11
+        i = pos + W_AUTOSCALER.n
     if starts_at(u, i, b") ", 2):
         return i + 2
     return -1
@@ -470,7 +581,7 @@ cdef Py_ssize_t _digits(U u, Py_ssize_t i, int n) noexcept nogil:
 
 cdef Py_ssize_t _stamp(U u, Py_ssize_t pos) noexcept nogil:
     """``_STAMP.match(text, pos)``: a container runtime's RFC 3339 stamp and what follows it."""
-    cdef Py_ssize_t i = pos, j, k
+    cdef Py_ssize_t i = pos, j, k, n
     cdef uc c
     if i < u.n and at(u, i) == 91:
         i += 1
@@ -522,10 +633,11 @@ cdef Py_ssize_t _stamp(U u, Py_ssize_t pos) noexcept nogil:
     if i >= u.n or at(u, i) != 32:
         return -1
     i += 1
-    if (starts_at(u, i, b"stdout ", 7) or starts_at(u, i, b"stderr ", 7)) and i + 9 <= u.n:
-        c = at(u, i + 7)
-        if (c == 70 or c == 80) and at(u, i + 8) == 32:
-            i += 9
+    n = stream_tag(u, i)
+    if n and i + n + 2 <= u.n:
+        c = at(u, i + n)
+        if (c == 70 or c == 80) and at(u, i + n + 1) == 32:
+            i += n + 2
     return i
 
 
@@ -533,18 +645,10 @@ cdef Py_ssize_t _record(U u, Py_ssize_t pos) noexcept nogil:
     """``_RECORD.match(text, pos)``: vLLM's record prefix."""
     cdef Py_ssize_t i, j
     cdef uc c
-    if starts_at(u, pos, b"DEBUG", 5):
-        i = pos + 5
-    elif starts_at(u, pos, b"INFO", 4):
-        i = pos + 4
-    elif starts_at(u, pos, b"WARNING", 7):
-        i = pos + 7
-    elif starts_at(u, pos, b"ERROR", 5):
-        i = pos + 5
-    elif starts_at(u, pos, b"CRITICAL", 8):
-        i = pos + 8
-    else:
+    i = level_at(u, pos, u.n)
+    if i == 0:
         return -1
+    i += pos
     if i >= u.n or at(u, i) != 32:
         return -1
     i = _digits(u, i + 1, 2)
@@ -649,7 +753,7 @@ cdef Py_ssize_t split_at(str text, U u, Out out) except -2:
         return 0
     if first == 91 or first == 40 or first == 68 or first == 73 or first == 87 or first == 69 or first == 67:
         if first == 40 and PyUnicode_FindChar(text, 61, 0, u.n, 1) < 0 and not (
-            starts_at(u, 0, b"(raylet)", 8) or starts_at(u, 0, b"(autoscaler", 11)
+            starts_lit(u, 0, W_RAYLET) or starts_lit(u, 0, W_AUTOSCALER)
         ):
             return 0
     elif adigit(first):
@@ -715,7 +819,7 @@ cpdef tuple py_split_prefix(str text):
 import time as _time_module
 from rlwatch.logs import timestamps as _timestamps
 
-cdef object _py_minute = _timestamps._minute  # local time of a minute: datetime's rules (zones, folds), in Python
+cdef object _py_minute = _timestamps.local_minute  # local time of a minute: datetime's rules (zones, folds), in Python
 cdef dict _minutes = {}  # packed (year, month, day, hour, minute) -> epoch seconds or None
 cdef double _year_for = NAN  # time.localtime(now).tm_year, remembered for one `now`
 cdef long _year_value = 0
@@ -927,15 +1031,8 @@ cdef bint _vllm_at(U u, Py_ssize_t s, Py_ssize_t end, G *g) noexcept nogil:
     cdef Py_ssize_t i, n
     if s > 0 and aword(at(u, s - 1)):
         return False
-    if s + 8 <= end and starts_at(u, s, b"CRITICAL", 8):
-        n = 8
-    elif s + 7 <= end and starts_at(u, s, b"WARNING", 7):
-        n = 7
-    elif s + 5 <= end and (starts_at(u, s, b"DEBUG", 5) or starts_at(u, s, b"ERROR", 5)):
-        n = 5
-    elif s + 4 <= end and starts_at(u, s, b"INFO", 4):
-        n = 4
-    else:
+    n = level_at(u, s, end)
+    if n == 0:
         return False
     i = s + n
     if not (i < end and aspace(at(u, i))):
@@ -1007,7 +1104,7 @@ cdef int64_t _ordinal(int64_t y, int64_t m, int64_t d) noexcept nogil:
 
 
 cdef object _local_minute(int64_t y, int64_t mo, int64_t d, int64_t h, int64_t mi):
-    """``timestamps._minute``: local-time epoch seconds of a minute's start (None: impossible), remembered."""
+    """``timestamps.local_minute``: local-time epoch seconds of a minute's start (None: impossible), remembered."""
     cdef object key
     cdef object v
     if not (0 <= y <= 99999 and 0 <= mo <= 99 and 0 <= d <= 99 and 0 <= h <= 99 and 0 <= mi <= 99):
@@ -1507,7 +1604,7 @@ def partial_program(regex):
     those, [(strings one of which any match of another branch holds, or None; the text such a match starts with,
     after spaces, when it is anchored at the start, or None)]). A line that none of the strings matches and that
     meets no other branch's conditions cannot match: the expression need not run. None: no such split."""
-    from rlwatch.logs.literals import _required
+    from rlwatch.logs.literals import sequence_literals
 
     if regex.flags & ~_re.UNICODE:
         return None
@@ -1526,7 +1623,7 @@ def partial_program(regex):
             continue
         state = [False]
         try:
-            required = _required(list(branch), state)
+            required = sequence_literals(list(branch), state)
         except RecursionError:
             required = None
         if state[0] or (required is not None and not all(required)):
@@ -1622,40 +1719,21 @@ def py_program_search(list program, str body):
 
 cdef bint code_line(U u) noexcept nogil:
     """``kinds._CODE_LINE.search(body)``: ``^\\s*(?:#|(?:raise|except|if|elif|assert|return|def|class|await|yield|
-    lambda)\\b)`` (unicode classes)."""
+    lambda)\\b)`` (unicode classes), the keywords being ``wording.CODE_KEYWORDS``."""
     cdef Py_ssize_t i = 0, e
+    cdef int k
     while i < u.n and uspace(at(u, i)):
         i += 1
     if i >= u.n:
         return False
     if at(u, i) == 35:
         return True
-    e = -1
-    if starts_at(u, i, b"raise", 5):
-        e = i + 5
-    elif starts_at(u, i, b"except", 6):
-        e = i + 6
-    elif starts_at(u, i, b"if", 2):
-        e = i + 2
-    elif starts_at(u, i, b"elif", 4):
-        e = i + 4
-    elif starts_at(u, i, b"assert", 6):
-        e = i + 6
-    elif starts_at(u, i, b"return", 6):
-        e = i + 6
-    elif starts_at(u, i, b"def", 3):
-        e = i + 3
-    elif starts_at(u, i, b"class", 5):
-        e = i + 5
-    elif starts_at(u, i, b"await", 5):
-        e = i + 5
-    elif starts_at(u, i, b"yield", 5):
-        e = i + 5
-    elif starts_at(u, i, b"lambda", 6):
-        e = i + 6
-    if e < 0:
-        return False
-    return e >= u.n or not uword(at(u, e))
+    for k in range(N_KEYWORDS):  # the alternation tries each keyword in turn until one is followed by a boundary
+        if starts_lit(u, i, W_KEYWORDS[k]):
+            e = i + W_KEYWORDS[k].n
+            if e >= u.n or not uword(at(u, e)):
+                return True
+    return False
 
 
 cdef bint _starts_after_spaces(str body, U u, str prefix) except -1:
@@ -1765,18 +1843,18 @@ from rlwatch.logs.signatures import signature as _py_signature
 from rlwatch.logs.kinds import REDRAWN_KINDS as _REDRAWN_KINDS
 
 cdef int64_t UNCOUNTED = _UNCOUNTED
-cdef object _GUTTER_SUB = _inc._GUTTER.sub
-cdef object _WORK_SEARCH = _inc._WORK.search
-cdef object _WORK_RANK_SEARCH = _inc._WORK_RANK.search
-cdef object _WORK_TIMEOUT_SEARCH = _inc._WORK_TIMEOUT.search
-cdef object _PG_SEARCH = _inc._PG.search
-cdef object _crash_title = _inc._crash_title
-cdef object _timeout_title = _inc._timeout_title
+cdef object _GUTTER_SUB = _inc.GUTTER.sub
+cdef object _WORK_SEARCH = _inc.WORK.search
+cdef object _WORK_RANK_SEARCH = _inc.WORK_RANK.search
+cdef object _WORK_TIMEOUT_SEARCH = _inc.WORK_TIMEOUT.search
+cdef object _PG_SEARCH = _inc.PROCESS_GROUP.search
+cdef object _crash_title = _inc.crash_title
+cdef object _timeout_title = _inc.timeout_title
 cdef object _CollectiveTimeout = _inc.CollectiveTimeout
-cdef object _Failure = _tr._Failure
+cdef object _Failure = _tr.ReportFailure
 cdef object _failure_text = _tr.child_failure_text
 cdef tuple _CHILD_TITLES = tuple(_tr.CHILD_TITLES)
-cdef str _TB = "Traceback (most recent call last):"
+cdef str _TB = S_TB_HEADER
 cdef dict _signatures = {}  # (parts) -> signature: the same failure comes back tens of thousands of times
 
 DEF _DISPLAY_CHARS = 2000
@@ -1903,7 +1981,6 @@ cdef str shown(str text):
 
 
 # =========================================================================================== signatures, by hand
-cdef str _HEADER_TEXT = "Traceback (most recent call last):"
 
 
 cdef bint header(str body, U u) except -1:
@@ -1912,7 +1989,7 @@ cdef bint header(str body, U u) except -1:
     cdef Py_ssize_t e = u.n
     while e > 0 and uspace(at(u, e - 1)):
         e -= 1
-    return e >= 34 and starts_at(u, e - 34, b"Traceback (most recent call last):", 34)
+    return e >= W_TB_HEADER.n and starts_lit(u, e - W_TB_HEADER.n, W_TB_HEADER)
 
 
 cdef bint frame(str body, U u, Out out) except -1:
@@ -1920,15 +1997,15 @@ cdef bint frame(str body, U u, Out out) except -1:
     cdef Py_ssize_t i = 0, a, b, c
     while i < u.n and uspace(at(u, i)):
         i += 1
-    if not starts_at(u, i, b'File "', 6):
+    if not starts_lit(u, i, W_FRAME_FILE):
         return False
-    a = i + 6
+    a = i + W_FRAME_FILE.n
     b = a
     while b < u.n and at(u, b) != 34:
         b += 1
-    if not starts_at(u, b, b'", line ', 8):
+    if not starts_lit(u, b, W_FRAME_LINE):
         return False
-    c = b + 8
+    c = b + W_FRAME_LINE.n
     i = c
     while i < u.n and udigit(at(u, i)):
         i += 1
@@ -1950,10 +2027,10 @@ cdef bint chain_line(U u) noexcept nogil:
     cdef Py_ssize_t i = 0
     while i < u.n and uspace(at(u, i)):
         i += 1
-    if starts_at(u, i, b"During handling of the above exception, another exception occurred:", 67):
-        return tail_is_ws_end(u, i + 67)
-    if starts_at(u, i, b"The above exception was the direct cause of the following exception:", 68):
-        return tail_is_ws_end(u, i + 68)
+    if starts_lit(u, i, W_CHAIN_CONTEXT):
+        return tail_is_ws_end(u, i + W_CHAIN_CONTEXT.n)
+    if starts_lit(u, i, W_CHAIN_CAUSE):
+        return tail_is_ws_end(u, i + W_CHAIN_CAUSE.n)
     return False
 
 
@@ -2010,7 +2087,7 @@ cdef object exception(str line):
     elif last.upper() == last:
         return None
     c = at(u, last_start)
-    if not (65 <= c <= 90 or last.endswith(("error", "exception", "timeout", "exit"))):
+    if not (65 <= c <= 90 or last.endswith(S_EXCEPTION_ENDINGS)):
         return None
     return name, strip_str(msg)
 
@@ -2213,8 +2290,12 @@ cdef class Report:
         if self.name is None and self.section == 0:
             # _REPORT_TITLE: ^(\S.*) FAILED\s*$ over a stripped line: it ends in " FAILED" after one character
             # or more, none a newline
-            if n > 7 and starts_at(us, n - 7, b" FAILED", 7) and PyUnicode_FindChar(stripped, 10, 0, n, 1) < 0:
-                self.name = PyUnicode_Substring(stripped, 0, n - 7)
+            if (
+                n > W_TR_FAILED.n
+                and starts_lit(us, n - W_TR_FAILED.n, W_TR_FAILED)
+                and PyUnicode_FindChar(stripped, 10, 0, n, 1) < 0
+            ):
+                self.name = PyUnicode_Substring(stripped, 0, n - W_TR_FAILED.n)
                 return True
         if stripped == _FAILURES:
             self.section, self.current = 1, None
@@ -3595,7 +3676,7 @@ cdef class Core:
         b.state = 0
         b.exc_type = ""
         b.exc_msg = ""
-        b.rank = _inc._rank_of(tag) if "rank" in tag else None
+        b.rank = _inc.rank_of(tag) if S_RANK in tag else None
         fs.blocks[tag] = b
 
     cdef inline void inc_close(self, FileState fs, str tag) except *:
@@ -3661,7 +3742,7 @@ cdef class Core:
                 block.exc_type, block.exc_msg = exc
                 block.state = 1
                 block.idle = 0
-                if block.exc_type.endswith("ChildFailedError"):
+                if block.exc_type.endswith(S_CHILD_FAILED):
                     block.report = Report()
                 s = self.when(w)
                 self.publish(fs, block, s, lineno)
@@ -3934,7 +4015,7 @@ cdef class Core:
         if work is None:
             return
         m = _WORK_RANK_SEARCH(text)
-        rank = int(m.group(1)) if m else _inc._rank_of(text[: max(0, work.start())])
+        rank = int(m.group(1)) if m else _inc.rank_of(text[: max(0, work.start())])
         seq, op = int(work.group(1)), work.group(2)
         key = (fs.path, rank, seq, op)
         found = self.timeouts.get(key)
@@ -4027,24 +4108,25 @@ cdef class Core:
 # ================================================================================================ bulk byte runs
 cdef Py_ssize_t find_traceback(const unsigned char *p, Py_ssize_t a, Py_ssize_t b) noexcept nogil:
     cdef const char *r
-    if b - a < 9:
+    if b - a < W_TRACEBACK.n:
         return -1
-    r = rlw_memmem(<const char *>p + a, b - a, b"Traceback", 9)
+    r = rlw_memmem(<const char *>p + a, b - a, W_TRACEBACK.p, W_TRACEBACK.n)
     return -1 if r == NULL else <const unsigned char *>r - p
 
 
 cdef Py_ssize_t rfind_frame_word(const unsigned char *p, Py_ssize_t a, Py_ssize_t b) noexcept nogil:
-    """``data.rfind(b'File "', a, b)``."""
-    cdef Py_ssize_t i = b - 6
+    """``data.rfind(wording.FRAME_FILE, a, b)``."""
+    cdef Py_ssize_t i = b - W_FRAME_FILE.n
+    cdef unsigned char c0 = <unsigned char>W_FRAME_FILE.p[0]
     while i >= a:
-        if p[i] == 70 and memcmp(p + i, b'File "', 6) == 0:
+        if p[i] == c0 and memcmp(p + i, W_FRAME_FILE.p, W_FRAME_FILE.n) == 0:
             return i
         i -= 1
     return -1
 
 
 cdef bint find_exception_word(const unsigned char *p, Py_ssize_t a, Py_ssize_t b) noexcept nogil:
-    return b - a >= 9 and rlw_memmem(<const char *>p + a, b - a, b"exception", 9) != NULL
+    return b - a >= W_EXCEPTION.n and rlw_memmem(<const char *>p + a, b - a, W_EXCEPTION.p, W_EXCEPTION.n) != NULL
 
 
 cdef inline bint _frame_char(unsigned char c) noexcept nogil:
@@ -4090,13 +4172,10 @@ cdef Py_ssize_t between_run(const unsigned char *p, Py_ssize_t pos, Py_ssize_t s
         j = i
         while j < stop and (p[j] == 32 or p[j] == 9):
             j += 1
-        if j + 67 <= stop and memcmp(p + j, b"During handling of the above exception, another exception occurred:",
-                                      67) == 0:
-            j += 67
-        elif j + 68 <= stop and memcmp(
-            p + j, b"The above exception was the direct cause of the following exception:", 68
-        ) == 0:
-            j += 68
+        if j + W_CHAIN_CONTEXT.n <= stop and memcmp(p + j, W_CHAIN_CONTEXT.p, W_CHAIN_CONTEXT.n) == 0:
+            j += W_CHAIN_CONTEXT.n
+        elif j + W_CHAIN_CAUSE.n <= stop and memcmp(p + j, W_CHAIN_CAUSE.p, W_CHAIN_CAUSE.n) == 0:
+            j += W_CHAIN_CAUSE.n
         while j < stop and (p[j] == 32 or p[j] == 9):
             j += 1
         if j >= stop or p[j] != 10:
@@ -4117,7 +4196,7 @@ cdef extern from *:
     int _lowest "rlw_lowest"(uint64_t m) noexcept nogil
 
 
-from rlwatch.logs.kinds import _CODE_LINE as _CODE_LINE_RE
+from rlwatch.logs.kinds import CODE_LINE as _CODE_LINE_RE
 
 cdef str _CODE_LINE_PATTERN = _CODE_LINE_RE.pattern
 
@@ -4138,8 +4217,8 @@ cdef object _MP_TIME = None
 cdef list _AREAL_SUFFIXES = None  # [(name, (suffix, ...))]
 cdef str _BOX = "\u2502"  # │
 cdef str _HEAVY = "\u2503"  # ┃
-cdef str _UPDATE_WEIGHTS_KEY = "timeperf/update_weights"
-cdef str _DISK_UPDATE_TEXT = "Loading weights from disk done in "
+cdef str _UPDATE_WEIGHTS_KEY = S_UPDATE_WEIGHTS
+cdef str _DISK_UPDATE_TEXT = S_DISK_UPDATE
 
 
 cdef void _trackers_init() except *:
@@ -4150,7 +4229,7 @@ cdef void _trackers_init() except *:
     from rlwatch.common import state
     from rlwatch.logs import learning, training
 
-    _PREFIX_SUB = training._PREFIX.sub
+    _PREFIX_SUB = training.LINE_PREFIX.sub
     _line_ref_py = state.line_ref
     _MetricPoint = state.MetricPoint
     _MP_STEP = _MetricPoint.__dict__["step"]
@@ -4186,10 +4265,10 @@ cdef Py_ssize_t count_char(str text, uc c) except -1:
 cdef object areal_step(str text):
     """``parse_areal_step``: ``Train step ([0-9]{1,12})/([0-9]{1,12}) done`` searched: (step, total) or None."""
     cdef U u = uview(text)
-    cdef Py_ssize_t k = PyUnicode_Find(text, "Train step ", 0, u.n, 1)
+    cdef Py_ssize_t k = PyUnicode_Find(text, S_TRAIN_STEP, 0, u.n, 1)
     cdef Py_ssize_t i, a, b
     while k >= 0:
-        i = k + 11
+        i = k + W_TRAIN_STEP.n
         a = i
         while i < u.n and adigit(at(u, i)):
             i += 1
@@ -4198,9 +4277,9 @@ cdef object areal_step(str text):
             b = i
             while i < u.n and adigit(at(u, i)):
                 i += 1
-            if 1 <= i - b <= 12 and starts_at(u, i, b" done", 5):
+            if 1 <= i - b <= 12 and starts_lit(u, i, W_STEP_DONE):
                 return int(PyUnicode_Substring(text, a, b - 1)), int(PyUnicode_Substring(text, b, i))
-        k = PyUnicode_Find(text, "Train step ", k + 1, u.n, 1)
+        k = PyUnicode_Find(text, S_TRAIN_STEP, k + 1, u.n, 1)
     return None
 
 
@@ -4210,7 +4289,7 @@ cdef object weight_update_seconds(str text):
     cdef Py_ssize_t k = PyUnicode_Find(text, _DISK_UPDATE_TEXT, 0, u.n, 1)
     cdef Py_ssize_t i, a, f
     while k >= 0:
-        a = k + 34
+        a = k + W_DISK_UPDATE.n
         i = a
         while i < u.n and adigit(at(u, i)):
             i += 1
@@ -4229,38 +4308,38 @@ cdef object weight_update_seconds(str text):
 
 cdef bint recent_add_ordered(object recent, object key) except -1:
     """``training._Recent.add``: an OrderedDict of the newest keys."""
-    cdef object keys = recent._keys
+    cdef object keys = recent.keys
     if key in keys:
         keys.move_to_end(key)
         return False
     keys[key] = None
-    if len(keys) > recent._size:
+    if len(keys) > recent.size:
         keys.popitem(last=False)
     return True
 
 
 cdef bint recent_add_plain(object recent, object key) except -1:
     """``learning._Recent.add``: an OrderedDict of the newest keys (not moved when seen again)."""
-    cdef object keys = recent._keys
+    cdef object keys = recent.keys
     if key in keys:
         return False
     keys[key] = None
-    if len(keys) > recent._size:
+    if len(keys) > recent.size:
         keys.popitem(last=False)
     return True
 
 
 cdef int reward_rank(str key) except -1:
-    if key.endswith("task_reward/avg"):
+    if key.endswith(S_REWARD_BEST):
         return 2
-    if key == "rollout/reward" or key.endswith(("/rollout/reward", "rollout/reward/avg")):
+    if key == S_REWARD_ROLLOUT or key.endswith(S_REWARD_ROLLOUT_ENDINGS):
         return 1
     return 0
 
 
 def training_apply(object t, double offset):
     """``TrainingTracker._apply_pending`` after its offset is read: every queued line parsed, in order."""
-    cdef object queue = t._queue
+    cdef object queue = t.queue
     cdef object line
     _trackers_init()
     popleft = queue.popleft
@@ -4277,34 +4356,34 @@ cdef void touch(object t, double time, double offset) except *:
     if not isfinite(time):
         return
     m = time - offset
-    last = t._last_line_m
+    last = t.last_line_m
     if last is None or m > <double>last:
-        t._last_line_at = time
-        t._last_line_m = m
+        t.last_line_at = time
+        t.last_line_m = m
 
 
 cdef void mark_step(object t, double time, object counter, double offset) except *:
     cdef double m
     if isfinite(time):
         m = time - offset
-        last = t._last_step_m
+        last = t.last_step_m
         if last is None or m >= <double>last:
-            t._last_step_at = time
-            t._last_step_m = m
-        t._rate_points.append((time, counter))
+            t.last_step_at = time
+            t.last_step_m = m
+        t.rate_points.append((time, counter))
 
 
 cdef void record_reward(object t, object slot, int rank, double value) except *:
     if not isfinite(value):
         return
-    if slot == t._reward_slot:
-        if rank <= t._reward_slot_rank:
+    if slot == t.reward_slot:
+        if rank <= t.reward_slot_rank:
             return
-        if t._rewards:
-            t._rewards.pop()
-    t._rewards.append(value)
-    t._reward_slot = slot
-    t._reward_slot_rank = rank
+        if t.rewards:
+            t.rewards.pop()
+    t.rewards.append(value)
+    t.reward_slot = slot
+    t.reward_slot_rank = rank
 
 
 cdef struct B:
@@ -4327,10 +4406,20 @@ cdef B bview(str text):
     return b
 
 
-cdef inline bint bhas(B b, str text, const char *lit, Py_ssize_t n, str slit) except -1:
+cdef inline bint bhas(B b, str text, Lit w, str slit) except -1:
+    """``slit in text``, over the text's UTF-8 where it has one (``w`` is slit's bytes)."""
     if b.ok:
-        return n <= b.n and rlw_memmem(b.p, b.n, lit, n) != NULL
+        return w.n <= b.n and rlw_memmem(b.p, b.n, w.p, w.n) != NULL
     return PyUnicode_Find(text, slit, 0, PyUnicode_GET_LENGTH(text), 1) >= 0
+
+
+cdef bint bhas_any(B b, str text, Lit *ws, int n, tuple slits) except -1:
+    """Any of slits in text (ws[] their bytes)."""
+    cdef int k
+    for k in range(n):
+        if bhas(b, text, ws[k], <str>slits[k]):
+            return True
+    return False
 
 
 DEF _MAX_BARS = 256
@@ -4414,43 +4503,36 @@ cdef void training_parse(object t, object line, double offset) except *:
     cdef str key, k
     cdef int rank
     cdef object value
-    if not recent_add_ordered(t._delivered, (line.path, line.lineno, text)):
+    if not recent_add_ordered(t.delivered, (line.path, line.lineno, text)):
         return
     touch(t, time, offset)
     cdef U u = uview(text)
     cdef B bt = bview(text)
     if (
-        bhas(bt, text, b"Training completes!", 19, "Training completes!")
-        or bhas(bt, text, b"Final validation metrics", 24, "Final validation metrics")
-        or bhas(bt, text, b"' succeeded", 11, "' succeeded")
+        bhas(bt, text, W_AREAL_DONE, S_AREAL_DONE)
+        or bhas_any(bt, text, W_FINISHED, N_FINISHED, S_FINISHED)
     ):
-        t._finished = True  # AReaL's last line; verl's last pprint; `ray job submit`'s Job '...' succeeded
-    areal = areal_step(text) if bhas(bt, text, b"Train step ", 11, "Train step ") else None
+        t.finished = True  # AReaL's last line; verl's last pprint; `ray job submit`'s Job '...' succeeded
+    areal = areal_step(text) if bhas(bt, text, W_TRAIN_STEP, S_TRAIN_STEP) else None
     if areal is not None:
         step, total = areal
-        last = t._areal_step
+        last = t.areal_step
         if last is not None and step <= last:
-            if line.path != t._areal_path:
+            if line.path != t.areal_path:
                 areal = None  # a copy of the same output in another file, lagging behind
             else:
-                t._rate_points.clear()  # the run restarted and appends to the same log
+                t.rate_points.clear()  # the run restarted and appends to the same log
         if areal is not None:
-            t._areal_step = step
-            t._areal_total = total if total > 0 else None
-            t._areal_path = line.path
-            t._finished = False
+            t.areal_step = step
+            t.areal_total = total if total > 0 else None
+            t.areal_path = line.path
+            t.finished = False
             mark_step(t, time, step, offset)
     else:
-        if (
-            bhas(bt, text, b"{", 1, "{")
-            or bhas(bt, text, b"step:", 5, "step:")
-            or bhas(bt, text, b"Global step ", 12, "Global step ")
-            or bhas(bt, text, b"Training Progress:", 18, "Training Progress:")
-            or bhas(bt, text, b"Total training steps: ", 22, "Total training steps: ")
-        ):
-            t._parse_other_formats(line, text, offset)  # verl, OpenRLHF, verl's bar, TRL's dicts: in Python
+        if bhas_any(bt, text, W_OTHER_FORMATS, N_OTHER_FORMATS, S_OTHER_FORMATS):
+            t.parse_other_formats(line, text, offset)  # verl, OpenRLHF, verl's bar, TRL's dicts: in Python
         if count_char(text, 0x2502) < 3:  # not one of AReaL's stats rows
-            t._parse_shape(line, text, offset)  # progress known by its shape (logs/progress_shape.py): in Python
+            t.parse_shape(line, text, offset)  # progress known by its shape (logs/progress_shape.py): in Python
     cdef Py_ssize_t heavy = 0, plain = 0
     cdef Py_ssize_t lbars[_MAX_BARS]
     cdef Py_ssize_t hbars[_MAX_BARS]
@@ -4464,8 +4546,8 @@ cdef void training_parse(object t, object line, double offset) except *:
         bar = _BOX if light >= 3 else _HEAVY if heavy >= 3 else "|"
         # _tracked_stats and _on_stats_row: only the reward keys and the update-weights timing are read; the cells
         # are text.split(bar)[1:-1], found as bounds, and only those read become strings
-        timing = bhas(bt, text, b"timeperf/update_weights", 23, _UPDATE_WEIGHTS_KEY)
-        slot = t._areal_step if t._areal_step is not None else t._dicts
+        timing = bhas(bt, text, W_UPDATE_WEIGHTS, _UPDATE_WEIGHTS_KEY)
+        slot = t.areal_step if t.areal_step is not None else t.dicts
         row = {}
         if light >= 3:
             bars = &lbars[0]
@@ -4481,14 +4563,16 @@ cdef void training_parse(object t, object line, double offset) except *:
             cells = text.split(bar)
             for i in range(1, len(cells) - 2, 2):
                 key = <str>cells[i]
-                if "reward" in key or (timing and _UPDATE_WEIGHTS_KEY in key):
+                if S_REWARD in key or (timing and _UPDATE_WEIGHTS_KEY in key):
                     try:
                         row[strip_str(key)] = float(strip_str(<str>cells[i + 1]))
                     except ValueError:
                         pass
         for j in range(0, m - 2, 2):
             ka, kb = bars[j] + 1, bars[j + 1]
-            if span_has(u, ka, kb, b"reward", 6) or (timing and span_has(u, ka, kb, b"timeperf/update_weights", 23)):
+            if span_has(u, ka, kb, W_REWARD.p, W_REWARD.n) or (
+                timing and span_has(u, ka, kb, W_UPDATE_WEIGHTS.p, W_UPDATE_WEIGHTS.n)
+            ):
                 va, vb = bars[j + 1] + 1, bars[j + 2]
                 trim(u, &ka, &kb)
                 trim(u, &va, &vb)
@@ -4502,17 +4586,17 @@ cdef void training_parse(object t, object line, double offset) except *:
                 record_reward(t, slot, rank, <double>value)
             elif (
                 k == _UPDATE_WEIGHTS_KEY
-                and not t._disk_updates
+                and not t.disk_updates
                 and isfinite(<double>value)
                 and <double>value >= 0
-                and t._contents.add(("timeperf", slot))
+                and t.contents.add(("timeperf", slot))
             ):
-                t._updates.append(value)  # xccl mode logs no per-update line: the step's timing stat is the one
-    if bhas(bt, text, b"Loading weights from disk done in ", 34, _DISK_UPDATE_TEXT):
+                t.updates.append(value)  # xccl mode logs no per-update line: the step's timing stat is the one
+    if bhas(bt, text, W_DISK_UPDATE, _DISK_UPDATE_TEXT):
         duration = weight_update_seconds(text)
-        if duration is not None and t._contents.add(("update", strip_str(_PREFIX_SUB("", text)))):
-            t._disk_updates = True
-            t._updates.append(duration)
+        if duration is not None and t.contents.add(("update", strip_str(_PREFIX_SUB("", text)))):
+            t.disk_updates = True
+            t.updates.append(duration)
 
 
 cdef class LearningFeed:
@@ -4524,18 +4608,18 @@ cdef class LearningFeed:
     def __init__(self, tracker):
         _trackers_init()
         self.t = tracker
-        self.lock = tracker._lock
+        self.lock = tracker.lock
 
     def __call__(self, line):
         cdef object t = self.t
         with self.lock:
-            if not recent_add_plain(t._delivered, (line.path, line.lineno, line.text)):
+            if not recent_add_plain(t.delivered, (line.path, line.lineno, line.text)):
                 return
             learning_parse(t, line)
 
 
 cdef void learning_parse(object t, object line) except *:
-    """``LearningTracker._parse``: AReaL's stats rows here, every other format in its Python."""
+    """``LearningTracker.parse_line``: AReaL's stats rows here, every other format in its Python."""
     cdef str text = line.text
     cdef str bar
     cdef list cells, order
@@ -4553,13 +4637,17 @@ cdef void learning_parse(object t, object line) except *:
     cdef int j
     cdef Py_ssize_t ka, kb, va, vb
     cdef B bt = bview(text)
-    if bhas(bt, text, b"Train step ", 11, "Train step "):
+    if bhas(bt, text, W_TRAIN_STEP, S_TRAIN_STEP):
         areal = areal_step(text)
         if areal is not None:
-            t._areal_step = areal[0]
+            t.areal_step = areal[0]
         return
-    if bhas(bt, text, b"step:", 5, "step:") or bhas(bt, text, b"{", 1, "{") or bhas(bt, text, b"act_loss=", 9, "act_loss="):
-        t._parse(line)
+    if (
+        bhas(bt, text, W_VERL_STEP, S_VERL_STEP)
+        or bhas(bt, text, W_METRIC_DICT, S_METRIC_DICT)
+        or bhas(bt, text, W_ORDINAL_POSTFIX, S_ORDINAL_POSTFIX)
+    ):
+        t.parse_line(line)
         return
     rlw_bars(u.kind, u.data, u.n, lbars, &light, hbars, &heavy, pbars, &plain, _MAX_BARS)
     if light >= 3:
@@ -4616,8 +4704,8 @@ cdef void learning_parse(object t, object line) except *:
         found[name] = (chosen, values[chosen])
     if not found:
         return
-    step = t._areal_step if t._areal_step is not None else t._ordinal
-    if recent_add_plain(t._contents, ("areal", step, tuple(sorted(found)))):
+    step = t.areal_step if t.areal_step is not None else t.ordinal
+    if recent_add_plain(t.contents, ("areal", step, tuple(sorted(found)))):
         learning_record(t, step, found, line.time)
 
 
@@ -4661,18 +4749,18 @@ cdef bint _suffixed(str key) except -1:
 
 cdef void learning_record(object t, object step, dict found, double time) except *:
     """``LearningTracker._record``."""
-    cdef dict series_of = t._series
+    cdef dict series_of = t.series
     cdef double when = time if isfinite(time) else NAN
     for name, pair in found.items():
         key, value = pair
         series = series_of.get(name)
         if series is None:
-            series = series_of[name] = _deque(maxlen=t._history)
+            series = series_of[name] = _deque(maxlen=t.history)
         if series and series[len(series) - 1].step == step:  # the same step told again: the newest wins
             series.pop()
         series.append(metric_point(step, value, when))
-        t._keys[name] = key
-    t._version += 1
+        t.keys[name] = key
+    t.version += 1
 
 
 def py_areal_step(str text):

@@ -28,11 +28,25 @@ from typing import Any
 
 from rlwatch.common.state import ChildFailure, CollectiveTimeout, Incident, IncidentTally, line_ref
 from rlwatch.common.words import plural
+from rlwatch.logs import wording
 from rlwatch.logs.prefixes import prepare
 from rlwatch.logs.signatures import HEADER, TITLE_MSG_CHARS, exception, location, signature
 from rlwatch.logs.torchrun_report import CHILD_TITLES, Report, child_failure_text, finished, report_line
 
-__all__ = ["EVENT_KINDS", "HEADER_WORD", "IncidentTracker", "Span"]
+__all__ = [
+    "EVENT_KINDS",
+    "GUTTER",
+    "HEADER_WORD",
+    "PROCESS_GROUP",
+    "WORK",
+    "WORK_RANK",
+    "WORK_TIMEOUT",
+    "IncidentTracker",
+    "Span",
+    "crash_title",
+    "rank_of",
+    "timeout_title",
+]
 
 # (time, by) of one line: see the module docstring.
 Span = tuple[float, float | None]
@@ -40,25 +54,23 @@ _INF = float("inf")
 
 # In every traceback header (``HEADER``). A line without it, in a file without an open block, is nothing to the
 # tracker: the counter checks this (and ``open_paths``) before handing it a line, most lines being such.
-HEADER_WORD = "Traceback"
-_FRAME = re.compile(r'^\s*File "([^"]*)", line (\d+)')
-_CHAIN = re.compile(
-    r"^\s*(?:During handling of the above exception, another exception occurred:"
-    r"|The above exception was the direct cause of the following exception:)\s*$"
-)
+HEADER_WORD = wording.TRACEBACK
+_FRAME = re.compile(r"^\s*" + re.escape(wording.FRAME_FILE) + r'([^"]*)' + re.escape(wording.FRAME_LINE) + r"(\d+)")
+_CHAIN = re.compile(rf"^\s*(?:{re.escape(wording.CHAIN_CONTEXT)}|{re.escape(wording.CHAIN_CAUSE)})\s*$")
+# GUTTER, WORK, WORK_RANK, WORK_TIMEOUT and PROCESS_GROUP are public: the compiled event path runs them too.
 # Python 3.11 prints exception groups with a gutter ("  | ", "  + ") in front of every line of the group.
-_GUTTER = re.compile(r"^\s*[|+](?:[ -]?[|+])*[ -]?")
-_RANK_TAG = re.compile(r"\[rank(\d+)\]")
+GUTTER = re.compile(r"^\s*[|+](?:[ -]?[|+])*[ -]?")
+_RANK_TAG = re.compile(re.escape(wording.RANK_PREFIX) + r"(\d+)\]")
 
 # ProcessGroupNCCL's watchdog (torch/csrc/distributed/c10d/ProcessGroupNCCL.cpp): "[Rank 0] Watchdog caught
 # collective operation timeout: WorkNCCL(SeqNum=5, OpType=ALLREDUCE, NumelIn=…, NumelOut=…, Timeout(ms)=10000) ran
 # for 10035 milliseconds before timing out." Newer versions put "[PG ID 0 PG GUID 0(default_pg) Rank 0]" in front;
 # the same text comes again in "Process group watchdog thread terminated with exception: …" and in the
 # "what():" line of the C++ terminate that follows.
-_WORK = re.compile(r"WorkNCCL\(SeqNum=(\d+), OpType=(\w+)((?:[^()]|\([a-z]+\))*)\)(?: ran for (\d+) milliseconds)?")
-_WORK_RANK = re.compile(r"Rank (\d+)\]\s*Watchdog caught")
-_WORK_TIMEOUT = re.compile(r"Timeout\(ms\)=(\d+)")
-_PG = re.compile(r"\[PG (?:ID )?(\w+)")
+WORK = re.compile(r"WorkNCCL\(SeqNum=(\d+), OpType=(\w+)((?:[^()]|\([a-z]+\))*)\)(?: ran for (\d+) milliseconds)?")
+WORK_RANK = re.compile(r"Rank (\d+)\]\s*Watchdog caught")
+WORK_TIMEOUT = re.compile(r"Timeout\(ms\)=(\d+)")
+PROCESS_GROUP = re.compile(r"\[PG (?:ID )?(\w+)")
 MAX_INCIDENTS = 500  # kept, newest last: a night of retries would otherwise keep every one
 _MAX_TALLIES = 10_000  # distinct (kind, signature) of the incidents no longer kept; signatures are normalised
 _NCCL_SAME_BURST = 5000  # lines: a later timeout with the same rank and sequence number is a new run's
@@ -68,11 +80,12 @@ _NCCL_SAME_BURST = 5000  # lines: a later timeout with the same rank and sequenc
 # the gutter nor the prefix rules apply), and is complete. Lines holding an escape or ``Traceback`` are left to the
 # line-by-line rules.
 _FRAME_RUN = re.compile(rb"(?:[ \t]+[\x21-\x2a\x2c-\x7b\x7d\x7e][^\n\x1b]*\n)+")
-_FRAME_WORD = b'File "'
+_FRAME_WORD = wording.FRAME_FILE.encode()
+_EXCEPTION_WORD = wording.EXCEPTION_WORD.encode()
 # Blank lines and the messages between the links of a chained traceback, as whole lines.
 _BETWEEN_RUN = re.compile(
-    rb"(?:[ \t]*(?:During handling of the above exception, another exception occurred:"
-    rb"|The above exception was the direct cause of the following exception:)?[ \t]*\n)+"
+    rb"(?:[ \t]*(?:%s|%s)?[ \t]*\n)+"
+    % (re.escape(wording.CHAIN_CONTEXT.encode()), re.escape(wording.CHAIN_CAUSE.encode()))
 )
 _WINDOW = 16 << 10  # bytes of frame lines read in bulk per call at most
 _N_LINES = [re.compile(rb"(?:[^\n]*\n){%d}" % k) for k in range(81)]  # the first k lines of a span, found in C
@@ -85,8 +98,9 @@ _AFTER_LINES = 40  # lines after the exception that may still chain another exce
 _SILENT_LINES = 200
 
 
-def _rank_of(tag: str) -> int | None:
-    """The global rank a "[rank3]:" prefix names (torch prefixes each worker's lines with it)."""
+def rank_of(tag: str) -> int | None:
+    """The global rank a "[rank3]:" prefix names (torch prefixes each worker's lines with it); the compiled event
+    path calls it too."""
     m = _RANK_TAG.search(tag) if "rank" in tag else None
     return int(m.group(1)) if m else None
 
@@ -254,7 +268,7 @@ class IncidentTracker:
 
     def _open(self, key: tuple[str, str], block: _Block) -> None:
         self.open_paths.setdefault(key[0], set()).add(key[1])
-        block.rank = _rank_of(key[1])
+        block.rank = rank_of(key[1])
         self._blocks[key] = block
 
     def _close(self, key: tuple[str, str]) -> None:
@@ -288,7 +302,7 @@ class IncidentTracker:
         key = (path, tag)
         block = self._blocks.get(key)
         if "|" in body[:12] or "+" in body[:12]:
-            body = _GUTTER.sub("", body, count=1)
+            body = GUTTER.sub("", body, count=1)
         if block is None:
             if "Traceback" in body and HEADER.search(body):
                 self._open(key, _Block(lineno=lineno, first=_as_span(when()), seen=lineno))
@@ -367,7 +381,7 @@ class IncidentTracker:
             return pos, lineno  # one of them closes the block: line by line
         block.idle += n
         block.gap += n
-        if data.find(b"exception", pos, end) >= 0:
+        if data.find(_EXCEPTION_WORD, pos, end) >= 0:
             block.state = "chain"
         block.seen = lineno + n - 1
         if len(self.open_paths.get(path, ())) > 1:
@@ -416,7 +430,7 @@ class IncidentTracker:
                 block.exc_type, block.exc_msg = exc
                 block.state = "after"
                 block.idle = 0
-                if block.exc_type.endswith("ChildFailedError"):
+                if block.exc_type.endswith(wording.CHILD_FAILED):
                     block.report = Report()
                 self._publish(key[0], block, _as_span(when()), lineno)
                 return
@@ -523,26 +537,26 @@ class IncidentTracker:
             rec.count += 1
             rec.stretch(span, lineno)
             return
-        title = _crash_title(kind, text)
+        title = crash_title(kind, text)
         self._crashes[path] = self._new("crash", path, lineno, span, 1, title, signature("crash", title))
 
     def _timeout(self, path: str, lineno: int, span: Span, text: str) -> None:
         """A line that prints a timed-out collective: the first of it makes the incident, the rest count in it."""
-        work = _WORK.search(text)
+        work = WORK.search(text)
         if work is None:
             return
-        m = _WORK_RANK.search(text)
-        rank = int(m.group(1)) if m else _rank_of(text[: max(0, work.start())])
+        m = WORK_RANK.search(text)
+        rank = int(m.group(1)) if m else rank_of(text[: max(0, work.start())])
         seq, op = int(work.group(1)), work.group(2)
         key = (path, rank, seq, op)
         rec = self._timeouts.get(key)
         if rec is not None and 0 <= lineno - rec.last_line <= _NCCL_SAME_BURST:
             rec.count += 1
             rec.stretch(span, lineno)
-            rec.title = _timeout_title(rec)
+            rec.title = timeout_title(rec)
             return
-        timeout = _WORK_TIMEOUT.search(work.group(3))
-        pg = _PG.search(text)
+        timeout = WORK_TIMEOUT.search(work.group(3))
+        pg = PROCESS_GROUP.search(text)
         coll = CollectiveTimeout(
             rank=rank,
             seq=seq,
@@ -555,7 +569,7 @@ class IncidentTracker:
         rec = self._new("nccl_timeout", path, lineno, span, 1, "", sig)
         rec.rank = rank
         rec.collective = coll
-        rec.title = _timeout_title(rec)
+        rec.title = timeout_title(rec)
         self._timeouts[key] = rec
 
     # ---------------------------------------------------------------------------------------------- reading
@@ -591,7 +605,8 @@ def storm_title(count: int, label: str, path: str) -> str:
     return f"{plural(count, label + ' error')} ({os.path.basename(path)})"
 
 
-def _timeout_title(rec: _Record) -> str:
+def timeout_title(rec: _Record) -> str:
+    """An NCCL timeout record's title from its collective (the compiled event path calls it too)."""
     c = rec.collective
     if c is None:
         return "NCCL collective timeout"
@@ -605,7 +620,8 @@ def _timeout_title(rec: _Record) -> str:
 _RETURNCODE = re.compile(r"exits, returncode=(-?\d+)")
 
 
-def _crash_title(kind: str, text: str) -> str:
+def crash_title(kind: str, text: str) -> str:
+    """A crash record's title from its kind and line (the compiled event path calls it too)."""
     if kind == "child_failed":
         return "torchrun worker failed (ChildFailedError)"
     if kind == "_server_exit":

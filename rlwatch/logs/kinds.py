@@ -14,11 +14,12 @@ from dataclasses import dataclass
 from rlwatch.common.patterns import Pattern, compile_pattern
 from rlwatch.common.state import Severity
 from rlwatch.config.models import EventsConfig
+from rlwatch.logs import wording
 from rlwatch.logs.foreign import kernel, slurm
 from rlwatch.logs.literals import required_literals
 from rlwatch.logs.progress_shape import CANDIDATE, CANDIDATE_LITERALS
 
-__all__ = ["PROGRESS_KINDS", "REDRAWN_KINDS", "EventKind", "build_kinds", "builtin_kinds"]
+__all__ = ["CODE_LINE", "PROGRESS_KINDS", "REDRAWN_KINDS", "EventKind", "build_kinds", "builtin_kinds"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -43,7 +44,7 @@ class EventKind:
 
 # A traceback quotes the source line of each frame (`    raise ChildFailedError(`, `    except TimeoutError:`).
 # Such a line names the error without being one; without this, every chained traceback would count its own code.
-_CODE_LINE = re.compile(r"^\s*(?:#|(?:raise|except|if|elif|assert|return|def|class|await|yield|lambda)\b)")
+CODE_LINE = re.compile(r"^\s*(?:#|(?:" + "|".join(map(re.escape, wording.CODE_KEYWORDS)) + r")\b)")
 
 
 def _kind(
@@ -63,7 +64,7 @@ def _kind(
         literals=literals,
         progress=progress,
         internal=internal,
-        exclude=_CODE_LINE if code_lines_excluded else None,
+        exclude=CODE_LINE if code_lines_excluded else None,
     )
 
 
@@ -389,7 +390,7 @@ def builtin_kinds(brake_pattern: str = _DEFAULT_BRAKE, *, bounded: bool = False)
         regex=regex,
         literals=literals,
         ignore_case=True,
-        exclude=_CODE_LINE,
+        exclude=CODE_LINE,
     )
     kinds = list(_BUILTIN)
     kinds.insert(next(i for i, k in enumerate(kinds) if k.name == "oom_kill"), brake)

@@ -31,6 +31,7 @@ from collections import OrderedDict, deque
 from collections.abc import Callable
 
 from rlwatch.common.state import LearningState, LogLine, MetricPoint
+from rlwatch.logs import wording
 from rlwatch.logs.native import event_path
 from rlwatch.logs.training import parse_areal_step, parse_metrics, parse_stats_row
 
@@ -77,21 +78,22 @@ _POSTFIX_PAIR = re.compile(r"([A-Za-z_]\w*)=([-+]?(?:nan|inf|[0-9.]+(?:[eE][-+]?
 
 
 class _Recent:
-    """A bounded set of recently seen keys: deduplication (the same output tailed twice) that cannot grow."""
+    """A bounded set of recently seen keys: deduplication (the same output tailed twice) that cannot grow (``keys``
+    and ``size`` are read by the compiled event path, which adds to it without a call)."""
 
     def __init__(self, size: int = 512) -> None:
         # An OrderedDict drops its oldest key in constant time; a dict's first key is found by walking past the
         # slots of the keys dropped before it.
-        self._keys: OrderedDict[object, None] = OrderedDict()
-        self._size = size
+        self.keys: OrderedDict[object, None] = OrderedDict()
+        self.size = size
 
     def add(self, key: object) -> bool:
         """True when the key is new."""
-        if key in self._keys:
+        if key in self.keys:
             return False
-        self._keys[key] = None
-        if len(self._keys) > self._size:
-            self._keys.popitem(last=False)
+        self.keys[key] = None
+        if len(self.keys) > self.size:
+            self.keys.popitem(last=False)
         return True
 
 
@@ -142,22 +144,26 @@ def canonical_suffix(values: dict[str, float]) -> dict[str, tuple[str, float]]:
 
 class LearningTracker:
     """Keeps each learning metric's recent values with the step they were logged at. Thread-safe; every handler
-    runs every parser, so it does not matter which event kind delivers a line."""
+    runs every parser, so it does not matter which event kind delivers a line.
+
+    Its parsing state (``series``, ``version``, ``contents``, ``delivered``, ``lock`` …) and ``parse_line`` are
+    public because the compiled event path (``_eventpath.pyx``) reads and writes them; every other reader goes
+    through :meth:`state`."""
 
     def __init__(
         self, step_of: Callable[[], int | None] | None = None, history: int = HISTORY, *, native: bool = True
     ) -> None:
         self._step_of = step_of  # the training tracker's step, for formats that print none (TRL)
-        self._history = history
-        self._lock = threading.Lock()
-        self._series: dict[str, deque[MetricPoint]] = {}
-        self._keys: dict[str, str] = {}
-        self._delivered = _Recent()
-        self._contents = _Recent()
-        self._ordinal = 0  # metric lines without a step number seen
-        self._areal_step: int | None = None
+        self.history = history
+        self.lock = threading.Lock()
+        self.series: dict[str, deque[MetricPoint]] = {}
+        self.keys: dict[str, str] = {}
+        self.delivered = _Recent()
+        self.contents = _Recent()
+        self.ordinal = 0  # metric lines without a step number seen
+        self.areal_step: int | None = None
         self._steps_exact = True
-        self._version = 0  # bumped by every recorded value: state() is rebuilt only after one
+        self.version = 0  # bumped by every recorded value: state() is rebuilt only after one
         self._state: tuple[int, LearningState | None] = (0, None)
         # The handler of every kind that delivers lines (step, _reward, _learning): compiled where the event path is
         # built (AReaL's stats rows read in C, every other format by _parse), else _on_line. Lines are read as they
@@ -167,70 +173,70 @@ class LearningTracker:
         self.on_step = self.on_reward = self.on_learning = self.on_line
 
     def _on_line(self, line: LogLine) -> None:
-        with self._lock:
-            if not self._delivered.add((line.path, line.lineno, line.text)):
+        with self.lock:
+            if not self.delivered.add((line.path, line.lineno, line.text)):
                 return
-            self._parse(line)
+            self.parse_line(line)
 
-    def _parse(self, line: LogLine) -> None:
+    def parse_line(self, line: LogLine) -> None:
         text = line.text
-        if "Train step " in text:
+        if wording.AREAL_TRAIN_STEP in text:
             areal = parse_areal_step(text)
             if areal is not None:
-                self._areal_step = areal[0]
+                self.areal_step = areal[0]
             return
-        verl = parse_verl(text) if "step:" in text else None
+        verl = parse_verl(text) if wording.VERL_STEP in text else None
         if verl is not None:
             step, values = verl
             found = canonical(values, VERL_KEYS)
-            if found and self._contents.add(("verl", step, text[text.find("step:") :])):
+            if found and self.contents.add(("verl", step, text[text.find(wording.VERL_STEP) :])):
                 self._record(step, found, line.time)
             return
-        if "{" in text:
+        if wording.METRIC_DICT in text:
             metrics = parse_metrics(text)
             if metrics is not None and "train_runtime" not in metrics and ("loss" in metrics or "reward" in metrics):
-                if self._contents.add(("trl", text[text.find("{") :])):
-                    self._ordinal += 1
+                if self.contents.add(("trl", text[text.find("{") :])):
+                    self.ordinal += 1
                     told = self._step_of() if self._step_of is not None else None
                     if told is None:
-                        told, self._steps_exact = self._ordinal, False
+                        told, self._steps_exact = self.ordinal, False
                     self._record(told, canonical(metrics, TRL_KEYS), line.time)
                 return
-        if "act_loss=" in text:
-            postfix = text[text.rfind("act_loss=") :]
+        if wording.LEARNING_ORDINAL_POSTFIX in text:
+            postfix = text[text.rfind(wording.LEARNING_ORDINAL_POSTFIX) :]
             found = canonical(parse_postfix(postfix), OPENRLHF_KEYS)
-            if found and self._contents.add(("openrlhf", postfix)):  # a bar drawn again is the same point
-                self._ordinal += 1
+            if found and self.contents.add(("openrlhf", postfix)):  # a bar drawn again is the same point
+                self.ordinal += 1
                 self._steps_exact = False
-                self._record(self._ordinal, found, line.time)
+                self._record(self.ordinal, found, line.time)
             return
         if text.count("│") >= 3 or text.count("|") >= 3 or text.count("┃") >= 3:
             found = canonical_suffix(parse_stats_row(text))
             if found:
-                step = self._areal_step if self._areal_step is not None else self._ordinal
-                if self._contents.add(("areal", step, tuple(sorted(found)))):
+                step = self.areal_step if self.areal_step is not None else self.ordinal
+                if self.contents.add(("areal", step, tuple(sorted(found)))):
                     self._record(step, found, line.time)
 
     def _record(self, step: int, found: dict[str, tuple[str, float]], time: float) -> None:
         for name, (key, value) in found.items():
-            series = self._series.setdefault(name, deque(maxlen=self._history))
+            series = self.series.setdefault(name, deque(maxlen=self.history))
             if series and series[-1].step == step:  # the same step told again (a table row, a copy): the newest wins
                 series.pop()
             series.append(MetricPoint(step=step, value=value, time=time if math.isfinite(time) else math.nan))
-            self._keys[name] = key
-        self._version += 1
+            self.keys[name] = key
+        self.version += 1
 
     def state(self) -> LearningState | None:
         """The series as one immutable record; the same object until a value is recorded (snapshots are built far
         more often than metrics are logged)."""
-        with self._lock:
+        with self.lock:
             version, state = self._state
-            if version == self._version:
+            if version == self.version:
                 return state
             state = LearningState(
-                series={name: tuple(points) for name, points in self._series.items()},
-                keys=dict(self._keys),
+                series={name: tuple(points) for name, points in self.series.items()},
+                keys=dict(self.keys),
                 steps_exact=self._steps_exact,
             )
-            self._state = (self._version, state)
+            self._state = (self.version, state)
             return state

@@ -17,7 +17,7 @@ with warnings.catch_warnings():
     import sre_constants
     import sre_parse
 
-__all__ = ["required_literals"]
+__all__ = ["required_literals", "sequence_literals"]
 
 _MIN_LITERAL = 2
 _REPEATS = {sre_constants.MAX_REPEAT, sre_constants.MIN_REPEAT}
@@ -35,8 +35,9 @@ def _better(a: tuple[str, ...] | None, b: tuple[str, ...] | None) -> tuple[str, 
     return b if kb > ka else a
 
 
-def _required(items: list[tuple[Any, Any]], state: list[bool]) -> tuple[str, ...] | None:
-    """Strings of which one must occur in any match of the parsed sequence ``items``."""
+def sequence_literals(items: list[tuple[Any, Any]], state: list[bool]) -> tuple[str, ...] | None:
+    """Strings of which one must occur in any match of the parsed sequence ``items`` (the compiled event path asks
+    it of a kind's expression too)."""
     best: tuple[str, ...] | None = None
     run: list[str] = []
     for op, av in [*items, (None, None)]:
@@ -49,14 +50,14 @@ def _required(items: list[tuple[Any, Any]], state: list[bool]) -> tuple[str, ...
         if op is sre_constants.SUBPATTERN:
             if av[1] & re.IGNORECASE:
                 state[0] = True
-            best = _better(best, _required(list(av[3]), state))
+            best = _better(best, sequence_literals(list(av[3]), state))
         elif op is sre_constants.BRANCH:
-            alternatives = [_required(list(branch), state) for branch in av[1]]
+            alternatives = [sequence_literals(list(branch), state) for branch in av[1]]
             if all(alt is not None for alt in alternatives):
                 merged = tuple(dict.fromkeys(s for alt in alternatives if alt is not None for s in alt))
                 best = _better(best, merged)
         elif op in _REPEATS and av[0] >= 1:
-            best = _better(best, _required(list(av[2]), state))
+            best = _better(best, sequence_literals(list(av[2]), state))
     return best
 
 
@@ -71,7 +72,7 @@ def required_literals(pattern: str, flags: int = 0) -> tuple[tuple[str, ...], bo
         return (), bool(flags & re.IGNORECASE)
     state = [bool(parsed.state.flags & re.IGNORECASE)]
     try:
-        found = _required(list(parsed.data), state)
+        found = sequence_literals(list(parsed.data), state)
     except RecursionError:
         found = None
     if found is None or min(map(len, found)) < _MIN_LITERAL:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import re
 
 from rlwatch.common.textsafe import strip_ansi
+from rlwatch.logs import wording
 
 __all__ = ["prepare", "split_prefix"]
 
@@ -21,7 +22,9 @@ __all__ = ["prepare", "split_prefix"]
 #   `2026-11-24T05:09:01.123456789Z stdout F msg`, `P` for a partial line that the next record continues
 # CI log viewers put the same stamp in brackets (`[2026-01-31T04:40:19Z] `, pytorch/pytorch#174081).
 _STAMP = re.compile(
-    r"\[?\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:[.,]\d{1,9})?(?:Z|[+-]\d\d:?\d\d)\]? (?:(?:stdout|stderr) [FP] )?",
+    r"\[?\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:[.,]\d{1,9})?(?:Z|[+-]\d\d:?\d\d)\]? (?:(?:"
+    + "|".join(map(re.escape, wording.STREAM_TAGS))
+    + r")[FP] )?",
     re.ASCII,
 )
 # docker compose: the service (container) name left-aligned in the width of the longest name plus one, then "| "
@@ -37,20 +40,21 @@ _COMPOSE = re.compile(r"([A-Za-z0-9][\w.-]*) +\| ", re.ASCII)
 #   Ray drivers: `(TaskRunner pid=123) `, `(WorkerDict pid=616, ip=192.168.149.159) `, `(pid=12) `, `(raylet) `,
 #     `(autoscaler +1m2s) ` (ray/_private/worker.py print_worker_logs)
 _WRITER = re.compile(
-    r"\[rank\d+\]:\s?"
+    re.escape(wording.RANK_PREFIX) + r"\d+\]:\s?"
     r"|\[[A-Za-z][\w./-]*\]"
     r"|\((?:[A-Za-z][\w.:-]*(?: [A-Za-z]\w*)* )?\w+=[^\s,()]+(?:,? \w+=[^\s,()]+)*\) ?"
-    r"|\((?:raylet|autoscaler(?: \+\w+)?)\) ",
+    rf"|{re.escape(wording.RAY_RAYLET)} |{re.escape(wording.RAY_AUTOSCALER)}(?: \+\w+)?\) ",
     re.ASCII,
 )
 # vLLM's record prefix, which NewLineFormatter repeats on every line of a multi-line record (a logged traceback):
 #   >= v0.6.4: `INFO 11-24 05:09:01 [api_server.py:1234] `, newer ones with a path `[v1/engine/core.py:700] `
 #   older:     `INFO 11-24 05:09:01 api_server.py:1234] ` (vllm/logger.py _FORMAT)
 _RECORD = re.compile(
-    r"(?:DEBUG|INFO|WARNING|ERROR|CRITICAL) \d\d-\d\d \d\d:\d\d:\d\d(?:\.\d+)? \[?[\w./-]+:\d+\] ", re.ASCII
+    "(?:" + "|".join(wording.LOG_LEVELS) + r") \d\d-\d\d \d\d:\d\d:\d\d(?:\.\d+)? \[?[\w./-]+:\d+\] ", re.ASCII
 )
 _ROLE_WIDTH = 10  # AReaL's LOG_PREFIX_WIDTH: a role's padding ends there, and the message's own indentation begins
 _MAX_PREFIXES = 6
+_RAY_WRITERS = (wording.RAY_RAYLET, wording.RAY_AUTOSCALER)
 # The characters a writer or record prefix can start with; a line starting otherwise has none unless it starts
 # with a date (a stamp) or holds " | " near its start (compose). Most lines are decided by these tests alone.
 _PREFIX_STARTS = frozenset("[(DIWEC")
@@ -69,7 +73,7 @@ def split_prefix(text: str) -> tuple[str, str]:
     if first not in _MAY_START:  # table rules and rows, indented frames, metric dicts: one set lookup
         return "", text
     if first in _PREFIX_STARTS:
-        if first == "(" and "=" not in text and not text.startswith(("(raylet)", "(autoscaler")):
+        if first == "(" and "=" not in text and not text.startswith(_RAY_WRITERS):
             return "", text
     elif first in _DIGITS:
         if text[10:11] != "T" or text[4:5] != "-":

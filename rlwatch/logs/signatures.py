@@ -13,9 +13,11 @@ import hashlib
 import os
 import re
 
+from rlwatch.logs import wording
+
 __all__ = ["HEADER", "TITLE_MSG_CHARS", "exception", "location", "signature"]
 
-HEADER = re.compile(r"Traceback \(most recent call last\):\s*$")
+HEADER = re.compile(re.escape(wording.TRACEBACK_HEADER) + r"\s*$")
 # `RuntimeError: msg`, `torch.distributed.elastic.multiprocessing.errors.ChildFailedError: `, `KeyboardInterrupt`.
 _EXC = re.compile(r"^([A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*)(?::\s?(.*))?$")
 
@@ -54,6 +56,6 @@ def exception(line: str) -> tuple[str, str] | None:
     # Logger levels ("WARNING: ...") share the shape; Python exception names are never all capitals.
     if last.upper() == last:
         return None
-    if not (last[0].isupper() or last.endswith(("error", "exception", "timeout", "exit"))):
+    if not (last[0].isupper() or last.endswith(wording.EXCEPTION_NAME_ENDINGS)):
         return None
     return name, (m.group(2) or "").strip()

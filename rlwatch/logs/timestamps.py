@@ -15,7 +15,7 @@ import time
 from datetime import datetime
 from functools import lru_cache
 
-__all__ = ["HMS_BYTES", "parse_time"]
+__all__ = ["HMS_BYTES", "local_minute", "parse_time"]
 
 # The timestamp sits near the start of a line, behind at most an ANSI-stripped logger prefix such as
 # "(AReaL) " or "[rank0]:"; looking further would pick up times quoted inside messages.
@@ -53,8 +53,9 @@ _FUTURE_SLACK_S = 86_400.0
 
 
 @lru_cache(maxsize=4096)
-def _minute(year: int, month: int, day: int, hour: int, minute: int) -> float | None:
-    """Local-time epoch seconds of the start of a minute (cached: a log has many lines per minute)."""
+def local_minute(year: int, month: int, day: int, hour: int, minute: int) -> float | None:
+    """Local-time epoch seconds of the start of a minute (cached: a log has many lines per minute); the compiled
+    event path calls it for a minute it has not seen."""
     try:
         return datetime(year, month, day, hour, minute).timestamp()
     except (ValueError, OverflowError, OSError):
@@ -63,8 +64,8 @@ def _minute(year: int, month: int, day: int, hour: int, minute: int) -> float | 
 
 @lru_cache(maxsize=4096)
 def _minute_of(year: str, month: str, day: str, hour: str, minute: str) -> float | None:
-    """:func:`_minute` of fixed-width digit fields as matched (the same minute is always spelt the same)."""
-    return _minute(int(year), int(month), int(day), int(hour), int(minute))
+    """:func:`local_minute` of fixed-width digit fields as matched (the same minute is always spelt the same)."""
+    return local_minute(int(year), int(month), int(day), int(hour), int(minute))
 
 
 @lru_cache(maxsize=4096)
@@ -104,7 +105,7 @@ def _dated(groups: tuple[str | None, ...]) -> float | None:
 def _local(fields: tuple[int, int, int, int, int, int], frac: str | None) -> float | None:
     """Local-time epoch seconds; None for an impossible date."""
     year, month, day, hour, minute, second = fields
-    return _in_minute(_minute(year, month, day, hour, minute), second, frac)
+    return _in_minute(local_minute(year, month, day, hour, minute), second, frac)
 
 
 def _yearless(groups: tuple[str | None, ...], now: float) -> float | None:

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 
 from rlwatch.common.signals import signal_name
 from rlwatch.common.state import ChildFailure
+from rlwatch.logs import wording
 from rlwatch.logs.signatures import HEADER, exception
 
 __all__ = [
@@ -23,6 +24,7 @@ __all__ = [
     "REPORT_FIELDS",
     "ROOT_CAUSE",
     "Report",
+    "ReportFailure",
     "child_failure_text",
     "exit_reported",
     "finished",
@@ -36,10 +38,10 @@ _SEPARATOR = re.compile(r"^[\s=\-*_]*$")
 # _FAILURE_FORMAT_TEMPLATE): "<name> FAILED", "Failures:", "Root Cause (first observed failure):", then per failure
 # "[idx]:" and the fields "  time      : …", "  host      : …", "  rank      : R (local_rank: L)",
 # "  exitcode  : C (pid: P)", "  error_file: …", "  traceback : …" (a recorded Python traceback goes on, indented).
-_REPORT_TITLE = re.compile(r"^(\S.*) FAILED\s*$")
-FAILURES = "Failures:"
-ROOT_CAUSE = "Root Cause (first observed failure)"
-NO_OTHER_FAILURES = "<NO_OTHER_FAILURES>"
+_REPORT_TITLE = re.compile(r"^(\S.*)" + re.escape(wording.TORCHRUN_FAILED) + r"\s*$")
+FAILURES = wording.TORCHRUN_FAILURES
+ROOT_CAUSE = wording.TORCHRUN_ROOT_CAUSE
+NO_OTHER_FAILURES = wording.TORCHRUN_NO_OTHER_FAILURES
 _REPORT_ENTRY = re.compile(r"^\[(\d+)\]:\s*$")
 REPORT_FIELDS = ("time", "host", "rank", "exitcode", "error_file", "traceback")
 _REPORT_FIELD = re.compile(rf"^\s{{1,4}}({'|'.join(REPORT_FIELDS)})\s*:\s?(.*)$")
@@ -56,7 +58,7 @@ _REPORT_LINES = 400  # a report is over by then even for many failures: the bloc
 
 
 @dataclass(slots=True)
-class _Failure:
+class ReportFailure:
     """One "[idx]:" entry of a torchrun report while its fields are read."""
 
     root: bool
@@ -94,8 +96,8 @@ class Report:
 
     name: str | None = None
     section: str = ""  # "" | "failures" | "root"
-    current: _Failure | None = None
-    failures: list[_Failure] = field(default_factory=list)
+    current: ReportFailure | None = None
+    failures: list[ReportFailure] = field(default_factory=list)
     in_traceback: bool = False  # reading the indented lines of a recorded traceback
     done: bool = False
 
@@ -132,7 +134,7 @@ def report_line(report: Report, body: str) -> bool:
     if stripped == NO_OTHER_FAILURES:
         return True
     if _REPORT_ENTRY.match(stripped) and report.section:
-        report.current = _Failure(root=report.section == "root")
+        report.current = ReportFailure(root=report.section == "root")
         report.failures.append(report.current)
         return True
     m = _REPORT_FIELD.match(text)

@@ -24,33 +24,38 @@ from dataclasses import dataclass
 
 from rlwatch.common.clock import Clock
 from rlwatch.common.state import EventSummary, LogLine, Severity, TrainingState, line_ref
+from rlwatch.logs import wording
 from rlwatch.logs.native import event_path
 from rlwatch.logs.progress_shape import CANDIDATE, ShapeSteps, header_of
 from rlwatch.logs.tailer import Chunk
 from rlwatch.logs.timestamps import parse_time
 
-_AREAL_STEP = re.compile(r"Train step ([0-9]{1,12})/([0-9]{1,12}) done")
-_AREAL_DONE = "Training completes!"
+_AREAL_STEP = re.compile(
+    re.escape(wording.AREAL_TRAIN_STEP) + r"([0-9]{1,12})/([0-9]{1,12})" + re.escape(wording.AREAL_STEP_DONE)
+)
+_AREAL_DONE = wording.AREAL_DONE
 # verl's console logger: `step:12 - key:value - …` at the start of the message (after a Ray prefix
 # `(TaskRunner pid=N) `), values as pformat or `{v:.3f}` (verl/utils/logger/aggregate_logger.py).
 _VERL_STEP = re.compile(r"(?:^|\) )step:([0-9]{1,12}) - (.*)$")
 _VERL_PAIR = re.compile(r"(?:^| - )([^\s:]+):([^\s]+)")
 _VERL_REWARDS = ("critic/rewards/mean", "critic/score/mean")
 # OpenRLHF: `✨ Global step 12: {…}` (openrlhf/trainer/ppo_trainer.py); its reward keys, best first.
-_ORLHF_STEP = re.compile(r"Global step ([0-9]{1,12}): \{")
+_ORLHF_STEP = re.compile(re.escape(wording.ORLHF_GLOBAL_STEP) + r"([0-9]{1,12}): \{")
 _ORLHF_REWARDS = ("rollout/reward_mean", "reward")
 # verl's bar (ray_trainer.py fit()): `Training Progress:  33%|███▎      | 4/12 [00:04<00:09,  1.17s/it]`.
 _VERL_BAR = re.compile(
-    r"Training Progress:\s+\d+%\|[^|]*\| *([0-9]{1,12})/([0-9]{1,12}) \[[^\]]*?([0-9.]+)(s/it|it/s)?\]"
+    re.escape(wording.VERL_BAR) + r"\s+\d+%\|[^|]*\| *([0-9]{1,12})/([0-9]{1,12}) \[[^\]]*?([0-9.]+)(s/it|it/s)?\]"
 )
-_VERL_TOTAL = re.compile(r"Total training steps: ([0-9]{1,12})")
-_FINISHED = ("Final validation metrics", "' succeeded")  # verl's last pprint; `ray job submit`: Job '…' succeeded
-_DISK_UPDATE_TEXT = "Loading weights from disk done in "  # the fixed start of _DISK_UPDATE: tested first
-_DISK_UPDATE = re.compile(_DISK_UPDATE_TEXT + r"([0-9]{1,9}(?:\.[0-9]{0,9})?)s")
-_PREFIX = re.compile(r"^(?:\s*\[[^\]]{0,40}\]:?)+\s*")  # merged.log's "[actor]   ", torch's "[rank0]: "
+_VERL_TOTAL = re.compile(re.escape(wording.VERL_TOTAL) + r"([0-9]{1,12})")
+_FINISHED = wording.FINISHED  # verl's last pprint; `ray job submit`: Job '…' succeeded
+_DISK_UPDATE_TEXT = wording.AREAL_DISK_UPDATE  # the fixed start of _DISK_UPDATE: tested first
+_DISK_UPDATE = re.compile(re.escape(_DISK_UPDATE_TEXT) + r"([0-9]{1,9}(?:\.[0-9]{0,9})?)s")
+# merged.log's "[actor]   ", torch's "[rank0]: ": cut from a weight-update line before it is remembered (the compiled
+# event path uses it too).
+LINE_PREFIX = re.compile(r"^(?:\s*\[[^\]]{0,40}\]:?)+\s*")
 _BARE_FLOAT = re.compile(r"\b(?:nan|inf)\b")
 _TABLE_BARS = ("│", "┃", "|")  # fancy_grid, heavy grids, plain pipes
-_UPDATE_WEIGHTS_KEY = "timeperf/update_weights"
+_UPDATE_WEIGHTS_KEY = wording.AREAL_UPDATE_WEIGHTS_KEY
 MAX_DICT_CHARS = 64_000
 MAX_NESTING = 64
 _RECENT = 512
@@ -227,9 +232,9 @@ def _tracked_stats(text: str, bar: str) -> dict[str, float]:
 
 def reward_rank(key: str) -> int:
     """How good a stats key is as *the* reward: 2 for the actor's task reward, 1 for the rollout reward, else 0."""
-    if key.endswith("task_reward/avg"):
+    if key.endswith(wording.REWARD_BEST):
         return 2
-    if key == "rollout/reward" or key.endswith(("/rollout/reward", "rollout/reward/avg")):
+    if key == wording.REWARD_ROLLOUT or key.endswith(wording.REWARD_ROLLOUT_ENDINGS):
         return 1
     return 0
 
@@ -241,20 +246,21 @@ def parse_weight_update(text: str) -> float | None:
 
 
 class _Recent:
-    """A bounded set of recently seen keys, for deduplication that cannot grow without limit."""
+    """A bounded set of recently seen keys, for deduplication that cannot grow without limit (``keys`` and ``size``
+    are read by the compiled event path, which adds to it without a call)."""
 
     def __init__(self, size: int = _RECENT) -> None:
-        self._keys: OrderedDict[object, None] = OrderedDict()
-        self._size = size
+        self.keys: OrderedDict[object, None] = OrderedDict()
+        self.size = size
 
     def add(self, key: object) -> bool:
         """True when the key is new."""
-        if key in self._keys:
-            self._keys.move_to_end(key)
+        if key in self.keys:
+            self.keys.move_to_end(key)
             return False
-        self._keys[key] = None
-        if len(self._keys) > self._size:
-            self._keys.popitem(last=False)
+        self.keys[key] = None
+        if len(self.keys) > self.size:
+            self.keys.popitem(last=False)
         return True
 
 
@@ -278,6 +284,10 @@ class TrainingTracker:
     queue's own ``append``: the event counter calls it directly, with no Python in between) and parsed in order
     before any read (:meth:`_apply_pending`), by compiled code where the event path is built; ``errors`` keeps the
     last few that a parser failed on.
+
+    Its parsing state (``areal_step``, ``rewards``, ``contents``, ``delivered``, ``queue``, ``lock`` …) and the
+    parsers ``parse_other_formats`` and ``parse_shape`` are public because the compiled event path
+    (``_eventpath.pyx``) reads and writes them; every other reader goes through :meth:`state`.
     """
 
     def __init__(
@@ -294,8 +304,8 @@ class TrainingTracker:
         self._stall_s = stall_s
         self._timeout_s = weight_update_timeout_s
         self._configured_total = total_steps
-        self._lock = threading.Lock()
-        self._queue: deque[LogLine] = deque()  # delivered, not parsed yet (see _apply_pending)
+        self.lock = threading.Lock()
+        self.queue: deque[LogLine] = deque()  # delivered, not parsed yet (see _apply_pending)
         compiled = event_path() if native else None
         self._native_apply: Callable[[TrainingTracker, float], None] | None = (
             None if compiled is None else compiled.training_apply
@@ -303,33 +313,33 @@ class TrainingTracker:
         # The handlers of the ``step``, ``_reward``, ``weight_update`` and ``_finished`` kinds: any of them, since
         # all run the same parsers. A line is queued, and parsed with the rest before anything reads or changes the
         # tracker (:meth:`_apply_pending`).
-        self.on_line: Callable[[LogLine], None] = self._queue.append
+        self.on_line: Callable[[LogLine], None] = self.queue.append
         self.on_step = self.on_reward = self.on_weight_update = self.on_line
         self.errors: deque[str] = deque(maxlen=20)  # lines a parser raised on (a bug): the rest are still parsed
-        self._delivered = _Recent()
-        self._contents = _Recent()
-        self._last_line_at: float | None = None
-        self._last_step_at: float | None = None
+        self.delivered = _Recent()
+        self.contents = _Recent()
+        self.last_line_at: float | None = None
+        self.last_step_at: float | None = None
         # The same two times on the monotonic scale (wall time minus the wall-monotonic offset when they were seen),
         # so that a wall clock stepped by NTP or by hand can neither fake a stall nor hide one.
-        self._last_line_m: float | None = None
-        self._last_step_m: float | None = None
-        self._areal_step: int | None = None
-        self._areal_total: int | None = None
-        self._areal_path: str | None = None
-        self._dicts = 0
+        self.last_line_m: float | None = None
+        self.last_step_m: float | None = None
+        self.areal_step: int | None = None
+        self.areal_total: int | None = None
+        self.areal_path: str | None = None
+        self.dicts = 0
         self._hint: _Hint | None = None
         self._anchor: tuple[int, float, float | None] | None = None  # the checkpoint's last log, not seen yet
         self._dict_keys: OrderedDict[tuple[float, float | None], int] = OrderedDict()  # (epoch, loss) -> dicts
         self._hint_total: int | None = None
         self._logging_steps: int | None = None
-        self._rate_points: deque[tuple[float, int]] = deque(maxlen=max(2, history))
-        self._rewards: deque[float] = deque(maxlen=history)
-        self._reward_slot: int | None = None
-        self._reward_slot_rank = -1
-        self._updates: deque[float] = deque(maxlen=history)
-        self._disk_updates = False
-        self._finished = False
+        self.rate_points: deque[tuple[float, int]] = deque(maxlen=max(2, history))
+        self.rewards: deque[float] = deque(maxlen=history)
+        self.reward_slot: int | None = None
+        self.reward_slot_rank = -1
+        self.updates: deque[float] = deque(maxlen=history)
+        self.disk_updates = False
+        self.finished = False
         self._bar_rate: float | None = None  # steps per hour from a progress bar's own speed (verl's tqdm)
         # Progress known by its shape (rlwatch/logs/progress_shape.py): the step of any framework's recurring step
         # line, used where none of the frameworks above has said one; its own rate points, never mixed with theirs.
@@ -352,7 +362,7 @@ class TrainingTracker:
     # -- feeding ---------------------------------------------------------------------------------------------
 
     def on_any_line(self, time: float) -> None:
-        with self._lock:
+        with self.lock:
             self._apply_pending()
             self._touch(time)
 
@@ -367,7 +377,7 @@ class TrainingTracker:
         after the fact, the file's last lines are its last records. Bounded: ``_TAIL_LINES`` lines of at most
         ``_TAIL_MAX_BYTES`` per chunk (a 1 MiB chunk), and only the shape reader runs over them (a line the counter
         delivered is not read twice)."""
-        with self._lock:
+        with self.lock:
             self._apply_pending()
             self._touch(time)
             offset = self._offset()
@@ -379,8 +389,8 @@ class TrainingTracker:
                     # it still holds made the bar start over (149 of 150 at the end of a finished run)
                     continue
                 try:
-                    if self._delivered.add((line.path, line.lineno, line.text)):
-                        self._parse_shape(line, line.text, offset)
+                    if self.delivered.add((line.path, line.lineno, line.text)):
+                        self.parse_shape(line, line.text, offset)
                 except Exception as exc:  # a parser's bug must not stop the tracking
                     self.errors.append(f"{line_ref(line.path, line.lineno)}: {type(exc).__name__}: {exc}")
 
@@ -401,7 +411,7 @@ class TrainingTracker:
         put the step behind the log). Calling again with the same checkpoint changes nothing, so the engine may pass
         the hint on every scan.
         """
-        with self._lock:
+        with self.lock:
             self._apply_pending()  # the hint counts the metric dicts logged before it
             self._hint_total = max_steps if max_steps is not None and max_steps > 0 else None
             if logging_steps is not None and logging_steps > 0:
@@ -409,7 +419,7 @@ class TrainingTracker:
             if global_step is None or global_step < 0:
                 return
             if self._hint is None or self._hint.checkpoint != global_step:
-                self._hint = _Hint(global_step, self._dicts, global_step)
+                self._hint = _Hint(global_step, self.dicts, global_step)
                 self._anchor = None
                 if last_logged is not None and 0 <= last_logged[0] <= global_step:
                     self._anchor = last_logged
@@ -432,8 +442,8 @@ class TrainingTracker:
         if not math.isfinite(time):
             return
         m = time - (self._offset() if offset is None else offset)
-        if self._last_line_m is None or m > self._last_line_m:
-            self._last_line_at, self._last_line_m = time, m
+        if self.last_line_m is None or m > self.last_line_m:
+            self.last_line_at, self.last_line_m = time, m
 
     def _apply_pending(self) -> None:
         """Parse the queued lines in order (the lock held). A backlog delivers a line every few microseconds, and
@@ -441,7 +451,7 @@ class TrainingTracker:
         clock offset is read once per batch. Every method that reads or changes the tracker calls this first, so
         nothing can tell a queued line from a parsed one. The engine calls it after every chunk, which bounds the
         queue by what one chunk delivers."""
-        queue = self._queue
+        queue = self.queue
         if not queue:
             return
         offset = self._offset()
@@ -459,40 +469,40 @@ class TrainingTracker:
         """Every parser over one line. Each regex is tried only on lines holding its fixed text (a stats row holds
         none of them), and of a stats row only the keys the tracker uses are read."""
         text = line.text
-        if not self._delivered.add((line.path, line.lineno, text)):
+        if not self.delivered.add((line.path, line.lineno, text)):
             return
         self._touch(line.time, offset)
         if _AREAL_DONE in text or any(f in text for f in _FINISHED):
-            self._finished = True
-        step = parse_areal_step(text) if "Train step " in text else None
+            self.finished = True
+        step = parse_areal_step(text) if wording.AREAL_TRAIN_STEP in text else None
         if step is not None:
             self._on_areal_step(line, *step, offset)
         else:
-            self._parse_other_formats(line, text, offset)
+            self.parse_other_formats(line, text, offset)
             if text.count("\u2502") < 3:  # not one of AReaL's stats rows (the compiled path tests the same)
-                self._parse_shape(line, text, offset)
+                self.parse_shape(line, text, offset)
         self._parse_rest(line, text, offset)
 
-    def _parse_other_formats(self, line: LogLine, text: str, offset: float) -> None:
+    def parse_other_formats(self, line: LogLine, text: str, offset: float) -> None:
         """The step and metric lines of every framework but AReaL's step line (verl, OpenRLHF, verl's bar, TRL's
         dicts). The compiled path (rlwatch/logs/_eventpath.pyx) calls this too, for lines holding one of their
         fixed texts: rarer than AReaL's rows, and kept in one place."""
-        if "step:" in text and (verl := _VERL_STEP.search(text)) is not None:
+        if wording.VERL_STEP in text and (verl := _VERL_STEP.search(text)) is not None:
             self._on_verl_step(line, int(verl.group(1)), verl.group(2), offset)
-        elif "Global step " in text and (orlhf := _ORLHF_STEP.search(text)) is not None:
+        elif wording.ORLHF_GLOBAL_STEP in text and (orlhf := _ORLHF_STEP.search(text)) is not None:
             self._on_numbered_step(line, int(orlhf.group(1)), None, offset, source=_ORLHF_SOURCE)
             metrics = parse_metrics(text)
             reward = next((metrics[k] for k in _ORLHF_REWARDS if metrics and k in metrics), None)
             if reward is not None:
                 self._record_reward(int(orlhf.group(1)), 3, reward)
-        elif "Training Progress:" in text or "Total training steps: " in text:
+        elif wording.VERL_BAR in text or wording.VERL_TOTAL in text:
             self._on_bar(text)
-        elif "{" in text:
+        elif wording.METRIC_DICT in text:
             metrics = parse_metrics(text)
             if metrics is not None:
                 self._on_metrics(line, metrics, offset)
 
-    def _parse_shape(self, line: LogLine, text: str, offset: float) -> None:
+    def parse_shape(self, line: LogLine, text: str, offset: float) -> None:
         """A step known by its shape (any framework's recurring step line). It is the run's step only while no
         framework of the catalogue has said one: those know their step for sure. The compiled path calls this too."""
         time = line.time
@@ -507,10 +517,10 @@ class TrainingTracker:
             self._shape_points.clear()  # the run started over, appending to the same log
         self._shape_step = step
         self._shape_total = self._shape.total()
-        if self._areal_step is not None:
+        if self.areal_step is not None:
             return
-        if not self._dicts:  # TRL's dicts say when the run finished (train_runtime); its bar's last redraw does not
-            self._finished = False
+        if not self.dicts:  # TRL's dicts say when the run finished (train_runtime); its bar's last redraw does not
+            self.finished = False
         self._shape_steps += 1
         self._shape_files[line.path] = self._shape_files.get(line.path, 0) + 1
         if math.isfinite(time):
@@ -518,8 +528,8 @@ class TrainingTracker:
             if self._shape_last is None or time >= self._shape_last:
                 self._shape_last, self._shape_line = time, line
             m = time - offset
-            if self._last_step_m is None or m >= self._last_step_m:
-                self._last_step_at, self._last_step_m = time, m
+            if self.last_step_m is None or m >= self.last_step_m:
+                self.last_step_at, self.last_step_m = time, m
             since = self._shape.since()
             if not self._shape_points and since is not None and since[0] < time and since[1] < step:
                 self._shape_points.append(since)  # the rate begins at the series' first line (a run of redraws
@@ -534,20 +544,20 @@ class TrainingTracker:
             self._on_stats_row(_tracked_stats(text, bar))
         if _DISK_UPDATE_TEXT in text:
             duration = parse_weight_update(text)
-            if duration is not None and self._contents.add(("update", _PREFIX.sub("", text).strip())):
-                self._disk_updates = True
-                self._updates.append(duration)
+            if duration is not None and self.contents.add(("update", LINE_PREFIX.sub("", text).strip())):
+                self.disk_updates = True
+                self.updates.append(duration)
 
     def _on_areal_step(self, line: LogLine, step: int, total: int, offset: float) -> None:
-        last = self._areal_step
+        last = self.areal_step
         if last is not None and step <= last:
-            if line.path != self._areal_path:
+            if line.path != self.areal_path:
                 return  # a copy of the same output in another file, lagging behind
-            self._rate_points.clear()  # the run restarted and appends to the same log
-        self._areal_step = step
-        self._areal_total = total if total > 0 else None
-        self._areal_path = line.path
-        self._finished = False
+            self.rate_points.clear()  # the run restarted and appends to the same log
+        self.areal_step = step
+        self.areal_total = total if total > 0 else None
+        self.areal_path = line.path
+        self.finished = False
         self._mark_step(line.time, step, offset)
 
     def _on_numbered_step(
@@ -555,17 +565,17 @@ class TrainingTracker:
     ) -> None:
         """A step that carries its number (verl, OpenRLHF): counted like AReaL's (a copy of the same output in
         another file lags and is ignored; a number going back in the same file is a relaunch appending to it)."""
-        last = self._areal_step
+        last = self.areal_step
         if last is not None and step <= last:
-            if line.path != self._areal_path:
+            if line.path != self.areal_path:
                 return
-            self._rate_points.clear()
-        self._areal_step = step
+            self.rate_points.clear()
+        self.areal_step = step
         if total:
-            self._areal_total = total
-        self._areal_path = line.path
+            self.areal_total = total
+        self.areal_path = line.path
         self._numbered_source = (step, source)
-        self._finished = False
+        self.finished = False
         if mark:
             self._mark_step(line.time, step, offset)
 
@@ -591,73 +601,73 @@ class TrainingTracker:
         if bar is not None:
             total = int(bar.group(2))
             if total > 0 and self._configured_total is None:
-                self._areal_total = total
+                self.areal_total = total
             speed = _to_float(bar.group(3))
             if speed and bar.group(4) and int(bar.group(1)) > 0:
                 self._bar_rate = 3600.0 / speed if bar.group(4) == "s/it" else 3600.0 * speed
             return
         m = _VERL_TOTAL.search(text)
         if m is not None and int(m.group(1)) > 0:
-            self._areal_total = int(m.group(1))
+            self.areal_total = int(m.group(1))
 
     def _on_metrics(self, line: LogLine, metrics: dict[str, float], offset: float) -> None:
         if "train_runtime" in metrics:
-            self._finished = True
+            self.finished = True
         if "loss" not in metrics and "reward" not in metrics:
             return
-        if not self._contents.add(("metrics", line.text[line.text.find("{") :])):
+        if not self.contents.add(("metrics", line.text[line.text.find("{") :])):
             return
-        self._dicts += 1
-        self._finished = False
+        self.dicts += 1
+        self.finished = False
         epoch = metrics.get("epoch")
         if epoch is not None:
             key = (epoch, metrics.get("loss"))
-            self._dict_keys[key] = self._dicts
+            self._dict_keys[key] = self.dicts
             if len(self._dict_keys) > _RECENT:
                 self._dict_keys.popitem(last=False)
             if self._anchor is not None and key == (self._anchor[1], self._anchor[2]):
-                self._anchor_to(self._dicts)
-        if self._areal_step is None:
-            self._mark_step(line.time, self._dicts, offset)
+                self._anchor_to(self.dicts)
+        if self.areal_step is None:
+            self._mark_step(line.time, self.dicts, offset)
         reward = metrics.get("reward")
         if reward is not None:
-            self._record_reward(self._dicts, 3, reward)
+            self._record_reward(self.dicts, 3, reward)
 
     def _on_stats_row(self, row: dict[str, float]) -> None:
-        slot = self._areal_step if self._areal_step is not None else self._dicts
+        slot = self.areal_step if self.areal_step is not None else self.dicts
         for key, value in row.items():
             rank = reward_rank(key)
             if rank:
                 self._record_reward(slot, rank, value)
             elif (
                 key == _UPDATE_WEIGHTS_KEY
-                and not self._disk_updates
+                and not self.disk_updates
                 and math.isfinite(value)
                 and value >= 0
-                and self._contents.add(("timeperf", slot))
+                and self.contents.add(("timeperf", slot))
             ):
                 # xccl mode logs no per-update line; the step's timing stat is the only duration there is.
-                self._updates.append(value)
+                self.updates.append(value)
 
     def _mark_step(self, time: float, counter: int, offset: float) -> None:
         if math.isfinite(time):
             m = time - offset
-            if self._last_step_m is None or m >= self._last_step_m:
-                self._last_step_at, self._last_step_m = time, m
-            self._rate_points.append((time, counter))
+            if self.last_step_m is None or m >= self.last_step_m:
+                self.last_step_at, self.last_step_m = time, m
+            self.rate_points.append((time, counter))
 
     def _record_reward(self, slot: int, rank: int, value: float) -> None:
         """Keep one reward per step: the best-ranked key of that step's table wins; non-finite values are skipped."""
         if not math.isfinite(value):
             return
-        if slot == self._reward_slot:
-            if rank <= self._reward_slot_rank:
+        if slot == self.reward_slot:
+            if rank <= self.reward_slot_rank:
                 return
-            if self._rewards:
-                self._rewards.pop()
-        self._rewards.append(value)
-        self._reward_slot = slot
-        self._reward_slot_rank = rank
+            if self.rewards:
+                self.rewards.pop()
+        self.rewards.append(value)
+        self.reward_slot = slot
+        self.reward_slot_rank = rank
 
     # -- reading ---------------------------------------------------------------------------------------------
 
@@ -665,21 +675,21 @@ class TrainingTracker:
         """One step, from the best evidence: a framework's own numbered step line; else the counter the log shows
         (a bar, a step-like line: TRL's dicts carry no number, the Trainer's own bar does); only where the log has
         no counter, the checkpoint's ``global_step`` and the dicts logged since; else the dicts counted."""
-        if self._areal_step is not None:
-            return self._areal_step
+        if self.areal_step is not None:
+            return self.areal_step
         if self._shape_step is not None:
             return self._shape_step
         hint = self._hint
         if hint is not None:
-            return hint.global_step + (self._dicts - hint.dicts_at_hint) * (self._logging_steps or 1)
-        return self._dicts or None
+            return hint.global_step + (self.dicts - hint.dicts_at_hint) * (self._logging_steps or 1)
+        return self.dicts or None
 
     def _source_now(self) -> str | None:
         """Which field :meth:`_step_now` read the step from (progress_shape's ShapeSteps.source for a step known by
         its shape: a field's name as the lines write it, else what kind of counter)."""
-        if self._areal_step is not None:
+        if self.areal_step is not None:
             said = self._numbered_source
-            return said[1] if said is not None and said[0] == self._areal_step else _AREAL_SOURCE
+            return said[1] if said is not None and said[0] == self.areal_step else _AREAL_SOURCE
         if self._shape_step is not None:
             field = self._shape.source()
             if field is None:
@@ -687,7 +697,7 @@ class TrainingTracker:
             return field if field.startswith(("a ", "an ")) else f"`{field}`"
         if self._hint is not None:
             return "the checkpoint's global_step and the metric dicts logged since"
-        return "the metric dicts logged" if self._dicts else None
+        return "the metric dicts logged" if self.dicts else None
 
     def with_shape_steps(self, events: dict[str, EventSummary]) -> dict[str, EventSummary]:
         """``events`` with the records read by their shape counted as ``step`` events, where the catalogue's step
@@ -696,9 +706,9 @@ class TrainingTracker:
         have = events.get("step")
         if have is not None and have.count:
             return events
-        with self._lock:
+        with self.lock:
             self._apply_pending()
-            if not self._shape_steps or self._areal_step is not None or self._shape_step is None:
+            if not self._shape_steps or self.areal_step is not None or self._shape_step is None:
                 return events
             first, last = self._shape_first, self._shape_last
             summary = EventSummary(
@@ -718,9 +728,9 @@ class TrainingTracker:
     def _total_now(self) -> int | None:
         if self._configured_total is not None:
             return self._configured_total
-        if self._areal_total is not None:
-            return self._areal_total
-        if self._hint_total is None and (self._areal_step is None or self._areal_step == self._shape_step):
+        if self.areal_total is not None:
+            return self.areal_total
+        if self._hint_total is None and (self.areal_step is None or self.areal_step == self._shape_step):
             # a framework's numbered step line with no total of its own (OpenRLHF's `Global step 7`) takes the total
             # of the counter that stands at the same step (its episode bar's `7/56`): one step, one total
             return self._shape_total
@@ -730,7 +740,7 @@ class TrainingTracker:
         """Steps per hour and what they come from: ``lines`` (the times of the step lines: their own timestamps, or
         when each was read while the run wrote them), else ``bar`` (the speed the run's own bar printed, the only
         one a log whose lines carry no time has). The rate follows the evidence the step comes from."""
-        if self._areal_step is None and self._shape_step is not None:
+        if self.areal_step is None and self._shape_step is not None:
             if len(self._shape_points) >= 2:
                 (t0, c0), (t1, c1) = self._shape_points[0], self._shape_points[-1]
                 if t1 > t0 and c1 > c0:
@@ -738,38 +748,38 @@ class TrainingTracker:
             bar = self._shape.speed()
             if bar is not None:
                 return bar, "bar"
-        if len(self._rate_points) >= 2:
-            (t0, c0), (t1, c1) = self._rate_points[0], self._rate_points[-1]
+        if len(self.rate_points) >= 2:
+            (t0, c0), (t1, c1) = self.rate_points[0], self.rate_points[-1]
             if t1 > t0 and c1 > c0:
                 scale = 1
-                if self._areal_step is None and self._hint is not None:
+                if self.areal_step is None and self._hint is not None:
                     scale = self._logging_steps or 1  # a TRL dict is logged every logging_steps steps
                 return (c1 - c0) * scale * 3600.0 / (t1 - t0), "lines"
         return (self._bar_rate, "bar") if self._bar_rate is not None else (None, None)
 
     def state(self, now: float | None = None) -> TrainingState:
         now = self._clock.time() if now is None else now
-        with self._lock:
+        with self.lock:
             self._apply_pending()
-            seen = [m for m in (self._last_step_m, self._last_line_m) if m is not None]
-            stalled = bool(seen) and not self._finished and now - self._offset() - max(seen) >= self._stall_s
+            seen = [m for m in (self.last_step_m, self.last_line_m) if m is not None]
+            stalled = bool(seen) and not self.finished and now - self._offset() - max(seen) >= self._stall_s
             step = self._step_now()
             total = self._total_now()
-            if step is not None and total is not None and self._areal_step is None:
+            if step is not None and total is not None and self.areal_step is None:
                 step = min(step, total)
             rate, rate_from = self._steps_per_hour()
             return TrainingState(
                 last_step=step,
                 total_steps=total,
-                reward=self._rewards[-1] if self._rewards else None,
+                reward=self.rewards[-1] if self.rewards else None,
                 steps_per_hour=rate,
                 stalled=stalled,
-                last_step_at=self._last_step_at,
-                last_line_at=self._last_line_at,
-                rewards=tuple(self._rewards),
-                weight_update_s=tuple(self._updates),
+                last_step_at=self.last_step_at,
+                last_line_at=self.last_line_at,
+                rewards=tuple(self.rewards),
+                weight_update_s=tuple(self.updates),
                 weight_update_timeout_s=self._timeout_s,
-                finished=self._finished,
+                finished=self.finished,
                 rate_from=rate_from,
                 step_source=self._source_now() if step is not None else None,
             )

@@ -29,7 +29,7 @@ from rlwatch.config.models import CustomEvent, EventsConfig
 from rlwatch.logs import events as events_module
 from rlwatch.logs.events import _STEP_NUMBER, EventCounter, Tag, build_kinds
 from rlwatch.logs.incidents import _CHAIN, _FRAME
-from rlwatch.logs.kinds import _CODE_LINE, builtin_kinds
+from rlwatch.logs.kinds import CODE_LINE, builtin_kinds
 from rlwatch.logs.learning import LearningTracker
 from rlwatch.logs.newlines import count_lines
 from rlwatch.logs.prefixes import split_prefix
@@ -432,7 +432,7 @@ def test_each_helper_reads_a_line_as_python_does(parts: list[str], now: float) -
     assert native.py_chain(text) == (_CHAIN.match(text) is not None)
     frame = _FRAME.match(text)
     assert native.py_frame(text) == (frame and (frame.group(1), frame.group(2)))
-    assert native.py_code_line(text) == (_CODE_LINE.search(text) is not None)
+    assert native.py_code_line(text) == (CODE_LINE.search(text) is not None)
     step = _STEP_NUMBER.match(text)
     assert native.py_step_number(text) == (step and step.group(1))
     assert native.py_strip_ansi(text) == strip_ansi(text)
@@ -445,7 +445,7 @@ def test_each_helper_reads_any_text_as_python_does(text: str) -> None:
     assert _same(native.py_parse_time(text, 1.8e9), parse_time(text, 1.8e9))
     assert _same(native.py_exception(text), exception(text))
     assert native.py_header(text) == (HEADER.search(text) is not None)
-    assert native.py_code_line(text) == (_CODE_LINE.search(text) is not None)
+    assert native.py_code_line(text) == (CODE_LINE.search(text) is not None)
 
 
 def test_kinds_that_are_alternatives_of_strings_are_decided_without_re() -> None:
