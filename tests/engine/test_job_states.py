@@ -5,6 +5,7 @@ hung to unknown as soon as the ranks logged an error-level line while waiting (t
 from __future__ import annotations
 
 from dataclasses import replace
+from pathlib import Path
 
 from rlwatch.common.state import (
     JobInfo,
@@ -134,3 +135,23 @@ def test_nccl_ras_is_asked_once_the_steps_stopped_for_a_while_and_the_answer_kep
     quiet = _quiet_node(16, None)
     assert ras_suspicion(quiet) is not None and not moving(quiet)
     assert ras_suspicion(quiet) == ras_suspicion(replace(quiet, time=NOW + 3))  # one suspicion while it lasts
+
+
+def test_ranks_stuck_in_collectives_that_differ_are_hung_with_the_mismatch_named() -> None:
+    """The mismatched job of tests/real/collective-2gpu: rank 0 made one all_reduce more; its ranks' flight records
+    read on suspicion. Past the cadence's allowance, the run is hung by what its collectives say, whatever it logs."""
+    from rlwatch.common.state import FlightState
+    from rlwatch.sources import flight
+
+    base = Path(__file__).resolve().parents[1] / "real" / "collective-2gpu" / "mismatch"
+    dumps = [flight.read_flight_dump(str(base / f"nccl_trace_rank_{r}"), r) for r in (0, 1)]
+    records = FlightState(
+        NOW - 30,
+        tuple(o for d in dumps for o in d.ops),
+        tuple(p for d in dumps for p in d.progress),
+        tuple({k: v for d in dumps for k, v in d.groups.items()}.items()),
+        (0, 1),
+    )
+    rs = decide_run_state(replace(_node(0, ras=None), flight=records), Context())
+    assert rs.state == "hung", rs
+    assert "its ranks wait in collectives none of them completes: collectives differ across ranks at #13" in rs.why

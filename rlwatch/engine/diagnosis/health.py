@@ -239,18 +239,24 @@ def _watchdog_saw(s: Snapshot) -> RunState | None:
 
 def _held_by_a_rank(s: Snapshot) -> str | None:
     """What the job's collectives say of a rank the others wait for (NCCL RAS asked on suspicion, the flight
-    records), in a few words; None when they name none."""
+    records: a rank missing from a collective, or ranks that called different ones, which none of them completes),
+    in a few words; None when they name none."""
     from rlwatch.engine.diagnosis.collectives import issues, ras_issue  # the collectives' rules read run states too
 
     found, _ = issues(s)
-    missing = next((i for i in found if i.code == "collective_missing_rank"), None)
+    missing = next((i for i in found if i.code in ("collective_missing_rank", "collective_mismatch")), None)
     if missing is None:
         missing = ras_issue(s)
-    return None if missing is None else _waiting_words(missing.message)
+    return None if missing is None else _waiting_words(missing.message, missing.code)
 
 
-def _waiting_words(message: str) -> str:
-    return f"the job waits for a rank: {message[0].lower()}{message[1:]}"
+def _waiting_words(message: str, code: str = "collective_missing_rank") -> str:
+    lead = (
+        "its ranks wait in collectives none of them completes"
+        if code == "collective_mismatch"
+        else "the job waits for a rank"
+    )
+    return f"{lead}: {message[0].lower()}{message[1:]}"
 
 
 def _waits_for_a_rank(s: Snapshot, quiet: float | None, interval: float | None, factor: float) -> str | None:
