@@ -22,7 +22,7 @@ from rlwatch.export.fleet import FleetSnapshot
 from rlwatch.export.fleet.job import JobVerdict
 from rlwatch.tui.base import MonitorApp
 from rlwatch.widgets.fleet_table import FleetTable, group_detail, host_detail, host_job, job_lines, jobs, summary
-from rlwatch.widgets.format import clean_text, fmt_duration
+from rlwatch.widgets.format import fmt_duration, row_text
 
 ReadFleet = Callable[[], FleetSnapshot]
 HINT = Text("enter: detail · escape: close it · r: refresh now · q: quit", style="dim")
@@ -134,7 +134,7 @@ class FleetScreen(Screen[None]):
 
     def _failed(self, message: str) -> None:
         self._reading = False
-        self.query_one("#fleet-status", Static).update(Text(clean_text(message, 200), style="bold red"))
+        self.query_one("#fleet-status", Static).update(Text(row_text(message, 200), style="bold red"))
 
     def apply(self, fleet: FleetSnapshot) -> None:
         self._reading = False
@@ -143,7 +143,7 @@ class FleetScreen(Screen[None]):
         error = self.query_one("#fleet-error", Static)
         error.set_class(fleet.error is not None, "-shown")
         if fleet.error is not None:
-            error.update(Text(f"cannot read the fleet: {clean_text(fleet.error, 300)} (showing the last known)"))
+            error.update(Text(f"cannot read the fleet: {row_text(fleet.error, 300)} (showing the last known)"))
         self.verdicts = jobs(fleet)
         verdicts = self.query_one("#fleet-jobs", Static)
         verdicts.set_class(bool(self.verdicts), "-shown")
@@ -190,7 +190,7 @@ class FleetScreen(Screen[None]):
                 host = next((h for h in fleet.hosts if h.key == ident), None)
                 if host is not None:
                     found = host_detail(host, fleet.time, host_job(self.verdicts, host))
-                    panel.border_title = f"detail · {clean_text(host.name)}"
+                    panel.border_title = f"detail · {row_text(host.name)}"
             else:
                 group = next((g for g in fleet.groups if str(g.signature) == ident), None)
                 if group is not None:

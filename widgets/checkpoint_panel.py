@@ -11,7 +11,7 @@ from rich.text import Text
 
 from rlwatch.common.state import CheckpointState, DiskState, RecoverState, Snapshot, TimelineEntry
 from rlwatch.engine.diagnosis import when_text
-from rlwatch.widgets.format import basename, clean_text, fmt_age, fmt_bytes, fmt_clock, shorten_path
+from rlwatch.widgets.format import basename, fmt_age, fmt_bytes, fmt_clock, row_text, shorten_path
 from rlwatch.widgets.text_block import TextBlock
 
 TIMELINE_SHOWN = 4
@@ -66,7 +66,7 @@ def timeline_text(entries: tuple[TimelineEntry, ...], now: float | None = None) 
             when_text(e.time, e.by, True) if e.approximate else fmt_clock(e.time, now=now)
         )  # undated: bounds, never a guess
         out.append(f" {when} ", style="cyan")
-        out.append(clean_text(e.text, 200))
+        out.append(row_text(e.text, 200))
     return out
 
 

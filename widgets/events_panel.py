@@ -16,7 +16,7 @@ from textual.widgets import Static
 
 from rlwatch.common.state import EventSummary, Incident, IncidentTally, Snapshot, line_ref
 from rlwatch.engine.diagnosis import failure_text, first_text, incident_text, last_text, occurrences
-from rlwatch.widgets.format import SEVERITY_STYLE, basename, clean_text, fmt_age, fmt_clock
+from rlwatch.widgets.format import SEVERITY_STYLE, basename, fmt_age, fmt_clock, row_text
 from rlwatch.widgets.panel import Panel
 from rlwatch.widgets.row_table import RowTable, TableColumn
 from rlwatch.widgets.text_block import TextBlock
@@ -25,7 +25,7 @@ RECENT_SHOWN = 3
 LINE_LIMIT = 400
 
 
-def ordered(events: dict[str, EventSummary], *, show_zero: bool) -> list[EventSummary]:
+def ordered_events(events: dict[str, EventSummary], *, show_zero: bool) -> list[EventSummary]:
     rows = [e for e in events.values() if show_zero or e.count]
     return sorted(rows, key=lambda e: (e.severity.rank, -e.count, e.kind))
 
@@ -35,7 +35,7 @@ def event_row(e: EventSummary, now: float) -> tuple[Text, Text, Text, Text, Text
     kind_style = "dim" if dim else SEVERITY_STYLE[e.severity]
     num = "dim" if dim else ""
     return (
-        Text(clean_text(e.kind), style=kind_style),
+        Text(row_text(e.kind), style=kind_style),
         Text(str(e.count), style=num, justify="right"),
         Text(f"{e.rate_per_min:.1f}" if e.count else "–", style=num, justify="right"),
         Text(str(e.streak) if e.streak else "–", style=num, justify="right"),
@@ -62,7 +62,7 @@ def detail_text(
     """Where the highlighted kind came from and its last lines; the latest incidents when nothing is highlighted."""
     out = Text(no_wrap=True, end="")
     if e is not None:
-        out.append(clean_text(e.kind), style=SEVERITY_STYLE[e.severity])
+        out.append(row_text(e.kind), style=SEVERITY_STYLE[e.severity])
         out.append(f"  {e.count} total", style="bold")
         if e.files:
             files = ", ".join(f"{basename(p)} {n}" for p, n in sorted(e.files.items(), key=lambda kv: -kv[1]))
@@ -73,8 +73,8 @@ def detail_text(
             out.append(f"  first {fmt_clock(e.first, now=now)} last {fmt_clock(e.last, now=now)}", style="dim")
         for line in e.recent[-RECENT_SHOWN:]:
             out.append("\n")
-            out.append(f"{clean_text(line_ref(line.path, line.lineno))} ", style="dim")
-            out.append(clean_text(line.text, LINE_LIMIT))
+            out.append(f"{row_text(line_ref(line.path, line.lineno))} ", style="dim")
+            out.append(row_text(line.text, LINE_LIMIT))
         if not e.recent and e.count:
             out.append("\n")
             out.append("no lines kept", style="dim")
@@ -85,24 +85,24 @@ def detail_text(
         if out:
             out.append("\n")
         out.append("root cause ", style="bold")
-        out.append(clean_text(failure_text(failed.root_cause), LINE_LIMIT), style="bold red")
+        out.append(row_text(failure_text(failed.root_cause), LINE_LIMIT), style="bold red")
         cause = failed.cause
         if cause is not None:
             out.append(" after ", style="dim")
-            out.append(clean_text(cause.title, LINE_LIMIT), style="bold red")
-            out.append(f" ({clean_text(line_ref(cause.path, cause.lineno))}, {_when(cause, now)})", style="dim")
+            out.append(row_text(cause.title, LINE_LIMIT), style="bold red")
+            out.append(f" ({row_text(line_ref(cause.path, cause.lineno))}, {_when(cause, now)})", style="dim")
         if failed.victims:
             names = ", ".join(failure_text(v) for v in failed.victims[:4])
-            out.append(f"; stopped after it: {clean_text(names, LINE_LIMIT)}", style="dim")
+            out.append(f"; stopped after it: {row_text(names, LINE_LIMIT)}", style="dim")
     elif crashes:
         last = max(crashes, key=_latest)
         same = occurrences(incidents, dropped, last.kind, last.signature)
         if out:
             out.append("\n")
         out.append("last exception ", style="bold")
-        out.append(clean_text(last.title, LINE_LIMIT), style="bold red")
-        where = f" at {clean_text(last.location)}" if last.location else ""
-        out.append(f"{where} ({clean_text(line_ref(last.path, last.lineno))}, {_when(last, now)})", style="dim")
+        out.append(row_text(last.title, LINE_LIMIT), style="bold red")
+        where = f" at {row_text(last.location)}" if last.location else ""
+        out.append(f"{where} ({row_text(line_ref(last.path, last.lineno))}, {_when(last, now)})", style="dim")
         if same > 1:
             out.append(f" ×{same} same signature", style="bold yellow")
     return out
@@ -162,7 +162,7 @@ class EventsPanel(Panel):
 
     def _fill(self) -> None:
         table = self.table
-        rows = ordered(self._events, show_zero=self.show_zero)
+        rows = ordered_events(self._events, show_zero=self.show_zero)
         cells: list[tuple[str, tuple[Text, ...]]] = [(e.kind, event_row(e, self._now)) for e in rows]
         if cells != self._rows:  # most seconds it reads the same
             self._rows = cells
@@ -202,4 +202,4 @@ class EventsPanel(Panel):
 
     def kinds_in_order(self) -> list[str]:
         """Kinds with a count, most severe first: the cycle the ``e`` key walks through."""
-        return [e.kind for e in ordered(self._events, show_zero=False)]
+        return [e.kind for e in ordered_events(self._events, show_zero=False)]

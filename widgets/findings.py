@@ -25,7 +25,7 @@ from rich.text import Text
 from rlwatch.common.state import Finding, Snapshot, SourceStatus
 from rlwatch.common.words import plural
 from rlwatch.engine.diagnosis.verdict import order_key
-from rlwatch.widgets.format import SEVERITY_LABEL, SEVERITY_STYLE, clean_text, fmt_clock
+from rlwatch.widgets.format import SEVERITY_LABEL, SEVERITY_STYLE, fmt_clock, row_text
 from rlwatch.widgets.text_block import TextBlock
 
 MESSAGE_LIMIT = 600
@@ -48,7 +48,7 @@ KEY_STYLE = "bold black on cyan"
 _MEASURE = Console(file=io.StringIO(), width=500, legacy_windows=False)  # wraps text to measure it, prints nothing
 
 
-def ordered(findings: tuple[Finding, ...]) -> list[Finding]:
+def ordered_findings(findings: tuple[Finding, ...]) -> list[Finding]:
     """The findings in the verdict's order (engine/diagnosis/verdict: a restart loop first at its severity), so the
     banner's first line is the verdict's headline, carrying its one remedy."""
     return sorted(findings, key=order_key)
@@ -82,10 +82,10 @@ def fix_text(f: Finding, run_dir: str | None = None, *, readonly: bool = False) 
     if command is None:
         if f.fix is None:
             return None
-        out.append(clean_text(f.fix), style="bold")  # what fixes it where no key or command does
+        out.append(row_text(f.fix), style="bold")  # what fixes it where no key or command does
         return out
     out.append("$ ", style="dim")
-    out.append(clean_text(command_line(command, run_dir)), style="bold")
+    out.append(row_text(command_line(command, run_dir)), style="bold")
     return out
 
 
@@ -102,7 +102,7 @@ def findings_text(
     command that would be split at the end of a line starts the next one instead (` w ` at one line's end and
     `restart workers` at the next's start reads as nothing)."""
     out = Text(end="")
-    shown = ordered(findings)
+    shown = ordered_findings(findings)
     if not shown:
         out.append("✓ No problems found", style="bold green")
     for i, f in enumerate(shown):
@@ -110,7 +110,7 @@ def findings_text(
             out.append("\n")
         one = Text(end="")
         one.append(f"● {SEVERITY_LABEL[f.severity]:<8} ", style=SEVERITY_STYLE[f.severity])
-        one.append(clean_text(f.message, MESSAGE_LIMIT))
+        one.append(row_text(f.message, MESSAGE_LIMIT))
         if f.since is not None:
             one.append(f"  (since {fmt_clock(f.since, now=now)})", style="dim")
         fix = fix_text(f, run_dir, readonly=readonly)
@@ -129,7 +129,7 @@ def findings_text(
     if broken:
         out.append("\n")
         out.append(
-            "sources: " + "; ".join(f"{clean_text(s.name)}: {clean_text(s.error or '', 120)}" for s in broken),
+            "sources: " + "; ".join(f"{row_text(s.name)}: {row_text(s.error or '', 120)}" for s in broken),
             style="dim",
         )
     return out
@@ -221,7 +221,7 @@ def fitted_text(
     gives way, never the remedy; only a remedy longer than a whole line is cut."""
     head = Text(f"● {SEVERITY_LABEL[f.severity]} ", style=SEVERITY_STYLE[f.severity], no_wrap=True, end="")
     fix = fix_text(f, run_dir, readonly=readonly)
-    message = clean_text(f.message, MESSAGE_LIMIT)
+    message = row_text(f.message, MESSAGE_LIMIT)
     count = Text(f"  +{more} more (d)", style="bold", no_wrap=True, end="") if more else Text(end="")
     tail = _tail(fix, 0)
     tail.append_text(count)
@@ -316,7 +316,7 @@ def compact_text(
 ) -> Text:
     """The worst finding in ``lines`` lines (one by default) of ``width`` cells: its message cut to fit, its key or
     command whole, and how many more there are."""
-    shown = ordered(findings)
+    shown = ordered_findings(findings)
     broken = broken_sources(sources, bool(shown))
     if not shown:
         line = Text(no_wrap=True, end="")
@@ -342,7 +342,7 @@ def headline_first(
     its message as its share of the rows holds and its remedy whole, then the others one line each, and how many more
     there are. A headline whose remedy is in its words (the NaN loss's "resume from step 10") is read whole where it
     fits, instead of being cut to one line like the rest."""
-    shown = ordered(findings)
+    shown = ordered_findings(findings)
     broken = broken_sources(sources, bool(shown))
     others = len(shown) - 1 + (1 if broken else 0)
     if not shown or rows <= 1:
@@ -362,7 +362,7 @@ def headline_first(
     if unshown and len(fit) < len(rest):
         out.append(Text(f"  +{unshown} more: d lists every finding", style="bold", no_wrap=True, end=""))
     elif broken:
-        srcs = "; ".join(f"{clean_text(s.name)}: {clean_text(s.error or '', 120)}" for s in broken)
+        srcs = "; ".join(f"{row_text(s.name)}: {row_text(s.error or '', 120)}" for s in broken)
         src_line = Text("sources: " + srcs, style="dim", no_wrap=True, end="")
         src_line.truncate(width, overflow="ellipsis")
         out.append(src_line)

@@ -21,12 +21,12 @@ from rlwatch.export.fleet.job import JobVerdict, join_jobs
 from rlwatch.widgets.format import (
     SEVERITY_STYLE,
     UNKNOWN,
-    clean_text,
     fmt_age,
     fmt_bytes,
     fmt_clock,
     fmt_duration,
     fmt_number,
+    row_text,
     shorten_path,
 )
 
@@ -90,7 +90,7 @@ def group_row_key(group: FleetGroup) -> str:
 
 
 def _clip(text: str, width: int) -> str:
-    text = clean_text(text)
+    text = row_text(text)
     return text if len(text) <= width else text[: max(0, width - 1)] + "…"
 
 
@@ -234,7 +234,7 @@ def summary(fleet: FleetSnapshot) -> Text:
     counts = fleet.counts()
     line = Text(no_wrap=True, overflow="ellipsis")
     line.append("rlwatch fleet", style="bold")
-    line.append(f"  {clean_text(fleet.source)}", style="dim")
+    line.append(f"  {row_text(fleet.source)}", style="dim")
     n = len(fleet.hosts)
     line.append(f"  {plural(n, 'host')}")
     shown = [(s, counts[s]) for s in sorted(counts, key=lambda s: s.rank)]
@@ -268,7 +268,7 @@ def job_lines(verdicts: tuple[JobVerdict, ...]) -> Text:
             out.append("\n")
         style = JOB_STYLE.get(v.state, "")
         line = Text(f"{JOB_MARK.get(v.state, '?')} ", style=style)
-        line.append(clean_text(v.message, 2000), style=style if v.state != "progressing" else "")
+        line.append(row_text(v.message, 2000), style=style if v.state != "progressing" else "")
         out.append_text(line)
     return out
 
@@ -339,16 +339,16 @@ def host_detail(host: FleetHost, now: float, job: str | None = None) -> Group:
     """Everything the fleet knows about one host, for the detail panel (``job``: what its job's verdict says of its
     own ranks)."""
     head = Text(no_wrap=True)
-    head.append(clean_text(host.name), style="bold")
+    head.append(row_text(host.name), style="bold")
     head.append("  ")
     head.append_text(status_cell(host))
-    where = f"  {clean_text(host.key)}" + (f" (job {clean_text(host.job)})" if host.job else "")
+    where = f"  {row_text(host.key)}" + (f" (job {row_text(host.job)})" if host.job else "")
     head.append(where, style="dim")
     if host.simulated:
         head.append("  SIMULATED", style="bold magenta")
     parts: list[Text | Table] = [head]
     if host.error:
-        parts.append(Text(clean_text(host.error, 200), style="red"))
+        parts.append(Text(row_text(host.error, 200), style="red"))
     if not host.has_data:
         return Group(*parts)
 
@@ -357,9 +357,9 @@ def host_detail(host: FleetHost, now: float, job: str | None = None) -> Group:
     facts.add_column()
     if host.age_s is not None:
         _kv(facts, "data age", fmt_duration(host.age_s), "bold yellow" if host.stale else "")
-    _kv(facts, "run", f"{clean_text(host.profile or UNKNOWN)} · {shorten_path(host.run_dir or UNKNOWN, 80)}")
+    _kv(facts, "run", f"{row_text(host.profile or UNKNOWN)} · {shorten_path(host.run_dir or UNKNOWN, 80)}")
     if job is not None:
-        _kv(facts, "job", clean_text(job, 300))
+        _kv(facts, "job", row_text(job, 300))
     training = f"step {fmt_step(host)} · rate {fmt_rate(host.steps_per_hour)} · reward {fmt_number(host.reward)}"
     if host.stalled:
         training += " · STALLED"
@@ -377,11 +377,11 @@ def host_detail(host: FleetHost, now: float, job: str | None = None) -> Group:
     _kv(facts, "GPUs", fmt_gpus(host) or UNKNOWN)
     if host.mem_total_bytes is not None:
         _kv(facts, "RAM", f"{fmt_bytes(host.mem_available_bytes)} available of {fmt_bytes(host.mem_total_bytes)}")
-    events = "  ".join(f"{clean_text(k)} {v}" for k, v in sorted(host.events.items()) if v)
+    events = "  ".join(f"{row_text(k)} {v}" for k, v in sorted(host.events.items()) if v)
     _kv(facts, "events", events or "none")
     if host.processes:
         procs = "  ".join(
-            f"{clean_text(p.name)} {'up' if p.up else 'DEAD'} {fmt_bytes(p.rss_bytes) if p.up else ''}".rstrip()
+            f"{row_text(p.name)} {'up' if p.up else 'DEAD'} {fmt_bytes(p.rss_bytes) if p.up else ''}".rstrip()
             for p in host.processes
         )
         _kv(facts, "processes", procs)
@@ -393,13 +393,13 @@ def host_detail(host: FleetHost, now: float, job: str | None = None) -> Group:
             if i:
                 findings.append(" · ", style="dim")
             findings.append(SEVERITY_SHORT[f.severity] + " ", style=SEVERITY_STYLE[f.severity])
-            findings.append(clean_text(f.code) + (f" ×{f.count}" if f.count > 1 else ""))
+            findings.append(row_text(f.code) + (f" ×{f.count}" if f.count > 1 else ""))
         _kv(facts, "findings", findings)
     exc = host.exception
     if exc is not None:
         line = Text()
-        line.append(clean_text(exc.title, 300), style="bold red")
-        more = [f"signature {clean_text(exc.signature)}"]
+        line.append(row_text(exc.title, 300), style="bold red")
+        more = [f"signature {row_text(exc.signature)}"]
         if exc.occurrences:
             more.append(f"{exc.occurrences}×")
         if exc.at is not None:
@@ -413,7 +413,7 @@ def host_detail(host: FleetHost, now: float, job: str | None = None) -> Group:
 def group_detail(group: FleetGroup) -> Group:
     head = Text()
     head.append(f"{len(group.hosts)} hosts with the same exception\n", style="bold magenta")
-    head.append(clean_text(group.title or "", 300), style="bold red")
-    head.append(f"\nsignature {clean_text(group.signature or UNKNOWN)}", style="dim")
-    names = Text("\n" + "  ".join(clean_text(h.name) for h in group.hosts))
+    head.append(row_text(group.title or "", 300), style="bold red")
+    head.append(f"\nsignature {row_text(group.signature or UNKNOWN)}", style="dim")
+    names = Text("\n" + "  ".join(row_text(h.name) for h in group.hosts))
     return Group(head, names)

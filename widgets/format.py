@@ -38,7 +38,7 @@ _CONTROL_PICTURE = {**{c: chr(0x2400 + c) for c in range(0x20)}, 0x7F: "\u2421"}
 UNKNOWN = "–"
 
 
-def clean_text(text: str, limit: int | None = None) -> str:
+def row_text(text: str, limit: int | None = None) -> str:
     """Make log text safe to put on a terminal: drop escape sequences, show other controls as visible glyphs.
 
     Tabs become spaces and carriage returns / newlines become control pictures because a line of the log view must
@@ -131,7 +131,7 @@ def shorten_middle(text: str, width: int) -> str:
 
 def shorten_path(path: str, width: int) -> str:
     """Drop leading directories first: the last components (experiment, trial) are what tell runs apart."""
-    path = clean_text(path)
+    path = row_text(path)
     if len(path) <= width:
         return path
     parts = path.split("/")
@@ -150,14 +150,14 @@ def fmt_cmdline(argv: Sequence[str], width: int | None = None, *, full_path: boo
     """
     if argv and not full_path and argv[0].startswith("/"):
         argv = [argv[0].rstrip("/").rsplit("/", 1)[-1], *argv[1:]]
-    text = clean_text(shlex.join(argv)) if argv else UNKNOWN
+    text = row_text(shlex.join(argv)) if argv else UNKNOWN
     if width is not None and len(text) > width:
         return text[: max(0, width - 1)] + "…"
     return text
 
 
 def basename(path: str) -> str:
-    return clean_text(path.rstrip("/").rsplit("/", 1)[-1])
+    return row_text(path.rstrip("/").rsplit("/", 1)[-1])
 
 
 SEVERITY_STYLE: dict[Severity, str] = {
@@ -217,4 +217,4 @@ def finding_title(code: str) -> str:
         return FINDING_TITLES[code]
     if code.startswith("xid_") and code[4:].isdigit():
         return f"GPU Xid {code[4:]}"
-    return clean_text(code.replace("_", " "))
+    return row_text(code.replace("_", " "))

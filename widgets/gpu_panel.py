@@ -17,7 +17,7 @@ from textual.widgets import Static
 from rlwatch.common.state import GpuHolder, GpuState, GpuStatus, History, Series, Snapshot
 from rlwatch.common.words import plural
 from rlwatch.engine.diagnosis import OUTSIDE_MIN_BYTES
-from rlwatch.widgets.format import clean_text, fmt_age, fmt_bytes, fmt_cmdline, fmt_percent
+from rlwatch.widgets.format import fmt_age, fmt_bytes, fmt_cmdline, fmt_percent, row_text
 from rlwatch.widgets.graph import TimeGraph, bucket, spark
 from rlwatch.widgets.panel import Panel
 from rlwatch.widgets.text_block import TextBlock
@@ -68,7 +68,7 @@ def health_line(g: GpuState) -> Text | None:
     if h is None:
         return None
     if h.lost:
-        return Text(f"  GPU{g.index} LOST: {clean_text(h.lost, 60)}: drain the node", style="bold red", no_wrap=True)
+        return Text(f"  GPU{g.index} LOST: {row_text(h.lost, 60)}: drain the node", style="bold red", no_wrap=True)
     bad = []
     if h.ecc_volatile_uncorrected:
         bad.append(f"{h.ecc_volatile_uncorrected} uncorrectable ECC")
@@ -104,7 +104,7 @@ def summary_line(status: GpuStatus) -> Text:
         line.append("–")
     line.append(f"  {status.backend}", style="dim")
     if status.error:  # some GPUs report while one is lost, or the driver hangs and the values are stale
-        line.append(f"  {clean_text(status.error, 120)}", style="bold yellow")
+        line.append(f"  {row_text(status.error, 120)}", style="bold yellow")
     return line
 
 
@@ -137,7 +137,7 @@ def holder_line(h: GpuHolder, now: float) -> Text:
     why = h.protected or h.reason or (h.evidence if status != "run" else None)
     if why:
         line.append("\n")
-        line.append(f"        ↳ {clean_text(why, 160)}", style=_WHY_STYLE[status])
+        line.append(f"        ↳ {row_text(why, 160)}", style=_WHY_STYLE[status])
     return line
 
 
@@ -162,7 +162,7 @@ def no_holders_lines(snap: Snapshot, outside: bool) -> list[Text]:
     if scan is None:
         return [Text("GPU holders: the first scan has not run yet", style="dim", no_wrap=True)]
     if not scan.ok:
-        return [Text(f"GPU holders: {clean_text(scan.error or 'scan failed', 120)}", style="yellow", no_wrap=True)]
+        return [Text(f"GPU holders: {row_text(scan.error or 'scan failed', 120)}", style="yellow", no_wrap=True)]
     # A driver keeps a few hundred MB on an idle device: only a device using more than that asks for a holder.
     used = sum(g.mem_used_bytes or 0 for g in snap.gpus if (g.mem_used_bytes or 0) >= OUTSIDE_MIN_BYTES)
     when = f" (scanned {fmt_age(scan.last_sample, snap.time)})" if scan.last_sample is not None else ""

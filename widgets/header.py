@@ -14,9 +14,9 @@ from rlwatch.common.state import Snapshot
 from rlwatch.engine.diagnosis import backlog_text
 from rlwatch.widgets.format import (
     SEVERITY_LABEL,
-    clean_text,
     fmt_clock,
     fmt_duration,
+    row_text,
     severity_style,
     shorten_path,
 )
@@ -66,8 +66,8 @@ def header_text(snap: Snapshot, width: int, stale_s: float | None = None) -> Tex
 
     left = Text(no_wrap=True, end="")
     left.append(" rlwatch ", style="bold reverse")
-    left.append(f" {clean_text(snap.host)}", style="bold")
-    left.append(f"  {clean_text(snap.profile)}", style="cyan")
+    left.append(f" {row_text(snap.host)}", style="bold")
+    left.append(f"  {row_text(snap.profile)}", style="cyan")
     up = f"  up {fmt_duration(snap.uptime_s)}"
     run = f" · run {fmt_duration(snap.run_uptime_s)}"
     room = width - right.cell_len - left.cell_len - len(up) - len(run) - 4

@@ -39,7 +39,7 @@ from textual.strip import Strip
 from textual.widgets import Input, Static
 
 from rlwatch.common.state import Severity, Snapshot, TaggedLine
-from rlwatch.widgets.format import SEVERITY_STYLE, basename, clean_text, shorten_middle
+from rlwatch.widgets.format import SEVERITY_STYLE, basename, row_text, shorten_middle
 from rlwatch.widgets.panel import Panel
 from rlwatch.widgets.text_block import TextBlock
 
@@ -80,7 +80,7 @@ class Row:
     kinds: frozenset[str]
 
 
-def compile_pattern(text: str) -> tuple[re.Pattern[str] | None, bool]:
+def search_pattern(text: str) -> tuple[re.Pattern[str] | None, bool]:
     """A text or regex, and whether it fell back to literal text (an invalid regex never fails).
 
     Matching is case-insensitive unless the text has an upper-case letter (smart case, as in less and rg).
@@ -103,7 +103,7 @@ class LogFilter:
     path: str | None = None
 
     def pattern(self) -> tuple[re.Pattern[str] | None, bool]:
-        return compile_pattern(self.text)
+        return search_pattern(self.text)
 
     @property
     def active(self) -> bool:
@@ -122,7 +122,7 @@ class LogFilter:
             parts.append((self.kind, "bold"))
         if self.text:
             _, literal = self.pattern()
-            parts.append((f"&{clean_text(self.text, 30)}" + (" (bad regex: literal)" if literal else ""), "bold"))
+            parts.append((f"&{row_text(self.text, 30)}" + (" (bad regex: literal)" if literal else ""), "bold"))
         for i, (word, style) in enumerate(parts):
             if i:
                 out.append(" · ", style="dim")
@@ -131,7 +131,7 @@ class LogFilter:
 
 
 def to_row(line: TaggedLine) -> Row:
-    return Row(line.seq, line.path, line.lineno, clean_text(line.text, LINE_LIMIT), line.kinds)
+    return Row(line.seq, line.path, line.lineno, row_text(line.text, LINE_LIMIT), line.kinds)
 
 
 def _splits(text: str, width: int) -> list[int]:
@@ -302,14 +302,14 @@ class LogView(ScrollView, can_focus=True):
     def set_search(self, text: str, *, backward: bool | None = None) -> None:
         """Highlight every match of ``text`` (no move: :meth:`next_match` moves)."""
         self.search_text = text
-        self._search, _ = compile_pattern(text)
+        self._search, _ = search_pattern(text)
         if backward is not None:
             self.search_backward = backward
         self.refresh()
         self._changed()
 
     def search_literal(self) -> bool:
-        return compile_pattern(self.search_text)[1]
+        return search_pattern(self.search_text)[1]
 
     # ------------------------------------------------------------------ moving
 
@@ -344,7 +344,7 @@ class LogView(ScrollView, can_focus=True):
         backward = self.search_backward != (direction < 0)
         found = self._find(lambda r: self._search is not None and self._search.search(r.text) is not None, backward)
         if found is None:
-            self.notice = f"pattern not found: {clean_text(self.search_text, 30)}"
+            self.notice = f"pattern not found: {row_text(self.search_text, 30)}"
         self._changed()
         return found is not None
 
@@ -829,7 +829,7 @@ class LogPanel(Panel):
                 bar.append(f" (of {view.total_count})", style="dim")
         if view.search_text:
             mark = "?" if view.search_backward else "/"
-            bar.append(f"  {mark}{clean_text(view.search_text, 24)}", style="bold black on yellow")
+            bar.append(f"  {mark}{row_text(view.search_text, 24)}", style="bold black on yellow")
             if view.search_literal():
                 bar.append(" (literal)", style="yellow")
         if view.filter.active:

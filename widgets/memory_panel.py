@@ -15,7 +15,7 @@ from textual.containers import Horizontal
 from textual.widgets import Static
 
 from rlwatch.common.state import KernelLogState, LogLine, MemoryState, ProcessInfo, Series, Snapshot
-from rlwatch.widgets.format import clean_text, fmt_bytes, fmt_clock, fmt_duration, shorten_middle
+from rlwatch.widgets.format import fmt_bytes, fmt_clock, fmt_duration, row_text, shorten_middle
 from rlwatch.widgets.graph import TimeGraph, bucket, fit_span, spark
 from rlwatch.widgets.panel import Panel
 from rlwatch.widgets.text_block import TextBlock
@@ -137,7 +137,7 @@ def forecast_line(mem: MemoryState, now: float) -> Text:
     style = "bold red" if left < 3 * 3600 else "bold yellow"
     line.append(f"RAM exhausted in ~{fmt_duration(left)} at {fmt_clock(at, seconds=False)}", style=style)
     if mem.forecast_from:  # the processes that grow, as the leak findings say: the same figure
-        line.append(f" ({clean_text(mem.forecast_from)})", style="dim")
+        line.append(f" ({row_text(mem.forecast_from)})", style="dim")
     return line
 
 
@@ -162,7 +162,7 @@ def process_line(p: ProcessInfo, history: Series | None, now: float) -> Text:
     """``worker-0  15.1G  +520M ▃▄▅▆▇█``: RSS now, growth per hour, and the last 10 minutes from zero to its own
     peak (on a scale of the whole host's RAM a 25 MB worker leaking to 400 MB is a flat line)."""
     line = Text(no_wrap=True, end="")
-    line.append(f"{shorten_middle(clean_text(p.name), 9):<9}", style="bold" if p.alive else "dim strike")
+    line.append(f"{shorten_middle(row_text(p.name), 9):<9}", style="bold" if p.alive else "dim strike")
     line.append(f" {short_bytes(p.rss_bytes):>6}")
     growth = p.rss_growth_bytes_per_hour
     gstyle = "bold red" if growth is not None and growth >= 5e8 else "yellow" if growth and growth >= 1e8 else "dim"

@@ -18,7 +18,7 @@ from textual.widgets import Static
 from rlwatch.common.state import GpuHolder, LiveRun, ProcessInfo, ServerState, Snapshot, WatchdogStatus
 from rlwatch.common.words import plural
 from rlwatch.engine.diagnosis import percent_read
-from rlwatch.widgets.format import clean_text, fmt_age, fmt_bytes, fmt_clock, fmt_cmdline, fmt_duration
+from rlwatch.widgets.format import fmt_age, fmt_bytes, fmt_clock, fmt_cmdline, fmt_duration, row_text
 from rlwatch.widgets.memory_panel import short_bytes
 from rlwatch.widgets.panel import Panel
 from rlwatch.widgets.row_table import RowTable, TableColumn
@@ -36,10 +36,10 @@ def server_line(srv: ServerState | None, now: float) -> Text:
         unexpected = srv is not None and not srv.expected
         line.append("none expected" if unexpected else "none configured or found", style="dim")
         if srv is not None and srv.evidence:  # why none is expected: colocated generation, no evidence of one
-            line.append("\n  " + clean_text(srv.evidence[0], 120), style="dim")
+            line.append("\n  " + row_text(srv.evidence[0], 120), style="dim")
         return line
     line.append(f"{srv.kind or '?'} ", style="bold")
-    line.append(clean_text(srv.url or "no url"), style="dim")
+    line.append(row_text(srv.url or "no url"), style="dim")
     line.append("\n")
     if srv.up is None:
         line.append(" NOT CHECKED ", style="bold black on yellow")
@@ -53,7 +53,7 @@ def server_line(srv: ServerState | None, now: float) -> Text:
             line.append(
                 f" since {fmt_clock(srv.down_since, now=now)}, {fmt_age(srv.down_since, now)}", style="bold red"
             )
-        why = [clean_text(srv.error, 120)] if srv.error else []
+        why = [row_text(srv.error, 120)] if srv.error else []
         if srv.status_code is not None:
             why.append(f"HTTP {srv.status_code}")
         if why:
@@ -86,34 +86,34 @@ def watchdog_line(wd: WatchdogStatus | None, now: float) -> Text | None:
         line.append(" GONE ", style="bold white on red")
         line.append("  died without stopping", style="red")
     if wd.gave_up:
-        line.append(f"  gave up on {', '.join(clean_text(g.target) for g in wd.gave_up)}", style="bold red")
+        line.append(f"  gave up on {', '.join(row_text(g.target) for g in wd.gave_up)}", style="bold red")
     elif wd.last_action:
-        line.append(f"  last: {clean_text(wd.last_action, 80)}", style="dim")
+        line.append(f"  last: {row_text(wd.last_action, 80)}", style="dim")
     n = wd.notify
     if n is not None:  # whom it tells, and when it last did (targets arrive redacted: tgram://***)
         if n.targets:
             line.append("\n  notify ", style="bold")
-            line.append(clean_text(", ".join(n.targets), 60), style="dim")
+            line.append(row_text(", ".join(n.targets), 60), style="dim")
             if n.error:
-                line.append(f"  FAILING: {clean_text(n.error, 80)}", style="bold red")
+                line.append(f"  FAILING: {row_text(n.error, 80)}", style="bold red")
             elif n.last_sent_at is not None:
-                line.append(f"  last {fmt_clock(n.last_sent_at)}: {clean_text(n.last_message or '', 70)}", style="dim")
+                line.append(f"  last {fmt_clock(n.last_sent_at)}: {row_text(n.last_message or '', 70)}", style="dim")
             else:
                 line.append("  nothing sent yet", style="dim")
         if n.heartbeat:
             line.append("\n  heartbeat ", style="bold")
-            line.append(clean_text(n.heartbeat, 40), style="dim")
+            line.append(row_text(n.heartbeat, 40), style="dim")
             if n.heartbeat_error:
-                line.append(f"  FAILING: {clean_text(n.heartbeat_error, 80)}", style="bold red")
+                line.append(f"  FAILING: {row_text(n.heartbeat_error, 80)}", style="bold red")
             else:
                 ping = "never answered" if n.heartbeat_at is None else f"last ping {fmt_clock(n.heartbeat_at)}"
                 line.append(f"  {ping}", style="dim")
     return line
 
 
-def label(p: ProcessInfo) -> str:
+def process_label(p: ProcessInfo) -> str:
     """The name, with the role when the name does not already say it (``pool (launcher)``, ``worker-0``)."""
-    name, role = clean_text(p.name), clean_text(p.role)
+    name, role = row_text(p.name), row_text(p.role)
     return name if name.startswith(role) else f"{name} ({role})"
 
 
@@ -140,7 +140,7 @@ class Column:
 
 
 @dataclass(frozen=True, slots=True)
-class Layout:
+class ColumnLayout:
     """The columns shown at one width, and whether the numbers are in their short form (``300M`` for 300.0 MB)."""
 
     columns: tuple[Column, ...]
@@ -183,11 +183,11 @@ def table_layout(
     gpu: Mapping[int, int | None] | None = None,
     titles: Sequence[str] = (),
     details: Sequence[str] = (),
-) -> Layout:
+) -> ColumnLayout:
     """The columns of the processes table in ``width`` cells (see the comment above). ``gpu`` is each pid's GPU
     memory on a GPU host (None: not a GPU host, no column); ``titles`` and ``details`` are what heading rows show in
     the name and command columns."""
-    names = [label(p) for p in procs] + list(titles)
+    names = [process_label(p) for p in procs] + list(titles)
     commands = [fmt_cmdline(p.cmdline, COMMAND_WIDTH, full_path=False) for p in procs] + list(details)
     restarted = any(p.restarts for p in procs)
     columns: list[Column] = []
@@ -221,20 +221,20 @@ def table_layout(
     columns.append(Column("command", "command", shown))
     if show_evidence:  # what the command does not need, the evidence may take
         columns.append(Column("evidence", "the run's by", min(said, evidence + max(0, command - shown))))
-    return Layout(tuple(columns), compact)
+    return ColumnLayout(tuple(columns), compact)
 
 
 def process_row(
-    p: ProcessInfo, now: float, layout: Layout, gpu: Mapping[int, int | None] | None = None
+    p: ProcessInfo, now: float, layout: ColumnLayout, gpu: Mapping[int, int | None] | None = None
 ) -> tuple[Text, ...]:
     """The row of one process, in the layout's columns."""
     return tuple(_cell(key, p, now, layout, gpu or {}) for key in layout.keys)
 
 
-def _cell(key: str, p: ProcessInfo, now: float, layout: Layout, gpu: Mapping[int, int | None]) -> Text:
+def _cell(key: str, p: ProcessInfo, now: float, layout: ColumnLayout, gpu: Mapping[int, int | None]) -> Text:
     dead = "dim strike" if not p.alive else ""
     if key == "name":
-        return Text(_fit(label(p), layout.width_of("name")), style=dead or "bold")
+        return Text(_fit(process_label(p), layout.width_of("name")), style=dead or "bold")
     if key == "pid":
         return Text(str(p.pid), justify="right", style=dead)
     if key == "state":
@@ -254,7 +254,7 @@ def _cell(key: str, p: ProcessInfo, now: float, layout: Layout, gpu: Mapping[int
     return evidence_cell(p, layout.width_of("evidence"))
 
 
-def heading_row(title: Text, detail: Text, layout: Layout) -> tuple[Text, ...]:
+def heading_row(title: Text, detail: Text, layout: ColumnLayout) -> tuple[Text, ...]:
     """A row that names a group: its title in the name column, what it says of the group in the command column (a
     table has no cell spanning columns; the command column is the widest)."""
     cells = []
@@ -274,7 +274,7 @@ def evidence_cell(p: ProcessInfo, width: int = EVIDENCE_WIDTH) -> Text:
         return Text("–", style="dim")
     if p.evidence is None:
         return Text("role rule only", style="yellow")
-    return Text(clean_text(p.evidence, width), style="dim green", no_wrap=True, overflow="ellipsis")
+    return Text(row_text(p.evidence, width), style="dim green", no_wrap=True, overflow="ellipsis")
 
 
 def live_run_line(run: LiveRun | None) -> Text | None:
@@ -282,7 +282,7 @@ def live_run_line(run: LiveRun | None) -> Text | None:
     if run is None:
         return None
     if not run.identified:
-        return Text(f"live run: UNKNOWN — {clean_text(run.why_unknown or '', 140)}", style="bold yellow", no_wrap=True)
+        return Text(f"live run: UNKNOWN — {row_text(run.why_unknown or '', 140)}", style="bold yellow", no_wrap=True)
     pid, why = run.members[0] if run.members else (None, "")
     # The evidence may count its own files ("writes a.log (+1 more)"): the other processes are said apart from it.
     others = len(run.members) - 1
@@ -290,7 +290,7 @@ def live_run_line(run: LiveRun | None) -> Text | None:
     line.append(f"pid {pid}", style="bold")
     if others:
         line.append(f" and {plural(others, 'other process')}", style="bold")
-    line.append(": " + clean_text(why, 100), style="green")
+    line.append(": " + row_text(why, 100), style="green")
     earlier = [a for a in run.attempts if not a.current and a.pids]
     if earlier:
         n = sum(len(a.pids) for a in earlier)
@@ -322,7 +322,7 @@ class ProcessPanel(Panel):
         super().__init__(title, id=id, focusable=False)
         self._snap: Snapshot | None = None
         self._width = 0  # the width the table was laid out for
-        self._layout: Layout | None = None
+        self._layout: ColumnLayout | None = None
 
     def compose(self) -> ComposeResult:
         yield TextBlock(id="server-line", classes="body")

@@ -9,7 +9,7 @@ from __future__ import annotations
 from rich.text import Text
 
 from rlwatch.common.state import RunState, Snapshot, TrainingState, Verdict
-from rlwatch.widgets.format import clean_text, fmt_age, fmt_duration, fmt_number
+from rlwatch.widgets.format import fmt_age, fmt_duration, fmt_number, row_text
 from rlwatch.widgets.graph import spark
 from rlwatch.widgets.text_block import TextBlock
 
@@ -46,7 +46,7 @@ def step_line(tr: TrainingState, now: float, run: RunState | None = None, verdic
         if verdict is not None and verdict.step_from == "checkpoint":
             line.append("  (checkpoint)", style="dim")
         elif tr.step_source:
-            line.append(f"  from {clean_text(tr.step_source)}", style="dim")  # the field the step was read from
+            line.append(f"  from {row_text(tr.step_source)}", style="dim")  # the field the step was read from
     if tr.finished:
         line.append("  FINISHED", style="bold green")
     elif run is not None and run.state in _STATE_BADGE:  # what the banner's state rests on, said the same here
@@ -141,7 +141,7 @@ def knobs_line(tr: TrainingState) -> Text | None:
     if not tr.knobs:
         return None
     line = Text("knobs ", style="bold", no_wrap=True, end="")
-    line.append(clean_text("  ".join(f"{k}={v}" for k, v in tr.knobs.items())), style="dim")
+    line.append(row_text("  ".join(f"{k}={v}" for k, v in tr.knobs.items())), style="dim")
     return line
 
 

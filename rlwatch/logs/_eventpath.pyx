@@ -3676,7 +3676,7 @@ cdef class Core:
         b.state = 0
         b.exc_type = ""
         b.exc_msg = ""
-        b.rank = _inc.rank_of(tag) if S_RANK in tag else None
+        b.rank = _inc.tagged_rank(tag) if S_RANK in tag else None
         fs.blocks[tag] = b
 
     cdef inline void inc_close(self, FileState fs, str tag) except *:
@@ -4015,7 +4015,7 @@ cdef class Core:
         if work is None:
             return
         m = _WORK_RANK_SEARCH(text)
-        rank = int(m.group(1)) if m else _inc.rank_of(text[: max(0, work.start())])
+        rank = int(m.group(1)) if m else _inc.tagged_rank(text[: max(0, work.start())])
         seq, op = int(work.group(1)), work.group(2)
         key = (fs.path, rank, seq, op)
         found = self.timeouts.get(key)

@@ -44,7 +44,7 @@ __all__ = [
     "IncidentTracker",
     "Span",
     "crash_title",
-    "rank_of",
+    "tagged_rank",
     "timeout_title",
 ]
 
@@ -98,7 +98,7 @@ _AFTER_LINES = 40  # lines after the exception that may still chain another exce
 _SILENT_LINES = 200
 
 
-def rank_of(tag: str) -> int | None:
+def tagged_rank(tag: str) -> int | None:
     """The global rank a "[rank3]:" prefix names (torch prefixes each worker's lines with it); the compiled event
     path calls it too."""
     m = _RANK_TAG.search(tag) if "rank" in tag else None
@@ -268,7 +268,7 @@ class IncidentTracker:
 
     def _open(self, key: tuple[str, str], block: _Block) -> None:
         self.open_paths.setdefault(key[0], set()).add(key[1])
-        block.rank = rank_of(key[1])
+        block.rank = tagged_rank(key[1])
         self._blocks[key] = block
 
     def _close(self, key: tuple[str, str]) -> None:
@@ -546,7 +546,7 @@ class IncidentTracker:
         if work is None:
             return
         m = WORK_RANK.search(text)
-        rank = int(m.group(1)) if m else rank_of(text[: max(0, work.start())])
+        rank = int(m.group(1)) if m else tagged_rank(text[: max(0, work.start())])
         seq, op = int(work.group(1)), work.group(2)
         key = (path, rank, seq, op)
         rec = self._timeouts.get(key)

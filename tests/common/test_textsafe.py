@@ -12,7 +12,7 @@ import pytest
 
 from rlwatch.common.redact import clean_text, redacted
 from rlwatch.common.textsafe import clean_line
-from widgets.format import clean_text as cell_text
+from rlwatch.widgets.format import row_text as cell_text
 
 KEPT = {"\u200c", "\u200d"}  # ZWNJ, ZWJ: Persian and the Indic scripts spell with them; emoji sequences join by ZWJ
 CLEANERS = [clean_line, clean_text, cell_text]

@@ -10,13 +10,13 @@ from hypothesis import strategies as st
 
 from rlwatch.common.state import Series
 from rlwatch.widgets.format import (
-    clean_text,
     fmt_age,
     fmt_bytes,
     fmt_clock,
     fmt_cmdline,
     fmt_duration,
     fmt_rate_per_hour,
+    row_text,
     shorten_middle,
     shorten_path,
 )
@@ -30,34 +30,34 @@ def _utc() -> Iterator[None]:
         yield
 
 
-# ------------------------------------------------------------------------------------------------ clean_text
+# ------------------------------------------------------------------------------------------------ row_text
 
 
 def test_clean_text_drops_escape_sequences_and_keeps_markup_literal() -> None:
     raw = "[bold red]boom[/] \x1b[2J\x1b[31mred\x1b[0m \x1b]0;pwned\x07 end"
-    assert clean_text(raw) == "[bold red]boom[/] red  end"
+    assert row_text(raw) == "[bold red]boom[/] red  end"
 
 
 def test_clean_text_shows_other_controls_as_visible_glyphs() -> None:
-    assert clean_text("a\x00b\rc\nd\x7fe\x07") == "a\u2400b\u240dc\u240ad\u2421e\u2407"
-    assert clean_text("tab\there") == "tab    here"
+    assert row_text("a\x00b\rc\nd\x7fe\x07") == "a\u2400b\u240dc\u240ad\u2421e\u2407"
+    assert row_text("tab\there") == "tab    here"
 
 
 def test_clean_text_removes_unterminated_and_8bit_sequences() -> None:
-    assert clean_text("x\x1b]2;title") == "x"
-    assert clean_text("x\x9b31my") == "xy"
-    assert clean_text("x\x1bcy") == "xy"  # RIS
+    assert row_text("x\x1b]2;title") == "x"
+    assert row_text("x\x9b31my") == "xy"
+    assert row_text("x\x1bcy") == "xy"  # RIS
 
 
 def test_clean_text_limit_bounds_length_with_ellipsis() -> None:
-    out = clean_text("a" * 10_000, 50)
+    out = row_text("a" * 10_000, 50)
     assert len(out) == 50
     assert out.endswith("…")
 
 
 @given(st.text())
 def test_clean_text_never_leaves_control_characters(s: str) -> None:
-    out = clean_text(s, 500)
+    out = row_text(s, 500)
     assert not any(ord(c) < 0x20 or 0x7F <= ord(c) <= 0x9F for c in out)
     assert len(out) <= 500
 

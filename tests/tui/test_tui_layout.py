@@ -17,7 +17,7 @@ from rlwatch.common.state import ActionPlan, ActionResult, Finding, Severity, Sn
 from rlwatch.tui.app import RlwatchApp
 from rlwatch.tui.screens.confirm import ConfirmScreen, RunningScreen
 from rlwatch.tui.screens.findings import FindingsScreen
-from rlwatch.tui.screens.main import MainScreen, next_step
+from rlwatch.tui.screens.main import MainScreen, banner_next_step
 from rlwatch.widgets.findings import compact_text, fix_text, headline_first
 from rlwatch.widgets.keybar import KeyBar
 from tests import snapshot_data as data
@@ -282,9 +282,9 @@ async def test_after_an_action_the_status_line_says_the_next_step() -> None:
 
 def test_next_step_skips_the_action_just_done_and_says_a_command_when_no_key_fixes() -> None:
     snap = data.memory_leak()
-    step = next_step(snap, "restart-workers")
+    step = banner_next_step(snap, "restart-workers")
     assert isinstance(step, Text) and "$ rlwatch service install /srv/optim" in step.plain
-    assert next_step(data.healthy(), None) is None
+    assert banner_next_step(data.healthy(), None) is None
 
 
 # ---------------------------------------------------------------------------------------------- maximise, focus

@@ -27,7 +27,7 @@ from textual.widgets import Button, Static
 from rlwatch.common.state import ActionPlan, ActionResult, ActionTarget, Verdict
 from rlwatch.common.words import plural
 from rlwatch.tui.keys import ACTION_TITLES
-from rlwatch.widgets.format import clean_text, fmt_bytes, fmt_cmdline, fmt_duration
+from rlwatch.widgets.format import fmt_bytes, fmt_cmdline, fmt_duration, row_text
 
 ResultT = TypeVar("ResultT")
 
@@ -52,15 +52,15 @@ def targets_table(targets: tuple[ActionTarget, ...]) -> Table:
     for t in targets:
         table.add_row(
             Text(str(t.pid) if t.pid is not None else "new", style="bold"),
-            Text(clean_text(t.user or "?")),
+            Text(row_text(t.user or "?")),
             Text(fmt_duration(t.age_s)),
             Text(fmt_bytes(t.gpu_mem_bytes)),
-            Text(clean_text(t.role or "–")),
+            Text(row_text(t.role or "–")),
             Text(fmt_cmdline(t.cmdline, COMMAND_WIDTH), no_wrap=True, overflow="ellipsis"),
         )
         if t.reason:
             # A long path folds whole, and the plan scrolls: a reason is never cut.
-            why = Text("↳ " + clean_text(t.reason, 1500), style="yellow", overflow="fold")
+            why = Text("↳ " + row_text(t.reason, 1500), style="yellow", overflow="fold")
             table.add_row(Text(""), Text(""), Text(""), Text(""), Text(""), why)
     return table
 
@@ -72,14 +72,14 @@ def targets_blocks(targets: tuple[ActionTarget, ...]) -> Text:
         if i:
             out.append("\n")
         out.append(f"pid {t.pid}" if t.pid is not None else "new process", style="bold")
-        facts = [clean_text(t.user) if t.user else "", fmt_duration(t.age_s) if t.age_s is not None else ""]
+        facts = [row_text(t.user) if t.user else "", fmt_duration(t.age_s) if t.age_s is not None else ""]
         if t.gpu_mem_bytes is not None:
             facts.append(f"{fmt_bytes(t.gpu_mem_bytes)} GPU")
-        facts.append(clean_text(t.role or "–"))
+        facts.append(row_text(t.role or "–"))
         out.append("  " + "  ".join(f for f in facts if f))
         out.append("\n  " + fmt_cmdline(t.cmdline, 400), style="dim")
         if t.reason:
-            out.append("\n  ↳ " + clean_text(t.reason, 1500), style="yellow")
+            out.append("\n  ↳ " + row_text(t.reason, 1500), style="yellow")
     return out
 
 
@@ -90,13 +90,13 @@ def verdict_note(verdict: Verdict | None, action: str) -> Text | None:
         return None
     out = Text(end="")
     out.append("The diagnosis: ", style="bold yellow")
-    out.append(clean_text(verdict.message, 300))
+    out.append(row_text(verdict.message, 300))
     if verdict.action:
         out.append(
             f"\nIts remedy is {ACTION_TITLES.get(verdict.action, verdict.action).lower()}, not this.", style="bold"
         )
     elif verdict.fix or verdict.command:
-        out.append(f"\nWhat fixes it: {clean_text(verdict.command or verdict.fix or '', 200)}.", style="bold")
+        out.append(f"\nWhat fixes it: {row_text(verdict.command or verdict.fix or '', 200)}.", style="bold")
     return out
 
 
@@ -106,7 +106,7 @@ def steps_text(steps: tuple[str, ...]) -> Text:
         if i > 1:
             out.append("\n")
         out.append(f"{i}. ", style="bold")
-        out.append(clean_text(step, 400))
+        out.append(row_text(step, 400))
     return out
 
 
@@ -187,7 +187,7 @@ class ConfirmScreen(FittedDialog[bool]):
             if not plan.runnable:
                 yield Static(Text(f"{title}: refused", style="bold"), classes="dialog-title")
                 with VerticalScroll(id="confirm-body", classes="dialog-body", can_focus=False):
-                    yield Static(Text(clean_text(plan.refused or "", 600), style="yellow"), id="refused")
+                    yield Static(Text(row_text(plan.refused or "", 600), style="yellow"), id="refused")
                 with Horizontal(classes="dialog-buttons"):
                     yield Button("Close", id="close", variant="primary", compact=narrow)
                 return
@@ -271,7 +271,7 @@ class RunningScreen(ModalScreen[None]):
         head = Text(f"{'✓' if result.ok else '✗'} {title}: {'done' if result.ok else 'failed'}", style="bold")
         head.stylize("green" if result.ok else "red", 0, 1)
         self.query_one("#running-title", Static).update(head)
-        body = Text(clean_text(result.message, 2000), style="" if result.ok else "red")
+        body = Text(row_text(result.message, 2000), style="" if result.ok else "red")
         body.append("\n\n")
         if next_step is not None:
             body.append("Next: ", style="bold")

@@ -15,13 +15,13 @@ from textual.widgets import Static
 from rlwatch.common.state import Snapshot
 from rlwatch.tui.keys import ACTION_KEYS
 from rlwatch.tui.screens.confirm import FittedDialog
-from rlwatch.widgets.findings import broken_sources, fix_text, ordered
-from rlwatch.widgets.format import SEVERITY_LABEL, SEVERITY_STYLE, clean_text, finding_title, fmt_clock
+from rlwatch.widgets.findings import broken_sources, fix_text, ordered_findings
+from rlwatch.widgets.format import SEVERITY_LABEL, SEVERITY_STYLE, finding_title, fmt_clock, row_text
 
 
 def findings_list(snap: Snapshot, *, readonly: bool) -> Text:
     out = Text(end="")
-    shown = ordered(snap.findings)
+    shown = ordered_findings(snap.findings)
     if not shown:
         out.append("✓ No problems found", style="bold green")
     for i, f in enumerate(shown):
@@ -32,7 +32,7 @@ def findings_list(snap: Snapshot, *, readonly: bool) -> Text:
             out.append(f"  since {fmt_clock(f.since, now=snap.time)}", style="dim")
         out.append(f"  {finding_title(f.code)}", style="dim")
         out.append("\n")
-        out.append(clean_text(f.message, 2000))
+        out.append(row_text(f.message, 2000))
         fix = fix_text(f, snap.run_dir, readonly=readonly)
         out.append("\n")
         if fix is not None:
@@ -45,7 +45,7 @@ def findings_list(snap: Snapshot, *, readonly: bool) -> Text:
         out.append("\n\n")
         out.append("Not available (what is shown may be missing or stale):", style="bold")
         for s in broken:
-            out.append(f"\n  {clean_text(s.name)}: {clean_text(s.error or '', 300)}", style="dim")
+            out.append(f"\n  {row_text(s.name)}: {row_text(s.error or '', 300)}", style="dim")
     return out
 
 

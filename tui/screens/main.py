@@ -31,8 +31,8 @@ from rlwatch.tui.screens.findings import FindingsScreen
 from rlwatch.tui.screens.help import HelpScreen
 from rlwatch.tui.screens.stacks import StacksScreen
 from rlwatch.widgets.events_panel import EventsPanel
-from rlwatch.widgets.findings import FindingsBanner, command_line, ordered
-from rlwatch.widgets.format import clean_text
+from rlwatch.widgets.findings import FindingsBanner, command_line, ordered_findings
+from rlwatch.widgets.format import row_text
 from rlwatch.widgets.gpu_panel import GpuPanel
 from rlwatch.widgets.header import HeaderBar
 from rlwatch.widgets.keybar import KeyBar
@@ -167,7 +167,7 @@ class MainScreen(Screen[None]):
         try:
             snap = self.feed.snapshot()
         except Exception as exc:
-            self.set_status(Text(f"snapshot failed: {clean_text(str(exc), 200)}", style="bold red"))
+            self.set_status(Text(f"snapshot failed: {row_text(str(exc), 200)}", style="bold red"))
             if self.snapshot is not None:
                 self._mark_staleness(self.snapshot)
             return
@@ -176,7 +176,7 @@ class MainScreen(Screen[None]):
         try:
             lines = self.feed.lines_after(self.log_view.last_seq)
         except Exception as exc:
-            self.set_status(Text(f"log lines failed: {clean_text(str(exc), 200)}", style="bold red"))
+            self.set_status(Text(f"log lines failed: {row_text(str(exc), 200)}", style="bold red"))
             return
         if lines:
             self.log_view.add_lines(lines)
@@ -190,7 +190,7 @@ class MainScreen(Screen[None]):
     def apply(self, snap: Snapshot) -> None:
         self.snapshot = snap
         self.query_one(FindingsBanner).show(snap)
-        headline = ordered(snap.findings)[0] if snap.findings else None
+        headline = ordered_findings(snap.findings)[0] if snap.findings else None
         remedy = headline.action if headline is not None and not self.feed.readonly else None
         self.query_one(KeyBar).set_remedy(ACTION_KEY_OF.get(remedy) if remedy else None)
         if self._done is not None and self.running is None:
@@ -200,8 +200,8 @@ class MainScreen(Screen[None]):
             try:
                 panel.update_from(snap)
             except Exception as exc:  # one panel's bug must not take the dashboard down mid-incident
-                title = clean_text(str(panel.border_title or panel.id))
-                self.set_status(Text(f"{title}: cannot draw: {clean_text(repr(exc), 200)}", style="bold red"))
+                title = row_text(str(panel.border_title or panel.id))
+                self.set_status(Text(f"{title}: cannot draw: {row_text(repr(exc), 200)}", style="bold red"))
 
     def set_status(self, text: Text) -> None:
         self._hinting = False
@@ -259,7 +259,7 @@ class MainScreen(Screen[None]):
             elif plan.runnable:
                 self.set_status(Text(f"{title}: cancelled, nothing was done", style="dim"))
             else:
-                self.set_status(Text(f"{title}: refused: {clean_text(plan.refused or '', 200)}", style="yellow"))
+                self.set_status(Text(f"{title}: refused: {row_text(plan.refused or '', 200)}", style="yellow"))
 
         title = ACTION_TITLES.get(plan.action, plan.action)
         waiting = "waiting for Confirm or Cancel" if plan.runnable else "refused"
@@ -292,7 +292,7 @@ class MainScreen(Screen[None]):
         if time.monotonic() - at > NEXT_STEP_FOR_S:
             self._done = None
             return
-        step = next_step(self.snapshot, result.action, readonly=self.feed.readonly)
+        step = banner_next_step(self.snapshot, result.action, readonly=self.feed.readonly)
         dialog = self.app.screen
         if isinstance(dialog, RunningScreen) and dialog.result is result:
             dialog.show_result(result, step)  # the dialog that ran it follows the findings too, while it is open
@@ -422,10 +422,10 @@ class MainScreen(Screen[None]):
     def on_events_panel_kind_selected(self, message: EventsPanel.KindSelected) -> None:
         view = self.log_view
         view.set_filter(replace(view.filter, kind=message.kind))
-        self.set_status(Text(f"log: showing {clean_text(message.kind)} lines (k cycles, then all)", style="dim"))
+        self.set_status(Text(f"log: showing {row_text(message.kind)} lines (k cycles, then all)", style="dim"))
 
 
-def next_step(snap: Snapshot | None, done: str | None, *, readonly: bool = False) -> Text | None:
+def banner_next_step(snap: Snapshot | None, done: str | None, *, readonly: bool = False) -> Text | None:
     """``r resume — Inference server … is down``: the worst finding a key or command fixes, other than ``done``."""
     if snap is None:
         return None
@@ -441,6 +441,6 @@ def next_step(snap: Snapshot | None, done: str | None, *, readonly: bool = False
         out.append(f" {key} ", style="bold black on cyan")
         out.append(f" {ACTION_LABELS[f.action]}", style="bold")
     else:
-        out.append("$ " + clean_text(command_line(f.fix_command() or "", snap.run_dir)), style="bold")
-    out.append(f" — {clean_text(f.message, 120)}", style="dim")
+        out.append("$ " + row_text(command_line(f.fix_command() or "", snap.run_dir)), style="bold")
+    out.append(f" — {row_text(f.message, 120)}", style="dim")
     return out

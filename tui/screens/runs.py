@@ -18,7 +18,7 @@ from textual.screen import Screen
 from textual.widgets import OptionList, Static
 from textual.widgets.option_list import Option
 
-from rlwatch.widgets.format import clean_text
+from rlwatch.widgets.format import row_text
 
 HINT = "↑↓ move · enter watch it · q quit"
 
@@ -30,8 +30,8 @@ def run_label(run_dir: Path, path: Path, what: str) -> Text:
         shown = str(path.relative_to(run_dir))
     except ValueError:
         shown = str(path)
-    line = Text(clean_text(shown), style="bold")
-    line.append(f"   {clean_text(what)}", style="dim")
+    line = Text(row_text(shown), style="bold")
+    line.append(f"   {row_text(what)}", style="dim")
     return line
 
 
@@ -56,7 +56,7 @@ class ChooseRunScreen(Screen[Path | None]):
 
     def compose(self) -> ComposeResult:
         title = Text("rlwatch", style="bold reverse")
-        title.append(f"  {clean_text(str(self.run_dir))} holds {len(self.runs)} separate runs, not one.")
+        title.append(f"  {row_text(str(self.run_dir))} holds {len(self.runs)} separate runs, not one.")
         title.append(" Pick the one to watch:", style="bold")
         yield Static(title, id="runs-title")
         yield OptionList(

@@ -15,7 +15,7 @@ from textual.widgets import Static
 
 from rlwatch.common.state import StackReport
 from rlwatch.tui.screens.confirm import FittedDialog
-from rlwatch.widgets.format import clean_text, fmt_clock
+from rlwatch.widgets.format import fmt_clock, row_text
 
 
 def stacks_text(report: StackReport | None, now: float) -> Text:
@@ -23,29 +23,29 @@ def stacks_text(report: StackReport | None, now: float) -> Text:
     if report is None:
         out.append("No stack has been read yet.", style="dim")
         return out
-    out.append(f"read {fmt_clock(report.taken_at, now=now)} ({clean_text(report.why)})", style="dim")
+    out.append(f"read {fmt_clock(report.taken_at, now=now)} ({row_text(report.why)})", style="dim")
     if report.error and not report.summary:
         out.append("\n\n")
-        out.append(clean_text(report.error, 600), style="bold yellow")
+        out.append(row_text(report.error, 600), style="bold yellow")
         return out
     for where, labels in report.groups:
         out.append("\n\n")
-        out.append(", ".join(clean_text(label) for label in labels), style="bold")
+        out.append(", ".join(row_text(label) for label in labels), style="bold")
         out.append(" in ")
-        out.append(clean_text(where, 200), style="bold cyan")
+        out.append(row_text(where, 200), style="bold cyan")
     for p in report.processes:
         out.append("\n\n")
         who = p.label if str(p.pid) in p.label else f"{p.label} (pid {p.pid})"
-        out.append(clean_text(who), style="bold")
+        out.append(row_text(who), style="bold")
         if p.error is not None:
-            out.append(f": {clean_text(p.error, 400)}", style="yellow")
+            out.append(f": {row_text(p.error, 400)}", style="yellow")
             continue
         for frame in p.frames[:20]:
             out.append("\n  ")
-            out.append(clean_text(frame, 200))
+            out.append(row_text(frame, 200))
     if report.path:
         out.append("\n\n")
-        out.append(f"kept in {clean_text(report.path, 300)}", style="dim")
+        out.append(f"kept in {row_text(report.path, 300)}", style="dim")
     return out
 
 
