@@ -64,7 +64,7 @@ node node-a 0 0 9491 mismatch job-mismatch 30; node node-b 1 $GPU_B 9492 mismatc
 if waitfor $C/node-a/train.log 'rank0\]: Train step 11/' 150; then
   now > $C/T_LAST_STEP; sleep 8
   python3 $HERE/ras_query.py > $C/ras-status.txt 2>&1
-  fleet_until_named job-mismatch 20
+  fleet_until_named job-mismatch 50
   waitfor $C/node-a/watch.jsonl collective_ 50 && now > $C/T_FINDING_A
   python3 -m rlwatch fleet --config $C/fleet.yaml --json > $C/fleet-end.json 2>&1
 else echo "job-mismatch: no step 11"; fi
