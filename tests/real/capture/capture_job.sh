@@ -38,7 +38,7 @@ fleet_until_named() { # case seconds
   while [ $SECONDS -lt $end ]; do
     i=$((i+1)); local t=$(now)
     python3 -m rlwatch fleet --config $c/fleet.yaml --json > $c/fleet.json 2> $c/fleet.err
-    if python3 -c 'import json,sys; j=json.load(open(sys.argv[1]))["jobs"]; sys.exit(0 if any(x["culprit_ranks"] for x in j) else 1)' $c/fleet.json 2>/dev/null; then
+    if python3 -c 'import json,sys; j=json.load(open(sys.argv[1]))["jobs"]; sys.exit(0 if any(x["culprit_ranks"] or x["collective"] for x in j) else 1)' $c/fleet.json 2>/dev/null; then
       echo $t > $c/T_VERDICT; cp $c/fleet.json $c/fleet-named.json; echo "fleet named after $i reads"; return 0; fi
     sleep 1
   done; echo "fleet named nobody within $2 s"; return 1
