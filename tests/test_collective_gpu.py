@@ -17,7 +17,6 @@ torchrun and py-spy; skipped elsewhere.
 from __future__ import annotations
 
 import datetime as dt
-import functools
 import json
 import os
 import re
@@ -34,24 +33,16 @@ from typing import Any
 import pytest
 
 from rlwatch.sources.stacks import py_spy
+from tests.gpus import gpu_count
 from tests.simhost import kill_job, wait_until
 
 CAPTURE = Path(__file__).resolve().parent / "real" / "capture"
 
 
-@functools.cache
-def _gpus() -> int:
-    try:
-        out = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True, timeout=30, check=False)
-    except OSError:
-        return 0
-    return out.stdout.count("GPU ")
-
-
 pytestmark = [
     pytest.mark.gpu,
     pytest.mark.slow,
-    pytest.mark.skipif(shutil.which("torchrun") is None or _gpus() < 1, reason="needs torchrun and a GPU"),
+    pytest.mark.skipif(shutil.which("torchrun") is None or gpu_count() < 1, reason="needs torchrun and a GPU"),
     pytest.mark.skipif(py_spy() is None, reason="py-spy is not installed"),
 ]
 # NVLink multicast stays off: on a shared host a program that uses it can put every GPU out of service.
@@ -61,7 +52,7 @@ ONE_GPU = {"NCCL_SOCKET_IFNAME": "lo", "NCCL_IB_DISABLE": "1"}
 
 
 def _gpu_of(rank: int) -> int:
-    return rank if _gpus() >= 2 else 0
+    return rank if gpu_count() >= 2 else 0
 
 
 @dataclass
@@ -137,7 +128,7 @@ def _start(tmp_path: Path, runs: list[Watched], mode: str, steps: int, env: dict
     job = subprocess.Popen(
         ["bash", "-c", f"{command} > torchrun.log 2>&1; true"],
         cwd=run,
-        env={**os.environ, **NO_MULTICAST, **(ONE_GPU if _gpus() < 2 else {}), "PYTHONUNBUFFERED": "1", **env},
+        env={**os.environ, **NO_MULTICAST, **(ONE_GPU if gpu_count() < 2 else {}), "PYTHONUNBUFFERED": "1", **env},
         start_new_session=True,
     )
     out = run.parent / f"{mode}-watch.jsonl"
@@ -200,7 +191,7 @@ def test_a_collective_mismatch_is_named_with_rank_gpu_collective_and_number(
 
 
 @pytest.mark.timeout(420)
-@pytest.mark.skipif(_gpus() < 2, reason="two ranks on one GPU cannot be told apart by its draw: needs two GPUs")
+@pytest.mark.skipif(gpu_count() < 2, reason="two ranks on one GPU cannot be told apart by its draw: needs two GPUs")
 def test_a_gpu_bound_straggler_is_named_with_rank_gpu_and_watts(tmp_path: Path, watched: list[Watched]) -> None:
     w = _start(tmp_path, watched, "straggler", 200, {})
     wait_until(lambda: w.step_seen(1), 240, 0.1)
@@ -228,7 +219,7 @@ def test_a_healthy_run_on_two_gpus_is_said_to_progress_and_nothing_else(tmp_path
     w.times["step_1_line"] = time.time()
     # Watched past the straggler's window (60 s of GPU readings at ~0.2 s a step, twice that on one GPU) and the
     # hang's floor (60 s).
-    last = 360 if _gpus() >= 2 else 180
+    last = 360 if gpu_count() >= 2 else 180
     wait_until(lambda: w.step_seen(last), 300, 0.5)
     w.times[f"step_{last}_line"] = time.time()
     report = w.report()

@@ -20,20 +20,12 @@ from typing import Any
 
 import pytest
 
+from tests.gpus import gpu_count
 from tests.simhost import kill_job, wait_until
-
-
-def _gpus() -> int:
-    try:
-        out = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True, timeout=30, check=False)
-    except OSError:
-        return 0
-    return out.stdout.count("GPU ")
-
 
 pytestmark = [
     pytest.mark.gpu,
-    pytest.mark.skipif(shutil.which("torchrun") is None or _gpus() < 2, reason="needs torchrun and two GPUs"),
+    pytest.mark.skipif(shutil.which("torchrun") is None or gpu_count() < 2, reason="needs torchrun and two GPUs"),
 ]
 
 TRAIN = """

@@ -20,15 +20,8 @@ from typing import Any
 
 import pytest
 
+from tests.gpus import gpu_count
 from tests.simhost import wait_until
-
-
-def _gpus() -> int:
-    try:
-        out = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True, timeout=30, check=False)
-    except OSError:
-        return 0
-    return out.stdout.count("GPU ")
 
 
 def _torch_cuda() -> bool:
@@ -41,7 +34,7 @@ def _torch_cuda() -> bool:
 
 pytestmark = [
     pytest.mark.gpu,
-    pytest.mark.skipif(_gpus() < 1 or not _torch_cuda(), reason="needs an NVIDIA GPU and torch with CUDA"),
+    pytest.mark.skipif(gpu_count() < 1 or not _torch_cuda(), reason="needs an NVIDIA GPU and torch with CUDA"),
 ]
 
 # A small trainer on the GPU: a step every ~0.3 s, a checkpoint (its step in a JSON file) every 5 steps, started

@@ -30,22 +30,15 @@ from typing import Any
 import pytest
 
 from rlwatch.sources.stacks import py_spy
+from tests.gpus import gpu_count
 from tests.simhost import kill_job, wait_until
 
 SCRIPT = Path(__file__).resolve().parent / "stack_ranks_gpu.py"
 
 
-def _gpus() -> int:
-    try:
-        out = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True, timeout=30, check=False)
-    except OSError:
-        return 0
-    return out.stdout.count("GPU ")
-
-
 pytestmark = [
     pytest.mark.gpu,
-    pytest.mark.skipif(shutil.which("torchrun") is None or _gpus() < 2, reason="needs torchrun and two GPUs"),
+    pytest.mark.skipif(shutil.which("torchrun") is None or gpu_count() < 2, reason="needs torchrun and two GPUs"),
     pytest.mark.skipif(py_spy() is None, reason="py-spy is not installed"),
 ]
 CONFIG = "profile: generic\ninterval_s: 2\ngpu: {backend: nvml}\ntraining: {logs: [train.log, torchrun.out]}\n"
