@@ -250,6 +250,11 @@ def _held_by_a_rank(s: Snapshot) -> str | None:
     return None if missing is None else _waiting_words(missing.message, missing.code)
 
 
+def _pid_list(alive: list[int]) -> str:
+    """The first four live processes of the run, as its states name them."""
+    return ", ".join(str(pid) for pid in alive[:4])
+
+
 def _waiting_words(message: str, code: str = "collective_missing_rank") -> str:
     lead = (
         "its ranks wait in collectives none of them completes"
@@ -308,7 +313,7 @@ def assess_run(s: Snapshot, ctx: Context) -> RunState:
             # Its ranks' collectives say what the failure's words do not: the job waits for a rank that never came
             # (NCCL RAS's counts, the flight records). A hang, whatever the ranks log while they wait (NCCL's own
             # timeout report, a dump's notices), and it stays one until progress is seen again.
-            pids = ", ".join(str(pid) for pid in alive[:4])
+            pids = _pid_list(alive)
             assert quiet is not None
             return RunState(
                 "hung",
@@ -320,7 +325,7 @@ def assess_run(s: Snapshot, ctx: Context) -> RunState:
         # Every process of the run seen lives on: the failure was logged by a process that caught it and retries
         # (server-crash: "run crashed" while the trainer retried each request, its "since" moving with every retry).
         # Not crashed until a process of it dies; dated from its last progress, which does not move.
-        pids = ", ".join(str(pid) for pid in alive[:4])
+        pids = _pid_list(alive)
         quiet = progress_by if progress_by is not None else started
         since_words = f"no progress since {hhmm(quiet, now)}; " if quiet is not None else ""
         return RunState(
@@ -346,7 +351,7 @@ def assess_run(s: Snapshot, ctx: Context) -> RunState:
     early = _waits_for_a_rank(s, progress_by, interval, th.hang_factor) if alive else None
     if early is not None:
         assert progress_by is not None
-        pids = ", ".join(str(pid) for pid in alive[:4])
+        pids = _pid_list(alive)
         return RunState(
             "hung",
             f"no progress since {hhmm(progress_by, now)} ({human_duration(now - progress_by)}) while its processes "
@@ -364,7 +369,7 @@ def assess_run(s: Snapshot, ctx: Context) -> RunState:
     if seen is not None:
         return seen
     if alive:
-        pids = ", ".join(str(pid) for pid in alive[:4])
+        pids = _pid_list(alive)
         if progress_by is None and started is not None and now - started < th.startup_s:
             return RunState(
                 "unknown",
