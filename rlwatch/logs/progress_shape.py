@@ -42,6 +42,7 @@ __all__ = [
     "read",
     "redraw_key",
     "speed",
+    "states_sizes",
 ]
 
 # The lines the ``_steplike`` kind hands the training tracker: those holding one of these literals, found by the
@@ -315,7 +316,14 @@ def _read(text: str) -> Reading | None:
         value, total = int(after.group("n")), int(after.group("total"))
         if 0 <= value <= total:
             return Reading(_template(text, "fraction", total), "fraction", value, total, epoch, epochs, base)
-    bar = _BAR_FRACTION.search(text) if "%|" in text else None
+    bar: re.Match[str] | None = None
+    if "%|" in text:
+        # several states of one bar on one line (its redraws where the terminal's CR was lost, joined by a launcher
+        # or a logger): the last with the first's total is where it stands (another total is another bar, an inner
+        # one drawn beside it)
+        for m in _BAR_FRACTION.finditer(text):
+            if bar is None or m.group("total") == bar.group("total"):
+                bar = m
     for m in [bar] if bar is not None else _FRACTION.finditer(text):
         if em is not None and em.start() <= m.start() < em.end():
             continue
@@ -472,6 +480,22 @@ def fields(text: str, header: list[str] | None = None) -> list[tuple[str, int, i
     return out
 
 
+def _field_keys(template: str, found: list[tuple[str, int, int | None]]) -> list[str]:
+    """The series key of each field of a record: its name (and which of that name it is) where it has one, its place
+    where not. A named field stays its series whatever fields before it a record shows or not (a score that is a
+    whole number on one record and a decimal, so no field, on the next)."""
+    keys: list[str] = []
+    seen: dict[str, int] = {}
+    for i, (name, _, _) in enumerate(found):
+        if not name:
+            keys.append(f"~{i}|{template}")
+            continue
+        low = name.lower()
+        n = seen[low] = seen.get(low, -1) + 1
+        keys.append(f"~{low}#{n}|{template}")
+    return keys
+
+
 def _whole(raw: str) -> int | None:
     """A field's number as a whole number (``1.2e+06`` is 1200000); None: a decimal, or no number."""
     try:
@@ -557,6 +581,48 @@ def _name_rank(s: _Series) -> int:
 
 _PER_EPOCH = ("pair", "fraction")  # a bar's or a bracket's i/N counts within the epoch
 
+# The sizes of a rollout a run states among its settings (cleanRL's `args.num_envs=2048 args.batch_size=102400`,
+# stable-baselines' `n_envs`/`n_steps`, a dict's `'num_envs': 8`): the environments, the steps of each, the batch.
+_SIZE = re.compile(
+    r"(?i)(?<![a-z_])(?P<key>num_envs|n_envs|num_env|envs|num_workers_envs|num_steps|n_steps|rollout_steps"
+    r"|num_rollout_steps|horizon|batch_size)[\"']?\s*[:=]\s*(?P<n>\d{1,9})(?![\d.])"
+)
+# ... or in words: `488 updates of 2048 steps`, `2048 env steps per update`
+_PER_UPDATE = re.compile(
+    r"(?i)\bupdates?\s+of\s+(?P<a>\d{1,9})\s+(?:env(?:ironment)?\s+)?steps\b"
+    r"|\b(?P<b>\d{1,9})\s+(?:env(?:ironment)?\s+)?steps\s+(?:per|each|every)\s+(?:update|iteration|rollout)\b"
+)
+_SIZE_WORDS = ("env", "batch", "steps", "horizon")
+# An iteration's or update's counter beside a `step` (`upd 5/488 | step 10240`): what a step counter may be made of
+# by iterations of (ShapeSteps._made_of).
+_OUTER = re.compile(
+    r"(?i)(?<![\w/.-])(?P<name>upd|updates?|iterations?|iters?|rounds?)(?![\w/])[\"']?\s*[:=#]?\s*\[?\s*"
+    r"(?P<n>\d{1,9})(?![\d.,])(?:\s*/\s*(?P<of>\d{1,9})(?!\d))?"
+)
+
+
+def states_sizes(text: str) -> bool:
+    """Whether a line states a rollout's size (``num_envs=2048``, ``488 updates of 2048 steps``): among a file's
+    first lines, read even where no step-like literal brings it (the training tracker's head)."""
+    return any(w in text for w in _SIZE_WORDS) and (
+        _SIZE.search(text) is not None or _PER_UPDATE.search(text) is not None
+    )
+
+
+def _outer_counter(r: Reading, text: str) -> tuple[int, int | None, str] | None:
+    """The counter a named counter's record is an iteration of (its value, total and name): a numbered epoch, or
+    an update or iteration counter beside a ``step``; None: none."""
+    if r.epoch is not None:
+        em = _EPOCH.search(text)
+        name = re.sub(r"\W", "", em.group(0).split("(")[0]).rstrip("0123456789") if em is not None else "epoch"
+        return r.epoch, r.epochs, name
+    if r.name not in ("step", "global"):
+        return None
+    m = _OUTER.search(text)
+    if m is None:
+        return None
+    return int(m.group("n")), int(m.group("of")) if m.group("of") else None, m.group("name")
+
 
 class ShapeSteps:
     """Counters followed by template; ``feed`` says whether the line moved the run's step on (``step``, ``total``).
@@ -579,6 +645,16 @@ class ShapeSteps:
         # a named counter and the epoch on its line, by the line's template: (epoch, value, stride, records alike)
         # while they may move as iterations and what each is made of (_made_of); True once they did
         self._strides: dict[str, tuple[int, int, int, int] | bool] = {}
+        # the sizes of a rollout the run stated (_note_sizes): environments, steps per environment, batches, the
+        # steps of one update
+        self._envs: set[int] = set()
+        self._rollouts: set[int] = set()
+        self._batches: set[int] = set()
+        self._per_update: set[int] = set()
+        # the names of counters shown to count the environment's steps (_made_of): never the step on any record
+        self._parts: set[str] = set()
+        # the latest record of each template that moved by one same stride while no stated size said why (_made_of)
+        self._latest: dict[str, tuple[Reading, tuple[int, int | None, str], float]] = {}
 
     def _feed_fields(self, text: str, time: float) -> bool:
         """A line no reader knows: a header remembered, or each field of the record followed as a series of its own
@@ -594,19 +670,22 @@ class ShapeSteps:
             if text.count(sep) == len(names) - 1:
                 header = [n.strip() for n in names]
         template = masked(text)
-        found = fields(text, header)
+        # only the fields that could be counters keep a place: a field that is a whole number on one record and a
+        # decimal or none on the next (`loss: 0`, then `loss: 0.074`) must not move the counters after it to
+        # another place, and so to another series (a DQN's `Frame: F` read as two fields that each moved less)
+        found = [f for f in fields(text, header) if _field_class(f[0]) is not None]
+        keys = _field_keys(template, found)
         outer = self._outer.get(template)
         if len(found) > 1 and len(self._outer) < _MAX_SERIES:
             # before any field of the record is read: which started over while a field before it advanced
             for j in range(1, len(found)):
-                if (outer is None or j not in outer) and self._outer_of(template, found, j) is not None:
+                if (outer is None or j not in outer) and self._outer_of(template, found, keys, j) is not None:
                     outer = self._outer[template]
         moved = False
         for i, (name, value, total) in enumerate(found):
             kind = _field_class(name)
-            if kind is None:
-                continue
-            key = f"~{i}|{template}"
+            assert kind is not None
+            key = keys[i]
             o = outer.get(i) if outer is not None else None
             r = Reading(key, f"~{name}", value, total, None, None)
             if o is None:
@@ -625,7 +704,7 @@ class ShapeSteps:
                 s.since = (time, s.step)
         return moved
 
-    def _outer_of(self, template: str, found: list[tuple[str, int, int | None]], j: int) -> int | None:
+    def _outer_of(self, template: str, found: list[tuple[str, int, int | None]], keys: list[str], j: int) -> int | None:
         """The field of the record ``found`` that field ``j`` counts within, remembered for its template; None: none
         (yet). The nearest field before it that advanced on the record where ``j`` started over (``epoch,batch``
         rows: ``1,300`` then ``2,100``; a counter that went up and back to where it began, not a count per episode
@@ -633,13 +712,13 @@ class ShapeSteps:
         nothing known (``[ep 1/10] mb 100/300``; never a step's name: a micro-batch within its step is not the
         step). Its value is then the epoch ``j`` is placed by."""
         _, value, total = found[j]
-        s = self._series.get(f"~{j}|{template}")
+        s = self._series.get(keys[j])
         for i in range(j - 1, -1, -1):
             outer_name, outer_value, outer_total = found[i]
             kind = _field_class(outer_name)
             if kind is None:
                 continue
-            prior = self._series.get(f"~{i}|{template}")
+            prior = self._series.get(keys[i])
             starts_over = (
                 s is not None
                 and prior is not None
@@ -677,8 +756,13 @@ class ShapeSteps:
             if head is not None and not _counts_else(text):
                 self._header = head
             return False
+        late = False
+        if ("env" in text or "steps" in text or "batch" in text or "horizon" in text) and states_sizes(text):
+            primary = self._primary
+            self._note_sizes(text)
+            late = self._primary is not primary
         if _counts_else(text):
-            return False
+            return late
         if ("otal" in text or "ax" in text or "umber" in text or "num_" in text) and (
             stated := _STATED_TOTAL.search(text)
         ) is not None:
@@ -698,54 +782,93 @@ class ShapeSteps:
             named = s is not None and s.kind == 1
             before = self.step() if named else None
             moved = self._feed_fields(text, time)
-            return moved or (named and self._primary is s and self.step() != before)
-        if r.epoch is not None and r.total is None and len(self._strides) < _MAX_SERIES:
-            r = self._made_of(r, text, time)
+            return late or moved or (named and self._primary is s and self.step() != before)
+        if r.total is None and len(self._strides) < _MAX_SERIES and (outer := _outer_counter(r, text)) is not None:
+            r = self._made_of(r, text, time, outer)
         epoch, base, epochs = r.epoch, r.base, r.epochs
         if epoch is None and self._epoch is not None:
             epoch, base, epochs = self._epoch
-        return self._advance(r, epoch, base, epochs, time, 0, 0)
+        return self._advance(r, epoch, base, epochs, time, 0, 0) or late
 
-    def _made_of(self, r: Reading, text: str, time: float) -> Reading:
-        """The reading of a record whose numbered "epoch" is the run's iteration: where the named counter beside it
-        moved by one same stride of 2 or more on each of three records in a row while the epoch moved by exactly one
-        (ManiSkill's and cleanRL-style PPO loops' ``Epoch: 26, global_step=2560000``: 102400 environment steps per
-        iteration), the counter counts what each iteration is made of (environment steps, samples, tokens), and the
-        records' own counter, the epoch, is the step, as an update counter is over an environment-step counter. A
-        batch counter within its epoch starts over (never one stride per epoch); an epoch's summary line beside a
-        step counter moves by one stride only where its epochs are of one length, and is read the same way: once per
-        epoch, the epoch is what the records count."""
+    def _note_sizes(self, text: str) -> None:
+        """Keep the sizes of a rollout a line states (``num_envs=2048``, ``batch_size=102400``, ``488 updates of
+        2048 steps``): the strides by which a counter of environment steps moves once per iteration."""
+        for m in _SIZE.finditer(text):
+            key, value = m.group("key").lower(), int(m.group("n"))
+            if value < 2:
+                continue
+            if "env" in key:
+                self._envs.add(value)
+            elif "batch" in key:
+                self._batches.add(value)
+            else:
+                self._rollouts.add(value)
+        for m in _PER_UPDATE.finditer(text):
+            self._per_update.add(int(m.group("a") or m.group("b")))
+        for key, (r, outer, time) in list(self._latest.items()):
+            # records that moved by one same stride before the sizes were read (the settings line among the file's
+            # first lines, read after its records): read by their outer counter now
+            seen = self._strides.get(key)
+            if isinstance(seen, tuple) and seen[3] >= 2 and self._env_steps(seen[2]):
+                self._advance(self._iterations(key, r, outer, time), None, 0, None, time, 0, 0)
+
+    def _env_steps(self, stride: int) -> bool:
+        """Whether ``stride`` is the environment steps of one iteration as the run stated them: the steps each
+        update is made of, a rollout's length times the environments, or a batch stated beside the environments
+        (a batch of an RL run with environments is their steps)."""
+        if stride in self._per_update:
+            return True
+        if not self._envs:
+            return False
+        return stride in self._batches or any(stride == e * n for e in self._envs for n in self._rollouts)
+
+    def _made_of(self, r: Reading, text: str, time: float, outer: tuple[int, int | None, str]) -> Reading:
+        """The reading of a record whose outer counter (its numbered "epoch", or an iteration or update counter
+        beside a ``step``) is the run's iteration: where the named counter beside it moved by one same stride of 2
+        or more on each of three records in a row while the outer one moved by exactly one, and that stride is the
+        environment steps of one iteration as the run stated them (:meth:`_env_steps`: ManiSkill's and
+        cleanRL-style PPO loops' ``Epoch: 26, global_step=2560000`` beside ``num_envs=2048 batch_size=102400``; a
+        PPO loop's ``upd 5/488 | step 10240`` after ``488 updates of 2048 steps``), the counter counts what each
+        iteration is made of, and the records' own outer counter is the step, as an update counter is over an
+        environment-step counter. A counter named like a step is never demoted by its stride alone: ``Epoch 3
+        finished, step 1500`` is at step 1500 whatever its epochs' lengths, where no rollout's size says its steps
+        are the environment's. A batch counter within its epoch starts over (never one stride per epoch)."""
         key = r.template
         seen = self._strides.get(key)
-        assert r.epoch is not None
+        value_out = outer[0]
         if seen is True:
-            return self._epoch_reading(r, text)
+            return self._outer_reading(r, outer)
         if not isinstance(seen, tuple):
-            self._strides[key] = (r.epoch, r.value, 0, 0)
+            self._strides[key] = (value_out, r.value, 0, 0)
             return r
         epoch, value, stride, alike = seen
         moved = r.value - value
-        if r.epoch == epoch + 1 and moved >= 2:
+        if value_out == epoch + 1 and moved >= 2:
             alike = alike + 1 if moved == stride else 1
-            if alike < 2:
-                self._strides[key] = (r.epoch, r.value, moved, alike)
+            if alike < 2 or not self._env_steps(moved):
+                self._strides[key] = (value_out, r.value, moved, alike)
+                self._latest[key] = (r, outer, time)  # the sizes may be stated after (a settings line read late)
                 return r
-            self._strides[key] = True
-            if self._series.pop(key, None) is self._primary:  # its series so far: what the iterations were made of
-                self._primary = self._choose()
-            read = self._epoch_reading(r, text)
-            self._advance(replace(read, value=epoch), None, 0, None, time, 0, 0)  # from the record before
-            return read
-        if (r.epoch, r.value) != (epoch, value):  # not a copy of the record before (another rank's)
-            self._strides[key] = (r.epoch, r.value, 0, 0)
+            return self._iterations(key, r, outer, time)
+        if (value_out, r.value) != (epoch, value):  # not a copy of the record before (another rank's)
+            self._strides[key] = (value_out, r.value, 0, 0)
         return r
 
-    def _epoch_reading(self, r: Reading, text: str) -> Reading:
-        """A record's epoch read as its counter (see :meth:`_made_of`), named as the line writes it."""
-        em = _EPOCH.search(text)
-        name = re.sub(r"\W", "", em.group(0).split("(")[0]).rstrip("0123456789") if em is not None else "epoch"
-        assert r.epoch is not None
-        return Reading(f"{r.template}|epochs", name, r.epoch, r.epochs, None, None, r.base, r.speed)
+    def _iterations(self, key: str, r: Reading, outer: tuple[int, int | None, str], time: float) -> Reading:
+        """Record ``r`` of template ``key`` read by its outer counter from now on (:meth:`_made_of`)."""
+        self._strides[key] = True
+        self._latest.pop(key, None)
+        self._parts.add(r.name)  # that name counts the environment's steps on every record that shows it
+        if self._series.pop(key, None) is self._primary:  # its series so far: what the iterations were made of
+            self._primary = self._choose()
+        read = self._outer_reading(r, outer)
+        self._advance(replace(read, value=outer[0] - 1), None, 0, None, time, 0, 0)  # from the record before
+        return read
+
+    def _outer_reading(self, r: Reading, outer: tuple[int, int | None, str]) -> Reading:
+        """A record's outer counter read as its counter (see :meth:`_made_of`), named as the line writes it."""
+        value, total, name = outer
+        return Reading(f"{r.template}|outer", name, value, total, None, None, r.base, r.speed)
 
     def _advance(
         self, r: Reading, epoch: int | None, base: int, epochs: int | None, time: float, kind: int, order: int
@@ -834,7 +957,10 @@ class ShapeSteps:
         for s in self._series.values():
             if not s.advances or s.resets >= 2 or (s.kind and s.backs > s.moves):
                 continue  # a learned field that went back more often than on is no counter (a thread's id)
-            key = (s.kind, -(s.advances if s.kind == 0 else s.moves), _name_rank(s), s.order)
+            kind = s.kind
+            if self._parts and s.name.lstrip("~").lower() in self._parts:
+                kind = 3  # a counter of the environment's steps (_made_of), on whichever record shows it
+            key = (kind, -(s.advances if s.kind == 0 else s.moves), _name_rank(s), s.order)
             if best_key is None or key < best_key:
                 best, best_key = s, key
         return best

@@ -26,7 +26,7 @@ from rlwatch.common.clock import Clock
 from rlwatch.common.state import EventSummary, LogLine, Severity, TrainingState, line_ref
 from rlwatch.logs import wording
 from rlwatch.logs.native import event_path
-from rlwatch.logs.progress_shape import CANDIDATE, ShapeSteps, header_of
+from rlwatch.logs.progress_shape import CANDIDATE, ShapeSteps, header_of, states_sizes
 from rlwatch.logs.tailer import Chunk
 from rlwatch.logs.timestamps import parse_time
 
@@ -106,7 +106,8 @@ _HEAD_LINES = 16
 
 
 def _head_headers(chunk: Chunk) -> list[LogLine]:
-    """The header lines among a file's first ``_HEAD_LINES`` lines (a CSV's or TSV's column names, a table's head),
+    """The header lines among a file's first ``_HEAD_LINES`` lines (a CSV's or TSV's column names, a table's head,
+    a settings line stating a rollout's size: ``num_envs=2048 batch_size=102400``),
     where ``chunk`` begins the file: read after the fact, a file's last lines are its records, and their columns are
     named by a header far above them (``ep,frames,ret`` names the frames a count of environment steps). A header
     holding a step-like literal reaches the tracker through the counter instead."""
@@ -120,7 +121,7 @@ def _head_headers(chunk: Chunk) -> list[LogLine]:
         if stop < 0:
             break
         text = data[start:stop].decode("utf-8", "replace").rstrip("\r")
-        if header_of(text) is not None and _CANDIDATE.search(text) is None:
+        if (header_of(text) is not None or states_sizes(text)) and _CANDIDATE.search(text) is None:
             out.append(LogLine(chunk.path, number, text, math.nan))
         start = stop + 1
     return out

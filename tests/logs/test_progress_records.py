@@ -10,7 +10,7 @@ import pytest
 
 from rlwatch.common.clock import FakeClock
 from rlwatch.logs.newlines import count_lines
-from rlwatch.logs.progress_shape import ShapeSteps, fields
+from rlwatch.logs.progress_shape import ShapeSteps, fields, read
 from rlwatch.logs.tailer import Chunk
 from rlwatch.logs.training import TrainingTracker
 
@@ -167,15 +167,16 @@ def test_a_count_per_episode_that_goes_up_and_down_is_not_counted_within_the_epi
 
 
 def test_an_epoch_beside_a_counter_moving_one_stride_per_record_is_the_iteration() -> None:
-    """`Cycle: N, samples_seen=M` where M moves by the same 8192 on every record while N moves by one: M counts what
-    each iteration is made of, and the iteration, however named (an "epoch" here), is the step, from the third record
-    on; its lines between (a rate, an evaluation) change nothing."""
-    lines: list[str] = []
+    """`epoch N done | global_step M` where M moves by the same 8192 on every record while N moves by one, and the
+    run stated 16 environments of 512 steps each: M counts what each iteration is made of, and the iteration,
+    however named (an "epoch" here), is the step, from the third record on; its lines between (a rate, an
+    evaluation) change nothing."""
+    lines: list[str] = ["config: num_envs=16 rollout_steps=512 lr=0.0003"]
     for n in range(4, 12):
         lines += [f"epoch {n} done | global_step {(n - 4) * 8192} | kl 0.01{n}", f"rate: {700 + n} per second"]
     steps = ShapeSteps()
     seen = [(steps.feed(line), steps.step()) for line in lines]
-    assert seen[4] == (True, 6)  # the third record: read as the iteration at once
+    assert seen[5] == (True, 6)  # the third record: read as the iteration at once
     assert (steps.step(), steps.source(), steps.total()) == (11, "epoch", None)
 
 
@@ -233,3 +234,64 @@ def test_a_named_counter_with_its_thousands_grouped() -> None:
     """`Step 10,850 | …`: the step is 10850, not 10; a total grouped alike is read alike."""
     steps = _read([f"Step {n:,}/{120_000:,} | loss 0.{n % 97}" for n in range(9_800, 10_900, 50)])
     assert (steps.step(), steps.total()) == (10_850, 120_000)
+
+
+def test_a_step_beside_an_epoch_is_never_demoted_by_its_stride_alone() -> None:
+    """`Epoch 3 finished, step 1500`: a step counter moving by one same 500 per epoch (epochs of one length) is the
+    step, where no size of a rollout stated says its steps are the environment's; and a stated size the stride is
+    not (`num_envs=8`, no multiple of which per rollout was stated) changes nothing."""
+    lines = [f"Epoch {e} finished, step {e * 500}, loss 0.{9 - e}" for e in range(1, 8)]
+    steps = _read(lines)
+    assert (steps.step(), steps.source()) == (3500, "step")
+    steps = _read(["settings: num_envs=8 seed=3", *lines])
+    assert (steps.step(), steps.source()) == (3500, "step")
+
+
+def test_an_update_counter_beside_an_environment_step_counter_is_the_step() -> None:
+    """A PPO loop stating `300 updates of 1024 steps`, printing a line per episode (`episode N | step S`, its step
+    the environment's, moving by the episode's length) and a line per update (`update k/300 | step S`, S moving by
+    1024): the update counter is the step, and the episodes' `step` is no longer it either, though it moved further
+    on more lines."""
+    lines = ["Training for 300 updates of 1024 steps"]
+    env = 0
+    for k in range(1, 7):
+        for length in (190, 260, 330):
+            env += length
+            lines.append(f"episode {len(lines)} | step {min(env, k * 1024 - 1)} | return {length / 10:.1f}")
+        lines.append(f"update {k}/300 | step {k * 1024} | value_loss 0.{k}1 | entropy 1.2")
+    steps = _read(lines)
+    assert (steps.step(), steps.total(), steps.source()) == (6, 300, "update")
+
+
+def test_a_rollout_size_stated_after_the_records_is_applied_to_them() -> None:
+    """A settings line read after the records (the file's first lines, read after the fact when the records came
+    through first): the records' epoch-beside-global-step stride, 6400 = 32 environments x 200 steps, now shows
+    environment steps, and the epoch is the step from that line on (it says so by moving the step)."""
+    steps = _read([f"[Epoch {e}] global_step={(e - 1) * 6400} reward=0.{e}" for e in range(1, 6)])
+    assert steps.step() == 25600
+    assert steps.feed("run: num_envs=32 num_steps=200 gamma=0.99")
+    assert (steps.step(), steps.source()) == (5, "Epoch")
+
+
+def test_fields_keep_their_place_when_a_field_before_them_is_sometimes_whole() -> None:
+    """`Episode N  avg score: 0  Frames: F` then `avg score: 0.65`: the score is a whole number on one record and a
+    decimal on the others; the counters after it are the same series on every record (the frames, moving on as many
+    records as the episodes, are the environment's steps and read over the episodes)."""
+    lines = [f"Episode {r} avg score: {'0' if r == 0 else f'0.{r}5'} Frames: {r * 1000 + 37}" for r in range(0, 60, 6)]
+    steps = _read(lines)
+    assert (steps.step(), steps.source()) == (54037, "Frames")
+
+
+def _bar(i: int, n: int) -> str:
+    return f" {100 * i // n:3d}%|#         | {i}/{n} [00:{i:02d}<01:00,  1.50s/it]"
+
+
+def test_several_states_of_one_bar_on_one_line_read_the_last() -> None:
+    """A bar's redraws joined on one line (their CRs lost), a dict after them: the last state with the first's total
+    is where it stands; a state of another bar (another total) drawn after it is not."""
+    dict_line = "   {'loss': 0.52, 'lr': 1e-05}"
+    lines = ["".join(_bar(i, 900) for i in range(a, a + 10)) + dict_line for a in (1, 11)]
+    steps = _read(lines)
+    assert (steps.step(), steps.total()) == (20, 900)
+    r = read("".join(_bar(i, 900) for i in range(11, 21)) + _bar(3, 40))
+    assert r is not None and (r.value, r.total) == (20, 900)
