@@ -5,7 +5,9 @@
   ranks' ``WorkNCCL(SeqNum=13 …)`` and the flight recorder dumps into the run directory. The finding names the rank
   with one more collective, its GPU, the collective (``all_reduce`` of 1 element against 4194304) and its number.
 - **straggler**: rank 1 multiplies four times the matrices of rank 0 each step; both ranks' Python stacks wait in the
-  same place, so only NVML tells: the finding names rank 1, GPU 1 and both draws in watts.
+  same place, so only NVML tells: the finding names rank 1, GPU 1 and both draws in watts. Two GPUs only: on one,
+  the ranks time-slice it and the waiting rank's NCCL kernel spins through its slices, so neither the GPU's power nor
+  NVML's per-process samples tell the ranks apart (measured: tests/real/collective-2gpu-watched/straggler-1gpu).
 - **healthy**: equal work; nothing is found.
 
 These are the times a person waits, so each test prints how long after the event (the mismatch's step, the
@@ -191,7 +193,12 @@ def test_a_collective_mismatch_is_named_with_rank_gpu_collective_and_number(
 
 
 @pytest.mark.timeout(420)
-@pytest.mark.skipif(gpu_count() < 2, reason="two ranks on one GPU cannot be told apart by its draw: needs two GPUs")
+@pytest.mark.skipif(
+    gpu_count() < 2,
+    reason="two ranks time-sliced on one GPU take equal parts of it (the waiting rank's NCCL kernel spins): its power "
+    "and NVML's per-process samples both leave the straggler unnamed (tests/real/collective-2gpu-watched/"
+    "straggler-1gpu); needs two GPUs",
+)
 def test_a_gpu_bound_straggler_is_named_with_rank_gpu_and_watts(tmp_path: Path, watched: list[Watched]) -> None:
     w = _start(tmp_path, watched, "straggler", 200, {})
     wait_until(lambda: w.step_seen(1), 240, 0.1)

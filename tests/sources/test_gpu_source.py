@@ -412,3 +412,53 @@ def test_parse_simulated_never_raises(data: dict[str, Any]) -> None:
         gpus, procs = parsed
         assert all(g.util is None or isinstance(g.util, float) for g in gpus)
         assert all(pid > 0 for per_gpu in procs.values() for pid in per_gpu)
+
+
+class ProcessSamplingNvml(FakeNvml):
+    """A driver that holds per-process samples (pid, CPU timestamp in µs, SM %, memory %) and answers as NVML's
+    ``nvmlDeviceGetProcessUtilization`` does: those newer than the time given, or NOT_FOUND when there are none."""
+
+    def __init__(self, gpus: list[dict[str, Any]], samples: list[tuple[int, int, int, int]]) -> None:
+        super().__init__(gpus)
+        self.samples = samples
+        self.asked: list[int] = []
+
+    def nvmlDeviceGetProcessUtilization(self, h: int, last_seen: int) -> list[SimpleNamespace]:
+        self.asked.append(last_seen)
+        got = [
+            SimpleNamespace(pid=p, timeStamp=t, smUtil=sm, memUtil=mem, encUtil=0, decUtil=0)
+            for p, t, sm, mem in self.samples
+            if t > last_seen
+        ]
+        if not got:
+            raise pynvml.NVMLError(pynvml.NVML_ERROR_NOT_FOUND)
+        return got
+
+
+def test_nvml_gives_each_process_samples_once_and_no_samples_is_no_fault(clock: FakeClock) -> None:
+    fake = ProcessSamplingNvml([board(0)], [(574, 1_000_000, 66, 11), (575, 1_200_000, 33, 4), (575, 900_000, 250, 9)])
+    nv = backend(fake, clock)
+    (g,) = nv.sample().gpus
+    assert [(u.pid, u.sm_util, u.mem_util) for u in g.process_use] == [
+        (575, 100.0, 9.0),
+        (574, 66.0, 11.0),
+        (575, 33.0, 4.0),
+    ]
+    status = nv.sample()  # nothing newer: NVML_ERROR_NOT_FOUND, which is neither a lost GPU nor an error
+    assert status.error is None and status.gpus[0].process_use == ()
+    assert fake.asked == [0, 1_200_000]
+    fake.samples.append((574, 1_400_000, 99, 14))
+    assert [u.pid for u in nv.sample().gpus[0].process_use] == [574]
+
+
+def test_nvml_without_per_process_samples_is_not_asked_again(clock: FakeClock) -> None:
+    fake = ProcessSamplingNvml([board(0)], [])
+
+    def refuse(h: int, last_seen: int) -> list[SimpleNamespace]:
+        fake.asked.append(last_seen)
+        raise pynvml.NVMLError(pynvml.NVML_ERROR_NOT_SUPPORTED)
+
+    fake.nvmlDeviceGetProcessUtilization = refuse  # type: ignore[method-assign]
+    nv = backend(fake, clock)
+    assert nv.sample().gpus[0].process_use == () and nv.sample().error is None
+    assert fake.asked == [0]
