@@ -216,16 +216,6 @@ class GpuHealth:
 
 
 @dataclass(frozen=True, slots=True)
-class ProcessGpuUse:
-    """One process's share of one GPU over one of NVML's sample periods: the rank whose kernels hold the SMs far
-    longer than its peers' computes longer each step, even where the ranks share the GPU and its power."""
-
-    pid: int
-    sm_util: float | None  # percent of the period in which one of its kernels ran on the SMs
-    mem_util: float | None  # percent of the period in which it read or wrote the GPU's memory
-
-
-@dataclass(frozen=True, slots=True)
 class GpuState:
     index: int
     name: str | None
@@ -242,9 +232,6 @@ class GpuState:
     outside_pids: tuple[int, ...] = ()  # pids NVML reports that do not exist here
     health: GpuHealth | None = None  # ECC, retired/remapped memory, PCIe link, throttling, Xids; None: not read
     sm_clock_mhz: float | None = None  # the SM clock now: a GPU that computes runs it lower than one waiting in NCCL
-    # Each process's share of the GPU in NVML's sample periods since the last read (nvmlDeviceGetProcessUtilization):
-    # what tells apart ranks that share one GPU, whose draw is one number for both.
-    process_use: tuple[ProcessGpuUse, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -800,16 +787,6 @@ class GpuActivity:
 
 
 @dataclass(frozen=True, slots=True)
-class RankGpuUse:
-    """One of a rank's process's NVML samples on its GPU, with the time the engine read it."""
-
-    at: float  # wall time of the read that brought it
-    gpu: int
-    sm_util: float | None
-    mem_util: float | None
-
-
-@dataclass(frozen=True, slots=True)
 class CollectiveOp:
     """One collective as one rank saw it: from a watchdog line or a flight recorder entry."""
 
@@ -949,8 +926,6 @@ class Snapshot:
     verdict: Verdict | None = None  # state, headline and remedy, decided once (engine/diagnosis/verdict)
     # Each GPU's draw over the GPU-bound straggler's window (power, SM clock, utilisation), oldest first.
     gpu_activity: dict[int, tuple[GpuActivity, ...]] = field(default_factory=dict)
-    # Each rank's share of its GPU over the same window (NVML's per-process samples), by global rank, oldest first.
-    rank_gpu_use: dict[int, tuple[RankGpuUse, ...]] = field(default_factory=dict)
     job: JobInfo | None = None  # the distributed job this host's ranks belong to; None: no rank of one seen
     flight: FlightState | None = None  # the ranks' flight recorder dumps; None: not read (nothing suspicious)
     ras: RasState | None = None  # NCCL's RAS service's answer; None: not asked

@@ -104,7 +104,6 @@ class Assembly(HostRound):
                 learning=self.learning.state() if preview is None else preview.learning(self.learning.state()),
                 ray=self._ray,
                 gpu_activity=self.job_watch.activity(now),
-                rank_gpu_use=self.job_watch.rank_use(now),
                 job=self.job_watch.job,
                 flight=self.job_watch.flight,
                 ras=self.job_watch.ras,

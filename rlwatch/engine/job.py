@@ -1,10 +1,9 @@
 """What the engine reads of a distributed job's ranks for each snapshot: the job they belong to and their GPUs, each
-GPU's draw and each rank's share of its GPU over a window, and — on suspicion only — the ranks' flight recorder dumps
-and NCCL's RAS service.
+GPU's draw over a window, and — on suspicion only — the ranks' flight recorder dumps and NCCL's RAS service.
 
-These are kept here, per engine, and put on the snapshot (``Snapshot.job``, ``gpu_activity``, ``rank_gpu_use``,
-``flight``, ``ras``), so that the rules that read them (engine/diagnosis/collectives) do no I/O and every view — the
-dashboard, ``watch``, the exporter, a one-shot ``report`` — judges the same evidence.
+These are kept here, per engine, and put on the snapshot (``Snapshot.job``, ``gpu_activity``, ``flight``, ``ras``),
+so that the rules that read them (engine/diagnosis/collectives) do no I/O and every view — the dashboard, ``watch``,
+the exporter, a one-shot ``report`` — judges the same evidence.
 """
 
 from __future__ import annotations
@@ -12,17 +11,7 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Iterable, Mapping
 
-from rlwatch.common.state import (
-    FlightState,
-    GpuActivity,
-    GpuHolder,
-    GpuStatus,
-    JobInfo,
-    ProcessGpuUse,
-    RankGpuUse,
-    RasState,
-    Snapshot,
-)
+from rlwatch.common.state import FlightState, GpuActivity, GpuHolder, GpuStatus, JobInfo, RasState, Snapshot
 from rlwatch.engine.diagnosis.collectives import GPU_WINDOW_S, quiet_enough_to_ask
 from rlwatch.engine.diagnosis.stacks import still_ranks
 from rlwatch.sources import procfs
@@ -33,10 +22,6 @@ from rlwatch.sources.ras import RasAsker
 __all__ = ["RAS_STILL_S", "JobWatch", "moving", "ras_suspicion", "suspicious"]
 
 KEEP_READS = 600  # per GPU: a window of GPU_WINDOW_S at the fastest sampling rate, with room
-# Per process: NVML's per-process samples over the window (a few a second while it computes), with room; and at most
-# KEEP_PIDS processes followed (the run's ranks are among the GPUs' few users).
-KEEP_SAMPLES = 2048
-KEEP_PIDS = 256
 # A rank standing still in a collective this long is reason enough to ask NCCL's RAS service where the others stand,
 # before the run is declared hung: on a node whose ranks all wait, the one they wait for is on another node.
 RAS_STILL_S = 60.0
@@ -116,7 +101,6 @@ class JobWatch:
         self._proc_root = proc_root
         self._environ: dict[tuple[int, float], dict[str, str]] = {}
         self._activity: dict[int, deque[GpuActivity]] = {}
-        self._use: dict[int, deque[tuple[float, int, ProcessGpuUse]]] = {}  # pid -> (read at, GPU, sample)
         self._flight = FlightReader()
         self._ras = RasAsker(proc_root)
         self.job: JobInfo | None = None
@@ -143,33 +127,10 @@ class JobWatch:
             ring.append(GpuActivity(now, g.power_w, g.sm_clock_mhz, g.util))
             while ring and ring[0].at < now - 2 * GPU_WINDOW_S:
                 ring.popleft()
-            for use in g.process_use:
-                if use.pid in self._use or len(self._use) < KEEP_PIDS:
-                    self._use.setdefault(use.pid, deque(maxlen=KEEP_SAMPLES)).append((now, g.index, use))
-        for pid in list(self._use):
-            samples = self._use[pid]
-            while samples and samples[0][0] < now - 2 * GPU_WINDOW_S:
-                samples.popleft()
-            if not samples:
-                del self._use[pid]
 
     def activity(self, now: float) -> dict[int, tuple[GpuActivity, ...]]:
         start = now - GPU_WINDOW_S
         return {i: tuple(r for r in ring if r.at >= start) for i, ring in self._activity.items()}
-
-    def rank_use(self, now: float) -> dict[int, tuple[RankGpuUse, ...]]:
-        """Each of the job's ranks' samples over the window, by global rank: its process's, as NVML named it."""
-        if self.job is None:
-            return {}
-        start = now - GPU_WINDOW_S
-        out: dict[int, tuple[RankGpuUse, ...]] = {}
-        for r in self.job.ranks:
-            got = tuple(
-                RankGpuUse(at, gpu, u.sm_util, u.mem_util) for at, gpu, u in self._use.get(r.pid, ()) if at >= start
-            )
-            if got:
-                out[r.rank] = got
-        return out
 
     def sample(
         self, ranks: Iterable[tuple[int, float]], holders: Iterable[GpuHolder], last: Snapshot, *, flight: bool = True

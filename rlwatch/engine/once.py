@@ -82,13 +82,12 @@ class OneShot(Assembly):
         return snap
 
     def _gpu_burst(self, snap: Snapshot, reads: int = GPU_MIN_READS, every_s: float = 0.25) -> bool:
-        """For a one-shot look at a progressing run of two ranks or more on GPUs: the GPUs read a few times (about
-        two seconds), so that a GPU-bound straggler can be told from one read's noise (ranks that share a GPU by
-        their processes' samples, of which NVML's first read also gives its last few seconds')."""
+        """For a one-shot look at a progressing run whose ranks compute on two GPUs or more: the GPUs read a few
+        times (about two seconds), so that a GPU-bound straggler can be told from one read's noise."""
         job, rs = snap.job, snap.run_state
         if job is None or rs is None or rs.state != "progressing" or snap.gpu is None or not snap.gpu.available:
             return False
-        if len([r for r in job.ranks if r.gpu is not None]) < 2:
+        if len({r.gpu for r in job.ranks if r.gpu is not None}) < 2:
             return False
         for _ in range(reads):
             time.sleep(every_s)  # the GPUs' own sampling period: nothing to wait on but time

@@ -2,9 +2,7 @@
 
 Machines without a GPU (laptops, CI, the simulator) get a backend that says so in words rather than an error, since
 a host with no GPU is not a problem in itself. Every backend also exposes ``last_processes`` — which pids NVML
-(or the simulator) says use which GPU — for the cross-check against the device holders found in /proc — and each
-GPU's ``process_use``: each process's share of it since the last read (a simulated process's ``sm_util`` and
-``mem_util``, one sample a read), which tells apart ranks that share one GPU.
+(or the simulator) says use which GPU — for the cross-check against the device holders found in /proc.
 """
 
 from __future__ import annotations
@@ -15,11 +13,11 @@ from typing import Any, Protocol
 
 from rlwatch.common.clock import Clock, SystemClock
 from rlwatch.common.numbers import finite_float, finite_int
-from rlwatch.common.state import GpuHealth, GpuState, GpuStatus, HostEvent, ProcessGpuUse
+from rlwatch.common.state import GpuHealth, GpuState, GpuStatus, HostEvent
 from rlwatch.config.models import GpuConfig
 from rlwatch.sources import one_line
 from rlwatch.sources.kernel import normalize_pci
-from rlwatch.sources.nvml import NvmlBackend, ProcessMap, percent
+from rlwatch.sources.nvml import NvmlBackend, ProcessMap
 
 DEFAULT_SIMULATED_STATE = ".sim/gpu_state.json"
 
@@ -120,16 +118,6 @@ def parse_simulated(data: Any) -> tuple[tuple[GpuState, ...], ProcessMap] | None
             continue
         index = finite_int(item.get("index"))
         index = position if index is None else index
-        per_pid: dict[int, int | None] = {}
-        use: list[ProcessGpuUse] = []
-        raw_procs = item.get("processes")
-        for proc in raw_procs if isinstance(raw_procs, list) else ():
-            pid = finite_int(proc.get("pid")) if isinstance(proc, dict) else None
-            if pid is not None and pid > 0 and isinstance(proc, dict):
-                per_pid[pid] = finite_int(proc.get("used_bytes"))
-                sm = percent(proc.get("sm_util"))
-                if sm is not None:  # NVML gives a sample only of a process that used the GPU in its period
-                    use.append(ProcessGpuUse(pid, sm, percent(proc.get("mem_util"))))
         gpus.append(
             GpuState(
                 index=index,
@@ -142,10 +130,14 @@ def parse_simulated(data: Any) -> tuple[tuple[GpuState, ...], ProcessMap] | None
                 power_w=finite_float(item.get("power_w")),
                 compute_mode=_str(item.get("compute_mode")),
                 health=parse_health(item.get("health"), index),
-                sm_clock_mhz=finite_float(item.get("sm_clock_mhz")),
-                process_use=tuple(use),
             )
         )
+        per_pid: dict[int, int | None] = {}
+        raw_procs = item.get("processes")
+        for proc in raw_procs if isinstance(raw_procs, list) else ():
+            pid = finite_int(proc.get("pid")) if isinstance(proc, dict) else None
+            if pid is not None and pid > 0:
+                per_pid[pid] = finite_int(proc.get("used_bytes")) if isinstance(proc, dict) else None
         procs[index] = per_pid
     return tuple(gpus), procs
 

@@ -13,12 +13,6 @@ and remapped rows, PCIe link generation and width against their maximum, the clo
 GPU NVML calls lost (``NVML_ERROR_GPU_IS_LOST`` from any call). Xid events come through NVML's event API where the
 driver allows it (``nvmlDeviceRegisterEvents`` for ``nvmlEventTypeXidCriticalError``), drained without waiting
 (timeout 0) at every sample. A board or driver that does not support a query gives None for that field only.
-
-Each process's share of each GPU comes from ``nvmlDeviceGetProcessUtilization(handle, lastSeenTimeStamp)``: the
-samples the driver took since the last one seen (one per process that used the GPU in a sample period: pid, SM and
-memory utilisation, a CPU timestamp in microseconds). No sample since (``NVML_ERROR_NOT_FOUND``) is no use, not a
-fault; a board or driver that does not support it is not asked again until the next ``nvmlInit``. At most
-``PROCESS_SAMPLES_KEEP`` samples are kept of one read.
 """
 
 from __future__ import annotations
@@ -35,15 +29,13 @@ from typing import Any, TypeVar
 
 from rlwatch.common.clock import Clock, SystemClock
 from rlwatch.common.numbers import finite_float, finite_int
-from rlwatch.common.state import GpuHealth, GpuState, GpuStatus, HostEvent, ProcessGpuUse
+from rlwatch.common.state import GpuHealth, GpuState, GpuStatus, HostEvent
 from rlwatch.sources import one_line
 from rlwatch.sources.kernel import normalize_pci
 
 T = TypeVar("T")
 
 # NVML return codes (nvml.h); kept here so a missing library still lets errors be classified.
-ERROR_NOT_SUPPORTED = 3
-ERROR_NO_PERMISSION = 4
 ERROR_TIMEOUT = 10
 ERROR_NOT_FOUND = 6
 ERROR_DRIVER_NOT_LOADED = 9
@@ -76,7 +68,6 @@ CLOCK_EVENTS = {
 }
 HEALTH_EVERY_S = 10.0  # ECC, retirement, remapping and the PCIe link change rarely; Xid events are read every sample
 XID_KEEP = 32
-PROCESS_SAMPLES_KEEP = 256  # of one GPU's per-process samples in one read: the newest (a few seconds' worth)
 
 ProcessMap = dict[int, dict[int, int | None]]
 
@@ -118,12 +109,6 @@ def describe_init_error(exc: BaseException) -> str:
 def clock_event_names(mask: int) -> tuple[str, ...]:
     """The active clock event (throttle) reasons of a ``nvmlDeviceGetCurrentClocksEventReasons`` mask, by name."""
     return tuple(name for bit, name in CLOCK_EVENTS.items() if mask & bit)
-
-
-def percent(value: Any) -> float | None:
-    """A utilisation NVML gave, within 0..100 (some drivers report a process's share above 100)."""
-    number = finite_float(value)
-    return None if number is None or number < 0 else min(number, 100.0)
 
 
 def _text(value: Any) -> str | None:
@@ -217,8 +202,6 @@ class NvmlBackend:
         self._events: Any = None  # the NVML event set Xids arrive on; None: not created (yet, or not supported)
         self._events_error: str | None = None
         self._xids: dict[int, deque[HostEvent]] = {}
-        self._use_seen: dict[int, int] = {}  # index -> the newest per-process sample's timestamp (µs) read
-        self._use_unsupported: set[int] = set()  # GPUs whose driver refused per-process samples
 
     # ------------------------------------------------------------------------------------------ on the worker
     def _module(self) -> Any:
@@ -289,7 +272,6 @@ class NvmlBackend:
             if pid is not None and pid > 0:
                 per_pid[pid] = finite_int(getattr(proc, "usedGpuMemory", None))
         procs[index] = per_pid
-        state = replace(state, process_use=self._process_use(index, handle))
         health = self._read_health(index, handle, errors)
         lost = [e for e in errors if error_code(e) in _LOST]
         if lost:
@@ -299,40 +281,6 @@ class NvmlBackend:
         if gone is not None:
             health = replace(health, lost=gone)
         return replace(state, health=health)
-
-    def _process_use(self, index: int, handle: Any) -> tuple[ProcessGpuUse, ...]:
-        """The per-process samples NVML took of GPU ``index`` since the last read, oldest first. The first read asks
-        for every sample the driver still holds (its last few seconds). Its errors are its own: a GPU with no sample
-        since (NVML_ERROR_NOT_FOUND) is neither lost nor faulty."""
-        func = getattr(self._module(), "nvmlDeviceGetProcessUtilization", None)
-        if func is None or index in self._use_unsupported:
-            return ()
-        seen = self._use_seen.get(index, 0)
-        errors: list[BaseException] = []
-        got = nvml_query(func, handle, seen, errors=errors)
-        if not isinstance(got, list | tuple):
-            if errors and error_code(errors[0]) in (ERROR_NOT_SUPPORTED, ERROR_NO_PERMISSION):
-                self._use_unsupported.add(index)
-            return ()
-        rows: list[tuple[int, ProcessGpuUse]] = []
-        for sample in got:
-            pid = finite_int(getattr(sample, "pid", None))
-            stamp = finite_int(getattr(sample, "timeStamp", None))
-            if pid is None or pid <= 0 or stamp is None or stamp <= seen:
-                continue
-            rows.append(
-                (
-                    stamp,
-                    ProcessGpuUse(
-                        pid, percent(getattr(sample, "smUtil", None)), percent(getattr(sample, "memUtil", None))
-                    ),
-                )
-            )
-        if not rows:
-            return ()
-        rows.sort(key=lambda row: row[0])
-        self._use_seen[index] = rows[-1][0]
-        return tuple(use for _, use in rows[-PROCESS_SAMPLES_KEEP:])
 
     # -------------------------------------------------------------------------------------------- health
     def _lost_health(self, index: int, why: str) -> GpuHealth:
@@ -460,8 +408,6 @@ class NvmlBackend:
         self._events = None
         self._events_error = None
         self._health.clear()
-        self._use_seen.clear()
-        self._use_unsupported.clear()
 
     def _collect(self) -> tuple[GpuStatus, ProcessMap]:
         error = self._ensure_init()
@@ -498,9 +444,7 @@ class NvmlBackend:
         if last is None or at is None:
             return GpuStatus(backend=self.name, available=False, error=reason)
         age = max(0.0, self._clock.time() - at)
-        # The per-process samples were those of that read: shown again, they would be counted twice.
-        gpus = tuple(replace(g, process_use=()) for g in last.gpus)
-        return replace(last, error=f"stale: {reason}; values from {age:.0f}s ago", gpus=gpus)
+        return replace(last, error=f"stale: {reason}; values from {age:.0f}s ago")
 
     def sample(self) -> GpuStatus:
         if self._closed:

@@ -14,14 +14,10 @@ from pathlib import Path
 
 import pytest
 
-from rlwatch.common.clock import FakeClock
 from rlwatch.common.state import (
     GpuActivity,
-    GpuState,
-    GpuStatus,
     JobInfo,
     JobRank,
-    ProcessGpuUse,
     RunState,
     SampledProcess,
     Severity,
@@ -31,19 +27,10 @@ from rlwatch.common.state import (
 )
 from rlwatch.engine.diagnosis import diagnose
 from rlwatch.engine.diagnosis.base import Context
-from rlwatch.engine.diagnosis.collectives import (
-    GPU_MIN_READS,
-    GPU_WINDOW_S,
-    collectives,
-    compare,
-    gpu_bound,
-    gpu_straggler,
-    sm_bound,
-)
+from rlwatch.engine.diagnosis.collectives import GPU_WINDOW_S, collectives, compare, gpu_bound, gpu_straggler
 from rlwatch.engine.job import JobWatch
 from rlwatch.logs.collectives import read_lines
 from rlwatch.sources import flight
-from rlwatch.sources.gpu import SimulatedBackend
 from tests.snapshot_data import event
 
 REAL = Path(__file__).resolve().parents[1] / "real" / "collective-2gpu"
@@ -343,97 +330,3 @@ def test_a_declared_hang_asks_each_rank_for_its_flight_record_through_its_pipe_o
         assert rank.stdin is not None
         rank.stdin.close()
         rank.wait(timeout=30)
-
-
-# ------------------------------------------------------------------- ranks that share one GPU: NVML's per-process samples
-def _shared_gpu_snapshot(tmp_path: Path, shares: dict[int, float], reads: int) -> Snapshot:
-    """Two ranks (pids 900 and 901) on GPU 0, read ``reads`` times a second apart through the simulated GPU backend,
-    each process using the share of the GPU ``shares`` gives (rank -> SM %), as the engine keeps them."""
-    state = tmp_path / "gpu_state.json"
-    clock = FakeClock(start=10_000.0)
-    backend = SimulatedBackend(state, clock=clock)
-    watch = JobWatch()
-    watch.job = _job({0: 0, 1: 0})
-    for _ in range(reads):
-        clock.advance(1.0)
-        procs = [{"pid": 900 + r, "used_bytes": 1 << 30, "sm_util": sm, "mem_util": sm / 4} for r, sm in shares.items()]
-        doc = {"time": clock.time(), "gpus": [{"index": 0, "util": 100, "power_w": 500.0, "processes": procs}]}
-        state.write_text(json.dumps(doc))
-        watch.add_gpus(clock.time(), backend.sample())
-    end = clock.time()
-    return Snapshot(
-        host="h",
-        time=end,
-        profile="auto",
-        run_dir="/job",
-        sampling=_sampled(end),
-        job=watch.job,
-        gpu_activity=watch.activity(end),
-        rank_gpu_use=watch.rank_use(end),
-        run_state=RunState("progressing", "steps every 2.0 s"),
-    )
-
-
-def test_ranks_sharing_a_gpu_in_equal_parts_say_nothing(tmp_path: Path) -> None:
-    # The real straggler on one time-sliced H200 looked so too (47-53 %): NCCL's waiting kernel takes its slices.
-    snap = _shared_gpu_snapshot(tmp_path, {0: 66.0, 1: 60.0}, 30)
-    assert len(snap.rank_gpu_use[0]) == 30 and snap.rank_gpu_use[1][0].gpu == 0
-    assert list(gpu_straggler(snap, Context())) == []
-
-
-def test_the_rank_that_takes_most_of_a_shared_gpu_is_named(tmp_path: Path) -> None:
-    snap = _shared_gpu_snapshot(tmp_path, {0: 20.0, 1: 80.0}, 30)
-    (finding,) = list(gpu_straggler(snap, Context()))
-    assert finding.code == "gpu_straggler" and finding.severity is Severity.WARNING
-    assert (
-        "rank 1 (GPU 0, shared with rank 0) computes longer each step: 80 % of the GPU's SM time beside rank 0's 20 %"
-    ) in finding.message, finding.message
-    assert "over 30 NVML samples" in finding.message
-    # The stacks name a straggler: theirs is the finding.
-    split = (
-        replace(snap, sampling=replace(snap.sampling, processes=snap.sampling.processes[:1])) if snap.sampling else snap
-    )
-    assert list(gpu_straggler(split, Context())) == []
-
-
-def test_too_few_samples_of_a_shared_gpu_say_nothing(tmp_path: Path) -> None:
-    assert list(gpu_straggler(_shared_gpu_snapshot(tmp_path, {0: 20.0, 1: 80.0}, GPU_MIN_READS - 1), Context())) == []
-
-
-def test_samples_older_than_the_window_are_forgotten(tmp_path: Path) -> None:
-    state = tmp_path / "gpu_state.json"
-    watch = JobWatch()
-    watch.job = _job({0: 0, 1: 0})
-    procs = [{"pid": 900, "sm_util": 20}, {"pid": 901, "sm_util": 80}, {"pid": 4242, "sm_util": 5}]
-    state.write_text(json.dumps({"gpus": [{"index": 0, "processes": procs}]}))
-    watch.add_gpus(10_000.0, SimulatedBackend(state).sample())
-    assert sorted(watch.rank_use(10_000.0)) == [0, 1]  # pid 4242 is no rank of the job
-    assert watch.rank_use(10_000.0 + GPU_WINDOW_S + 1) == {}
-    state.write_text(json.dumps({"gpus": [{"index": 0, "processes": []}]}))
-    watch.add_gpus(10_000.0 + 2 * GPU_WINDOW_S + 1, SimulatedBackend(state).sample())
-    assert watch._use == {}  # no process followed past twice the window
-
-
-def test_the_real_straggler_on_one_time_sliced_gpu_is_not_named_by_its_processes_samples() -> None:
-    """What NVML's per-process samples said of the straggler on one shared H200 (../real/collective-2gpu-watched/
-    straggler-1gpu): each rank took half the GPU's time slices (the waiting rank's NCCL kernel spins through its own),
-    so no window names either rank, as none names the healthy pair that followed."""
-    path = Path(__file__).resolve().parents[1] / "real" / "collective-2gpu-watched" / "straggler-1gpu"
-    watches = {"straggler": JobWatch(), "healthy": JobWatch()}
-    watches["straggler"].job = replace(_job({0: 0, 1: 0}), ranks=(JobRank(0, 0, 0, 574), JobRank(1, 1, 0, 575)))
-    watches["healthy"].job = replace(_job({0: 0, 1: 0}), ranks=(JobRank(0, 0, 0, 737), JobRank(1, 1, 0, 738)))
-    judged = 0
-    for line in (path / "nvml-process.jsonl").read_text().splitlines():
-        row = json.loads(line)
-        (gpu,) = row["gpus"]
-        use = tuple(ProcessGpuUse(x["pid"], float(x["sm"]), float(x["mem"])) for x in gpu["samples"])
-        status = GpuStatus(
-            "nvml", True, None, (GpuState(0, None, None, None, None, None, None, None, None, process_use=use),)
-        )
-        for watch in watches.values():
-            watch.add_gpus(row["t"], status)
-            got = watch.rank_use(row["t"])
-            if len(got) == 2 and min(len(x) for x in got.values()) >= GPU_MIN_READS:
-                judged += 1
-                assert sm_bound(got, {0: 0, 1: 0}) is None, (row["t"], got)
-    assert judged > 300

@@ -15,12 +15,9 @@ and read again only when one changed.
 
 - **A GPU-bound straggler**: every rank's Python stack waits in the same places (the stacks see no straggler), yet
   one rank's GPU draws far more power than the others' over the window: it computes longer each step and the others
-  wait for it in NCCL, whose kernels spin at 100 % utilisation and a fraction of the power. Where ranks share a GPU
-  (its power is one number for all of them), the rank whose process took far more of the GPU's SM time than the
-  others beside it over the window (NVML's per-process samples) is named; two ranks time-sliced on one GPU while one
-  spins in NCCL take equal parts, so this names nothing there (measured). Thresholds
-  (:data:`GPU_POWER_RATIO`, :data:`GPU_POWER_MIN_GAP_W`, :data:`GPU_SM_SHARE_RATIO`, :data:`GPU_SM_SHARE_MIN_GAP`,
-  :data:`GPU_WINDOW_S`, :data:`GPU_MIN_READS`) are in the README's section on stragglers.
+  wait for it in NCCL, whose kernels spin at 100 % utilisation and a fraction of the power. Thresholds
+  (:data:`GPU_POWER_RATIO`, :data:`GPU_POWER_MIN_GAP_W`, :data:`GPU_WINDOW_S`, :data:`GPU_MIN_READS`) are in the
+  README's section on stragglers.
 """
 
 from __future__ import annotations
@@ -30,7 +27,7 @@ from collections import Counter
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 
-from rlwatch.common.state import Finding, GpuActivity, JobInfo, RankGpuUse, RasRank, Snapshot
+from rlwatch.common.state import Finding, GpuActivity, JobInfo, RasRank, Snapshot
 from rlwatch.common.vocab import FindingCode, RankPlace
 from rlwatch.engine.diagnosis.base import CRIT, WARN, Context
 from rlwatch.engine.diagnosis.stacks import still_ranks, stragglers
@@ -40,8 +37,6 @@ __all__ = [
     "GPU_MIN_READS",
     "GPU_POWER_MIN_GAP_W",
     "GPU_POWER_RATIO",
-    "GPU_SM_SHARE_MIN_GAP",
-    "GPU_SM_SHARE_RATIO",
     "GPU_WINDOW_S",
     "RAS_QUIET_FACTOR",
     "RAS_QUIET_S",
@@ -55,7 +50,6 @@ __all__ = [
     "job_of",
     "quiet_enough_to_ask",
     "ras_issue",
-    "sm_bound",
     "standings",
 ]
 
@@ -67,17 +61,6 @@ GPU_POWER_RATIO = 1.6
 GPU_POWER_MIN_GAP_W = 80.0
 GPU_WINDOW_S = 60.0
 GPU_MIN_READS = 8
-# Where ranks share one GPU (its power is one number for all of them), a rank computes longer each step when, over the
-# last GPU_WINDOW_S, its process's part of the SM time the GPU's ranks took (the sum of its NVML per-process samples,
-# each the percentage of a sample period one of its kernels ran, over the sum of theirs) is at least
-# GPU_SM_SHARE_RATIO times the median of the other ranks' parts and GPU_SM_SHARE_MIN_GAP points above it, from at least
-# GPU_MIN_READS samples of each. Measured on one H200 shared by two ranks (tests/real/collective-2gpu-watched/
-# straggler-1gpu): without MPS the GPU time-slices the two processes, and the waiting rank's NCCL kernel spins through
-# its slices as the straggler's matrix products run through theirs, so the parts came out 47-53 % in the straggler as
-# 45-55 % in the healthy run: it names nothing there. It names a rank only where the ranks beside it leave the GPU to
-# it while they wait (not seen on a real run yet).
-GPU_SM_SHARE_RATIO = 2.0
-GPU_SM_SHARE_MIN_GAP = 20.0
 
 # NCCL's RAS service is asked (engine/job) once the run has shown no progress for RAS_QUIET_FACTOR of its step
 # intervals and at least RAS_QUIET_S: a job whose ranks wait in a collective for one that never came stops its step
@@ -429,58 +412,10 @@ def gpu_bound(
     return text, tuple(fig(k) for k in sorted(med))
 
 
-def sm_bound(use: Mapping[int, Sequence[RankGpuUse]], rank_gpus: Mapping[int, int]) -> tuple[str, str] | None:
-    """The rank that took far more of a shared GPU's SM time than the ranks beside it on that GPU, over the samples
-    given (one window), in words, with the figures; None when no rank stands out or a rank has too few samples.
-    ``rank_gpus``: each of this host's ranks and its GPU; a rank alone on its GPU is not judged here (its share is
-    all of it)."""
-    by_gpu: dict[int, list[int]] = {}
-    for rank, gpu in rank_gpus.items():
-        by_gpu.setdefault(gpu, []).append(rank)
-    for gpu, ranks in sorted(by_gpu.items()):
-        if len(ranks) < 2:
-            continue
-        sums: dict[int, float] = {}
-        count: dict[int, int] = {}
-        for rank in ranks:
-            sm = [u.sm_util for u in use.get(rank, ()) if u.gpu == gpu and u.sm_util is not None]
-            if len(sm) < GPU_MIN_READS:
-                return None
-            sums[rank], count[rank] = sum(sm), len(sm)
-        total = sum(sums.values())
-        if total <= 0:
-            continue
-        share = {r: 100.0 * v / total for r, v in sums.items()}
-        slow = []
-        for rank, mine in share.items():
-            base = statistics.median(v for k, v in share.items() if k != rank)
-            if mine >= GPU_SM_SHARE_RATIO * base and mine - base >= GPU_SM_SHARE_MIN_GAP:
-                slow.append(rank)
-        if len(slow) != 1:
-            continue
-        (rank,) = slow
-        others = sorted(k for k in share if k != rank)
-        if len(others) == 1:
-            beside = f"{_who(others)}'s {share[others[0]]:.0f} %"
-        else:
-            beside = f"a median of {statistics.median(share[k] for k in others):.0f} % ({_who(others)})"
-        text = (
-            f"rank {rank} (GPU {gpu}, shared with {_who(others)}) computes longer each step: {share[rank]:.0f} % of "
-            f"the GPU's SM time beside {beside}"
-        )
-        figures = "; ".join(
-            f"{_who([k])}: {share[k]:.0f} % of the ranks' SM time on GPU {gpu} over {count[k]} NVML samples"
-            for k in sorted(share)
-        )
-        return text, figures
-    return None
-
-
 def gpu_straggler(s: Snapshot, ctx: Context) -> Iterator[Finding]:
     """A warning naming the rank whose GPU computes longer each step, when the stacks cannot tell (they name no
     straggler). Live, every rank must have been sampled over the window; a one-shot look (no sampling) compares the
-    GPUs' draws over the reads it took. Ranks on GPUs of their own are told apart by their GPUs' power; ranks that
-    share a GPU by their processes' parts of its SM time."""
+    GPUs' draws over the reads it took."""
     if s.run_state is None or s.run_state.state != "progressing" or s.job is None:
         return
     sampling = s.sampling
@@ -492,23 +427,13 @@ def gpu_straggler(s: Snapshot, ctx: Context) -> Iterator[Finding]:
         if len(ranked) < 2 or any(sum(x.at >= start for x in p.samples) < 2 for p in ranked):
             return
     rank_gpus = {f"rank {r.rank}": r.gpu for r in s.job.ranks if r.gpu is not None}
-    if len(rank_gpus) < 2:
+    if len(set(rank_gpus.values())) != len(rank_gpus) or len(rank_gpus) < 2:
+        return  # two ranks on one GPU: their draws cannot be told apart
+    got = gpu_bound(s.gpu_activity, rank_gpus)
+    if got is None:
         return
-    # Two ranks on one GPU: their draws cannot be told apart, only their processes' shares of it.
-    got = gpu_bound(s.gpu_activity, rank_gpus) if len(set(rank_gpus.values())) == len(rank_gpus) else None
-    if got is not None:
-        text, figures = got
-        message = f"A GPU-bound straggler slows the run: {text} ({'; '.join(figures)})."
-        yield Finding(WARN, "gpu_straggler", message, None)
-        return
-    shared = sm_bound(s.rank_gpu_use, {r.rank: r.gpu for r in s.job.ranks if r.gpu is not None})
-    if shared is not None:
-        said, numbers = shared
-        message = (
-            f"A GPU-bound straggler slows the run: {said}, while every rank's stack waits in the same places "
-            f"({numbers})."
-        )
-        yield Finding(WARN, "gpu_straggler", message, None)
+    text, figures = got
+    yield Finding(WARN, "gpu_straggler", f"A GPU-bound straggler slows the run: {text} ({'; '.join(figures)}).", None)
 
 
 # ------------------------------------------------------------------------------------ where each rank stands, for a job
