@@ -139,7 +139,8 @@ class EventsPanel(Panel):
     def compose(self) -> ComposeResult:
         # a click on a row selects it at once (keyboard: arrows move the cursor, enter selects)
         columns = [("kind", "kind"), ("count", "count"), ("rate", "/min"), ("streak", "streak"), ("last", "last")]
-        yield RowTable([TableColumn(key, label) for key, label in columns], id="events-table")
+        # the kind gives way: the count and when it was last seen stay in sight in a narrow panel
+        yield RowTable([TableColumn(key, label, gives_way=key == "kind") for key, label in columns], id="events-table")
         yield TextBlock(id="events-detail", classes="body")
 
     @property

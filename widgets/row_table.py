@@ -42,6 +42,12 @@ class TableColumn:
     key: str
     label: str
     width: int | None = None  # None: as wide as its label or widest cell
+    # Where the table is wider than its place, this column gives up what is missing (down to its label, or
+    # GIVE_WAY_FLOOR cells), its cells cut with an ellipsis, so the columns after it stay in sight.
+    gives_way: bool = False
+
+
+GIVE_WAY_FLOOR = 6
 
 
 def _width(cell: Text) -> int:
@@ -143,7 +149,9 @@ class RowTable(ScrollView, can_focus=True):
         self._columns: tuple[TableColumn, ...] = tuple(columns)
         self._keys: list[str] = []
         self._rows: list[Cells] = []
-        self._widths: list[int] = []  # each column's width, padding included
+        self._widths: list[int] = []  # each column's width on screen, padding included
+        self._natural: list[int] = []  # each column's width for its label and widest cell
+        self._fitted_to = -1  # the width of the place the widths were fitted to
         self._cursor = 0
         self._hover: int | None = None  # the row under the mouse, shown only after the mouse moved
         # Renders: (row index, column index, cursor, hover) -> (the cell rendered, its segments); a cell set anew is a
@@ -225,7 +233,30 @@ class RowTable(ScrollView, can_focus=True):
                 widths.append(column.width + pad)
             else:
                 widths.append(pad + max([cell_len(column.label), *(_width(row[c]) for row in self._rows)]))
-        self._widths = widths
+        self._natural = widths
+        self._fit()
+
+    def _fit(self) -> None:
+        """The columns' widths on screen: their natural ones, less what a column that gives way gives up where the
+        table is wider than its place. Asked where the place may have changed (a maximised panel)."""
+        pad = 2 * self.CELL_PADDING
+        widths = list(self._natural)
+        room = self._fitted_to = self.size.width
+        excess = sum(widths) - room
+        for c, column in enumerate(self._columns):
+            if excess <= 0 or room <= 0:
+                break
+            if column.gives_way:
+                floor = pad + max(cell_len(column.label), GIVE_WAY_FLOOR)
+                cut = min(excess, widths[c] - floor)
+                if cut > 0:
+                    widths[c] -= cut
+                    excess -= cut
+        if widths != self._widths:
+            self._widths = widths
+            self._cell_cache.clear()
+            self._line_cache.clear()
+            self.virtual_size = Size(sum(widths), 1 + len(self._rows))
 
     def _relayout(self) -> None:
         self._measure()
@@ -334,6 +365,8 @@ class RowTable(ScrollView, can_focus=True):
     # ------------------------------------------------------------------ drawing
 
     def render_lines(self, crop: Region) -> list[Strip]:
+        if self.size.width != self._fitted_to:
+            self._fit()
         styles = (
             self.rich_style,
             self.get_component_styles("row-table--header").rich_style,
@@ -396,7 +429,7 @@ class RowTable(ScrollView, can_focus=True):
             return cached[1]
         post = Style.from_color(color=component.color) + Style.from_color(bgcolor=component.bgcolor)
         pre = row_style + Style.from_meta({"row": row, "column": column}) + component
-        options = self.app.console_options.update_dimensions(width, 1).update(no_wrap=True)
+        options = self.app.console_options.update_dimensions(width, 1).update(no_wrap=True, overflow="ellipsis")
         rendered = self.app.console.render_lines(
             Styled(Padding(cell, (0, self.CELL_PADDING)), pre_style=pre, post_style=post), options
         )

@@ -513,6 +513,41 @@ async def test_m_maximizes_the_focused_panel_and_restores() -> None:
         assert app.main.maximized_panel is None
 
 
+async def test_a_digit_then_m_typed_at_once_maximise_the_panel_the_digit_chose() -> None:
+    """Textual moves the focus after the key that asked for it is handled: `5` and `m` arriving together (tmux
+    send-keys, a fast typist) maximised the panel focused before `5`."""
+    app = make_app(recording("healthy"))
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.press("3")
+        await pilot.pause()
+        app.main.action_focus_panel(5)  # both in one turn of the loop, before the focus arrives
+        app.main.action_toggle_maximize()
+        await pilot.pause()
+        panel = app.main.maximized_panel
+        assert panel is not None and panel.id == "p5"
+        await pilot.press("m", "2", "m")  # and once the focus came, it is what m follows
+        await pilot.pause()
+        panel = app.main.maximized_panel
+        assert panel is not None and panel.id == "p2"
+
+
+async def test_the_event_kind_gives_way_so_every_column_stays_in_sight() -> None:
+    """In a half-width panel `checkpoint_saved` made the events table wider than its place: the last column was cut
+    and a scrollbar appeared. The kind gives way (cut with an ellipsis), and takes its width back when maximised."""
+    app = make_app(recording("healthy"))
+    async with app.run_test(size=(100, 30)) as pilot:
+        await pilot.pause()
+        table = app.main.query_one("#events-table", RowTable)
+        await wait_until(pilot, lambda: "checkpoint_saved" in table.row_keys)
+        await wait_until(pilot, lambda: sum(table.column_widths) <= table.size.width)
+        narrow = table.column_widths[0]
+        await pilot.press("3", "m")
+        await wait_until(pilot, lambda: table.column_widths[0] > narrow)
+        assert table.column_widths[0] == 2 + len("checkpoint_saved")  # its widest cell, padding included
+        await pilot.press("m")
+        await wait_until(pilot, lambda: table.column_widths[0] == narrow)
+
+
 async def test_a_shows_event_kinds_at_zero() -> None:
     app = make_app(recording("server-crash"))
     async with app.run_test(size=SIZE) as pilot:

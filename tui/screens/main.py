@@ -94,6 +94,9 @@ class MainScreen(Screen[None]):
         self.running: ActionPlan | None = None  # the action being executed, if any
         self._done: tuple[ActionResult, float] | None = None  # the last action's result and when (monotonic)
         self._hinting = False  # the status line shows the idle hint (which says what m does now)
+        # The panel a digit key chose, until the focus it asked for arrives (Textual moves focus after the key is
+        # handled, so `5` then `m` typed at once would maximise the panel focused before).
+        self._chosen: Panel | None = None
 
     def compose(self) -> ComposeResult:
         yield HeaderBar(id="header")
@@ -388,7 +391,10 @@ class MainScreen(Screen[None]):
         if self.maximized_panel is not None:
             self._set_maximized(None)
         else:
-            self._set_maximized(self._panel_of(self.focused))
+            self._set_maximized(self._chosen or self._panel_of(self.focused))
+
+    def on_descendant_focus(self, _: events.DescendantFocus) -> None:
+        self._chosen = None  # the focus arrived (or moved by Tab or the mouse): it says which panel is chosen
 
     def _set_maximized(self, panel: Panel | None) -> None:
         for p in self.query(Panel):
@@ -408,7 +414,7 @@ class MainScreen(Screen[None]):
         if not target:
             return
         widget = self.query_one(target)
-        panel = self._panel_of(widget)
+        panel = self._chosen = self._panel_of(widget)
         if self.maximized_panel is not None and panel is not None:
             self._set_maximized(panel)
         widget.focus(scroll_visible=False)
