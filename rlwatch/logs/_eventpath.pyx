@@ -1799,6 +1799,7 @@ cdef class Kind:
     cdef list plain  # the plain branches of an expression that has others (partial_program), or None
     cdef tuple plain_needles
     cdef list others  # what each of the other branches needs
+    cdef tuple others_needles  # per branch of others, its strings' indices in the core's literal set (-1: none)
     cdef object search  # kind.regex.search
     cdef int exclude  # 0 none, 1 code lines, 2 an expression in `re`
     cdef object exclude_search
@@ -1807,15 +1808,24 @@ cdef class Kind:
     cdef bint storm  # connection_refused or timeout
     cdef bint event  # handed to the incident tracker (EVENT_KINDS)
 
-    cdef bint others_may_match(self, str body, U u) except -1:
-        cdef tuple cond
+    cdef bint others_may_match(self, str body, U u, Out out) except -1:
+        cdef tuple cond, needles
         cdef bint ok
-        for cond in self.others:
+        cdef Py_ssize_t i, j
+        cdef int nd
+        for i in range(len(self.others)):
+            cond = <tuple>self.others[i]
             ok = True
             if cond[0] is not None:
                 ok = False
-                for lit in <tuple>cond[0]:
-                    if ucontains(body, u, <str>lit):
+                needles = <tuple>self.others_needles[i]
+                for j in range(len(<tuple>cond[0])):
+                    nd = <int>needles[j]
+                    if out.has_bits and nd >= 0:  # found in the body's one pass, as matches() reads its literals
+                        if (out.bits[nd >> 6] >> (nd & 63)) & 1:
+                            ok = True
+                            break
+                    elif ucontains(body, u, <str>(<tuple>cond[0])[j]):
                         ok = True
                         break
             if ok and cond[1] is not None and not _starts_after_spaces(body, u, <str>cond[1]):
@@ -1858,7 +1868,7 @@ cdef class Kind:
                     return False
             elif self.plain is not None:
                 if not program_search(self.plain, self.plain_needles, out, body, u):
-                    if not self.others_may_match(body, u):
+                    if not self.others_may_match(body, u, out):
                         return False
                     if self.search(body) is None:
                         return False
@@ -2849,6 +2859,7 @@ def literal_strings(list kinds):
             split = partial_program(ek.regex)
             if split is not None:
                 strings += [alt[0] for alt in split[0]]
+                strings += [lit for required, _ in split[1] if required is not None for lit in required]
         for text in strings:
             raw = text.encode("utf-8", "surrogatepass")
             if len(raw) >= 2 and "\ufffd" not in text and not any(0xD800 <= ord(c) <= 0xDFFF for c in text):
@@ -2879,6 +2890,9 @@ cdef Kind make_kind(object ek, int i, dict lits):
         if split is not None:
             k.plain, k.others = split
     k.plain_needles = tuple(lits.get(alt[0], -1) for alt in (k.plain or ()))
+    k.others_needles = tuple(
+        () if required is None else tuple(lits.get(lit, -1) for lit in required) for required, _ in (k.others or ())
+    )
     k.search = ek.regex.search
     if ek.exclude is None:
         k.exclude = 0
