@@ -1257,36 +1257,40 @@ cdef extern from *:
     typedef struct { uint8_t lo[16]; uint8_t byte[256]; int simd; } rlw_byteset;
     #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
     #include <immintrin.h>
+    /* The first 32-byte block from *pi on (whole, before end) that holds a member: its members as bits, *pi at its
+       start; or 0, *pi at the first position the blocks did not reach. */
     __attribute__((target("avx2")))
-    static Py_ssize_t rlw_next_avx2(const rlw_byteset *s, const unsigned char *p, Py_ssize_t i, Py_ssize_t end) {
+    static uint32_t rlw_block_avx2(const rlw_byteset *s, const unsigned char *p, Py_ssize_t *pi, Py_ssize_t end) {
         const __m256i lo = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)s->lo));
         const __m256i hi = _mm256_setr_epi8(1, 2, 4, 8, 16, 32, 64, (char)128, 0, 0, 0, 0, 0, 0, 0, 0,
                                             1, 2, 4, 8, 16, 32, 64, (char)128, 0, 0, 0, 0, 0, 0, 0, 0);
         const __m256i nib = _mm256_set1_epi8(0x0f), zero = _mm256_setzero_si256();
+        Py_ssize_t i = *pi;
         for (; i + 32 <= end; i += 32) {
             __m256i v = _mm256_loadu_si256((const __m256i *)(p + i));
             __m256i a = _mm256_shuffle_epi8(lo, _mm256_and_si256(v, nib));
             __m256i b = _mm256_shuffle_epi8(hi, _mm256_and_si256(_mm256_srli_epi16(v, 4), nib));
             uint32_t m = ~(uint32_t)_mm256_movemask_epi8(_mm256_cmpeq_epi8(_mm256_and_si256(a, b), zero));
-            if (m) return i + __builtin_ctz(m);
+            if (m) { *pi = i; return m; }
         }
-        for (; i < end; i++) if (s->byte[p[i]]) return i;
-        return end;
+        *pi = i;
+        return 0;
     }
     __attribute__((target("ssse3")))
-    static Py_ssize_t rlw_next_ssse3(const rlw_byteset *s, const unsigned char *p, Py_ssize_t i, Py_ssize_t end) {
+    static uint32_t rlw_block_ssse3(const rlw_byteset *s, const unsigned char *p, Py_ssize_t *pi, Py_ssize_t end) {
         const __m128i lo = _mm_loadu_si128((const __m128i *)s->lo);
         const __m128i hi = _mm_setr_epi8(1, 2, 4, 8, 16, 32, 64, (char)128, 0, 0, 0, 0, 0, 0, 0, 0);
         const __m128i nib = _mm_set1_epi8(0x0f), zero = _mm_setzero_si128();
+        Py_ssize_t i = *pi;
         for (; i + 16 <= end; i += 16) {
             __m128i v = _mm_loadu_si128((const __m128i *)(p + i));
             __m128i a = _mm_shuffle_epi8(lo, _mm_and_si128(v, nib));
             __m128i b = _mm_shuffle_epi8(hi, _mm_and_si128(_mm_srli_epi16(v, 4), nib));
             uint32_t m = (~(uint32_t)_mm_movemask_epi8(_mm_cmpeq_epi8(_mm_and_si128(a, b), zero))) & 0xffff;
-            if (m) return i + __builtin_ctz(m);
+            if (m) { *pi = i; return m; }
         }
-        for (; i < end; i++) if (s->byte[p[i]]) return i;
-        return end;
+        *pi = i;
+        return 0;
     }
     static int rlw_simd_level(void) {
         __builtin_cpu_init();
@@ -1297,13 +1301,41 @@ cdef extern from *:
     #else
     static int rlw_simd_level(void) { return 0; }
     #endif
-    /* The first position in p[i:end] whose byte is in the set, or end. */
-    static inline Py_ssize_t rlw_next(const rlw_byteset *s, const unsigned char *p, Py_ssize_t i, Py_ssize_t end) {
+    /* A walk over the members of p[lo:end] in order. A block's members are kept as bits and handed out one by one,
+       so a text where every few bytes is a member (a traceback-dense log: one byte in six) costs one vector compare
+       per block, not one per member found. */
+    typedef struct { Py_ssize_t base; Py_ssize_t next; uint32_t m; } rlw_cursor;
+    static inline void rlw_begin(rlw_cursor *c, Py_ssize_t lo) { c->base = lo; c->next = lo; c->m = 0; }
+    /* The next member's position, or end. */
+    static inline Py_ssize_t rlw_next(rlw_cursor *c, const rlw_byteset *s, const unsigned char *p, Py_ssize_t end) {
+        Py_ssize_t i;
+        if (c->m) {
+            i = c->base + __builtin_ctz(c->m);
+            c->m &= c->m - 1;
+            return i;
+        }
+        i = c->next;
     #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
-        if (s->simd == 2) return rlw_next_avx2(s, p, i, end);
-        if (s->simd == 1) return rlw_next_ssse3(s, p, i, end);
+        if (s->simd == 2 && i + 32 <= end) {
+            c->m = rlw_block_avx2(s, p, &i, end);
+        } else if (s->simd == 1 && i + 16 <= end) {
+            c->m = rlw_block_ssse3(s, p, &i, end);
+        }
+        if (c->m) {
+            c->base = i;
+            c->next = i + (s->simd == 2 ? 32 : 16);
+            i += __builtin_ctz(c->m);
+            c->m &= c->m - 1;
+            return i;
+        }
     #endif
-        for (; i < end; i++) if (s->byte[p[i]]) return i;
+        for (; i < end; i++) {
+            if (s->byte[p[i]]) {
+                c->next = i + 1;
+                return i;
+            }
+        }
+        c->next = end;
         return end;
     }
     """
@@ -1311,7 +1343,10 @@ cdef extern from *:
         uint8_t lo[16]
         uint8_t byte[256]
         int simd
-    Py_ssize_t rlw_next(const rlw_byteset *s, const unsigned char *p, Py_ssize_t i, Py_ssize_t end) noexcept nogil
+    ctypedef struct rlw_cursor:
+        pass
+    void rlw_begin(rlw_cursor *c, Py_ssize_t lo) noexcept nogil
+    Py_ssize_t rlw_next(rlw_cursor *c, const rlw_byteset *s, const unsigned char *p, Py_ssize_t end) noexcept nogil
     int rlw_simd_level() noexcept nogil
 
 
@@ -1321,6 +1356,12 @@ cdef int _SIMD = rlw_simd_level()
 def simd_level():
     """Which needle search runs here: 2 AVX2, 1 SSSE3, 0 a byte table (for the tests and the benchmarks)."""
     return _SIMD
+
+
+cdef inline bint same(const unsigned char *at, const char *needle, Py_ssize_t n) noexcept nogil:
+    """Whether the n bytes at ``at`` are the needle's. Most places an anchor's two bytes lead to are not the needle
+    (the ", " of "loss, " in every list a log prints), and its last byte tells most of them apart without a call."""
+    return at[n - 1] == <unsigned char>needle[n - 1] and at[0] == <unsigned char>needle[0] and memcmp(at, needle, n) == 0
 
 
 cdef class Needles:
@@ -1404,9 +1445,10 @@ cdef class Needles:
         cdef uint16_t b
         cdef int k, e, nd
         cdef const uint16_t *table = self.table
-        i = lo
+        cdef rlw_cursor cur
+        rlw_begin(&cur, lo)
         while True:
-            i = rlw_next(&self.starts, p, i, hi - 1)
+            i = rlw_next(&cur, &self.starts, p, hi - 1)
             if i >= hi - 1:
                 return -1
             b = table[p[i] | (<unsigned int>p[i + 1] << 8)]
@@ -1415,9 +1457,8 @@ cdef class Needles:
                 for k in range(self.bucket_len[b - 1]):
                     nd = self.entry_needle[e + k]
                     s = i - self.entry_off[e + k]
-                    if s >= lo and s + self.length[nd] <= hi and memcmp(p + s, self.ptr[nd], self.length[nd]) == 0:
+                    if s >= lo and s + self.length[nd] <= hi and same(p + s, self.ptr[nd], self.length[nd]):
                         return s
-            i += 1
 
     cdef uint64_t mask(self, const unsigned char *p, Py_ssize_t lo, Py_ssize_t hi) noexcept nogil:
         """The kinds of every needle that occurs in p[lo:hi]."""
@@ -1426,9 +1467,10 @@ cdef class Needles:
         cdef int k, e, nd
         cdef uint64_t out = 0
         cdef const uint16_t *table = self.table
-        i = lo
+        cdef rlw_cursor cur
+        rlw_begin(&cur, lo)
         while True:
-            i = rlw_next(&self.starts, p, i, hi - 1)
+            i = rlw_next(&cur, &self.starts, p, hi - 1)
             if i >= hi - 1:
                 break
             b = table[p[i] | (<unsigned int>p[i + 1] << 8)]
@@ -1437,9 +1479,8 @@ cdef class Needles:
                 for k in range(self.bucket_len[b - 1]):
                     nd = self.entry_needle[e + k]
                     s = i - self.entry_off[e + k]
-                    if s >= lo and s + self.length[nd] <= hi and memcmp(p + s, self.ptr[nd], self.length[nd]) == 0:
+                    if s >= lo and s + self.length[nd] <= hi and same(p + s, self.ptr[nd], self.length[nd]):
                         out |= self.masks[nd]
-            i += 1
         return out
 
     cdef void bits(self, const unsigned char *p, Py_ssize_t lo, Py_ssize_t hi, uint64_t *out) noexcept nogil:
@@ -1448,11 +1489,12 @@ cdef class Needles:
         cdef uint16_t b
         cdef int k, e, nd
         cdef const uint16_t *table = self.table
+        cdef rlw_cursor cur
         for k in range((self.count + 63) >> 6):
             out[k] = 0
-        i = lo
+        rlw_begin(&cur, lo)
         while True:
-            i = rlw_next(&self.starts, p, i, hi - 1)
+            i = rlw_next(&cur, &self.starts, p, hi - 1)
             if i >= hi - 1:
                 break
             b = table[p[i] | (<unsigned int>p[i + 1] << 8)]
@@ -1461,9 +1503,8 @@ cdef class Needles:
                 for k in range(self.bucket_len[b - 1]):
                     nd = self.entry_needle[e + k]
                     s = i - self.entry_off[e + k]
-                    if s >= lo and s + self.length[nd] <= hi and memcmp(p + s, self.ptr[nd], self.length[nd]) == 0:
+                    if s >= lo and s + self.length[nd] <= hi and same(p + s, self.ptr[nd], self.length[nd]):
                         out[nd >> 6] |= (<uint64_t>1) << (nd & 63)
-            i += 1
 
     def first_of(self, bytes data, Py_ssize_t lo, Py_ssize_t hi):
         """For the tests: ``first`` over data[lo:hi]."""
@@ -1492,7 +1533,7 @@ cdef class Needles:
                 for k in range(self.bucket_len[b - 1]):
                     nd = self.entry_needle[e + k]
                     s = i - self.entry_off[e + k]
-                    if s >= lo and s + self.length[nd] <= hi and memcmp(p + s, self.ptr[nd], self.length[nd]) == 0:
+                    if s >= lo and s + self.length[nd] <= hi and same(p + s, self.ptr[nd], self.length[nd]):
                         out.append((s, self.keep[nd]))
             i += 1
         out.sort()
@@ -1758,6 +1799,7 @@ cdef class Kind:
     cdef list plain  # the plain branches of an expression that has others (partial_program), or None
     cdef tuple plain_needles
     cdef list others  # what each of the other branches needs
+    cdef tuple others_needles  # per branch of others, its strings' indices in the core's literal set (-1: none)
     cdef object search  # kind.regex.search
     cdef int exclude  # 0 none, 1 code lines, 2 an expression in `re`
     cdef object exclude_search
@@ -1766,15 +1808,24 @@ cdef class Kind:
     cdef bint storm  # connection_refused or timeout
     cdef bint event  # handed to the incident tracker (EVENT_KINDS)
 
-    cdef bint others_may_match(self, str body, U u) except -1:
-        cdef tuple cond
+    cdef bint others_may_match(self, str body, U u, Out out) except -1:
+        cdef tuple cond, needles
         cdef bint ok
-        for cond in self.others:
+        cdef Py_ssize_t i, j
+        cdef int nd
+        for i in range(len(self.others)):
+            cond = <tuple>self.others[i]
             ok = True
             if cond[0] is not None:
                 ok = False
-                for lit in <tuple>cond[0]:
-                    if ucontains(body, u, <str>lit):
+                needles = <tuple>self.others_needles[i]
+                for j in range(len(<tuple>cond[0])):
+                    nd = <int>needles[j]
+                    if out.has_bits and nd >= 0:  # found in the body's one pass, as matches() reads its literals
+                        if (out.bits[nd >> 6] >> (nd & 63)) & 1:
+                            ok = True
+                            break
+                    elif ucontains(body, u, <str>(<tuple>cond[0])[j]):
                         ok = True
                         break
             if ok and cond[1] is not None and not _starts_after_spaces(body, u, <str>cond[1]):
@@ -1817,7 +1868,7 @@ cdef class Kind:
                     return False
             elif self.plain is not None:
                 if not program_search(self.plain, self.plain_needles, out, body, u):
-                    if not self.others_may_match(body, u):
+                    if not self.others_may_match(body, u, out):
                         return False
                     if self.search(body) is None:
                         return False
@@ -2808,6 +2859,7 @@ def literal_strings(list kinds):
             split = partial_program(ek.regex)
             if split is not None:
                 strings += [alt[0] for alt in split[0]]
+                strings += [lit for required, _ in split[1] if required is not None for lit in required]
         for text in strings:
             raw = text.encode("utf-8", "surrogatepass")
             if len(raw) >= 2 and "\ufffd" not in text and not any(0xD800 <= ord(c) <= 0xDFFF for c in text):
@@ -2838,6 +2890,9 @@ cdef Kind make_kind(object ek, int i, dict lits):
         if split is not None:
             k.plain, k.others = split
     k.plain_needles = tuple(lits.get(alt[0], -1) for alt in (k.plain or ()))
+    k.others_needles = tuple(
+        () if required is None else tuple(lits.get(lit, -1) for lit in required) for required, _ in (k.others or ())
+    )
     k.search = ek.regex.search
     if ek.exclude is None:
         k.exclude = 0
