@@ -140,10 +140,11 @@ def report_line(report: Report, body: str) -> bool:
         report.current = ReportFailure(root=report.section == "root")
         report.failures.append(report.current)
         return True
-    m = _REPORT_FIELD.match(text) if report.current is not None and text[0].isspace() else None
-    if m:
+    current = report.current
+    m = _REPORT_FIELD.match(text) if current is not None and text[0].isspace() else None
+    if m and current is not None:
         name, value = m.groups()
-        report.current.fields[name] = value
+        current.fields[name] = value
         report.in_traceback = name == "traceback" and bool(HEADER.search(value))
         return True
     return False
