@@ -11,8 +11,9 @@ hostile ones, cut anywhere) and compares every answer.
 Where the cut is: everything per line is here (the needle search over the chunk's bytes, line numbers, decoding,
 colour codes, prefixes, timestamps, which kinds match, code-line exclusion, counts, times, streaks, rates, evidence,
 traceback blocks, storms, crashes, the trackers' parsing). What stays in Python is called per chunk or on a rare
-line: the kinds' own regular expressions where they are more than literals, torchrun's report, NCCL timeouts, an
-incident's signature the first time it is seen, local-time conversion of a minute not seen before.
+line: the kinds' own regular expressions where they are more than literals, NCCL timeouts, an incident's signature
+the first time it is seen, local-time conversion of a minute not seen before. torchrun's report is read by
+``torchrun_report.report_line`` itself, compiled from its .py (setup.py) and cimported here (its .pxd): one text.
 
 What other programs print (``Train step ``, a traceback's header, torchrun's report words) is not written here: it is
 read when the module loads from ``rlwatch.logs.wording``, the table the Python rules read too.
@@ -371,8 +372,6 @@ cdef Lit W_FRAME_LINE = lit(wording.FRAME_LINE)
 cdef Lit W_CHAIN_CONTEXT = lit(wording.CHAIN_CONTEXT)
 cdef Lit W_CHAIN_CAUSE = lit(wording.CHAIN_CAUSE)
 cdef Lit W_EXCEPTION = lit(wording.EXCEPTION_WORD)
-cdef Lit W_TR_FAILED = lit(wording.TORCHRUN_FAILED)
-cdef Lit W_TR_ROOT_CAUSE = lit(wording.TORCHRUN_ROOT_CAUSE)
 cdef Lit W_TRAIN_STEP = lit(wording.AREAL_TRAIN_STEP)
 cdef Lit W_STEP_DONE = lit(wording.AREAL_STEP_DONE)
 cdef Lit W_AREAL_DONE = lit(wording.AREAL_DONE)
@@ -1890,6 +1889,7 @@ from rlwatch.common.textsafe import clean_line as _clean_line
 from rlwatch.common.textsafe import strip_ansi as _py_strip_ansi
 from rlwatch.logs import incidents as _inc
 from rlwatch.logs import torchrun_report as _tr
+from rlwatch.logs.torchrun_report cimport report_line
 from rlwatch.logs.signatures import signature as _py_signature
 from rlwatch.logs.kinds import REDRAWN_KINDS as _REDRAWN_KINDS
 
@@ -1902,7 +1902,7 @@ cdef object _PG_SEARCH = _inc.PROCESS_GROUP.search
 cdef object _crash_title = _inc.crash_title
 cdef object _timeout_title = _inc.timeout_title
 cdef object _CollectiveTimeout = _inc.CollectiveTimeout
-cdef object _Failure = _tr.ReportFailure
+cdef object _TrReport = _tr.Report
 cdef object _failure_text = _tr.child_failure_text
 cdef tuple _CHILD_TITLES = tuple(_tr.CHILD_TITLES)
 cdef str _TB = S_TB_HEADER
@@ -2143,22 +2143,6 @@ cdef object exception(str line):
     return name, strip_str(msg)
 
 
-def py_report(list bodies):
-    """For the tests: the compiled ``torchrun_report.report_line`` over each body in turn, and after each what it
-    answered and the report then (name, section, done, in_traceback, failures as (root, fields, error, frozen))."""
-    cdef Report r = Report()
-    cdef list out = []
-    cdef tuple sections = ("", "failures", "root")
-    for body in bodies:
-        took = r.line(body)
-        out.append((
-            took, r.name, sections[r.section], r.done, r.in_traceback,
-            [((<Failure>f).root, dict((<Failure>f).fields), (<Failure>f).error, (<Failure>f).freeze())
-             for f in r.failures],
-        ))
-    return out
-
-
 def py_exception(str line):
     """For the tests: the compiled ``signatures.exception``."""
     return exception(line)
@@ -2246,137 +2230,6 @@ cdef class Record:
         )
 
 
-cdef class Failure:
-    """torchrun_report._Failure while its fields are read."""
-
-    cdef bint root
-    cdef dict fields
-    cdef object error
-
-    cdef object freeze(self):
-        return _Failure(root=self.root, fields=self.fields, error=self.error).freeze()
-
-
-_REPORT_FIELDS = tuple((name, name.encode()) for name in _tr.REPORT_FIELDS)
-# torchrun's report's section lines, the words torchrun_report reads them by.
-cdef str _FAILURES = _tr.FAILURES
-cdef bytes _ROOT_CAUSE = _tr.ROOT_CAUSE.encode()
-cdef str _NO_OTHER_FAILURES = _tr.NO_OTHER_FAILURES
-
-
-cdef str report_field(str text, U u, Py_ssize_t *value) except *:
-    """``_REPORT_FIELD.match(text)`` over a right-stripped line:
-    ``^\\s{1,4}(time|host|rank|exitcode|error_file|traceback)\\s*:\\s?(.*)$``; the field's name (None: no
-    match), where its value begins in value[0]."""
-    cdef Py_ssize_t i = 0, j = 0
-    cdef str name
-    cdef bytes lit
-    while i < u.n and uspace(at(u, i)):
-        i += 1
-    if i < 1 or i > 4:  # more spaces than four leave one where the name must begin
-        return None
-    for name, lit in _REPORT_FIELDS:
-        if starts_at(u, i, lit, len(lit)):
-            j = i + len(lit)
-            break
-    else:
-        return None
-    while j < u.n and uspace(at(u, j)):
-        j += 1
-    if j >= u.n or at(u, j) != 58:
-        return None
-    j += 1
-    if j < u.n and uspace(at(u, j)):
-        j += 1
-    # (.*)$: no newline in the value (the line ends in no space, so none is final)
-    if j < u.n and PyUnicode_FindChar(text, 10, j, u.n, 1) >= 0:
-        return None
-    value[0] = j
-    return name
-
-
-cdef class Report:
-    """torchrun_report.Report, read line by line in the compiled path (``line`` is ``report_line``)."""
-
-    cdef object name  # str or None
-    cdef int section  # 0 "", 1 "failures", 2 "root"
-    cdef Failure current
-    cdef list failures
-    cdef bint in_traceback
-    cdef bint done
-
-    def __cinit__(self):
-        self.failures = []
-
-    cdef bint line(self, str body) except -1:
-        """``report_line(report, body)``: False when the line is not one of the report."""
-        cdef str text = rstrip_str(body), stripped, name, field
-        cdef U u = uview(text), us
-        cdef Py_ssize_t k, n, value = 0
-        cdef object exc
-        cdef Failure f
-        if self.in_traceback and self.current is not None:
-            if starts_at(u, 0, b"    ", 4):
-                return True
-            if starts_at(u, 0, b"  ", 2) and report_field(text, u, &value) is None:
-                exc = exception(strip_str(text))
-                if exc is not None:
-                    self.current.error = f"{exc[0]}: {exc[1]}" if exc[1] else exc[0]
-                return True
-            self.in_traceback = False
-        stripped = strip_str(text)
-        us = uview(stripped)
-        n = us.n
-        if n == 0:
-            return self.section != 0  # blank lines inside a report belong to it
-        # _SEPARATOR: ^[\s=\-*_]*$
-        for k in range(n):
-            if not (uspace(at(us, k)) or at(us, k) == 61 or at(us, k) == 45 or at(us, k) == 42 or at(us, k) == 95):
-                break
-        else:
-            if self.section == 2 and self.current is not None and at(us, 0) == 61:
-                self.done = True
-                self.current = None
-            return True
-        if self.name is None and self.section == 0:
-            # _REPORT_TITLE: ^(\S.*) FAILED\s*$ over a stripped line: it ends in " FAILED" after one character
-            # or more, none a newline
-            if (
-                n > W_TR_FAILED.n
-                and starts_lit(us, n - W_TR_FAILED.n, W_TR_FAILED)
-                and PyUnicode_FindChar(stripped, 10, 0, n, 1) < 0
-            ):
-                self.name = PyUnicode_Substring(stripped, 0, n - W_TR_FAILED.n)
-                return True
-        if stripped == _FAILURES:
-            self.section, self.current = 1, None
-            return True
-        if starts_at(us, 0, _ROOT_CAUSE, len(_ROOT_CAUSE)):
-            self.section, self.current = 2, None
-            return True
-        if stripped == _NO_OTHER_FAILURES:
-            return True
-        # _REPORT_ENTRY: ^\[(\d+)\]:\s*$ over a stripped line
-        if self.section and n >= 4 and at(us, 0) == 91 and at(us, n - 2) == 93 and at(us, n - 1) == 58:
-            for k in range(1, n - 2):
-                if not udigit(at(us, k)):
-                    break
-            else:
-                f = Failure()
-                f.root = self.section == 2
-                f.fields = {}
-                self.current = f
-                self.failures.append(f)
-                return True
-        field = report_field(text, u, &value)
-        if field is not None and self.current is not None:
-            name = PyUnicode_Substring(text, value, u.n)
-            self.current.fields[field] = name
-            self.in_traceback = field == "traceback" and header(name, uview(name))
-            return True
-        return False
-
-
 cdef class Block:
     """incidents._Block: a traceback being read."""
 
@@ -2394,7 +2247,7 @@ cdef class Block:
     cdef str exc_type
     cdef str exc_msg
     cdef object rank
-    cdef Report report
+    cdef object report  # torchrun_report.Report, or None
     cdef bint stale  # its record took report lines whose title, signature and failures are not yet made (settle)
 
 
@@ -3798,7 +3651,7 @@ cdef class Core:
                 block.state = 1
                 block.idle = 0
                 if block.exc_type.endswith(S_CHILD_FAILED):
-                    block.report = Report()
+                    block.report = _TrReport()
                 s = self.when(w)
                 self.publish(fs, block, s, lineno)
                 return
@@ -3807,12 +3660,12 @@ cdef class Core:
             self.inc_close(fs, tag)
 
     cdef void after(self, FileState fs, str tag, Block block, str body, U u, int64_t lineno, When *w) except *:
-        cdef Report report = block.report
+        cdef object report = block.report
         cdef Span s
         cdef Record rec
         block.idle += 1
         block.gap += 1
-        if report is not None and not report.done and block.state == 1 and report.line(body):
+        if report is not None and not report.done and block.state == 1 and report_line(report, body):
             block.idle = 0
             s = self.when(w)
             # publish's effect, the record's title, signature and failures made once the report is read (or when
@@ -3879,12 +3732,12 @@ cdef class Core:
     cdef void made(self, Block block, Record rec, object location) except *:
         """IncidentTracker._publish's title, signature, location and failures of a traceback's record."""
         cdef str message = block.exc_msg, title, sig
-        cdef Report report = block.report
+        cdef object report = block.report
         cdef object root = None
         cdef tuple victims = ()
         cdef list parts
         if report is not None and report.failures:
-            frozen = [((<Failure>f).root, (<Failure>f).freeze()) for f in report.failures]
+            frozen = [(f.root, f.freeze()) for f in report.failures]
             roots = [c for is_root, c in frozen if is_root]
             root = roots[0] if roots else None
             victims = tuple(c for is_root, c in frozen if not is_root)

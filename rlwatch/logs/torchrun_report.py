@@ -33,6 +33,9 @@ __all__ = [
 ]
 
 _SEPARATOR = re.compile(r"^[\s=\-*_]*$")
+# A stripped separator line begins with one of these (a line that does not is not tried), and is mostly a run of
+# that one mark (told by a count, without the expression): a report is read on every crash of a dense log.
+_SEPARATOR_MARKS = "=-*_"
 
 # torchrun's report, torch/distributed/elastic/multiprocessing/errors/__init__.py (_MSG_FORMAT_TEMPLATE and
 # _FAILURE_FORMAT_TEMPLATE): "<name> FAILED", "Failures:", "Root Cause (first observed failure):", then per failure
@@ -115,7 +118,7 @@ def report_line(report: Report, body: str) -> bool:
     stripped = text.strip()
     if not stripped:
         return report.section != ""  # blank lines inside a report belong to it
-    if _SEPARATOR.match(stripped):
+    if stripped[0] in _SEPARATOR_MARKS and (stripped.count(stripped[0]) == len(stripped) or _SEPARATOR.match(stripped)):
         if report.section == "root" and report.current is not None and stripped.startswith("="):
             report.done = True
             report.current = None
@@ -133,14 +136,16 @@ def report_line(report: Report, body: str) -> bool:
         return True
     if stripped == NO_OTHER_FAILURES:
         return True
-    if _REPORT_ENTRY.match(stripped) and report.section:
+    if report.section and stripped[0] == "[" and _REPORT_ENTRY.match(stripped):
         report.current = ReportFailure(root=report.section == "root")
         report.failures.append(report.current)
         return True
-    m = _REPORT_FIELD.match(text)
-    if m and report.current is not None:
-        report.current.fields[m.group(1)] = m.group(2)
-        report.in_traceback = m.group(1) == "traceback" and bool(HEADER.search(m.group(2)))
+    current = report.current
+    m = _REPORT_FIELD.match(text) if current is not None and text[0].isspace() else None
+    if m and current is not None:
+        name, value = m.groups()
+        current.fields[name] = value
+        report.in_traceback = name == "traceback" and bool(HEADER.search(value))
         return True
     return False
 

@@ -14,10 +14,15 @@ Floats are compared by ``repr`` (a NaN time equals a NaN time there, and every d
 
 from __future__ import annotations
 
+import importlib
+import importlib.machinery
+import importlib.util
 import math
 import random
+import sys
 from collections.abc import Iterator
 from pathlib import Path
+from types import ModuleType
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -796,20 +801,47 @@ _REPORT_LINE = st.one_of(
 )
 
 
+def _interpreted(name: str) -> ModuleType:
+    """The rule module ``rlwatch.logs.<name>`` run by the interpreter from its .py text, beside the module an import
+    gives, which is that same text compiled (setup.py's ``COMPILED``)."""
+    spec = importlib.util.spec_from_file_location(
+        f"rlwatch.logs._interpreted_{name}", ROOT / "rlwatch/logs" / f"{name}.py"
+    )
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # its dataclasses look their module up while they are made
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.mark.parametrize("name", ["torchrun_report"])
+def test_the_rule_modules_compiled_from_their_text_are_compiled(name: str) -> None:
+    """Where the event path is built, a rule module it cimports was compiled too: the import gives the extension,
+    not the .py (else the equivalence below would compare the .py with itself)."""
+    module = importlib.import_module(f"rlwatch.logs.{name}")
+    assert module.__file__ is not None
+    assert module.__file__.endswith(tuple(importlib.machinery.EXTENSION_SUFFIXES)), module.__file__
+
+
+_TR_INTERPRETED = _interpreted("torchrun_report")
+
+
 @settings(max_examples=600, deadline=None)
 @given(st.lists(_REPORT_LINE, max_size=16))
-def test_torchrun_report_is_read_as_python_reads_it(bodies: list[str]) -> None:
-    """The compiled path reads torchrun's failure report line by line (``Report.line``) as
-    ``torchrun_report.report_line`` does: what each line answers, and the report after it, failures frozen."""
-    from rlwatch.logs.torchrun_report import Report, report_line
+def test_torchrun_report_compiled_reads_as_its_text_interpreted(bodies: list[str]) -> None:
+    """torchrun's failure report, read line by line by ``torchrun_report.report_line`` compiled (what the event
+    path calls) and interpreted from the same .py: what each line answers, and the report after it, failures
+    frozen."""
+    from rlwatch.logs import torchrun_report as compiled
 
-    report = Report()
-    got = native.py_report(bodies)
-    for body, seen in zip(bodies, got, strict=True):
-        took = report_line(report, body)
-        failures = [(f.root, dict(f.fields), f.error, f.freeze()) for f in report.failures]
-        want = (took, report.name, report.section, report.done, report.in_traceback, failures)
-        assert _same(seen, want), body
+    reports = (compiled.Report(), _TR_INTERPRETED.Report())
+    for body in bodies:
+        seen = []
+        for module, report in zip((compiled, _TR_INTERPRETED), reports, strict=True):
+            took = module.report_line(report, body)
+            failures = [(f.root, dict(f.fields), f.error, f.freeze()) for f in report.failures]
+            seen.append((took, report.name, report.section, report.done, report.in_traceback, failures))
+        assert _same(*seen), body
 
 
 _REPORT_LOG = b"""Traceback (most recent call last):
