@@ -155,3 +155,15 @@ def test_ranks_stuck_in_collectives_that_differ_are_hung_with_the_mismatch_named
     rs = decide_run_state(replace(_node(0, ras=None), flight=records), Context())
     assert rs.state == "hung", rs
     assert "its ranks wait in collectives none of them completes: collectives differ across ranks at #13" in rs.why
+
+
+def test_a_rank_saving_a_checkpoint_while_the_others_wait_is_left_to_the_cadence() -> None:
+    """Rank 0 writing a checkpoint while the others wait in the next collective looks, to NCCL RAS, like a rank
+    behind: a checkpoint of the run written since the quiet began leaves the run to its cadence's allowance."""
+    from rlwatch.common.state import CheckpointInfo, CheckpointState
+
+    saving = CheckpointState(CheckpointInfo("/r/checkpoint-11", 11, None, None, NOW - 5, None), 2)
+    node = replace(_quiet_node(27, _asked(16, 27)), checkpoint=saving)
+    assert decide_run_state(node, Context()).state == "progressing"
+    before = CheckpointState(CheckpointInfo("/r/checkpoint-10", 10, None, None, NOW - 40, None), 1)
+    assert decide_run_state(replace(node, checkpoint=before), Context()).state == "hung"

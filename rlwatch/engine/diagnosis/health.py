@@ -268,11 +268,16 @@ def _waits_for_a_rank(s: Snapshot, quiet: float | None, interval: float | None, 
     """Before its cadence's allowance, a job whose ranks stopped at once and whose collectives name a rank behind:
     NCCL RAS asked after the quiet settled (collectives.ras_issue with ``quiet_since``), the run silent for ``factor``
     of its steps and at least RAS_QUIET_S + RAS_SETTLED_S. Its words, else None. A rank that falls one collective
-    behind and catches up is never this: its counts are read only once the quiet has lasted."""
+    behind and catches up is never this: its counts are read only once the quiet has lasted; nor is one that saves a
+    checkpoint while the others wait for it (a checkpoint of the run written since the quiet began): that is left to
+    the cadence's allowance, as before."""
     from rlwatch.engine.diagnosis.collectives import RAS_QUIET_S, RAS_SETTLED_S, ras_issue
 
     if quiet is None or s.time - quiet < max(RAS_QUIET_S + RAS_SETTLED_S, factor * interval if interval else 0.0):
         return None
+    saved = s.checkpoint.latest if s.checkpoint is not None else None
+    if saved is not None and saved.saved_at is not None and saved.saved_at >= quiet:
+        return None  # a checkpoint written during the quiet: one rank saving while the others wait is no hang
     missing = ras_issue(s, quiet_since=quiet)
     return None if missing is None else _waiting_words(missing.message)
 
