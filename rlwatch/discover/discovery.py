@@ -472,8 +472,10 @@ def may_hold_records(name: str) -> bool:
 
 
 # What record_log found in files that hold no records, by (device, inode): binary (a NUL byte) or text, with the size
-# and modification time it had. A binary file does not become a log, so it is not read again while it does not shrink
-# (a smaller file at that inode is a new file: inodes are reused); a text file is read again once it changed. A
+# and modification time it had. A binary file is not read again while it does not shrink (a smaller file at that inode
+# is a new file: inodes are reused) and has not grown by a whole probe since: what record_log reads is then all new
+# (a log copytruncated under a writer without O_APPEND goes on past a hole of NULs, and is text again once that much
+# was written after it); a text file is read again once it changed. A
 # watching engine asks written_logs at every look at the run, and a rank holding a binary file open for writing (a
 # checkpoint being saved, a memory-mapped cache) cost a 16 KiB read at each of them. Bounded: the oldest judgements
 # are dropped first.
@@ -516,7 +518,9 @@ def _still_no_records(judged: tuple[bool, int, int] | None, size: int, mtime_ns:
     if judged is None:
         return False
     binary, was_size, was_mtime = judged
-    return size >= was_size if binary else (size, mtime_ns) == (was_size, was_mtime)
+    if binary:
+        return was_size <= size < was_size + RECORD_PROBE_BYTES
+    return (size, mtime_ns) == (was_size, was_mtime)
 
 
 def _judged(key: tuple[int, int], judged: tuple[bool, int, int]) -> None:

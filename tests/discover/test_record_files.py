@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from rlwatch.discover.discovery import discover, record_log
+from rlwatch.discover.discovery import RECORD_PROBE_BYTES, discover, record_log
 from rlwatch.discover.load import resolve_config
 from rlwatch.engine.engine import Engine
 from tests.simhost import wait_until
@@ -125,3 +125,19 @@ def test_a_binary_file_is_not_read_again_while_it_grows_but_a_new_file_at_its_in
     with path.open("w") as fh:  # truncated and written again, smaller: a new file for all that can be told
         fh.write(_records(20))
     assert record_log(path)
+
+
+def test_a_log_past_a_hole_of_nuls_is_read_again_once_a_probe_of_text_follows_it(tmp_path: Path) -> None:
+    """copytruncate under a writer without O_APPEND (``python train.py > train.log``): the writer goes on at its old
+    offset, the file's start a hole of NULs. Judged binary while the hole is what its end shows, it is read again once
+    a whole probe of records was written after the hole, and holds records."""
+    path = tmp_path / "train.log"
+    with path.open("wb") as fh:
+        fh.truncate(64 * 1024)  # the hole up to the writer's offset
+        fh.seek(0, os.SEEK_END)
+        fh.write(_records(1).encode())
+    assert not record_log(path)
+    with path.open("ab") as fh:
+        fh.write(_records(2000).encode())
+    assert path.stat().st_size - 64 * 1024 > RECORD_PROBE_BYTES
+    assert record_log(path), "a log past a hole of NULs judged binary for ever"
