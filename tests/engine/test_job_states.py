@@ -167,3 +167,13 @@ def test_a_rank_saving_a_checkpoint_while_the_others_wait_is_left_to_the_cadence
     assert decide_run_state(node, Context()).state == "progressing"
     before = CheckpointState(CheckpointInfo("/r/checkpoint-10", 10, None, None, NOW - 40, None), 1)
     assert decide_run_state(replace(node, checkpoint=before), Context()).state == "hung"
+
+
+def test_a_raised_hang_floor_is_its_owners_word_that_ranks_work_alone_that_long() -> None:
+    """`hang_floor_s: 600` where rank 0 evaluates alone for minutes while the others wait at a barrier: RAS's counts
+    name rank 0 behind, and the run is left to the floor."""
+    from rlwatch.config.models import Thresholds
+
+    node = _quiet_node(27, _asked(16, 27))
+    assert decide_run_state(node, Context()).state == "hung"
+    assert decide_run_state(node, Context(thresholds=Thresholds(hang_floor_s=600))).state == "progressing"

@@ -308,3 +308,23 @@ def test_a_mismatch_split_across_two_nodes_dumps_is_named_by_the_fleet(tmp_path:
             assert p.stdin is not None
             p.stdin.close()
             p.wait(timeout=30)
+
+
+def test_stacks_still_for_a_moment_on_hosts_that_progress_name_no_rank(ranks: list[subprocess.Popen[bytes]]) -> None:
+    """Both hosts say "progressing"; rank 0 stands in a write while ranks 1-3 wait in all_reduce. Still for 12 s, or
+    while a host's checkpoint is being written, that is a rank saving or evaluating alone: the job progresses. Still
+    for EARLY_HANG_S or more with no checkpoint written, the stacks name it."""
+    pids = [p.pid for p in ranks]
+    write = ("write (serialization.py:500)", "save (train.py:40)", "main (train.py:60)")
+    a = _row(_host("node-a", [_sampled(pids[0], 0, write), _sampled(pids[1], 1, ALLREDUCE)], "progressing"))
+    b = _row(_host("node-b", [_sampled(pids[2], 2, ALLREDUCE), _sampled(pids[3], 3, ALLREDUCE)], "progressing"))
+
+    def still(row, seconds: float, saved: float | None = None):  # type: ignore[no-untyped-def]
+        return replace(row, ranks=tuple(replace(r, still_s=seconds) for r in row.ranks), checkpoint_age_s=saved)
+
+    (v,) = join_jobs([still(a, 12.0), still(b, 12.0)])
+    assert v.state == "progressing" and v.culprit_ranks == (), v.message
+    (v,) = join_jobs([still(a, 40.0, saved=30.0), still(b, 40.0)])
+    assert v.state == "progressing" and v.culprit_ranks == (), v.message
+    (v,) = join_jobs([still(a, 40.0, saved=300.0), still(b, 40.0)])
+    assert v.state == "hung" and v.culprit_ranks == (0,), v.message

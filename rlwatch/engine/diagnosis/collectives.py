@@ -34,6 +34,7 @@ from rlwatch.engine.diagnosis.stacks import still_ranks, stragglers
 from rlwatch.logs.collectives import CollectiveOp, RankProgress, read_lines
 
 __all__ = [
+    "EARLY_HANG_S",
     "GPU_MIN_READS",
     "GPU_POWER_MIN_GAP_W",
     "GPU_POWER_RATIO",
@@ -71,6 +72,9 @@ GPU_MIN_READS = 8
 RAS_QUIET_FACTOR = 5.0
 RAS_QUIET_S = 15.0
 RAS_SETTLED_S = 10.0
+# The shortest quiet that evidence of a rank behind (RAS's counts on a host; the ranks' stacks joined by the fleet)
+# makes a hang ahead of the cadence's floor.
+EARLY_HANG_S = RAS_QUIET_S + RAS_SETTLED_S
 
 
 def quiet_enough_to_ask(quiet_s: float, interval_s: float | None) -> bool:

@@ -31,6 +31,7 @@ import re
 from collections.abc import Iterator
 
 from rlwatch.common.state import EventSummary, Finding, LogEnding, RunState, Snapshot, line_ref
+from rlwatch.config.models import Thresholds
 from rlwatch.engine.diagnosis.base import CRIT, INFO, WARN, Context, StepSeen, progress_before
 from rlwatch.engine.diagnosis.wording import hhmm, human_duration
 
@@ -264,16 +265,19 @@ def _waiting_words(message: str, code: str = "collective_missing_rank") -> str:
     return f"{lead}: {message[0].lower()}{message[1:]}"
 
 
-def _waits_for_a_rank(s: Snapshot, quiet: float | None, interval: float | None, factor: float) -> str | None:
+def _waits_for_a_rank(s: Snapshot, quiet: float | None, interval: float | None, th: Thresholds) -> str | None:
     """Before its cadence's allowance, a job whose ranks stopped at once and whose collectives name a rank behind:
-    NCCL RAS asked after the quiet settled (collectives.ras_issue with ``quiet_since``), the run silent for ``factor``
-    of its steps and at least RAS_QUIET_S + RAS_SETTLED_S. Its words, else None. A rank that falls one collective
+    NCCL RAS asked after the quiet settled (collectives.ras_issue with ``quiet_since``), the run silent for
+    ``hang_factor`` of its steps and at least EARLY_HANG_S. Its words, else None. A rank that falls one collective
     behind and catches up is never this: its counts are read only once the quiet has lasted; nor is one that saves a
-    checkpoint while the others wait for it (a checkpoint of the run written since the quiet began): that is left to
-    the cadence's allowance, as before."""
-    from rlwatch.engine.diagnosis.collectives import RAS_QUIET_S, RAS_SETTLED_S, ras_issue
+    checkpoint while the others wait for it (a checkpoint of the run written since the quiet began); nor any run whose
+    configuration raised hang_floor_s, its owner's word that ranks there work alone for that long (a rank-0-only
+    evaluation): those are left to the cadence's allowance, as before."""
+    from rlwatch.engine.diagnosis.collectives import EARLY_HANG_S, ras_issue
 
-    if quiet is None or s.time - quiet < max(RAS_QUIET_S + RAS_SETTLED_S, factor * interval if interval else 0.0):
+    if th.hang_floor_s > Thresholds.model_fields["hang_floor_s"].default:
+        return None
+    if quiet is None or s.time - quiet < max(EARLY_HANG_S, th.hang_factor * interval if interval else 0.0):
         return None
     saved = s.checkpoint.latest if s.checkpoint is not None else None
     if saved is not None and saved.saved_at is not None and saved.saved_at >= quiet:
@@ -353,7 +357,7 @@ def assess_run(s: Snapshot, ctx: Context) -> RunState:
         return RunState("finished", f"its progress bar reached its end ({where}: {done.progress_line})", done.mtime)
     writers = [e for e in s.endings if e.mtime is not None and now - e.mtime <= allowance]
     cadence = f", about every {human_duration(interval)}" if interval else ""
-    early = _waits_for_a_rank(s, progress_by, interval, th.hang_factor) if alive else None
+    early = _waits_for_a_rank(s, progress_by, interval, th) if alive else None
     if early is not None:
         assert progress_by is not None
         pids = _pid_list(alive)

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from rlwatch.common.vocab import JOB_STATES, JobStateName
+from rlwatch.engine.diagnosis.collectives import EARLY_HANG_S
 from rlwatch.export.fleet.model import FleetCall, FleetHost, FleetRank
 
 __all__ = ["JobVerdict", "join_jobs"]
@@ -168,6 +169,15 @@ def _mismatch(placed: Sequence[tuple[FleetHost, FleetCall]]) -> tuple[int, str] 
     return None
 
 
+def _a_pause(hosts: Sequence[FleetHost], still_s: float | None) -> bool:
+    """Whether stacks standing still, on hosts that all say "progressing", may be a pause of a run that moves: still
+    for less than EARLY_HANG_S (a rank that saves, evaluates or logs alone for a few seconds while the others wait in
+    the next collective), or while a host's checkpoint was written (a save). Then they name no rank."""
+    if still_s is None or still_s < EARLY_HANG_S:
+        return True
+    return any(h.checkpoint_age_s is not None and h.checkpoint_age_s <= still_s for h in hosts)
+
+
 def _one(job: str, hosts: Sequence[FleetHost]) -> JobVerdict:
     """Every host's word on the job joined: their states, what their collectives name (NCCL RAS's counts, flight
     records, the watchdog's lines) and where their ranks stand. "progressing" only where every host says so; "not
@@ -208,7 +218,7 @@ def _one(job: str, hosts: Sequence[FleetHost]) -> JobVerdict:
             r.rank for _, r in placed if top is not None and r.collective_seq is not None and r.collective_seq < top
         ]
         odd = behind or ([r.rank for _, r in elsewhere] if waiting else [])
-        if odd:
+        if odd and not (healthy and _a_pause(hosts, still_s)):
             named = _Named(tuple(sorted(odd)), _collective([r for _, r in waiting]), ("stacks",))
     calls = [(h, c) for h in hosts for c in h.calls]
     mismatch = None if healthy else _mismatch(calls)
