@@ -52,6 +52,7 @@ __all__ = [
     "quiet_enough_to_ask",
     "ras_issue",
     "standings",
+    "usual_count",
 ]
 
 # A rank's GPU is computing longer each step when, over the last GPU_WINDOW_S, the median of its power readings is at
@@ -275,6 +276,14 @@ def _ras_place(r: RasRank) -> str:
     return f"{_who([r.rank])} is {said}{gpu}" if said else ""
 
 
+def usual_count(tally: Counter[int]) -> int:
+    """The count of operations the ranks reached, from NCCL RAS's counts tallied (count -> ranks at it): the count
+    most ranks show, or with no majority the highest (the ranks below it are behind). One rule for a host's finding
+    and the fleet's join across hosts."""
+    top = tally.most_common()
+    return top[0][0] if len(top) == 1 or top[0][1] > top[1][1] else max(tally)
+
+
 def ras_issue(s: Snapshot, *, quiet_since: float | None = None) -> CollectiveIssue | None:
     """What NCCL's RAS service says of the job's ranks (``Snapshot.ras``, asked by the engine on suspicion only):
     the ranks whose count of launched operations differs from the others' — "Rank 1 has launched up to operation 10
@@ -299,8 +308,7 @@ def ras_issue(s: Snapshot, *, quiet_since: float | None = None) -> CollectiveIss
     parts: list[str] = []
     odd: list[int] = []
     if len(counts) >= 2:
-        top = counts.most_common()
-        usual = top[0][0] if top[0][1] > top[1][1] else max(counts)  # no majority: the most launched is the usual
+        usual = usual_count(counts)
         others = sorted(rank for rank, n in counted.items() if n == usual)
         by_count: dict[int, list[int]] = {}
         for rank, n in sorted(counted.items()):

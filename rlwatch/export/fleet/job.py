@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from rlwatch.common.vocab import JOB_STATES, JobStateName
-from rlwatch.engine.diagnosis.collectives import EARLY_HANG_S
+from rlwatch.engine.diagnosis.collectives import EARLY_HANG_S, usual_count
 from rlwatch.export.fleet.model import FleetCall, FleetHost, FleetRank
 
 __all__ = ["JobVerdict", "join_jobs"]
@@ -142,8 +142,7 @@ def _by_counts(hosts: Sequence[FleetHost]) -> _Named | None:
     tally = Counter(counts.values())
     if len(tally) < 2:
         return None
-    top = tally.most_common()
-    usual = top[0][0] if top[0][1] > top[1][1] else max(tally)
+    usual = usual_count(tally)
     behind = tuple(sorted(r for r, n in counts.items() if n < usual))
     if not behind:
         return None
