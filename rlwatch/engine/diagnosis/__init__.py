@@ -60,7 +60,6 @@ __all__ = [
     "Context",
     "Diagnosis",
     "Rule",
-    "assess_run",
     "backlog_text",
     "decide",
     "decide_run_state",
@@ -159,11 +158,6 @@ def decide_run_state(s: Snapshot, ctx: Context) -> RunState:
         if repeating is not None:
             return RunState("crashed", repeating.message.rstrip("."), rs.since, rs.evidence)
     return rs
-
-
-# Its former name, which the engine (engine/engine.py) still calls; health.assess_run is only the part that reads the
-# logs and processes.
-assess_run = decide_run_state
 
 
 def diagnose(s: Snapshot, ctx: Context) -> tuple[Finding, ...]:
