@@ -377,8 +377,9 @@ def test_nothing_is_said_from_ras_on_a_progressing_run_or_an_equal_count() -> No
 
 
 # ------------------------------------------------------------------------------------ the engine's job watch fills it
-@pytest.mark.slow
-def test_the_job_watch_asks_a_hung_run_s_service_and_never_a_progressing_one(server: RasServer, tmp_path: Path) -> None:
+@pytest.fixture
+def rank(server: RasServer) -> Iterator[tuple[int, float]]:
+    """Rank 0 of a two-rank torchrun job whose ranks name ``server`` as their RAS service: its pid and start time."""
     env = {
         "PATH": "/usr/bin:/bin",
         "RANK": "0",
@@ -389,73 +390,66 @@ def test_the_job_watch_asks_a_hung_run_s_service_and_never_a_progressing_one(ser
         "TORCHELASTIC_RUN_ID": "exp-gpu",
         "NCCL_RAS_ADDR": f"127.0.0.1:{server.port}",
     }
-    rank = subprocess.Popen([sys.executable, "-c", "import sys; sys.stdin.read()"], stdin=subprocess.PIPE, env=env)
+    proc = subprocess.Popen([sys.executable, "-c", "import sys; sys.stdin.read()"], stdin=subprocess.PIPE, env=env)
     try:
-        log = tmp_path / "train.log"
-        log.write_text("node-a:22:22 [0] NCCL INFO NCCL version 2.28.9+cuda13.0\nstep 10\n")
-        created = psutil.Process(rank.pid).create_time()
-        base = Snapshot(host="node-a", time=time.time(), profile="auto", run_dir=str(tmp_path), logs=(str(log),))
-        watch = JobWatch()
-        calm = replace(base, run_state=RunState("progressing", "steps"))
-        watch.sample([(rank.pid, created)], (), calm)
-        assert watch.job is not None and watch.ras is None
-        hung = replace(base, run_state=RunState("hung", "no step for 90 s", since=base.time - 90))
-
-        def asked() -> RasState | None:
-            watch.sample([(rank.pid, created)], (), hung)
-            return watch.ras
-
-        state = wait_until(asked, timeout=20)
-        assert state.version == "2.28.9" and [(r.rank, r.status) for r in state.ranks] == [(0, "ok"), (1, "behind")]
-        assert len(server.commands) == 1 and server.commands[0][-2:] == ["SET FORMAT json", "STATUS"]
-        (finding,) = list(collectives(replace(hung, job=watch.job, ras=state), Context()))
-        assert "Rank 1 has launched up to operation 10 while rank 0 reached 11 (NCCL RAS" in finding.message
-        watch.sample([(rank.pid, created)], (), calm)  # the run moves again: the answer is forgotten
-        assert watch.ras is None
+        yield proc.pid, psutil.Process(proc.pid).create_time()
     finally:
-        assert rank.stdin is not None
-        rank.stdin.close()
-        rank.wait(timeout=30)
+        assert proc.stdin is not None
+        proc.stdin.close()
+        proc.wait(timeout=30)
 
 
 @pytest.mark.slow
-def test_the_answer_stays_while_the_run_stays_still_whatever_its_state_says(server: RasServer, tmp_path: Path) -> None:
+def test_the_job_watch_asks_a_hung_run_s_service_and_never_a_progressing_one(
+    server: RasServer, rank: tuple[int, float], tmp_path: Path
+) -> None:
+    pid, created = rank
+    log = tmp_path / "train.log"
+    log.write_text("node-a:22:22 [0] NCCL INFO NCCL version 2.28.9+cuda13.0\nstep 10\n")
+    base = Snapshot(host="node-a", time=time.time(), profile="auto", run_dir=str(tmp_path), logs=(str(log),))
+    watch = JobWatch()
+    calm = replace(base, run_state=RunState("progressing", "steps"))
+    watch.sample([(pid, created)], (), calm)
+    assert watch.job is not None and watch.ras is None
+    hung = replace(base, run_state=RunState("hung", "no step for 90 s", since=base.time - 90))
+
+    def asked() -> RasState | None:
+        watch.sample([(pid, created)], (), hung)
+        return watch.ras
+
+    state = wait_until(asked, timeout=20)
+    assert state.version == "2.28.9" and [(r.rank, r.status) for r in state.ranks] == [(0, "ok"), (1, "behind")]
+    assert len(server.commands) == 1 and server.commands[0][-2:] == ["SET FORMAT json", "STATUS"]
+    (finding,) = list(collectives(replace(hung, job=watch.job, ras=state), Context()))
+    assert "Rank 1 has launched up to operation 10 while rank 0 reached 11 (NCCL RAS" in finding.message
+    watch.sample([(pid, created)], (), calm)  # the run moves again: the answer is forgotten
+    assert watch.ras is None
+
+
+@pytest.mark.slow
+def test_the_answer_stays_while_the_run_stays_still_whatever_its_state_says(
+    server: RasServer, rank: tuple[int, float], tmp_path: Path
+) -> None:
     """Live on the GPU host, a hung run's state turned 'unknown' (its ranks logged NCCL's dump notices) and the job
     watch forgot RAS's answer with the suspicion: the fleet's last read found no collective numbers. The answer is
     kept, with its time, until the run moves again, and the service is not asked again for the change of words."""
-    env = {
-        "PATH": "/usr/bin:/bin",
-        "RANK": "0",
-        "LOCAL_RANK": "0",
-        "WORLD_SIZE": "2",
-        "MASTER_ADDR": "127.0.0.1",
-        "MASTER_PORT": "29500",
-        "TORCHELASTIC_RUN_ID": "exp-gpu",
-        "NCCL_RAS_ADDR": f"127.0.0.1:{server.port}",
-    }
-    rank = subprocess.Popen([sys.executable, "-c", "import sys; sys.stdin.read()"], stdin=subprocess.PIPE, env=env)
-    try:
-        log = tmp_path / "train.log"
-        log.write_text("node-a:22:22 [0] NCCL INFO NCCL version 2.28.9+cuda13.0\nstep 10\n")
-        created = psutil.Process(rank.pid).create_time()
-        base = Snapshot(host="node-a", time=time.time(), profile="auto", run_dir=str(tmp_path), logs=(str(log),))
-        watch = JobWatch()
-        hung = replace(base, run_state=RunState("hung", "no step for 61 s", since=base.time - 61))
+    pid, created = rank
+    log = tmp_path / "train.log"
+    log.write_text("node-a:22:22 [0] NCCL INFO NCCL version 2.28.9+cuda13.0\nstep 10\n")
+    base = Snapshot(host="node-a", time=time.time(), profile="auto", run_dir=str(tmp_path), logs=(str(log),))
+    watch = JobWatch()
+    hung = replace(base, run_state=RunState("hung", "no step for 61 s", since=base.time - 61))
 
-        def asked() -> RasState | None:
-            watch.sample([(rank.pid, created)], (), hung)
-            return watch.ras
+    def asked() -> RasState | None:
+        watch.sample([(pid, created)], (), hung)
+        return watch.ras
 
-        state = wait_until(asked, timeout=20)
-        unknown = replace(base, time=base.time + 4, run_state=RunState("unknown", "logs a failure", base.time - 61))
-        for _ in range(3):
-            watch.sample([(rank.pid, created)], (), unknown)
-            assert watch.ras is state  # the same answer, with the time it was asked
-        watch.sample([(rank.pid, created)], (), hung)
-        assert watch.ras is state and len(server.commands) == 1
-        watch.sample([(rank.pid, created)], (), replace(base, run_state=RunState("progressing", "step 11")))
-        assert watch.ras is None
-    finally:
-        assert rank.stdin is not None
-        rank.stdin.close()
-        rank.wait(timeout=30)
+    state = wait_until(asked, timeout=20)
+    unknown = replace(base, time=base.time + 4, run_state=RunState("unknown", "logs a failure", base.time - 61))
+    for _ in range(3):
+        watch.sample([(pid, created)], (), unknown)
+        assert watch.ras is state  # the same answer, with the time it was asked
+    watch.sample([(pid, created)], (), hung)
+    assert watch.ras is state and len(server.commands) == 1
+    watch.sample([(pid, created)], (), replace(base, run_state=RunState("progressing", "step 11")))
+    assert watch.ras is None
