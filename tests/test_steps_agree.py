@@ -6,9 +6,7 @@ and a rate from the bar's own speed where the lines carry no time."""
 from __future__ import annotations
 
 import json
-import os
 import shutil
-import time
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +24,7 @@ from rlwatch.export.exporter import SnapshotCollector
 from rlwatch.export.report import to_json, to_text
 from rlwatch.export.stream import changes
 from rlwatch.widgets.training_panel import training_text
+from tests.looks import look_once, written_an_hour_ago
 
 BANNER = "***** Running training *****\n  Num examples = 600\n  Total optimization steps = 150\n"
 
@@ -99,15 +98,8 @@ def test_one_step_everywhere_over_the_progress_corpus(tmp_path: Path, entry: dic
     run.mkdir()
     log = run / "train.log"
     shutil.copyfile(CORPUS / entry["file"], log)
-    an_hour_ago = time.time() - 3600
-    os.utime(log, (an_hour_ago, an_hour_ago))
-    cfg, _ = resolve_config(run, None)
-    engine = Engine(cfg, run)
-    engine.unseen_writer_wait_s = 0
-    try:
-        snap = engine.collect_once()
-    finally:
-        engine.stop()
+    written_an_hour_ago(log)
+    snap = look_once(run)
     tr, v = snap.training, snap.verdict
     assert tr is not None and v is not None
     step = tr.last_step

@@ -9,14 +9,12 @@ import json
 import os
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 
 from rlwatch.discover.discovery import RECORD_PROBE_BYTES, discover, record_log
-from rlwatch.discover.load import resolve_config
-from rlwatch.engine.engine import Engine
+from tests.looks import look_once, written_an_hour_ago
 from tests.simhost import wait_until
 
 
@@ -59,15 +57,8 @@ def test_a_csv_of_the_run_gives_its_step_after_the_fact(tmp_path: Path) -> None:
     run = tmp_path / "run"
     run.mkdir()
     _write(run / "metrics.csv", "step,loss,lr\n" + "".join(f"{s},{1 - s / 100:.3f},0.0003\n" for s in range(1, 41)))
-    an_hour_ago = time.time() - 3600
-    os.utime(run / "metrics.csv", (an_hour_ago, an_hour_ago))
-    cfg, _ = resolve_config(run, None)
-    engine = Engine(cfg, run)
-    engine.unseen_writer_wait_s = 0
-    try:
-        snap = engine.collect_once()
-    finally:
-        engine.stop()
+    written_an_hour_ago(run / "metrics.csv")
+    snap = look_once(run)
     assert snap.training is not None and snap.training.last_step == 40, snap.training
 
 

@@ -4,13 +4,10 @@ the run's end; the bar that counts the run's steps, at its total, is."""
 
 from __future__ import annotations
 
-import os
-import time
 from pathlib import Path
 
 from rlwatch.common.state import Snapshot
-from rlwatch.discover.load import resolve_config
-from rlwatch.engine.engine import Engine
+from tests.looks import look_once, written_an_hour_ago
 
 
 def _after_the_fact(tmp_path: Path, text: str) -> Snapshot:
@@ -18,15 +15,8 @@ def _after_the_fact(tmp_path: Path, text: str) -> Snapshot:
     run.mkdir()
     log = run / "train.log"
     log.write_text(text)
-    an_hour_ago = time.time() - 3600
-    os.utime(log, (an_hour_ago, an_hour_ago))
-    cfg, _ = resolve_config(run, None)
-    engine = Engine(cfg, run)
-    engine.unseen_writer_wait_s = 0
-    try:
-        return engine.collect_once()
-    finally:
-        engine.stop()
+    written_an_hour_ago(log)
+    return look_once(run)
 
 
 def _rollout(step: int) -> str:
