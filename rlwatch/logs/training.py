@@ -524,18 +524,23 @@ class TrainingTracker:
             self.finished = False
         self._shape_steps += 1
         self._shape_files[line.path] = self._shape_files.get(line.path, 0) + 1
-        if math.isfinite(time):
-            self._shape_first = time if self._shape_first is None else min(self._shape_first, time)
-            if self._shape_last is None or time >= self._shape_last:
-                self._shape_last, self._shape_line = time, line
-            m = time - offset
-            if self.last_step_m is None or m >= self.last_step_m:
-                self.last_step_at, self.last_step_m = time, m
-            since = self._shape.since()
-            if not self._shape_points and since is not None and since[0] < time and since[1] < step:
-                self._shape_points.append(since)  # the rate begins at the series' first line (a run of redraws
-                # reaches here by its first and last lines only)
-            self._shape_points.append((time, step))
+        if not math.isfinite(time):
+            if self._shape_last is None:
+                # No record has a time of its own (a backlog of `it 517 | loss …`): the latest read is the step's
+                # line, so a log that ends in it is known to end in progress (diagnosis.health.last_progress)
+                self._shape_line = line
+            return
+        self._shape_first = time if self._shape_first is None else min(self._shape_first, time)
+        if self._shape_last is None or time >= self._shape_last:
+            self._shape_last, self._shape_line = time, line
+        m = time - offset
+        if self.last_step_m is None or m >= self.last_step_m:
+            self.last_step_at, self.last_step_m = time, m
+        since = self._shape.since()
+        if not self._shape_points and since is not None and since[0] < time and since[1] < step:
+            self._shape_points.append(since)  # the rate begins at the series' first line (a run of redraws
+            # reaches here by its first and last lines only)
+        self._shape_points.append((time, step))
 
     def _parse_rest(self, line: LogLine, text: str, offset: float) -> None:
         """What any line may also hold: a stats row's cells, a weight update read from disk."""

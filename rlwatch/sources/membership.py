@@ -35,6 +35,7 @@ from __future__ import annotations
 import itertools
 import os
 import pwd
+import stat
 from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass, field
 
@@ -503,6 +504,8 @@ def assess(
         while here is not None and (parent := procs.get(here.ppid)) is not None and not _is_root(parent):
             watchers.add(parent.pid)
             here = parent
+    if observer is None:
+        watchers |= _readers_of_my_output(cwd_in | set(files), proc_root)
     watchers |= foreign  # never a member, and nothing comes into the run through them
     for pid in watchers:
         direct.pop(pid, None)
@@ -607,6 +610,30 @@ def _writes_outside(pid: int, root: str, proc_root: str) -> str | None:
         if procfs.fd_writable(pid, fd, proc_root):
             return path
     return None
+
+
+def _readers_of_my_output(candidates: set[int], proc_root: str) -> set[int]:
+    """Of ``candidates``, the processes whose standard input is the pipe this rlwatch writes its output to
+    (`rlwatch report --json | python3 -c …` run from the directory): rlwatch's reader, an observer as rlwatch is,
+    never the run, whatever role rule its command line matches (a run whose trainer is a `python3 -c` too)."""
+    mine: set[str] = set()
+    for fd in (1, 2):
+        try:
+            st = os.fstat(fd)
+        except OSError:
+            continue
+        if stat.S_ISFIFO(st.st_mode):
+            mine.add(f"pipe:[{st.st_ino}]")
+    if not mine:
+        return set()
+    readers: set[int] = set()
+    for pid in candidates:
+        try:
+            if os.readlink(f"{proc_root}/{pid}/fd/0") in mine:
+                readers.add(pid)
+        except OSError:
+            continue
+    return readers
 
 
 def _closure(

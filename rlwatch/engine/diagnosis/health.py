@@ -134,9 +134,14 @@ def last_progress(s: Snapshot, ctx: Context) -> tuple[float | None, float | None
                 sure.append(seen.after)
         elif (t := _exact(ev.last_by)) is not None:
             bound.append(t)
+    # A log whose last meaningful line is its progress was written by progress at its modification time: a progress
+    # line of the catalogue's, or the step event's latest line (a step read by its shape, which no word list knows).
+    step = s.events.get("step")
+    step_line = step.recent[-1] if step is not None and step.recent else None
     for e in s.endings:
         ends_in_progress = e.progress_line is not None and e.progress_line == e.last_line
-        if not e.failed and ends_in_progress and e.mtime:
+        ends_in_step = step_line is not None and (step_line.path, step_line.lineno) == (e.path, e.last_lineno)
+        if not e.failed and (ends_in_progress or ends_in_step) and e.mtime:
             sure.append(e.mtime)
     latest = max(sure + bound) if sure or bound else None
     return (max(sure) if sure else None), latest
