@@ -53,6 +53,10 @@ node node-a 0 0 9491 stall job-stall 300; node node-b 1 $GPU_B 9492 stall job-st
 if waitfor $C/node-a/train.log 'rank0\]: Train step 10/' 150; then
   now > $C/T_LAST_STEP
   fleet_until_named job-stall 90
+  # each host's own verdict (RAS counts read in the quiet): kept running until both say hung, 75 s at most
+  for n in node-a node-b; do
+    waitfor $C/$n/watch.jsonl '"run_state": {"state": "hung"' 75 && now > $C/T_HOST_HUNG_$n
+  done
   python3 $HERE/ras_query.py > $C/ras-status.txt 2>&1
   python3 -m rlwatch fleet --config $C/fleet.yaml --json > $C/fleet-end.json 2>&1
 else echo "job-stall: no step 10"; fi
