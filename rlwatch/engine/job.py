@@ -13,6 +13,7 @@ from collections.abc import Iterable, Mapping
 
 from rlwatch.common.state import FlightState, GpuActivity, GpuHolder, GpuStatus, JobInfo, RasState, Snapshot
 from rlwatch.engine.diagnosis.collectives import GPU_WINDOW_S, quiet_enough_to_ask
+from rlwatch.engine.diagnosis.health import undated
 from rlwatch.engine.diagnosis.stacks import still_ranks
 from rlwatch.sources import procfs
 from rlwatch.sources.flight import FlightReader
@@ -49,9 +50,12 @@ def suspicious(s: Snapshot) -> bool:
 
 def _quiet_since(s: Snapshot) -> float | None:
     """When a run still called progressing last showed progress, where it has been silent long enough to ask NCCL
-    RAS where its ranks stand (collectives.quiet_enough_to_ask), else None."""
+    RAS where its ranks stand (collectives.quiet_enough_to_ask), else None. A run whose steps were seen only within a
+    bound (undated step lines read in one batch: "unknown", since its last step at the latest) counts from that
+    bound: live on one H200 the node whose own rank had stalled stayed there, was never asked, and waited for the
+    60 s floor while the other node said hung at 27 s."""
     rs = s.run_state
-    if rs is None or rs.state != "progressing" or rs.since is None:
+    if rs is None or rs.since is None or not (rs.state == "progressing" or undated(s)):
         return None
     interval = s.training.step_interval_s if s.training is not None else None
     return rs.since if quiet_enough_to_ask(s.time - rs.since, interval) else None

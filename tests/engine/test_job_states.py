@@ -177,3 +177,26 @@ def test_a_raised_hang_floor_is_its_owners_word_that_ranks_work_alone_that_long(
     node = _quiet_node(27, _asked(16, 27))
     assert decide_run_state(node, Context()).state == "hung"
     assert decide_run_state(node, Context(thresholds=Thresholds(hang_floor_s=600))).state == "progressing"
+
+
+def test_the_node_whose_own_rank_stalled_is_asked_from_its_bounded_last_step_and_named_hung_early() -> None:
+    """Live on one H200 (tests/real/job-2node-1gpu-watched/job-stall-host-hung) node-b read its rank's ten undated
+    step lines in one batch: "unknown", its last step bounded at 03:04:51. RAS was asked only on a progressing run's
+    quiet, so node-b waited for the 60 s floor while node-a said hung at 27 s. Asked from the bound, the stalled
+    rank's own host is hung as early, and says the rank behind is its own."""
+    last = NOW - 27
+    node = replace(
+        _node(1, ras=_asked(16, 27)),
+        training=TrainingState(10, 100, None, None, False, last, last),
+        endings=(),
+    )
+    bounded = replace(node, run_state=RunState("unknown", "its step 10 came by … at the latest", last))
+    assert ras_suspicion(bounded) is not None and not moving(bounded)
+    rs = decide_run_state(bounded, Context())
+    assert rs.state == "hung" and rs.since == last, rs
+    assert "rank 1 has launched up to operation 10 while rank 0 reached 11" in rs.why
+    assert "it is this host's rank 1" in rs.why and "on another node" not in rs.why
+    # not asked before a quiet of RAS_QUIET_S, nor where no step was ever seen (still starting)
+    assert ras_suspicion(replace(bounded, time=last + 5)) is None
+    starting = replace(bounded, training=TrainingState(None, None, None, None, False, None, None))
+    assert ras_suspicion(starting) is None

@@ -333,6 +333,8 @@ def ras_issue(s: Snapshot, *, quiet_since: float | None = None) -> CollectiveIss
     mine = {r.rank for r in s.job.ranks} if s.job is not None else set()
     if mine and not mine & set(odd):
         text += f"; this host's {_who(sorted(mine))} wait{'s' if len(mine) == 1 else ''} for it on another node"
+    elif own := sorted(mine & set(odd)):
+        text += f"; {'it is' if len(own) == 1 else 'they are'} this host's {_who(own)}"
     evidence = (f"NCCL RAS{' ' + ras.version if ras.version else ''}: {ras.summary}",) if ras.summary else ()
     return CollectiveIssue("collective_missing_rank", "0", max(counts, default=0), tuple(odd), text, evidence)
 
