@@ -262,6 +262,24 @@ def _counts_else(text: str) -> bool:
     return _EVAL_METRIC.search(low) is not None and _TRAIN_METRIC.search(low) is None
 
 
+# A counter's qualifier, the word before its name (acme's `Actor Steps = 6360 | … | Learner Steps = 9`): the
+# learner's steps are the updates a person names; an actor's, an evaluator's or an environment's count what the
+# updates are made of, ranked after any unqualified name.
+_QUALIFIER = re.compile(r"([A-Za-z]+)[ _]$")
+_PART_QUALIFIERS = frozenset(("actor", "actors", "env", "environment", "evaluator", "eval", "explorer", "sampler"))
+_UPDATE_QUALIFIERS = frozenset(("learner", "trainer", "optimizer", "train", "training", "gradient"))
+
+
+def _qualifier_rank(text: str, at: int) -> int:
+    """What the word before a named counter at ``at`` adds to its rank: 0 unqualified, -1 the learner's (ahead of
+    the same name unqualified), +10 an actor's, evaluator's or environment's (after every unqualified name)."""
+    q = _QUALIFIER.search(text, max(0, at - 16), at)
+    if q is None:
+        return 0
+    word = q.group(1).lower()
+    return -1 if word in _UPDATE_QUALIFIERS else 10 if word in _PART_QUALIFIERS else 0
+
+
 def _grouped(digits: str) -> int:
     """A named counter's number, its thousands grouped by commas or not (``10,850`` is 10850)."""
     return int(digits.replace(",", "")) if "," in digits else int(digits)
@@ -284,6 +302,7 @@ def _read(text: str) -> Reading | None:
             base,
         )
     best: tuple[int, str, int, int | None] | None = None
+    totals: dict[int, int] = {}  # each named counter's value -> the total shown beside it
     for m in _NAMED.finditer(text):
         if em is not None and em.start() <= m.start() < em.end():
             continue
@@ -292,16 +311,22 @@ def _read(text: str) -> Reading | None:
         name = "iter" if name.startswith("iter") else "batch" if name.startswith("batch") else name
         if name == "it" and not m.group("total") and ":" not in m.group(0) and "=" not in m.group(0):
             continue  # `it` only as `it: 12` / `it=12` / `it 12/100`, not the word
-        rank = _RANK.get(name, 6)
+        rank = _RANK.get(name, 6) + _qualifier_rank(text, m.start())
         shown = _grouped(m.group("total")) if m.group("total") else None
         if shown is not None and _grouped(m.group("n")) > shown:
             shown = None
+        if shown is not None:
+            totals.setdefault(_grouped(m.group("n")), shown)
         if best is None or rank < best[0] or (name == "step" and best[1] == "iter"):
             # LitGPT's `iter 8 | step 2`: where a line names both, the iter counts micro-batches and the step the
             # optimizer's steps, the one a person names
             best = (rank, name, _grouped(m.group("n")), shown)
     if best is not None:
         _, name, value, of = best
+        if of is None:
+            # NeMo's `iteration 125/149 | … | global_step: 125`: two names of one counter on one record (the same
+            # value), the total shown beside the other one is this one's too
+            of = totals.get(value)
         if of is not None and epochs is not None and name in ("iter", "step", "batch", "it"):
             # YOLOX's `epoch: 36/300, iter: 1040/1849`: beside an epoch shown with its total, an i/N counts within
             # the epoch (an i/N beside a bare epoch number is read as the run's own, PaddleSeg's `epoch: 1, iter:

@@ -100,6 +100,26 @@ def test_the_step_a_person_names_and_the_total() -> None:
     assert r is not None and (r.value, r.total) == (43, 82)
 
 
+def test_two_names_of_one_counter_share_its_total() -> None:
+    """A record naming its step twice (an iteration with its total, a global step without) has the total whichever
+    name is read; a second counter of another value lends it nothing."""
+    r = read("Train e 2, iteration 31/400 | lr: 1e-05 | global_step: 31 | loss: 0.52")
+    assert r is not None and (r.value, r.total) == (31, 400)
+    r = read("global_step=64 | iter 31/400 | loss 0.52")
+    assert r is not None and (r.value, r.total) == (64, None)
+
+
+def test_a_counter_qualified_by_who_counts_it() -> None:
+    """Several counters of one name on a record, each qualified by its owner: the learner's are the updates, an
+    actor's or evaluator's count environment steps, whichever comes first."""
+    r = read("[Actor] Actor Steps = 8800 | Evaluator Steps = 700 | Learner Steps = 12 | Return = 3.0")
+    assert r is not None and r.value == 12
+    r = read("env steps: 51200 | steps: 25 | return 9.5")
+    assert r is not None and r.value == 25
+    r = read("Actor Steps = 4000 | Steps = 300 | reward 1.0")
+    assert r is not None and r.value == 300
+
+
 def test_a_batch_index_that_starts_over_each_epoch_is_placed_by_its_epoch() -> None:
     mm = ShapeSteps()  # mmcv / mmengine: epochs from 1
     for e in (1, 2):
