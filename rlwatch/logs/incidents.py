@@ -30,7 +30,7 @@ from rlwatch.common.state import ChildFailure, CollectiveTimeout, Incident, Inci
 from rlwatch.common.words import plural
 from rlwatch.logs import wording
 from rlwatch.logs.prefixes import prepare
-from rlwatch.logs.signatures import HEADER, TITLE_MSG_CHARS, exception, location, signature
+from rlwatch.logs.signatures import TITLE_MSG_CHARS, chain, exception, frame, header, location, signature
 from rlwatch.logs.torchrun_report import CHILD_TITLES, Report, child_failure_text, finished, report_line
 
 __all__ = [
@@ -52,11 +52,9 @@ __all__ = [
 Span = tuple[float, float | None]
 _INF = float("inf")
 
-# In every traceback header (``HEADER``). A line without it, in a file without an open block, is nothing to the
-# tracker: the counter checks this (and ``open_paths``) before handing it a line, most lines being such.
+# In every traceback header (``signatures.header``). A line without it, in a file without an open block, is nothing
+# to the tracker: the counter checks this (and ``open_paths``) before handing it a line, most lines being such.
 HEADER_WORD = wording.TRACEBACK
-_FRAME = re.compile(r"^\s*" + re.escape(wording.FRAME_FILE) + r'([^"]*)' + re.escape(wording.FRAME_LINE) + r"(\d+)")
-_CHAIN = re.compile(rf"^\s*(?:{re.escape(wording.CHAIN_CONTEXT)}|{re.escape(wording.CHAIN_CAUSE)})\s*$")
 # GUTTER, WORK, WORK_RANK, WORK_TIMEOUT and PROCESS_GROUP are public: the compiled event path runs them too.
 # Python 3.11 prints exception groups with a gutter ("  | ", "  + ") in front of every line of the group.
 GUTTER = re.compile(r"^\s*[|+](?:[ -]?[|+])*[ -]?")
@@ -295,7 +293,7 @@ class IncidentTracker:
         parsed only if needed."""
         if path not in self.open_paths:
             # Nothing open in this file (the usual case): only a header matters. A gutter is never part of one.
-            if HEADER_WORD in body and HEADER.search(body):
+            if HEADER_WORD in body and header(body):
                 self._open((path, tag), _Block(lineno=lineno, first=_as_span(when()), seen=lineno))
             return
         self._expire(path, tag, lineno)
@@ -304,7 +302,7 @@ class IncidentTracker:
         if "|" in body[:12] or "+" in body[:12]:
             body = GUTTER.sub("", body, count=1)
         if block is None:
-            if "Traceback" in body and HEADER.search(body):
+            if "Traceback" in body and header(body):
                 self._open(key, _Block(lineno=lineno, first=_as_span(when()), seen=lineno))
             return
         block.seen = lineno
@@ -354,8 +352,8 @@ class IncidentTracker:
             if last is None:
                 block.idle += n
             else:
-                frame, after = last
-                block.location = location(frame)
+                (file, line), after = last
+                block.location = location(file, line)
                 block.idle = data.count(b"\n", after, q)
             block.lines += n
             lineno += n
@@ -397,16 +395,16 @@ class IncidentTracker:
                 self._close((path, other))
 
     @staticmethod
-    def _last_frame(data: bytes, pos: int, q: int) -> tuple[re.Match[str], int] | None:
-        """The last line of ``data[pos:q]`` that is a frame (its match, and where the next line starts)."""
+    def _last_frame(data: bytes, pos: int, q: int) -> tuple[tuple[str, str], int] | None:
+        """The last line of ``data[pos:q]`` that is a frame (its file and line, and where the next line starts)."""
         hi = q
         while (i := data.rfind(_FRAME_WORD, pos, hi)) >= 0:
             start = data.rfind(b"\n", pos, i) + 1 or pos
             if not data[start:i].strip(b" \t"):
                 nl = data.find(b"\n", i, q)
-                frame = _FRAME.match(prepare(data[start:nl])[2])
-                if frame is not None:
-                    return frame, nl + 1
+                found = frame(prepare(data[start:nl])[2])
+                if found is not None:
+                    return found, nl + 1
             hi = start
         return None
 
@@ -414,12 +412,12 @@ class IncidentTracker:
         self, key: tuple[str, str], block: _Block, body: str, lineno: int, when: Callable[[], Span | float]
     ) -> None:
         block.lines += 1
-        frame = _FRAME.match(body)
-        if frame:
-            block.location = location(frame)
+        found = frame(body)
+        if found is not None:
+            block.location = location(*found)
             block.idle = 0
             return
-        if HEADER.search(body):  # a fresh traceback from the same writer: the old one was cut off
+        if header(body):  # a fresh traceback from the same writer: the old one was cut off
             self._open(key, _Block(lineno=lineno, first=_as_span(when()), seen=lineno))
             return
         if body[:1].isspace() or not body.strip():
@@ -450,10 +448,10 @@ class IncidentTracker:
             if finished(report):
                 self._close(key)
             return
-        if _CHAIN.match(body):
+        if chain(body):
             block.state = "chain"
             return
-        if HEADER.search(body):
+        if header(body):
             if block.state == "chain":  # the next link of the same chained failure
                 block.state = "frames"
                 block.location = None
