@@ -19,6 +19,7 @@ OPTIONAL = os.environ.get("RLWATCH_REQUIRE_NATIVE", "0") != "1"
 COMPILED = (
     "torchrun_report",
     "signatures",
+    "incidents",
 )
 
 

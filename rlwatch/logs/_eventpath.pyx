@@ -1891,6 +1891,7 @@ from rlwatch.logs import incidents as _inc
 from rlwatch.logs import torchrun_report as _tr
 from rlwatch.logs.torchrun_report cimport report_line
 from rlwatch.logs.signatures cimport chain, exception, frame, header, location
+from rlwatch.logs.incidents cimport _Record as Record
 from rlwatch.logs.signatures import signature as _py_signature
 from rlwatch.logs.kinds import REDRAWN_KINDS as _REDRAWN_KINDS
 
@@ -2045,64 +2046,7 @@ def py_code_line(str body):
 # ========================================================================================================= incidents
 # rlwatch/logs/incidents.py, IncidentTracker: the same rules, state and answers.
 
-cdef class Record:
-    """incidents._Record."""
-
-    cdef public str kind
-    cdef public str path
-    cdef public int64_t lineno
-    cdef public double first
-    cdef public double last
-    cdef public int64_t count
-    cdef public str title
-    cdef public object location
-    cdef public str signature
-    cdef public double hi
-    cdef public bint approximate
-    cdef public object position
-    cdef public bint first_exact
-    cdef public object rank
-    cdef public int64_t last_line
-    cdef public object root_cause
-    cdef public tuple victims
-    cdef public object cause
-    cdef public object collective
-    cdef str storm_label  # a storm's title is made when read
-
-    cdef void stretch(self, double t, double by, bint has_by, int64_t lineno) noexcept:
-        if has_by:
-            self.approximate = True
-        self.last = pymax(self.last, t)
-        self.hi = pymax(by if has_by else t, self.last)
-        if lineno > self.last_line:
-            self.last_line = lineno
-
-    cpdef object freeze(self):
-        cdef object by = None
-        if self.title is None:
-            self.title = _inc.storm_title(self.count, self.storm_label, self.path)
-        if self.approximate and self.hi != self.last and isfinite(self.hi):
-            by = self.hi
-        return Incident(
-            kind=self.kind,
-            path=self.path,
-            lineno=self.lineno,
-            first=self.first,
-            last=self.last,
-            count=self.count,
-            title=self.title,
-            location=self.location,
-            signature=self.signature,
-            approximate=self.approximate,
-            by=by,
-            position=self.position if self.approximate else None,
-            first_exact=self.first_exact,
-            rank=self.rank,
-            root_cause=self.root_cause,
-            victims=self.victims,
-            cause=None if self.cause is None else (<Record>self.cause).freeze(),
-            collective=self.collective,
-        )
+# A record is incidents._Record itself, compiled from its own text and cimported here (incidents.pxd).
 
 
 cdef class Block:
@@ -3833,7 +3777,7 @@ cdef class Core:
 
     cdef Record new_record(self, str kind, FileState fs, int64_t lineno, double t, double by, bint has_by,
                            int64_t count, str title, str sig):
-        cdef Record rec = Record()
+        cdef Record rec = Record.__new__(Record)
         rec.kind = kind
         rec.path = fs.path
         rec.lineno = lineno

@@ -7,6 +7,7 @@ cimport cython
 
 cdef str _TB_HEADER, _FRAME_FILE, _FRAME_LINE, _CHAIN_CONTEXT, _CHAIN_CAUSE
 cdef tuple _EXCEPTION_ENDINGS
+cdef Py_UCS4 _TB_END, _FRAME_FIRST, _CONTEXT_FIRST, _CAUSE_FIRST
 
 
 @cython.locals(n=Py_ssize_t)
@@ -21,7 +22,7 @@ cdef Py_ssize_t _skip_space(str text, Py_ssize_t i) except -1
 cpdef bint header(str body) except -1
 
 
-@cython.locals(i=Py_ssize_t)
+@cython.locals(i=Py_ssize_t, c=Py_UCS4)
 cpdef bint chain(str body) except -1
 
 

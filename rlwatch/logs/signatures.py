@@ -32,6 +32,11 @@ _FRAME_LINE = wording.FRAME_LINE
 _CHAIN_CONTEXT = wording.CHAIN_CONTEXT
 _CHAIN_CAUSE = wording.CHAIN_CAUSE
 _EXCEPTION_ENDINGS = tuple(wording.EXCEPTION_NAME_ENDINGS)
+# A character of each compared before the whole text is: most lines fail there, without a call.
+_TB_END = _TB_HEADER[len(_TB_HEADER) - 1]
+_FRAME_FIRST = _FRAME_FILE[0]
+_CONTEXT_FIRST = _CHAIN_CONTEXT[0]
+_CAUSE_FIRST = _CHAIN_CAUSE[0]
 
 TITLE_MSG_CHARS = 200
 
@@ -78,31 +83,34 @@ def header(body: str) -> bool:
     while e > 0 and body[e - 1].isspace():
         e -= 1
     n = len(_TB_HEADER)
-    return e >= n and body.startswith(_TB_HEADER, e - n)
+    return e >= n and body[e - 1] == _TB_END and body.startswith(_TB_HEADER, e - n)
 
 
 def chain(body: str) -> bool:
     """The message between two links of a chained exception, alone on its line:
     ``^\\s*(?:During handling … occurred:|The above exception … exception:)\\s*$``."""
     i = _skip_space(body, 0)
-    if body.startswith(_CHAIN_CONTEXT, i):
+    if i == len(body):
+        return False
+    c = body[i]
+    if c == _CONTEXT_FIRST and body.startswith(_CHAIN_CONTEXT, i):
         return _space_end(body, i + len(_CHAIN_CONTEXT))
-    if body.startswith(_CHAIN_CAUSE, i):
+    if c == _CAUSE_FIRST and body.startswith(_CHAIN_CAUSE, i):
         return _space_end(body, i + len(_CHAIN_CAUSE))
     return False
 
 
 def frame(body: str) -> tuple[str, str] | None:
     """A traceback's frame line, its file and line number: ``^\\s*File "([^"]*)", line (\\d+)``."""
+    n = len(body)
     i = _skip_space(body, 0)
-    if not body.startswith(_FRAME_FILE, i):
+    if i == n or body[i] != _FRAME_FIRST or not body.startswith(_FRAME_FILE, i):
         return None
     a = i + len(_FRAME_FILE)
     b = body.find('"', a)  # [^"]* ends at the first quote, where the line's part must begin
     if b < 0 or not body.startswith(_FRAME_LINE, b):
         return None
     c = b + len(_FRAME_LINE)
-    n = len(body)
     i = c
     while i < n and body[i].isdecimal():
         i += 1

@@ -809,7 +809,7 @@ def _interpreted(name: str) -> ModuleType:
     return module
 
 
-@pytest.mark.parametrize("name", ["torchrun_report", "signatures"])
+@pytest.mark.parametrize("name", ["torchrun_report", "signatures", "incidents"])
 def test_the_rule_modules_compiled_from_their_text_are_compiled(name: str) -> None:
     """Where the event path is built, a rule module it cimports was compiled too: the import gives the extension,
     not the .py (else the equivalence below would compare the .py with itself)."""
@@ -996,3 +996,81 @@ def test_torchrun_report_records_are_read_alike_at_any_line() -> None:
     pair = Pair()
     both_on(pair, whole_line_chunks(unclosed + plain, "/run/t.log", 1 << 16, backlog_mtime=NOW))
     assert pair.counters[0].dropped_incidents()
+
+
+_INC_INTERPRETED = _interpreted("incidents")
+_INC_LINES = [
+    "Traceback (most recent call last):",
+    "[rank1]: Traceback (most recent call last):",
+    "Traceback (most recent call last):\r",
+    '  File "/x/train.py", line 12, in main',
+    '[rank1]:   File "/x/a.py", line 3, in f',
+    '  File "/x/b.py", line ٣, in g',
+    "    loss.backward()",
+    "ValueError: bad",
+    "[rank1]: RuntimeError: CUDA out of memory",
+    "torch.distributed.elastic.multiprocessing.errors.ChildFailedError: ",
+    "During handling of the above exception, another exception occurred:",
+    "[rank1]: The above exception was the direct cause of the following exception:",
+    "",
+    "  | ValueError: x",
+    "  + Exception Group Traceback (most recent call last):",
+    "WARNING: x",
+    "train_0.py FAILED",
+    "Failures:",
+    "  <NO_OTHER_FAILURES>",
+    "Root Cause (first observed failure):",
+    "[0]:",
+    "  rank      : 0 (local_rank: 0)",
+    "  exitcode  : -9 (pid: 41)",
+    "  error_file: <N/A>",
+    "=" * 20,
+    "-" * 20,
+    "step 3 done",
+]
+_INC_EVENTS = [
+    ("connection_refused", "ConnectionRefusedError: [Errno 111] Connection refused"),
+    ("timeout", "name_resolve timed out after 300 seconds"),
+    ("child_failed", "torch.distributed.elastic.multiprocessing.errors.ChildFailedError"),
+    ("engine_dead", "vllm.v1.engine.exceptions.EngineDeadError: EngineCore encountered an issue"),
+    ("_server_exit", "server exits, returncode=-9"),
+    (
+        "nccl_timeout",
+        "[Rank 0] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=5, OpType=ALLREDUCE, NumelIn=1, "
+        "NumelOut=1, Timeout(ms)=10000) ran for 10035 milliseconds before timing out.",
+    ),
+    ("nccl_timeout", "[rank0]:[E ProcessGroupNCCL.cpp:1] WorkNCCL(SeqNum=7, OpType=BROADCAST, Timeout(ms)=600000)"),
+]
+# (line or event, which, the file, whether the line has a time of its own, seconds since the last)
+_INC_STEP = st.tuples(
+    st.booleans(),
+    st.integers(0, len(_INC_LINES) - 1),
+    st.sampled_from(["/r/trainer.log", "/r/worker.log"]),
+    st.booleans(),
+    st.sampled_from([0.0, 0.5, 30.0, 90.0]),
+)
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.lists(_INC_STEP, max_size=60))
+def test_incident_tracker_compiled_reads_as_its_text_interpreted(
+    steps: list[tuple[bool, int, str, bool, float]],
+) -> None:
+    """The incident tracker (its records the compiled event path's too) compiled and interpreted from the same .py,
+    fed the same lines and events: the same incidents and tallies, records dropped by the kept ones included."""
+    from rlwatch.logs import incidents as compiled
+
+    trackers = [m.IncidentTracker(storm_threshold=2, max_incidents=4) for m in (compiled, _INC_INTERPRETED)]
+    t = NOW
+    for lineno, (is_line, which, path, dated, dt) in enumerate(steps, 1):
+        t += dt
+        span = (t, None) if dated else (t - 1.0, t + 1.0)
+        for tracker in trackers:
+            if is_line:
+                tag, body = split_prefix(_INC_LINES[which])
+                tracker.line(path, tag, body, lineno, lambda span=span: span)
+            else:
+                kind, text = _INC_EVENTS[which % len(_INC_EVENTS)]
+                tracker.event(kind, path, lineno, span, text)
+    got, want = ((tr.incidents(), tr.dropped(), {p: set(s) for p, s in tr.open_paths.items()}) for tr in trackers)
+    assert _same(got, want)
