@@ -1890,6 +1890,8 @@ from rlwatch.common.textsafe import strip_ansi as _py_strip_ansi
 from rlwatch.logs import incidents as _inc
 from rlwatch.logs import torchrun_report as _tr
 from rlwatch.logs.torchrun_report cimport report_line
+from rlwatch.logs.signatures cimport chain, exception, frame, header, location
+from rlwatch.logs.incidents cimport _Record as Record
 from rlwatch.logs.signatures import signature as _py_signature
 from rlwatch.logs.kinds import REDRAWN_KINDS as _REDRAWN_KINDS
 
@@ -2031,136 +2033,10 @@ cdef str shown(str text):
     return t if PyUnicode_GET_LENGTH(t) <= _DISPLAY_CHARS else PyUnicode_Substring(t, 0, _DISPLAY_CHARS)
 
 
-# =========================================================================================== signatures, by hand
-
-
-cdef bint header(str body, U u) except -1:
-    """``HEADER.search(body)``: ``Traceback \\(most recent call last\\):\\s*$``. The text ends in ":" and spaces, so
-    a match can only end where the spaces at the end begin: looked for there, not searched."""
-    cdef Py_ssize_t e = u.n
-    while e > 0 and uspace(at(u, e - 1)):
-        e -= 1
-    return e >= W_TB_HEADER.n and starts_lit(u, e - W_TB_HEADER.n, W_TB_HEADER)
-
-
-cdef bint frame(str body, U u, Out out) except -1:
-    """``_FRAME.match(body)``: ``^\\s*File "([^"]*)", line (\\d+)`` (unicode classes)."""
-    cdef Py_ssize_t i = 0, a, b, c
-    while i < u.n and uspace(at(u, i)):
-        i += 1
-    if not starts_lit(u, i, W_FRAME_FILE):
-        return False
-    a = i + W_FRAME_FILE.n
-    b = a
-    while b < u.n and at(u, b) != 34:
-        b += 1
-    if not starts_lit(u, b, W_FRAME_LINE):
-        return False
-    c = b + W_FRAME_LINE.n
-    i = c
-    while i < u.n and udigit(at(u, i)):
-        i += 1
-    if i == c:
-        return False
-    out.file = PyUnicode_Substring(body, a, b)
-    out.line = PyUnicode_Substring(body, c, i)
-    return True
-
-
-cdef str location(str file, str line):
-    """``signatures.location``: the frame's file (its base name) and line number."""
-    cdef str base = base_name(file)
-    return f"{base or file}:{line}"
-
-
-cdef bint chain_line(U u) noexcept nogil:
-    """``_CHAIN.match(body)``."""
-    cdef Py_ssize_t i = 0
-    while i < u.n and uspace(at(u, i)):
-        i += 1
-    if starts_lit(u, i, W_CHAIN_CONTEXT):
-        return tail_is_ws_end(u, i + W_CHAIN_CONTEXT.n)
-    if starts_lit(u, i, W_CHAIN_CAUSE):
-        return tail_is_ws_end(u, i + W_CHAIN_CAUSE.n)
-    return False
-
-
-cdef bint _ident_start(uc c) noexcept nogil:
-    return aalpha(c) or c == 95
-
-
-cdef object exception(str line):
-    """``signatures.exception(line)``: (type, message) when the line ends a traceback, else None."""
-    cdef U u = uview(line)
-    cdef Py_ssize_t i, name_end, last_start, k
-    cdef uc c
-    cdef str name, last, msg
-    cdef bint lower
-    if u.n == 0 or not _ident_start(at(u, 0)):
-        return None
-    i = 1
-    last_start = 0
-    while True:
-        while i < u.n and uword(at(u, i)):
-            i += 1
-        if i + 1 < u.n and at(u, i) == 46 and _ident_start(at(u, i + 1)):
-            last_start = i + 1
-            i += 2
-            continue
-        break
-    name_end = i
-    if i == u.n - 1 and at(u, i) == 10:
-        msg = ""
-    elif i < u.n:
-        if at(u, i) != 58:
-            return None
-        i += 1
-        if i < u.n and uspace(at(u, i)):
-            i += 1
-        # (.*)$: `.` is anything but a newline; `$` the end or before a final newline
-        k = PyUnicode_FindChar(line, 10, i, u.n, 1)
-        if k >= 0 and k != u.n - 1:
-            return None
-        msg = PyUnicode_Substring(line, i, k if k >= 0 else u.n)
-    else:
-        msg = ""
-    name = PyUnicode_Substring(line, 0, name_end)
-    last = PyUnicode_Substring(line, last_start, name_end)
-    if last.isascii():
-        lower = False
-        for k in range(last_start, name_end):
-            c = at(u, k)
-            if 97 <= c <= 122:
-                lower = True
-                break
-        if not lower:
-            return None
-    elif last.upper() == last:
-        return None
-    c = at(u, last_start)
-    if not (65 <= c <= 90 or last.endswith(S_EXCEPTION_ENDINGS)):
-        return None
-    return name, strip_str(msg)
-
-
-def py_exception(str line):
-    """For the tests: the compiled ``signatures.exception``."""
-    return exception(line)
-
-
-def py_header(str body):
-    return header(body, uview(body))
-
-
-def py_chain(str body):
-    return chain_line(uview(body))
-
-
-def py_frame(str body):
-    cdef Out out = Out()
-    if frame(body, uview(body), out):
-        return out.file, out.line
-    return None
+# =========================================================================================== signatures
+# A traceback's header, frames, chain messages and exception line are read by rlwatch/logs/signatures.py itself,
+# compiled from its own text (setup.py's COMPILED) and cimported here (its .pxd): header, frame, chain, location and
+# exception above are that module's.
 
 
 def py_code_line(str body):
@@ -2170,64 +2046,7 @@ def py_code_line(str body):
 # ========================================================================================================= incidents
 # rlwatch/logs/incidents.py, IncidentTracker: the same rules, state and answers.
 
-cdef class Record:
-    """incidents._Record."""
-
-    cdef public str kind
-    cdef public str path
-    cdef public int64_t lineno
-    cdef public double first
-    cdef public double last
-    cdef public int64_t count
-    cdef public str title
-    cdef public object location
-    cdef public str signature
-    cdef public double hi
-    cdef public bint approximate
-    cdef public object position
-    cdef public bint first_exact
-    cdef public object rank
-    cdef public int64_t last_line
-    cdef public object root_cause
-    cdef public tuple victims
-    cdef public object cause
-    cdef public object collective
-    cdef str storm_label  # a storm's title is made when read
-
-    cdef void stretch(self, double t, double by, bint has_by, int64_t lineno) noexcept:
-        if has_by:
-            self.approximate = True
-        self.last = pymax(self.last, t)
-        self.hi = pymax(by if has_by else t, self.last)
-        if lineno > self.last_line:
-            self.last_line = lineno
-
-    cpdef object freeze(self):
-        cdef object by = None
-        if self.title is None:
-            self.title = _inc.storm_title(self.count, self.storm_label, self.path)
-        if self.approximate and self.hi != self.last and isfinite(self.hi):
-            by = self.hi
-        return Incident(
-            kind=self.kind,
-            path=self.path,
-            lineno=self.lineno,
-            first=self.first,
-            last=self.last,
-            count=self.count,
-            title=self.title,
-            location=self.location,
-            signature=self.signature,
-            approximate=self.approximate,
-            by=by,
-            position=self.position if self.approximate else None,
-            first_exact=self.first_exact,
-            rank=self.rank,
-            root_cause=self.root_cause,
-            victims=self.victims,
-            cause=None if self.cause is None else (<Record>self.cause).freeze(),
-            collective=self.collective,
-        )
+# A record is incidents._Record itself, compiled from its own text and cimported here (incidents.pxd).
 
 
 cdef class Block:
@@ -3279,7 +3098,7 @@ cdef class Core:
         w.mode = 0
         w.start = start
         self.cur_text = text
-        if fs.blocks or header(body, ub):  # with no block open only a header matters (IncidentTracker.line)
+        if fs.blocks or header(body):  # with no block open only a header matters (IncidentTracker.line)
             self.inc_line(fs, tag, body, ub, lineno, &w)
         if not found:
             return 0
@@ -3608,7 +3427,7 @@ cdef class Core:
         cdef Py_ssize_t k, lim
         cdef bint gutter = False
         if not fs.blocks:
-            if header(body, u):
+            if header(body):
                 self.inc_open(fs, tag, lineno, w)
             return
         self.expire(fs, tag, lineno)
@@ -3622,7 +3441,7 @@ cdef class Core:
             body = _GUTTER_SUB("", body, count=1)
             u = uview(body)
         if block is None:
-            if header(body, u):
+            if header(body):
                 self.inc_open(fs, tag, lineno, w)
             return
         block.seen = lineno
@@ -3633,13 +3452,15 @@ cdef class Core:
 
     cdef void in_frames(self, FileState fs, str tag, Block block, str body, U u, int64_t lineno, When *w) except *:
         cdef object exc
+        cdef tuple f
         cdef Span s
         block.lines += 1
-        if frame(body, u, self.out):
-            block.location = location(self.out.file, self.out.line)
+        f = frame(body)
+        if f is not None:
+            block.location = location(<str>f[0], <str>f[1])
             block.idle = 0
             return
-        if header(body, u):
+        if header(body):
             self.inc_open(fs, tag, lineno, w)
             return
         if (u.n and uspace(at(u, 0))) or all_space(u, 0, u.n):
@@ -3682,10 +3503,10 @@ cdef class Core:
                 self.settle(block)
                 self.inc_close(fs, tag)
             return
-        if chain_line(u):
+        if chain(body):
             block.state = 2
             return
-        if header(body, u):
+        if header(body):
             if block.state == 2:
                 block.state = 0
                 block.location = None
@@ -3828,6 +3649,7 @@ cdef class Core:
         cdef Py_ssize_t hi = q, i, start, nl, k
         cdef bint blank
         cdef str text, body
+        cdef tuple f
         cdef U u
         while True:
             i = rfind_frame_word(p, pos, hi)
@@ -3850,7 +3672,9 @@ cdef class Core:
                 u = uview(text)
                 k = split_at(text, u, self.out)
                 body = PyUnicode_Substring(text, k, u.n) if k else text
-                if frame(body, uview(body), self.out):
+                f = frame(body)
+                if f is not None:
+                    self.out.file, self.out.line = f
                     return nl + 1
             hi = start
 
@@ -3953,7 +3777,7 @@ cdef class Core:
 
     cdef Record new_record(self, str kind, FileState fs, int64_t lineno, double t, double by, bint has_by,
                            int64_t count, str title, str sig):
-        cdef Record rec = Record()
+        cdef Record rec = Record.__new__(Record)
         rec.kind = kind
         rec.path = fs.path
         rec.lineno = lineno

@@ -1,3 +1,5 @@
+# cython: annotation_typing=False
+# (for Cython: the C types are in the .pxd beside this file)
 """Incidents: lines that belong together, so a person reads one failure instead of hundreds of lines.
 
 Four shapes: a *traceback* block (header, frames, final exception; chained exceptions are one block named after
@@ -30,7 +32,7 @@ from rlwatch.common.state import ChildFailure, CollectiveTimeout, Incident, Inci
 from rlwatch.common.words import plural
 from rlwatch.logs import wording
 from rlwatch.logs.prefixes import prepare
-from rlwatch.logs.signatures import HEADER, TITLE_MSG_CHARS, exception, location, signature
+from rlwatch.logs.signatures import TITLE_MSG_CHARS, chain, exception, frame, header, location, signature
 from rlwatch.logs.torchrun_report import CHILD_TITLES, Report, child_failure_text, finished, report_line
 
 __all__ = [
@@ -52,11 +54,9 @@ __all__ = [
 Span = tuple[float, float | None]
 _INF = float("inf")
 
-# In every traceback header (``HEADER``). A line without it, in a file without an open block, is nothing to the
-# tracker: the counter checks this (and ``open_paths``) before handing it a line, most lines being such.
+# In every traceback header (``signatures.header``). A line without it, in a file without an open block, is nothing
+# to the tracker: the counter checks this (and ``open_paths``) before handing it a line, most lines being such.
 HEADER_WORD = wording.TRACEBACK
-_FRAME = re.compile(r"^\s*" + re.escape(wording.FRAME_FILE) + r'([^"]*)' + re.escape(wording.FRAME_LINE) + r"(\d+)")
-_CHAIN = re.compile(rf"^\s*(?:{re.escape(wording.CHAIN_CONTEXT)}|{re.escape(wording.CHAIN_CAUSE)})\s*$")
 # GUTTER, WORK, WORK_RANK, WORK_TIMEOUT and PROCESS_GROUP are public: the compiled event path runs them too.
 # Python 3.11 prints exception groups with a gutter ("  | ", "  + ") in front of every line of the group.
 GUTTER = re.compile(r"^\s*[|+](?:[ -]?[|+])*[ -]?")
@@ -115,38 +115,50 @@ def _gap(a: float, b: float) -> float:
     return b - a if math.isfinite(a) and math.isfinite(b) else 0.0
 
 
-@dataclass(slots=True)
 class _Record:
-    kind: str
-    path: str
-    lineno: int
-    first: float
-    last: float
-    count: int
-    title: str
-    location: str | None
-    signature: str
-    hi: float = -_INF  # the latest the last line can be (``last`` when every line has its own time)
-    approximate: bool = False
-    position: str | None = None
-    first_exact: bool = True
-    rank: int | None = None
-    last_line: int = 0
-    root_cause: ChildFailure | None = None
-    victims: tuple[ChildFailure, ...] = ()
-    cause: _Record | None = None
-    collective: CollectiveTimeout | None = None
+    """An incident being read, kept until it is frozen into an ``Incident``. One text for both paths: Cython compiles
+    this module (setup.py's ``COMPILED``) and the compiled event path cimports the class (``incidents.pxd`` declares
+    its fields as C ones), making its records without ``__init__`` and setting every field."""
 
-    def stretch(self, span: Span, lineno: int = 0) -> None:
-        """One more line of this incident, later in its file than the ones before (so no earlier than them)."""
-        t, by = span
-        if by is not None:
+    def __init__(
+        self, kind: str, path: str, lineno: int, t: float, by: float, has_by: bool, count: int, title: str, sig: str
+    ) -> None:
+        """A record whose first line is ``lineno`` at ``t`` (``has_by``: the line has no time of its own, ``t`` and
+        ``by`` bound it)."""
+        self.kind = kind
+        self.path = path
+        self.lineno = lineno
+        self.first = t
+        self.last = t
+        self.count = count
+        # None: a retry storm's, made when read from its count and ``storm_label`` (see freeze)
+        self.title: str | None = title
+        self.location: str | None = None
+        self.signature = sig
+        self.hi = max(by, t) if has_by else t  # the latest the last line can be
+        self.approximate = has_by
+        self.position: str | None = None
+        self.first_exact = not has_by
+        self.rank: int | None = None
+        self.last_line = lineno
+        self.root_cause: ChildFailure | None = None
+        self.victims: tuple[ChildFailure, ...] = ()
+        self.cause: _Record | None = None
+        self.collective: CollectiveTimeout | None = None
+        self.storm_label = ""
+
+    def stretch(self, t: float, by: float, has_by: bool, lineno: int) -> None:
+        """One more line of this incident, later in its file than the ones before (so no earlier than them): at
+        ``t``, or between ``t`` and ``by`` where ``has_by``."""
+        if has_by:
             self.approximate = True
         self.last = max(self.last, t)
-        self.hi = max(t if by is None else by, self.last)
+        self.hi = max(by if has_by else t, self.last)
         self.last_line = max(self.last_line, lineno)
 
     def freeze(self) -> Incident:
+        if self.title is None:
+            self.title = storm_title(self.count, self.storm_label, self.path)
         by = self.hi if self.approximate and self.hi != self.last and math.isfinite(self.hi) else None
         return Incident(
             kind=self.kind,
@@ -168,6 +180,12 @@ class _Record:
             cause=None if self.cause is None else self.cause.freeze(),
             collective=self.collective,
         )
+
+
+def _bounds(span: Span) -> tuple[float, float, bool]:
+    """A span as ``_Record.stretch`` takes it: (time, by, whether there is a by)."""
+    t, by = span
+    return (t, 0.0, False) if by is None else (t, by, True)
 
 
 @dataclass(slots=True)
@@ -233,11 +251,8 @@ class IncidentTracker:
         self.steps: dict[str, str] = {}
 
     def _new(self, kind: str, path: str, lineno: int, span: Span, count: int, title: str, sig: str) -> _Record:
-        t, by = span
-        rec = _Record(kind, path, lineno, t, t, count, title, None, sig, hi=t if by is None else max(by, t))
-        rec.approximate = by is not None
-        rec.first_exact = by is None
-        rec.last_line = lineno
+        by = span[1]
+        rec = _Record(kind, path, lineno, *_bounds(span), count, title, sig)
         if by is not None:
             step = self.steps.get(path)
             rec.position = line_ref(path, lineno) + (f", after {step}" if step else "")
@@ -295,7 +310,7 @@ class IncidentTracker:
         parsed only if needed."""
         if path not in self.open_paths:
             # Nothing open in this file (the usual case): only a header matters. A gutter is never part of one.
-            if HEADER_WORD in body and HEADER.search(body):
+            if HEADER_WORD in body and header(body):
                 self._open((path, tag), _Block(lineno=lineno, first=_as_span(when()), seen=lineno))
             return
         self._expire(path, tag, lineno)
@@ -304,7 +319,7 @@ class IncidentTracker:
         if "|" in body[:12] or "+" in body[:12]:
             body = GUTTER.sub("", body, count=1)
         if block is None:
-            if "Traceback" in body and HEADER.search(body):
+            if "Traceback" in body and header(body):
                 self._open(key, _Block(lineno=lineno, first=_as_span(when()), seen=lineno))
             return
         block.seen = lineno
@@ -354,8 +369,8 @@ class IncidentTracker:
             if last is None:
                 block.idle += n
             else:
-                frame, after = last
-                block.location = location(frame)
+                (file, line), after = last
+                block.location = location(file, line)
                 block.idle = data.count(b"\n", after, q)
             block.lines += n
             lineno += n
@@ -397,16 +412,16 @@ class IncidentTracker:
                 self._close((path, other))
 
     @staticmethod
-    def _last_frame(data: bytes, pos: int, q: int) -> tuple[re.Match[str], int] | None:
-        """The last line of ``data[pos:q]`` that is a frame (its match, and where the next line starts)."""
+    def _last_frame(data: bytes, pos: int, q: int) -> tuple[tuple[str, str], int] | None:
+        """The last line of ``data[pos:q]`` that is a frame (its file and line, and where the next line starts)."""
         hi = q
         while (i := data.rfind(_FRAME_WORD, pos, hi)) >= 0:
             start = data.rfind(b"\n", pos, i) + 1 or pos
             if not data[start:i].strip(b" \t"):
                 nl = data.find(b"\n", i, q)
-                frame = _FRAME.match(prepare(data[start:nl])[2])
-                if frame is not None:
-                    return frame, nl + 1
+                found = frame(prepare(data[start:nl])[2])
+                if found is not None:
+                    return found, nl + 1
             hi = start
         return None
 
@@ -414,12 +429,12 @@ class IncidentTracker:
         self, key: tuple[str, str], block: _Block, body: str, lineno: int, when: Callable[[], Span | float]
     ) -> None:
         block.lines += 1
-        frame = _FRAME.match(body)
-        if frame:
-            block.location = location(frame)
+        found = frame(body)
+        if found is not None:
+            block.location = location(*found)
             block.idle = 0
             return
-        if HEADER.search(body):  # a fresh traceback from the same writer: the old one was cut off
+        if header(body):  # a fresh traceback from the same writer: the old one was cut off
             self._open(key, _Block(lineno=lineno, first=_as_span(when()), seen=lineno))
             return
         if body[:1].isspace() or not body.strip():
@@ -450,10 +465,10 @@ class IncidentTracker:
             if finished(report):
                 self._close(key)
             return
-        if _CHAIN.match(body):
+        if chain(body):
             block.state = "chain"
             return
-        if HEADER.search(body):
+        if header(body):
             if block.state == "chain":  # the next link of the same chained failure
                 block.state = "frames"
                 block.location = None
@@ -488,10 +503,10 @@ class IncidentTracker:
         if rec is None:
             rec = self._new("traceback", path, block.lineno, block.first, block.lines, title, sig)
             rec.rank = block.rank
-            rec.stretch(span, lineno)
+            rec.stretch(*_bounds(span), lineno)
             block.record = rec
         else:
-            rec.stretch(span, lineno)
+            rec.stretch(*_bounds(span), lineno)
             rec.count = block.lines
         rec.title = title
         rec.location = block.location
@@ -520,22 +535,23 @@ class IncidentTracker:
         rec = storm.record
         if rec is not None and _gap(rec.last, time) <= self._storm_window:
             rec.count += 1
-            rec.stretch(span, lineno)
+            rec.stretch(*_bounds(span), lineno)
         elif len(storm.times) >= self._storm_threshold:
             first, first_line = storm.times[0]
             sig = signature("retry_storm", kind, os.path.basename(path))
             rec = self._new("retry_storm", path, first_line, (first, span[1]), len(storm.times), "", sig)
-            rec.stretch(span, lineno)
+            rec.stretch(*_bounds(span), lineno)
             storm.record = rec
+            rec.storm_label = _STORM_KINDS[kind]
         else:
             return
-        rec.title = storm_title(rec.count, _STORM_KINDS[kind], path)
+        rec.title = None  # made when read: "<count> connection-refused errors (trainer.log)"
 
     def _crash(self, kind: str, path: str, lineno: int, span: Span, text: str) -> None:
         rec = self._crashes.get(path)
         if rec is not None and _gap(rec.last, span[0]) <= self._crash_window:
             rec.count += 1
-            rec.stretch(span, lineno)
+            rec.stretch(*_bounds(span), lineno)
             return
         title = crash_title(kind, text)
         self._crashes[path] = self._new("crash", path, lineno, span, 1, title, signature("crash", title))
@@ -552,7 +568,7 @@ class IncidentTracker:
         rec = self._timeouts.get(key)
         if rec is not None and 0 <= lineno - rec.last_line <= _NCCL_SAME_BURST:
             rec.count += 1
-            rec.stretch(span, lineno)
+            rec.stretch(*_bounds(span), lineno)
             rec.title = timeout_title(rec)
             return
         timeout = WORK_TIMEOUT.search(work.group(3))
@@ -589,7 +605,7 @@ class IncidentTracker:
         for rec in self._records:
             if rec is failure or rec.rank != root.rank or rec.kind not in ("traceback", "nccl_timeout"):
                 continue
-            if rec.root_cause is not None or rec.title.startswith(CHILD_TITLES):
+            if rec.root_cause is not None or (rec.title is not None and rec.title.startswith(CHILD_TITLES)):
                 continue
             same = rec.path == failure.path
             if same and rec.lineno > failure.lineno:

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from rlwatch.common.signals import signal_name
 from rlwatch.common.state import ChildFailure
 from rlwatch.logs import wording
-from rlwatch.logs.signatures import HEADER, exception
+from rlwatch.logs.signatures import exception, header
 
 __all__ = [
     "CHILD_TITLES",
@@ -78,7 +78,7 @@ class ReportFailure:
         name = sig.group(2) if sig else None
         if name is None and exitcode is not None and exitcode < 0:
             name = signal_name(-exitcode)
-        if text is not None and HEADER.search(text):
+        if text is not None and header(text):
             text = self.error or "a traceback"
         host = f.get("host", "").strip() or None
         return ChildFailure(
@@ -145,7 +145,7 @@ def report_line(report: Report, body: str) -> bool:
     if m and current is not None:
         name, value = m.groups()
         current.fields[name] = value
-        report.in_traceback = name == "traceback" and bool(HEADER.search(value))
+        report.in_traceback = name == "traceback" and header(value)
         return True
     return False
 

@@ -19,6 +19,7 @@ import importlib.machinery
 import importlib.util
 import math
 import random
+import re
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -32,13 +33,12 @@ from rlwatch.common.clock import FakeClock
 from rlwatch.common.textsafe import strip_ansi
 from rlwatch.config.models import CustomEvent, EventsConfig
 from rlwatch.logs import events as events_module
+from rlwatch.logs import signatures, wording
 from rlwatch.logs.events import _STEP_NUMBER, EventCounter, Tag, build_kinds
-from rlwatch.logs.incidents import _CHAIN, _FRAME
 from rlwatch.logs.kinds import CODE_LINE, builtin_kinds
 from rlwatch.logs.learning import LearningTracker
 from rlwatch.logs.newlines import count_lines
 from rlwatch.logs.prefixes import split_prefix
-from rlwatch.logs.signatures import HEADER, exception
 from rlwatch.logs.tailer import Chunk, Tailer
 from rlwatch.logs.timestamps import parse_time
 from rlwatch.logs.training import TrainingTracker, parse_areal_step, parse_weight_update
@@ -432,11 +432,7 @@ def test_each_helper_reads_a_line_as_python_does(parts: list[str], now: float) -
     text = "".join(parts)
     assert _same(native.py_split_prefix(text), split_prefix(text))
     assert _same(native.py_parse_time(text, now), parse_time(text, now))
-    assert _same(native.py_exception(text), exception(text))
-    assert native.py_header(text) == (HEADER.search(text) is not None)
-    assert native.py_chain(text) == (_CHAIN.match(text) is not None)
-    frame = _FRAME.match(text)
-    assert native.py_frame(text) == (frame and (frame.group(1), frame.group(2)))
+    _signature_rules_agree(text)
     assert native.py_code_line(text) == (CODE_LINE.search(text) is not None)
     step = _STEP_NUMBER.match(text)
     assert native.py_step_number(text) == (step and step.group(1))
@@ -448,8 +444,7 @@ def test_each_helper_reads_a_line_as_python_does(parts: list[str], now: float) -
 def test_each_helper_reads_any_text_as_python_does(text: str) -> None:
     assert _same(native.py_split_prefix(text), split_prefix(text))
     assert _same(native.py_parse_time(text, 1.8e9), parse_time(text, 1.8e9))
-    assert _same(native.py_exception(text), exception(text))
-    assert native.py_header(text) == (HEADER.search(text) is not None)
+    _signature_rules_agree(text)
     assert native.py_code_line(text) == (CODE_LINE.search(text) is not None)
 
 
@@ -814,7 +809,7 @@ def _interpreted(name: str) -> ModuleType:
     return module
 
 
-@pytest.mark.parametrize("name", ["torchrun_report"])
+@pytest.mark.parametrize("name", ["torchrun_report", "signatures", "incidents"])
 def test_the_rule_modules_compiled_from_their_text_are_compiled(name: str) -> None:
     """Where the event path is built, a rule module it cimports was compiled too: the import gives the extension,
     not the .py (else the equivalence below would compare the .py with itself)."""
@@ -824,6 +819,113 @@ def test_the_rule_modules_compiled_from_their_text_are_compiled(name: str) -> No
 
 
 _TR_INTERPRETED = _interpreted("torchrun_report")
+_SIG_INTERPRETED = _interpreted("signatures")
+
+# What signatures' line rules read as: the expressions they were written with before they were hand-matched (so
+# that one text could be compiled to C), kept here as the oracle of the interpreted text.
+_HEADER_RE = re.compile(re.escape(wording.TRACEBACK_HEADER) + r"\s*$")
+_FRAME_RE = re.compile(r"^\s*" + re.escape(wording.FRAME_FILE) + r'([^"]*)' + re.escape(wording.FRAME_LINE) + r"(\d+)")
+_CHAIN_RE = re.compile(rf"^\s*(?:{re.escape(wording.CHAIN_CONTEXT)}|{re.escape(wording.CHAIN_CAUSE)})\s*$")
+_EXC_RE = re.compile(r"^([A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*)(?::\s?(.*))?$")
+
+
+def _exception_re(line: str) -> tuple[str, str] | None:
+    m = _EXC_RE.match(line)
+    if m is None:
+        return None
+    name = m.group(1)
+    last = name.rsplit(".", 1)[-1]
+    if last.upper() == last:
+        return None
+    if not (last[0].isupper() or last.endswith(wording.EXCEPTION_NAME_ENDINGS)):
+        return None
+    return name, (m.group(2) or "").strip()
+
+
+def _signature_rules_agree(text: str) -> None:
+    """signatures' line rules compiled (what the event path cimports) and interpreted from the same .py give the same
+    answers, and the interpreted ones the expressions' (a frame's location too)."""
+    frame = _FRAME_RE.match(text)
+    want = {
+        "header": _HEADER_RE.search(text) is not None,
+        "chain": _CHAIN_RE.match(text) is not None,
+        "frame": frame and (frame.group(1), frame.group(2)),
+        "exception": _exception_re(text),
+    }
+    for name, answer in want.items():
+        compiled = getattr(signatures, name)(text)
+        interpreted = getattr(_SIG_INTERPRETED, name)(text)
+        assert _same(compiled, interpreted), (name, text)
+        assert _same(interpreted, answer), (name, text)
+        if name == "frame" and answer:
+            assert signatures.location(*answer) == _SIG_INTERPRETED.location(*answer)
+
+
+# Verbatim lines where a hand-matched rule could part from its expression: non-ASCII digits and letters, cut-off
+# headers and frames, empty lines, CRLF and lone CR endings, a final newline, Unicode spaces, logger levels.
+_SIGNATURE_LINES = [
+    "",
+    "\n",
+    "\r\n",
+    "Traceback (most recent call last):",
+    "Traceback (most recent call last):\r\n",
+    "Traceback (most recent call last):\r",
+    "Traceback (most recent call last):\n",
+    "Traceback (most recent call last):\u2028\x85\u3000",
+    "[rank3]: Traceback (most recent call last):",
+    "Traceback (most recent call last): x",
+    "Traceback (most recent call",
+    "raceback (most recent call last):",
+    "(most recent call last):",
+    '  File "/usr/lib/python3.11/runpy.py", line 198, in _run_module_as_main',
+    '  File "/usr/lib/python3.11/runpy.py", line 198, in _run_module_as_main\r\n',
+    '  File "train.py", line ٣٤, in main',
+    '  File "train.py", line ²3, in main',
+    '  File "train.py", line 3٣',
+    '  File "train.py", lin',
+    '  File "train.py", line ',
+    '  File "train.py"',
+    '  File "',
+    '\u3000File "x.py", line 1',
+    'File "C:\\x\\y.py", line 7',
+    'File "", line 1',
+    'File "/a/", line 1',
+    'File "a"b.py", line 1',
+    '  File "x\ny.py", line 2',
+    "During handling of the above exception, another exception occurred:",
+    "During handling of the above exception, another exception occurred:\r\n",
+    "  The above exception was the direct cause of the following exception:  \r",
+    "During handling of the above exception, another exception occurred: x",
+    "During handling of the above exception",
+    "ValueError: bad",
+    "ValueError: bad\r\n",
+    "ValueError: bad\r",
+    "ValueError: bad\n",
+    "ValueError:\n",
+    "ValueError:\nx",
+    "ValueError: a\nb",
+    "ValueError",
+    "ValueError\n",
+    "ValueError\r\n",
+    "torch.distributed.elastic.multiprocessing.errors.ChildFailedError: ",
+    "socket.timeout: timed out",
+    "sys.exit",
+    "WARNING: low memory",
+    "CUDA: out of memory",
+    "ÄError: x",
+    "ÄRROR: x",
+    "errör: x",
+    "Errör٣: x",
+    "a.1Error: x",
+    "a..BError: x",
+    "_Private: x",
+    "KeyboardInterrupt",
+]
+
+
+@pytest.mark.parametrize("text", _SIGNATURE_LINES)
+def test_signature_rules_compiled_read_verbatim_lines_as_their_text_interpreted(text: str) -> None:
+    _signature_rules_agree(text)
 
 
 @settings(max_examples=600, deadline=None)
@@ -894,3 +996,81 @@ def test_torchrun_report_records_are_read_alike_at_any_line() -> None:
     pair = Pair()
     both_on(pair, whole_line_chunks(unclosed + plain, "/run/t.log", 1 << 16, backlog_mtime=NOW))
     assert pair.counters[0].dropped_incidents()
+
+
+_INC_INTERPRETED = _interpreted("incidents")
+_INC_LINES = [
+    "Traceback (most recent call last):",
+    "[rank1]: Traceback (most recent call last):",
+    "Traceback (most recent call last):\r",
+    '  File "/x/train.py", line 12, in main',
+    '[rank1]:   File "/x/a.py", line 3, in f',
+    '  File "/x/b.py", line ٣, in g',
+    "    loss.backward()",
+    "ValueError: bad",
+    "[rank1]: RuntimeError: CUDA out of memory",
+    "torch.distributed.elastic.multiprocessing.errors.ChildFailedError: ",
+    "During handling of the above exception, another exception occurred:",
+    "[rank1]: The above exception was the direct cause of the following exception:",
+    "",
+    "  | ValueError: x",
+    "  + Exception Group Traceback (most recent call last):",
+    "WARNING: x",
+    "train_0.py FAILED",
+    "Failures:",
+    "  <NO_OTHER_FAILURES>",
+    "Root Cause (first observed failure):",
+    "[0]:",
+    "  rank      : 0 (local_rank: 0)",
+    "  exitcode  : -9 (pid: 41)",
+    "  error_file: <N/A>",
+    "=" * 20,
+    "-" * 20,
+    "step 3 done",
+]
+_INC_EVENTS = [
+    ("connection_refused", "ConnectionRefusedError: [Errno 111] Connection refused"),
+    ("timeout", "name_resolve timed out after 300 seconds"),
+    ("child_failed", "torch.distributed.elastic.multiprocessing.errors.ChildFailedError"),
+    ("engine_dead", "vllm.v1.engine.exceptions.EngineDeadError: EngineCore encountered an issue"),
+    ("_server_exit", "server exits, returncode=-9"),
+    (
+        "nccl_timeout",
+        "[Rank 0] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=5, OpType=ALLREDUCE, NumelIn=1, "
+        "NumelOut=1, Timeout(ms)=10000) ran for 10035 milliseconds before timing out.",
+    ),
+    ("nccl_timeout", "[rank0]:[E ProcessGroupNCCL.cpp:1] WorkNCCL(SeqNum=7, OpType=BROADCAST, Timeout(ms)=600000)"),
+]
+# (line or event, which, the file, whether the line has a time of its own, seconds since the last)
+_INC_STEP = st.tuples(
+    st.booleans(),
+    st.integers(0, len(_INC_LINES) - 1),
+    st.sampled_from(["/r/trainer.log", "/r/worker.log"]),
+    st.booleans(),
+    st.sampled_from([0.0, 0.5, 30.0, 90.0]),
+)
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.lists(_INC_STEP, max_size=60))
+def test_incident_tracker_compiled_reads_as_its_text_interpreted(
+    steps: list[tuple[bool, int, str, bool, float]],
+) -> None:
+    """The incident tracker (its records the compiled event path's too) compiled and interpreted from the same .py,
+    fed the same lines and events: the same incidents and tallies, records dropped by the kept ones included."""
+    from rlwatch.logs import incidents as compiled
+
+    trackers = [m.IncidentTracker(storm_threshold=2, max_incidents=4) for m in (compiled, _INC_INTERPRETED)]
+    t = NOW
+    for lineno, (is_line, which, path, dated, dt) in enumerate(steps, 1):
+        t += dt
+        span = (t, None) if dated else (t - 1.0, t + 1.0)
+        for tracker in trackers:
+            if is_line:
+                tag, body = split_prefix(_INC_LINES[which])
+                tracker.line(path, tag, body, lineno, lambda span=span: span)
+            else:
+                kind, text = _INC_EVENTS[which % len(_INC_EVENTS)]
+                tracker.event(kind, path, lineno, span, text)
+    got, want = ((tr.incidents(), tr.dropped(), {p: set(s) for p, s in tr.open_paths.items()}) for tr in trackers)
+    assert _same(got, want)
