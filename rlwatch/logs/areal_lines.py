@@ -66,6 +66,35 @@ _REWARD_ROLLOUT_ENDINGS = tuple(wording.REWARD_ROLLOUT_ENDINGS)
 _VERL_STEP = wording.VERL_STEP
 _METRIC_DICT = wording.METRIC_DICT
 _ORDINAL_POSTFIX = wording.LEARNING_ORDINAL_POSTFIX
+
+
+# Where each fixed text is looked for, one of its characters is looked for first: the rarest kind in the lines the
+# trackers get (not a lowercase letter, a digit, a space, "/", "_" or "."). A stats row holds none of them, and a
+# search for one character is a scan for its code unit (memchr), where a search for the text in a row (its bars
+# are not Latin-1: two bytes a character) widens the text into a new buffer and tests it at each place.
+def _gate(text: str) -> str:
+    """The first character of ``text`` a stats row does not hold, else "" (found in any text)."""
+    for c in text:
+        if not (c.islower() or c.isdigit() or c in " /_."):
+            return c
+    return ""
+
+
+_G_TRAIN_STEP = _gate(_TRAIN_STEP)
+_G_AREAL_DONE = _gate(_AREAL_DONE)
+_G_FINISHED = tuple(_gate(f) for f in _FINISHED)
+_G_OTHER_FORMATS = tuple(_gate(f) for f in _OTHER_FORMATS)
+_G_DISK_UPDATE = _gate(_DISK_UPDATE)
+_G_VERL_STEP = _gate(_VERL_STEP)
+_G_METRIC_DICT = _gate(_METRIC_DICT)
+_G_ORDINAL_POSTFIX = _gate(_ORDINAL_POSTFIX)
+# A MetricPoint is made as its dataclass's __init__ makes it, without the call: each of its three slots written by
+# the slot's own descriptor (a frozen dataclass forbids only setattr). A stats table gives a point per metric per
+# step, and the __init__ of a frozen dataclass is Python code, slower than the rest of the row's reading.
+_new_point = object.__new__
+_set_step = MetricPoint.__dict__["step"].__set__
+_set_value = MetricPoint.__dict__["value"].__set__
+_set_time = MetricPoint.__dict__["time"].__set__
 _LIGHT = "\u2502"  # │ fancy_grid
 _HEAVY = "\u2503"  # ┃ heavy grids
 _PLAIN = "|"
@@ -154,10 +183,10 @@ def reward_rank(key: str) -> int:
     return 0
 
 
-def _table_bar(text: str) -> str | None:
+def _table_bar(text: str, light: int) -> str | None:
     """The bar that splits a stats row (``│ key │ value │ …``): the first of fancy_grid's, a heavy grid's and a
-    plain pipe found three times, else None."""
-    if text.count(_LIGHT) >= 3:
+    plain pipe found three times, else None (``light``: how many of fancy_grid's the text holds)."""
+    if light >= 3:
         return _LIGHT
     if text.count(_HEAVY) >= 3:
         return _HEAVY
@@ -166,24 +195,58 @@ def _table_bar(text: str) -> str | None:
     return None
 
 
-def _any_in(texts: tuple[str, ...], text: str) -> bool:
-    return any(t in text for t in texts)  # compiled, Cython writes it as the loop
+def _has(needle: str, gate: str, text: str) -> bool:
+    """``needle in text``, its gate (one of its characters, :func:`_gate`) looked for first."""
+    return gate in text and needle in text
 
 
-def _suffixed(key: str) -> bool:
-    """Whether a stats key is one of AReaL's learning keys: a suffix of AREAL_SUFFIXES, alone or after a "/"."""
-    n = len(key)
-    for suffix in _SUFFIXES:
-        m = len(suffix)
-        if key.endswith(suffix) and (n == m or key[n - m - 1] == "/"):
+def _any_in(needles: tuple[str, ...], gates: tuple[str, ...], text: str) -> bool:
+    for i in range(len(needles)):  # noqa: SIM110 (compiled, any() of a generator makes one on every call)
+        if _has(needles[i], gates[i], text):
             return True
     return False
+
+
+def _suffixed(text: str, a: int, b: int) -> bool:
+    """Whether text[a:b] is one of AReaL's learning keys: a suffix of AREAL_SUFFIXES, alone or after a "/" (read in
+    place: most keys of a row are none of them, and never become strings)."""
+    last = text[b - 1]  # b > a: a key is never empty here
+    for suffix in _SUFFIXES:
+        m = len(suffix)
+        if (
+            b - a >= m
+            and last == suffix[m - 1]
+            and text.endswith(suffix, a, b)
+            and (b - a == m or text[b - m - 1] == "/")
+        ):
+            return True
+    return False
+
+
+def _lstrip(text: str, a: int, b: int) -> int:
+    """Where text[a:b].strip() begins."""
+    while a < b:
+        c = text[a]
+        if not c.isspace():
+            break
+        a += 1
+    return a
+
+
+def _rstrip(text: str, a: int, b: int) -> int:
+    """Where text[a:b].strip() ends."""
+    while b > a:
+        c = text[b - 1]
+        if not c.isspace():
+            break
+        b -= 1
+    return b
 
 
 def parse_stats_row(text: str) -> dict[str, float]:
     """One row of AReaL's stats table (``│ key │ value │ key │ value │ …``) → the numeric pairs in it: the cells are
     ``text.split(bar)[1:-1]``, stripped, read in pairs; a key seen twice keeps its first place and its last value."""
-    bar = _table_bar(text)
+    bar = _table_bar(text, text.count(_LIGHT))
     out: dict[str, float] = {}
     if bar is None:
         return out
@@ -267,20 +330,23 @@ def _training_line(t: Any, line: LogLine, offset: float) -> None:
         return
     time = line.time
     touch(t, time, offset)
-    if _AREAL_DONE in text or _any_in(_FINISHED, text):
+    light = text.count(_LIGHT)
+    if _has(_AREAL_DONE, _G_AREAL_DONE, text) or _any_in(_FINISHED, _G_FINISHED, text):
         t.finished = True  # AReaL's last line; verl's last pprint; `ray job submit`'s Job '...' succeeded
-    step = parse_areal_step(text) if _TRAIN_STEP in text else None
+    step = parse_areal_step(text) if _has(_TRAIN_STEP, _G_TRAIN_STEP, text) else None
     if step is not None:
         _areal_step(t, line, step[0], step[1], offset)
     else:
-        if _any_in(_OTHER_FORMATS, text):
+        if _any_in(_OTHER_FORMATS, _G_OTHER_FORMATS, text):
             t.parse_other_formats(line, text, offset)  # verl, OpenRLHF, verl's bar, TRL's dicts
-        if text.count(_LIGHT) < 3:  # not one of AReaL's stats rows
+        if light < 3:  # not one of AReaL's stats rows
             t.parse_shape(line, text, offset)  # progress known by its shape (logs/progress_shape.py)
-    bar = _table_bar(text)
+    bar = _table_bar(text, light)
     if bar is not None:
-        _tracked_stats(t, text, bar)
-    if _DISK_UPDATE in text:
+        timing = _UPDATE_WEIGHTS in text
+        if timing or _REWARD in text:  # else the row holds no cell the tracker reads
+            _tracked_stats(t, text, bar, timing)
+    if _has(_DISK_UPDATE, _G_DISK_UPDATE, text):
         duration = parse_weight_update(text)
         contents: Recent = t.contents
         if duration is not None and contents.add(("update", LINE_PREFIX.sub("", text).strip())):
@@ -301,11 +367,10 @@ def _areal_step(t: Any, line: LogLine, step: int, total: int, offset: float) -> 
     mark_step(t, line.time, step, offset)
 
 
-def _tracked_stats(t: Any, text: str, bar: str) -> None:
+def _tracked_stats(t: Any, text: str, bar: str, timing: bool) -> None:
     """A stats row's cells the training tracker uses: reward keys (every key that :func:`reward_rank` ranks holds
     "reward") and the update-weights timing. Only those cells become strings: a row holds a dozen values and the
-    tracker wants one or two of them."""
-    timing = _UPDATE_WEIGHTS in text  # one search of the row instead of one per key
+    tracker wants one or two of them. ``timing``: whether the row holds the update-weights key."""
     row: dict[str, float] = {}
     a = text.find(bar)
     b = text.find(bar, a + 1)
@@ -356,12 +421,16 @@ def _learning_line(t: Any, line: LogLine) -> None:
     """AReaL's step line and stats rows here; a line holding another format's fixed text goes to the tracker's
     ``parse_other_formats`` (which ends in :func:`learning_row` where none of them is read from it)."""
     text = line.text
-    if _TRAIN_STEP in text:
+    if _has(_TRAIN_STEP, _G_TRAIN_STEP, text):
         areal = parse_areal_step(text)
         if areal is not None:
             t.areal_step = areal[0]
         return
-    if _VERL_STEP in text or _METRIC_DICT in text or _ORDINAL_POSTFIX in text:
+    if (
+        _has(_VERL_STEP, _G_VERL_STEP, text)
+        or _has(_METRIC_DICT, _G_METRIC_DICT, text)
+        or _has(_ORDINAL_POSTFIX, _G_ORDINAL_POSTFIX, text)
+    ):
         t.parse_other_formats(line)
         return
     learning_row(t, line, text)
@@ -369,7 +438,7 @@ def _learning_line(t: Any, line: LogLine) -> None:
 
 def learning_row(t: Any, line: LogLine, text: str) -> None:
     """A stats row's learning metrics (``canonical_suffix`` of the row): only keys some suffix names are read."""
-    bar = _table_bar(text)
+    bar = _table_bar(text, text.count(_LIGHT))
     if bar is None:
         return
     values: dict[str, float] = {}
@@ -379,12 +448,17 @@ def learning_row(t: Any, line: LogLine, text: str) -> None:
         c = text.find(bar, b + 1)
         if c < 0:
             break
-        key = text[a + 1 : b].strip()
-        if key and _suffixed(key):
+        ka = _lstrip(text, a + 1, b)
+        kb = _rstrip(text, ka, b)
+        if ka < kb and _suffixed(text, ka, kb):
+            va = _lstrip(text, b + 1, c)
             try:
-                values[key] = float(text[b + 1 : c].strip())
+                number = float(text[va : _rstrip(text, va, c)])
             except ValueError:
                 pass
+            else:
+                key = text[ka:kb]
+                values[key] = number
         a = c
         b = text.find(bar, a + 1)
     if not values:
@@ -424,6 +498,10 @@ def learning_record(t: Any, step: int, found: dict[str, tuple[str, float]], time
             series = series_of[name] = deque(maxlen=t.history)
         if series and series[len(series) - 1].step == step:
             series.pop()
-        series.append(MetricPoint(step=step, value=value, time=when))
+        point = _new_point(MetricPoint)
+        _set_step(point, step)
+        _set_value(point, value)
+        _set_time(point, when)
+        series.append(point)
         t.keys[name] = key
     t.version += 1
