@@ -9,10 +9,8 @@ STAMP  := $(VENV)/.installed
 # setuptools warns about an editable install beside a folder of the package's name (tui/ and widgets/ are installed
 # as rlwatch.tui and rlwatch.widgets on purpose): a block of asterisks before the dashboard opens says nothing to
 # the person who typed `make demo`, so that one warning is silenced.
-$(STAMP): pyproject.toml setup.py rlwatch/logs/_newlines.c rlwatch/logs/_eventpath.pyx rlwatch/logs/torchrun_report.py \
-		rlwatch/logs/torchrun_report.pxd \
-		rlwatch/logs/signatures.py rlwatch/logs/signatures.pxd \
-		rlwatch/logs/incidents.py rlwatch/logs/incidents.pxd
+$(STAMP): pyproject.toml setup.py rlwatch/logs/_newlines.c rlwatch/logs/_eventpath.pyx \
+		$(wildcard rlwatch/logs/*.pxd) $(patsubst %.pxd,%.py,$(wildcard rlwatch/logs/*.pxd))
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	PYTHONWARNINGS="ignore:Editable installation" $(PY) -m pip install -q -e '.[test]'

@@ -20,6 +20,7 @@ COMPILED = (
     "torchrun_report",
     "signatures",
     "incidents",
+    "areal_lines",
 )
 
 

@@ -24,16 +24,15 @@ Formats read (the keys each framework prints, mapped to rlwatch's canonical name
 
 from __future__ import annotations
 
-import math
 import re
 import threading
-from collections import OrderedDict, deque
+from collections import deque
 from collections.abc import Callable
 
 from rlwatch.common.state import LearningState, LogLine, MetricPoint
 from rlwatch.logs import wording
-from rlwatch.logs.native import event_path
-from rlwatch.logs.training import parse_areal_step, parse_metrics, parse_stats_row
+from rlwatch.logs.areal_lines import LearningFeed, Recent, learning_record, learning_row
+from rlwatch.logs.training import parse_metrics
 
 HISTORY = 256
 
@@ -56,14 +55,7 @@ VERL_KEYS: dict[str, tuple[str, ...]] = {
     "response_length": ("response_length/mean",),
     "clip_ratio": ("response_length/clip_ratio",),
 }
-AREAL_SUFFIXES: dict[str, tuple[str, ...]] = {
-    "loss": ("update/actor_loss/avg",),
-    "grad_norm": ("update/grad_norm",),
-    "reward": ("task_reward/avg", "rollout/reward"),
-    "kl": ("update/approx_kl/avg",),
-    "entropy": ("update/entropy/avg",),
-    "clip_ratio": ("no_eos_ratios/avg",),
-}
+# AReaL's scoped stats keys are matched by their end: areal_lines.AREAL_SUFFIXES, beside the reader of its rows.
 OPENRLHF_KEYS: dict[str, tuple[str, ...]] = {
     "loss": ("act_loss",),
     "grad_norm": ("grad_norm",),
@@ -75,26 +67,6 @@ OPENRLHF_KEYS: dict[str, tuple[str, ...]] = {
 _VERL_STEP = re.compile(r"(?:^|[\s)])step:(\d+) - ")
 _VERL_PAIR = re.compile(r"(?:^| - )([A-Za-z_][\w/@.\-]*):\s*([-+]?(?:nan|inf|[0-9.]+(?:[eE][-+]?\d+)?))(?= - |\s*$)")
 _POSTFIX_PAIR = re.compile(r"([A-Za-z_]\w*)=([-+]?(?:nan|inf|[0-9.]+(?:[eE][-+]?\d+)?))(?=[,\]\s]|$)")
-
-
-class _Recent:
-    """A bounded set of recently seen keys: deduplication (the same output tailed twice) that cannot grow (``keys``
-    and ``size`` are read by the compiled event path, which adds to it without a call)."""
-
-    def __init__(self, size: int = 512) -> None:
-        # An OrderedDict drops its oldest key in constant time; a dict's first key is found by walking past the
-        # slots of the keys dropped before it.
-        self.keys: OrderedDict[object, None] = OrderedDict()
-        self.size = size
-
-    def add(self, key: object) -> bool:
-        """True when the key is new."""
-        if key in self.keys:
-            return False
-        self.keys[key] = None
-        if len(self.keys) > self.size:
-            self.keys.popitem(last=False)
-        return True
 
 
 def _number(text: str) -> float | None:
@@ -130,61 +102,37 @@ def canonical(values: dict[str, float], table: dict[str, tuple[str, ...]]) -> di
     return out
 
 
-def canonical_suffix(values: dict[str, float]) -> dict[str, tuple[str, float]]:
-    """The same for AReaL's scoped keys (``ppo_actor/update/actor_loss/avg``), matched by their end."""
-    out: dict[str, tuple[str, float]] = {}
-    for name, suffixes in AREAL_SUFFIXES.items():
-        for suffix in suffixes:
-            key = next((k for k in values if k == suffix or k.endswith("/" + suffix)), None)
-            if key is not None:
-                out[name] = (key, values[key])
-                break
-    return out
-
-
 class LearningTracker:
     """Keeps each learning metric's recent values with the step they were logged at. Thread-safe; every handler
     runs every parser, so it does not matter which event kind delivers a line.
 
-    Its parsing state (``series``, ``version``, ``contents``, ``delivered``, ``lock`` …) and ``parse_line`` are
-    public because the compiled event path (``_eventpath.pyx``) reads and writes them; every other reader goes
-    through :meth:`state`."""
+    Its parsing state (``series``, ``version``, ``contents``, ``delivered``, ``lock`` …) and
+    ``parse_other_formats`` are public because :mod:`rlwatch.logs.areal_lines`, which reads every line delivered,
+    reads and writes them; every other reader goes through :meth:`state`."""
 
-    def __init__(
-        self, step_of: Callable[[], int | None] | None = None, history: int = HISTORY, *, native: bool = True
-    ) -> None:
+    def __init__(self, step_of: Callable[[], int | None] | None = None, history: int = HISTORY) -> None:
         self._step_of = step_of  # the training tracker's step, for formats that print none (TRL)
         self.history = history
         self.lock = threading.Lock()
         self.series: dict[str, deque[MetricPoint]] = {}
         self.keys: dict[str, str] = {}
-        self.delivered = _Recent()
-        self.contents = _Recent()
+        self.delivered = Recent()
+        self.contents = Recent()
         self.ordinal = 0  # metric lines without a step number seen
         self.areal_step: int | None = None
         self._steps_exact = True
         self.version = 0  # bumped by every recorded value: state() is rebuilt only after one
         self._state: tuple[int, LearningState | None] = (0, None)
-        # The handler of every kind that delivers lines (step, _reward, _learning): compiled where the event path is
-        # built (AReaL's stats rows read in C, every other format by _parse), else _on_line. Lines are read as they
-        # come: a TRL dict takes the training tracker's step at that moment.
-        compiled = event_path() if native else None
-        self.on_line: Callable[[LogLine], None] = self._on_line if compiled is None else compiled.LearningFeed(self)
+        # The handler of every kind that delivers lines (step, _reward, _learning): areal_lines.LearningFeed reads
+        # AReaL's step lines and stats rows, and hands a line of any other format to parse_other_formats. Lines are
+        # read as they come: a TRL dict takes the training tracker's step at that moment.
+        self.on_line: Callable[[LogLine], None] = LearningFeed(self)
         self.on_step = self.on_reward = self.on_learning = self.on_line
 
-    def _on_line(self, line: LogLine) -> None:
-        with self.lock:
-            if not self.delivered.add((line.path, line.lineno, line.text)):
-                return
-            self.parse_line(line)
-
-    def parse_line(self, line: LogLine) -> None:
+    def parse_other_formats(self, line: LogLine) -> None:
+        """A line holding verl's, TRL's or OpenRLHF's fixed text (areal_lines calls this, the lock held); one none
+        of them reads may still be a stats row."""
         text = line.text
-        if wording.AREAL_TRAIN_STEP in text:
-            areal = parse_areal_step(text)
-            if areal is not None:
-                self.areal_step = areal[0]
-            return
         verl = parse_verl(text) if wording.VERL_STEP in text else None
         if verl is not None:
             step, values = verl
@@ -210,21 +158,10 @@ class LearningTracker:
                 self._steps_exact = False
                 self._record(self.ordinal, found, line.time)
             return
-        if text.count("│") >= 3 or text.count("|") >= 3 or text.count("┃") >= 3:
-            found = canonical_suffix(parse_stats_row(text))
-            if found:
-                step = self.areal_step if self.areal_step is not None else self.ordinal
-                if self.contents.add(("areal", step, tuple(sorted(found)))):
-                    self._record(step, found, line.time)
+        learning_row(self, line, text)
 
     def _record(self, step: int, found: dict[str, tuple[str, float]], time: float) -> None:
-        for name, (key, value) in found.items():
-            series = self.series.setdefault(name, deque(maxlen=self.history))
-            if series and series[-1].step == step:  # the same step told again (a table row, a copy): the newest wins
-                series.pop()
-            series.append(MetricPoint(step=step, value=value, time=time if math.isfinite(time) else math.nan))
-            self.keys[name] = key
-        self.version += 1
+        learning_record(self, step, found, time)
 
     def state(self) -> LearningState | None:
         """The series as one immutable record; the same object until a value is recorded (snapshots are built far

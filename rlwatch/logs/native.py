@@ -1,8 +1,9 @@
 """Whether the compiled event path (``rlwatch.logs._eventpath``) is used, and the module when it is.
 
 It is built at install where a C compiler and Cython are found (``setup.py``); ``RLWATCH_NATIVE=0`` runs the Python
-modules instead (``events``, ``incidents``, ``prefixes``, ``timestamps``, ``training``, ``learning``), which are the
-reference: ``tests/logs/test_native_equivalence.py`` compares both.
+modules instead (``events``, ``incidents``, ``prefixes``, ``timestamps``), which are the reference:
+``tests/logs/test_native_equivalence.py`` compares both. The trackers' line reader, ``areal_lines``, is compiled from
+its own text and runs on both paths.
 """
 
 from __future__ import annotations

@@ -25,15 +25,11 @@ from dataclasses import dataclass
 from rlwatch.common.clock import Clock
 from rlwatch.common.state import EventSummary, LogLine, Severity, TrainingState, line_ref
 from rlwatch.logs import wording
-from rlwatch.logs.native import event_path
+from rlwatch.logs.areal_lines import Recent, mark_step, record_reward, touch, training_apply
 from rlwatch.logs.progress_shape import CANDIDATE, ShapeSteps, header_of, states_sizes
 from rlwatch.logs.tailer import Chunk
 from rlwatch.logs.timestamps import parse_time
 
-_AREAL_STEP = re.compile(
-    re.escape(wording.AREAL_TRAIN_STEP) + r"([0-9]{1,12})/([0-9]{1,12})" + re.escape(wording.AREAL_STEP_DONE)
-)
-_AREAL_DONE = wording.AREAL_DONE
 # verl's console logger: `step:12 - key:value - …` at the start of the message (after a Ray prefix
 # `(TaskRunner pid=N) `), values as pformat or `{v:.3f}` (verl/utils/logger/aggregate_logger.py).
 _VERL_STEP = re.compile(r"(?:^|\) )step:([0-9]{1,12}) - (.*)$")
@@ -47,15 +43,7 @@ _VERL_BAR = re.compile(
     re.escape(wording.VERL_BAR) + r"\s+\d+%\|[^|]*\| *([0-9]{1,12})/([0-9]{1,12}) \[[^\]]*?([0-9.]+)(s/it|it/s)?\]"
 )
 _VERL_TOTAL = re.compile(re.escape(wording.VERL_TOTAL) + r"([0-9]{1,12})")
-_FINISHED = wording.FINISHED  # verl's last pprint; `ray job submit`: Job '…' succeeded
-_DISK_UPDATE_TEXT = wording.AREAL_DISK_UPDATE  # the fixed start of _DISK_UPDATE: tested first
-_DISK_UPDATE = re.compile(re.escape(_DISK_UPDATE_TEXT) + r"([0-9]{1,9}(?:\.[0-9]{0,9})?)s")
-# merged.log's "[actor]   ", torch's "[rank0]: ": cut from a weight-update line before it is remembered (the compiled
-# event path uses it too).
-LINE_PREFIX = re.compile(r"^(?:\s*\[[^\]]{0,40}\]:?)+\s*")
 _BARE_FLOAT = re.compile(r"\b(?:nan|inf)\b")
-_TABLE_BARS = ("│", "┃", "|")  # fancy_grid, heavy grids, plain pipes
-_UPDATE_WEIGHTS_KEY = wording.AREAL_UPDATE_WEIGHTS_KEY
 MAX_DICT_CHARS = 64_000
 MAX_NESTING = 64
 _RECENT = 512
@@ -127,14 +115,6 @@ def _head_headers(chunk: Chunk) -> list[LogLine]:
     return out
 
 
-def parse_areal_step(text: str) -> tuple[int, int] | None:
-    """``Epoch 2/5 Step 935/935 Train step 1870/4675 done.`` → ``(1870, 4675)``, 1-based as printed."""
-    m = _AREAL_STEP.search(text)
-    if m is None:
-        return None
-    return int(m.group(1)), int(m.group(2))
-
-
 def _to_float(value: object) -> float | None:
     if isinstance(value, bool) or not isinstance(value, int | float | str):
         return None
@@ -199,72 +179,6 @@ def parse_metrics(text: str) -> dict[str, float] | None:
     return out
 
 
-def parse_stats_row(text: str) -> dict[str, float]:
-    """One row of AReaL's stats table (``│ key │ value │ key │ value │ …``) → the numeric pairs in it."""
-    bar = next((b for b in _TABLE_BARS if text.count(b) >= 3), None)
-    if bar is None:
-        return {}
-    cells = [c.strip() for c in text.split(bar)[1:-1]]
-    out: dict[str, float] = {}
-    for key, value in zip(cells[0::2], cells[1::2], strict=False):
-        if key:
-            number = _to_float(value)
-            if number is not None:
-                out[key] = number
-    return out
-
-
-def _tracked_stats(text: str, bar: str) -> dict[str, float]:
-    """:func:`parse_stats_row` of a row split by ``bar``, restricted to the keys the tracker uses: reward keys
-    (every key that :func:`reward_rank` ranks holds "reward") and the update-weights timing. Other cells are never
-    stripped or read as numbers: a row holds a dozen values and the tracker wants one or two of them."""
-    cells = text.split(bar)[1:-1]
-    timing = _UPDATE_WEIGHTS_KEY in text  # one search of the row instead of one per key
-    out: dict[str, float] = {}
-    for i in range(0, len(cells) - 1, 2):
-        key = cells[i]
-        if "reward" in key or (timing and _UPDATE_WEIGHTS_KEY in key):
-            try:
-                out[key.strip()] = float(cells[i + 1].strip())  # _to_float of a string
-            except ValueError:
-                pass
-    return out
-
-
-def reward_rank(key: str) -> int:
-    """How good a stats key is as *the* reward: 2 for the actor's task reward, 1 for the rollout reward, else 0."""
-    if key.endswith(wording.REWARD_BEST):
-        return 2
-    if key == wording.REWARD_ROLLOUT or key.endswith(wording.REWARD_ROLLOUT_ENDINGS):
-        return 1
-    return 0
-
-
-def parse_weight_update(text: str) -> float | None:
-    """``Loading weights from disk done in 10.48s.`` → ``10.48``."""
-    m = _DISK_UPDATE.search(text)
-    return float(m.group(1)) if m else None
-
-
-class _Recent:
-    """A bounded set of recently seen keys, for deduplication that cannot grow without limit (``keys`` and ``size``
-    are read by the compiled event path, which adds to it without a call)."""
-
-    def __init__(self, size: int = _RECENT) -> None:
-        self.keys: OrderedDict[object, None] = OrderedDict()
-        self.size = size
-
-    def add(self, key: object) -> bool:
-        """True when the key is new."""
-        if key in self.keys:
-            self.keys.move_to_end(key)
-            return False
-        self.keys[key] = None
-        if len(self.keys) > self.size:
-            self.keys.popitem(last=False)
-        return True
-
-
 @dataclass(frozen=True, slots=True)
 class _Hint:
     global_step: int  # the step of the dict numbered dicts_at_hint
@@ -283,12 +197,12 @@ class TrainingTracker:
     ``logging_steps`` per dict logged since, otherwise the number of dicts logged.
     Thread-safe: the tailer feeds it while the engine reads it. Delivered lines are queued (the handlers are the
     queue's own ``append``: the event counter calls it directly, with no Python in between) and parsed in order
-    before any read (:meth:`_apply_pending`), by compiled code where the event path is built; ``errors`` keeps the
-    last few that a parser failed on.
+    before any read (:meth:`_apply_pending`), by :mod:`rlwatch.logs.areal_lines` (compiled where it is built);
+    ``errors`` keeps the last few that a parser failed on.
 
     Its parsing state (``areal_step``, ``rewards``, ``contents``, ``delivered``, ``queue``, ``lock`` …) and the
-    parsers ``parse_other_formats`` and ``parse_shape`` are public because the compiled event path
-    (``_eventpath.pyx``) reads and writes them; every other reader goes through :meth:`state`.
+    parsers ``parse_other_formats`` and ``parse_shape`` are public because ``areal_lines``, which reads every line
+    delivered, reads and writes them; every other reader goes through :meth:`state`.
     """
 
     def __init__(
@@ -299,7 +213,6 @@ class TrainingTracker:
         weight_update_timeout_s: float,
         total_steps: int | None = None,
         history: int = 50,
-        native: bool = True,
     ) -> None:
         self._clock = clock
         self._stall_s = stall_s
@@ -307,18 +220,14 @@ class TrainingTracker:
         self._configured_total = total_steps
         self.lock = threading.Lock()
         self.queue: deque[LogLine] = deque()  # delivered, not parsed yet (see _apply_pending)
-        compiled = event_path() if native else None
-        self._native_apply: Callable[[TrainingTracker, float], None] | None = (
-            None if compiled is None else compiled.training_apply
-        )
         # The handlers of the ``step``, ``_reward``, ``weight_update`` and ``_finished`` kinds: any of them, since
         # all run the same parsers. A line is queued, and parsed with the rest before anything reads or changes the
         # tracker (:meth:`_apply_pending`).
         self.on_line: Callable[[LogLine], None] = self.queue.append
         self.on_step = self.on_reward = self.on_weight_update = self.on_line
         self.errors: deque[str] = deque(maxlen=20)  # lines a parser raised on (a bug): the rest are still parsed
-        self.delivered = _Recent()
-        self.contents = _Recent()
+        self.delivered = Recent(_RECENT, refresh=True)
+        self.contents = Recent(_RECENT, refresh=True)
         self.last_line_at: float | None = None
         self.last_step_at: float | None = None
         # The same two times on the monotonic scale (wall time minus the wall-monotonic offset when they were seen),
@@ -356,8 +265,8 @@ class TrainingTracker:
         self._shape_first: float | None = None
         self._shape_last: float | None = None
         self._shape_line: LogLine | None = None
-        # the numbered step line of which framework said the step (AReaL's, which the compiled path reads itself,
-        # where it is not this one's step)
+        # the numbered step line of which framework said the step (AReaL's, which areal_lines reads, where it is
+        # not this one's step)
         self._numbered_source: tuple[int, str] | None = None
 
     # -- feeding ---------------------------------------------------------------------------------------------
@@ -384,7 +293,7 @@ class TrainingTracker:
             offset = self._offset()
             for line in _head_headers(chunk) + _tail_lines(chunk, time):
                 if line.text.count("\u2502") >= 3:
-                    continue  # one of AReaL's stats rows, which the shape reader never reads (see _parse)
+                    continue  # one of AReaL's stats rows, which the shape reader never reads (see areal_lines)
                 if _CANDIDATE.search(line.text) is not None:
                     # the counter delivers it, in its order: a bar's last redraw read here ahead of the redraws
                     # it still holds made the bar start over (149 of 150 at the end of a finished run)
@@ -440,11 +349,7 @@ class TrainingTracker:
 
     def _touch(self, time: float, offset: float | None = None) -> None:
         """Note a line seen at ``time`` (``offset``: the wall-monotonic offset, read now if not given)."""
-        if not math.isfinite(time):
-            return
-        m = time - (self._offset() if offset is None else offset)
-        if self.last_line_m is None or m > self.last_line_m:
-            self.last_line_at, self.last_line_m = time, m
+        touch(self, time, self._offset() if offset is None else offset)
 
     def _apply_pending(self) -> None:
         """Parse the queued lines in order (the lock held). A backlog delivers a line every few microseconds, and
@@ -455,39 +360,12 @@ class TrainingTracker:
         queue = self.queue
         if not queue:
             return
-        offset = self._offset()
-        if self._native_apply is not None:
-            self._native_apply(self, offset)  # the same parsing, compiled (rlwatch/logs/_eventpath.pyx)
-            return
-        while queue:
-            line = queue.popleft()
-            try:
-                self._parse(line, offset)
-            except Exception as exc:  # a parser's bug must not stop the tracking (nor lose the rest of the queue)
-                self.errors.append(f"{line_ref(line.path, line.lineno)}: {type(exc).__name__}: {exc}")
-
-    def _parse(self, line: LogLine, offset: float) -> None:
-        """Every parser over one line. Each regex is tried only on lines holding its fixed text (a stats row holds
-        none of them), and of a stats row only the keys the tracker uses are read."""
-        text = line.text
-        if not self.delivered.add((line.path, line.lineno, text)):
-            return
-        self._touch(line.time, offset)
-        if _AREAL_DONE in text or any(f in text for f in _FINISHED):
-            self.finished = True
-        step = parse_areal_step(text) if wording.AREAL_TRAIN_STEP in text else None
-        if step is not None:
-            self._on_areal_step(line, *step, offset)
-        else:
-            self.parse_other_formats(line, text, offset)
-            if text.count("\u2502") < 3:  # not one of AReaL's stats rows (the compiled path tests the same)
-                self.parse_shape(line, text, offset)
-        self._parse_rest(line, text, offset)
+        training_apply(self, self._offset())  # every parser over each line (rlwatch/logs/areal_lines.py)
 
     def parse_other_formats(self, line: LogLine, text: str, offset: float) -> None:
         """The step and metric lines of every framework but AReaL's step line (verl, OpenRLHF, verl's bar, TRL's
-        dicts). The compiled path (rlwatch/logs/_eventpath.pyx) calls this too, for lines holding one of their
-        fixed texts: rarer than AReaL's rows, and kept in one place."""
+        dicts), for lines holding one of their fixed texts (areal_lines reads every line and calls this): rarer than
+        AReaL's rows."""
         if wording.VERL_STEP in text and (verl := _VERL_STEP.search(text)) is not None:
             self._on_verl_step(line, int(verl.group(1)), verl.group(2), offset)
         elif wording.ORLHF_GLOBAL_STEP in text and (orlhf := _ORLHF_STEP.search(text)) is not None:
@@ -495,7 +373,7 @@ class TrainingTracker:
             metrics = parse_metrics(text)
             reward = next((metrics[k] for k in _ORLHF_REWARDS if metrics and k in metrics), None)
             if reward is not None:
-                self._record_reward(int(orlhf.group(1)), 3, reward)
+                record_reward(self, int(orlhf.group(1)), 3, reward)
         elif wording.VERL_BAR in text or wording.VERL_TOTAL in text:
             self._on_bar(text)
         elif wording.METRIC_DICT in text:
@@ -505,7 +383,8 @@ class TrainingTracker:
 
     def parse_shape(self, line: LogLine, text: str, offset: float) -> None:
         """A step known by its shape (any framework's recurring step line). It is the run's step only while no
-        framework of the catalogue has said one: those know their step for sure. The compiled path calls this too."""
+        framework of the catalogue has said one: those know their step for sure. areal_lines calls this for a line
+        that is no stats row."""
         time = line.time
         if not self._shape.feed(text, time):
             if self._shape_step is not None:
@@ -542,30 +421,6 @@ class TrainingTracker:
             # reaches here by its first and last lines only)
         self._shape_points.append((time, step))
 
-    def _parse_rest(self, line: LogLine, text: str, offset: float) -> None:
-        """What any line may also hold: a stats row's cells, a weight update read from disk."""
-        light = text.count("│")
-        if light >= 3 or text.count("|") >= 3:  # the first of _TABLE_BARS found three times splits it
-            bar = "│" if light >= 3 else "┃" if text.count("┃") >= 3 else "|"
-            self._on_stats_row(_tracked_stats(text, bar))
-        if _DISK_UPDATE_TEXT in text:
-            duration = parse_weight_update(text)
-            if duration is not None and self.contents.add(("update", LINE_PREFIX.sub("", text).strip())):
-                self.disk_updates = True
-                self.updates.append(duration)
-
-    def _on_areal_step(self, line: LogLine, step: int, total: int, offset: float) -> None:
-        last = self.areal_step
-        if last is not None and step <= last:
-            if line.path != self.areal_path:
-                return  # a copy of the same output in another file, lagging behind
-            self.rate_points.clear()  # the run restarted and appends to the same log
-        self.areal_step = step
-        self.areal_total = total if total > 0 else None
-        self.areal_path = line.path
-        self.finished = False
-        self._mark_step(line.time, step, offset)
-
     def _on_numbered_step(
         self, line: LogLine, step: int, total: int | None, offset: float, *, mark: bool = True, source: str
     ) -> None:
@@ -583,7 +438,7 @@ class TrainingTracker:
         self._numbered_source = (step, source)
         self.finished = False
         if mark:
-            self._mark_step(line.time, step, offset)
+            mark_step(self, line.time, step, offset)
 
     def _on_verl_step(self, line: LogLine, step: int, rest: str, offset: float) -> None:
         """verl's metric line. One holding only validation metrics (``val-…`` keys) is the validation before
@@ -598,7 +453,7 @@ class TrainingTracker:
         for key in _VERL_REWARDS:
             value = _to_float(pairs.get(key, "").replace("np.float64(", "").rstrip(")"))
             if value is not None:
-                self._record_reward(step, 3, value)
+                record_reward(self, step, 3, value)
                 break
 
     def _on_bar(self, text: str) -> None:
@@ -634,46 +489,10 @@ class TrainingTracker:
             if self._anchor is not None and key == (self._anchor[1], self._anchor[2]):
                 self._anchor_to(self.dicts)
         if self.areal_step is None:
-            self._mark_step(line.time, self.dicts, offset)
+            mark_step(self, line.time, self.dicts, offset)
         reward = metrics.get("reward")
         if reward is not None:
-            self._record_reward(self.dicts, 3, reward)
-
-    def _on_stats_row(self, row: dict[str, float]) -> None:
-        slot = self.areal_step if self.areal_step is not None else self.dicts
-        for key, value in row.items():
-            rank = reward_rank(key)
-            if rank:
-                self._record_reward(slot, rank, value)
-            elif (
-                key == _UPDATE_WEIGHTS_KEY
-                and not self.disk_updates
-                and math.isfinite(value)
-                and value >= 0
-                and self.contents.add(("timeperf", slot))
-            ):
-                # xccl mode logs no per-update line; the step's timing stat is the only duration there is.
-                self.updates.append(value)
-
-    def _mark_step(self, time: float, counter: int, offset: float) -> None:
-        if math.isfinite(time):
-            m = time - offset
-            if self.last_step_m is None or m >= self.last_step_m:
-                self.last_step_at, self.last_step_m = time, m
-            self.rate_points.append((time, counter))
-
-    def _record_reward(self, slot: int, rank: int, value: float) -> None:
-        """Keep one reward per step: the best-ranked key of that step's table wins; non-finite values are skipped."""
-        if not math.isfinite(value):
-            return
-        if slot == self.reward_slot:
-            if rank <= self.reward_slot_rank:
-                return
-            if self.rewards:
-                self.rewards.pop()
-        self.rewards.append(value)
-        self.reward_slot = slot
-        self.reward_slot_rank = rank
+            record_reward(self, self.dicts, 3, reward)
 
     # -- reading ---------------------------------------------------------------------------------------------
 

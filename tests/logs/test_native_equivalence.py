@@ -30,10 +30,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from rlwatch.common.clock import FakeClock
+from rlwatch.common.state import LogLine
 from rlwatch.common.textsafe import strip_ansi
 from rlwatch.config.models import CustomEvent, EventsConfig
+from rlwatch.logs import areal_lines, signatures, wording
 from rlwatch.logs import events as events_module
-from rlwatch.logs import signatures, wording
 from rlwatch.logs.events import _STEP_NUMBER, EventCounter, Tag, build_kinds
 from rlwatch.logs.kinds import CODE_LINE, builtin_kinds
 from rlwatch.logs.learning import LearningTracker
@@ -41,7 +42,7 @@ from rlwatch.logs.newlines import count_lines
 from rlwatch.logs.prefixes import split_prefix
 from rlwatch.logs.tailer import Chunk, Tailer
 from rlwatch.logs.timestamps import parse_time
-from rlwatch.logs.training import TrainingTracker, parse_areal_step, parse_weight_update
+from rlwatch.logs.training import TrainingTracker
 from tests.logs.chunking import whole_line_chunks
 
 native = pytest.importorskip("rlwatch.logs._eventpath", reason="the compiled event path is not built here")
@@ -76,13 +77,10 @@ class Pair:
                     ),
                 )
             counter.tag_into(self.tags[i], 50)
-        # the trackers, wired as the engine wires them (engine._counting), compiled on one side only
-        self.training = [
-            TrainingTracker(self.clocks[i], stall_s=600.0, weight_update_timeout_s=300.0, native=i == 0) for i in (0, 1)
-        ]
-        self.learning = [
-            LearningTracker(step_of=lambda t=t: t.state().last_step, native=i == 0) for i, t in enumerate(self.training)
-        ]
+        # the trackers, wired as the engine wires them (engine._counting), each fed by its own event path (the
+        # trackers' own rules, areal_lines, are compared compiled with interpreted below)
+        self.training = [TrainingTracker(self.clocks[i], stall_s=600.0, weight_update_timeout_s=300.0) for i in (0, 1)]
+        self.learning = [LearningTracker(step_of=lambda t=t: t.state().last_step) for t in self.training]
         for i, counter in enumerate(self.counters):
             training, learning = self.training[i], self.learning[i]
             counter.subscribe("step", training.on_step)
@@ -638,22 +636,6 @@ def test_the_trackers_read_alike(seed: int) -> None:
     assert state.last_step is not None and state.rewards
 
 
-@settings(max_examples=2000, deadline=None)
-@given(
-    st.lists(
-        st.sampled_from(
-            ["Train step ", "Loading weights from disk done in ", "1", "12", "123456789", "123456789012", "1234567890123", "/", ".",
-             " done", "s", " ", "x", "٣", "0"]
-        ),
-        max_size=8,
-    )
-)  # fmt: skip
-def test_the_trackers_parsers_read_as_python_does(parts: list[str]) -> None:
-    text = "".join(parts)
-    assert native.py_areal_step(text) == parse_areal_step(text)
-    assert _same(native.py_weight_update(text), parse_weight_update(text))
-
-
 # ------------------------------------------------------------------------------------------- CR-only line ends
 def test_a_bare_cr_becomes_a_newline_and_a_crlf_stays() -> None:
     import re
@@ -809,7 +791,7 @@ def _interpreted(name: str) -> ModuleType:
     return module
 
 
-@pytest.mark.parametrize("name", ["torchrun_report", "signatures", "incidents"])
+@pytest.mark.parametrize("name", ["torchrun_report", "signatures", "incidents", "areal_lines"])
 def test_the_rule_modules_compiled_from_their_text_are_compiled(name: str) -> None:
     """Where the event path is built, a rule module it cimports was compiled too: the import gives the extension,
     not the .py (else the equivalence below would compare the .py with itself)."""
@@ -1074,3 +1056,115 @@ def test_incident_tracker_compiled_reads_as_its_text_interpreted(
                 tracker.event(kind, path, lineno, span, text)
     got, want = ((tr.incidents(), tr.dropped(), {p: set(s) for p, s in tr.open_paths.items()}) for tr in trackers)
     assert _same(got, want)
+
+
+# ------------------------------------------------------------------------- the trackers' lines (areal_lines)
+_AL_INTERPRETED = _interpreted("areal_lines")
+# What the hand-matched readers of areal_lines stand for, as the expressions they replaced wrote it.
+_AREAL_STEP_RE = re.compile(r"Train step ([0-9]{1,12})/([0-9]{1,12}) done")
+_DISK_UPDATE_RE = re.compile(r"Loading weights from disk done in ([0-9]{1,9}(?:\.[0-9]{0,9})?)s")
+# Lines where the compiled and the interpreted reading could part: other scripts' digits (str.isdigit and float
+# take them, [0-9] does not), prefixes cut short, empty lines and bars alone, CRLF ends, underscores float accepts,
+# a character outside the BMP, a lone surrogate, cells with no value.
+_VERBATIM = [
+    "", "\r", " ", "│", "││", "│ │ │", "|||", "┃┃┃", "Train step ", "Train step 3", "Train step 3/", "Train step 3/9",
+    "Train step 3/9 don", "Train step 3/9 done", "Train step 3/9 done.\r", "Train step ٣/9 done.", "Train step 3/٩ done.",
+    "Train step 𝟙/9 done.", "Train step 1234567890123/9 done.", "Train step 123456789012/123456789012 done.",
+    "Train step x Train step 4/8 done.", "Train step Train step 5/6 done.", "Train step 07/010 done.\r",
+    "Loading weights from disk done in ", "Loading weights from disk done in 1", "Loading weights from disk done in 1.",
+    "Loading weights from disk done in 1.s", "Loading weights from disk done in 12.5s.\r",
+    "Loading weights from disk done in ٣s.", "Loading weights from disk done in 1234567890s.",
+    "Loading weights from disk done in 1.1234567891s", "Loading weights from disk done in x Loading weights from disk done in 4s",
+    "[rank0]: [actor] Loading weights from disk done in 2.25s. Respond time: 1s.\r",
+    "│ ppo_actor/task_reward/avg │ ٣ │ timeperf/update_weights │ 1_0 │\r",
+    "│ ppo_actor/task_reward/avg │ 𝟙.5 │ ppo_actor/update/actor_loss/avg │ ۱ │",
+    "│ ppo_actor/update/grad_norm │ \u00a01.5\u2003 │ update/entropy/avg │ 1e400 │ no_eos_ratios/avg │ -0 │",
+    "┃ rollout/reward ┃ 2 ┃ task_reward/avg ┃ nan ┃\r", "| x/rollout/reward | 0.5 | reward | 3 | rollout/reward/avg |",
+    "│ \ud800 │ 1 │ task_reward/avg │ 2 │", "│ task_reward/avg │ \ud800 │", "│ ppo_actor/task_reward/avg │",
+    "{'loss': 0.1, 'reward': 0.5} │ update/grad_norm │ 1 │", "step:3 - actor/pg_loss:0.5 │ update/grad_norm │ 2 │",
+    "Training completes!", "Job 'x' succeeded", "act_loss=0.1 │ task_reward/avg │ 4 │",
+]  # fmt: skip
+
+
+def _oracle_areal_step(text: str) -> tuple[int, int] | None:
+    m = _AREAL_STEP_RE.search(text)
+    return None if m is None else (int(m.group(1)), int(m.group(2)))
+
+
+def _oracle_weight_update(text: str) -> float | None:
+    m = _DISK_UPDATE_RE.search(text)
+    return None if m is None else float(m.group(1))
+
+
+@settings(max_examples=2000, deadline=None)
+@given(
+    st.lists(
+        st.sampled_from(
+            ["Train step ", "Loading weights from disk done in ", "1", "12", "123456789", "123456789012", "1234567890123", "/", ".",
+             " done", "s", " ", "x", "٣", "𝟙", "0", "\r", "│", "|", "reward", "task_reward/avg", "_"]
+        ),
+        max_size=8,
+    )
+)  # fmt: skip
+def test_the_trackers_parsers_compiled_read_as_their_text_interpreted(parts: list[str]) -> None:
+    """AReaL's step line and weight update, read by hand over the text's characters: compiled, interpreted and the
+    expressions they stand for agree; a stats row's numeric pairs too."""
+    text = "".join(parts)
+    _parsers_agree(text)
+
+
+def test_the_trackers_parsers_read_the_verbatim_lines_alike() -> None:
+    for text in _VERBATIM:
+        _parsers_agree(text)
+
+
+def _parsers_agree(text: str) -> None:
+    step = areal_lines.parse_areal_step(text)
+    assert step == _AL_INTERPRETED.parse_areal_step(text) == _oracle_areal_step(text), repr(text)
+    update = areal_lines.parse_weight_update(text)
+    assert _same(update, _AL_INTERPRETED.parse_weight_update(text)), repr(text)
+    assert _same(update, _oracle_weight_update(text)), repr(text)
+    assert _same(areal_lines.parse_stats_row(text), _AL_INTERPRETED.parse_stats_row(text)), repr(text)
+
+
+def _tracker_pair() -> tuple[list[TrainingTracker], list[LearningTracker], list[object]]:
+    training = [TrainingTracker(FakeClock(NOW), stall_s=600.0, weight_update_timeout_s=300.0) for _ in (0, 1)]
+    learning = [LearningTracker(step_of=lambda t=t: t.state().last_step) for t in training]
+    feeds = [areal_lines.LearningFeed(learning[0]), _AL_INTERPRETED.LearningFeed(learning[1])]
+    return training, learning, feeds
+
+
+def _read_alike(texts: list[str], rng: random.Random) -> None:
+    """Each line handed to both training trackers and both learning feeds, one pair through areal_lines compiled and
+    one through its .py interpreted, in batches as the counter delivers them; what each says after every batch."""
+    training, learning, feeds = _tracker_pair()
+    applies = (areal_lines.training_apply, _AL_INTERPRETED.training_apply)
+    lineno = {"/r/trainer.log": 0, "/r/merged.log": 0}
+    pos = 0
+    while pos < len(texts):
+        batch = texts[pos : pos + rng.randint(1, 30)]
+        pos += len(batch)
+        path = rng.choice(sorted(lineno))
+        for text in batch:
+            lineno[path] += 1
+            line = LogLine(path, lineno[path], text, rng.choice([math.nan, NOW + lineno[path]]))
+            for i in (0, 1):
+                training[i].queue.append(line)
+                feeds[i](line)  # type: ignore[operator]
+        for i in (0, 1):
+            applies[i](training[i], 0.0)
+        said = [repr((t.state(NOW + 60.0), list(t.errors), t.areal_step, t.reward_slot)) for t in training]
+        assert said[0] == said[1], batch
+        learned = [repr((t.state(), t.areal_step, t.ordinal)) for t in learning]
+        assert learned[0] == learned[1], batch
+
+
+@pytest.mark.parametrize("seed", range(10))
+def test_the_trackers_lines_compiled_read_as_their_text_interpreted(seed: int) -> None:
+    """AReaL's step lines and stats rows (rewards ranked, the update-weights timing, learning metrics by suffix),
+    weight updates, TRL's, verl's and OpenRLHF's lines, a restart and a second file, and the verbatim lines."""
+    rng = random.Random(seed)
+    texts = _training_text(rng, 600).decode("utf-8").split("\n")[:-1]
+    for _ in range(60):
+        texts.insert(rng.randrange(len(texts) + 1), rng.choice(_VERBATIM))
+    _read_alike(texts, rng)

@@ -13,14 +13,9 @@ from hypothesis import strategies as st
 from rlwatch.common.clock import FakeClock
 from rlwatch.common.state import LogLine
 from rlwatch.discover.knobs import load_knobs
+from rlwatch.logs.areal_lines import parse_areal_step, parse_stats_row, parse_weight_update
 from rlwatch.logs.prefixes import split_prefix
-from rlwatch.logs.training import (
-    TrainingTracker,
-    parse_areal_step,
-    parse_metrics,
-    parse_stats_row,
-    parse_weight_update,
-)
+from rlwatch.logs.training import TrainingTracker, parse_metrics
 from rlwatch.sources.checkpoints import parse_areal_name, parse_hf_name, parse_trainer_state
 from rlwatch.sources.recover import StepInfo, next_step, parse_step_info, read_recover
 

@@ -48,7 +48,7 @@ class Wired:
         self.clock = clock or FakeClock(NOW)
         self.counter = EventCounter(build_kinds(EventsConfig()), self.clock, native=native)
         assert self.counter.native is native
-        self.training = TrainingTracker(self.clock, stall_s=600.0, weight_update_timeout_s=120.0, native=native)
+        self.training = TrainingTracker(self.clock, stall_s=600.0, weight_update_timeout_s=120.0)
         self.handed: list[tuple[str, LogLine]] = []
         for kind in ("_progress", "_steplike", "cuda_oom"):
             self.counter.subscribe(kind, lambda line, k=kind: self.handed.append((k, line)))
@@ -70,7 +70,7 @@ class Wired:
 
 def every_line(lines: list[str]) -> TrainingState:
     """What the training tracker says having read each line of a backlog (no time), one by one."""
-    tracker = TrainingTracker(FakeClock(NOW), stall_s=600.0, weight_update_timeout_s=120.0, native=False)
+    tracker = TrainingTracker(FakeClock(NOW), stall_s=600.0, weight_update_timeout_s=120.0)
     for n, text in enumerate(lines, 1):
         tracker.on_step(LogLine(PATH, n, text, math.nan))
     tracker.on_any_line(NOW)  # as Wired.feed tells it a chunk was read, at the clock's time

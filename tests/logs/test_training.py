@@ -8,14 +8,8 @@ import pytest
 
 from rlwatch.common.clock import FakeClock
 from rlwatch.common.state import LogLine
-from rlwatch.logs.training import (
-    TrainingTracker,
-    parse_areal_step,
-    parse_metrics,
-    parse_stats_row,
-    parse_weight_update,
-    reward_rank,
-)
+from rlwatch.logs.areal_lines import parse_areal_step, parse_stats_row, parse_weight_update, reward_rank
+from rlwatch.logs.training import TrainingTracker, parse_metrics
 
 T0 = 1_763_716_800.0
 AREAL = "(AReaL) {ts} StatsLogger INFO: Epoch {e}/5 Step {s}/935 Train step {g}/4675 done."
