@@ -31,6 +31,7 @@ from rlwatch.engine.diagnosis.collectives import GPU_WINDOW_S, collectives, comp
 from rlwatch.engine.job import JobWatch
 from rlwatch.logs.collectives import read_lines
 from rlwatch.sources import flight
+from tests.simhost import wait_until
 from tests.snapshot_data import event
 
 REAL = Path(__file__).resolve().parents[1] / "real" / "collective-2gpu"
@@ -300,6 +301,8 @@ def test_a_declared_hang_asks_each_rank_for_its_flight_record_through_its_pipe_o
     env = {"PATH": "/usr/bin:/bin", "RANK": "1", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "29500"}
     env["TORCH_NCCL_DEBUG_INFO_PIPE_FILE"] = prefix
     rank = subprocess.Popen([sys.executable, "-c", "import sys; sys.stdin.read()"], stdin=subprocess.PIPE, env=env)
+    # until the child has exec'd, /proc shows the parent's environment, without the rank's RANK
+    wait_until(lambda: b"RANK=1\0" in Path(f"/proc/{rank.pid}/environ").read_bytes(), 30)
     try:
         frames = ("fetch_batch_from_service (train.py:20)", "main (train.py:60)")
         samples = tuple(StackSample(1000.0 + 10 * i, frames, frames[0], None, False, True) for i in range(3))
