@@ -15,6 +15,7 @@ $(STAMP): pyproject.toml setup.py rlwatch/logs/_newlines.c rlwatch/logs/_eventpa
 	$(PY) -m pip install -q --upgrade pip
 	PYTHONWARNINGS="ignore:Editable installation" $(PY) -m pip install -q -e '.[test]'
 	touch $(STAMP)
+$(STAMP): rlwatch/logs/prefixes.py rlwatch/logs/prefixes.pxd
 
 demo: $(STAMP)
 	@$(PY) -m compileall -q rlwatch tui widgets >/dev/null

@@ -430,7 +430,7 @@ def _same(a: object, b: object) -> bool:
 @given(st.lists(st.sampled_from(_PARTS), max_size=10), st.floats(1.6e9, 1.9e9))
 def test_each_helper_reads_a_line_as_python_does(parts: list[str], now: float) -> None:
     text = "".join(parts)
-    assert _same(native.py_split_prefix(text), split_prefix(text))
+    assert _same(split_prefix(text), _PREFIXES_INTERPRETED.split_prefix(text))
     assert _same(native.py_parse_time(text, now), parse_time(text, now))
     assert _same(native.py_exception(text), exception(text))
     assert native.py_header(text) == (HEADER.search(text) is not None)
@@ -446,7 +446,7 @@ def test_each_helper_reads_a_line_as_python_does(parts: list[str], now: float) -
 @settings(max_examples=500, deadline=None)
 @given(st.text(max_size=60))
 def test_each_helper_reads_any_text_as_python_does(text: str) -> None:
-    assert _same(native.py_split_prefix(text), split_prefix(text))
+    assert _same(split_prefix(text), _PREFIXES_INTERPRETED.split_prefix(text))
     assert _same(native.py_parse_time(text, 1.8e9), parse_time(text, 1.8e9))
     assert _same(native.py_exception(text), exception(text))
     assert native.py_header(text) == (HEADER.search(text) is not None)
@@ -814,7 +814,7 @@ def _interpreted(name: str) -> ModuleType:
     return module
 
 
-@pytest.mark.parametrize("name", ["torchrun_report"])
+@pytest.mark.parametrize("name", ["torchrun_report", "prefixes"])
 def test_the_rule_modules_compiled_from_their_text_are_compiled(name: str) -> None:
     """Where the event path is built, a rule module it cimports was compiled too: the import gives the extension,
     not the .py (else the equivalence below would compare the .py with itself)."""
@@ -824,6 +824,7 @@ def test_the_rule_modules_compiled_from_their_text_are_compiled(name: str) -> No
 
 
 _TR_INTERPRETED = _interpreted("torchrun_report")
+_PREFIXES_INTERPRETED = _interpreted("prefixes")  # split_prefix above is the compiled one
 
 
 @settings(max_examples=600, deadline=None)
