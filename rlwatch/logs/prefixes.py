@@ -123,7 +123,7 @@ def _kv_writer(text: str, n: int, pos: int) -> int:
     if pos >= n or text[pos] != "(":
         return -1
     close = text.find(")", pos + 1)
-    if close < 0:
+    if close < 0 or text.find("=", pos + 1, close) < 0:  # every match holds a key's "=": most lines are let go here
         return -1
     # states: 1 name start, 2 in name, 3 part start, 4 in part, 5 key start, 6 in key, 7 value start, 8 in value
     # (accepting), 9 after a comma.
