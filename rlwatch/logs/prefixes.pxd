@@ -47,6 +47,14 @@ cdef Py_ssize_t _record(str text, Py_ssize_t n, Py_ssize_t pos) except -2
 @cython.locals(i=Py_ssize_t, c=Py_UCS4)
 cdef Py_ssize_t _compose(str text, Py_ssize_t n, Py_ssize_t pos) except -2
 
-@cython.locals(n=Py_ssize_t, pos=Py_ssize_t, m=Py_ssize_t, stop=Py_ssize_t, _hop=Py_ssize_t, first=Py_UCS4,
-               c=Py_UCS4, tag=str)
+@cython.locals(first=Py_UCS4)
+cdef bint _may_have_prefix(str text, Py_ssize_t n) except -1
+
+@cython.locals(pos=Py_ssize_t, m=Py_ssize_t, stop=Py_ssize_t, _hop=Py_ssize_t, c=Py_UCS4, tag=str)
+cdef Py_ssize_t _split(str text, Py_ssize_t n, Split out) except -1
+
+@cython.locals(n=Py_ssize_t)
 cpdef Py_ssize_t split_at(str text, Split out) except -1
+
+@cython.locals(n=Py_ssize_t, pos=Py_ssize_t)
+cpdef tuple split_prefix(str text)

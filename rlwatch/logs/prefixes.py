@@ -355,28 +355,24 @@ def _compose(text: str, n: int, pos: int) -> int:
     return i + 2
 
 
-def split_at(text: str, out: Split) -> int:
-    """Where the message behind every writer prefix of a line starts; the writer prefixes' tag goes to out.tag.
-
-    The tag tells interleaved writers apart (rank 0 and rank 1 printing tracebacks into one file at once, two
-    compose services in one `docker compose logs`); it never holds a timestamp, which differs on every line.
-    """
-    out.tag = ""
-    n = len(text)
+def _may_have_prefix(text: str, n: int) -> bool:
+    """The test for "no prefix", made before anything else: it runs on every line of an open traceback. A writer or
+    record prefix starts with one of "[(DIWEC"; a line starting otherwise has none unless it starts with a date (a
+    stamp) or holds " | " near its start (compose). Most lines are decided here."""
     if n == 0:
-        return 0
-    # The test for "no prefix" first: it runs on every line of an open traceback. A writer or record prefix starts
-    # with one of "[(DIWEC"; a line starting otherwise has none unless it starts with a date (a stamp) or holds
-    # " | " near its start (compose). Most lines are decided here.
+        return False
     first = text[0]
     if first in "[(DIWEC":
-        if first == "(" and "=" not in text and not (text.startswith(_RAYLET) or text.startswith(_AUTOSCALER)):
-            return 0
-    elif _digit(first):
-        if n < 11 or text[10] != "T" or text[4] != "-":
-            return 0
-    elif not _alpha(first) or text.find(" | ", 0, _COMPOSE_NAME_MAX) < 0:
-        return 0  # table rules and rows, indented frames, metric dicts
+        return first != "(" or "=" in text or text.startswith(_RAYLET) or text.startswith(_AUTOSCALER)
+    if "0" <= first <= "9":  # the classes written out: a call costs more than the test, interpreted
+        return n >= 11 and text[10] == "T" and text[4] == "-"
+    if not ("A" <= first <= "Z" or "a" <= first <= "z"):
+        return False  # table rules and rows, indented frames, metric dicts
+    return text.find(" | ", 0, _COMPOSE_NAME_MAX) >= 0
+
+
+def _split(text: str, n: int, out: Split) -> int:
+    """split_at past the test for "no prefix"."""
     pos = 0
     tag = ""
     for _hop in range(_MAX_PREFIXES):
@@ -415,10 +411,27 @@ def split_at(text: str, out: Split) -> int:
     return pos
 
 
+def split_at(text: str, out: Split) -> int:
+    """Where the message behind every writer prefix of a line starts; the writer prefixes' tag goes to out.tag.
+
+    The tag tells interleaved writers apart (rank 0 and rank 1 printing tracebacks into one file at once, two
+    compose services in one `docker compose logs`); it never holds a timestamp, which differs on every line.
+    """
+    n = len(text)
+    if not _may_have_prefix(text, n):
+        out.tag = ""
+        return 0
+    return _split(text, n, out)
+
+
 def split_prefix(text: str) -> tuple[str, str]:
-    """Split a line into (tag, body): the writer prefixes, and the message behind every prefix."""
+    """Split a line into (tag, body): the writer prefixes, and the message behind every prefix. (A line with none,
+    most, is let go before a Split is made for it: interpreted, that is most of the cost.)"""
+    n = len(text)
+    if not _may_have_prefix(text, n):
+        return "", text
     out = Split()
-    pos = split_at(text, out)
+    pos = _split(text, n, out)
     return out.tag, text[pos:] if pos else text
 
 
