@@ -21,6 +21,7 @@ COMPILED = (
     "signatures",
     "incidents",
     "areal_lines",
+    "prefixes",
 )
 
 

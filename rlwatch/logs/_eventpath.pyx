@@ -356,11 +356,6 @@ cdef inline bint starts_lit(U u, Py_ssize_t pos, Lit w) noexcept nogil:
     return starts_at(u, pos, w.p, w.n)
 
 
-cdef Lit W_RANK = lit(wording.RANK_PREFIX)
-cdef Lit W_RAYLET = lit(wording.RAY_RAYLET)
-cdef Lit W_AUTOSCALER = lit(wording.RAY_AUTOSCALER)
-cdef Lit W_STREAMS[_MAX_LITS]
-cdef int N_STREAMS = lits(wording.STREAM_TAGS, W_STREAMS)
 cdef Lit W_LEVELS[_MAX_LITS]
 cdef int N_LEVELS = lits(wording.LOG_LEVELS, W_LEVELS)
 cdef Lit W_KEYWORDS[_MAX_LITS]
@@ -404,15 +399,6 @@ cdef str S_REWARD_ROLLOUT = wording.REWARD_ROLLOUT
 cdef tuple S_REWARD_ROLLOUT_ENDINGS = tuple(wording.REWARD_ROLLOUT_ENDINGS)
 
 
-cdef Py_ssize_t stream_tag(U u, Py_ssize_t pos) noexcept nogil:
-    """The length of a CRI stream tag (``stdout ``) at pos, or 0."""
-    cdef int k
-    for k in range(N_STREAMS):
-        if starts_lit(u, pos, W_STREAMS[k]):
-            return W_STREAMS[k].n
-    return 0
-
-
 cdef Py_ssize_t level_at(U u, Py_ssize_t pos, Py_ssize_t end) noexcept nogil:
     """The length of a logging level's name at text[pos:end], or 0."""
     cdef int k
@@ -423,392 +409,21 @@ cdef Py_ssize_t level_at(U u, Py_ssize_t pos, Py_ssize_t end) noexcept nogil:
 
 
 # ========================================================================================================= prefixes
-# rlwatch/logs/prefixes.py: split_prefix, with each of its expressions (all re.ASCII) matched by hand.
-
-cdef Py_ssize_t _rank_writer(U u, Py_ssize_t pos) noexcept nogil:
-    """``\\[rank\\d+\\]:\\s?`` at pos: its end, or -1."""
-    cdef Py_ssize_t i
-    if not starts_lit(u, pos, W_RANK):
-        return -1
-    i = pos + W_RANK.n
-    if i >= u.n or not adigit(at(u, i)):
-        return -1
-    while i < u.n and adigit(at(u, i)):
-        i += 1
-    if not starts_at(u, i, b"]:", 2):
-        return -1
-    i += 2
-    if i < u.n and aspace(at(u, i)):
-        i += 1
-    return i
+# rlwatch/logs/prefixes.py, compiled from its own text (setup.py's COMPILED, its C types in prefixes.pxd): split_at
+# writes a line's writer tag to the Split it is given and returns where the message starts. Out is that Split, with
+# what the matchers find besides.
+from rlwatch.logs.prefixes cimport Split, split_at
 
 
-cdef Py_ssize_t _role_writer(U u, Py_ssize_t pos) noexcept nogil:
-    """``\\[[A-Za-z][\\w./-]*\\]`` at pos."""
-    cdef Py_ssize_t i
-    cdef uc c
-    if pos + 1 >= u.n or at(u, pos) != 91 or not aalpha(at(u, pos + 1)):
-        return -1
-    i = pos + 2
-    while i < u.n:
-        c = at(u, i)
-        if aword(c) or c == 46 or c == 47 or c == 45:
-            i += 1
-        else:
-            break
-    if i < u.n and at(u, i) == 93:
-        return i + 1
-    return -1
+cdef class Out(Split):
+    """What a matcher found besides its answer: a line's writer tag (``Split.tag``), a frame's file and line, a
+    lowered body."""
 
-
-cdef inline bint _v(uc c) noexcept nogil:
-    # [^\s,()] under re.ASCII
-    return not (aspace(c) or c == 44 or c == 40 or c == 41)
-
-
-cdef Py_ssize_t _kv_writer(U u, Py_ssize_t pos) noexcept nogil:
-    """``\\((?:[A-Za-z][\\w.:-]*(?: [A-Za-z]\\w*)* )?\\w+=[^\\s,()]+(?:,? \\w+=[^\\s,()]+)*\\) ?`` at pos.
-
-    No part of it can hold ``)``, so a match ends at the first ``)``; whether the text before it fits is decided
-    by running the expression's automaton over it (its states a bit set), which is exact whatever it backtracks."""
-    cdef Py_ssize_t i, close
-    cdef uc c
-    cdef unsigned int s, t
-    if pos >= u.n or at(u, pos) != 40:
-        return -1
-    close = -1
-    i = pos + 1
-    while i < u.n:
-        if at(u, i) == 41:
-            close = i
-            break
-        i += 1
-    if close < 0:
-        return -1
-    # states: 1 name start, 2 in name, 3 part start, 4 in part, 5 key start, 6 in key, 7 value start, 8 in value
-    # (accepting), 9 after a comma.
-    s = (1 << 1) | (1 << 5)
-    for i in range(pos + 1, close):
-        c = at(u, i)
-        t = 0
-        if s & (1 << 1) and aalpha(c):
-            t |= 1 << 2
-        if s & (1 << 2):
-            if aword(c) or c == 46 or c == 58 or c == 45:
-                t |= 1 << 2
-            if c == 32:
-                t |= (1 << 3) | (1 << 5)
-        if s & (1 << 3) and aalpha(c):
-            t |= 1 << 4
-        if s & (1 << 4):
-            if aword(c):
-                t |= 1 << 4
-            if c == 32:
-                t |= (1 << 3) | (1 << 5)
-        if s & (1 << 5) and aword(c):
-            t |= 1 << 6
-        if s & (1 << 6):
-            if aword(c):
-                t |= 1 << 6
-            if c == 61:
-                t |= 1 << 7
-        if s & ((1 << 7) | (1 << 8)) and _v(c):
-            t |= 1 << 8
-        if s & (1 << 8):
-            if c == 44:
-                t |= 1 << 9
-            if c == 32:
-                t |= 1 << 5
-        if s & (1 << 9) and c == 32:
-            t |= 1 << 5
-        s = t
-        if s == 0:
-            return -1
-    if not (s & (1 << 8)):
-        return -1
-    i = close + 1
-    if i < u.n and at(u, i) == 32:
-        i += 1
-    return i
-
-
-cdef Py_ssize_t _ray_writer(U u, Py_ssize_t pos) noexcept nogil:
-    """``\\((?:raylet|autoscaler(?: \\+\\w+)?)\\) `` at pos."""
-    cdef Py_ssize_t i
-    if starts_lit(u, pos, W_RAYLET) and pos + W_RAYLET.n < u.n and at(u, pos + W_RAYLET.n) == 32:
-        return pos + W_RAYLET.n + 1
-    if not starts_lit(u, pos, W_AUTOSCALER):
-        return -1
-    i = pos + W_AUTOSCALER.n
-    if starts_at(u, i, b" +", 2) and i + 2 < u.n and aword(at(u, i + 2)):
-        i += 3
-        while i < u.n and aword(at(u, i)):
-            i += 1
-        if starts_at(u, i, b") ", 2):
-            return i + 2
-        i = pos + W_AUTOSCALER.n
-    if starts_at(u, i, b") ", 2):
-        return i + 2
-    return -1
-
-
-cdef Py_ssize_t _writer(U u, Py_ssize_t pos) noexcept nogil:
-    """``_WRITER.match(text, pos)``: its end, or -1 (the alternatives in order)."""
-    cdef Py_ssize_t e
-    e = _rank_writer(u, pos)
-    if e >= 0:
-        return e
-    e = _role_writer(u, pos)
-    if e >= 0:
-        return e
-    e = _kv_writer(u, pos)
-    if e >= 0:
-        return e
-    return _ray_writer(u, pos)
-
-
-cdef Py_ssize_t _digits(U u, Py_ssize_t i, int n) noexcept nogil:
-    """i + n when text[i:i+n] are n ASCII digits, else -1."""
-    cdef int k
-    if i + n > u.n:
-        return -1
-    for k in range(n):
-        if not adigit(at(u, i + k)):
-            return -1
-    return i + n
-
-
-cdef Py_ssize_t _stamp(U u, Py_ssize_t pos) noexcept nogil:
-    """``_STAMP.match(text, pos)``: a container runtime's RFC 3339 stamp and what follows it."""
-    cdef Py_ssize_t i = pos, j, k, n
-    cdef uc c
-    if i < u.n and at(u, i) == 91:
-        i += 1
-    i = _digits(u, i, 4)
-    if i < 0 or i >= u.n or at(u, i) != 45:
-        return -1
-    i = _digits(u, i + 1, 2)
-    if i < 0 or i >= u.n or at(u, i) != 45:
-        return -1
-    i = _digits(u, i + 1, 2)
-    if i < 0 or i >= u.n or at(u, i) != 84:
-        return -1
-    i = _digits(u, i + 1, 2)
-    if i < 0 or i >= u.n or at(u, i) != 58:
-        return -1
-    i = _digits(u, i + 1, 2)
-    if i < 0 or i >= u.n or at(u, i) != 58:
-        return -1
-    i = _digits(u, i + 1, 2)
-    if i < 0:
-        return -1
-    if i < u.n and (at(u, i) == 46 or at(u, i) == 44):
-        j = i + 1
-        while j < u.n and adigit(at(u, j)):
-            j += 1
-        k = j - i - 1
-        if k < 1 or k > 9:
-            return -1  # without the fraction a zone cannot follow the separator; with it, no zone after 9 digits
-        i = j
-    if i >= u.n:
-        return -1
-    c = at(u, i)
-    if c == 90:
-        i += 1
-    elif c == 43 or c == 45:
-        i = _digits(u, i + 1, 2)
-        if i < 0:
-            return -1
-        if i < u.n and at(u, i) == 58:
-            i = _digits(u, i + 1, 2)
-        else:
-            i = _digits(u, i, 2)
-        if i < 0:
-            return -1
-    else:
-        return -1
-    if i < u.n and at(u, i) == 93:
-        i += 1
-    if i >= u.n or at(u, i) != 32:
-        return -1
-    i += 1
-    n = stream_tag(u, i)
-    if n and i + n + 2 <= u.n:
-        c = at(u, i + n)
-        if (c == 70 or c == 80) and at(u, i + n + 1) == 32:
-            i += n + 2
-    return i
-
-
-cdef Py_ssize_t _record(U u, Py_ssize_t pos) noexcept nogil:
-    """``_RECORD.match(text, pos)``: vLLM's record prefix."""
-    cdef Py_ssize_t i, j
-    cdef uc c
-    i = level_at(u, pos, u.n)
-    if i == 0:
-        return -1
-    i += pos
-    if i >= u.n or at(u, i) != 32:
-        return -1
-    i = _digits(u, i + 1, 2)
-    if i < 0 or i >= u.n or at(u, i) != 45:
-        return -1
-    i = _digits(u, i + 1, 2)
-    if i < 0 or i >= u.n or at(u, i) != 32:
-        return -1
-    i = _digits(u, i + 1, 2)
-    if i < 0 or i >= u.n or at(u, i) != 58:
-        return -1
-    i = _digits(u, i + 1, 2)
-    if i < 0 or i >= u.n or at(u, i) != 58:
-        return -1
-    i = _digits(u, i + 1, 2)
-    if i < 0:
-        return -1
-    if i < u.n and at(u, i) == 46:
-        j = i + 1
-        while j < u.n and adigit(at(u, j)):
-            j += 1
-        if j > i + 1 and j < u.n and at(u, j) == 32:
-            i = j
-    if i >= u.n or at(u, i) != 32:
-        return -1
-    i += 1
-    if i < u.n and at(u, i) == 91:
-        i += 1
-    j = i
-    while j < u.n:
-        c = at(u, j)
-        if aword(c) or c == 46 or c == 47 or c == 45:
-            j += 1
-        else:
-            break
-    if j == i or j >= u.n or at(u, j) != 58:
-        return -1
-    i = j + 1
-    j = i
-    while j < u.n and adigit(at(u, j)):
-        j += 1
-    if j == i or not starts_at(u, j, b"] ", 2):
-        return -1
-    return j + 2
-
-
-cdef Py_ssize_t _compose(U u, Py_ssize_t pos, Py_ssize_t *name_end) noexcept nogil:
-    """``_COMPOSE.match(text, pos)``: ``name +| ``; name_end set to the end of the name."""
-    cdef Py_ssize_t i
-    cdef uc c
-    if pos >= u.n:
-        return -1
-    c = at(u, pos)
-    if not (aalpha(c) or adigit(c)):
-        return -1
-    i = pos + 1
-    while i < u.n:
-        c = at(u, i)
-        if aword(c) or c == 46 or c == 45:
-            i += 1
-        else:
-            break
-    name_end[0] = i
-    if i >= u.n or at(u, i) != 32:
-        return -1
-    while i < u.n and at(u, i) == 32:
-        i += 1
-    if not starts_at(u, i, b"| ", 2):
-        return -1
-    return i + 2
-
-
-cdef inline bint _may_start(uc c) noexcept nogil:
-    # "[(0123456789" and ASCII letters
-    return c == 91 or c == 40 or adigit(c) or aalpha(c)
-
-
-cdef str _NO_TAG = ""
-
-
-cdef class Out:
-    """What a matcher found besides its answer: a line's writer tag, a frame's file and line, a lowered body."""
-
-    cdef str tag
     cdef str file
     cdef str line
     cdef str lowered
     cdef bint has_bits  # bits hold, for each string of the core's literal set, whether the body holds it
     cdef uint64_t bits[8]
-
-
-cdef Py_ssize_t split_at(str text, U u, Out out) except -2:
-    """``split_prefix``: the tag is written to out.tag, and where the body starts is returned."""
-    cdef uc first, c
-    cdef Py_ssize_t pos = 0, end, stop, m, name_end = 0, k
-    cdef list tag
-    out.tag = _NO_TAG
-    if u.n == 0:
-        return 0
-    first = at(u, 0)
-    if not _may_start(first):
-        return 0
-    if first == 91 or first == 40 or first == 68 or first == 73 or first == 87 or first == 69 or first == 67:
-        if first == 40 and PyUnicode_FindChar(text, 61, 0, u.n, 1) < 0 and not (
-            starts_lit(u, 0, W_RAYLET) or starts_lit(u, 0, W_AUTOSCALER)
-        ):
-            return 0
-    elif adigit(first):
-        if u.n < 11 or at(u, 10) != 84 or at(u, 4) != 45:
-            return 0
-    else:
-        if PyUnicode_Find(text, " | ", 0, 96 if u.n > 96 else u.n, 1) < 0:
-            return 0
-    tag = []
-    for k in range(6):
-        c = at(u, pos) if pos < u.n else 0
-        if pos >= u.n or c == 91 or c == 40:
-            m = _writer(u, pos) if pos < u.n else -1
-            if m >= 0:
-                end = m
-                # the match stripped: it ends in at most one ASCII space (from \s? or " ?")
-                stop = end
-                if stop > pos and aspace(at(u, stop - 1)):
-                    stop -= 1
-                tag.append(PyUnicode_Substring(text, pos, stop))
-                if at(u, end - 1) == 93:
-                    stop = pos + 10
-                    if end + 1 > stop:
-                        stop = end + 1
-                    while end < stop and end < u.n and at(u, end) == 32:
-                        end += 1
-                pos = end
-                continue
-            m = _stamp(u, pos) if (pos < u.n and c == 91) else -1
-        elif adigit(c):
-            m = _stamp(u, pos)
-        elif Py_UNICODE_ISDIGIT(c):
-            m = -1  # str.isdigit of a digit _STAMP (ASCII) never matches
-        elif (c == 68 or c == 73 or c == 87 or c == 69 or c == 67) and _record(u, pos) >= 0:
-            m = _record(u, pos)
-        elif pos == 0 and Py_UNICODE_ISALNUM(c):
-            m = _compose(u, pos, &name_end)
-            if m >= 0:
-                tag.append(PyUnicode_Substring(text, pos, name_end))
-                tag.append("|")
-        else:
-            break
-        if m < 0:
-            break
-        pos = m
-    if tag:
-        out.tag = "".join(tag)
-    return pos
-
-
-cpdef tuple py_split_prefix(str text):
-    """For the tests: the compiled ``split_prefix``."""
-    cdef Out out = Out()
-    cdef U u = uview(text)
-    cdef Py_ssize_t pos = split_at(text, u, out)
-    return out.tag, (PyUnicode_Substring(text, pos, u.n) if pos else text)
 
 
 # ======================================================================================================= timestamps
@@ -3073,7 +2688,7 @@ cdef class Core:
             text = strip_sgr(text)
             stripped = True
             ut = uview(text)
-        bpos = split_at(text, ut, out)
+        bpos = split_at(text, out)
         tag = out.tag
         body = PyUnicode_Substring(text, bpos, ut.n) if bpos else text
         ub = uview(body)
@@ -3139,7 +2754,7 @@ cdef class Core:
         if PyUnicode_FindChar(text, 27, 0, PyUnicode_GET_LENGTH(text), 1) >= 0:
             text = strip_sgr(text)
         ut = uview(text)
-        bpos = split_at(text, ut, out)
+        bpos = split_at(text, out)
         tag = out.tag
         body = PyUnicode_Substring(text, bpos, ut.n) if bpos else text
         self.cur_long_fs = fs
@@ -3670,7 +3285,7 @@ cdef class Core:
                 if PyUnicode_FindChar(text, 27, 0, PyUnicode_GET_LENGTH(text), 1) >= 0:
                     text = strip_sgr(text)
                 u = uview(text)
-                k = split_at(text, u, self.out)
+                k = split_at(text, self.out)
                 body = PyUnicode_Substring(text, k, u.n) if k else text
                 f = frame(body)
                 if f is not None:

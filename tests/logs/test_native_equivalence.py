@@ -428,7 +428,7 @@ def _same(a: object, b: object) -> bool:
 @given(st.lists(st.sampled_from(_PARTS), max_size=10), st.floats(1.6e9, 1.9e9))
 def test_each_helper_reads_a_line_as_python_does(parts: list[str], now: float) -> None:
     text = "".join(parts)
-    assert _same(native.py_split_prefix(text), split_prefix(text))
+    assert _same(split_prefix(text), _PREFIXES_INTERPRETED.split_prefix(text))
     assert _same(native.py_parse_time(text, now), parse_time(text, now))
     _signature_rules_agree(text)
     assert native.py_code_line(text) == (CODE_LINE.search(text) is not None)
@@ -440,7 +440,7 @@ def test_each_helper_reads_a_line_as_python_does(parts: list[str], now: float) -
 @settings(max_examples=500, deadline=None)
 @given(st.text(max_size=60))
 def test_each_helper_reads_any_text_as_python_does(text: str) -> None:
-    assert _same(native.py_split_prefix(text), split_prefix(text))
+    assert _same(split_prefix(text), _PREFIXES_INTERPRETED.split_prefix(text))
     assert _same(native.py_parse_time(text, 1.8e9), parse_time(text, 1.8e9))
     _signature_rules_agree(text)
     assert native.py_code_line(text) == (CODE_LINE.search(text) is not None)
@@ -791,7 +791,7 @@ def _interpreted(name: str) -> ModuleType:
     return module
 
 
-@pytest.mark.parametrize("name", ["torchrun_report", "signatures", "incidents", "areal_lines"])
+@pytest.mark.parametrize("name", ["torchrun_report", "signatures", "incidents", "areal_lines", "prefixes"])
 def test_the_rule_modules_compiled_from_their_text_are_compiled(name: str) -> None:
     """Where the event path is built, a rule module it cimports was compiled too: the import gives the extension,
     not the .py (else the equivalence below would compare the .py with itself)."""
@@ -908,6 +908,9 @@ _SIGNATURE_LINES = [
 @pytest.mark.parametrize("text", _SIGNATURE_LINES)
 def test_signature_rules_compiled_read_verbatim_lines_as_their_text_interpreted(text: str) -> None:
     _signature_rules_agree(text)
+
+
+_PREFIXES_INTERPRETED = _interpreted("prefixes")  # split_prefix above is the compiled one
 
 
 @settings(max_examples=600, deadline=None)
