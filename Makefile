@@ -10,6 +10,7 @@ STAMP  := $(VENV)/.installed
 # as rlwatch.tui and rlwatch.widgets on purpose): a block of asterisks before the dashboard opens says nothing to
 # the person who typed `make demo`, so that one warning is silenced.
 $(STAMP): pyproject.toml setup.py rlwatch/logs/_newlines.c rlwatch/logs/_eventpath.pyx rlwatch/logs/torchrun_report.py \
+		rlwatch/logs/timestamps.py rlwatch/logs/timestamps.pxd \
 		rlwatch/logs/torchrun_report.pxd
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip

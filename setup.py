@@ -16,7 +16,10 @@ from setuptools import Extension, setup
 
 OPTIONAL = os.environ.get("RLWATCH_REQUIRE_NATIVE", "0") != "1"
 # Rule modules compiled from their .py (each with a .pxd): built before the event path that cimports them.
-COMPILED = ("torchrun_report",)
+COMPILED = (
+    "torchrun_report",
+    "timestamps",
+)
 
 
 def _event_path() -> list[Extension]:
