@@ -8,6 +8,8 @@ from libc.stdint cimport int64_t
 cdef double _NAN
 cdef tuple _LEVELS
 cdef dict _minutes
+cdef int64_t _last_key
+cdef double _last_start
 cdef Py_ssize_t _MINUTES_KEPT
 cdef Py_ssize_t _SEARCH_CHARS
 cdef double _FUTURE_SLACK_S
@@ -45,6 +47,7 @@ cdef bint _digits(str text, Py_ssize_t i, Py_ssize_t n, Py_ssize_t end) noexcept
 
 @cython.locals(k=Py_ssize_t, value=int64_t)
 cdef int64_t _num(str text, Py_ssize_t i, Py_ssize_t n) noexcept
+cdef int64_t _two(str text, Py_ssize_t i) noexcept
 
 cdef bint _digit_after(str text, Py_ssize_t i, Py_ssize_t end) noexcept
 

@@ -46,6 +46,9 @@ _LEVELS: tuple[str, ...] = tuple(wording.LOG_LEVELS)
 # a log has many lines per minute, and the compiled path asks for one without building a Python tuple.
 _minutes: dict[int, float] = {}
 _MINUTES_KEPT = 8192
+# The last minute asked for, before the dict: a log's lines come in runs of one minute.
+_last_key = -1
+_last_start = _NAN
 # time.localtime(now).tm_year, remembered for one `now` (a chunk's lines share it).
 _year_for = _NAN
 _year_value = 0
@@ -64,10 +67,13 @@ def local_minute(year: int, month: int, day: int, hour: int, minute: int) -> flo
 
 def _local_minute(year: int, month: int, day: int, hour: int, minute: int) -> float:
     """:func:`local_minute` as a float (NaN: impossible), remembered by a packed integer key."""
+    global _last_key, _last_start
     if not (0 <= year <= 99999 and 0 <= month <= 99 and 0 <= day <= 99 and 0 <= hour <= 99 and 0 <= minute <= 99):
         got = local_minute(year, month, day, hour, minute)
         return _NAN if got is None else got
     key = (((year * 100 + month) * 100 + day) * 100 + hour) * 100 + minute
+    if key == _last_key:
+        return _last_start
     start = _minutes.get(key)
     if start is None:
         got = local_minute(year, month, day, hour, minute)
@@ -75,6 +81,7 @@ def _local_minute(year: int, month: int, day: int, hour: int, minute: int) -> fl
         if len(_minutes) >= _MINUTES_KEPT:
             _minutes.clear()
         _minutes[key] = start
+    _last_key, _last_start = key, start
     return start
 
 
@@ -138,8 +145,8 @@ def _yearless(text: str, h: int, month_at: int, frac_len: int, now: float) -> fl
             _year_ok = False
     if not _year_ok:
         return _NAN
-    month, day = _num(text, month_at, 2), _num(text, h - 3, 2)
-    hour, minute, second = _num(text, h, 2), _num(text, h + 3, 2), _num(text, h + 6, 2)
+    month, day = _two(text, month_at), _two(text, h - 3)
+    hour, minute, second = _two(text, h), _two(text, h + 3), _two(text, h + 6)
     frac = _num(text, h + 9, frac_len)
     stamp = _in_minute(_local_minute(_year_value, month, day, hour, minute), second, frac, frac_len)
     if not _is_nan(stamp) and stamp > now + _FUTURE_SLACK_S:
@@ -151,10 +158,9 @@ def _dated(text: str, year_at: int, month_at: int, h: int, frac_len: int) -> flo
     """Local-time epoch seconds of a stamp with a year (at ``year_at``, its month at ``month_at``, its day just
     before the clock at ``h``, a fraction of ``frac_len`` digits after it); NaN for an impossible one."""
     start = _local_minute(
-        _num(text, year_at, 4), _num(text, month_at, 2), _num(text, h - 3, 2), _num(text, h, 2),
-        _num(text, h + 3, 2),
-    )  # fmt: skip
-    return _in_minute(start, _num(text, h + 6, 2), _num(text, h + 9, frac_len), frac_len)
+        _num(text, year_at, 4), _two(text, month_at), _two(text, h - 3), _two(text, h), _two(text, h + 3)
+    )
+    return _in_minute(start, _two(text, h + 6), _num(text, h + 9, frac_len), frac_len)
 
 
 # ---------------------------------------------------------------------------------------------- characters
@@ -194,6 +200,11 @@ def _num(text: str, i: int, n: int) -> int:
     for k in range(i, i + n):
         value = value * 10 + (ord(text[k]) - 48)
     return value
+
+
+def _two(text: str, i: int) -> int:
+    """The number the two ASCII digits at ``i`` write (most fields are two digits: no loop)."""
+    return (ord(text[i]) - 48) * 10 + (ord(text[i + 1]) - 48)
 
 
 def _digit_after(text: str, i: int, end: int) -> bool:
@@ -291,19 +302,19 @@ def _rfc3339_zone(text: str, h: int, lo: int, end: int) -> int:
 def _rfc3339(text: str, h: int, zone: int) -> float:
     """Epoch seconds of the RFC 3339 stamp whose clock is at ``h`` and zone at ``zone`` (NaN: impossible date)."""
     s = h - 11
-    year, month, day = _num(text, s, 4), _num(text, s + 5, 2), _num(text, s + 8, 2)
-    hour, minute = _num(text, h, 2), _num(text, h + 3, 2)
+    year, month, day = _num(text, s, 4), _two(text, s + 5), _two(text, s + 8)
+    hour, minute = _two(text, h), _two(text, h + 3)
     if not _valid(year, month, day, hour, minute):
         return _NAN
     offset = 0
     if text[zone] != "Z":
         minutes_at = zone + 4 if text[zone + 3] == ":" else zone + 3
-        offset = _num(text, zone + 1, 2) * 60 + _num(text, minutes_at, 2)
+        offset = _two(text, zone + 1) * 60 + _two(text, minutes_at)
         if text[zone] == "-":
             offset = -offset
     start = (_ordinal(year, month, day) - 719163) * 86400 + hour * 3600 + minute * 60 - offset * 60
     frac_len = zone - h - 9 if zone > h + 8 else 0
-    return _in_minute(float(start), _num(text, h + 6, 2), _num(text, h + 9, frac_len), frac_len)
+    return _in_minute(float(start), _two(text, h + 6), _num(text, h + 9, frac_len), frac_len)
 
 
 def _areal(text: str, h: int, lo: int, end: int) -> int:
