@@ -22,6 +22,7 @@ COMPILED = (
     "incidents",
     "areal_lines",
     "prefixes",
+    "timestamps",
 )
 
 

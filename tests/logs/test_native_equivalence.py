@@ -16,14 +16,11 @@ from __future__ import annotations
 
 import importlib
 import importlib.machinery
-import importlib.util
 import math
 import random
 import re
-import sys
 from collections.abc import Iterator
 from pathlib import Path
-from types import ModuleType
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -44,6 +41,7 @@ from rlwatch.logs.tailer import Chunk, Tailer
 from rlwatch.logs.timestamps import parse_time
 from rlwatch.logs.training import TrainingTracker
 from tests.logs.chunking import whole_line_chunks
+from tests.logs.interpreted import interpreted as _interpreted
 
 native = pytest.importorskip("rlwatch.logs._eventpath", reason="the compiled event path is not built here")
 if not events_module.NATIVE:  # RLWATCH_NATIVE=0
@@ -414,6 +412,7 @@ _PARTS = [
     "9999-12-31T23:59:59.123456789-23:59 ", "1234567", ".1234567", "-", "\r",
     "04/21 21:03:53 - mmengine - INFO - ", "[11/01 11:27:04 d2.utils.events]: ", "[11/01 11:27:04] ", "/",
     "2022/08/22 15:51:56 - mmengine - ", "12/31 23:59:59", "13/40 25:61:61", "2022/02/30 10:00:00", "11/21/2025 ",
+    "２０２５", "𝟚𝟘", "1٣:00:00", "INFO\t", "XINFO ", "CRITICAL  ", "E", "I1121 ", "05:30", "-0530", "\r\n", "1",
 ]
 # fmt: on
 
@@ -424,12 +423,17 @@ def _same(a: object, b: object) -> bool:
     return repr(a) == repr(b)
 
 
+# The time a line says: rlwatch.logs.timestamps compiled (the import, what the event path cimports) against its text
+# interpreted.
+_TS_INTERPRETED = _interpreted("timestamps")
+
+
 @settings(max_examples=3000, deadline=None)
 @given(st.lists(st.sampled_from(_PARTS), max_size=10), st.floats(1.6e9, 1.9e9))
 def test_each_helper_reads_a_line_as_python_does(parts: list[str], now: float) -> None:
     text = "".join(parts)
     assert _same(split_prefix(text), _PREFIXES_INTERPRETED.split_prefix(text))
-    assert _same(native.py_parse_time(text, now), parse_time(text, now))
+    assert _same(parse_time(text, now), _TS_INTERPRETED.parse_time(text, now))
     _signature_rules_agree(text)
     assert native.py_code_line(text) == (CODE_LINE.search(text) is not None)
     step = _STEP_NUMBER.match(text)
@@ -441,7 +445,7 @@ def test_each_helper_reads_a_line_as_python_does(parts: list[str], now: float) -
 @given(st.text(max_size=60))
 def test_each_helper_reads_any_text_as_python_does(text: str) -> None:
     assert _same(split_prefix(text), _PREFIXES_INTERPRETED.split_prefix(text))
-    assert _same(native.py_parse_time(text, 1.8e9), parse_time(text, 1.8e9))
+    assert _same(parse_time(text, 1.8e9), _TS_INTERPRETED.parse_time(text, 1.8e9))
     _signature_rules_agree(text)
     assert native.py_code_line(text) == (CODE_LINE.search(text) is not None)
 
@@ -778,20 +782,9 @@ _REPORT_LINE = st.one_of(
 )
 
 
-def _interpreted(name: str) -> ModuleType:
-    """The rule module ``rlwatch.logs.<name>`` run by the interpreter from its .py text, beside the module an import
-    gives, which is that same text compiled (setup.py's ``COMPILED``)."""
-    spec = importlib.util.spec_from_file_location(
-        f"rlwatch.logs._interpreted_{name}", ROOT / "rlwatch/logs" / f"{name}.py"
-    )
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # its dataclasses look their module up while they are made
-    spec.loader.exec_module(module)
-    return module
-
-
-@pytest.mark.parametrize("name", ["torchrun_report", "signatures", "incidents", "areal_lines", "prefixes"])
+@pytest.mark.parametrize(
+    "name", ["torchrun_report", "signatures", "incidents", "areal_lines", "prefixes", "timestamps"]
+)
 def test_the_rule_modules_compiled_from_their_text_are_compiled(name: str) -> None:
     """Where the event path is built, a rule module it cimports was compiled too: the import gives the extension,
     not the .py (else the equivalence below would compare the .py with itself)."""

@@ -9,11 +9,7 @@ non-ASCII digits and letters (the classes are ASCII's), empty lines, CRLF and ot
 from __future__ import annotations
 
 import importlib.machinery
-import importlib.util
 import re
-import sys
-from pathlib import Path
-from types import ModuleType
 
 import pytest
 from hypothesis import given, settings
@@ -21,23 +17,9 @@ from hypothesis import strategies as st
 
 from rlwatch.logs import prefixes as imported
 from rlwatch.logs import wording
+from tests.logs.interpreted import interpreted
 
-ROOT = Path(__file__).resolve().parents[2]
-
-
-def _interpreted() -> ModuleType:
-    """prefixes.py run by the interpreter, whatever the import gives."""
-    spec = importlib.util.spec_from_file_location(
-        "rlwatch.logs._interpreted_prefixes", ROOT / "rlwatch/logs/prefixes.py"
-    )
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-INTERPRETED = _interpreted()
+INTERPRETED = interpreted("prefixes")
 COMPILED = imported.__file__ is not None and imported.__file__.endswith(tuple(importlib.machinery.EXTENSION_SUFFIXES))
 
 # ------------------------------------------------------------------------------- the reference: the expressions

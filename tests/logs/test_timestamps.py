@@ -1,11 +1,13 @@
 """Line timestamps: every framework format, the stamps container runtimes put in front of lines, year inference for
-year-less formats, and no crash on any text."""
+year-less formats, and no crash on any text; each read by ``rlwatch.logs.timestamps`` as the import gives it (compiled
+where the event path is built) and by the same text interpreted, and both read each line alike."""
 
 from __future__ import annotations
 
 import calendar
 import os
 import shutil
+from collections.abc import Callable
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
@@ -17,10 +19,22 @@ from rlwatch.common.clock import FakeClock
 from rlwatch.common.textsafe import strip_ansi
 from rlwatch.discover.load import resolve_config
 from rlwatch.engine.engine import Engine
-from rlwatch.logs.timestamps import parse_time
+from rlwatch.logs import timestamps
 from rlwatch.sources.gpu import NoGpuBackend
+from tests.logs.interpreted import interpreted
+
+Parse = Callable[[str, float], float | None]
+_INTERPRETED = interpreted("timestamps")
 
 NOW = datetime(2025, 11, 21, 12, 0, 0).timestamp()  # local time, like the formats
+
+
+@pytest.fixture(scope="module", params=["import", "interpreted"])
+def parse_time(request: pytest.FixtureRequest) -> Parse:
+    """``parse_time`` as the import gives it (the extension where it is built) and its .py run by the interpreter."""
+    module = timestamps if request.param == "import" else _INTERPRETED
+    reader: Parse = module.parse_time
+    return reader
 
 
 def utc(year: int, month: int, day: int, hour: int, minute: int, second: int) -> float:
@@ -62,7 +76,7 @@ def local(year: int, month: int, day: int, hour: int, minute: int, second: int, 
         ),
     ],
 )
-def test_formats(line: str, expected: float) -> None:
+def test_formats(line: str, expected: float, parse_time: Parse) -> None:
     got = parse_time(strip_ansi(line), NOW)
     assert got == pytest.approx(expected, abs=1e-6)
 
@@ -102,12 +116,12 @@ DETECTRON2_STDOUT = (  # tests/real/healthy/07-detectron2.log, from facebookrese
         ("[rank1]: 04/21 21:03:53 - mmengine - WARNING - x", local(2025, 4, 21, 21, 3, 53)),
     ],
 )
-def test_mmengine_and_detectron2(line: str, expected: float) -> None:
+def test_mmengine_and_detectron2(line: str, expected: float, parse_time: Parse) -> None:
     """Their console lines carry no year: the year of ``now`` (a backlog's file modification time, else the clock)."""
     assert parse_time(strip_ansi(line), NOW) == pytest.approx(expected, abs=1e-6)
 
 
-def test_a_yearless_mmengine_line_read_in_january_is_last_december_s() -> None:
+def test_a_yearless_mmengine_line_read_in_january_is_last_december_s(parse_time: Parse) -> None:
     january = datetime(2026, 1, 2, 10, 0, 0).timestamp()
     line = "12/31 23:59:59 - mmengine - INFO - Epoch(train) [3][90/90]  loss: 0.1"
     assert parse_time(line, january) == pytest.approx(datetime(2025, 12, 31, 23, 59, 59).timestamp())
@@ -124,7 +138,7 @@ def test_a_yearless_mmengine_line_read_in_january_is_last_december_s() -> None:
         "batch 1/10 10:00:00 one digit",
     ],
 )
-def test_slashed_dates_that_are_not_mmengine_s(line: str) -> None:
+def test_slashed_dates_that_are_not_mmengine_s(line: str, parse_time: Parse) -> None:
     assert parse_time(line, NOW) is None
 
 
@@ -164,7 +178,7 @@ def test_slashed_dates_that_are_not_mmengine_s(line: str) -> None:
         ),
     ],
 )
-def test_container_stamps(line: str, expected: float) -> None:
+def test_container_stamps(line: str, expected: float, parse_time: Parse) -> None:
     assert parse_time(strip_ansi(line), NOW) == pytest.approx(expected, abs=1e-6)
 
 
@@ -172,7 +186,7 @@ def test_container_stamps(line: str, expected: float) -> None:
     "line",
     ["2026-02-30T05:09:01Z February 30th", "2026-11-24T25:09:01Z hour 25", "2026-13-24T05:09:01.1+01:00 month 13"],
 )
-def test_impossible_container_stamps(line: str) -> None:
+def test_impossible_container_stamps(line: str, parse_time: Parse) -> None:
     assert parse_time(line, NOW) is None
 
 
@@ -181,7 +195,7 @@ def test_impossible_container_stamps(line: str) -> None:
     st.integers(min_value=-14 * 60, max_value=14 * 60),
     st.integers(min_value=0, max_value=999_999_999),
 )
-def test_rfc3339_round_trip(when: datetime, offset_min: int, nanos: int) -> None:
+def test_rfc3339_round_trip(parse_time: Parse, when: datetime, offset_min: int, nanos: int) -> None:
     zone = timezone(timedelta(minutes=offset_min))
     stamp = when.replace(microsecond=0, tzinfo=zone)
     sign = "-" if offset_min < 0 else "+"
@@ -190,7 +204,7 @@ def test_rfc3339_round_trip(when: datetime, offset_min: int, nanos: int) -> None
     assert parse_time(line, NOW) == pytest.approx(stamp.timestamp() + nanos / 1e9, abs=1e-6)
 
 
-def test_a_yearless_date_in_the_future_belongs_to_last_year() -> None:
+def test_a_yearless_date_in_the_future_belongs_to_last_year(parse_time: Parse) -> None:
     january = datetime(2026, 1, 2, 10, 0, 0).timestamp()
     got = parse_time("INFO 12-31 23:59:59 [x.py:1] last line of the year", january)
     assert got == pytest.approx(datetime(2025, 12, 31, 23, 59, 59).timestamp())
@@ -211,17 +225,17 @@ def test_a_yearless_date_in_the_future_belongs_to_last_year() -> None:
         "elapsed 12:34:56 but no date",
     ],
 )
-def test_no_or_impossible_timestamp(line: str) -> None:
+def test_no_or_impossible_timestamp(line: str, parse_time: Parse) -> None:
     assert parse_time(line, NOW) is None
 
 
-def test_only_the_start_of_a_line_is_searched() -> None:
+def test_only_the_start_of_a_line_is_searched(parse_time: Parse) -> None:
     line = "x" * 300 + " 2025-03-14 02:15:58"
     assert parse_time(line, NOW) is None
 
 
 @given(st.text(), st.floats(min_value=-1e12, max_value=1e12, allow_nan=False))
-def test_never_raises(text: str, now: float) -> None:
+def test_never_raises(parse_time: Parse, text: str, now: float) -> None:
     got = parse_time(text, now)
     assert got is None or isinstance(got, float)
 
@@ -234,7 +248,9 @@ def test_never_raises(text: str, now: float) -> None:
     st.integers(0, 59),
     st.integers(0, 59),
 )
-def test_areal_round_trip(year: int, month: int, day: int, hour: int, minute: int, second: int) -> None:
+def test_areal_round_trip(
+    parse_time: Parse, year: int, month: int, day: int, hour: int, minute: int, second: int
+) -> None:
     line = f"{year:04d}{month:02d}{day:02d}-{hour:02d}:{minute:02d}:{second:02d}.250 StatsLogger INFO: x"
     got = parse_time(line, NOW)
     try:
@@ -243,6 +259,97 @@ def test_areal_round_trip(year: int, month: int, day: int, hour: int, minute: in
         assert got is None
         return
     assert got == pytest.approx(expected)
+
+
+# Lines where a hand-matched reader could part from the expressions it replaces, each format's verbatim line with
+# what can go wrong at its edges: digits that are not ASCII, a stamp cut short or cut by the 200-character window,
+# a line's end kept (CRLF, a bare CR), empty text, several clocks, text of every width (Latin-1, UCS-2, UCS-4).
+_EDGES = [
+    "",
+    "\r\n",
+    "12:34:56",
+    "2025-03-14 02:15:58\r\n",
+    "2025-03-14 02:15:58\r",
+    "20251121-09:15:30.652\r\n",
+    "2026-11-24T05:09:01.123456789Z\r\n",
+    "INFO 05-06 20:59:57\r\n",
+    "٢٠٢٥-03-14 02:15:58 Arabic-Indic digits in the year",
+    "2025-03-14 0٢:15:58 one in the hour",
+    "２０２５-03-14 02:15:58 full-width digits",
+    "𝟚𝟘𝟚𝟝-03-14 02:15:58 mathematical digits",
+    "2025-03-14 02:15:58 ü Latin-1",
+    "2025-03-14 02:15:58 ∑ UCS-2",
+    "2025-03-14 02:15:58 🙂 UCS-4",
+    "🙂 [2025-03-14 02:15:58 TP0] behind an astral character",
+    "2025-03-14 02:15:5",
+    "025-03-14 02:15:58",
+    "5-03-14 02:15:58",
+    "-03-14 02:15:58",
+    "03-14 02:15:58",
+    "2025-03-14 02:15",
+    "20251121-09:15:3",
+    "0251121-09:15:30.652",
+    "2026-11-24T05:09:01.Z",
+    "2026-11-24T05:09:01.1234567890Z ten digits",
+    "2026-11-24T05:09:01+05:3",
+    "2026-11-24T05:09:01+0530 x",
+    "2026-11-24T05:09:01-05:30 x",
+    "2026-11-24T05:09:01Z: x",
+    "2026-11-24T05:09:01Z1 x",
+    "xT05:09:01 a T before a clock that is not RFC 3339",
+    "INFO 05-06 20:59",
+    "INFO 05-06 20:59:57.1234567 seven digits",
+    "XINFO 05-06 20:59:57 no word boundary",
+    "INFO05-06 20:59:57 no space",
+    "WARNING\t\t05-06 20:59:57 tabs",
+    "info 05-06 20:59:57 lower case",
+    "[E1121 06:24:44.903881913 x",
+    "[E1121 06:24:44.9038819134 ten digits",
+    "x:E1121 06:24:44 behind a colon",
+    "xE1121 06:24:44 behind a letter",
+    "12:00:00 2025-03-14 02:15:58 a clock before the date",
+    "2025-03-14 02:15:58 12:00:00",
+    "elapsed 12:34:56 then INFO 05-06 20:59:57",
+    "04/21 21:03:53 -",
+    "/04/21 21:03:53 behind a slash",
+    "104/21 21:03:53 behind a digit",
+    "04/21 21:03:531 a digit after",
+    "x" * 181 + "2025-03-14 02:15:58",
+    "x" * 182 + "2025-03-14 02:15:58",
+    "x" * 170 + "2026-11-24T05:09:01.123456789Z",
+    "x" * 192 + "12:34:56",
+    "x" * 193 + "12:34:56",
+    "x" * 40 + "2025-03-14 02:15:58",
+]
+
+
+@pytest.mark.parametrize("line", _EDGES)
+@pytest.mark.parametrize("now", [NOW, datetime(2026, 1, 2, 10, 0, 0).timestamp(), 1e300])
+def test_compiled_and_interpreted_read_each_line_alike(line: str, now: float) -> None:
+    """The import (the extension where it is built) and the .py interpreted: the same answer to the last digit."""
+    assert repr(timestamps.parse_time(line, now)) == repr(_INTERPRETED.parse_time(line, now))
+
+
+@pytest.mark.parametrize(
+    ("line", "expected"),
+    [
+        ("٢٠٢٥-03-14 02:15:58 Arabic-Indic digits in the year", None),
+        ("２０２５-03-14 02:15:58 full-width digits", None),
+        ("2025-03-14 02:15:58\r\n", local(2025, 3, 14, 2, 15, 58)),
+        ("🙂 [2025-03-14 02:15:58 TP0] behind an astral character", local(2025, 3, 14, 2, 15, 58)),
+        ("x" * 181 + "2025-03-14 02:15:58", local(2025, 3, 14, 2, 15, 58)),
+        ("x" * 182 + "2025-03-14 02:15:58", None),
+        ("2026-11-24T05:09:01.1234567890Z ten digits", local(2026, 11, 24, 5, 9, 1)),
+        ("INFO 05-06 20:59:57.1234567 seven digits", local(2025, 5, 6, 20, 59, 57)),
+        ("XINFO 05-06 20:59:57 no word boundary", None),
+        ("2025-03-14 02:15", None),
+    ],
+)
+def test_the_edges_read_as_the_expressions_read_them(line: str, expected: float | None, parse_time: Parse) -> None:
+    """Non-ASCII digits are no digits (re.ASCII), the window is the line's first 200 characters, a fraction too long
+    is not taken (before a zone it is no RFC 3339 stamp, and the date and clock read as local time)."""
+    got = parse_time(line, NOW)
+    assert got == (None if expected is None else pytest.approx(expected, abs=1e-6))
 
 
 def test_a_mmengine_log_read_after_the_fact_has_its_step_times_in_the_year_of_its_file(tmp_path: Path) -> None:
