@@ -2,21 +2,24 @@
 # cython: nonecheck=False, embedsignature=False, binding=False
 """The event path, compiled: what rlwatch does with each line that can be an event, in one pass over a chunk.
 
-This is the second implementation of ``rlwatch.logs.events`` (the counter), ``incidents`` (the incident tracker),
-``prefixes`` (a line's writer prefixes), ``timestamps`` (the time a line says) and the per-line parsing of
-``training`` and ``learning``. The Python modules are the reference and the fallback (``RLWATCH_NATIVE=0``, or no
-compiler at install): ``tests/logs/test_native_equivalence.py`` feeds both the same chunks (real logs, random and
-hostile ones, cut anywhere) and compares every answer.
+Still a second implementation of ``rlwatch.logs.events`` (the counter) and of the incident tracker's per-line
+logic (``incidents.IncidentTracker``: open and close a traceback, storms, crashes). The Python modules are the
+reference and the fallback (``RLWATCH_NATIVE=0``, or no compiler at install): ``tests/logs/test_native_equivalence.py``
+feeds both the same chunks (real logs, random and hostile ones, cut anywhere) and compares every answer.
 
-Where the cut is: everything per line is here (the needle search over the chunk's bytes, line numbers, decoding,
-colour codes, prefixes, timestamps, which kinds match, code-line exclusion, counts, times, streaks, rates, evidence,
-traceback blocks, storms, crashes, the trackers' parsing). What stays in Python is called per chunk or on a rare
-line: the kinds' own regular expressions where they are more than literals, NCCL timeouts, an incident's signature
-the first time it is seen, local-time conversion of a minute not seen before. torchrun's report is read by
-``torchrun_report.report_line`` itself, compiled from its .py (setup.py) and cimported here (its .pxd): one text.
+The other per-line rules are written once, in their own .py, compiled by Cython from that text (setup.py's
+``COMPILED``, the C types in the .pxd beside each) and cimported here: a line's writer prefixes (``prefixes``), the
+time a line says (``timestamps``), a traceback's header, frames and exception line (``signatures``), an incident's
+record (``incidents``), the trackers' AReaL lines (``areal_lines``) and torchrun's report (``torchrun_report``).
 
-What other programs print (``Train step ``, a traceback's header, torchrun's report words) is not written here: it is
-read when the module loads from ``rlwatch.logs.wording``, the table the Python rules read too.
+Where the cut is: everything per line runs in C (the needle search over the chunk's bytes, line numbers, decoding,
+colour codes, which kinds match, code-line exclusion, counts, times, streaks, rates, evidence, traceback blocks,
+storms, crashes). What stays in Python is called per chunk or on a rare line: the kinds' own regular expressions
+where they are more than literals, NCCL timeouts, an incident's signature the first time it is seen, local-time
+conversion of a minute not seen before.
+
+What other programs print (a traceback's header, torchrun's report words) is not written here: it is read when the
+module loads from ``rlwatch.logs.wording``, the table the Python rules read too.
 """
 
 from cpython.unicode cimport PyUnicode_KIND, PyUnicode_DATA, PyUnicode_GET_LENGTH
@@ -225,16 +228,6 @@ cdef str rstrip_str(str s):
     return s if end == u.n else PyUnicode_Substring(s, 0, end)
 
 
-cdef str strip_str(str s):
-    cdef U u = uview(s)
-    cdef Py_ssize_t a = 0, b = u.n
-    while a < b and uspace(at(u, a)):
-        a += 1
-    while b > a and uspace(at(u, b - 1)):
-        b -= 1
-    return s if (a == 0 and b == u.n) else PyUnicode_Substring(s, a, b)
-
-
 cdef str decode(const char *p, Py_ssize_t n):
     return PyUnicode_DecodeUTF8(p, n, "replace")
 
@@ -361,42 +354,13 @@ cdef int N_LEVELS = lits(wording.LOG_LEVELS, W_LEVELS)
 cdef Lit W_KEYWORDS[_MAX_LITS]
 cdef int N_KEYWORDS = lits(wording.CODE_KEYWORDS, W_KEYWORDS)
 cdef Lit W_TRACEBACK = lit(wording.TRACEBACK)
-cdef Lit W_TB_HEADER = lit(wording.TRACEBACK_HEADER)
 cdef Lit W_FRAME_FILE = lit(wording.FRAME_FILE)
-cdef Lit W_FRAME_LINE = lit(wording.FRAME_LINE)
 cdef Lit W_CHAIN_CONTEXT = lit(wording.CHAIN_CONTEXT)
 cdef Lit W_CHAIN_CAUSE = lit(wording.CHAIN_CAUSE)
 cdef Lit W_EXCEPTION = lit(wording.EXCEPTION_WORD)
-cdef Lit W_TRAIN_STEP = lit(wording.AREAL_TRAIN_STEP)
-cdef Lit W_STEP_DONE = lit(wording.AREAL_STEP_DONE)
-cdef Lit W_AREAL_DONE = lit(wording.AREAL_DONE)
-cdef Lit W_UPDATE_WEIGHTS = lit(wording.AREAL_UPDATE_WEIGHTS_KEY)
-cdef Lit W_DISK_UPDATE = lit(wording.AREAL_DISK_UPDATE)
-cdef Lit W_REWARD = lit(wording.REWARD_KEY_WORD)
-cdef Lit W_FINISHED[_MAX_LITS]
-cdef int N_FINISHED = lits(wording.FINISHED, W_FINISHED)
-cdef Lit W_OTHER_FORMATS[_MAX_LITS]
-cdef int N_OTHER_FORMATS = lits(wording.OTHER_FORMATS, W_OTHER_FORMATS)
-cdef Lit W_METRIC_DICT = lit(wording.METRIC_DICT)
-cdef Lit W_VERL_STEP = lit(wording.VERL_STEP)
-cdef Lit W_ORDINAL_POSTFIX = lit(wording.LEARNING_ORDINAL_POSTFIX)
 cdef str S_TB_HEADER = wording.TRACEBACK_HEADER
 cdef str S_RANK = wording.RANK_PREFIX
 cdef str S_CHILD_FAILED = wording.CHILD_FAILED
-cdef tuple S_EXCEPTION_ENDINGS = tuple(wording.EXCEPTION_NAME_ENDINGS)
-cdef str S_TRAIN_STEP = wording.AREAL_TRAIN_STEP
-cdef str S_AREAL_DONE = wording.AREAL_DONE
-cdef tuple S_FINISHED = tuple(wording.FINISHED)
-cdef tuple S_OTHER_FORMATS = tuple(wording.OTHER_FORMATS)
-cdef str S_METRIC_DICT = wording.METRIC_DICT
-cdef str S_VERL_STEP = wording.VERL_STEP
-cdef str S_ORDINAL_POSTFIX = wording.LEARNING_ORDINAL_POSTFIX
-cdef str S_UPDATE_WEIGHTS = wording.AREAL_UPDATE_WEIGHTS_KEY
-cdef str S_DISK_UPDATE = wording.AREAL_DISK_UPDATE
-cdef str S_REWARD = wording.REWARD_KEY_WORD
-cdef str S_REWARD_BEST = wording.REWARD_BEST
-cdef str S_REWARD_ROLLOUT = wording.REWARD_ROLLOUT
-cdef tuple S_REWARD_ROLLOUT_ENDINGS = tuple(wording.REWARD_ROLLOUT_ENDINGS)
 
 
 cdef Py_ssize_t level_at(U u, Py_ssize_t pos, Py_ssize_t end) noexcept nogil:
@@ -1113,7 +1077,6 @@ cdef object _CollectiveTimeout = _inc.CollectiveTimeout
 cdef object _TrReport = _tr.Report
 cdef object _failure_text = _tr.child_failure_text
 cdef tuple _CHILD_TITLES = tuple(_tr.CHILD_TITLES)
-cdef str _TB = S_TB_HEADER
 cdef dict _signatures = {}  # (parts) -> signature: the same failure comes back tens of thousands of times
 
 DEF _DISPLAY_CHARS = 2000
