@@ -19,6 +19,8 @@ import importlib.machinery
 import math
 import random
 import re
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -1164,3 +1166,19 @@ def test_the_trackers_lines_compiled_read_as_their_text_interpreted(seed: int) -
     for _ in range(60):
         texts.insert(rng.randrange(len(texts) + 1), rng.choice(_VERBATIM))
     _read_alike(texts, rng)
+
+
+def test_a_built_event_path_whose_rule_module_was_not_compiled_falls_back_to_python() -> None:
+    """Each extension is optional: where the event path compiled but a rule module it cimports did not, its import
+    fails with an AttributeError (Cython asks the .py for its C functions), and the Python path must run, saying why,
+    as where nothing was built; it crashed every command before."""
+    code = (
+        "import importlib.util, sys\n"
+        f"spec = importlib.util.spec_from_file_location('rlwatch.logs.timestamps', {str(ROOT / 'rlwatch/logs/timestamps.py')!r})\n"
+        "m = importlib.util.module_from_spec(spec); sys.modules[spec.name] = m; spec.loader.exec_module(m)\n"
+        "from rlwatch.logs import native\n"
+        "print(native.event_path() is None); print(native.which())\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True).stdout
+    assert out.splitlines()[0] == "True", out
+    assert "event path: Python (built, but a rule module it needs was not compiled)" in out
