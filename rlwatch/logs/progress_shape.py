@@ -125,6 +125,8 @@ _FRACTION = re.compile(
 # A tqdm bar's own `i/N` (after `%|…|`): it, not a bracketed fraction in the bar's text (OpenRLHF's
 # `Episode [1/1]:  12%|█▏ | 7/56 [`), is what the bar counts.
 _BAR_FRACTION = re.compile(r"%\|[^|\n]{0,200}\|\s*(?P<n>\d{1,12})\s*/\s*(?P<total>\d{1,12})")
+# ... and where its state ends: the bracket of its times and rate (`[01:11<01:58,  3.37it/s]`)
+_BAR_END = re.compile(r"%\|[^|\n]{0,200}\|\s*\d{1,12}\s*/\s*\d{1,12}\s*\[[^\]\n]{0,80}\]")
 # `[e][i/N]`: the epoch, then the batch within it. mmcv's `Epoch [1][50/500]` and mmengine's `Epoch(train) [1][50/500]`
 # (brackets side by side) count epochs from 1; torchvision's reference scripts' `Epoch: [0]  [ 50/500]` from 0.
 _PAIR = re.compile(r"\[\s*(?P<e>\d{1,6})\s*\]\s*\[\s*(?P<n>\d{1,12})\s*/\s*(?P<total>\d{1,12})\s*\]")
@@ -236,7 +238,20 @@ def _epoch(text: str) -> tuple[re.Match[str] | None, int | None, int | None, int
 
 def read(text: str) -> Reading | None:
     """The counter a step-like line carries, or None (not step-like, or a line counting something else)."""
+    text = _bar_alone(text)
     return None if _counts_else(text) else _with_speed(text, _read(text))
+
+
+def _bar_alone(text: str) -> str:
+    """A bar's state with another writer's line run onto it, its line break lost (PaddleNLP's `200/600 [01:11<01:58,
+    3.37it/s][2022-03-25 …] [INFO] - ***** Running Evaluation *****`): the bar alone, since what was run onto it
+    neither makes it an evaluation nor lends it a counter. Any other line as it is."""
+    if "%|" not in text:
+        return text
+    end = -1
+    for bar in _BAR_END.finditer(text):  # several states of one bar on a line: after the last
+        end = bar.end()
+    return text[:end] if 0 <= end < len(text.rstrip()) else text
 
 
 def _with_speed(text: str, r: Reading | None) -> Reading | None:
@@ -781,6 +796,7 @@ class ShapeSteps:
             if head is not None and not _counts_else(text):
                 self._header = head
             return False
+        text = _bar_alone(text)
         late = False
         if ("env" in text or "steps" in text or "batch" in text or "horizon" in text) and states_sizes(text):
             primary = self._primary
@@ -1041,9 +1057,16 @@ class ShapeSteps:
         s = self._primary
         if s is not None and s.total is None:
             # a counter with no total of its own (OpenRLHF's `Global step 7: {…}`) takes the total of a bar that
-            # stands at the same step and never started over (its `Episode [1/1]: … 7/56`)
+            # stands at the same step and never started over (its `Episode [1/1]: … 7/56`); a bar seen once only
+            # where that step is _BORROW_ONCE_FROM or more, where standing at it is no coincidence (PaddleNLP's
+            # `global_step: 200` dicts, then its bar drawn once at `200/600` before an evaluation)
             s = next(
-                (o for o in self._series.values() if o.total and not o.resets and o.advances and o.step == s.step), s
+                (
+                    o
+                    for o in self._series.values()
+                    if o.total and not o.resets and (o.advances or s.step >= _BORROW_ONCE_FROM) and o.step == s.step
+                ),
+                s,
             )
         if s is not None and s.total is None and self._stated is not None and s.step <= self._stated:
             low = s.name.lstrip("~").lower()
@@ -1054,6 +1077,9 @@ class ShapeSteps:
         if s.epoch is not None and (s.name in _PER_EPOCH or s.per_epoch) and not s.whole:
             return s.total * s.epochs if s.epochs else None
         return s.total
+
+
+_BORROW_ONCE_FROM = 10  # a bar's one state at a counter's step this high lends it its total (a start-up bar's 2/2 not)
 
 
 def holds_records(text: str) -> bool:

@@ -109,6 +109,28 @@ def test_two_names_of_one_counter_share_its_total() -> None:
     assert r is not None and (r.value, r.total) == (64, None)
 
 
+def test_a_bar_with_a_line_run_onto_it_is_read_alone_and_lends_its_total() -> None:
+    """A bar's state whose line break was lost before another writer's line (an evaluation's banner) is still the
+    bar: the banner's words make it no evaluation. Drawn once, at the step a named counter stands at, its total is
+    the counter's (not where the step is small, where a start-up bar could stand at it by chance)."""
+    bar = (
+        " 40%|####      | 120/300 [00:41<01:02,  2.9it/s][2026-01-02 10:00:00,000] [INFO] - *** Running Evaluation ***"
+    )
+    r = read(bar)
+    assert r is not None and (r.value, r.total) == (120, 300)
+    steps = ShapeSteps()
+    for n in range(80, 130, 10):
+        steps.feed(f"{{'loss': 0.5, 'global_step': {n}, 'epoch': 1.2}}")
+    assert (steps.step(), steps.total()) == (120, None)
+    steps.feed(bar)
+    assert (steps.step(), steps.total()) == (120, 300)
+    early = ShapeSteps()
+    for n in range(1, 3):
+        early.feed(f"{{'loss': 0.5, 'global_step': {n}}}")
+    early.feed("100%|##########| 2/2 [00:01<00:00,  1.9it/s]")
+    assert early.total() is None
+
+
 def test_a_counter_qualified_by_who_counts_it() -> None:
     """Several counters of one name on a record, each qualified by its owner: the learner's are the updates, an
     actor's or evaluator's count environment steps, whichever comes first."""
