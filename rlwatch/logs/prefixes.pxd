@@ -38,6 +38,9 @@ cdef Py_ssize_t _ray_writer(str text, Py_ssize_t n, Py_ssize_t pos) except -2
 @cython.locals(e=Py_ssize_t)
 cdef Py_ssize_t _writer(str text, Py_ssize_t n, Py_ssize_t pos) except -2
 
+@cython.locals(sep=Py_UCS4)
+cdef Py_ssize_t _pairs(str text, Py_ssize_t n, Py_ssize_t i, str seps) except -2
+
 @cython.locals(i=Py_ssize_t, j=Py_ssize_t, k=Py_ssize_t, c=Py_UCS4, stream=str)
 cdef Py_ssize_t _stamp(str text, Py_ssize_t n, Py_ssize_t pos) except -2
 

@@ -207,6 +207,17 @@ def _writer(text: str, n: int, pos: int) -> int:
     return _ray_writer(text, n, pos)
 
 
+def _pairs(text: str, n: int, i: int, seps: str) -> int:
+    """Two digits at i, then each of ``seps`` followed by two more (a stamp's ``11-24T05:09:01`` is ``-T::``): their
+    end, or -1."""
+    i = _digits(text, n, i, 2)
+    for sep in seps:
+        if i < 0 or i >= n or text[i] != sep:
+            return -1
+        i = _digits(text, n, i + 1, 2)
+    return i
+
+
 def _stamp(text: str, n: int, pos: int) -> int:
     """``\\[?\\d{4}-\\d\\d-\\d\\dT\\d\\d:\\d\\d:\\d\\d(?:[.,]\\d{1,9})?(?:Z|[+-]\\d\\d:?\\d\\d)\\]? ``, then
     ``(?:(?:stdout |stderr )[FP] )?``, at pos: its end, or -1.
@@ -222,19 +233,7 @@ def _stamp(text: str, n: int, pos: int) -> int:
     i = _digits(text, n, i, 4)
     if i < 0 or i >= n or text[i] != "-":
         return -1
-    i = _digits(text, n, i + 1, 2)
-    if i < 0 or i >= n or text[i] != "-":
-        return -1
-    i = _digits(text, n, i + 1, 2)
-    if i < 0 or i >= n or text[i] != "T":
-        return -1
-    i = _digits(text, n, i + 1, 2)
-    if i < 0 or i >= n or text[i] != ":":
-        return -1
-    i = _digits(text, n, i + 1, 2)
-    if i < 0 or i >= n or text[i] != ":":
-        return -1
-    i = _digits(text, n, i + 1, 2)
+    i = _pairs(text, n, i + 1, "-T::")
     if i < 0:
         return -1
     if i < n and (text[i] == "." or text[i] == ","):
@@ -286,19 +285,7 @@ def _record(text: str, n: int, pos: int) -> int:
             break
     if i < 0 or i >= n or text[i] != " ":
         return -1
-    i = _digits(text, n, i + 1, 2)
-    if i < 0 or i >= n or text[i] != "-":
-        return -1
-    i = _digits(text, n, i + 1, 2)
-    if i < 0 or i >= n or text[i] != " ":
-        return -1
-    i = _digits(text, n, i + 1, 2)
-    if i < 0 or i >= n or text[i] != ":":
-        return -1
-    i = _digits(text, n, i + 1, 2)
-    if i < 0 or i >= n or text[i] != ":":
-        return -1
-    i = _digits(text, n, i + 1, 2)
+    i = _pairs(text, n, i + 1, "- ::")
     if i < 0:
         return -1
     if i < n and text[i] == ".":
