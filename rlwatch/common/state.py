@@ -353,11 +353,21 @@ class TrainingState:
     # which field the step was read from, as the report and the panel say it ("`it`", "a bar's i/N", "AReaL's `Train
     # step N/M`"); None with no step
     step_source: str | None = None
+    # seconds between the records that moved the step on, over the same lines as the rate: a run printing one line
+    # every 200 steps prints one every 200 steps' time, however fast each step is
+    record_interval_s: float | None = None
 
     @property
     def step_interval_s(self) -> float | None:
-        """Seconds a step takes at its rate, where a rate is known: the cadence every hang rule measures quiet by."""
+        """Seconds a step takes at its rate, where a rate is known."""
         return 3600.0 / self.steps_per_hour if self.steps_per_hour and self.steps_per_hour > 0 else None
+
+    @property
+    def cadence_s(self) -> float | None:
+        """The quiet every hang rule measures by: the longer of a step's time and the time between the records that
+        show steps (a step rate alone made a run logging every 200 iterations 'hung' a minute after each record)."""
+        known = [x for x in (self.step_interval_s, self.record_interval_s) if x is not None]
+        return max(known) if known else None
 
 
 @dataclass(frozen=True, slots=True)

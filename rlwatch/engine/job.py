@@ -57,7 +57,7 @@ def _quiet_since(s: Snapshot) -> float | None:
     rs = s.run_state
     if rs is None or rs.since is None or not (rs.state == "progressing" or undated(s)):
         return None
-    interval = s.training.step_interval_s if s.training is not None else None
+    interval = s.training.cadence_s if s.training is not None else None
     return rs.since if quiet_enough_to_ask(s.time - rs.since, interval) else None
 
 

@@ -575,8 +575,8 @@ class _Series:
     """One template's counter over the lines: ``last`` as printed, ``step`` the global step it stands for."""
 
     __slots__ = (
-        "advances", "backs", "epoch", "epochs", "kind", "label", "last", "low", "moves", "name", "offset", "order",
-        "per_epoch", "resets", "since", "speed", "step", "total", "whole",
+        "advances", "backs", "by_epoch", "epoch", "epochs", "kind", "label", "last", "low", "moves", "name", "offset",
+        "order", "per_epoch", "resets", "since", "speed", "step", "total", "whole",
     )  # fmt: skip
 
     def __init__(self, r: Reading, epoch: int | None, time: float, kind: int = 0, order: int = 0) -> None:
@@ -598,6 +598,8 @@ class _Series:
         # an i/N placed by its epoch that went on when the epoch advanced instead of starting over: the run's own
         # count (`epoch 2/3 step 110/300`), read as it is
         self.whole = False
+        # how often a counter with no total started over as the epoch advanced (ShapeSteps._by_epoch)
+        self.by_epoch = 0
         self.label = r.label
         self.speed = r.speed  # the latest speed its lines printed (steps per hour)
         self.since = (time, r.value)  # (time, step) of its first line, or of its start over: where a rate begins
@@ -966,6 +968,7 @@ class ShapeSteps:
             s.last = r.value
             s.step = s.offset + r.value
         elif r.value <= s.last and advanced_epoch:
+            s.by_epoch += r.total is None
             s.offset = s.step  # the counter starts over each epoch: the epochs before are added
             s.last = r.value
             s.step = s.offset + r.value
@@ -1029,11 +1032,22 @@ class ShapeSteps:
         s = self._primary
         if s is None:
             return None
+        if self._by_epoch(s):
+            assert s.epoch is not None
+            return s.epoch
         if s.kind == 1 and not s.resets:
             # a counter named like a step is one counter on every record that names it (fairseq-lua's `0025035
             # updates` on its training, checkpoint and state lines): the furthest any of them reached
             return max(o.step for o in self._series.values() if o.kind == 1 and o.name == s.name and not o.resets)
         return s.step
+
+    def _by_epoch(self, s: _Series) -> bool:
+        """Whether the epoch is the step of ``s``, a counter with no total that starts over as the epoch advances:
+        where the lines began after the run's first epoch (a log read from its middle, an excerpt: fewer starts over
+        seen than epochs before), the counts of the epochs before are not known, and the epoch is what a person
+        names (`Epoch[102] Batch [350]` is at epoch 102); where every epoch before was seen starting over, their
+        counts are added (`epoch,batch` rows from epoch 1)."""
+        return s.by_epoch > 0 and s.epoch is not None and s.epoch - s.by_epoch not in (0, 1)
 
     def speed(self) -> float | None:
         """Steps per hour, as the run's bar last measured them (None: its lines print no speed)."""
@@ -1055,6 +1069,8 @@ class ShapeSteps:
 
     def _work_out_total(self) -> int | None:
         s = self._primary
+        if s is not None and self._by_epoch(s):
+            return s.epochs  # the step is the epoch: the epochs' total, where shown
         if s is not None and s.total is None:
             # a counter with no total of its own (OpenRLHF's `Global step 7: {…}`) takes the total of a bar that
             # stands at the same step and never started over (its `Episode [1/1]: … 7/56`); a bar seen once only

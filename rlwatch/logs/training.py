@@ -21,6 +21,7 @@ import tokenize
 from collections import OrderedDict, deque
 from collections.abc import Callable
 from dataclasses import dataclass
+from itertools import pairwise
 
 from rlwatch.common.clock import Clock
 from rlwatch.common.state import EventSummary, LogLine, Severity, TrainingState, line_ref
@@ -30,6 +31,7 @@ from rlwatch.logs.progress_shape import CANDIDATE, ShapeSteps, header_of, states
 from rlwatch.logs.tailer import Chunk
 from rlwatch.logs.timestamps import parse_time
 
+_RECORD_GAPS = 3  # gaps between step records before their median is a cadence (one long gap is an outlier)
 # verl's console logger: `step:12 - key:value - …` at the start of the message (after a Ray prefix
 # `(TaskRunner pid=N) `), values as pformat or `{v:.3f}` (verl/utils/logger/aggregate_logger.py).
 _VERL_STEP = re.compile(r"(?:^|\) )step:([0-9]{1,12}) - (.*)$")
@@ -257,6 +259,7 @@ class TrainingTracker:
         self._shape_step: int | None = None
         self._shape_total: int | None = None
         self._shape_points: deque[tuple[float, int]] = deque(maxlen=max(2, history))
+        self._shape_records: deque[float] = deque(maxlen=max(2, history))  # when each record that moved it came
         # The records read by their shape that moved the run's step on: the ``step`` events of a run whose steps no
         # framework of the catalogue prints (with_shape_steps), so that events.step counts what training.last_step
         # says. Their times where the lines carried one; the latest dated record.
@@ -395,6 +398,7 @@ class TrainingTracker:
             return
         if self._shape.restarted() or (self._shape_step is not None and step < self._shape_step):
             self._shape_points.clear()  # the run started over, appending to the same log
+            self._shape_records.clear()
         self._shape_step = step
         self._shape_total = self._shape.total()
         if self.areal_step is not None:
@@ -420,6 +424,7 @@ class TrainingTracker:
             self._shape_points.append(since)  # the rate begins at the series' first line (a run of redraws
             # reaches here by its first and last lines only)
         self._shape_points.append((time, step))
+        self._shape_records.append(time)
 
     def _on_numbered_step(
         self, line: LogLine, step: int, total: int | None, offset: float, *, mark: bool = True, source: str
@@ -582,6 +587,18 @@ class TrainingTracker:
                 return (c1 - c0) * scale * 3600.0 / (t1 - t0), "lines"
         return (self._bar_rate, "bar") if self._bar_rate is not None else (None, None)
 
+    def _record_interval(self) -> float | None:
+        """Seconds between the records the rate is read from (the same points as :meth:`_steps_per_hour`): the median
+        gap, over _RECORD_GAPS or more, so that one long gap (a series' first line before a run of a bar's redraws,
+        a pause to evaluate) does not stretch every hang allowance."""
+        if self.areal_step is None and self._shape_step is not None:
+            times = list(self._shape_records)  # every record that moved it, whatever step it shows (an epoch)
+        else:
+            points = [(0.0, -1), *self.rate_points]
+            times = [b[0] for a, b in pairwise(points) if b[1] > a[1]]
+        gaps = sorted(b - a for a, b in pairwise(times) if b > a)
+        return gaps[len(gaps) // 2] if len(gaps) >= _RECORD_GAPS else None
+
     def state(self, now: float | None = None) -> TrainingState:
         now = self._clock.time() if now is None else now
         with self.lock:
@@ -607,4 +624,5 @@ class TrainingTracker:
                 finished=self.finished,
                 rate_from=rate_from,
                 step_source=self._source_now() if step is not None else None,
+                record_interval_s=self._record_interval(),
             )

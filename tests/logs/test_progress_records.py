@@ -63,6 +63,17 @@ def test_a_counter_that_starts_over_each_epoch_counts_on_across_epochs() -> None
     assert steps.total() is None
 
 
+def test_in_a_log_that_begins_after_the_first_epoch_a_restarting_counter_without_total_is_at_its_epoch() -> None:
+    """The same shape read from the middle of a run (epoch 40 on): the counts of the 39 epochs before are not in the
+    lines, so adding the ones seen would name neither the epoch nor the run's batch count; the epoch is the step, and
+    the epochs' total where shown."""
+    lines = [f"Epoch {e}/90 batch {b} loss {1.0 / b:.3f}" for e in (40, 41, 42) for b in (100, 200, 300)]
+    steps = _read(lines)
+    assert (steps.step(), steps.total()) == (42, 90)
+    bare = _read([f"ep {e} | it {b} | loss 0.5" for e in (7, 8) for b in (50, 100, 150)])
+    assert bare.step() == 8
+
+
 def test_an_inner_counter_beside_an_outer_one_with_totals_is_outer_times_inner() -> None:
     """`[stage 2/8] block 30/40`: both shown with totals, the inner one counts within the outer from its first record:
     (outer - 1) x inner total + inner, of outer total x inner total."""

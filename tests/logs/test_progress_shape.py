@@ -323,3 +323,34 @@ def test_a_run_logging_through_python_logging_is_hung_once_its_steps_stop(tmp_pa
     assert snap.training.last_step_at == pytest.approx(last_step, abs=0.01)
     assert snap.training.steps_per_hour == pytest.approx(3000, rel=0.01)  # every 1.2 s, from the lines' own times
     assert stuck.state == "hung", stuck
+
+
+def test_the_cadence_is_the_time_between_records_where_a_record_shows_many_steps(tmp_path: Path) -> None:
+    """A run printing one line every 200 iterations, seven minutes apart: 200 steps in 420 s is a step every 2.1 s,
+    but the log shows one every 420 s, and that is the quiet the hang rules allow for (5 x 420 s), not the 60 s floor
+    that called such a run hung a minute after each of its lines."""
+    start = 1_800_000_000.0
+    run = tmp_path / "run"
+    run.mkdir()
+    log = run / "train.log"
+    log.write_text(
+        "".join(
+            f"{time.strftime('%Y-%m-%d %H:%M:%S', time.localtime(start + 420 * k))} INFO iter {200 * (k + 1)}, "
+            f"loss 0.{k}\n"
+            for k in range(6)
+        )
+    )
+    last = start + 420 * 5
+    engine = Engine(resolve_config(run, None, "auto")[0], run, clock=FakeClock(start=last + 1))
+    try:
+        engine.drain_logs()
+        snap = engine.build()
+    finally:
+        engine.stop()
+    tr = snap.training
+    assert tr is not None and tr.last_step == 1200
+    assert tr.step_interval_s == pytest.approx(2.1) and tr.cadence_s == pytest.approx(420.0)
+    writer = LiveRun(True, None, start - 60, members=((os.getpid(), "writes the run's log"),))
+    ctx = Context(thresholds=engine.cfg.thresholds)
+    assert assess_run(replace(snap, live_run=writer, time=last + 120), ctx).state == "progressing"
+    assert assess_run(replace(snap, live_run=writer, time=last + 5 * 420 + 5), ctx).state == "hung"

@@ -305,7 +305,7 @@ def assess_run(s: Snapshot, ctx: Context) -> RunState:
         # attempt's last step, and not progressing on the strength of it.
         earlier = f"; the earlier attempt's last progress came at {hhmm(progress_by, now)}"
         progress_at = progress_by = None
-    interval = s.training.step_interval_s if s.training is not None else None
+    interval = s.training.cadence_s if s.training is not None else None
     allowance = max(th.hang_factor * interval, th.hang_floor_s) if interval else th.hang_floor_s
     tr = s.training
     step = f"step {tr.last_step}" if tr is not None and tr.last_step is not None else "progress"

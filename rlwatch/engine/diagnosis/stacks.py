@@ -96,7 +96,7 @@ def still_ranks(s: Snapshot) -> list[Still]:
 def _window(s: Snapshot, ctx: Context) -> float:
     th = ctx.thresholds
     tr = s.training
-    interval = tr.step_interval_s if tr is not None else None
+    interval = tr.cadence_s if tr is not None else None
     allowance = max(th.hang_factor * interval, th.hang_floor_s) if interval else th.hang_floor_s
     # A hang is seen up to two rounds of reads after it began (the first read of the still frames, the read that
     # passes the window): the window leaves room for them under hang_max_s, however many ranks slow the rounds.
