@@ -100,6 +100,9 @@ _STATED_TOTAL = re.compile(
     r"(?i)(?<![\w])(?:total|max(?:imum)?|number of|num_train(?:ing)?|num_total)[_ ](?:[a-z]+[_ ]){0,2}?"
     r"(?:steps|iters|iterations|updates)\b[\"']?\s*[:=]?\s*(\d{1,12})(?![\d.])"
 )
+# ... or, before the first record, a plural step name with its count (`iters: 3000`, `steps=500`)
+_PLURAL_STATED = re.compile(r"(?i)(?<![\w])(?:iters|iterations|steps|updates)[\"']?\s*[:=]\s*(\d{1,12})(?![\d.])")
+_DIGITS_RUN = re.compile(r"\d+")
 _TOTAL_KEY = re.compile(r"(?i)\b(?:total|max|num)_?(?:steps|iters|iterations)[\"']?\s*[:=]\s*(\d{1,12})")
 # A counter named like a step: the name (not the tail of another word: `total_steps`, `warmup_steps`, `ms/step`),
 # an optional quote and separator, an optional bracket, the number (not a percentage: `steps:  95%|█| 1900/2000`
@@ -811,6 +814,18 @@ class ShapeSteps:
         ) is not None:
             # a statement of the total (`Total optimization steps = 460`, `max_steps: 1000`): kept for the counter
             # that has none of its own, and taken out of the line so that its number is no counter
+            self._stated = int(stated.group(1))
+            self._version += 1
+            text = text[: stated.start()] + text[stated.end() :]
+        elif (
+            not self._series
+            and self._stated is None
+            and (stated := _PLURAL_STATED.search(text)) is not None
+            and len(_DIGITS_RUN.findall(text)) == 1
+        ):
+            # before any record, a line stating one count of steps named in the plural (MLX-LM's `Starting
+            # training..., iters: 3000`): how many there will be, as a total is stated, not a step the run stands at
+            # (a record's field, `Actor Steps = 5230 | …`, stands among other numbers)
             self._stated = int(stated.group(1))
             self._version += 1
             text = text[: stated.start()] + text[stated.end() :]

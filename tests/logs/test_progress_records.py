@@ -74,6 +74,17 @@ def test_in_a_log_that_begins_after_the_first_epoch_a_restarting_counter_without
     assert bare.step() == 8
 
 
+def test_a_plural_count_stated_before_the_first_record_is_the_total() -> None:
+    """`Starting run, steps: 800` before any record states how many there will be; a record's field among other
+    numbers (`Actor Steps = 5230 | Episodes = 6`) is no statement, nor is a plural count once records have begun."""
+    steps = _read(["Starting run, steps: 800", *[f"Step {n}: loss 0.{n}" for n in (10, 20, 30)]])
+    assert (steps.step(), steps.total()) == (30, 800)
+    steps = _read([f"Actor Steps = {5000 + n} | Episodes = {n} | Step {n}" for n in (1, 2, 3)])
+    assert steps.total() is None
+    steps = _read([*[f"Step {n}: loss 0.{n}" for n in (10, 20, 30)], "checkpoint, steps: 800"])
+    assert steps.total() is None
+
+
 def test_an_inner_counter_beside_an_outer_one_with_totals_is_outer_times_inner() -> None:
     """`[stage 2/8] block 30/40`: both shown with totals, the inner one counts within the outer from its first record:
     (outer - 1) x inner total + inner, of outer total x inner total."""
