@@ -951,7 +951,9 @@ class ShapeSteps:
         s.epochs = epochs or s.epochs
         if r.speed is not None:
             s.speed = r.speed
-        advanced_epoch = epoch is not None and s.epoch is not None and epoch > s.epoch
+        # the epoch advanced since its last record, or an epoch was first shown since (a log that begins in an
+        # epoch's tail, before the next one's `Epoch:  7` header)
+        advanced_epoch = epoch is not None and (s.epoch is None or epoch > s.epoch)
         before = s.step
         if (
             epoch is not None

@@ -72,6 +72,10 @@ def test_in_a_log_that_begins_after_the_first_epoch_a_restarting_counter_without
     assert (steps.step(), steps.total()) == (42, 90)
     bare = _read([f"ep {e} | it {b} | loss 0.5" for e in (7, 8) for b in (50, 100, 150)])
     assert bare.step() == 8
+    # a log that begins in an epoch's tail, before the next epoch's header
+    tail = [f"batch {b} loss 0.5" for b in (400, 450, 500)]
+    header = _read([*tail, "Epoch:  7", *[f"batch {b} loss 0.5" for b in (0, 50, 100)]])
+    assert header.step() == 7
 
 
 def test_a_plural_count_stated_before_the_first_record_is_the_total() -> None:
