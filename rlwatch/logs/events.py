@@ -5,9 +5,10 @@ line's bounds and number from the bytes around it, and jumps past it; only while
 file does it walk that file line by line (its frames match no literal). A line counts at most once per kind.
 
 Two implementations do this. :class:`PyEventCounter`, here, is the reference; ``rlwatch.logs._eventpath`` (Cython,
-built at install where a compiler is found) is the same counter, incident tracker and line reading compiled, some
-ten times faster. :class:`EventCounter` runs the compiled one when it is built and can take the kinds (at most 64,
-each with literals), else this one; ``RLWATCH_NATIVE=0`` picks this one always.
+built at install where a compiler is found) is the same counter and line reading compiled, some ten times faster;
+both hand each line and event to the same incident rules (``incidents.Grouper``, compiled from its own text).
+:class:`EventCounter` runs the compiled one when it is built and can take the kinds (at most 64, each with
+literals), else this one; ``RLWATCH_NATIVE=0`` picks this one always.
 ``tests/logs/test_native_equivalence.py`` feeds both the same chunks and compares every answer.
 """
 
@@ -566,7 +567,7 @@ class PyEventCounter:
             # lines the file has had (a TRL metric dict holds no step number).
             m = _STEP_NUMBER.match(shown)
             n = self._progress_lines[path] = self._progress_lines.get(path, 0) + 1
-            self._incidents.steps[path] = f"step {m.group(1)}" if m is not None else f"progress line {n}"
+            self._incidents.file(path).step = f"step {m.group(1)}" if m is not None else f"progress line {n}"
             streaking = self._streaking.pop(path, None)
             if streaking:
                 stats = self._stats
@@ -598,7 +599,7 @@ class PyEventCounter:
             else:
                 st.approximate = True
                 lo = when if last is None or when > last[0] else last[0]
-                step = self._incidents.steps.get(path)
+                step = self._incidents.file(path).step
                 where = line_ref(path, lineno) + (f", after {step}" if step else "")
                 st.last[path] = (lo, hi if hi > lo else lo, where)
             line = LogLine(path, lineno, shown, own)

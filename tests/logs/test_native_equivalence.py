@@ -1005,6 +1005,25 @@ _INC_LINES = [
     "=" * 20,
     "-" * 20,
     "step 3 done",
+    # where the rules compiled (Py_UCS4 comparisons, C indices) and interpreted could part: a gutter character just
+    # past the twelve looked at, a full-width bar, other scripts' spaces and digits, cut headers and prefixes, CRLF
+    # ends, a lone surrogate
+    "            | ValueError: y",
+    "           | ValueError: y",
+    "  ｜ ValueError: y",
+    '\u2003 File "/x/c.py", line 4, in h',
+    "\u3000",
+    "ValueError: bad\r",
+    "ValueError: bad \udc80",
+    "[rank١]: Traceback (most recent call last):",
+    "[rank",
+    "[rank1]:",
+    "Traceback (most recent call",
+    "Traceback (most recent call last):  ",
+    "  | ",
+    "  +",
+    "+",
+    "\r",
 ]
 _INC_EVENTS = [
     ("connection_refused", "ConnectionRefusedError: [Errno 111] Connection refused"),
