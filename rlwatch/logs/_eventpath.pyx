@@ -1050,7 +1050,7 @@ from rlwatch.common.textsafe import clean_line as _clean_line
 from rlwatch.common.textsafe import strip_ansi as _py_strip_ansi
 from rlwatch.logs import incidents as _inc
 from rlwatch.logs.signatures cimport frame, header, location
-from rlwatch.logs.incidents cimport _Block, FileIncidents, Grouper, LineTime
+from rlwatch.logs.incidents cimport _Block, FileIncidents, Grouper, LineTime, step_number
 from rlwatch.logs.kinds import REDRAWN_KINDS as _REDRAWN_KINDS
 
 cdef int64_t UNCOUNTED = _UNCOUNTED
@@ -1551,40 +1551,6 @@ cdef struct When:
     Span span
     int mode  # 0: the line at `start` of the current chunk; 1: the current over-long line
     Py_ssize_t start
-
-
-# ============================================================================================== step numbers
-cdef inline bint _ci(uc c, uc lower) noexcept nogil:
-    # `re` with IGNORECASE: s matches S, s and U+017F; t, e, p their two cases
-    if c == lower or c == lower - 32:
-        return True
-    return lower == 115 and c == 0x17F
-
-
-cdef str step_number(str text):
-    """``_STEP_NUMBER.match(text).group(1)``: the digits after the last "step" (3 non-word characters at most
-    between), or None."""
-    cdef U u = uview(text)
-    cdef Py_ssize_t i, j, k, d
-    i = u.n - 4
-    while i >= 0:
-        if _ci(at(u, i), 115) and _ci(at(u, i + 1), 116) and _ci(at(u, i + 2), 101) and _ci(at(u, i + 3), 112):
-            j = i + 4
-            k = 0
-            while k < 3 and j < u.n and not uword(at(u, j)):
-                j += 1
-                k += 1
-            if j < u.n and udigit(at(u, j)):
-                d = j
-                while d < u.n and udigit(at(u, d)):
-                    d += 1
-                return PyUnicode_Substring(text, j, d)
-        i -= 1
-    return None
-
-
-def py_step_number(str text):
-    return step_number(text)
 
 
 # ============================================================================================================ core

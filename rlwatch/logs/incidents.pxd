@@ -14,6 +14,8 @@ cdef int64_t _MAX_TALLIES, _NCCL_SAME_BURST, _STALL_LINES, _AFTER_LINES, _SILENT
 cdef int _FRAMES, _AFTER, _CHAIN
 cdef Py_ssize_t _STALE_MAX, _SIGNATURES_KEPT
 cdef dict _signatures, _STORM_KINDS
+cdef str _RANK_PREFIX, _CHILD_FAILED
+cdef int64_t _UNCOUNTED
 cdef tuple _CRASH_KINDS
 
 
@@ -88,6 +90,7 @@ cdef class _Storm:
 @cython.final
 cdef class FileIncidents:
     cdef public str path
+    cdef public str base
     cdef public dict blocks
     cdef public _Storm storm_refused
     cdef public _Storm storm_timeout
@@ -101,6 +104,11 @@ cdef _Record _record(str kind, str path, int64_t lineno, double t, double by, bi
 @cython.locals(block=_Block)
 cdef _Block _block(int64_t lineno, double t, double by, bint has_by, object rank)
 cdef double _gap(double a, double b) noexcept
+cdef bint _step_word(Py_UCS4 c) noexcept
+
+
+@cython.locals(n=Py_ssize_t, i=Py_ssize_t, j=Py_ssize_t, k=Py_ssize_t, d=Py_ssize_t)
+cpdef str step_number(str text)
 cdef str _signature(tuple parts)
 
 
@@ -128,7 +136,7 @@ cdef class Grouper:
     cdef void _expire(self, FileIncidents fi, str tag, int64_t lineno) except *
     @cython.locals(blocks=dict, block=_Block)
     cpdef void expire_over(self, FileIncidents fi, int64_t first, int64_t last) except *
-    @cython.locals(block=_Block, n=Py_ssize_t, k=Py_ssize_t, c=Py_UCS4)
+    @cython.locals(block=_Block, k=Py_ssize_t, c=Py_UCS4)
     cpdef void take(self, FileIncidents fi, str tag, str body, int64_t lineno, LineTime w) except *
     @cython.locals(found=tuple, exc=tuple)
     cdef void _in_frames(self, FileIncidents fi, str tag, _Block block, str body, int64_t lineno, LineTime w) except *

@@ -1,4 +1,4 @@
-# cython: boundscheck=False, wraparound=False, annotation_typing=False
+# cython: boundscheck=False, wraparound=False, cdivision=True, annotation_typing=False
 # (for Cython: the C types are in the .pxd beside this file)
 """Incidents: lines that belong together, so a person reads one failure instead of hundreds of lines.
 
@@ -28,7 +28,7 @@ from collections import deque
 from collections.abc import Callable
 from typing import Any
 
-from rlwatch.common.state import ChildFailure, CollectiveTimeout, Incident, IncidentTally, line_ref
+from rlwatch.common.state import UNCOUNTED, ChildFailure, CollectiveTimeout, Incident, IncidentTally
 from rlwatch.common.words import plural
 from rlwatch.logs import wording
 from rlwatch.logs.prefixes import prepare
@@ -61,6 +61,9 @@ HEADER_WORD = wording.TRACEBACK
 # Python 3.11 prints exception groups with a gutter ("  | ", "  + ") in front of every line of the group.
 GUTTER = re.compile(r"^\s*[|+](?:[ -]?[|+])*[ -]?")
 _RANK_TAG = re.compile(re.escape(wording.RANK_PREFIX) + r"(\d+)\]")
+# The words the rules look for on every header and exception line, read once (compiled: C globals, no module look-up)
+_RANK_PREFIX = wording.RANK_PREFIX
+_CHILD_FAILED = wording.CHILD_FAILED
 
 # ProcessGroupNCCL's watchdog (torch/csrc/distributed/c10d/ProcessGroupNCCL.cpp): "[Rank 0] Watchdog caught
 # collective operation timeout: WorkNCCL(SeqNum=5, OpType=ALLREDUCE, NumelIn=…, NumelOut=…, Timeout(ms)=10000) ran
@@ -298,6 +301,7 @@ class FileIncidents:
 
     def __init__(self, path: str) -> None:
         self.path = path
+        self.base = os.path.basename(path)
         self.blocks: dict[str, _Block] = {}  # writer tag -> its open block
         self.storm_refused: _Storm | None = None
         self.storm_timeout: _Storm | None = None
@@ -307,10 +311,41 @@ class FileIncidents:
         self.step: str | None = None
 
 
+def _step_word(c: str) -> bool:
+    """``\\w`` of ``re`` on str patterns: alphanumeric or ``_``."""
+    return c.isalnum() or c == "_"
+
+
+def step_number(text: str) -> str | None:
+    """The step a progress line reports (its file's ``step`` is "step" and these digits): the digits after the last
+    "step" in any case with at most three non-word characters between, as
+    ``re.compile(r".*step\\W{0,3}(\\d+)", re.IGNORECASE | re.DOTALL).match(text).group(1)`` reads it ("Train step
+    1869/2000", "'step': 1869", "global_step=1869"; AReaL's "Epoch 32/166 Step 918/935 Train step 29903/155052 done."
+    counts the run's steps last). Written out, one character at a time, so that it compiles to C: both counters call
+    it on every progress line. ``re`` ignoring case matches an "s" with the long s too; ``\\d`` is any decimal digit."""
+    n = len(text)
+    i = n - 4
+    while i >= 0:
+        if text[i] in "sS\u017f" and text[i + 1] in "tT" and text[i + 2] in "eE" and text[i + 3] in "pP":
+            j = i + 4
+            k = 0
+            while k < 3 and j < n and not _step_word(text[j]):
+                j += 1
+                k += 1
+            if j < n and text[j].isdecimal():
+                d = j
+                while d < n and text[d].isdecimal():
+                    d += 1
+                return text[j:d]
+        i -= 1
+    return None
+
+
 _STORM_KINDS = {"connection_refused": "connection-refused", "timeout": "timeout"}
 _CRASH_KINDS = ("child_failed", "engine_dead", "_server_exit")
 # The only kinds :meth:`IncidentTracker.event` does anything with: the counter passes no others.
 EVENT_KINDS = frozenset(_STORM_KINDS) | frozenset(_CRASH_KINDS) | {"nccl_timeout"}
+_UNCOUNTED = UNCOUNTED
 _STALE_MAX = 64  # blocks left unsettled before all are settled (memory: each holds its report)
 _SIGNATURES_KEPT = 4096
 # (parts) -> signature: the same failure comes back tens of thousands of times in a long backlog
@@ -375,7 +410,8 @@ class Grouper:
         rec = _record(kind, fi.path, lineno, t, by, has_by, count, title, sig)
         if has_by:
             step = fi.step
-            rec.position = line_ref(fi.path, lineno) + (f", after {step}" if step else "")
+            # state.line_ref, the file's base name made once
+            rec.position = f"{fi.base}:{'?' if lineno >= _UNCOUNTED else lineno}" + (f", after {step}" if step else "")
         if len(self.records) == self.max_incidents:
             self.settle_all()  # the record pushed out is tallied as it stands
             self._drop(self.records[0])
@@ -396,7 +432,7 @@ class Grouper:
     # ------------------------------------------------------------------------------------------- tracebacks
     def _open(self, fi: FileIncidents, tag: str, lineno: int, w: LineTime) -> None:
         w.get()
-        rank = tagged_rank(tag) if wording.RANK_PREFIX in tag else None
+        rank = tagged_rank(tag) if _RANK_PREFIX in tag else None
         if not fi.blocks:
             self.open_paths[fi.path] = fi.blocks
         fi.blocks[tag] = _block(lineno, w.t, w.by, w.has_by, rank)
@@ -436,9 +472,11 @@ class Grouper:
         self._expire(fi, tag, lineno)
         block = fi.blocks.get(tag)
         # Python 3.11 prints exception groups with a gutter ("  | ", "  + ") in front of every line of the group.
-        n = min(12, len(body))
-        for k in range(n):
-            c = body[k]
+        # Looked for in the first twelve characters, by iterating the str (compiled, a C loop over its characters
+        # that reads the str's width once, where indexing reads it for each character).
+        for k, c in enumerate(body):
+            if k == 12:
+                break
             if c in "|+":
                 body = GUTTER.sub("", body, count=1)
                 break
@@ -470,7 +508,7 @@ class Grouper:
                 block.exc_type, block.exc_msg = exc
                 block.state = _AFTER
                 block.idle = 0
-                if block.exc_type.endswith(wording.CHILD_FAILED):
+                if block.exc_type.endswith(_CHILD_FAILED):
                     block.report = Report()
                 w.get()
                 self._publish(fi, block, w, lineno)
@@ -608,7 +646,7 @@ class Grouper:
             rec.count += 1
             rec.stretch(t, by, has_by, lineno)
         elif storm.size >= self.storm_threshold:
-            sig = _signature(("retry_storm", kind, os.path.basename(fi.path)))
+            sig = _signature(("retry_storm", kind, fi.base))
             rec = self._new(
                 "retry_storm", fi, storm.lines[storm.head], storm.times[storm.head], by, has_by, storm.size, None, sig
             )
