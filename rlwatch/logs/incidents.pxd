@@ -107,7 +107,8 @@ cdef double _gap(double a, double b) noexcept
 cdef bint _step_word(Py_UCS4 c) noexcept
 
 
-@cython.locals(n=Py_ssize_t, i=Py_ssize_t, j=Py_ssize_t, k=Py_ssize_t, d=Py_ssize_t)
+@cython.locals(n=Py_ssize_t, lo=Py_ssize_t, up=Py_ssize_t, p=Py_ssize_t, i=Py_ssize_t, j=Py_ssize_t, k=Py_ssize_t,
+               d=Py_ssize_t)
 cpdef str step_number(str text)
 cdef str _signature(tuple parts)
 

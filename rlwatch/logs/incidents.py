@@ -323,11 +323,18 @@ def step_number(text: str) -> str | None:
     1869/2000", "'step': 1869", "global_step=1869"; AReaL's "Epoch 32/166 Step 918/935 Train step 29903/155052 done."
     counts the run's steps last). Written out, one character at a time, so that it compiles to C: both counters call
     it on every progress line. ``re`` ignoring case matches an "s" with the long s too; ``\\d`` is any decimal digit."""
+    # Each "step" ends with a "p" or "P": those are found from the right by the str's own search (a C loop, where
+    # reading each character back from the end read the str's width for every one), the last ones first.
     n = len(text)
-    i = n - 4
-    while i >= 0:
-        if text[i] in "sS\u017f" and text[i + 1] in "tT" and text[i + 2] in "eE" and text[i + 3] in "pP":
-            j = i + 4
+    lo = text.rfind("p")
+    up = text.rfind("P")
+    while True:
+        p = lo if lo > up else up
+        i = p - 3
+        if i < 0:
+            return None
+        if text[i] in "sS\u017f" and text[i + 1] in "tT" and text[i + 2] in "eE":
+            j = p + 1
             k = 0
             while k < 3 and j < n and not _step_word(text[j]):
                 j += 1
@@ -337,8 +344,10 @@ def step_number(text: str) -> str | None:
                 while d < n and text[d].isdecimal():
                     d += 1
                 return text[j:d]
-        i -= 1
-    return None
+        if p == lo:
+            lo = text.rfind("p", 0, p)
+        else:
+            up = text.rfind("P", 0, p)
 
 
 _STORM_KINDS = {"connection_refused": "connection-refused", "timeout": "timeout"}
