@@ -2,15 +2,17 @@
 # cython: nonecheck=False, embedsignature=False, binding=False
 """The event path, compiled: what rlwatch does with each line that can be an event, in one pass over a chunk.
 
-Still a second implementation of ``rlwatch.logs.events`` (the counter) and of the incident tracker's per-line
-logic (``incidents.IncidentTracker``: open and close a traceback, storms, crashes). The Python modules are the
-reference and the fallback (``RLWATCH_NATIVE=0``, or no compiler at install): ``tests/logs/test_native_equivalence.py``
-feeds both the same chunks (real logs, random and hostile ones, cut anywhere) and compares every answer.
+Still a second implementation of ``rlwatch.logs.events`` (the counter). The Python module is the reference and the
+fallback (``RLWATCH_NATIVE=0``, or no compiler at install): ``tests/logs/test_native_equivalence.py`` feeds both the
+same chunks (real logs, random and hostile ones, cut anywhere) and compares every answer.
 
-The other per-line rules are written once, in their own .py, compiled by Cython from that text (setup.py's
-``COMPILED``, the C types in the .pxd beside each) and cimported here: a line's writer prefixes (``prefixes``), the
-time a line says (``timestamps``), a traceback's header, frames and exception line (``signatures``), an incident's
-record (``incidents``), the trackers' AReaL lines (``areal_lines``) and torchrun's report (``torchrun_report``).
+The per-line rules are written once, in their own .py, compiled by Cython from that text (setup.py's ``COMPILED``,
+the C types in the .pxd beside each) and cimported here: a line's writer prefixes (``prefixes``), the time a line
+says (``timestamps``), a traceback's header, frames and exception line (``signatures``), the incident rules and
+their records (``incidents.Grouper``: traceback blocks, storms, crashes, NCCL timeouts, each file's state in a
+``FileIncidents`` this counter keeps in its own per-file state, a line's time asked through ``CoreTime``), the
+trackers' AReaL lines (``areal_lines``) and torchrun's report (``torchrun_report``). Only the byte mechanics of
+reading a traceback's frames in bulk stay here.
 
 Where the cut is: everything per line runs in C (the needle search over the chunk's bytes, line numbers, decoding,
 colour codes, which kinds match, code-line exclusion, counts, times, streaks, rates, evidence, traceback blocks,
@@ -220,14 +222,6 @@ cdef bint tail_is_ws_end(U u, Py_ssize_t pos) noexcept nogil:
     return all_space(u, pos, u.n)
 
 
-cdef str rstrip_str(str s):
-    cdef U u = uview(s)
-    cdef Py_ssize_t end = u.n
-    while end > 0 and uspace(at(u, end - 1)):
-        end -= 1
-    return s if end == u.n else PyUnicode_Substring(s, 0, end)
-
-
 cdef str decode(const char *p, Py_ssize_t n):
     return PyUnicode_DecodeUTF8(p, n, "replace")
 
@@ -358,9 +352,6 @@ cdef Lit W_FRAME_FILE = lit(wording.FRAME_FILE)
 cdef Lit W_CHAIN_CONTEXT = lit(wording.CHAIN_CONTEXT)
 cdef Lit W_CHAIN_CAUSE = lit(wording.CHAIN_CAUSE)
 cdef Lit W_EXCEPTION = lit(wording.EXCEPTION_WORD)
-cdef str S_TB_HEADER = wording.TRACEBACK_HEADER
-cdef str S_RANK = wording.RANK_PREFIX
-cdef str S_CHILD_FAILED = wording.CHILD_FAILED
 
 
 cdef Py_ssize_t level_at(U u, Py_ssize_t pos, Py_ssize_t end) noexcept nogil:
@@ -1054,30 +1045,15 @@ cdef class Kind:
 
 # ============================================================================================ shared Python pieces
 from rlwatch.common.state import UNCOUNTED as _UNCOUNTED
-from rlwatch.common.state import EventSummary, Incident, IncidentTally, LogLine
+from rlwatch.common.state import EventSummary, LogLine
 from rlwatch.common.textsafe import clean_line as _clean_line
 from rlwatch.common.textsafe import strip_ansi as _py_strip_ansi
 from rlwatch.logs import incidents as _inc
-from rlwatch.logs import torchrun_report as _tr
-from rlwatch.logs.torchrun_report cimport report_line
-from rlwatch.logs.signatures cimport chain, exception, frame, header, location
-from rlwatch.logs.incidents cimport _Record as Record
-from rlwatch.logs.signatures import signature as _py_signature
+from rlwatch.logs.signatures cimport frame, header, location
+from rlwatch.logs.incidents cimport _Block, FileIncidents, Grouper, LineTime, step_number
 from rlwatch.logs.kinds import REDRAWN_KINDS as _REDRAWN_KINDS
 
 cdef int64_t UNCOUNTED = _UNCOUNTED
-cdef object _GUTTER_SUB = _inc.GUTTER.sub
-cdef object _WORK_SEARCH = _inc.WORK.search
-cdef object _WORK_RANK_SEARCH = _inc.WORK_RANK.search
-cdef object _WORK_TIMEOUT_SEARCH = _inc.WORK_TIMEOUT.search
-cdef object _PG_SEARCH = _inc.PROCESS_GROUP.search
-cdef object _crash_title = _inc.crash_title
-cdef object _timeout_title = _inc.timeout_title
-cdef object _CollectiveTimeout = _inc.CollectiveTimeout
-cdef object _TrReport = _tr.Report
-cdef object _failure_text = _tr.child_failure_text
-cdef tuple _CHILD_TITLES = tuple(_tr.CHILD_TITLES)
-cdef dict _signatures = {}  # (parts) -> signature: the same failure comes back tens of thousands of times
 
 DEF _DISPLAY_CHARS = 2000
 DEF _OVERLAP = 4096
@@ -1087,12 +1063,7 @@ DEF _LOOK_BACK_BYTES = 8192
 DEF _TIME_SEARCH_BYTES = 400
 DEF _STALL_LINES = 80
 DEF _AFTER_LINES = 40
-DEF _STALE_MAX = 64  # blocks left unsettled before all are settled (memory: each holds its report)
-DEF _SILENT_LINES = 200
-DEF _NCCL_SAME_BURST = 5000
-DEF _MAX_TALLIES = 10000
 DEF _WINDOW = 16384
-DEF _TITLE_MSG_CHARS = 200
 
 cdef object _object_new = object.__new__
 cdef object _LL_PATH = LogLine.__dict__["path"]
@@ -1138,16 +1109,6 @@ cdef str line_ref(str base, int64_t lineno):
     if lineno >= UNCOUNTED:
         return base + ":?"
     return f"{base}:{lineno}"
-
-
-cdef str signature(tuple parts):
-    cdef object sig = _signatures.get(parts)
-    if sig is None:
-        sig = _py_signature(*parts)
-        if len(_signatures) >= 4096:
-            _signatures.clear()
-        _signatures[parts] = sig
-    return <str>sig
 
 
 cdef extern from *:
@@ -1215,52 +1176,8 @@ def py_code_line(str body):
 # ========================================================================================================= incidents
 # rlwatch/logs/incidents.py, IncidentTracker: the same rules, state and answers.
 
-# A record is incidents._Record itself, compiled from its own text and cimported here (incidents.pxd).
-
-
-cdef class Block:
-    """incidents._Block: a traceback being read."""
-
-    cdef int64_t lineno
-    cdef double first_t
-    cdef double first_by
-    cdef bint first_has_by
-    cdef int64_t seen
-    cdef int64_t lines
-    cdef object location
-    cdef int state  # 0 frames, 1 after, 2 chain
-    cdef int64_t idle
-    cdef int64_t gap
-    cdef Record record
-    cdef str exc_type
-    cdef str exc_msg
-    cdef object rank
-    cdef object report  # torchrun_report.Report, or None
-    cdef bint stale  # its record took report lines whose title, signature and failures are not yet made (settle)
-
-
-cdef class Storm:
-    """incidents._Storm, bounded: the newest ``threshold`` (time, line) of the window (older ones are never read)."""
-
-    cdef double *times
-    cdef int64_t *lines
-    cdef int cap
-    cdef int head  # index of the oldest
-    cdef int size
-    cdef Record record
-
-    def __cinit__(self, int cap):
-        self.cap = cap if cap > 0 else 1
-        self.times = <double *>malloc(sizeof(double) * self.cap)
-        self.lines = <int64_t *>malloc(sizeof(int64_t) * self.cap)
-        if not (self.times and self.lines):
-            raise MemoryError()
-        self.head = 0
-        self.size = 0
-
-    def __dealloc__(self):
-        free(self.times)
-        free(self.lines)
+# The rules are incidents.Grouper's, compiled from their own text and cimported here (incidents.pxd): the counter
+# keeps each file's FileIncidents in its FileState and hands the rules a line's time through CoreTime.
 
 
 cdef class LongLine:
@@ -1292,7 +1209,7 @@ cdef class FileKind:
 
 
 cdef class FileState:
-    """events._File and everything else kept per file (counts per kind, blocks, storms, the crash, the step)."""
+    """events._File and everything else kept per file (counts per kind, the incident rules' state)."""
 
     cdef str path
     cdef str base
@@ -1302,13 +1219,9 @@ cdef class FileState:
     cdef bint has_stamp
     cdef double stamp
     cdef int64_t progress_lines
-    cdef object step  # incidents.steps[path]: "step 1869" (None: none yet)
     cdef uint64_t streaking
     cdef list kinds  # FileKind per kind
-    cdef dict blocks  # writer tag -> Block (open traceback blocks; open_paths[path] is its keys)
-    cdef Storm storm_refused
-    cdef Storm storm_timeout
-    cdef Record crash
+    cdef FileIncidents inc  # what the incident rules keep of the file (its open blocks, storms, crash, step)
 
 
 cdef class KindStats:
@@ -1640,51 +1553,12 @@ cdef struct When:
     Py_ssize_t start
 
 
-# ============================================================================================== step numbers
-cdef inline bint _ci(uc c, uc lower) noexcept nogil:
-    # `re` with IGNORECASE: s matches S, s and U+017F; t, e, p their two cases
-    if c == lower or c == lower - 32:
-        return True
-    return lower == 115 and c == 0x17F
-
-
-cdef str step_number(str text):
-    """``_STEP_NUMBER.match(text).group(1)``: the digits after the last "step" (3 non-word characters at most
-    between), or None."""
-    cdef U u = uview(text)
-    cdef Py_ssize_t i, j, k, d
-    i = u.n - 4
-    while i >= 0:
-        if _ci(at(u, i), 115) and _ci(at(u, i + 1), 116) and _ci(at(u, i + 2), 101) and _ci(at(u, i + 3), 112):
-            j = i + 4
-            k = 0
-            while k < 3 and j < u.n and not uword(at(u, j)):
-                j += 1
-                k += 1
-            if j < u.n and udigit(at(u, j)):
-                d = j
-                while d < u.n and udigit(at(u, d)):
-                    d += 1
-                return PyUnicode_Substring(text, j, d)
-        i -= 1
-    return None
-
-
-def py_step_number(str text):
-    return step_number(text)
-
-
 # ============================================================================================================ core
 from collections import deque as _deque
 
 cdef str _STORM_REFUSED = "connection_refused"
 cdef str _STORM_TIMEOUT = "timeout"
-cdef frozenset _CRASH_KINDS = frozenset(("child_failed", "engine_dead", "_server_exit"))
 cdef frozenset _EVENT_KINDS = frozenset(_inc.EVENT_KINDS)
-
-
-cdef inline double _gap(double a, double b) noexcept nogil:
-    return b - a if (isfinite(a) and isfinite(b)) else 0.0
 
 
 def literal_strings(list kinds):
@@ -1931,14 +1805,8 @@ cdef class Core:
     cdef double cur_long_by
     cdef bint cur_long_has_by
     # incidents
-    cdef int storm_threshold
-    cdef double storm_window
-    cdef double crash_window
-    cdef object records  # deque of Record
-    cdef int max_incidents
-    cdef dict dropped
-    cdef dict timeouts
-    cdef list stale  # Blocks whose record is stretched but not yet settled (see after)
+    cdef Grouper g  # the incident rules (incidents.Grouper)
+    cdef CoreTime lt  # a line's time, for those rules
 
     def __init__(
         self,
@@ -1994,14 +1862,9 @@ cdef class Core:
         self.tag_keep = 0
         self.lines = Lines()
         self.out = Out()
-        self.storm_threshold = storm_threshold if storm_threshold > 1 else 1
-        self.storm_window = storm_window_s
-        self.crash_window = crash_window_s
-        self.max_incidents = max_incidents
-        self.records = _deque(maxlen=max_incidents)
-        self.dropped = {}
-        self.timeouts = {}
-        self.stale = []
+        self.g = Grouper(storm_threshold, storm_window_s, crash_window_s, max_incidents)
+        self.lt = CoreTime.__new__(CoreTime)
+        self.lt.core = self
 
     # ------------------------------------------------------------------------------------------------ set-up
     def subscribe(self, str kind, object callback):
@@ -2030,8 +1893,7 @@ cdef class Core:
                 fk = FileKind()
                 fk.last_step = None
                 fs.kinds.append(fk)
-            fs.blocks = {}
-            fs.step = None
+            fs.inc = self.g.file(path)
             self.files[path] = fs
         return fs
 
@@ -2092,7 +1954,7 @@ cdef class Core:
         cdef Needles needles = self.needles
         cdef uint64_t mask, found
         while pos < limit:
-            if fs.blocks:
+            if fs.inc.blocks:
                 if not cr:
                     if nh == -2 or (nh >= 0 and nh < pos):
                         nh = needles.first(p, pos, limit)
@@ -2130,7 +1992,7 @@ cdef class Core:
             found = self.line(fs, lines, start, end, lineno, now, mask)
             lineno += 1
             pos = nxt
-            if found and not (found & ~self.redrawn_mask) and not fs.blocks:
+            if found and not (found & ~self.redrawn_mask) and not fs.inc.blocks:
                 pos = self.redraws(fs, lines, start, end, mask, found, pos, limit, &lineno)
 
     cdef Py_ssize_t redraws(self, FileState fs, Lines lines, Py_ssize_t start, Py_ssize_t end, uint64_t mask,
@@ -2267,8 +2129,8 @@ cdef class Core:
         w.mode = 0
         w.start = start
         self.cur_text = text
-        if fs.blocks or header(body):  # with no block open only a header matters (IncidentTracker.line)
-            self.inc_line(fs, tag, body, ub, lineno, &w)
+        if fs.inc.blocks or header(body):  # with no block open only a header matters (IncidentTracker.line)
+            self.take(fs, tag, body, lineno, &w)
         if not found:
             return 0
         if self.banner >= 0 and found & ((<uint64_t>1) << self.banner):
@@ -2319,7 +2181,7 @@ cdef class Core:
         w.mode = 1
         if first:  # prefixes exist only at the start of a line; incidents see the line once, by its head
             head = body[:_HEAD]
-            self.inc_line(fs, tag, head, uview(head), long.lineno, &w)
+            self.take(fs, tag, head, long.lineno, &w)
         else:
             body = text
         ub = uview(body)
@@ -2385,7 +2247,7 @@ cdef class Core:
         if k.progress:
             digits = step_number(sh)
             fs.progress_lines += 1
-            fs.step = f"step {digits}" if digits is not None else f"progress line {fs.progress_lines}"
+            fs.inc.step = f"step {digits}" if digits is not None else f"progress line {fs.progress_lines}"
             m = fs.streaking
             fs.streaking = 0
             while m:
@@ -2429,12 +2291,12 @@ cdef class Core:
                 fk.last_hi = hi if hi > lo else lo
                 fk.last_placed = True
                 fk.last_lineno = lineno
-                fk.last_step = fs.step
+                fk.last_step = fs.inc.step
             st.remember(fs.path, lineno, sh, own)
             if subs:
                 line = log_line(fs.path, lineno, sh, own)
         if k.event:
-            self.inc_event(k, fs, lineno, span, sh)
+            self.g.event(fs.inc, k.name, lineno, span.t, span.by, span.has_by, sh)
         if self.tag_sink is not None and lineno >= self.tag_from:
             self.tag_sink.append((fs.path, lineno, k.name))
         if subs:
@@ -2544,211 +2406,28 @@ cdef class Core:
         return out
 
     def incidents(self):
-        cdef Record rec
-        self.settle_all()
-        for r in self.records:
-            rec = <Record>r
-            if rec.root_cause is not None and rec.cause is None:
-                rec.cause = self.cause_of(rec)
-        return tuple([(<Record>r).freeze() for r in self.records])
+        return self.g.incidents()
 
     def dropped_incidents(self):
-        self.settle_all()
-        return tuple(IncidentTally(kind, sig, *tally) for (kind, sig), tally in self.dropped.items())
+        return self.g.dropped()
 
     def open_files(self):
         """Paths with a traceback block open (``IncidentTracker.open_paths``)."""
-        return {path: set((<FileState>fs).blocks) for path, fs in self.files.items() if (<FileState>fs).blocks}
+        return {path: set(blocks) for path, blocks in self.g.open_paths.items()}
 
     # ------------------------------------------------------------------------------------------- tracebacks
-    cdef void inc_open(self, FileState fs, str tag, int64_t lineno, When *w) except *:
-        cdef Block b = Block()
-        cdef Span s = self.when(w)
-        b.lineno = lineno
-        b.first_t, b.first_by, b.first_has_by = s.t, s.by, s.has_by
-        b.seen = lineno
-        b.lines = 1
-        b.location = None
-        b.state = 0
-        b.exc_type = ""
-        b.exc_msg = ""
-        b.rank = _inc.tagged_rank(tag) if S_RANK in tag else None
-        fs.blocks[tag] = b
-
-    cdef inline void inc_close(self, FileState fs, str tag) except *:
-        fs.blocks.pop(tag, None)
-
-    cdef void expire(self, FileState fs, str tag, int64_t lineno) except *:
-        """Close the blocks of other writers in the file that have been silent for too long."""
-        cdef Block b
-        cdef int64_t d
-        if len(fs.blocks) == 1 and tag in fs.blocks:
-            return
-        for other in [t for t in fs.blocks if t != tag]:
-            b = <Block>fs.blocks[other]
-            d = lineno - b.seen
-            if not (0 <= d <= _SILENT_LINES):
-                del fs.blocks[other]
-
-    cdef void inc_line(self, FileState fs, str tag, str body, U u, int64_t lineno, When *w) except *:
-        """IncidentTracker.line."""
-        cdef Block block
-        cdef Py_ssize_t k, lim
-        cdef bint gutter = False
-        if not fs.blocks:
-            if header(body):
-                self.inc_open(fs, tag, lineno, w)
-            return
-        self.expire(fs, tag, lineno)
-        block = <Block>fs.blocks.get(tag)
-        lim = 12 if u.n > 12 else u.n
-        for k in range(lim):
-            if at(u, k) == 124 or at(u, k) == 43:
-                gutter = True
-                break
-        if gutter:
-            body = _GUTTER_SUB("", body, count=1)
-            u = uview(body)
-        if block is None:
-            if header(body):
-                self.inc_open(fs, tag, lineno, w)
-            return
-        block.seen = lineno
-        if block.state == 0:
-            self.in_frames(fs, tag, block, body, u, lineno, w)
-        else:
-            self.after(fs, tag, block, body, u, lineno, w)
-
-    cdef void in_frames(self, FileState fs, str tag, Block block, str body, U u, int64_t lineno, When *w) except *:
-        cdef object exc
-        cdef tuple f
-        cdef Span s
-        block.lines += 1
-        f = frame(body)
-        if f is not None:
-            block.location = location(<str>f[0], <str>f[1])
-            block.idle = 0
-            return
-        if header(body):
-            self.inc_open(fs, tag, lineno, w)
-            return
-        if (u.n and uspace(at(u, 0))) or all_space(u, 0, u.n):
-            block.idle += 1
-        else:
-            exc = exception(rstrip_str(body))
-            if exc is not None:
-                block.exc_type, block.exc_msg = exc
-                block.state = 1
-                block.idle = 0
-                if block.exc_type.endswith(S_CHILD_FAILED):
-                    block.report = _TrReport()
-                s = self.when(w)
-                self.publish(fs, block, s, lineno)
-                return
-            block.idle += 1
-        if block.idle > _STALL_LINES:
-            self.inc_close(fs, tag)
-
-    cdef void after(self, FileState fs, str tag, Block block, str body, U u, int64_t lineno, When *w) except *:
-        cdef object report = block.report
-        cdef Span s
-        cdef Record rec
-        block.idle += 1
-        block.gap += 1
-        if report is not None and not report.done and block.state == 1 and report_line(report, body):
-            block.idle = 0
-            s = self.when(w)
-            # publish's effect, the record's title, signature and failures made once the report is read (or when
-            # read before): each report line only stretches the record (see settle)
-            rec = block.record
-            rec.stretch(s.t, s.by, s.has_by, lineno)
-            rec.count = block.lines
-            if not block.stale:
-                block.stale = True
-                self.stale.append(block)
-                if len(self.stale) > _STALE_MAX:
-                    self.settle_all()
-            if report.done:
-                self.settle(block)
-                self.inc_close(fs, tag)
-            return
-        if chain(body):
-            block.state = 2
-            return
-        if header(body):
-            if block.state == 2:
-                block.state = 0
-                block.location = None
-                block.idle = 0
-                block.lines += block.gap
-                block.gap = 0
-                return
-            self.inc_close(fs, tag)
-            self.inc_open(fs, tag, lineno, w)
-            return
-        if block.idle > _AFTER_LINES:
-            self.inc_close(fs, tag)
-
-    cdef void settle(self, Block block) except *:
-        """The title, signature and failures that publish would have given the block's record at its latest report
-        line: until then the block's failure, its report's contents and the record's location are as they were
-        there (a new exception line publishes at once, and clears this)."""
-        cdef Record rec = block.record
-        if not block.stale:
-            return
-        block.stale = False
-        self.made(block, rec, rec.location)
-
-    cdef void settle_all(self) except *:
-        cdef list stale = self.stale
-        self.stale = []
-        for b in stale:
-            self.settle(<Block>b)
-
-    cdef void publish(self, FileState fs, Block block, Span s, int64_t lineno) except *:
-        cdef Record rec = block.record
-        block.stale = False  # what settle would make is made here
-        if rec is None:
-            rec = self.new_record("traceback", fs, block.lineno, block.first_t, block.first_by, block.first_has_by,
-                                  block.lines, "", "")
-            rec.rank = block.rank
-            rec.stretch(s.t, s.by, s.has_by, lineno)
-            block.record = rec
-        else:
-            rec.stretch(s.t, s.by, s.has_by, lineno)
-            rec.count = block.lines
-        self.made(block, rec, block.location)
-
-    cdef void made(self, Block block, Record rec, object location) except *:
-        """IncidentTracker._publish's title, signature, location and failures of a traceback's record."""
-        cdef str message = block.exc_msg, title, sig
-        cdef object report = block.report
-        cdef object root = None
-        cdef tuple victims = ()
-        cdef list parts
-        if report is not None and report.failures:
-            frozen = [(f.root, f.freeze()) for f in report.failures]
-            roots = [c for is_root, c in frozen if is_root]
-            root = roots[0] if roots else None
-            victims = tuple(c for is_root, c in frozen if not is_root)
-        if report is not None and (report.name or root):
-            parts = [f"{report.name} FAILED" if report.name else ""]
-            if root is not None:
-                parts.append(_failure_text(root))
-            message = ", ".join(p for p in parts if p)
-        title = block.exc_type + (": " + message[:_TITLE_MSG_CHARS] if message else "")
-        sig = signature(("traceback", block.exc_type, message, location))
-        rec.title = title
-        rec.location = location
-        rec.signature = sig
-        rec.root_cause = root
-        rec.victims = victims
+    cdef void take(self, FileState fs, str tag, str body, int64_t lineno, When *w) except *:
+        """IncidentTracker.line: the rules see the line, its time read from the chunk if one of them asks."""
+        cdef CoreTime lt = self.lt
+        lt.have = False
+        lt.w = w
+        self.g.take(fs.inc, tag, body, lineno, lt)
 
     cdef Py_ssize_t skip_frames(self, FileState fs, const unsigned char *p, Py_ssize_t pos, Py_ssize_t stop,
                                 int64_t *lineno) except -2:
         """IncidentTracker.skip_frames: the frame lines at p[pos:stop] read in bulk, with the effect that reading
         each would have; returns where the lines read end (pos: none read)."""
-        cdef Block block = <Block>fs.blocks.get("")
+        cdef _Block block = <_Block>fs.inc.blocks.get("")
         cdef Py_ssize_t window, k, end, q, nl, after
         cdef int64_t first = lineno[0], n, room
         if block is None:
@@ -2779,11 +2458,11 @@ cdef class Core:
             lineno[0] += n
             block.seen = lineno[0] - 1
             pos = q
-        if lineno[0] > first and len(fs.blocks) > 1:
-            self.expire_over(fs, first, lineno[0] - 1)
+        if lineno[0] > first and len(fs.inc.blocks) > 1:
+            self.g.expire_over(fs.inc, first, lineno[0] - 1)
         return pos
 
-    cdef Py_ssize_t skip_between(self, FileState fs, Block block, const unsigned char *p, Py_ssize_t pos,
+    cdef Py_ssize_t skip_between(self, FileState fs, _Block block, const unsigned char *p, Py_ssize_t pos,
                                  Py_ssize_t stop, int64_t *lineno) except -2:
         cdef Py_ssize_t end
         cdef int64_t n
@@ -2800,17 +2479,10 @@ cdef class Core:
         if find_exception_word(p, pos, end):
             block.state = 2
         block.seen = lineno[0] + n - 1
-        if len(fs.blocks) > 1:
-            self.expire_over(fs, lineno[0], lineno[0] + n - 1)
+        if len(fs.inc.blocks) > 1:
+            self.g.expire_over(fs.inc, lineno[0], lineno[0] + n - 1)
         lineno[0] += n
         return end
-
-    cdef void expire_over(self, FileState fs, int64_t first, int64_t last) except *:
-        cdef Block b
-        for other in [t for t in fs.blocks if t != ""]:
-            b = <Block>fs.blocks[other]
-            if first < b.seen or last - b.seen > _SILENT_LINES:
-                del fs.blocks[other]
 
     cdef Py_ssize_t last_frame(self, const unsigned char *p, Py_ssize_t pos, Py_ssize_t q) except -2:
         """IncidentTracker._last_frame: the last frame line of p[pos:q] (its file and line in self.out), and where
@@ -2847,163 +2519,19 @@ cdef class Core:
                     return nl + 1
             hi = start
 
-    # ------------------------------------------------------------------------------------- storms and crashes
-    cdef void inc_event(self, Kind k, FileState fs, int64_t lineno, Span span, str text) except *:
-        """IncidentTracker.event."""
-        if k.storm:
-            self.storm(k, fs, lineno, span)
-        elif k.name == "nccl_timeout":
-            self.timeout(fs, lineno, span, text)
-        elif k.name in _CRASH_KINDS:
-            self.crash(k.name, fs, lineno, span, text)
 
-    cdef void storm(self, Kind k, FileState fs, int64_t lineno, Span span) except *:
-        cdef Storm storm
-        cdef double t = span.t
-        cdef Record rec
-        cdef int last
-        cdef str sig
-        if k.name == _STORM_REFUSED:
-            if fs.storm_refused is None:
-                fs.storm_refused = Storm(self.storm_threshold)
-            storm = fs.storm_refused
-        else:
-            if fs.storm_timeout is None:
-                fs.storm_timeout = Storm(self.storm_threshold)
-            storm = fs.storm_timeout
-        # append, the oldest dropped when full (a deque with maxlen = threshold)
-        if storm.size < storm.cap:
-            last = (storm.head + storm.size) % storm.cap
-            storm.size += 1
-        else:
-            last = storm.head
-            storm.head = (storm.head + 1) % storm.cap
-        storm.times[last] = t
-        storm.lines[last] = lineno
-        while storm.size and storm.times[storm.head] < t - self.storm_window:
-            storm.head = (storm.head + 1) % storm.cap
-            storm.size -= 1
-        rec = storm.record
-        if rec is not None and _gap(rec.last, t) <= self.storm_window:
-            rec.count += 1
-            rec.stretch(t, span.by, span.has_by, lineno)
-        elif storm.size >= self.storm_threshold:
-            sig = signature(("retry_storm", k.name, fs.base))
-            rec = self.new_record("retry_storm", fs, storm.lines[storm.head], storm.times[storm.head], span.by,
-                                  span.has_by, storm.size, None, sig)
-            rec.stretch(t, span.by, span.has_by, lineno)
-            rec.storm_label = "connection-refused" if k.name == _STORM_REFUSED else "timeout"
-            storm.record = rec
-        else:
-            return
-        rec.title = None  # made when read: "<count> connection-refused errors (trainer.log)"
+cdef class CoreTime(LineTime):
+    """incidents.LineTime for the compiled counter: the time of the line being counted, read from its chunk (or the
+    over-long line's head) only when a rule asks; the counter's own When then holds it for counting the line."""
 
-    cdef void crash(self, str kind, FileState fs, int64_t lineno, Span span, str text) except *:
-        cdef Record rec = fs.crash
-        cdef str title
-        if rec is not None and _gap(rec.last, span.t) <= self.crash_window:
-            rec.count += 1
-            rec.stretch(span.t, span.by, span.has_by, lineno)
-            return
-        title = _crash_title(kind, text)
-        fs.crash = self.new_record("crash", fs, lineno, span.t, span.by, span.has_by, 1, title,
-                                   signature(("crash", title)))
+    cdef Core core
+    cdef When *w
 
-    cdef void timeout(self, FileState fs, int64_t lineno, Span span, str text) except *:
-        """IncidentTracker._timeout: the first printing of a timed-out collective makes the incident."""
-        cdef Record rec
-        work = _WORK_SEARCH(text)
-        if work is None:
-            return
-        m = _WORK_RANK_SEARCH(text)
-        rank = int(m.group(1)) if m else _inc.tagged_rank(text[: max(0, work.start())])
-        seq, op = int(work.group(1)), work.group(2)
-        key = (fs.path, rank, seq, op)
-        found = self.timeouts.get(key)
-        if found is not None:
-            rec = <Record>found
-            if 0 <= lineno - rec.last_line <= _NCCL_SAME_BURST:
-                rec.count += 1
-                rec.stretch(span.t, span.by, span.has_by, lineno)
-                rec.title = _timeout_title(rec)
-                return
-        limit = _WORK_TIMEOUT_SEARCH(work.group(3))
-        pg = _PG_SEARCH(text)
-        coll = _CollectiveTimeout(
-            rank=rank,
-            seq=seq,
-            op=op,
-            timeout_ms=int(limit.group(1)) if limit else None,
-            ran_ms=int(work.group(4)) if work.group(4) else None,
-            group=pg.group(1) if pg else None,
-        )
-        sig = signature(("nccl_timeout", op, "" if limit is None else limit.group(1)))
-        rec = self.new_record("nccl_timeout", fs, lineno, span.t, span.by, span.has_by, 1, "", sig)
-        rec.rank = rank
-        rec.collective = coll
-        rec.title = _timeout_title(rec)
-        self.timeouts[key] = rec
-
-    cdef Record new_record(self, str kind, FileState fs, int64_t lineno, double t, double by, bint has_by,
-                           int64_t count, str title, str sig):
-        cdef Record rec = Record.__new__(Record)
-        rec.kind = kind
-        rec.path = fs.path
-        rec.lineno = lineno
-        rec.first = t
-        rec.last = t
-        rec.count = count
-        rec.title = title
-        rec.location = None
-        rec.signature = sig
-        rec.hi = pymax(by, t) if has_by else t
-        rec.approximate = has_by
-        rec.first_exact = not has_by
-        rec.last_line = lineno
-        rec.victims = ()
-        if has_by:
-            rec.position = line_ref(fs.base, lineno)
-            if fs.step:
-                rec.position = f"{rec.position}, after {fs.step}"
-        if len(self.records) == self.max_incidents:
-            self.settle_all()  # the record pushed out is tallied as it stands
-            self.drop(<Record>self.records[0])
-        self.records.append(rec)
-        return rec
-
-    cdef void drop(self, Record rec) except *:
-        """Tally an incident that the kept ones push out (its lines long read: its signature is final)."""
-        cdef tuple key = (rec.kind, rec.signature)
-        cdef list tally = self.dropped.get(key)
-        if tally is not None:
-            tally[0] += 1
-            tally[1] += rec.count
-        elif len(self.dropped) < _MAX_TALLIES:
-            self.dropped[key] = [1, rec.count, rec.first if rec.first_exact and isfinite(rec.first) else None]
-
-    cdef object cause_of(self, Record failure):
-        root = failure.root_cause
-        if root is None or root.rank is None:
-            return None
-        best = None
-        cdef Record rec, b
-        cdef bint same
-        for r in self.records:
-            rec = <Record>r
-            if rec is failure or rec.rank != root.rank or rec.kind not in ("traceback", "nccl_timeout"):
-                continue
-            if rec.root_cause is not None or rec.title.startswith(_CHILD_TITLES):
-                continue
-            same = rec.path == failure.path
-            if same and rec.lineno > failure.lineno:
-                continue
-            if best is None:
-                best = rec
-                continue
-            b = <Record>best
-            if (same, rec.last, rec.lineno) > (b.path == failure.path, b.last, b.lineno):
-                best = rec
-        return best
+    cpdef void compute(self) except *:
+        cdef Span s = self.core.when(self.w)
+        self.t = s.t
+        self.by = s.by
+        self.has_by = s.has_by
 
 
 # ================================================================================================ bulk byte runs

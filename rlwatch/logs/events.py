@@ -5,9 +5,10 @@ line's bounds and number from the bytes around it, and jumps past it; only while
 file does it walk that file line by line (its frames match no literal). A line counts at most once per kind.
 
 Two implementations do this. :class:`PyEventCounter`, here, is the reference; ``rlwatch.logs._eventpath`` (Cython,
-built at install where a compiler is found) is the same counter, incident tracker and line reading compiled, some
-ten times faster. :class:`EventCounter` runs the compiled one when it is built and can take the kinds (at most 64,
-each with literals), else this one; ``RLWATCH_NATIVE=0`` picks this one always.
+built at install where a compiler is found) is the same counter and line reading compiled, some ten times faster;
+both hand each line and event to the same incident rules (``incidents.Grouper``, compiled from its own text).
+:class:`EventCounter` runs the compiled one when it is built and can take the kinds (at most 64, each with
+literals), else this one; ``RLWATCH_NATIVE=0`` picks this one always.
 ``tests/logs/test_native_equivalence.py`` feeds both the same chunks and compares every answer.
 """
 
@@ -23,7 +24,7 @@ from typing import Any
 from rlwatch.common.clock import Clock
 from rlwatch.common.state import EventSummary, Incident, IncidentTally, LogLine, line_ref
 from rlwatch.common.textsafe import clean_line, strip_ansi
-from rlwatch.logs.incidents import EVENT_KINDS, HEADER_WORD, IncidentTracker, Span
+from rlwatch.logs.incidents import EVENT_KINDS, HEADER_WORD, IncidentTracker, Span, step_number
 from rlwatch.logs.kinds import REDRAWN_KINDS, EventKind, build_kinds
 from rlwatch.logs.matcher import Matcher
 from rlwatch.logs.native import event_path
@@ -51,10 +52,6 @@ _NAN = float("nan")
 Tag = tuple[str, int | range, str]
 _DIGITS_AS_ZERO = bytes.maketrans(b"123456789", b"000000000")
 _INF = float("inf")
-# "Train step 1869/2000", "step 1869", "'step': 1869", "global_step=1869": the step a progress line reports. The
-# last one in the line: AReaL's "Epoch 32/166 Step 918/935 Train step 29903/155052 done." counts the run's steps last,
-# and that is the step the training panel shows.
-_STEP_NUMBER = re.compile(r".*step\W{0,3}(\d+)", re.IGNORECASE | re.DOTALL)
 
 
 def _finite(t: float) -> float | None:
@@ -564,9 +561,9 @@ class PyEventCounter:
         if name in self._progress:
             # Where training was, for placing undated lines after it: the step it reports, else how many progress
             # lines the file has had (a TRL metric dict holds no step number).
-            m = _STEP_NUMBER.match(shown)
+            digits = step_number(shown)
             n = self._progress_lines[path] = self._progress_lines.get(path, 0) + 1
-            self._incidents.steps[path] = f"step {m.group(1)}" if m is not None else f"progress line {n}"
+            self._incidents.file(path).step = f"step {digits}" if digits is not None else f"progress line {n}"
             streaking = self._streaking.pop(path, None)
             if streaking:
                 stats = self._stats
@@ -598,7 +595,7 @@ class PyEventCounter:
             else:
                 st.approximate = True
                 lo = when if last is None or when > last[0] else last[0]
-                step = self._incidents.steps.get(path)
+                step = self._incidents.file(path).step
                 where = line_ref(path, lineno) + (f", after {step}" if step else "")
                 st.last[path] = (lo, hi if hi > lo else lo, where)
             line = LogLine(path, lineno, shown, own)

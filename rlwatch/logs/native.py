@@ -1,10 +1,9 @@
 """Whether the compiled event path (``rlwatch.logs._eventpath``) is used, and the module when it is.
 
 It is built at install where a C compiler and Cython are found (``setup.py``); ``RLWATCH_NATIVE=0`` runs the Python
-counter (``events``) and the incident tracker's per-line logic instead, which are the reference:
-``tests/logs/test_native_equivalence.py`` compares both. The rule modules compiled from their own text (setup.py's
-``COMPILED``: ``prefixes``, ``timestamps``, ``signatures``, ``incidents``' record, ``areal_lines``,
-``torchrun_report``) run compiled on both paths where they were built, and as their .py where not.
+counter (``events``) instead, which is the reference: ``tests/logs/test_native_equivalence.py`` compares both. The
+rule modules compiled from their own text (setup.py's ``COMPILED``: ``prefixes``, ``timestamps``, ``signatures``,
+``incidents``, ``areal_lines``, ``torchrun_report``) run compiled on both paths where they were built, and as their .py where not.
 """
 
 from __future__ import annotations

@@ -34,7 +34,8 @@ from rlwatch.common.textsafe import strip_ansi
 from rlwatch.config.models import CustomEvent, EventsConfig
 from rlwatch.logs import areal_lines, signatures, wording
 from rlwatch.logs import events as events_module
-from rlwatch.logs.events import _STEP_NUMBER, EventCounter, Tag, build_kinds
+from rlwatch.logs.events import EventCounter, Tag, build_kinds
+from rlwatch.logs.incidents import step_number
 from rlwatch.logs.kinds import CODE_LINE, builtin_kinds
 from rlwatch.logs.learning import LearningTracker
 from rlwatch.logs.newlines import count_lines
@@ -425,6 +426,47 @@ def _same(a: object, b: object) -> bool:
     return repr(a) == repr(b)
 
 
+# The step a progress line reports (incidents.step_number, compiled and interpreted) as the expression it replaced
+# read it.
+_STEP_NUMBER = re.compile(r".*step\W{0,3}(\d+)", re.IGNORECASE | re.DOTALL)
+_STEP_LINES = [
+    "",
+    "\r",
+    "step",
+    "step ",
+    "step 1",
+    "Step 12/40",
+    "STEP: 7",
+    "ſtep 3",
+    "Ste",
+    "st",
+    "step ٣",
+    "step 𝟙",
+    "step ½",
+    "step___3",
+    "step_3",
+    "step...3",
+    "step ...3",
+    "step - 3",
+    "global_step=1869\r\n",
+    "'step': 1869,",
+    "Epoch 32/166 Step 918/935 Train step 29903/155052 done.",
+    "step 3 then step x",
+    "step x then step 4",
+    "steps 5",
+    "stepstep 6",
+    "\u2003step\u20039",
+    "stEp\t\t\t10",
+    "step\t\t\t\t10",
+]
+
+
+@pytest.mark.parametrize("text", _STEP_LINES)
+def test_step_number_compiled_reads_as_its_text_interpreted_and_the_expression(text: str) -> None:
+    step = _STEP_NUMBER.match(text)
+    assert step_number(text) == _INC_INTERPRETED.step_number(text) == (step and step.group(1))
+
+
 # The time a line says: rlwatch.logs.timestamps compiled (the import, what the event path cimports) against its text
 # interpreted.
 _TS_INTERPRETED = _interpreted("timestamps")
@@ -439,7 +481,7 @@ def test_each_helper_reads_a_line_as_python_does(parts: list[str], now: float) -
     _signature_rules_agree(text)
     assert native.py_code_line(text) == (CODE_LINE.search(text) is not None)
     step = _STEP_NUMBER.match(text)
-    assert native.py_step_number(text) == (step and step.group(1))
+    assert step_number(text) == _INC_INTERPRETED.step_number(text) == (step and step.group(1))
     assert native.py_strip_ansi(text) == strip_ansi(text)
 
 
@@ -1007,6 +1049,25 @@ _INC_LINES = [
     "=" * 20,
     "-" * 20,
     "step 3 done",
+    # where the rules compiled (Py_UCS4 comparisons, C indices) and interpreted could part: a gutter character just
+    # past the twelve looked at, a full-width bar, other scripts' spaces and digits, cut headers and prefixes, CRLF
+    # ends, a lone surrogate
+    "            | ValueError: y",
+    "           | ValueError: y",
+    "  ｜ ValueError: y",
+    '\u2003 File "/x/c.py", line 4, in h',
+    "\u3000",
+    "ValueError: bad\r",
+    "ValueError: bad \udc80",
+    "[rank١]: Traceback (most recent call last):",
+    "[rank",
+    "[rank1]:",
+    "Traceback (most recent call",
+    "Traceback (most recent call last):  ",
+    "  | ",
+    "  +",
+    "+",
+    "\r",
 ]
 _INC_EVENTS = [
     ("connection_refused", "ConnectionRefusedError: [Errno 111] Connection refused"),
