@@ -8,14 +8,15 @@ cimport cython
 cdef str _TB_HEADER, _FRAME_FILE, _FRAME_LINE, _CHAIN_CONTEXT, _CHAIN_CAUSE
 cdef tuple _EXCEPTION_ENDINGS
 cdef Py_UCS4 _TB_END, _FRAME_FIRST, _CONTEXT_FIRST, _CAUSE_FIRST
+cdef Py_ssize_t _TB_HEADER_N, _FRAME_FILE_N, _FRAME_LINE_N, _CHAIN_CONTEXT_N, _CHAIN_CAUSE_N
 
 
 @cython.locals(n=Py_ssize_t)
-cdef bint _space_end(str text, Py_ssize_t i) except -1
+cdef inline bint _space_end(str text, Py_ssize_t i) except -1
 
 
 @cython.locals(n=Py_ssize_t)
-cdef Py_ssize_t _skip_space(str text, Py_ssize_t i) except -1
+cdef inline Py_ssize_t _skip_space(str text, Py_ssize_t i) except -1
 
 
 @cython.locals(e=Py_ssize_t, n=Py_ssize_t)
@@ -34,10 +35,10 @@ cpdef tuple frame(str body)
 cpdef str location(str file, str line)
 
 
-cdef bint _ident_start(Py_UCS4 c) noexcept
+cdef inline bint _ident_start(Py_UCS4 c) noexcept
 
 
-cdef bint _word(Py_UCS4 c) noexcept
+cdef inline bint _word(Py_UCS4 c) noexcept
 
 
 @cython.locals(n=Py_ssize_t, i=Py_ssize_t, last_start=Py_ssize_t, name_end=Py_ssize_t, k=Py_ssize_t, last=str,

@@ -37,6 +37,13 @@ _TB_END = _TB_HEADER[len(_TB_HEADER) - 1]
 _FRAME_FIRST = _FRAME_FILE[0]
 _CONTEXT_FIRST = _CHAIN_CONTEXT[0]
 _CAUSE_FIRST = _CHAIN_CAUSE[0]
+# Their lengths as C integers when compiled: asking a module global str for its length touches the object (a cache
+# miss on its reference count on most lines of a dense log), where a C constant costs nothing.
+_TB_HEADER_N = len(_TB_HEADER)
+_FRAME_FILE_N = len(_FRAME_FILE)
+_FRAME_LINE_N = len(_FRAME_LINE)
+_CHAIN_CONTEXT_N = len(_CHAIN_CONTEXT)
+_CHAIN_CAUSE_N = len(_CHAIN_CAUSE)
 
 TITLE_MSG_CHARS = 200
 
@@ -82,7 +89,7 @@ def header(body: str) -> bool:
     e = len(body)
     while e > 0 and body[e - 1].isspace():
         e -= 1
-    n = len(_TB_HEADER)
+    n = _TB_HEADER_N
     return e >= n and body[e - 1] == _TB_END and body.startswith(_TB_HEADER, e - n)
 
 
@@ -94,9 +101,9 @@ def chain(body: str) -> bool:
         return False
     c = body[i]
     if c == _CONTEXT_FIRST and body.startswith(_CHAIN_CONTEXT, i):
-        return _space_end(body, i + len(_CHAIN_CONTEXT))
+        return _space_end(body, i + _CHAIN_CONTEXT_N)
     if c == _CAUSE_FIRST and body.startswith(_CHAIN_CAUSE, i):
-        return _space_end(body, i + len(_CHAIN_CAUSE))
+        return _space_end(body, i + _CHAIN_CAUSE_N)
     return False
 
 
@@ -106,11 +113,11 @@ def frame(body: str) -> tuple[str, str] | None:
     i = _skip_space(body, 0)
     if i == n or body[i] != _FRAME_FIRST or not body.startswith(_FRAME_FILE, i):
         return None
-    a = i + len(_FRAME_FILE)
+    a = i + _FRAME_FILE_N
     b = body.find('"', a)  # [^"]* ends at the first quote, where the line's part must begin
     if b < 0 or not body.startswith(_FRAME_LINE, b):
         return None
-    c = b + len(_FRAME_LINE)
+    c = b + _FRAME_LINE_N
     i = c
     while i < n and body[i].isdecimal():
         i += 1
