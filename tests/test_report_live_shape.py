@@ -36,15 +36,21 @@ def _report(run: Path) -> Snapshot:
         engine.stop()
 
 
-def test_a_live_run_whose_records_are_read_by_shape_is_progressing_in_a_report(
-    tmp_path: Path, started: list[subprocess.Popen[bytes]]
-) -> None:
+def _writing_run(tmp_path: Path, started: list[subprocess.Popen[bytes]]) -> Path:
+    """A run directory whose writer (started, in ``started``) has printed three records of `it N | loss …`."""
     run = tmp_path / "run"
     run.mkdir()
     log = run / "train.log"
     with log.open("w") as out:
         started.append(subprocess.Popen([sys.executable, "-c", _WRITER], stdout=out, cwd=run, start_new_session=True))
     wait_until(lambda: log.read_text().count("\n") >= 3, timeout=30.0)
+    return run
+
+
+def test_a_live_run_whose_records_are_read_by_shape_is_progressing_in_a_report(
+    tmp_path: Path, started: list[subprocess.Popen[bytes]]
+) -> None:
+    run = _writing_run(tmp_path, started)
     snap = _report(run)
     assert snap.training is not None and snap.training.last_step is not None and snap.training.last_step >= 3
     assert snap.run_state is not None and snap.run_state.state == "progressing", snap.run_state
@@ -56,12 +62,7 @@ def test_the_reader_of_rlwatch_s_own_output_is_never_the_run(
     """`rlwatch report --json | python3 -c …` typed in the run directory of a trainer that is a `python3 -c` too:
     discovery's trainer rule (`python -c`) matches the reader, which stands in the directory; it reads rlwatch's own
     output, so it is an observer, never a member."""
-    run = tmp_path / "run"
-    run.mkdir()
-    log = run / "train.log"
-    with log.open("w") as out:
-        started.append(subprocess.Popen([sys.executable, "-c", _WRITER], stdout=out, cwd=run, start_new_session=True))
-    wait_until(lambda: log.read_text().count("\n") >= 3, timeout=30.0)
+    run = _writing_run(tmp_path, started)
     saved = tmp_path / "report.json"
     reader = f"import sys; open({str(saved)!r}, 'w').write(sys.stdin.read())"
     piped = f"{sys.executable} -m rlwatch report {run} --json | {sys.executable} -c {reader!r}"

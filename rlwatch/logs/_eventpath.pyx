@@ -33,8 +33,6 @@ from libc.stdint cimport uint64_t, uint32_t, uint16_t, uint8_t, int64_t
 cdef extern from "Python.h" nogil:
     Py_UCS4 PyUnicode_READ(int kind, void *data, Py_ssize_t index)
     bint Py_UNICODE_ISSPACE(Py_UCS4 ch)
-    bint Py_UNICODE_ISDECIMAL(Py_UCS4 ch)
-    bint Py_UNICODE_ISDIGIT(Py_UCS4 ch)
     bint Py_UNICODE_ISALNUM(Py_UCS4 ch)
     bint Py_UNICODE_ISPRINTABLE(Py_UCS4 ch)
 
@@ -85,33 +83,10 @@ cdef inline bint uspace(uc c) noexcept nogil:
     return Py_UNICODE_ISSPACE(c)
 
 
-cdef inline bint udigit(uc c) noexcept nogil:
-    if c < 128:
-        return 48 <= c <= 57
-    return Py_UNICODE_ISDECIMAL(c)
-
-
 cdef inline bint uword(uc c) noexcept nogil:
     if c < 128:
         return (48 <= c <= 57) or (65 <= c <= 90) or (97 <= c <= 122) or c == 95
     return Py_UNICODE_ISALNUM(c)
-
-
-# With re.ASCII (and on bytes): the ASCII classes only.
-cdef inline bint aspace(uc c) noexcept nogil:
-    return c == 32 or (9 <= c <= 13)
-
-
-cdef inline bint adigit(uc c) noexcept nogil:
-    return 48 <= c <= 57
-
-
-cdef inline bint aalpha(uc c) noexcept nogil:
-    return (65 <= c <= 90) or (97 <= c <= 122)
-
-
-cdef inline bint aword(uc c) noexcept nogil:
-    return aalpha(c) or adigit(c) or c == 95
 
 
 cdef inline bint starts_at(U u, Py_ssize_t pos, const char *lit, Py_ssize_t n) noexcept nogil:
@@ -142,49 +117,6 @@ cdef extern from *:
                      Py_ssize_t n) noexcept nogil
 
 
-cdef Py_ssize_t ufind_ascii(U u, const char *lit, Py_ssize_t n, Py_ssize_t start, Py_ssize_t end) noexcept nogil:
-    """The first start of the ASCII string ``lit`` in text[start:end], or -1: ``str.find`` without widening the
-    needle to the text's kind (which allocates) and, for one-byte text, glibc's memmem."""
-    cdef const unsigned char *b
-    cdef const uint16_t *w
-    cdef const uint32_t *d
-    cdef const char *r
-    cdef Py_ssize_t i, k
-    cdef unsigned char c0
-    if n == 0:
-        return start if start <= end else -1
-    if end - start < n:
-        return -1
-    c0 = <unsigned char>lit[0]
-    if u.kind == 1:
-        b = <const unsigned char *>u.data
-        r = rlw_memmem(<const char *>b + start, end - start, lit, n)
-        return -1 if r == NULL else <const unsigned char *>r - b
-    if u.kind == 2:
-        w = <const uint16_t *>u.data
-        i = start
-        while i + n <= end:
-            if w[i] == c0:
-                k = 1
-                while k < n and w[i + k] == <unsigned char>lit[k]:
-                    k += 1
-                if k == n:
-                    return i
-            i += 1
-        return -1
-    d = <const uint32_t *>u.data
-    i = start
-    while i + n <= end:
-        if d[i] == c0:
-            k = 1
-            while k < n and d[i + k] == <unsigned char>lit[k]:
-                k += 1
-            if k == n:
-                return i
-        i += 1
-    return -1
-
-
 cdef inline Py_ssize_t ufind(str hay, U u, str needle, Py_ssize_t start, int direction) except -2:
     """``PyUnicode_Find(hay, needle, start, len, direction)`` (CPython's own search measured quicker than memmem
     and than a loop over two-byte text, widening and all)."""
@@ -205,16 +137,6 @@ cdef inline bint all_space(U u, Py_ssize_t pos, Py_ssize_t end) noexcept nogil:
         if not uspace(at(u, k)):
             return False
     return True
-
-
-cdef Py_ssize_t rfind_ascii(U u, const char *lit, Py_ssize_t n, Py_ssize_t lo, Py_ssize_t hi) noexcept nogil:
-    """The last start of ``lit`` in text[lo:hi], or -1."""
-    cdef Py_ssize_t i = hi - n
-    while i >= lo:
-        if starts_at(u, i, lit, n):
-            return i
-        i -= 1
-    return -1
 
 
 cdef bint tail_is_ws_end(U u, Py_ssize_t pos) noexcept nogil:
@@ -343,8 +265,6 @@ cdef inline bint starts_lit(U u, Py_ssize_t pos, Lit w) noexcept nogil:
     return starts_at(u, pos, w.p, w.n)
 
 
-cdef Lit W_LEVELS[_MAX_LITS]
-cdef int N_LEVELS = lits(wording.LOG_LEVELS, W_LEVELS)
 cdef Lit W_KEYWORDS[_MAX_LITS]
 cdef int N_KEYWORDS = lits(wording.CODE_KEYWORDS, W_KEYWORDS)
 cdef Lit W_TRACEBACK = lit(wording.TRACEBACK)
@@ -352,15 +272,6 @@ cdef Lit W_FRAME_FILE = lit(wording.FRAME_FILE)
 cdef Lit W_CHAIN_CONTEXT = lit(wording.CHAIN_CONTEXT)
 cdef Lit W_CHAIN_CAUSE = lit(wording.CHAIN_CAUSE)
 cdef Lit W_EXCEPTION = lit(wording.EXCEPTION_WORD)
-
-
-cdef Py_ssize_t level_at(U u, Py_ssize_t pos, Py_ssize_t end) noexcept nogil:
-    """The length of a logging level's name at text[pos:end], or 0."""
-    cdef int k
-    for k in range(N_LEVELS):
-        if pos + W_LEVELS[k].n <= end and starts_lit(u, pos, W_LEVELS[k]):
-            return W_LEVELS[k].n
-    return 0
 
 
 # ========================================================================================================= prefixes
@@ -1047,7 +958,6 @@ cdef class Kind:
 from rlwatch.common.state import UNCOUNTED as _UNCOUNTED
 from rlwatch.common.state import EventSummary, LogLine
 from rlwatch.common.textsafe import clean_line as _clean_line
-from rlwatch.common.textsafe import strip_ansi as _py_strip_ansi
 from rlwatch.logs import incidents as _inc
 from rlwatch.logs.signatures cimport frame, header, location
 from rlwatch.logs.incidents cimport _Block, FileIncidents, Grouper, LineTime, step_number
@@ -1556,8 +1466,7 @@ cdef struct When:
 # ============================================================================================================ core
 from collections import deque as _deque
 
-cdef str _STORM_REFUSED = "connection_refused"
-cdef str _STORM_TIMEOUT = "timeout"
+cdef frozenset _STORM_KINDS = _inc.STORM_KINDS  # the kinds that come in storms, as incidents names them
 cdef frozenset _EVENT_KINDS = frozenset(_inc.EVENT_KINDS)
 
 
@@ -1618,7 +1527,7 @@ cdef Kind make_kind(object ek, int i, dict lits):
         k.exclude_search = ek.exclude.search
     k.internal = ek.internal
     k.progress = ek.progress
-    k.storm = ek.name == _STORM_REFUSED or ek.name == _STORM_TIMEOUT
+    k.storm = ek.name in _STORM_KINDS
     k.event = ek.name in _EVENT_KINDS
     return k
 

@@ -14,6 +14,7 @@ cdef int64_t _MAX_TALLIES, _NCCL_SAME_BURST, _STALL_LINES, _AFTER_LINES, _SILENT
 cdef int _FRAMES, _AFTER, _CHAIN
 cdef Py_ssize_t _STALE_MAX, _SIGNATURES_KEPT
 cdef dict _signatures, _STORM_KINDS
+cdef str _REFUSED
 cdef str _RANK_PREFIX, _CHILD_FAILED
 cdef int64_t _UNCOUNTED
 cdef tuple _CRASH_KINDS

@@ -40,6 +40,7 @@ __all__ = [
     "GUTTER",
     "HEADER_WORD",
     "PROCESS_GROUP",
+    "STORM_KINDS",
     "WORK",
     "WORK_RANK",
     "WORK_TIMEOUT",
@@ -350,10 +351,13 @@ def step_number(text: str) -> str | None:
             up = text.rfind("P", 0, p)
 
 
-_STORM_KINDS = {"connection_refused": "connection-refused", "timeout": "timeout"}
+_REFUSED = "connection_refused"
+# The kinds whose lines come in storms (a retried request's every failure), with the word a storm's title uses.
+_STORM_KINDS = {_REFUSED: "connection-refused", "timeout": "timeout"}
+STORM_KINDS = frozenset(_STORM_KINDS)  # for the compiled counter, which marks their kinds when it builds them
 _CRASH_KINDS = ("child_failed", "engine_dead", "_server_exit")
 # The only kinds :meth:`IncidentTracker.event` does anything with: the counter passes no others.
-EVENT_KINDS = frozenset(_STORM_KINDS) | frozenset(_CRASH_KINDS) | {"nccl_timeout"}
+EVENT_KINDS = STORM_KINDS | frozenset(_CRASH_KINDS) | {"nccl_timeout"}
 _UNCOUNTED = UNCOUNTED
 _STALE_MAX = 64  # blocks left unsettled before all are settled (memory: each holds its report)
 _SIGNATURES_KEPT = 4096
@@ -630,7 +634,7 @@ class Grouper:
             self._crash(fi, kind, lineno, t, by, has_by, text)
 
     def _storm(self, fi: FileIncidents, kind: str, lineno: int, t: float, by: float, has_by: bool) -> None:
-        refused = kind == "connection_refused"
+        refused = kind == _REFUSED
         storm = fi.storm_refused if refused else fi.storm_timeout
         if storm is None:
             storm = _Storm(self.storm_threshold)

@@ -57,7 +57,6 @@ _EXITCODE = re.compile(r"\bexitcode\s*:\s*" + _CODE_PID)
 _AGENT_FAILED = re.compile(r"failed \(exitcode: (-?\d+)\) local_rank: \d+ \(pid: (\d+)\)")
 # The traceback field of a worker killed by a signal: `Signal 9 (SIGKILL) received by PID 1234`.
 _SIGNAL = re.compile(r"Signal (\d+) \((\w+)\)(?: received by PID (\d+))?")
-_REPORT_LINES = 400  # a report is over by then even for many failures: the block stops reading lines
 
 
 @dataclass(slots=True)

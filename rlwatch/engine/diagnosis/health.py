@@ -35,7 +35,7 @@ from rlwatch.config.models import Thresholds
 from rlwatch.engine.diagnosis.base import CRIT, INFO, WARN, Context, StepSeen, progress_before
 from rlwatch.engine.diagnosis.wording import hhmm, human_duration
 
-__all__ = ["assess_run", "health", "undated"]
+__all__ = ["assess_run", "hang_allowance", "health", "undated"]
 
 # Kinds whose lines prove progress (the counter's own; custom kinds marked `progress: true` come in the context).
 _PROGRESS_KINDS = ("step", "checkpoint_saved")
@@ -256,6 +256,12 @@ def _held_by_a_rank(s: Snapshot) -> str | None:
     return None if missing is None else _waiting_words(missing.message, missing.code)
 
 
+def hang_allowance(cadence_s: float | None, th: Thresholds) -> float:
+    """How long a run whose processes live may show no progress before it is hung: ``hang_factor`` times its cadence
+    (TrainingState.cadence_s), ``hang_floor_s`` at least. One rule for the run's state and the ranks' stacks."""
+    return max(th.hang_factor * cadence_s, th.hang_floor_s) if cadence_s else th.hang_floor_s
+
+
 def _pid_list(alive: list[int]) -> str:
     """The first four live processes of the run, as its states name them."""
     return ", ".join(str(pid) for pid in alive[:4])
@@ -306,7 +312,7 @@ def assess_run(s: Snapshot, ctx: Context) -> RunState:
         earlier = f"; the earlier attempt's last progress came at {hhmm(progress_by, now)}"
         progress_at = progress_by = None
     interval = s.training.cadence_s if s.training is not None else None
-    allowance = max(th.hang_factor * interval, th.hang_floor_s) if interval else th.hang_floor_s
+    allowance = hang_allowance(interval, th)
     tr = s.training
     step = f"step {tr.last_step}" if tr is not None and tr.last_step is not None else "progress"
     if tr is not None and tr.finished:

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 
 from rlwatch.common.state import Finding, RankTime, RunState, SampledProcess, Snapshot, StackSample
 from rlwatch.engine.diagnosis.base import WARN, Context
-from rlwatch.engine.diagnosis.health import last_progress
+from rlwatch.engine.diagnosis.health import hang_allowance, last_progress
 from rlwatch.engine.diagnosis.wording import human_duration
 
 __all__ = [
@@ -94,10 +94,7 @@ def still_ranks(s: Snapshot) -> list[Still]:
 
 
 def _window(s: Snapshot, ctx: Context) -> float:
-    th = ctx.thresholds
-    tr = s.training
-    interval = tr.cadence_s if tr is not None else None
-    allowance = max(th.hang_factor * interval, th.hang_floor_s) if interval else th.hang_floor_s
+    allowance = hang_allowance(s.training.cadence_s if s.training is not None else None, ctx.thresholds)
     # A hang is seen up to two rounds of reads after it began (the first read of the still frames, the read that
     # passes the window): the window leaves room for them under hang_max_s, however many ranks slow the rounds.
     rounds = 2 * s.sampling.interval_s if s.sampling is not None else 0.0
