@@ -1039,6 +1039,8 @@ class ShapeSteps:
             return s.label if s.whole else f"a `{s.label}` counted within each epoch"
         if s.per_epoch:
             return f"a `{name}` counted within each epoch"  # its lines showed it starting over as the epoch advanced
+        if self._by_epoch(s):
+            return f"the epoch (its `{name}` starts over each epoch, the epochs before not in the log)"
         return names.get(name, name or "an unnamed counter")
 
     def restarted(self) -> bool:

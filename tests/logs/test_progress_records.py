@@ -70,6 +70,7 @@ def test_in_a_log_that_begins_after_the_first_epoch_a_restarting_counter_without
     lines = [f"Epoch {e}/90 batch {b} loss {1.0 / b:.3f}" for e in (40, 41, 42) for b in (100, 200, 300)]
     steps = _read(lines)
     assert (steps.step(), steps.total()) == (42, 90)
+    assert steps.source() == "the epoch (its `batch` starts over each epoch, the epochs before not in the log)"
     bare = _read([f"ep {e} | it {b} | loss 0.5" for e in (7, 8) for b in (50, 100, 150)])
     assert bare.step() == 8
     # a log that begins in an epoch's tail, before the next epoch's header
