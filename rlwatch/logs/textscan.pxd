@@ -7,6 +7,8 @@
 cdef extern from "Python.h":
     Py_ssize_t PyUnicode_Find(object text, object sub, Py_ssize_t start, Py_ssize_t end, int direction) except -2
     Py_ssize_t PyUnicode_FindChar(object text, Py_UCS4 ch, Py_ssize_t start, Py_ssize_t end, int direction) except -2
+    Py_ssize_t PyUnicode_Tailmatch(object text, object sub, Py_ssize_t start, Py_ssize_t end, int direction) except -1
+    const Py_ssize_t PY_SSIZE_T_MAX
 
 
 cdef inline Py_ssize_t find(str text, str sub, Py_ssize_t start, Py_ssize_t end) except -2:
@@ -19,3 +21,7 @@ cdef inline Py_ssize_t find_char(str text, Py_UCS4 ch, Py_ssize_t start, Py_ssiz
 
 cdef inline Py_ssize_t rfind_char(str text, Py_UCS4 ch, Py_ssize_t start, Py_ssize_t end) except -2:
     return PyUnicode_FindChar(text, ch, start, end, -1)
+
+
+cdef inline bint startswith(str text, str prefix, Py_ssize_t start) except -1:
+    return PyUnicode_Tailmatch(text, prefix, start, PY_SSIZE_T_MAX, -1)
