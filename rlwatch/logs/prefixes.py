@@ -351,7 +351,12 @@ def _may_have_prefix(text: str, n: int) -> bool:
         return False
     first = text[0]
     if first in "[(DIWEC":
-        return first != "(" or "=" in text or text.startswith(_RAYLET) or text.startswith(_AUTOSCALER)
+        return (
+            first != "("
+            or "=" in text
+            or textscan.startswith(text, _RAYLET, 0)
+            or textscan.startswith(text, _AUTOSCALER, 0)
+        )
     if "0" <= first <= "9":  # the classes written out: a call costs more than the test, interpreted
         return n >= 11 and text[10] == "T" and text[4] == "-"
     if not ("A" <= first <= "Z" or "a" <= first <= "z"):

@@ -13,7 +13,7 @@ exactly what the method it names answers.
 
 from __future__ import annotations
 
-__all__ = ["find", "find_char", "rfind_char", "startswith"]
+__all__ = ["cut", "find", "find_char", "isdecimal", "rfind_char", "startswith"]
 
 # str.find(sub, start, end): where sub first begins in text[start:end], or -1.
 find = str.find
@@ -23,3 +23,11 @@ find_char = str.find
 rfind_char = str.rfind
 # str.startswith(prefix, start) for one prefix: whether text[start:] begins with it.
 startswith = str.startswith
+# str.isdecimal of one character (re's \d).
+isdecimal = str.isdecimal
+
+
+def cut(text: str, start: int, end: int) -> str:
+    """``text[start:end]`` for ``0 <= start``: the part of a line a rule hands on (a frame's file, a message). A call
+    here (the one name that is not a str method: a slice has none), compiled CPython's own substring."""
+    return text[start:end]
