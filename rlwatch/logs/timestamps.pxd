@@ -84,7 +84,8 @@ cdef int _glog(str text, Py_ssize_t h, Py_ssize_t lo, Py_ssize_t end) noexcept
 @cython.locals(s=Py_ssize_t)
 cdef bint _md_slash(str text, Py_ssize_t h, Py_ssize_t lo, Py_ssize_t end) noexcept
 
-cdef inline Py_ssize_t _next_clock(str text, Py_ssize_t h, Py_ssize_t first, Py_ssize_t second, Py_ssize_t hi) except? -2
+cdef inline Py_ssize_t _next_clock(str text, Py_ssize_t h, Py_ssize_t first, Py_ssize_t second,
+                                   Py_ssize_t hi) except? -2
 
 @cython.locals(n=Py_ssize_t, first=Py_ssize_t, second=Py_ssize_t, lo=Py_ssize_t, hi=Py_ssize_t, end=Py_ssize_t,
                h=Py_ssize_t, zone=Py_ssize_t, frac_len=int)
