@@ -3,6 +3,8 @@
 # every line the counter delivers them: compiled, the text of a line is read as C characters and the tracker's
 # deduplication is a C call, so the rule is written once, in the .py, at the speed of the hand-written C it replaced.
 cimport cython
+# str's bounded searches with C bounds (the .py imports the same module)
+from rlwatch.logs cimport textscan
 
 cdef str _TRAIN_STEP, _STEP_DONE, _AREAL_DONE, _DISK_UPDATE, _UPDATE_WEIGHTS, _REWARD, _REWARD_BEST, _REWARD_ROLLOUT
 cdef str _VERL_STEP, _METRIC_DICT, _ORDINAL_POSTFIX, _LIGHT, _HEAVY, _PLAIN
@@ -53,7 +55,7 @@ cdef Py_ssize_t _lstrip(str text, Py_ssize_t a, Py_ssize_t b) except -1
 @cython.locals(c=Py_UCS4)
 cdef Py_ssize_t _rstrip(str text, Py_ssize_t a, Py_ssize_t b) except -1
 
-@cython.locals(bar=str, out=dict, a=Py_ssize_t, b=Py_ssize_t, c=Py_ssize_t, key=str)
+@cython.locals(bar=str, bar_c=Py_UCS4, n=Py_ssize_t, out=dict, a=Py_ssize_t, b=Py_ssize_t, c=Py_ssize_t, key=str)
 cpdef dict parse_stats_row(str text)
 
 cdef bint _finite(double x) noexcept
@@ -74,14 +76,15 @@ cdef _training_line(object t, object line, double offset)
 
 cdef _areal_step(object t, object line, object step, object total, double offset)
 
-@cython.locals(row=dict, a=Py_ssize_t, b=Py_ssize_t, c=Py_ssize_t, key=str, value=double, rank=int, contents=Recent)
+@cython.locals(row=dict, bar_c=Py_UCS4, n=Py_ssize_t, a=Py_ssize_t, b=Py_ssize_t, c=Py_ssize_t, key=str, value=double,
+               rank=int, contents=Recent)
 cdef _tracked_stats(object t, str text, str bar, bint timing)
 
 @cython.locals(text=str, areal=tuple)
 cdef _learning_line(object t, object line)
 
-@cython.locals(bar=str, values=dict, found=dict, a=Py_ssize_t, b=Py_ssize_t, c=Py_ssize_t, ka=Py_ssize_t,
-               kb=Py_ssize_t, va=Py_ssize_t, key=str, contents=Recent)
+@cython.locals(bar=str, bar_c=Py_UCS4, n=Py_ssize_t, values=dict, found=dict, a=Py_ssize_t, b=Py_ssize_t,
+               c=Py_ssize_t, ka=Py_ssize_t, kb=Py_ssize_t, va=Py_ssize_t, key=str, contents=Recent)
 cpdef learning_row(object t, object line, str text)
 
 @cython.locals(m=Py_ssize_t, n=Py_ssize_t, suffix=str, key=str)

@@ -21,7 +21,7 @@ from collections import OrderedDict, deque
 from typing import Any
 
 from rlwatch.common.state import LogLine, MetricPoint, line_ref
-from rlwatch.logs import wording
+from rlwatch.logs import textscan, wording
 
 __all__ = [
     "AREAL_SUFFIXES",
@@ -150,7 +150,7 @@ def parse_areal_step(text: str) -> tuple[int, int] | None:
             i = _digits(text, b, n)
             if 1 <= i - b <= 12 and text.startswith(_STEP_DONE, i):
                 return int(text[a : b - 1]), int(text[b:i])
-        k = text.find(_TRAIN_STEP, k + 1)
+        k = textscan.find(text, _TRAIN_STEP, k + 1, n)
     return None
 
 
@@ -170,7 +170,7 @@ def parse_weight_update(text: str) -> float | None:
                 f = _digits(text, i + 1, n)
                 if f - i - 1 <= 9 and f < n and text[f] == "s":
                     return float(text[a:f])
-        k = text.find(_DISK_UPDATE, k + 1)
+        k = textscan.find(text, _DISK_UPDATE, k + 1, n)
     return None
 
 
@@ -250,10 +250,12 @@ def parse_stats_row(text: str) -> dict[str, float]:
     out: dict[str, float] = {}
     if bar is None:
         return out
+    n = len(text)
+    bar_c = bar  # the bar's one character (a C character compiled, converted once per row)
     a = text.find(bar)
-    b = text.find(bar, a + 1)
+    b = textscan.find_char(text, bar_c, a + 1, n)
     while b >= 0:
-        c = text.find(bar, b + 1)
+        c = textscan.find_char(text, bar_c, b + 1, n)
         if c < 0:
             break
         key = text[a + 1 : b].strip()
@@ -263,7 +265,7 @@ def parse_stats_row(text: str) -> dict[str, float]:
             except ValueError:
                 pass
         a = c
-        b = text.find(bar, a + 1)
+        b = textscan.find_char(text, bar_c, a + 1, n)
     return out
 
 
@@ -372,10 +374,12 @@ def _tracked_stats(t: Any, text: str, bar: str, timing: bool) -> None:
     "reward") and the update-weights timing. Only those cells become strings: a row holds a dozen values and the
     tracker wants one or two of them. ``timing``: whether the row holds the update-weights key."""
     row: dict[str, float] = {}
+    n = len(text)
+    bar_c = bar  # the bar's one character (a C character compiled, converted once per row)
     a = text.find(bar)
-    b = text.find(bar, a + 1)
+    b = textscan.find_char(text, bar_c, a + 1, n)
     while b >= 0:
-        c = text.find(bar, b + 1)
+        c = textscan.find_char(text, bar_c, b + 1, n)
         if c < 0:
             break
         if text.find(_REWARD, a + 1, b) >= 0 or (timing and text.find(_UPDATE_WEIGHTS, a + 1, b) >= 0):
@@ -384,7 +388,7 @@ def _tracked_stats(t: Any, text: str, bar: str, timing: bool) -> None:
             except ValueError:
                 pass
         a = c
-        b = text.find(bar, a + 1)
+        b = textscan.find_char(text, bar_c, a + 1, n)
     if not row:
         return
     slot = t.areal_step if t.areal_step is not None else t.dicts
@@ -442,10 +446,12 @@ def learning_row(t: Any, line: LogLine, text: str) -> None:
     if bar is None:
         return
     values: dict[str, float] = {}
+    n = len(text)
+    bar_c = bar  # the bar's one character (a C character compiled, converted once per row)
     a = text.find(bar)
-    b = text.find(bar, a + 1)
+    b = textscan.find_char(text, bar_c, a + 1, n)
     while b >= 0:
-        c = text.find(bar, b + 1)
+        c = textscan.find_char(text, bar_c, b + 1, n)
         if c < 0:
             break
         ka = _lstrip(text, a + 1, b)
@@ -460,7 +466,7 @@ def learning_row(t: Any, line: LogLine, text: str) -> None:
                 key = text[ka:kb]
                 values[key] = number
         a = c
-        b = text.find(bar, a + 1)
+        b = textscan.find_char(text, bar_c, a + 1, n)
     if not values:
         return
     found: dict[str, tuple[str, float]] = {}

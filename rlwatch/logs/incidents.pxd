@@ -9,6 +9,8 @@ from libc.stdint cimport int64_t
 # the traceback and report rules the incident rules call per line, at C speed (the .py imports the same names)
 from rlwatch.logs.signatures cimport chain, exception, frame, header, location
 from rlwatch.logs.torchrun_report cimport report_line
+# str's bounded searches with C bounds (the .py imports the same module)
+from rlwatch.logs cimport textscan
 
 cdef int64_t _MAX_TALLIES, _NCCL_SAME_BURST, _STALL_LINES, _AFTER_LINES, _SILENT_LINES
 cdef int _FRAMES, _AFTER, _CHAIN
@@ -140,7 +142,7 @@ cdef class Grouper:
     cpdef void expire_over(self, FileIncidents fi, int64_t first, int64_t last) except *
     @cython.locals(block=_Block, k=Py_ssize_t, c=Py_UCS4)
     cpdef void take(self, FileIncidents fi, str tag, str body, int64_t lineno, LineTime w) except *
-    @cython.locals(found=tuple, exc=tuple)
+    @cython.locals(found=tuple, exc=tuple, n=Py_ssize_t)
     cdef void _in_frames(self, FileIncidents fi, str tag, _Block block, str body, int64_t lineno, LineTime w) except *
     @cython.locals(rec=_Record)
     cdef void _after(self, FileIncidents fi, str tag, _Block block, str body, int64_t lineno, LineTime w) except *

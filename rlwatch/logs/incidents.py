@@ -30,7 +30,7 @@ from typing import Any
 
 from rlwatch.common.state import UNCOUNTED, ChildFailure, CollectiveTimeout, Incident, IncidentTally
 from rlwatch.common.words import plural
-from rlwatch.logs import wording
+from rlwatch.logs import textscan, wording
 from rlwatch.logs.prefixes import prepare
 from rlwatch.logs.signatures import TITLE_MSG_CHARS, chain, exception, frame, header, location, signature
 from rlwatch.logs.torchrun_report import CHILD_TITLES, Report, child_failure_text, finished, report_line
@@ -340,15 +340,15 @@ def step_number(text: str) -> str | None:
             while k < 3 and j < n and not _step_word(text[j]):
                 j += 1
                 k += 1
-            if j < n and text[j].isdecimal():
+            if j < n and textscan.isdecimal(text[j]):
                 d = j
-                while d < n and text[d].isdecimal():
+                while d < n and textscan.isdecimal(text[d]):
                     d += 1
                 return text[j:d]
         if p == lo:
-            lo = text.rfind("p", 0, p)
+            lo = textscan.rfind_char(text, "p", 0, p)
         else:
-            up = text.rfind("P", 0, p)
+            up = textscan.rfind_char(text, "P", 0, p)
 
 
 _REFUSED = "connection_refused"
@@ -513,10 +513,12 @@ class Grouper:
         if header(body):  # a fresh traceback from the same writer: the old one was cut off
             self._open(fi, tag, lineno, w)
             return
-        if (body and body[0].isspace()) or not body.strip():
+        n = len(body)
+        if n == 0 or body[0].isspace():  # blank, or indented (a frame's code line)
             block.idle += 1
         else:
-            exc = exception(body.rstrip())
+            # the line with its trailing spaces stripped (most have none: then the line itself, no call)
+            exc = exception(body.rstrip() if body[n - 1].isspace() else body)
             if exc is not None:
                 block.exc_type, block.exc_msg = exc
                 block.state = _AFTER

@@ -4,6 +4,8 @@
 # .py, and read by both paths. A character is a Py_UCS4 (a C integer compared with one-character literals), an
 # index a Py_ssize_t; positions are returned as C integers, -1 for no match (-2, never returned, marks an error).
 cimport cython
+# str's bounded searches with C bounds (the .py imports the same module)
+from rlwatch.logs cimport textscan
 
 cdef str _RANK, _RAYLET, _AUTOSCALER
 cdef tuple _STREAMS, _LEVELS
@@ -51,7 +53,7 @@ cdef Py_ssize_t _record(str text, Py_ssize_t n, Py_ssize_t pos) except -2
 cdef Py_ssize_t _compose(str text, Py_ssize_t n, Py_ssize_t pos) except -2
 
 @cython.locals(first=Py_UCS4)
-cdef bint _may_have_prefix(str text, Py_ssize_t n) except -1
+cdef inline bint _may_have_prefix(str text, Py_ssize_t n) except -1
 
 @cython.locals(pos=Py_ssize_t, m=Py_ssize_t, stop=Py_ssize_t, _hop=Py_ssize_t, c=Py_UCS4, tag=str)
 cdef Py_ssize_t _split(str text, Py_ssize_t n, Split out) except -1

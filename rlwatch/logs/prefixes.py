@@ -17,7 +17,7 @@ was, and only the Python event path (``RLWATCH_NATIVE=0``, or nothing compiled) 
 from __future__ import annotations
 
 from rlwatch.common.textsafe import strip_ansi
-from rlwatch.logs import wording
+from rlwatch.logs import textscan, wording
 
 __all__ = ["Split", "prepare", "split_at", "split_prefix"]
 
@@ -75,7 +75,7 @@ def _digits(text: str, n: int, i: int, count: int) -> int:
 
 def _rank_writer(text: str, n: int, pos: int) -> int:
     """``\\[rank\\d+\\]:\\s?`` at pos: its end, or -1."""
-    if not text.startswith(_RANK, pos):
+    if not textscan.startswith(text, _RANK, pos):
         return -1
     i = pos + len(_RANK)
     if i >= n or not _digit(text[i]):
@@ -122,8 +122,9 @@ def _kv_writer(text: str, n: int, pos: int) -> int:
     by running the expression's automaton over it (its states a bit set), which is exact whatever it backtracks."""
     if pos >= n or text[pos] != "(":
         return -1
-    close = text.find(")", pos + 1)
-    if close < 0 or text.find("=", pos + 1, close) < 0:  # every match holds a key's "=": most lines are let go here
+    close = textscan.find_char(text, ")", pos + 1, n)
+    # every match holds a key's "=": most lines are let go here
+    if close < 0 or textscan.find_char(text, "=", pos + 1, close) < 0:
         return -1
     # states: 1 name start, 2 in name, 3 part start, 4 in part, 5 key start, 6 in key, 7 value start, 8 in value
     # (accepting), 9 after a comma.
@@ -175,9 +176,9 @@ def _kv_writer(text: str, n: int, pos: int) -> int:
 def _ray_writer(text: str, n: int, pos: int) -> int:
     """``\\(raylet\\) |\\(autoscaler(?: \\+\\w+)?\\) `` at pos."""
     i = pos + len(_RAYLET)
-    if text.startswith(_RAYLET, pos) and i < n and text[i] == " ":
+    if textscan.startswith(text, _RAYLET, pos) and i < n and text[i] == " ":
         return i + 1
-    if not text.startswith(_AUTOSCALER, pos):
+    if not textscan.startswith(text, _AUTOSCALER, pos):
         return -1
     i = pos + len(_AUTOSCALER)
     if i + 2 < n and text[i] == " " and text[i + 1] == "+" and _word(text[i + 2]):
@@ -266,7 +267,7 @@ def _stamp(text: str, n: int, pos: int) -> int:
     i += 1
     for stream in _STREAMS:
         k = i + len(stream)
-        if text.startswith(stream, i):
+        if textscan.startswith(text, stream, i):
             if k + 1 < n and (text[k] == "F" or text[k] == "P") and text[k + 1] == " ":
                 i = k + 2
             break
@@ -280,7 +281,7 @@ def _record(text: str, n: int, pos: int) -> int:
     `[v1/engine/core.py:700] `; older: `INFO 11-24 05:09:01 api_server.py:1234] ` (vllm/logger.py _FORMAT)."""
     i = -1
     for level in _LEVELS:
-        if text.startswith(level, pos):
+        if textscan.startswith(text, level, pos):
             i = pos + len(level)
             break
     if i < 0 or i >= n or text[i] != " ":
@@ -350,12 +351,17 @@ def _may_have_prefix(text: str, n: int) -> bool:
         return False
     first = text[0]
     if first in "[(DIWEC":
-        return first != "(" or "=" in text or text.startswith(_RAYLET) or text.startswith(_AUTOSCALER)
+        return (
+            first != "("
+            or "=" in text
+            or textscan.startswith(text, _RAYLET, 0)
+            or textscan.startswith(text, _AUTOSCALER, 0)
+        )
     if "0" <= first <= "9":  # the classes written out: a call costs more than the test, interpreted
         return n >= 11 and text[10] == "T" and text[4] == "-"
     if not ("A" <= first <= "Z" or "a" <= first <= "z"):
         return False  # table rules and rows, indented frames, metric dicts
-    return text.find(" | ", 0, _COMPOSE_NAME_MAX) >= 0
+    return textscan.find(text, " | ", 0, _COMPOSE_NAME_MAX) >= 0
 
 
 def _split(text: str, n: int, out: Split) -> int:

@@ -4,6 +4,8 @@
 # messages on every line of an open traceback. Characters are Py_UCS4, so the .py's one-character comparisons
 # compile to integer ones, and indices are C integers over the str.
 cimport cython
+# str's bounded searches with C bounds (the .py imports the same module)
+from rlwatch.logs cimport textscan
 
 cdef str _TB_HEADER, _FRAME_FILE, _FRAME_LINE, _CHAIN_CONTEXT, _CHAIN_CAUSE
 cdef tuple _EXCEPTION_ENDINGS
@@ -31,7 +33,7 @@ cpdef bint chain(str body) except -1
 cpdef tuple frame(str body)
 
 
-@cython.locals(base=str)
+@cython.locals(base=str, n=Py_ssize_t)
 cpdef str location(str file, str line)
 
 

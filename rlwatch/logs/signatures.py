@@ -22,7 +22,7 @@ import functools
 import hashlib
 import re
 
-from rlwatch.logs import wording
+from rlwatch.logs import textscan, wording
 
 __all__ = ["TITLE_MSG_CHARS", "chain", "exception", "frame", "header", "location", "signature"]
 
@@ -90,7 +90,7 @@ def header(body: str) -> bool:
     while e > 0 and body[e - 1].isspace():
         e -= 1
     n = _TB_HEADER_N
-    return e >= n and body[e - 1] == _TB_END and body.startswith(_TB_HEADER, e - n)
+    return e >= n and body[e - 1] == _TB_END and textscan.startswith(body, _TB_HEADER, e - n)
 
 
 def chain(body: str) -> bool:
@@ -100,9 +100,9 @@ def chain(body: str) -> bool:
     if i == len(body):
         return False
     c = body[i]
-    if c == _CONTEXT_FIRST and body.startswith(_CHAIN_CONTEXT, i):
+    if c == _CONTEXT_FIRST and textscan.startswith(body, _CHAIN_CONTEXT, i):
         return _space_end(body, i + _CHAIN_CONTEXT_N)
-    if c == _CAUSE_FIRST and body.startswith(_CHAIN_CAUSE, i):
+    if c == _CAUSE_FIRST and textscan.startswith(body, _CHAIN_CAUSE, i):
         return _space_end(body, i + _CHAIN_CAUSE_N)
     return False
 
@@ -111,24 +111,25 @@ def frame(body: str) -> tuple[str, str] | None:
     """A traceback's frame line, its file and line number: ``^\\s*File "([^"]*)", line (\\d+)``."""
     n = len(body)
     i = _skip_space(body, 0)
-    if i == n or body[i] != _FRAME_FIRST or not body.startswith(_FRAME_FILE, i):
+    if i == n or body[i] != _FRAME_FIRST or not textscan.startswith(body, _FRAME_FILE, i):
         return None
     a = i + _FRAME_FILE_N
-    b = body.find('"', a)  # [^"]* ends at the first quote, where the line's part must begin
-    if b < 0 or not body.startswith(_FRAME_LINE, b):
+    b = textscan.find_char(body, '"', a, n)  # [^"]* ends at the first quote, where the line's part must begin
+    if b < 0 or not textscan.startswith(body, _FRAME_LINE, b):
         return None
     c = b + _FRAME_LINE_N
     i = c
-    while i < n and body[i].isdecimal():
+    while i < n and textscan.isdecimal(body[i]):
         i += 1
     if i == c:
         return None
-    return body[a:b], body[c:i]
+    return textscan.cut(body, a, b), textscan.cut(body, c, i)
 
 
 def location(file: str, line: str) -> str:
     """A frame's file (its base name) and line number."""
-    base = file[file.rfind("/") + 1 :]
+    n = len(file)
+    base = textscan.cut(file, textscan.rfind_char(file, "/", 0, n) + 1, n)
     return f"{base or file}:{line}"
 
 
@@ -171,20 +172,26 @@ def exception(line: str) -> tuple[str, str] | None:
         i += 1
         if i < n and line[i].isspace():
             i += 1
-        k = line.find("\n", i)  # (.*)$: no newline but a final one
+        k = textscan.find_char(line, "\n", i, n)  # (.*)$: no newline but a final one
         if k >= 0 and k != n - 1:
             return None
-        message = line[i : n if k < 0 else k].strip()
-    last = line[last_start:name_end]
-    # Logger levels ("WARNING: ...") share the shape; Python exception names are never all capitals.
-    if last.isascii():
-        for k in range(last_start, name_end):
-            if "a" <= line[k] <= "z":
-                break
-        else:
+        # the message stripped (str.strip: its own spaces, as str.isspace says) and cut once
+        k = n if k < 0 else k
+        while i < k and line[i].isspace():
+            i += 1
+        while k > i and line[k - 1].isspace():
+            k -= 1
+        message = textscan.cut(line, i, k)
+    # Logger levels ("WARNING: ...") share the shape; Python exception names are never all capitals. A lowercase
+    # ASCII letter settles it (str.upper changes it, whatever else the name holds); without one, an ASCII name is all
+    # capitals and any other is asked. Read in place: the last part is cut only where a question needs it.
+    for k in range(last_start, name_end):
+        if "a" <= line[k] <= "z":
+            break
+    else:
+        last = line[last_start:name_end]
+        if last.isascii() or last.upper() == last:
             return None
-    elif last.upper() == last:
+    if not (("A" <= line[last_start] <= "Z") or line[last_start:name_end].endswith(_EXCEPTION_ENDINGS)):
         return None
-    if not (("A" <= line[last_start] <= "Z") or last.endswith(_EXCEPTION_ENDINGS)):
-        return None
-    return line[:name_end], message
+    return textscan.cut(line, 0, name_end), message

@@ -4,6 +4,8 @@
 # paths. Its directives (no bounds or negative-index checks, C division) are in the .py's first line.
 cimport cython
 from libc.stdint cimport int64_t
+# str.find with C bounds (the .py imports the same module: its calls are str's own methods interpreted)
+from rlwatch.logs cimport textscan
 
 cdef double _NAN
 cdef tuple _LEVELS
@@ -37,22 +39,22 @@ cdef double _yearless(str text, Py_ssize_t h, Py_ssize_t month_at, int frac_len,
 @cython.locals(start=double)
 cdef double _dated(str text, Py_ssize_t year_at, Py_ssize_t month_at, Py_ssize_t h, int frac_len) except? -1.5
 
-cdef bint _is_nan(double x) noexcept
-cdef bint _digit(Py_UCS4 c) noexcept
-cdef bint _space(Py_UCS4 c) noexcept
-cdef bint _word(Py_UCS4 c) noexcept
+cdef inline bint _is_nan(double x) noexcept
+cdef inline bint _digit(Py_UCS4 c) noexcept
+cdef inline bint _space(Py_UCS4 c) noexcept
+cdef inline bint _word(Py_UCS4 c) noexcept
 
 @cython.locals(k=Py_ssize_t)
-cdef bint _digits(str text, Py_ssize_t i, Py_ssize_t n, Py_ssize_t end) noexcept
+cdef inline bint _digits(str text, Py_ssize_t i, Py_ssize_t n, Py_ssize_t end) noexcept
 
 @cython.locals(k=Py_ssize_t, value=int64_t)
-cdef int64_t _num(str text, Py_ssize_t i, Py_ssize_t n) noexcept
-cdef int64_t _two(str text, Py_ssize_t i) noexcept
+cdef inline int64_t _num(str text, Py_ssize_t i, Py_ssize_t n) noexcept
+cdef inline int64_t _two(str text, Py_ssize_t i) noexcept
 
-cdef bint _digit_after(str text, Py_ssize_t i, Py_ssize_t end) noexcept
+cdef inline bint _digit_after(str text, Py_ssize_t i, Py_ssize_t end) noexcept
 
 @cython.locals(c=Py_UCS4, run=Py_ssize_t)
-cdef int _fraction(str text, Py_ssize_t p, Py_ssize_t end, bint comma, int most) noexcept
+cdef inline int _fraction(str text, Py_ssize_t p, Py_ssize_t end, bint comma, int most) noexcept
 
 @cython.locals(colon=Py_ssize_t)
 cpdef Py_ssize_t find_hms(str text, Py_ssize_t lo, Py_ssize_t hi) except? -2
@@ -82,6 +84,9 @@ cdef int _glog(str text, Py_ssize_t h, Py_ssize_t lo, Py_ssize_t end) noexcept
 @cython.locals(s=Py_ssize_t)
 cdef bint _md_slash(str text, Py_ssize_t h, Py_ssize_t lo, Py_ssize_t end) noexcept
 
-@cython.locals(n=Py_ssize_t, first=Py_ssize_t, lo=Py_ssize_t, hi=Py_ssize_t, end=Py_ssize_t, h=Py_ssize_t,
-               zone=Py_ssize_t, frac_len=int)
+cdef inline Py_ssize_t _next_clock(str text, Py_ssize_t h, Py_ssize_t first, Py_ssize_t second,
+                                   Py_ssize_t hi) except? -2
+
+@cython.locals(n=Py_ssize_t, first=Py_ssize_t, second=Py_ssize_t, lo=Py_ssize_t, hi=Py_ssize_t, end=Py_ssize_t,
+               h=Py_ssize_t, zone=Py_ssize_t, frac_len=int)
 cpdef double time_or_nan(str text, double now) except? -1.5

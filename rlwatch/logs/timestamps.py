@@ -24,7 +24,7 @@ import time
 from datetime import datetime
 from functools import lru_cache
 
-from rlwatch.logs import wording
+from rlwatch.logs import textscan, wording
 
 __all__ = ["HMS_BYTES", "local_minute", "parse_time", "time_or_nan"]
 
@@ -233,7 +233,7 @@ def find_hms(text: str, lo: int, hi: int) -> int:
     its colons, which are few in a line."""
     if hi - lo < 8:  # no room (and str.find would read a negative end from the text's end)
         return -1
-    colon = text.find(":", lo + 2, hi - 5)
+    colon = textscan.find_char(text, ":", lo + 2, hi - 5)
     while colon >= 0:
         if (
             text[colon + 3] == ":"
@@ -245,7 +245,7 @@ def find_hms(text: str, lo: int, hi: int) -> int:
             and _digit(text[colon + 5])
         ):
             return colon - 2
-        colon = text.find(":", colon + 1, hi - 5)
+        colon = textscan.find_char(text, ":", colon + 1, hi - 5)
     return -1
 
 
@@ -415,6 +415,14 @@ def _md_slash(text: str, h: int, lo: int, end: int) -> bool:
 
 
 # ------------------------------------------------------------------------------------------------ the rule
+def _next_clock(text: str, h: int, first: int, second: int, hi: int) -> int:
+    """The clock after the one at ``h`` in the window ``[.., hi)``: after the first, the second, found once for all
+    the formats (each is tried at every clock in turn, and most windows hold one); after that, searched."""
+    if h == first:
+        return second
+    return find_hms(text, h + 1, hi)
+
+
 def time_or_nan(text: str, now: float) -> float:
     """:func:`parse_time` with NaN for None: what the compiled event path calls for each line it counts."""
     n = min(len(text), _SEARCH_CHARS)
@@ -433,7 +441,13 @@ def time_or_nan(text: str, now: float) -> float:
             if zone >= 0:
                 return _rfc3339(text, h, zone)
             h = find_hms(text, h + 1, end)
-    h = first
+    # AReaL's stamp, the commonest, is tried at the first clock before any other clock is looked for; each format is
+    # then tried at each later clock in turn. Most windows hold one clock: the second is searched for once, for all.
+    frac_len = _areal(text, first, lo, hi)
+    if frac_len >= 0:
+        return _dated(text, first - 9, first - 5, first, frac_len)
+    second = find_hms(text, first + 1, hi)
+    h = second
     while h >= 0:
         frac_len = _areal(text, h, lo, hi)
         if frac_len >= 0:
@@ -444,29 +458,29 @@ def time_or_nan(text: str, now: float) -> float:
         frac_len = _iso(text, h, lo, hi)
         if frac_len >= 0:
             return _dated(text, h - 11, h - 6, h, frac_len)
-        h = find_hms(text, h + 1, hi)
+        h = _next_clock(text, h, first, second, hi)
     h = first
     while h >= 0:
         if _ymd_slash(text, h, lo, hi):
             return _dated(text, h - 11, h - 6, h, 0)
-        h = find_hms(text, h + 1, hi)
+        h = _next_clock(text, h, first, second, hi)
     h = first
     while h >= 0:
         frac_len = _vllm(text, h, lo, hi)
         if frac_len >= 0:
             return _yearless(text, h, h - 6, frac_len, now)
-        h = find_hms(text, h + 1, hi)
+        h = _next_clock(text, h, first, second, hi)
     h = first
     while h >= 0:
         frac_len = _glog(text, h, lo, hi)
         if frac_len >= 0:
             return _yearless(text, h, h - 5, frac_len, now)
-        h = find_hms(text, h + 1, hi)
+        h = _next_clock(text, h, first, second, hi)
     h = first
     while h >= 0:
         if _md_slash(text, h, lo, hi):
             return _yearless(text, h, h - 6, 0, now)
-        h = find_hms(text, h + 1, hi)
+        h = _next_clock(text, h, first, second, hi)
     return _NAN
 
 
