@@ -106,11 +106,12 @@ _DIGITS_RUN = re.compile(r"\d+")
 _TOTAL_KEY = re.compile(r"(?i)\b(?:total|max|num)_?(?:steps|iters|iterations)[\"']?\s*[:=]\s*(\d{1,12})")
 # A counter named like a step: the name (not the tail of another word: `total_steps`, `warmup_steps`, `ms/step`),
 # an optional quote and separator, an optional bracket, the number (not a percentage: `steps:  95%|█| 1900/2000`
-# is at step 1900; its thousands grouped or not: `Step 10,850`), an optional `/ total` or ` of total`.
+# is at step 1900; its thousands grouped or not: `Step 10,850`, a comma after its last group separating the next
+# field: `iter: 12,400, lr: …` is 12400), an optional `/ total` or ` of total`.
 _NAMED = re.compile(
     r"(?<![\w/.-])(?P<name>global[_ ]?steps?|current_steps|num_updates|iterations?|iters?|steps?|updates?"
-    r"|batch(?:_idx|es)?|it)(?![\w/])[\"']?\s*(?:[:=#]\s*)?\[?\s*(?P<n>\d{1,3}(?:,\d{3})+(?![\d,])|\d{1,12})"
-    r"(?!\d|\.\d|\s*%)(?:\s*(?:/|of)\s*(?P<total>\d{1,3}(?:,\d{3})+(?![\d,])|\d{1,12})(?!\d))?",
+    r"|batch(?:_idx|es)?|it)(?![\w/])[\"']?\s*(?:[:=#]\s*)?\[?\s*(?P<n>\d{1,3}(?:,\d{3})+(?!\d|,\d)|\d{1,12})"
+    r"(?!\d|\.\d|\s*%)(?:\s*(?:/|of)\s*(?P<total>\d{1,3}(?:,\d{3})+(?!\d|,\d)|\d{1,12})(?!\d))?",
     re.IGNORECASE,
 )
 _RANK = {"global": 0, "current_steps": 1, "num_updates": 1, "iter": 2, "it": 2, "step": 3, "update": 4, "batch": 5}

@@ -1,0 +1,50 @@
+"""Shapes of step records that the progress reader (rlwatch/logs/progress_shape.py) must read as a person does: a
+counter whose thousands are grouped and which a comma separates from the next field, a source file's location that
+is never a counter, a record whose first print lacks the tail its later prints carry, and an accumulated iteration
+beside a batch counted within its epoch. Every line here is written for the test in the shape named; none is a
+framework's verbatim output."""
+
+from __future__ import annotations
+
+from rlwatch.logs.progress_shape import ShapeSteps, read
+
+
+def _read(lines: list[str]) -> ShapeSteps:
+    steps = ShapeSteps()
+    for line in lines:
+        steps.feed(line)
+    return steps
+
+
+# -- a counter with its thousands grouped, then a comma and the next field ------------------------------------------
+
+
+def test_a_grouped_counter_ends_at_a_comma_that_no_digit_follows() -> None:
+    """`iteration: 12,400, lr: …`: the comma after the last group separates the next field, it does not end the
+    number at its first group (12)."""
+    for line, value in (
+        ("[train] ep 4, iteration: 12,400, lr: 1.0e-04, loss 0.52", 12400),
+        ("step 1,024,000, tokens/s 5120", 1024000),
+        ("{ep: 2, step: 3,100,} loss=0.4", 3100),
+        ("step 7,500> loss 0.9", 7500),
+    ):
+        r = read(line)
+        assert r is not None and r.value == value, (line, r)
+
+
+def test_digits_and_commas_that_are_no_grouped_number_are_read_as_before() -> None:
+    """A comma followed by fewer or more than three digits groups nothing: `step 12,34` is step 12."""
+    for line, value in (("step 12,34 loss 0.5", 12), ("step 5,1234 loss 0.5", 5), ("iteration 3, loss 0.5", 3)):
+        r = read(line)
+        assert r is not None and r.value == value, (line, r)
+
+
+def test_a_grouped_iteration_beside_an_epoch_is_the_global_iteration() -> None:
+    """The iteration runs on across the epoch's advance (12,400 → 12,600 as epoch 4 → 5): it is the run's own count,
+    not a counter that starts over each epoch (its first group, 12, would look like one)."""
+    lines = [
+        f"<ep: {e}, iteration: {i:,}, lr: 1.0e-04> loss: 0.{i % 97:02d}"
+        for e, i in ((4, 12000), (4, 12200), (4, 12400), (5, 12600), (5, 12800))
+    ]
+    steps = _read(lines)
+    assert (steps.step(), steps.source()) == (12800, "iter")
