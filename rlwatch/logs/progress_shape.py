@@ -418,6 +418,11 @@ _KV_ROW = re.compile(r"\s*\|\s*([A-Za-z_][\w./-]{0,40})\s*\|\s*(\d[\d.e+]{0,20})
 _NAME_AFTER = re.compile(r"[ \t]{1,4}([A-Za-z_]{3,24})(?![\w/(:=])(?![ \t]{1,4}[+-]?\.?\d)")
 # a time of day with its fraction (logging's `13:17:40,982`: the milliseconds advance too), a date
 _CLOCK = re.compile(r"\d{1,2}:\d{2}(?::\d{2}(?:[.,]\d{1,9})?)?|\d{4}-\d{2}-\d{2}|\d{8}-")
+# a place in a source file (glog's `gpu_device.cc:1003]`, Python logging's `trainer.py:88`): a line number, which
+# moves from one message to the next as the code that logs does, never a counter
+_LOCATION = re.compile(
+    r"(?<=[\w-])\.(?:py|pyx|cc|cpp|cxx|c|h|hpp|hh|cu|cuh|rs|go|java|scala|kt|js|ts|lua|jl|rb|swift):\d{1,7}(?!\d)"
+)
 _HEADER_SEPS = ("|", "\t", ",")
 _STEP_NAMES = frozenset(
     (
@@ -483,7 +488,7 @@ def fields(text: str, header: list[str] | None = None) -> list[tuple[str, int, i
     if text.count("|") == 3 and (kv := _KV_ROW.fullmatch(text)) is not None:
         value = _whole(kv.group(2))
         return [] if value is None else [(kv.group(1), value, None)]
-    clocks = [(m.start(), m.end()) for m in _CLOCK.finditer(text)]
+    clocks = [(m.start(), m.end()) for m in _CLOCK.finditer(text)] + _locations(text)
     out: list[tuple[str, int, int | None]] = []
     col_of: list[int] | None = None
     if header is not None:
@@ -522,6 +527,13 @@ def fields(text: str, header: list[str] | None = None) -> list[tuple[str, int, i
         if len(out) >= _MAX_FIELDS:
             break
     return out
+
+
+def _locations(text: str) -> list[tuple[int, int]]:
+    """Where ``text`` names a place in a source file (``_LOCATION``): spans whose numbers are no fields."""
+    if ":" not in text or "." not in text:
+        return []
+    return [(m.start(), m.end()) for m in _LOCATION.finditer(text)]
 
 
 def _field_keys(template: str, found: list[tuple[str, int, int | None]]) -> list[str]:

@@ -48,3 +48,28 @@ def test_a_grouped_iteration_beside_an_epoch_is_the_global_iteration() -> None:
     ]
     steps = _read(lines)
     assert (steps.step(), steps.source()) == (12800, "iter")
+
+
+# -- a place in a source file is never a counter --------------------------------------------------------------------
+
+
+def _glog(line_no: int, message: str) -> str:
+    return f"I0312 10:01:{line_no % 60:02d}.123456  4411 bfc_allocator.cc:{line_no}] {message}"
+
+
+def test_the_line_number_of_a_source_location_is_no_counter() -> None:
+    """glog's `file.cc:LINE]` and Python logging's `[file.py:LINE]` name the line of the code that logged: it moves
+    from one message to the next (up, as the code runs on), and is never the run's step."""
+    lines = [_glog(n, "Allocating a chunk of memory") for n in (120, 245, 388, 1003)]
+    lines += [
+        f"[2024-03-12 10:02:0{i},5][trainer.py:{n}] starting the data loader" for i, n in enumerate((40, 88, 131))
+    ]
+    steps = _read(lines)
+    assert steps.step() is None, steps.source()
+
+
+def test_a_counter_beside_a_source_location_is_still_read() -> None:
+    """The location's line number is no field; the record's own counter beside it is."""
+    lines = [f"[2024-03-12 10:02:{r:02d},5][worker.py:{88 + 3 * (r % 2)}] round {r} loss 0.{r}5" for r in range(1, 6)]
+    steps = _read(lines)
+    assert (steps.step(), steps.source()) == (5, "round")
