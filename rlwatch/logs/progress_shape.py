@@ -682,6 +682,21 @@ def _outer_counter(r: Reading, text: str) -> tuple[int, int | None, str] | None:
     return int(m.group("n")), int(m.group("of")) if m.group("of") else None, m.group("name")
 
 
+def _known_record(series: dict[str, _Series], template: str) -> _Series | None:
+    """The series of a known template that a record of a template not seen before belongs to (None: none), by their
+    words: a record cut short (the last line of a pasted or copied log) is the known record it begins; a record
+    whose later prints carry a tail its first print lacks (a logging hook's ``(12.3 sec)``, the time since the record
+    before, which the first has no record before to time) belongs to the known record that begins it. Templates of
+    one word only are never matched (every record would begin with them)."""
+    if template.count(" ") < 1:
+        return None
+    head = template + " "
+    for t, o in series.items():
+        if t.startswith(head) or (template.startswith(t) and template[len(t)] == " " and t.count(" ") >= 1):
+            return o
+    return None
+
+
 class ShapeSteps:
     """Counters followed by template; ``feed`` says whether the line moved the run's step on (``step``, ``total``).
 
@@ -948,11 +963,8 @@ class ShapeSteps:
         self._version += 1
         g = self._global(r, epoch, base)
         s = self._series.get(r.template)
-        if s is None and r.template.count(" ") >= 1:
-            # a record cut short (the last line of a pasted or copied log) is still its template's record: the known
-            # template it begins
-            head = r.template + " "
-            s = next((o for t, o in self._series.items() if t.startswith(head)), None)
+        if s is None:
+            s = _known_record(self._series, r.template)
         if s is None:
             if len(self._series) >= _MAX_SERIES:
                 return False

@@ -73,3 +73,25 @@ def test_a_counter_beside_a_source_location_is_still_read() -> None:
     lines = [f"[2024-03-12 10:02:{r:02d},5][worker.py:{88 + 3 * (r % 2)}] round {r} loss 0.{r}5" for r in range(1, 6)]
     steps = _read(lines)
     assert (steps.step(), steps.source()) == (5, "round")
+
+
+# -- a record whose first print lacks the tail its later prints carry ----------------------------------------------
+
+
+def test_a_record_whose_later_prints_add_the_time_since_the_one_before_is_one_record() -> None:
+    """A logging hook prints `step = N` every N steps and, from its second print on, the time since the print before
+    (the first has none before it to time): the first print's template begins the later ones'; they are one record,
+    and the step moves from the first print to the second."""
+    lines = ["INFO:hook:step = 0, loss = 2.31"] + [
+        f"INFO:hook:step = {n}, loss = {2.31 - n / 1000:.2f} (elapsed 3.{n % 7} sec)" for n in (50, 100)
+    ]
+    steps = _read(lines[:2])
+    assert (steps.step(), steps.source()) == (50, "step")
+    assert _read(lines).step() == 100
+
+
+def test_a_record_cut_short_is_still_its_record() -> None:
+    """The other way round: the last line of a pasted log, cut before its tail, is the known record it begins."""
+    lines = [f"INFO:hook:step = {n}, loss = 1.{n % 9} (elapsed 3.{n % 7} sec)" for n in (50, 100)]
+    lines.append("INFO:hook:step = 150, loss = 1.1")
+    assert _read(lines).step() == 150
