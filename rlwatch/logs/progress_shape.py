@@ -304,6 +304,26 @@ def _grouped(digits: str) -> int:
     return int(digits.replace(",", "")) if "," in digits else int(digits)
 
 
+# The run's own count of iterations accumulated over its epochs, named by a qualifier joined to the name (`Acc_iter
+# 150`, `accumulated_iter: 150`; not the tail of a setting's name: `grad_accum_iter`): the step where a record also
+# shows the batch within its epoch (`[ 149/323 ( 46%)]`, from 0), as a global step is.
+_ACCUMULATED = re.compile(
+    r"(?i)(?<![\w/.-])(?P<name>acc(?:umulated)?_iter(?:ation)?s?)(?![\w/])[\"']?\s*[:=]?\s*(?P<n>\d{1,12})(?![\d.])"
+)
+
+
+def _accumulated(text: str, best: tuple[int, str, int, int | None] | None) -> tuple[int, str, int, int | None] | None:
+    """The counter a record's step is read from, ``best`` as :func:`_read` ranked its named counters: an accumulated
+    iteration (``_ACCUMULATED``) where the line shows one, ranked as a global step (before an iteration, a step or a
+    batch within the epoch), else ``best``."""
+    if "cc" not in text and "CC" not in text:
+        return best
+    m = _ACCUMULATED.search(text)
+    if m is None or (best is not None and best[0] <= _RANK["global"]):
+        return best
+    return _RANK["global"], m.group("name"), int(m.group("n")), None
+
+
 def _read(text: str) -> Reading | None:
     """:func:`read` of a line :func:`_counts_else` let through, without its bar's speed."""
     em, epoch, epochs, base = _epoch(text)
@@ -340,9 +360,10 @@ def _read(text: str) -> Reading | None:
             # LitGPT's `iter 8 | step 2`: where a line names both, the iter counts micro-batches and the step the
             # optimizer's steps, the one a person names
             best = (rank, name, _grouped(m.group("n")), shown)
+    named, best = best, _accumulated(text, best)
     if best is not None:
         _, name, value, of = best
-        if of is None:
+        if of is None and best is named:  # an accumulated count is never another name of a count within the epoch
             # NeMo's `iteration 125/149 | … | global_step: 125`: two names of one counter on one record (the same
             # value), the total shown beside the other one is this one's too
             of = totals.get(value)

@@ -95,3 +95,38 @@ def test_a_record_cut_short_is_still_its_record() -> None:
     lines = [f"INFO:hook:step = {n}, loss = 1.{n % 9} (elapsed 3.{n % 7} sec)" for n in (50, 100)]
     lines.append("INFO:hook:step = 150, loss = 1.1")
     assert _read(lines).step() == 150
+
+
+# -- an accumulated iteration beside a batch counted within its epoch ----------------------------------------------
+
+
+def _timm_style(epoch: int, batch: int, per_epoch: int = 200, epochs: int = 10) -> str:
+    """A record in the shape of a timm-style train loop's: the epoch of all, the batch (from 0) of the epoch's, each
+    with its percentage, and the iterations accumulated over the epochs (from 1)."""
+    done = (epoch - 1) * per_epoch + batch + 1
+    return (
+        f"2024-05-01 10:{batch % 60:02d}:00,100   INFO  Train: {epoch:>4d}/{epochs} ({100 * epoch // epochs:>3d}%) "
+        f"[{batch:>4d}/{per_epoch} ({100 * batch // per_epoch:>3d}%)]  Loss: 1.{batch % 10} (1.5)  LR: 1.0e-04  "
+        f"Acc_iter {done:<10d} Data time: 0.01(0.02)"
+    )
+
+
+def test_an_accumulated_iteration_is_the_step_beside_the_batch_within_its_epoch() -> None:
+    """`Acc_iter N` counts the run's iterations (from 1) across its epochs; the bracketed `[ i/N]` beside it is the
+    batch within the epoch (from 0). The accumulated count is the step, as a global step is, and not the bar."""
+    steps = _read([_timm_style(1, b) for b in (0, 49, 99, 149)])
+    assert (steps.step(), steps.source()) == (150, "Acc_iter")
+    steps = _read([_timm_style(e, b) for e in (2, 3) for b in (0, 100, 199)])
+    assert steps.step() == 3 * 200
+
+
+def test_an_accumulated_iteration_outranks_an_iteration_within_the_epoch() -> None:
+    lines = [f"epoch {e} iter {i}/50 accumulated_iter: {(e - 1) * 50 + i} loss 0.{i}" for e in (1, 2) for i in (10, 40)]
+    assert _read(lines).step() == 90
+
+
+def test_a_setting_named_for_accumulation_is_no_accumulated_iteration() -> None:
+    """`grad_accum_iter=4` (micro-batches per optimizer step) is a setting, not the tail of a count: the record's own
+    step is read."""
+    r = read("step 120 loss 0.31 grad_accum_iter=4")
+    assert r is not None and (r.name, r.value) == ("step", 120)
