@@ -130,3 +130,52 @@ def test_a_setting_named_for_accumulation_is_no_accumulated_iteration() -> None:
     step is read."""
     r = read("step 120 loss 0.31 grad_accum_iter=4")
     assert r is not None and (r.name, r.value) == ("step", 120)
+
+
+# -- records that need a second print before any counter is seen moving -------------------------------------------
+
+
+def _updates(n: int) -> list[str]:
+    """An update loop's record: the updates, the environment steps they took (a rollout of 2048 per update), a speed,
+    then a line of episode statistics."""
+    return [
+        f"Updates {n}, num timesteps {(n + 1) * 2048}, FPS {830 + n % 9}",
+        f" Last 10 training episodes: mean/median reward {400 + n}.6/{410 + n}.7, min/max reward 396.3/426.4",
+    ]
+
+
+def _result_block(n: int, status: bool) -> list[str]:
+    """A YAML result block per training iteration, its counters among many keys, optionally followed by a status
+    table whose trial row repeats the iteration and the environment steps (`7 iter, 7000 ts`)."""
+    block = [
+        "Result for PPO_CartPole_0:",
+        f"  episode_reward_mean: {-900 + n}.5",
+        f"  timesteps_this_iter: 1000\n  timesteps_total: {1000 * n}",
+        f"  training_iteration: {n}",
+        "",
+    ]
+    if status:
+        block += [
+            "== Status ==",
+            "RUNNING trials:",
+            f" - PPO_CartPole_0:\tRUNNING [pid=31], {40 * n} s, {n} iter, {1000 * n} ts",
+        ]
+    return [line for text in block for line in text.split("\n")]
+
+
+def test_an_update_counter_beside_its_environment_steps_is_the_step_once_it_moved() -> None:
+    """`Updates N, num timesteps M`: the updates, not the environment steps they are made of. One record shows no
+    counter moving: no step is read from it (nor any progress claimed) until the next."""
+    assert _read(_updates(48)).step() is None
+    steps = _read([line for n in (48, 49, 50) for line in _updates(n)])
+    assert (steps.step(), steps.source()) == (50, "update")
+
+
+def test_a_yaml_result_block_per_iteration_is_read_by_its_training_iteration() -> None:
+    """A result block per iteration: `training_iteration` is the step (a step's name), over `timesteps_total`; with
+    the status table after each block, its `N iter` is the same count. One block alone moves nothing."""
+    for status in (False, True):
+        assert _read(_result_block(7, status)).step() is None
+        steps = _read([line for n in (5, 6, 7) for line in _result_block(n, status)])
+        assert steps.step() == 7, (status, steps.source())
+        assert steps.source() in ("training_iteration", "iter"), steps.source()
