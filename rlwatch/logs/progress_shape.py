@@ -106,11 +106,12 @@ _DIGITS_RUN = re.compile(r"\d+")
 _TOTAL_KEY = re.compile(r"(?i)\b(?:total|max|num)_?(?:steps|iters|iterations)[\"']?\s*[:=]\s*(\d{1,12})")
 # A counter named like a step: the name (not the tail of another word: `total_steps`, `warmup_steps`, `ms/step`),
 # an optional quote and separator, an optional bracket, the number (not a percentage: `steps:  95%|█| 1900/2000`
-# is at step 1900; its thousands grouped or not: `Step 10,850`), an optional `/ total` or ` of total`.
+# is at step 1900; its thousands grouped or not: `Step 10,850`, a comma after its last group separating the next
+# field: `iter: 12,400, lr: …` is 12400), an optional `/ total` or ` of total`.
 _NAMED = re.compile(
     r"(?<![\w/.-])(?P<name>global[_ ]?steps?|current_steps|num_updates|iterations?|iters?|steps?|updates?"
-    r"|batch(?:_idx|es)?|it)(?![\w/])[\"']?\s*(?:[:=#]\s*)?\[?\s*(?P<n>\d{1,3}(?:,\d{3})+(?![\d,])|\d{1,12})"
-    r"(?!\d|\.\d|\s*%)(?:\s*(?:/|of)\s*(?P<total>\d{1,3}(?:,\d{3})+(?![\d,])|\d{1,12})(?!\d))?",
+    r"|batch(?:_idx|es)?|it)(?![\w/])[\"']?\s*(?:[:=#]\s*)?\[?\s*(?P<n>\d{1,3}(?:,\d{3})+(?!\d|,\d)|\d{1,12})"
+    r"(?!\d|\.\d|\s*%)(?:\s*(?:/|of)\s*(?P<total>\d{1,3}(?:,\d{3})+(?!\d|,\d)|\d{1,12})(?!\d))?",
     re.IGNORECASE,
 )
 _RANK = {"global": 0, "current_steps": 1, "num_updates": 1, "iter": 2, "it": 2, "step": 3, "update": 4, "batch": 5}
@@ -303,6 +304,26 @@ def _grouped(digits: str) -> int:
     return int(digits.replace(",", "")) if "," in digits else int(digits)
 
 
+# The run's own count of iterations accumulated over its epochs, named by a qualifier joined to the name (`Acc_iter
+# 150`, `accumulated_iter: 150`; not the tail of a setting's name: `grad_accum_iter`): the step where a record also
+# shows the batch within its epoch (`[ 149/323 ( 46%)]`, from 0), as a global step is.
+_ACCUMULATED = re.compile(
+    r"(?i)(?<![\w/.-])(?P<name>acc(?:umulated)?_iter(?:ation)?s?)(?![\w/])[\"']?\s*[:=]?\s*(?P<n>\d{1,12})(?![\d.])"
+)
+
+
+def _accumulated(text: str, best: tuple[int, str, int, int | None] | None) -> tuple[int, str, int, int | None] | None:
+    """The counter a record's step is read from, ``best`` as :func:`_read` ranked its named counters: an accumulated
+    iteration (``_ACCUMULATED``) where the line shows one, ranked as a global step (before an iteration, a step or a
+    batch within the epoch), else ``best``."""
+    if "cc" not in text and "CC" not in text:
+        return best
+    m = _ACCUMULATED.search(text)
+    if m is None or (best is not None and best[0] <= _RANK["global"]):
+        return best
+    return _RANK["global"], m.group("name"), int(m.group("n")), None
+
+
 def _read(text: str) -> Reading | None:
     """:func:`read` of a line :func:`_counts_else` let through, without its bar's speed."""
     em, epoch, epochs, base = _epoch(text)
@@ -339,9 +360,10 @@ def _read(text: str) -> Reading | None:
             # LitGPT's `iter 8 | step 2`: where a line names both, the iter counts micro-batches and the step the
             # optimizer's steps, the one a person names
             best = (rank, name, _grouped(m.group("n")), shown)
+    named, best = best, _accumulated(text, best)
     if best is not None:
         _, name, value, of = best
-        if of is None:
+        if of is None and best is named:  # an accumulated count is never another name of a count within the epoch
             # NeMo's `iteration 125/149 | … | global_step: 125`: two names of one counter on one record (the same
             # value), the total shown beside the other one is this one's too
             of = totals.get(value)
@@ -417,6 +439,11 @@ _KV_ROW = re.compile(r"\s*\|\s*([A-Za-z_][\w./-]{0,40})\s*\|\s*(\d[\d.e+]{0,20})
 _NAME_AFTER = re.compile(r"[ \t]{1,4}([A-Za-z_]{3,24})(?![\w/(:=])(?![ \t]{1,4}[+-]?\.?\d)")
 # a time of day with its fraction (logging's `13:17:40,982`: the milliseconds advance too), a date
 _CLOCK = re.compile(r"\d{1,2}:\d{2}(?::\d{2}(?:[.,]\d{1,9})?)?|\d{4}-\d{2}-\d{2}|\d{8}-")
+# a place in a source file (glog's `gpu_device.cc:1003]`, Python logging's `trainer.py:88`): a line number, which
+# moves from one message to the next as the code that logs does, never a counter
+_LOCATION = re.compile(
+    r"(?<=[\w-])\.(?:py|pyx|cc|cpp|cxx|c|h|hpp|hh|cu|cuh|rs|go|java|scala|kt|js|ts|lua|jl|rb|swift):\d{1,7}(?!\d)"
+)
 _HEADER_SEPS = ("|", "\t", ",")
 _STEP_NAMES = frozenset(
     (
@@ -482,7 +509,7 @@ def fields(text: str, header: list[str] | None = None) -> list[tuple[str, int, i
     if text.count("|") == 3 and (kv := _KV_ROW.fullmatch(text)) is not None:
         value = _whole(kv.group(2))
         return [] if value is None else [(kv.group(1), value, None)]
-    clocks = [(m.start(), m.end()) for m in _CLOCK.finditer(text)]
+    clocks = [(m.start(), m.end()) for m in _CLOCK.finditer(text)] + _locations(text)
     out: list[tuple[str, int, int | None]] = []
     col_of: list[int] | None = None
     if header is not None:
@@ -521,6 +548,13 @@ def fields(text: str, header: list[str] | None = None) -> list[tuple[str, int, i
         if len(out) >= _MAX_FIELDS:
             break
     return out
+
+
+def _locations(text: str) -> list[tuple[int, int]]:
+    """Where ``text`` names a place in a source file (``_LOCATION``): spans whose numbers are no fields."""
+    if ":" not in text or "." not in text:
+        return []
+    return [(m.start(), m.end()) for m in _LOCATION.finditer(text)]
 
 
 def _field_keys(template: str, found: list[tuple[str, int, int | None]]) -> list[str]:
@@ -667,6 +701,21 @@ def _outer_counter(r: Reading, text: str) -> tuple[int, int | None, str] | None:
     if m is None:
         return None
     return int(m.group("n")), int(m.group("of")) if m.group("of") else None, m.group("name")
+
+
+def _known_record(series: dict[str, _Series], template: str) -> _Series | None:
+    """The series of a known template that a record of a template not seen before belongs to (None: none), by their
+    words: a record cut short (the last line of a pasted or copied log) is the known record it begins; a record
+    whose later prints carry a tail its first print lacks (a logging hook's ``(12.3 sec)``, the time since the record
+    before, which the first has no record before to time) belongs to the known record that begins it. Templates of
+    one word only are never matched (every record would begin with them)."""
+    if template.count(" ") < 1:
+        return None
+    head = template + " "
+    for t, o in series.items():
+        if t.startswith(head) or (template.startswith(t) and template[len(t)] == " " and t.count(" ") >= 1):
+            return o
+    return None
 
 
 class ShapeSteps:
@@ -935,11 +984,8 @@ class ShapeSteps:
         self._version += 1
         g = self._global(r, epoch, base)
         s = self._series.get(r.template)
-        if s is None and r.template.count(" ") >= 1:
-            # a record cut short (the last line of a pasted or copied log) is still its template's record: the known
-            # template it begins
-            head = r.template + " "
-            s = next((o for t, o in self._series.items() if t.startswith(head)), None)
+        if s is None:
+            s = _known_record(self._series, r.template)
         if s is None:
             if len(self._series) >= _MAX_SERIES:
                 return False
