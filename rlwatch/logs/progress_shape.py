@@ -418,11 +418,11 @@ def _read(text: str) -> Reading | None:
 # A field is a number (``_NUMBER``, found first: its digit is what a scan for it can look for) and the name before it
 # (``_name_before``): a word then at most a quote, a ``:``/``=``/``#``, a bracket and spaces (``Episode: 59``,
 # ``"step": 3``, ``it 517``, ``step2``), the word's last 41 characters at most; without a word, the number stands
-# alone (not after ``-``, ``.``, ``:`` or ``/``: a negative, a decimal's tail, a clock, a fraction's total). One
-# expression over the name and the number both tried every word of a line at every letter: 0.4 ms for one row of
-# AReaL's stats table, where every chunk's last lines are read.
+# alone (not after ``-``, ``+``, ``.``, ``:`` or ``/``: a negative, an exponent, a decimal's tail, a clock, a
+# fraction's total). One expression over the name and the number both tried every word of a line at every letter:
+# 0.4 ms for one row of AReaL's stats table, where every chunk's last lines are read.
 _NUMBER = re.compile(
-    r"\d(?<![\d.\-]\d)(?:\d{0,14}|(?:\.\d+)?e\+?\d{1,2})"
+    r"\d(?<![\d.\-+]\d)(?:\d{0,14}|(?:\.\d+)?e\+?\d{1,2})"
     r"(?![\w.%]|:\d|\.\d|\s*%|\s*(?:ms|s|h|m|min|sec|GiB|MiB|GB|MB)\b)",
     re.IGNORECASE,
 )

@@ -179,3 +179,12 @@ def test_a_yaml_result_block_per_iteration_is_read_by_its_training_iteration() -
         steps = _read([line for n in (5, 6, 7) for line in _result_block(n, status)])
         assert steps.step() == 7, (status, steps.source())
         assert steps.source() in ("training_iteration", "iter"), steps.source()
+
+
+def test_the_exponent_of_a_negative_number_in_scientific_notation_is_no_field() -> None:
+    from rlwatch.logs.progress_shape import fields
+
+    # ``-1.07e+03``: the mantissa is a negative decimal and the exponent belongs to it; neither is a whole number.
+    assert fields("update 12, rew -1.07e+03, len 200") == [("update", 12, None), ("len", 200, None)]
+    # a positive one is a whole number, as a frame counter printed ``1.2e+06`` is
+    assert fields("step 7 frames 1.5e+03") == [("step", 7, None), ("frames", 1500, None)]
