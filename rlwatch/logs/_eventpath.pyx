@@ -11,8 +11,10 @@ the C types in the .pxd beside each) and cimported here: a line's writer prefixe
 says (``timestamps``), a traceback's header, frames and exception line (``signatures``), the incident rules and
 their records (``incidents.Grouper``: traceback blocks, storms, crashes, NCCL timeouts, each file's state in a
 ``FileIncidents`` this counter keeps in its own per-file state, a line's time asked through ``CoreTime``), the
-trackers' AReaL lines (``areal_lines``) and torchrun's report (``torchrun_report``). Only the byte mechanics of
-reading a traceback's frames in bulk stay here.
+trackers' AReaL lines (``areal_lines``), torchrun's report (``torchrun_report``) and the counting itself
+(``counting.Counts``: each kind's and file's state, what a counted line changes in it, a bar's redraws counted in
+bulk, summaries and streaks). What stays here is how a line is found and read: the needle search, line arithmetic,
+decoding and colour codes, the kinds' match decisions, a bar's redraws and a traceback's frames recognised in bulk.
 
 Where the cut is: everything per line runs in C (the needle search over the chunk's bytes, line numbers, decoding,
 colour codes, which kinds match, code-line exclusion, counts, times, streaks, rates, evidence, traceback blocks,
@@ -951,10 +953,9 @@ cdef class Kind:
 
 
 # ============================================================================================ shared Python pieces
-from rlwatch.common.state import LogLine
 from rlwatch.common.textsafe import clean_line as _clean_line
 from rlwatch.logs.signatures cimport frame, header, location
-from rlwatch.logs.incidents cimport _Block, FileIncidents, Grouper, LineTime, step_number
+from rlwatch.logs.incidents cimport _Block, Grouper, LineTime
 
 DEF _DISPLAY_CHARS = 2000
 DEF _OVERLAP = 4096
@@ -965,6 +966,8 @@ DEF _TIME_SEARCH_BYTES = 400
 DEF _STALL_LINES = 80
 DEF _AFTER_LINES = 40
 DEF _WINDOW = 16384
+
+from rlwatch.common.state import LogLine
 
 cdef object _object_new = object.__new__
 cdef object _LL_PATH = LogLine.__dict__["path"]
@@ -982,17 +985,14 @@ cdef extern from *:
 
 
 cdef object log_line(str path, int64_t lineno, str text, double time):
-    """``LogLine(path, lineno, text, time)``, made without its generated ``__init__`` (four slots set directly)."""
+    """``LogLine(path, lineno, text, time)``, made without its generated ``__init__`` (four slots set directly): the
+    maker of the lines counting.Counts hands subscribers (its ``make_line``), at a C call's cost."""
     cdef object line = _object_new(LogLine)
     rlw_set_slot(_LL_PATH, line, path)
     rlw_set_slot(_LL_LINENO, line, lineno)
     rlw_set_slot(_LL_TEXT, line, text)
     rlw_set_slot(_LL_TIME, line, time)
     return line
-
-
-cdef inline double pymin(double a, double b) noexcept nogil:
-    return b if b < a else a
 
 
 cdef extern from *:
@@ -1066,7 +1066,7 @@ def py_code_line(str body):
 
 # What the counter keeps of each kind and file, and how a counted line changes it, is rlwatch/logs/counting.py,
 # compiled from its own text (setup.py's COMPILED, its C types in counting.pxd) and cimported here.
-from rlwatch.logs.counting cimport Counts, FileKind, FileState, KindStats, LongLine, long_line
+from rlwatch.logs.counting cimport Counts, FileState, LongLine, long_line
 
 
 # ============================================================================================= line arithmetic
@@ -1606,6 +1606,7 @@ cdef class Core:
         self.out = Out()
         self.g = Grouper(storm_threshold, storm_window_s, crash_window_s, max_incidents)
         self.counts = Counts(kinds, self.g, recent_lines=recent_lines, rate_window_s=rate_window_s)
+        self.counts.make_line = log_line
         for i in self.counts.redrawn:
             self.redrawn_mask |= (<uint64_t>1) << i
         self.errors = self.counts.errors
@@ -1721,12 +1722,9 @@ cdef class Core:
         cdef const unsigned char *p = lines.p
         cdef Py_ssize_t kn = redraw_key(p, start, end, key, at, &counter), q = pos, e, qn = 0, last = pos
         cdef Py_ssize_t prev = start, prev_n = end - start
-        cdef int64_t run = 0, skipped, first_tag
-        cdef object tagged
+        cdef int64_t run = 0, skipped
         cdef uint64_t m
         cdef int i
-        cdef KindStats st
-        cdef FileKind fk
         cdef Needles needles = self.needles
         if kn < 0:
             return pos
@@ -1760,23 +1758,7 @@ cdef class Core:
         while m:
             i = _lowest(m)
             m &= m - 1
-            st = <KindStats>self.counts.stats[i]
-            fk = <FileKind>fs.kinds[i]
-            st.count += skipped
-            if not fk.has_streak:
-                fk.has_streak = True
-                st.streak_order.append(fs)
-            if not fk.streak:
-                fs.streaking.append(fk)
-            fk.streak += skipped
-        first_tag = lineno[0] if lineno[0] > self.counts.tag_from else self.counts.tag_from
-        if self.counts.tag_sink is not None and first_tag < lineno[0] + skipped:
-            tagged = range(first_tag, lineno[0] + skipped)  # one tag per run, as events.Tag says
-            m = found
-            while m:
-                i = _lowest(m)
-                m &= m - 1
-                self.counts.tag_sink.append((fs.path, tagged, (<Kind>self.kinds[i]).name))
+            self.counts.bulk(i, fs, lineno[0], skipped)
         lineno[0] += skipped
         return last
 
@@ -1859,9 +1841,9 @@ cdef class Core:
         while m:
             i = _lowest(m)
             m &= m - 1
-            self.count(i, fs, lineno, w.span, sh, now)
+            self.counts.count(i, fs, lineno, w.span.t, w.span.by, w.span.has_by, sh, now)
         if restart:
-            self.count(self.restart, fs, lineno, w.span, sh, now)
+            self.counts.count(self.restart, fs, lineno, w.span.t, w.span.by, w.span.has_by, sh, now)
         return found
 
     cdef void piece(self, FileState fs, bytes piece, bint first, bint final, double now, object by) except *:
@@ -1912,7 +1894,7 @@ cdef class Core:
             sh = shown(self.prepare_text(long.head))
             for i in found:
                 long.seen.add((<Kind>self.kinds[i]).name)
-                self.count(i, fs, long.lineno, w.span, sh, now)
+                self.counts.count(i, fs, long.lineno, w.span.t, w.span.by, w.span.has_by, sh, now)
         long.tail = window[len(window) - _OVERLAP :] if len(window) > _OVERLAP else window
         if final:
             fs.long = None
@@ -1944,79 +1926,6 @@ cdef class Core:
         s.has_by = long.span_has_by
         s.by = long.span_by if long.span_has_by else 0.0
         return s
-
-    cdef void count(self, int i, FileState fs, int64_t lineno, Span span, str sh, double now) except *:
-        """events.EventCounter._count: one occurrence of kind i."""
-        cdef Counts counts = self.counts
-        cdef KindStats st = <KindStats>counts.stats[i]
-        cdef FileKind fk = <FileKind>fs.kinds[i]
-        cdef FileKind other
-        cdef double when = span.t, hi, lo, own
-        cdef str digits
-        cdef int64_t second
-        cdef object line = None
-        cdef list subs = st.subs
-        cdef object cb
-        st.count += 1
-        if st.progress:
-            digits = step_number(sh)
-            fs.progress_lines += 1
-            fs.inc.step = f"step {digits}" if digits is not None else f"progress line {fs.progress_lines}"
-            for other in fs.streaking:
-                other.streak = 0
-            fs.streaking = []
-        else:
-            if not fk.has_streak:
-                fk.has_streak = True
-                st.streak_order.append(fs)
-            if not fk.streak:
-                fs.streaking.append(fk)
-            fk.streak += 1
-        own = NAN if span.has_by else when
-        if st.internal:
-            if subs:
-                line = log_line(fs.path, lineno, sh, own)
-        else:
-            if not fk.has_files:
-                fk.has_files = True
-                st.file_order.append(fs)
-            fk.files += 1
-            hi = span.by if span.has_by else when
-            st.first_lo = pymin(st.first_lo, when)
-            st.first_hi = pymin(st.first_hi, hi)
-            if not span.has_by:
-                if not fk.has_last or when >= fk.last_lo:
-                    fk.has_last = True
-                    fk.last_lo = fk.last_hi = when
-                    fk.last_placed = False
-                    fk.last_step = None
-                second = <int64_t>when
-                if <double>second >= now - counts.window:
-                    st.buckets[second] = st.buckets.get(second, 0) + 1
-                    if len(st.buckets) > 2 * counts.window + 16:
-                        counts.prune(st, now)
-            else:
-                st.approximate = True
-                lo = when if (not fk.has_last or when > fk.last_lo) else fk.last_lo
-                fk.has_last = True
-                fk.last_lo = lo
-                fk.last_hi = hi if hi > lo else lo
-                fk.last_placed = True
-                fk.last_lineno = lineno
-                fk.last_step = fs.inc.step
-            st.remember(fs.path, lineno, sh, own)
-            if subs:
-                line = log_line(fs.path, lineno, sh, own)
-        if st.event:
-            self.g.event(fs.inc, st.name, lineno, span.t, span.by, span.has_by, sh)
-        if counts.tag_sink is not None and lineno >= counts.tag_from:
-            counts.tag_sink.append((fs.path, lineno, st.name))
-        if subs:
-            for cb in subs:
-                try:
-                    cb(line)
-                except Exception as exc:
-                    self.errors.append(f"subscriber of {st.name} failed: {type(exc).__name__}: {exc}")
 
     # ------------------------------------------------------------------------------------------------ reading
     def summaries(self):

@@ -4,10 +4,12 @@
 # Python counter (events.PyEventCounter) imports the same classes, so the counting is written once.
 cimport cython
 from libc.stdint cimport int64_t
-from rlwatch.logs.incidents cimport FileIncidents, Grouper
+from rlwatch.logs.incidents cimport FileIncidents, Grouper, step_number
 
 cdef double _INF, _NAN
 cdef object _LOG_LINE_NEW, _LL_PATH, _LL_LINENO, _LL_TEXT, _LL_TIME
+
+ctypedef object (*LineMaker)(str, int64_t, str, double)
 
 @cython.locals(line=object)
 cdef object _log_line(str path, int64_t lineno, str text, double time)
@@ -99,6 +101,7 @@ cdef KindStats _kind_stats(object kind, int cap)
 @cython.final
 cdef class Counts:
     cdef public Grouper g
+    cdef LineMaker make_line
     cdef public int recent_lines
     cdef public double window
     cdef public list stats
@@ -106,7 +109,7 @@ cdef class Counts:
     cdef public dict index
     cdef public dict files
     cdef public object errors
-    cdef public object tag_sink
+    cdef public list tag_sink
     cdef public int64_t tag_keep
     cdef public int64_t tag_from
     cdef public list redrawn
@@ -114,6 +117,13 @@ cdef class Counts:
     cpdef void chunk(self, int64_t first_lineno, int64_t nlines) except *
     @cython.locals(fs=FileState)
     cpdef FileState file(self, str path)
+    @cython.locals(st=KindStats, fk=FileKind, other=FileKind, digits=str, own=double, hi=double, lo=double,
+                   second=int64_t, line=object, callback=object)
+    cpdef void count(self, int i, FileState fs, int64_t lineno, double t, double by, bint has_by, str shown,
+                     double now) except *
+    cdef inline void _streak(self, KindStats st, FileState fs, FileKind fk, int64_t n) except *
+    @cython.locals(st=KindStats, first_tag=int64_t)
+    cpdef void bulk(self, int i, FileState fs, int64_t lineno, int64_t skipped) except *
     @cython.locals(floor=object)
     cpdef void prune(self, KindStats st, double now) except *
     @cython.locals(out=dict, i=int, st=KindStats, in_window=int64_t)

@@ -20,10 +20,10 @@ from __future__ import annotations
 
 from array import array
 from collections import deque
-from collections.abc import Callable, MutableSequence, Sequence
+from collections.abc import Callable, Sequence
 
 from rlwatch.common.state import EventSummary, LogLine, line_ref
-from rlwatch.logs.incidents import EVENT_KINDS, FileIncidents, Grouper
+from rlwatch.logs.incidents import EVENT_KINDS, FileIncidents, Grouper, step_number
 from rlwatch.logs.kinds import REDRAWN_KINDS, EventKind
 
 __all__ = ["Counts", "FileKind", "FileState", "KindStats", "LongLine", "Tag", "long_line"]
@@ -219,6 +219,9 @@ class Counts:
 
     def __init__(self, kinds: Sequence[EventKind], g: Grouper, *, recent_lines: int, rate_window_s: float) -> None:
         self.g = g  # the incident rules: events are handed to them, and each file's state is theirs too
+        # What makes the LogLine a subscriber is handed (compiled, a C function pointer the compiled counter sets to
+        # its own maker, which fills the slots without a call through their descriptors).
+        self.make_line: Callable[[str, int, str, float], LogLine] = _log_line
         self.recent_lines = max(1, recent_lines)
         self.window = max(1.0, float(rate_window_s))
         self.stats: list[KindStats] = [_kind_stats(k, self.recent_lines) for k in kinds]
@@ -226,7 +229,7 @@ class Counts:
         self.index: dict[str, int] = {k.name: i for i, k in enumerate(kinds)}
         self.files: dict[str, FileState] = {}
         self.errors: deque[str] = deque(maxlen=20)
-        self.tag_sink: MutableSequence[Tag] | None = None
+        self.tag_sink: list[Tag] | None = None
         self.tag_keep = 0
         self.tag_from = 0
         # The kinds a bar's redraw counts as (passed over in bulk, see the counters' redraws): internal, not progress.
@@ -245,7 +248,7 @@ class Counts:
             st.subs = []
         st.subs.append(callback)
 
-    def tag_into(self, sink: MutableSequence[Tag], keep: int) -> None:
+    def tag_into(self, sink: list[Tag], keep: int) -> None:
         """Append (path, line number, kind) of every line counted among the newest ``keep`` of each chunk to
         ``sink`` (the log view tags only the lines it can still show)."""
         self.tag_sink = sink
@@ -273,6 +276,90 @@ class Counts:
             fs.kinds = [_file_kind() for _ in range(self.nk)]
             self.files[path] = fs
         return fs
+
+    # ----------------------------------------------------------------------------------------------- counting
+    def count(
+        self, i: int, fs: FileState, lineno: int, t: float, by: float, has_by: bool, shown: str, now: float
+    ) -> None:
+        """One occurrence of kind ``i`` in file ``fs``, on line ``lineno`` at ``t`` (``has_by``: the line has no
+        time of its own, ``t`` and ``by`` bound it), its evidence text ``shown``. ``now`` is the clock read once per
+        chunk: a backlog counts millions of events, each needing it."""
+        st = self.stats[i]
+        fk = fs.kinds[i]
+        st.count += 1
+        if st.progress:
+            # Where training was, for placing undated lines after it: the step it reports, else how many progress
+            # lines the file has had (a TRL metric dict holds no step number). It ends every streak in the file.
+            digits = step_number(shown)
+            fs.progress_lines += 1
+            fs.inc.step = f"step {digits}" if digits is not None else f"progress line {fs.progress_lines}"
+            if fs.streaking:
+                for other in fs.streaking:
+                    other.streak = 0
+                fs.streaking = []
+        else:
+            self._streak(st, fs, fk, 1)
+        own = _NAN if has_by else t  # a LogLine's time is the line's own or NaN, never a bound
+        if not st.internal:  # an internal kind keeps no times, files, rate or evidence
+            if not fk.has_files:
+                fk.has_files = True
+                st.file_order.append(fs)
+            fk.files += 1
+            hi = by if has_by else t
+            st.first_lo = min(st.first_lo, t)
+            st.first_hi = min(st.first_hi, hi)
+            if not has_by:
+                if not fk.has_last or t >= fk.last_lo:
+                    fk.has_last = True
+                    fk.last_lo = fk.last_hi = t
+                    fk.last_placed = False
+                    fk.last_step = None
+                second = int(t)
+                if second >= now - self.window:
+                    st.buckets[second] = st.buckets.get(second, 0) + 1
+                    if len(st.buckets) > 2 * self.window + 16:
+                        self.prune(st, now)
+            else:
+                st.approximate = True
+                lo = t if not fk.has_last or t > fk.last_lo else fk.last_lo
+                fk.has_last = True
+                fk.last_lo = lo
+                fk.last_hi = hi if hi > lo else lo
+                fk.last_placed = True
+                fk.last_lineno = lineno
+                fk.last_step = fs.inc.step
+            st.remember(fs.path, lineno, shown, own)
+        if st.event:
+            self.g.event(fs.inc, st.name, lineno, t, by, has_by, shown)
+        if self.tag_sink is not None and lineno >= self.tag_from:
+            self.tag_sink.append((fs.path, lineno, st.name))
+        if st.subs:
+            line = self.make_line(fs.path, lineno, shown, own)
+            for callback in st.subs:
+                try:
+                    callback(line)
+                except Exception as exc:  # a subscriber's bug must not stop the counting
+                    self.errors.append(f"subscriber of {st.name} failed: {type(exc).__name__}: {exc}")
+
+    def _streak(self, st: KindStats, fs: FileState, fk: FileKind, n: int) -> None:
+        """``n`` more occurrences of a kind that is not progress in a file: its streak there grows."""
+        if not fk.has_streak:
+            fk.has_streak = True
+            st.streak_order.append(fs)
+        if not fk.streak:
+            fs.streaking.append(fk)
+        fk.streak += n
+
+    def bulk(self, i: int, fs: FileState, lineno: int, skipped: int) -> None:
+        """Lines ``lineno`` to ``lineno + skipped - 1`` of ``fs``, a bar's redraws passed over in bulk, each of kind
+        ``i`` (one of ``redrawn``): counted as one by one, without times, evidence or subscribers (the run's first
+        and last lines are counted as any line); the log view told of them as one tag."""
+        st = self.stats[i]
+        st.count += skipped
+        self._streak(st, fs, fs.kinds[i], skipped)
+        first_tag = lineno if lineno > self.tag_from else self.tag_from
+        if self.tag_sink is not None and first_tag < lineno + skipped:
+            self.tag_sink.append((fs.path, range(first_tag, lineno + skipped), st.name))
 
     # ------------------------------------------------------------------------------------------------ reading
     def prune(self, st: KindStats, now: float) -> None:

@@ -6,7 +6,8 @@ file does it walk that file line by line (its frames match no literal). A line c
 
 Two implementations do this. :class:`PyEventCounter`, here, is the reference; ``rlwatch.logs._eventpath`` (Cython,
 built at install where a compiler is found) is the same counter and line reading compiled, some ten times faster;
-both hand each line and event to the same incident rules (``incidents.Grouper``, compiled from its own text).
+both hand each counted line to the same counting rules (``counting.Counts``) and each line and event to the same
+incident rules (``incidents.Grouper``), each compiled from its own text.
 :class:`EventCounter` runs the compiled one when it is built and can take the kinds (at most 64, each with
 literals), else this one; ``RLWATCH_NATIVE=0`` picks this one always.
 ``tests/logs/test_native_equivalence.py`` feeds both the same chunks and compares every answer.
@@ -16,14 +17,14 @@ from __future__ import annotations
 
 import re
 from collections import deque
-from collections.abc import Callable, MutableSequence, Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from rlwatch.common.clock import Clock
 from rlwatch.common.state import EventSummary, Incident, IncidentTally, LogLine
 from rlwatch.common.textsafe import clean_line, strip_ansi
 from rlwatch.logs.counting import Counts, FileState, LongLine, Tag, long_line
-from rlwatch.logs.incidents import HEADER_WORD, IncidentTracker, Span, step_number
+from rlwatch.logs.incidents import HEADER_WORD, IncidentTracker, Span
 from rlwatch.logs.kinds import EventKind, build_kinds
 from rlwatch.logs.matcher import Matcher
 from rlwatch.logs.native import event_path
@@ -45,7 +46,6 @@ _HEAD = 8192
 _LOOK_BACK_LINES = 3
 _LOOK_BACK_BYTES = 8 * 1024
 _TIME_SEARCH_BYTES = 400  # a timestamp sits near the start of a line, behind colour codes and a prefix
-_NAN = float("nan")
 _DIGITS_AS_ZERO = bytes.maketrans(b"123456789", b"000000000")
 _INF = float("inf")
 
@@ -217,7 +217,7 @@ class PyEventCounter:
         """Call ``callback`` with every future occurrence of ``kind`` (internal kinds included)."""
         self._counts.subscribe(kind, callback)
 
-    def tag_into(self, sink: MutableSequence[Tag], keep: int) -> None:
+    def tag_into(self, sink: list[Tag], keep: int) -> None:
         """Append (path, line number, kind) of every line counted among the newest ``keep`` of each chunk to
         ``sink`` (the log view tags only the lines it can still show); a run of redraws passed over in bulk as
         (path, range of line numbers, kind)."""
@@ -394,18 +394,7 @@ class PyEventCounter:
         counts = self._counts
         state = counts.file(path)
         for name in names:
-            i = counts.index[name]
-            st, fk = counts.stats[i], state.kinds[i]
-            st.count += skipped
-            if not fk.has_streak:
-                fk.has_streak = True
-                st.streak_order.append(state)
-            if not fk.streak:
-                state.streaking.append(fk)
-            fk.streak += skipped
-        first_tag, stop = max(lineno, counts.tag_from), lineno + skipped
-        if counts.tag_sink is not None and first_tag < stop:
-            counts.tag_sink.extend((path, range(first_tag, stop), name) for name in names)  # one tag per run
+            counts.bulk(counts.index[name], state, lineno, skipped)  # one tag per run
         return last[0], lineno + skipped, last[1]
 
     def _line(
@@ -449,7 +438,7 @@ class PyEventCounter:
         if t is None:
             t = lines.span(start, text, now)
         for name in names:
-            self._count(name, path, lineno, t, shown, now)
+            self._count(name, state, lineno, t, shown, now)
         return names
 
     def _piece(
@@ -472,7 +461,7 @@ class PyEventCounter:
             when, shown = self._long_time(long, state, now, by), self._long_shown(long)
             for name in found:
                 long.seen.add(name)
-                self._count(name, path, long.lineno, when, shown, now)
+                self._count(name, state, long.lineno, when, shown, now)
         long.tail = window[-_OVERLAP:]
         if final:
             state.long = None
@@ -500,72 +489,11 @@ class PyEventCounter:
     def _long_shown(long: LongLine) -> str:
         return _shown(prepare(long.head)[0])
 
-    def _count(self, name: str, path: str, lineno: int, span: Span, shown: str, now: float) -> None:
-        """``now`` is the clock read once per feed: a backlog counts millions of events, each needing it."""
-        counts = self._counts
-        i = counts.index[name]
-        st = counts.stats[i]
-        fs = counts.file(path)
-        fk = fs.kinds[i]
-        st.count += 1
-        when, by = span
-        if st.progress:
-            # Where training was, for placing undated lines after it: the step it reports, else how many progress
-            # lines the file has had (a TRL metric dict holds no step number).
-            digits = step_number(shown)
-            fs.progress_lines += 1
-            fs.inc.step = f"step {digits}" if digits is not None else f"progress line {fs.progress_lines}"
-            for other in fs.streaking:
-                other.streak = 0
-            fs.streaking = []
-        else:
-            if not fk.has_streak:
-                fk.has_streak = True
-                st.streak_order.append(fs)
-            if not fk.streak:
-                fs.streaking.append(fk)
-            fk.streak += 1
-        own = when if by is None else _NAN  # a LogLine's time is the line's own or NaN, never a bound
-        if not st.internal:
-            if not fk.has_files:
-                fk.has_files = True
-                st.file_order.append(fs)
-            fk.files += 1
-            hi = when if by is None else by
-            st.first_lo = min(st.first_lo, when)
-            st.first_hi = min(st.first_hi, hi)
-            if by is None:
-                if not fk.has_last or when >= fk.last_lo:
-                    fk.has_last = True
-                    fk.last_lo = fk.last_hi = when
-                    fk.last_placed = False
-                    fk.last_step = None
-                second = int(when)
-                if second >= now - counts.window:
-                    st.buckets[second] = st.buckets.get(second, 0) + 1
-                    if len(st.buckets) > 2 * counts.window + 16:
-                        counts.prune(st, now)
-            else:
-                st.approximate = True
-                lo = when if not fk.has_last or when > fk.last_lo else fk.last_lo
-                fk.has_last = True
-                fk.last_lo = lo
-                fk.last_hi = hi if hi > lo else lo
-                fk.last_placed = True
-                fk.last_lineno = lineno
-                fk.last_step = fs.inc.step
-            st.remember(path, lineno, shown, own)
-        if st.event:
-            self._incidents.event(name, path, lineno, span, shown)
-        if counts.tag_sink is not None and lineno >= counts.tag_from:
-            counts.tag_sink.append((path, lineno, name))
-        if st.subs:
-            line = LogLine(path, lineno, shown, own)
-            for callback in st.subs:
-                try:
-                    callback(line)
-                except Exception as exc:  # a subscriber's bug must not stop the counting
-                    self.errors.append(f"subscriber of {name} failed: {type(exc).__name__}: {exc}")
+    def _count(self, name: str, state: FileState, lineno: int, span: Span, shown: str, now: float) -> None:
+        """One occurrence of ``name``: counted by the rules both counters share (``counting.Counts.count``)."""
+        t, by = span
+        self._counts.count(self._counts.index[name], state, lineno, t, 0.0 if by is None else by, by is not None,
+                           shown, now)  # fmt: skip
 
     # ------------------------------------------------------------------------------------------------ reading
     def summaries(self) -> dict[str, EventSummary]:
@@ -634,7 +562,7 @@ class EventCounter:
         # The implementation's own methods, called without a frame of this class in between.
         self.feed: Callable[[Chunk], None] = impl.feed
         self.subscribe: Callable[[str, Callable[[LogLine], None]], None] = impl.subscribe
-        self.tag_into: Callable[[MutableSequence[Tag], int], None] = impl.tag_into
+        self.tag_into: Callable[[list[Tag], int], None] = impl.tag_into
         self.summaries: Callable[[], dict[str, EventSummary]] = impl.summaries
         self.streaks: Callable[[str], dict[str, int]] = impl.streaks
         self.incidents: Callable[[], tuple[Incident, ...]] = impl.incidents

@@ -1117,6 +1117,71 @@ def test_incident_tracker_compiled_reads_as_its_text_interpreted(
     assert _same(got, want)
 
 
+# ------------------------------------------------------------------------------- the counting (counting)
+_COUNTING_INTERPRETED = _interpreted("counting")
+_COUNT_TEXTS = ["step 12/100 done", "Epoch 3 | loss 0.1", "ConnectionRefusedError: [Errno 111]", "x", "步 ٣", ""]
+# (kind, file, whether the line has a time of its own, seconds since the last, a bulk run's length (0: one line),
+# its text, a new chunk before it)
+_COUNT_STEP = st.tuples(
+    st.integers(0, 63),
+    st.sampled_from(["/r/trainer.log", "/r/worker.log", "/r/x/trainer.log"]),
+    st.booleans(),
+    st.sampled_from([0.0, 0.5, 30.0, 400.0]),
+    st.integers(0, 3),
+    st.integers(0, len(_COUNT_TEXTS) - 1),
+    st.booleans(),
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(_COUNT_STEP, max_size=80), st.integers(1, 4), st.booleans())
+def test_counting_compiled_counts_as_its_text_interpreted(
+    steps: list[tuple[int, str, bool, float, int, int, bool]], recent: int, unsound: bool
+) -> None:
+    """The counting state and rules (what both event paths keep of each kind and file) compiled and interpreted from
+    the same .py, fed the same occurrences, runs of redraws and chunks: the same summaries (bounds, positions, rate,
+    streaks, files, recent lines), streaks, log-view tags, subscriber calls and errors, and incidents."""
+    from rlwatch.logs import counting as compiled
+    from rlwatch.logs.incidents import Grouper
+
+    kinds = build_kinds(EventsConfig())
+    outcomes = []
+    for module in (compiled, _COUNTING_INTERPRETED):
+        counts = module.Counts(kinds, Grouper(2, 60.0, 60.0, 4), recent_lines=recent, rate_window_s=60.0)
+        calls: list[tuple[str, str, int, str, float]] = []
+        tags: list[Tag] = []
+        for kind in kinds:
+            counts.subscribe(kind.name, lambda line, k=kind.name, calls=calls: calls.append((k, *_line_fields(line))))
+        counts.subscribe("step", lambda line: 1 / 0)  # a subscriber's failure is told, not raised
+        counts.tag_into(tags, 5)
+        t = NOW
+        lineno = 1
+        for which, path, dated, dt, run, text, new_chunk in steps:
+            t += dt
+            if new_chunk:
+                counts.chunk(lineno, 7)
+            i = which % counts.nk
+            fs = counts.file(path)
+            if run and i in counts.redrawn:
+                counts.bulk(i, fs, lineno, run)
+                lineno += run
+            elif dated:
+                counts.count(i, fs, lineno, t, 0.0, False, _COUNT_TEXTS[text], t)
+            else:  # no time of its own: bounded (by nothing sound, when unsound)
+                lo, by = (-math.inf, math.inf) if unsound else (t - 5.0, t + 1.0)
+                counts.count(i, fs, lineno, lo, by, True, _COUNT_TEXTS[text], t)
+            lineno += 1
+        streaks = {kind.name: counts.streaks(kind.name) for kind in kinds}
+        outcomes.append(
+            repr((counts.summaries(t + 30.0), streaks, tags, calls, list(counts.errors), counts.g.incidents()))
+        )
+    assert outcomes[0] == outcomes[1]
+
+
+def _line_fields(line: LogLine) -> tuple[str, int, str, float]:
+    return line.path, line.lineno, line.text, line.time
+
+
 # ------------------------------------------------------------------------- the trackers' lines (areal_lines)
 _AL_INTERPRETED = _interpreted("areal_lines")
 # What the hand-matched readers of areal_lines stand for, as the expressions they replaced wrote it.
