@@ -29,7 +29,7 @@ module loads from ``rlwatch.logs.wording``, the table the Python rules read too.
 from cpython.unicode cimport PyUnicode_KIND, PyUnicode_DATA, PyUnicode_GET_LENGTH
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_GET_SIZE, PyBytes_FromStringAndSize
 from libc.string cimport memchr, memcmp, memcpy
-from libc.math cimport isfinite, INFINITY, NAN, isnan
+from libc.math cimport NAN, isnan
 from libc.stdint cimport uint64_t, uint32_t, uint16_t, uint8_t, int64_t
 
 cdef extern from "Python.h" nogil:
@@ -957,12 +957,16 @@ from rlwatch.common.textsafe import clean_line as _clean_line
 from rlwatch.logs.signatures cimport frame, header, location
 from rlwatch.logs.incidents cimport _Block, Grouper, LineTime
 
-DEF _DISPLAY_CHARS = 2000
-DEF _OVERLAP = 4096
-DEF _HEAD = 8192
-DEF _LOOK_BACK_LINES = 3
-DEF _LOOK_BACK_BYTES = 8192
-DEF _TIME_SEARCH_BYTES = 400
+# How a line is read (its evidence text's cap, an over-long line's head and overlap, how far back a line without a
+# timestamp looks for one): counting's values, read into C when this module loads.
+from rlwatch.logs import counting as _counting
+
+cdef Py_ssize_t _DISPLAY_CHARS = _counting.DISPLAY_CHARS
+cdef Py_ssize_t _OVERLAP = _counting.OVERLAP_BYTES
+cdef Py_ssize_t _HEAD = _counting.HEAD_BYTES
+cdef int _LOOK_BACK_LINES = _counting.LOOK_BACK_LINES
+cdef Py_ssize_t _LOOK_BACK_BYTES = _counting.LOOK_BACK_BYTES
+cdef Py_ssize_t _TIME_SEARCH_BYTES = _counting.TIME_SEARCH_BYTES
 DEF _STALL_LINES = 80
 DEF _AFTER_LINES = 40
 DEF _WINDOW = 16384
@@ -1066,7 +1070,7 @@ def py_code_line(str body):
 
 # What the counter keeps of each kind and file, and how a counted line changes it, is rlwatch/logs/counting.py,
 # compiled from its own text (setup.py's COMPILED, its C types in counting.pxd) and cimported here.
-from rlwatch.logs.counting cimport Counts, FileState, LongLine, long_line
+from rlwatch.logs.counting cimport Counts, FileState, LongLine, long_line, undated_time, upper_bound
 
 
 # ============================================================================================= line arithmetic
@@ -1257,14 +1261,10 @@ cdef class Lines:
         return self.fallback(start, now)
 
     cdef double fallback(self, Py_ssize_t start, double now) noexcept:
-        cdef bint earlier = self.stamp_pos >= 0 and self.stamp_pos < start
-        if not self.has_by:
-            self.approximate = False
-            return self.stamp_t if earlier else now
-        self.approximate = True
-        if earlier:
-            return self.stamp_t
-        return self.before if self.has_before else -INFINITY
+        """The time of a line with no timestamp on it or just above it (counting.undated_time)."""
+        self.approximate = self.has_by  # a backlog line: a lower bound
+        return undated_time(self.stamp_t, self.stamp_pos >= 0 and self.stamp_pos < start, self.has_by, self.before,
+                            self.has_before, now)
 
     cdef Py_ssize_t line_start(self, Py_ssize_t hit, Py_ssize_t floor) noexcept nogil:
         """Start of the line containing ``hit``, no earlier than ``floor``."""
@@ -1552,8 +1552,6 @@ cdef class Core:
     cdef public object errors
     cdef uint64_t redrawn_mask  # the kinds a bar's redraw counts as (kinds.REDRAWN_KINDS)
     cdef bint needles_digitless  # no needle holds a digit (see digits_moved)
-    cdef int restart
-    cdef int banner
     cdef Out out
     cdef Lines lines  # the chunk being counted
     cdef str cur_text  # the line being counted, for its time
@@ -1585,18 +1583,12 @@ cdef class Core:
             raise ValueError("the compiled path counts at most 64 kinds")
         self.kinds = []
         self.redrawn_mask = 0
-        self.restart = -1
-        self.banner = -1
         lits = literal_strings(kinds)
         self.lits = Needles([t.encode("utf-8") for t in lits], [0] * len(lits)) if lits else None
         for i, ek in enumerate(kinds):
             if not ek.literals:
                 raise ValueError("a kind without literals: every line must be tried (the Python path does that)")
             k = make_kind(ek, i, lits)
-            if ek.name == "restart":
-                self.restart = i
-            if ek.name == "_banner":
-                self.banner = i
             self.kinds.append(k)
         self.nk = len(self.kinds)
         self.needles = Needles(needles, needle_masks)
@@ -1775,7 +1767,7 @@ cdef class Core:
                     w.span.by = 0.0
                 else:
                     w.span.has_by = True
-                    w.span.by = lines.by if (lines.has_by and lines.by >= t) else INFINITY
+                    w.span.by = upper_bound(t, lines.by)
             else:
                 w.span = self.long_time(self.cur_long_fs, self.cur_now, self.cur_long_by, self.cur_long_has_by)
             w.have = True
@@ -1831,10 +1823,8 @@ cdef class Core:
             self.take(fs, tag, body, lineno, &w)
         if not found:
             return 0
-        if self.banner >= 0 and found & ((<uint64_t>1) << self.banner):
-            fs.banners += 1
-            # a second start banner in the same file is the process starting again (counted after the others)
-            restart = fs.banners > 1 and self.restart >= 0 and not (found & ((<uint64_t>1) << self.restart))
+        if self.counts.banner >= 0 and (found >> self.counts.banner) & 1:  # a start banner: a restart, too?
+            restart = self.counts.restarts(fs, self.counts.restart >= 0 and (found >> self.counts.restart) & 1)
         sh = shown(text)
         self.when(&w)
         m = found
@@ -1843,7 +1833,7 @@ cdef class Core:
             m &= m - 1
             self.counts.count(i, fs, lineno, w.span.t, w.span.by, w.span.has_by, sh, now)
         if restart:
-            self.counts.count(self.restart, fs, lineno, w.span.t, w.span.by, w.span.has_by, sh, now)
+            self.counts.count(self.counts.restart, fs, lineno, w.span.t, w.span.by, w.span.has_by, sh, now)
         return found
 
     cdef void piece(self, FileState fs, bytes piece, bint first, bint final, double now, object by) except *:
@@ -1887,14 +1877,13 @@ cdef class Core:
         out.has_bits = False
         for i in range(self.nk):
             k = <Kind>self.kinds[i]
-            if k.name not in long.seen and k.matches(body, ub, out):
+            if self.counts.long_new(fs, i) and k.matches(body, ub, out):
                 found.append(i)
         if found:
             self.when(&w)
             sh = shown(self.prepare_text(long.head))
             for i in found:
-                long.seen.add((<Kind>self.kinds[i]).name)
-                self.counts.count(i, fs, long.lineno, w.span.t, w.span.by, w.span.has_by, sh, now)
+                self.counts.count_long(i, fs, w.span.t, w.span.by, w.span.has_by, sh, now)
         long.tail = window[len(window) - _OVERLAP :] if len(window) > _OVERLAP else window
         if final:
             fs.long = None
@@ -1908,20 +1897,9 @@ cdef class Core:
     cdef Span long_time(self, FileState fs, double now, double by, bint has_by) except *:
         """events.EventCounter._long_time."""
         cdef LongLine long = fs.long
-        cdef double parsed, lo
         cdef Span s
         if not long.has_span:
-            parsed = time_or_nan(self.prepare_text(long.head), by if has_by else now)
-            if not isnan(parsed):
-                long.span_t, long.span_has_by = parsed, False
-                fs.stamp, fs.has_stamp = parsed, True
-            elif not has_by:
-                long.span_t, long.span_has_by = now, False
-            else:
-                lo = fs.stamp if fs.has_stamp else -INFINITY
-                long.span_t, long.span_has_by = lo, True
-                long.span_by = by if by >= lo else INFINITY
-            long.has_span = True
+            self.counts.long_time(fs, self.prepare_text(long.head), now, by, has_by)
         s.t = long.span_t
         s.has_by = long.span_has_by
         s.by = long.span_by if long.span_has_by else 0.0

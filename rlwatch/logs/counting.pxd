@@ -5,6 +5,7 @@
 cimport cython
 from libc.stdint cimport int64_t
 from rlwatch.logs.incidents cimport FileIncidents, Grouper, step_number
+from rlwatch.logs.timestamps cimport time_or_nan
 
 cdef double _INF, _NAN
 cdef object _LOG_LINE_NEW, _LL_PATH, _LL_LINENO, _LL_TEXT, _LL_TIME
@@ -14,6 +15,9 @@ ctypedef object (*LineMaker)(str, int64_t, str, double)
 @cython.locals(line=object)
 cdef object _log_line(str path, int64_t lineno, str text, double time)
 cdef object _finite(double t)
+cpdef double undated_time(double earlier, bint has_earlier, bint backlog, double before, bint has_before,
+                          double now) noexcept
+cpdef double upper_bound(double t, double by) noexcept
 
 
 @cython.final
@@ -113,6 +117,8 @@ cdef class Counts:
     cdef public int64_t tag_keep
     cdef public int64_t tag_from
     cdef public list redrawn
+    cdef public int banner
+    cdef public int restart
 
     cpdef void chunk(self, int64_t first_lineno, int64_t nlines) except *
     @cython.locals(fs=FileState)
@@ -121,6 +127,14 @@ cdef class Counts:
                    second=int64_t, line=object, callback=object)
     cpdef void count(self, int i, FileState fs, int64_t lineno, double t, double by, bint has_by, str shown,
                      double now) except *
+    cpdef bint restarts(self, FileState fs, bint restart_counted) except -1
+    @cython.locals(long=LongLine)
+    cpdef bint long_new(self, FileState fs, int i) except -1
+    @cython.locals(long=LongLine)
+    cpdef void count_long(self, int i, FileState fs, double t, double by, bint has_by, str shown,
+                          double now) except *
+    @cython.locals(long=LongLine, parsed=double, lo=double)
+    cpdef void long_time(self, FileState fs, str head, double now, double by, bint has_by) except *
     cdef inline void _streak(self, KindStats st, FileState fs, FileKind fk, int64_t n) except *
     @cython.locals(st=KindStats, first_tag=int64_t)
     cpdef void bulk(self, int i, FileState fs, int64_t lineno, int64_t skipped) except *

@@ -18,6 +18,7 @@ what is here is typed state that both paths share.
 
 from __future__ import annotations
 
+import math
 from array import array
 from collections import deque
 from collections.abc import Callable, Sequence
@@ -25,10 +26,43 @@ from collections.abc import Callable, Sequence
 from rlwatch.common.state import EventSummary, LogLine, line_ref
 from rlwatch.logs.incidents import EVENT_KINDS, FileIncidents, Grouper, step_number
 from rlwatch.logs.kinds import REDRAWN_KINDS, EventKind
+from rlwatch.logs.timestamps import time_or_nan
 
-__all__ = ["Counts", "FileKind", "FileState", "KindStats", "LongLine", "Tag", "long_line"]
+__all__ = [
+    "BANNER",
+    "DISPLAY_CHARS",
+    "HEAD_BYTES",
+    "LOOK_BACK_BYTES",
+    "LOOK_BACK_LINES",
+    "OVERLAP_BYTES",
+    "RESTART",
+    "TIME_SEARCH_BYTES",
+    "Counts",
+    "FileKind",
+    "FileState",
+    "KindStats",
+    "LongLine",
+    "Tag",
+    "long_line",
+    "undated_time",
+    "upper_bound",
+]
 
 _INF = float("inf")
+# How both counters read a line (Python values: the compiled counter reads them into C when it loads).
+DISPLAY_CHARS = 2000  # evidence lines are capped: a multi-megabyte line is shown by its start
+# An over-long line arrives in pieces: its first HEAD_BYTES are its evidence text, time and prefix, and this much of
+# the previous piece is searched again with the next one, so a match that straddles two pieces is still found.
+HEAD_BYTES = 8192
+OVERLAP_BYTES = 4096
+# How far back a line without a timestamp looks for one in the same chunk before it settles for the latest one
+# already known (a traceback's header sits right under the logged error; a stats row a few lines under its step).
+LOOK_BACK_LINES = 3
+LOOK_BACK_BYTES = 8 * 1024
+TIME_SEARCH_BYTES = 400  # a timestamp sits near the start of a line, behind colour codes and a prefix
+# A start banner (a process's first line, internal) and the restart it means when a file shows a second one.
+BANNER = "_banner"
+RESTART = "restart"
 _NAN = float("nan")
 # What the log view is told of a counted line: (path, line number, kind); a run of a bar's redraws passed over in
 # bulk is told as one (path, range of line numbers, kind).
@@ -52,8 +86,28 @@ def _log_line(path: str, lineno: int, text: str, time: float) -> LogLine:
     return line
 
 
+def undated_time(
+    earlier: float, has_earlier: bool, backlog: bool, before: float, has_before: bool, now: float
+) -> float:
+    """The time of a line with no timestamp on it or just above it. Live (appended while followed): that of the
+    nearest earlier line of its chunk that has one (``earlier``), else ``now``: it was written within one poll. From
+    a backlog it has no time of its own (the caller marks it approximate): the answer is a lower bound, the latest
+    timestamp before it in its chunk, else in its file before the chunk (``before``), else ``-inf``."""
+    if not backlog:
+        return earlier if has_earlier else now
+    if has_earlier:
+        return earlier
+    return before if has_before else -_INF
+
+
+def upper_bound(t: float, by: float) -> float:
+    """The upper bound of an undated backlog line whose lower bound is ``t``: its file's modification time ``by``,
+    or ``inf`` where that is not sound (a timestamp in the file later than it)."""
+    return by if by >= t else _INF
+
+
 def _finite(t: float) -> float | None:
-    return t if t - t == 0.0 else None  # neither infinite nor NaN
+    return t if math.isfinite(t) else None
 
 
 class LongLine:
@@ -233,6 +287,8 @@ class Counts:
         self.tag_keep = 0
         self.tag_from = 0
         # The kinds a bar's redraw counts as (passed over in bulk, see the counters' redraws): internal, not progress.
+        self.banner = self.index.get(BANNER, -1)
+        self.restart = self.index.get(RESTART, -1)
         self.redrawn: list[int] = [
             i for i, k in enumerate(kinds) if k.name in REDRAWN_KINDS and k.internal and not k.progress
         ]
@@ -341,6 +397,47 @@ class Counts:
                 except Exception as exc:  # a subscriber's bug must not stop the counting
                     self.errors.append(f"subscriber of {st.name} failed: {type(exc).__name__}: {exc}")
 
+    def restarts(self, fs: FileState, restart_counted: bool) -> bool:
+        """A line of ``fs`` counted as a start banner (``restart_counted``: and as a restart itself): whether it is
+        also a restart, to be counted after its other kinds. A second start banner in the same file is the process
+        starting again."""
+        fs.banners += 1
+        return fs.banners > 1 and self.restart >= 0 and not restart_counted
+
+    # ----------------------------------------------------------------------------------------- over-long lines
+    def long_new(self, fs: FileState, i: int) -> bool:
+        """Whether the over-long line ``fs`` is receiving has not counted as kind ``i`` yet: a line counts at most
+        once per kind, however many of its pieces match."""
+        long = fs.long
+        return long is not None and self.stats[i].name not in long.seen
+
+    def count_long(self, i: int, fs: FileState, t: float, by: float, has_by: bool, shown: str, now: float) -> None:
+        """The over-long line ``fs`` is receiving counts as kind ``i`` (``long_new`` said it had not)."""
+        long = fs.long
+        assert long is not None
+        long.seen.add(self.stats[i].name)
+        self.count(i, fs, long.lineno, t, by, has_by, shown, now)
+
+    def long_time(self, fs: FileState, head: str, now: float, by: float, has_by: bool) -> None:
+        """The time of the over-long line ``fs`` is receiving, read once by the text of its head, ``head``: its own
+        timestamp, else (live) now, else (a backlog: ``has_by``, ``by`` the file's modification time) bounded by
+        the latest timestamp before it in its file and the file's modification time."""
+        long = fs.long
+        if long is None or long.has_span:
+            return
+        parsed = time_or_nan(head, by if has_by else now)
+        if not math.isnan(parsed):  # a time of its own, the file's latest
+            long.span_t, long.span_has_by = parsed, False
+            fs.stamp, fs.has_stamp = parsed, True
+        elif not has_by:
+            long.span_t, long.span_has_by = now, False
+        else:
+            lo = fs.stamp if fs.has_stamp else -_INF
+            long.span_t, long.span_has_by = lo, True
+            long.span_by = by if by >= lo else _INF
+        long.has_span = True
+
+    # ----------------------------------------------------------------------------------------------- streaks
     def _streak(self, st: KindStats, fs: FileState, fk: FileKind, n: int) -> None:
         """``n`` more occurrences of a kind that is not progress in a file: its streak there grows."""
         if not fk.has_streak:

@@ -23,7 +23,23 @@ from typing import Any
 from rlwatch.common.clock import Clock
 from rlwatch.common.state import EventSummary, Incident, IncidentTally, LogLine
 from rlwatch.common.textsafe import clean_line, strip_ansi
-from rlwatch.logs.counting import Counts, FileState, LongLine, Tag, long_line
+from rlwatch.logs.counting import (
+    BANNER,
+    DISPLAY_CHARS,
+    HEAD_BYTES,
+    LOOK_BACK_BYTES,
+    LOOK_BACK_LINES,
+    OVERLAP_BYTES,
+    RESTART,
+    TIME_SEARCH_BYTES,
+    Counts,
+    FileState,
+    LongLine,
+    Tag,
+    long_line,
+    undated_time,
+    upper_bound,
+)
 from rlwatch.logs.incidents import HEADER_WORD, IncidentTracker, Span
 from rlwatch.logs.kinds import EventKind, build_kinds
 from rlwatch.logs.matcher import Matcher
@@ -35,19 +51,10 @@ from rlwatch.logs.timestamps import HMS_BYTES, parse_time
 
 __all__ = ["DISPLAY_CHARS", "NATIVE", "EventCounter", "EventKind", "PyEventCounter", "Tag", "build_kinds"]
 
-DISPLAY_CHARS = 2000  # evidence lines are capped: a multi-megabyte line is shown by its start
 _TERMINATOR = re.compile(rb"\r\n?|\n")
-# An over-long line arrives in pieces; this much of the previous piece is searched again with the next one, so a
-# match that straddles two pieces is still found.
-_OVERLAP = 4096
-_HEAD = 8192
-# How far back a line without a timestamp looks for one in the same chunk before it settles for the latest one
-# already known (a traceback's header sits right under the logged error; a stats row a few lines under its step).
-_LOOK_BACK_LINES = 3
-_LOOK_BACK_BYTES = 8 * 1024
-_TIME_SEARCH_BYTES = 400  # a timestamp sits near the start of a line, behind colour codes and a prefix
+_OVERLAP = OVERLAP_BYTES
+_HEAD = HEAD_BYTES
 _DIGITS_AS_ZERO = bytes.maketrans(b"123456789", b"000000000")
-_INF = float("inf")
 
 
 def _shown(text: str) -> str:
@@ -86,7 +93,7 @@ class _Lines:
             self.stamp = (start, own)
             self.approximate = False
             return own
-        floor = max(0, start - _LOOK_BACK_BYTES)
+        floor = max(0, start - LOOK_BACK_BYTES)
         known = self.stamp
         if known is not None and known[0] < start:
             floor = max(floor, known[0] + 1)
@@ -96,21 +103,21 @@ class _Lines:
             # A timestamp holds a colon. Where the lines looked at hold none (a stats row among rules and rows),
             # settle at once: finding where they begin takes three memrchr calls, checking them one more.
             top = start
-            for _ in range(_LOOK_BACK_LINES):
+            for _ in range(LOOK_BACK_LINES):
                 if top <= floor:
                     break
                 top = data.rfind(b"\n", floor, top - 1) + 1 or floor
             if data.find(b":", top, start) < 0:
                 return self._fallback(start, now)
         pos = start
-        for _ in range(_LOOK_BACK_LINES):
+        for _ in range(LOOK_BACK_LINES):
             if pos <= floor:
                 break
             end = pos - 1  # the previous line's terminator, one byte or "\r\n"
             if cr and end > floor and data[end - 1 : end + 1] == b"\r\n":
                 end -= 1
             begin = self.start(end, floor) if cr else data.rfind(b"\n", floor, end) + 1 or floor
-            head_end = min(end, begin + _TIME_SEARCH_BYTES)
+            head_end = min(end, begin + TIME_SEARCH_BYTES)
             # Every timestamp holds a colon: most lines without a time (table rows, frames) are passed by memchr.
             if data.find(b":", begin, head_end) >= 0 and HMS_BYTES.search(data, begin, head_end):
                 found = parse_time(strip_ansi(data[begin:end].decode("utf-8", "replace")), ref)
@@ -124,14 +131,18 @@ class _Lines:
     def _fallback(self, start: int, now: float) -> float:
         """The time of a line with no timestamp on it or just above it (see :meth:`time_of`)."""
         known = self.stamp
-        earlier = known[1] if known is not None and known[0] < start else None
-        if self.by is None:
-            self.approximate = False
-            return now if earlier is None else earlier
-        self.approximate = True
-        if earlier is not None:
-            return earlier
-        return -_INF if self.before is None else self.before
+        earlier = known is not None and known[0] < start
+        backlog = self.by is not None
+        self.approximate = backlog
+        before = self.before
+        return undated_time(
+            known[1] if known is not None and earlier else 0.0,
+            earlier,
+            backlog,
+            0.0 if before is None else before,
+            before is not None,
+            now,
+        )
 
     def span(self, start: int, text: str, now: float) -> Span:
         """(time, by) of the line at ``start``: by None when the time is the line's own (or, live, read within one
@@ -141,7 +152,8 @@ class _Lines:
         if not self.approximate:
             return t, None
         by = self.by
-        return t, by if by is not None and by >= t else _INF
+        assert by is not None  # approximate: a backlog line
+        return t, upper_bound(t, by)
 
     def end(self, pos: int, limit: int) -> tuple[int, int]:
         """(end of the line starting at or containing ``pos``, start of the next line)."""
@@ -429,11 +441,8 @@ class PyEventCounter:
         if not kinds:
             return []
         names = [kinds[0].name] if len(kinds) == 1 else [k.name for k in kinds]  # mostly one
-        if "_banner" in names:
-            state.banners += 1
-            # A second start banner in the same file is the process starting again.
-            if state.banners > 1 and "restart" in self._kinds and "restart" not in names:
-                names.append("restart")
+        if BANNER in names and self._counts.restarts(state, RESTART in names):
+            names.append(RESTART)
         shown = _shown(text)
         if t is None:
             t = lines.span(start, text, now)
@@ -453,36 +462,25 @@ class PyEventCounter:
         window = long.tail + piece
         text, tag, body = prepare(window)
         if first:  # prefixes exist only at the start of a line; incidents see the line once, by its head
-            self._incidents.line(path, tag, body[:_HEAD], long.lineno, lambda: self._long_time(long, state, now, by))
+            self._incidents.line(path, tag, body[:_HEAD], long.lineno, lambda: self._long_time(state, now, by))
         else:
             body = text
-        found = [k.name for k in self._matcher.match(body) if k.name not in long.seen]
+        counts = self._counts
+        found = [i for i in (counts.index[k.name] for k in self._matcher.match(body)) if counts.long_new(state, i)]
         if found:
-            when, shown = self._long_time(long, state, now, by), self._long_shown(long)
-            for name in found:
-                long.seen.add(name)
-                self._count(name, state, long.lineno, when, shown, now)
+            (t, bound), shown = self._long_time(state, now, by), self._long_shown(long)
+            for i in found:
+                counts.count_long(i, state, t, 0.0 if bound is None else bound, bound is not None, shown, now)
         long.tail = window[-_OVERLAP:]
         if final:
             state.long = None
 
-    @staticmethod
-    def _long_time(long: LongLine, state: FileState, now: float, by: float | None) -> Span:
-        """The time of an over-long line, by its head: its own timestamp, else (live) now, else (a backlog) bounded
-        by the latest timestamp before it in its file and the file's modification time."""
+    def _long_time(self, state: FileState, now: float, by: float | None) -> Span:
+        """The (time, by) of the over-long line ``state`` is receiving (``counting.Counts.long_time``)."""
+        long = state.long
+        assert long is not None
         if not long.has_span:
-            text = prepare(long.head)[0]
-            parsed = parse_time(text, now if by is None else by)
-            if parsed is not None:
-                long.span_t, long.span_has_by = parsed, False
-                state.stamp, state.has_stamp = parsed, True
-            elif by is None:
-                long.span_t, long.span_has_by = now, False
-            else:
-                lo = state.stamp if state.has_stamp else -_INF
-                long.span_t, long.span_has_by = lo, True
-                long.span_by = by if by >= lo else _INF
-            long.has_span = True
+            self._counts.long_time(state, prepare(long.head)[0], now, 0.0 if by is None else by, by is not None)
         return (long.span_t, long.span_by if long.span_has_by else None)
 
     @staticmethod
