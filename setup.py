@@ -23,6 +23,7 @@ COMPILED = (
     "areal_lines",
     "prefixes",
     "timestamps",
+    "counting",
 )
 
 

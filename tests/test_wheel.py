@@ -78,8 +78,9 @@ def test_the_wheel_runs_its_compiled_path_on_a_machine_without_a_compiler(tmp_pa
             "-c",
             "import rlwatch.logs._eventpath as e, rlwatch.logs._newlines as n, rlwatch.logs.torchrun_report as t,"
             " rlwatch.logs.signatures as s, rlwatch.logs.incidents as i, rlwatch.logs.areal_lines as a,"
-            " rlwatch.logs.prefixes as p, rlwatch.logs.timestamps as ts;"
-            " print(e.__file__, n.__file__, t.__file__, s.__file__, i.__file__, a.__file__, p.__file__, ts.__file__)",
+            " rlwatch.logs.prefixes as p, rlwatch.logs.timestamps as ts, rlwatch.logs.counting as c;"
+            " print(e.__file__, n.__file__, t.__file__, s.__file__, i.__file__, a.__file__, p.__file__, ts.__file__,"
+            " c.__file__)",
         ],
         check=True,
         capture_output=True,

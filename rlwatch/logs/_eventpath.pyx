@@ -11,8 +11,10 @@ the C types in the .pxd beside each) and cimported here: a line's writer prefixe
 says (``timestamps``), a traceback's header, frames and exception line (``signatures``), the incident rules and
 their records (``incidents.Grouper``: traceback blocks, storms, crashes, NCCL timeouts, each file's state in a
 ``FileIncidents`` this counter keeps in its own per-file state, a line's time asked through ``CoreTime``), the
-trackers' AReaL lines (``areal_lines``) and torchrun's report (``torchrun_report``). Only the byte mechanics of
-reading a traceback's frames in bulk stay here.
+trackers' AReaL lines (``areal_lines``), torchrun's report (``torchrun_report``) and the counting itself
+(``counting.Counts``: each kind's and file's state, what a counted line changes in it, a bar's redraws counted in
+bulk, summaries and streaks). What stays here is how a line is found and read: the needle search, line arithmetic,
+decoding and colour codes, the kinds' match decisions, a bar's redraws and a traceback's frames recognised in bulk.
 
 Where the cut is: everything per line runs in C (the needle search over the chunk's bytes, line numbers, decoding,
 colour codes, which kinds match, code-line exclusion, counts, times, streaks, rates, evidence, traceback blocks,
@@ -27,7 +29,7 @@ module loads from ``rlwatch.logs.wording``, the table the Python rules read too.
 from cpython.unicode cimport PyUnicode_KIND, PyUnicode_DATA, PyUnicode_GET_LENGTH
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_GET_SIZE, PyBytes_FromStringAndSize
 from libc.string cimport memchr, memcmp, memcpy
-from libc.math cimport isfinite, INFINITY, NAN, isnan
+from libc.math cimport NAN, isnan
 from libc.stdint cimport uint64_t, uint32_t, uint16_t, uint8_t, int64_t
 
 cdef extern from "Python.h" nogil:
@@ -874,10 +876,6 @@ cdef class Kind:
     cdef object search  # kind.regex.search
     cdef int exclude  # 0 none, 1 code lines, 2 an expression in `re`
     cdef object exclude_search
-    cdef bint internal
-    cdef bint progress
-    cdef bint storm  # connection_refused or timeout
-    cdef bint event  # handed to the incident tracker (EVENT_KINDS)
 
     cdef bint others_may_match(self, str body, U u, Out out) except -1:
         cdef tuple cond, needles
@@ -955,25 +953,25 @@ cdef class Kind:
 
 
 # ============================================================================================ shared Python pieces
-from rlwatch.common.state import UNCOUNTED as _UNCOUNTED
-from rlwatch.common.state import EventSummary, LogLine
 from rlwatch.common.textsafe import clean_line as _clean_line
-from rlwatch.logs import incidents as _inc
 from rlwatch.logs.signatures cimport frame, header, location
-from rlwatch.logs.incidents cimport _Block, FileIncidents, Grouper, LineTime, step_number
-from rlwatch.logs.kinds import REDRAWN_KINDS as _REDRAWN_KINDS
+from rlwatch.logs.incidents cimport _Block, Grouper, LineTime
 
-cdef int64_t UNCOUNTED = _UNCOUNTED
+# How a line is read (its evidence text's cap, an over-long line's head and overlap, how far back a line without a
+# timestamp looks for one): counting's values, read into C when this module loads.
+from rlwatch.logs import counting as _counting
 
-DEF _DISPLAY_CHARS = 2000
-DEF _OVERLAP = 4096
-DEF _HEAD = 8192
-DEF _LOOK_BACK_LINES = 3
-DEF _LOOK_BACK_BYTES = 8192
-DEF _TIME_SEARCH_BYTES = 400
+cdef Py_ssize_t _DISPLAY_CHARS = _counting.DISPLAY_CHARS
+cdef Py_ssize_t _OVERLAP = _counting.OVERLAP_BYTES
+cdef Py_ssize_t _HEAD = _counting.HEAD_BYTES
+cdef int _LOOK_BACK_LINES = _counting.LOOK_BACK_LINES
+cdef Py_ssize_t _LOOK_BACK_BYTES = _counting.LOOK_BACK_BYTES
+cdef Py_ssize_t _TIME_SEARCH_BYTES = _counting.TIME_SEARCH_BYTES
 DEF _STALL_LINES = 80
 DEF _AFTER_LINES = 40
 DEF _WINDOW = 16384
+
+from rlwatch.common.state import LogLine
 
 cdef object _object_new = object.__new__
 cdef object _LL_PATH = LogLine.__dict__["path"]
@@ -991,34 +989,14 @@ cdef extern from *:
 
 
 cdef object log_line(str path, int64_t lineno, str text, double time):
-    """``LogLine(path, lineno, text, time)``, made without its generated ``__init__`` (four slots set directly)."""
+    """``LogLine(path, lineno, text, time)``, made without its generated ``__init__`` (four slots set directly): the
+    maker of the lines counting.Counts hands subscribers (its ``make_line``), at a C call's cost."""
     cdef object line = _object_new(LogLine)
     rlw_set_slot(_LL_PATH, line, path)
     rlw_set_slot(_LL_LINENO, line, lineno)
     rlw_set_slot(_LL_TEXT, line, text)
     rlw_set_slot(_LL_TIME, line, time)
     return line
-
-
-cdef inline double pymax(double a, double b) noexcept nogil:
-    """``max(a, b)`` as Python has it: b only when b > a."""
-    return b if b > a else a
-
-
-cdef inline double pymin(double a, double b) noexcept nogil:
-    return b if b < a else a
-
-
-cdef str base_name(str path):
-    cdef Py_ssize_t i = PyUnicode_FindChar(path, 47, 0, PyUnicode_GET_LENGTH(path), -1)
-    return path if i < 0 else PyUnicode_Substring(path, i + 1, PyUnicode_GET_LENGTH(path))
-
-
-cdef str line_ref(str base, int64_t lineno):
-    """``state.line_ref`` with the file's base name known."""
-    if lineno >= UNCOUNTED:
-        return base + ":?"
-    return f"{base}:{lineno}"
 
 
 cdef extern from *:
@@ -1090,118 +1068,9 @@ def py_code_line(str body):
 # keeps each file's FileIncidents in its FileState and hands the rules a line's time through CoreTime.
 
 
-cdef class LongLine:
-    """events._LongLine: an over-long line whose pieces are still arriving."""
-
-    cdef int64_t lineno
-    cdef bytes head
-    cdef bytes tail
-    cdef set seen
-    cdef bint has_span
-    cdef double span_t
-    cdef double span_by
-    cdef bint span_has_by
-
-
-cdef class FileKind:
-    """What one kind keeps of one file: its count, streak and latest occurrence."""
-
-    cdef int64_t files
-    cdef bint has_files
-    cdef int64_t streak
-    cdef bint has_streak
-    cdef bint has_last
-    cdef double last_lo
-    cdef double last_hi
-    cdef bint last_placed  # the latest occurrence was undated: placed by position
-    cdef int64_t last_lineno
-    cdef object last_step  # the file's step when it was counted (str or None)
-
-
-cdef class FileState:
-    """events._File and everything else kept per file (counts per kind, the incident rules' state)."""
-
-    cdef str path
-    cdef str base
-    cdef int fid
-    cdef int64_t banners
-    cdef LongLine long
-    cdef bint has_stamp
-    cdef double stamp
-    cdef int64_t progress_lines
-    cdef uint64_t streaking
-    cdef list kinds  # FileKind per kind
-    cdef FileIncidents inc  # what the incident rules keep of the file (its open blocks, storms, crash, step)
-
-
-cdef class KindStats:
-    """events._Stats of one kind."""
-
-    cdef int64_t count
-    cdef double first_lo
-    cdef double first_hi
-    cdef bint approximate
-    cdef list file_order  # fids in the order they were first counted (files and last)
-    cdef list streak_order  # fids in the order their streak began
-    cdef dict buckets
-    # recent lines, a ring: path, line number, text, own time (or the LogLine once made)
-    cdef list ring_path
-    cdef list ring_text
-    cdef list ring_line
-    cdef int64_t *ring_lineno
-    cdef double *ring_time
-    cdef int ring_cap
-    cdef int ring_head
-    cdef int ring_size
-
-    def __cinit__(self, int cap):
-        self.ring_cap = cap
-        self.ring_lineno = <int64_t *>malloc(sizeof(int64_t) * cap)
-        self.ring_time = <double *>malloc(sizeof(double) * cap)
-        if not (self.ring_lineno and self.ring_time):
-            raise MemoryError()
-        self.ring_path = [None] * cap
-        self.ring_text = [None] * cap
-        self.ring_line = [None] * cap
-        self.ring_head = 0
-        self.ring_size = 0
-        self.count = 0
-        self.first_lo = INFINITY
-        self.first_hi = INFINITY
-        self.file_order = []
-        self.streak_order = []
-        self.buckets = {}
-
-    def __dealloc__(self):
-        free(self.ring_lineno)
-        free(self.ring_time)
-
-    cdef void remember(self, str path, int64_t lineno, str text, double own):
-        cdef int i
-        if self.ring_size < self.ring_cap:
-            i = (self.ring_head + self.ring_size) % self.ring_cap
-            self.ring_size += 1
-        else:
-            i = self.ring_head
-            self.ring_head = (self.ring_head + 1) % self.ring_cap
-        self.ring_path[i] = path
-        self.ring_text[i] = text
-        self.ring_line[i] = None
-        self.ring_lineno[i] = lineno
-        self.ring_time[i] = own
-
-    cdef tuple recent(self):
-        cdef list out = []
-        cdef int k, i
-        cdef object line
-        for k in range(self.ring_size):
-            i = (self.ring_head + k) % self.ring_cap
-            line = self.ring_line[i]
-            if line is None:
-                line = log_line(self.ring_path[i], self.ring_lineno[i], self.ring_text[i], self.ring_time[i])
-                self.ring_line[i] = line
-            out.append(line)
-        return tuple(out)
+# What the counter keeps of each kind and file, and how a counted line changes it, is rlwatch/logs/counting.py,
+# compiled from its own text (setup.py's COMPILED, its C types in counting.pxd) and cimported here.
+from rlwatch.logs.counting cimport Counts, FileState, LongLine, long_line, undated_time, upper_bound
 
 
 # ============================================================================================= line arithmetic
@@ -1392,14 +1261,10 @@ cdef class Lines:
         return self.fallback(start, now)
 
     cdef double fallback(self, Py_ssize_t start, double now) noexcept:
-        cdef bint earlier = self.stamp_pos >= 0 and self.stamp_pos < start
-        if not self.has_by:
-            self.approximate = False
-            return self.stamp_t if earlier else now
-        self.approximate = True
-        if earlier:
-            return self.stamp_t
-        return self.before if self.has_before else -INFINITY
+        """The time of a line with no timestamp on it or just above it (counting.undated_time)."""
+        self.approximate = self.has_by  # a backlog line: a lower bound
+        return undated_time(self.stamp_t, self.stamp_pos >= 0 and self.stamp_pos < start, self.has_by, self.before,
+                            self.has_before, now)
 
     cdef Py_ssize_t line_start(self, Py_ssize_t hit, Py_ssize_t floor) noexcept nogil:
         """Start of the line containing ``hit``, no earlier than ``floor``."""
@@ -1464,10 +1329,6 @@ cdef struct When:
 
 
 # ============================================================================================================ core
-from collections import deque as _deque
-
-cdef frozenset _STORM_KINDS = _inc.STORM_KINDS  # the kinds that come in storms, as incidents names them
-cdef frozenset _EVENT_KINDS = frozenset(_inc.EVENT_KINDS)
 
 
 def literal_strings(list kinds):
@@ -1525,10 +1386,6 @@ cdef Kind make_kind(object ek, int i, dict lits):
     else:
         k.exclude = 2
         k.exclude_search = ek.exclude.search
-    k.internal = ek.internal
-    k.progress = ek.progress
-    k.storm = ek.name in _STORM_KINDS
-    k.event = ek.name in _EVENT_KINDS
     return k
 
 
@@ -1688,24 +1545,13 @@ cdef class Core:
 
     cdef list kinds  # Kind
     cdef int nk
-    cdef list stats  # KindStats
-    cdef dict index  # name -> kind index
+    cdef Counts counts  # what is kept of each kind and file (counting.Counts)
     cdef Needles needles
     cdef Needles lits  # every string the kinds' decisions look for (literal_strings), or None
     cdef object clock_time
-    cdef int recent_lines
-    cdef double window
-    cdef dict files  # path -> FileState
-    cdef list subs  # per kind: list of callbacks, or None
     cdef public object errors
-    cdef uint64_t progress_mask
     cdef uint64_t redrawn_mask  # the kinds a bar's redraw counts as (kinds.REDRAWN_KINDS)
     cdef bint needles_digitless  # no needle holds a digit (see digits_moved)
-    cdef int restart
-    cdef int banner
-    cdef list tag_sink
-    cdef int tag_keep
-    cdef int64_t tag_from
     cdef Out out
     cdef Lines lines  # the chunk being counted
     cdef str cur_text  # the line being counted, for its time
@@ -1736,81 +1582,42 @@ cdef class Core:
         if len(kinds) > 64:
             raise ValueError("the compiled path counts at most 64 kinds")
         self.kinds = []
-        self.index = {}
-        self.progress_mask = 0
         self.redrawn_mask = 0
-        self.restart = -1
-        self.banner = -1
         lits = literal_strings(kinds)
         self.lits = Needles([t.encode("utf-8") for t in lits], [0] * len(lits)) if lits else None
         for i, ek in enumerate(kinds):
             if not ek.literals:
                 raise ValueError("a kind without literals: every line must be tried (the Python path does that)")
             k = make_kind(ek, i, lits)
-            if k.progress:
-                self.progress_mask |= (<uint64_t>1) << i
-            elif ek.name in _REDRAWN_KINDS and ek.internal:
-                self.redrawn_mask |= (<uint64_t>1) << i
-            if ek.name == "restart":
-                self.restart = i
-            if ek.name == "_banner":
-                self.banner = i
             self.kinds.append(k)
-            self.index[k.name] = i
         self.nk = len(self.kinds)
-        self.recent_lines = recent_lines if recent_lines > 1 else 1
-        self.window = rate_window_s if rate_window_s > 1.0 else 1.0
-        self.stats = [KindStats(self.recent_lines) for _ in range(self.nk)]
         self.needles = Needles(needles, needle_masks)
         self.needles_digitless = not any(48 <= c <= 57 for nd in needles for c in nd)
         self.clock_time = clock.time
-        self.files = {}
-        self.subs = [None] * self.nk
-        self.errors = _deque(maxlen=20)
-        self.tag_sink = None
-        self.tag_keep = 0
         self.lines = Lines()
         self.out = Out()
         self.g = Grouper(storm_threshold, storm_window_s, crash_window_s, max_incidents)
+        self.counts = Counts(kinds, self.g, recent_lines=recent_lines, rate_window_s=rate_window_s)
+        self.counts.make_line = log_line
+        for i in self.counts.redrawn:
+            self.redrawn_mask |= (<uint64_t>1) << i
+        self.errors = self.counts.errors
         self.lt = CoreTime.__new__(CoreTime)
         self.lt.core = self
 
     # ------------------------------------------------------------------------------------------------ set-up
     def subscribe(self, str kind, object callback):
-        cdef object i = self.index.get(kind)
-        if i is None:
-            raise KeyError(f"unknown event kind {kind!r}")
-        if self.subs[i] is None:
-            self.subs[i] = []
-        self.subs[i].append(callback)
+        self.counts.subscribe(kind, callback)
 
     def tag_into(self, object sink, int keep):
         """Append (path, line number, kind) of every counted line among the newest ``keep`` of each chunk."""
-        self.tag_sink = sink
-        self.tag_keep = keep
-
-    cdef FileState file(self, str path):
-        cdef FileState fs = self.files.get(path)
-        cdef FileKind fk
-        if fs is None:
-            fs = FileState()
-            fs.path = path
-            fs.base = base_name(path)
-            fs.fid = len(self.files)
-            fs.kinds = []
-            for _ in range(self.nk):
-                fk = FileKind()
-                fk.last_step = None
-                fs.kinds.append(fk)
-            fs.inc = self.g.file(path)
-            self.files[path] = fs
-        return fs
+        self.counts.tag_into(sink, keep)
 
     # ------------------------------------------------------------------------------------------------ feeding
     def feed(self, chunk):
         cdef bytes data = chunk.data
         cdef str path = chunk.path
-        cdef FileState fs = self.file(path)
+        cdef FileState fs = self.counts.file(path)
         cdef double now = self.clock_time()
         cdef object by = chunk.backlog_mtime
         cdef Lines lines = self.lines
@@ -1820,17 +1627,13 @@ cdef class Core:
         cdef bint final, first, continued = chunk.continued
         lines.setup(data, by, (fs.stamp if fs.has_stamp else None) if by is not None else None)
         self.cur_now = now
-        self.tag_from = lineno + (nlines - self.tag_keep if nlines > self.tag_keep else 0)
+        self.counts.chunk(lineno, nlines)
         if chunk.continues_line:
             end = lines.line_end(0, size, &nxt)
             final = end < size or not continued
             first = fs.long is None or fs.long.lineno != lineno
             if first:
-                fs.long = LongLine()
-                fs.long.lineno = lineno
-                fs.long.head = b""
-                fs.long.tail = b""
-                fs.long.seen = set()
+                fs.long = long_line(lineno)
             self.piece(fs, data[:end], first, final, now, by)
             if not final:
                 return
@@ -1846,11 +1649,7 @@ cdef class Core:
             fs.has_stamp = True
         start = pos if pos > limit else limit
         if continued and start < size:
-            fs.long = LongLine()
-            fs.long.lineno = chunk.first_lineno + nlines
-            fs.long.head = b""
-            fs.long.tail = b""
-            fs.long.seen = set()
+            fs.long = long_line(chunk.first_lineno + nlines)
             self.piece(fs, data[start:], True, False, now, by)
 
     cdef void scan(self, FileState fs, Lines lines, Py_ssize_t pos, Py_ssize_t limit, int64_t lineno,
@@ -1915,12 +1714,9 @@ cdef class Core:
         cdef const unsigned char *p = lines.p
         cdef Py_ssize_t kn = redraw_key(p, start, end, key, at, &counter), q = pos, e, qn = 0, last = pos
         cdef Py_ssize_t prev = start, prev_n = end - start
-        cdef int64_t run = 0, skipped, first_tag
-        cdef object tagged
+        cdef int64_t run = 0, skipped
         cdef uint64_t m
         cdef int i
-        cdef KindStats st
-        cdef FileKind fk
         cdef Needles needles = self.needles
         if kn < 0:
             return pos
@@ -1954,22 +1750,7 @@ cdef class Core:
         while m:
             i = _lowest(m)
             m &= m - 1
-            st = <KindStats>self.stats[i]
-            fk = <FileKind>fs.kinds[i]
-            st.count += skipped
-            if not fk.has_streak:
-                fk.has_streak = True
-                st.streak_order.append(fs)
-            fk.streak += skipped
-            fs.streaking |= (<uint64_t>1) << i
-        first_tag = lineno[0] if lineno[0] > self.tag_from else self.tag_from
-        if self.tag_sink is not None and first_tag < lineno[0] + skipped:
-            tagged = range(first_tag, lineno[0] + skipped)  # one tag per run, as events.Tag says
-            m = found
-            while m:
-                i = _lowest(m)
-                m &= m - 1
-                self.tag_sink.append((fs.path, tagged, (<Kind>self.kinds[i]).name))
+            self.counts.bulk(i, fs, lineno[0], skipped)
         lineno[0] += skipped
         return last
 
@@ -1986,7 +1767,7 @@ cdef class Core:
                     w.span.by = 0.0
                 else:
                     w.span.has_by = True
-                    w.span.by = lines.by if (lines.has_by and lines.by >= t) else INFINITY
+                    w.span.by = upper_bound(t, lines.by)
             else:
                 w.span = self.long_time(self.cur_long_fs, self.cur_now, self.cur_long_by, self.cur_long_has_by)
             w.have = True
@@ -2042,19 +1823,17 @@ cdef class Core:
             self.take(fs, tag, body, lineno, &w)
         if not found:
             return 0
-        if self.banner >= 0 and found & ((<uint64_t>1) << self.banner):
-            fs.banners += 1
-            # a second start banner in the same file is the process starting again (counted after the others)
-            restart = fs.banners > 1 and self.restart >= 0 and not (found & ((<uint64_t>1) << self.restart))
+        if self.counts.banner >= 0 and (found >> self.counts.banner) & 1:  # a start banner: a restart, too?
+            restart = self.counts.restarts(fs, self.counts.restart >= 0 and (found >> self.counts.restart) & 1)
         sh = shown(text)
         self.when(&w)
         m = found
         while m:
             i = _lowest(m)
             m &= m - 1
-            self.count(i, fs, lineno, w.span, sh, now)
+            self.counts.count(i, fs, lineno, w.span.t, w.span.by, w.span.has_by, sh, now)
         if restart:
-            self.count(self.restart, fs, lineno, w.span, sh, now)
+            self.counts.count(self.counts.restart, fs, lineno, w.span.t, w.span.by, w.span.has_by, sh, now)
         return found
 
     cdef void piece(self, FileState fs, bytes piece, bint first, bint final, double now, object by) except *:
@@ -2098,14 +1877,13 @@ cdef class Core:
         out.has_bits = False
         for i in range(self.nk):
             k = <Kind>self.kinds[i]
-            if k.name not in long.seen and k.matches(body, ub, out):
+            if self.counts.long_new(fs, i) and k.matches(body, ub, out):
                 found.append(i)
         if found:
             self.when(&w)
             sh = shown(self.prepare_text(long.head))
             for i in found:
-                long.seen.add((<Kind>self.kinds[i]).name)
-                self.count(i, fs, long.lineno, w.span, sh, now)
+                self.counts.count_long(i, fs, w.span.t, w.span.by, w.span.has_by, sh, now)
         long.tail = window[len(window) - _OVERLAP :] if len(window) > _OVERLAP else window
         if final:
             fs.long = None
@@ -2119,200 +1897,20 @@ cdef class Core:
     cdef Span long_time(self, FileState fs, double now, double by, bint has_by) except *:
         """events.EventCounter._long_time."""
         cdef LongLine long = fs.long
-        cdef double parsed, lo
         cdef Span s
         if not long.has_span:
-            parsed = time_or_nan(self.prepare_text(long.head), by if has_by else now)
-            if not isnan(parsed):
-                long.span_t, long.span_has_by = parsed, False
-                fs.stamp, fs.has_stamp = parsed, True
-            elif not has_by:
-                long.span_t, long.span_has_by = now, False
-            else:
-                lo = fs.stamp if fs.has_stamp else -INFINITY
-                long.span_t, long.span_has_by = lo, True
-                long.span_by = by if by >= lo else INFINITY
-            long.has_span = True
+            self.counts.long_time(fs, self.prepare_text(long.head), now, by, has_by)
         s.t = long.span_t
         s.has_by = long.span_has_by
         s.by = long.span_by if long.span_has_by else 0.0
         return s
 
-    cdef void count(self, int i, FileState fs, int64_t lineno, Span span, str sh, double now) except *:
-        """events.EventCounter._count: one occurrence of kind i."""
-        cdef KindStats st = <KindStats>self.stats[i]
-        cdef Kind k = <Kind>self.kinds[i]
-        cdef FileKind fk = <FileKind>fs.kinds[i]
-        cdef FileKind other
-        cdef double when = span.t, hi, lo, own
-        cdef str digits
-        cdef int j
-        cdef uint64_t m
-        cdef int64_t second
-        cdef object line = None
-        cdef list subs = self.subs[i]
-        cdef object cb
-        st.count += 1
-        if k.progress:
-            digits = step_number(sh)
-            fs.progress_lines += 1
-            fs.inc.step = f"step {digits}" if digits is not None else f"progress line {fs.progress_lines}"
-            m = fs.streaking
-            fs.streaking = 0
-            while m:
-                j = _lowest(m)
-                m &= m - 1
-                (<FileKind>fs.kinds[j]).streak = 0
-        else:
-            if not fk.has_streak:
-                fk.has_streak = True
-                st.streak_order.append(fs)
-            fk.streak += 1
-            fs.streaking |= (<uint64_t>1) << i
-        own = NAN if span.has_by else when
-        if k.internal:
-            if subs:
-                line = log_line(fs.path, lineno, sh, own)
-        else:
-            if not fk.has_files:
-                fk.has_files = True
-                st.file_order.append(fs)
-            fk.files += 1
-            hi = span.by if span.has_by else when
-            st.first_lo = pymin(st.first_lo, when)
-            st.first_hi = pymin(st.first_hi, hi)
-            if not span.has_by:
-                if not fk.has_last or when >= fk.last_lo:
-                    fk.has_last = True
-                    fk.last_lo = fk.last_hi = when
-                    fk.last_placed = False
-                    fk.last_step = None
-                second = <int64_t>when
-                if <double>second >= now - self.window:
-                    st.buckets[second] = st.buckets.get(second, 0) + 1
-                    if len(st.buckets) > 2 * self.window + 16:
-                        self.prune(st, now)
-            else:
-                st.approximate = True
-                lo = when if (not fk.has_last or when > fk.last_lo) else fk.last_lo
-                fk.has_last = True
-                fk.last_lo = lo
-                fk.last_hi = hi if hi > lo else lo
-                fk.last_placed = True
-                fk.last_lineno = lineno
-                fk.last_step = fs.inc.step
-            st.remember(fs.path, lineno, sh, own)
-            if subs:
-                line = log_line(fs.path, lineno, sh, own)
-        if k.event:
-            self.g.event(fs.inc, k.name, lineno, span.t, span.by, span.has_by, sh)
-        if self.tag_sink is not None and lineno >= self.tag_from:
-            self.tag_sink.append((fs.path, lineno, k.name))
-        if subs:
-            for cb in subs:
-                try:
-                    cb(line)
-                except Exception as exc:
-                    self.errors.append(f"subscriber of {k.name} failed: {type(exc).__name__}: {exc}")
-
-    cdef void prune(self, KindStats st, double now) except *:
-        cdef object floor = int(now - self.window)
-        for second in [s for s in st.buckets if s < floor]:
-            del st.buckets[second]
-
     # ------------------------------------------------------------------------------------------------ reading
     def summaries(self):
-        cdef double now = self.clock_time()
-        cdef dict out = {}
-        cdef Kind k
-        cdef KindStats st
-        cdef int i
-        cdef int64_t in_window
-        for i in range(self.nk):
-            k = <Kind>self.kinds[i]
-            if k.internal:
-                continue
-            st = <KindStats>self.stats[i]
-            self.prune(st, now)
-            in_window = 0
-            for s, n in st.buckets.items():
-                if s >= now - self.window:
-                    in_window += n
-            first, first_by, last, last_by, position = self.bounds(i, st)
-            out[k.name] = EventSummary(
-                kind=k.name,
-                severity=k.kind.severity,
-                count=st.count,
-                first=first,
-                last=last,
-                rate_per_min=in_window * 60.0 / self.window,
-                streak=0 if k.progress else self.max_streak(i, st),
-                files={(<FileState>fs).path: (<FileKind>(<FileState>fs).kinds[i]).files for fs in st.file_order},
-                recent=st.recent(),
-                approximate=st.approximate,
-                first_by=first_by,
-                last_by=last_by,
-                position=position,
-            )
-        return out
-
-    cdef int64_t max_streak(self, int i, KindStats st):
-        cdef int64_t best = 0
-        cdef FileKind fk
-        for fs in st.streak_order:
-            fk = <FileKind>(<FileState>fs).kinds[i]
-            if fk.streak > best:
-                best = fk.streak
-        return best
-
-    cdef tuple bounds(self, int i, KindStats st):
-        cdef FileKind fk, latest = None
-        cdef FileState fs, latest_fs = None
-        cdef double last_lo = 0.0, last_hi
-        cdef bint any_last = False
-        cdef str where
-        if not st.count:
-            return None, None, None, None, None
-        for f in st.file_order:
-            fs = <FileState>f
-            fk = <FileKind>fs.kinds[i]
-            if not fk.has_last:
-                continue
-            if not any_last:
-                last_lo = fk.last_lo
-                any_last = True
-            elif fk.last_lo > last_lo:
-                last_lo = fk.last_lo
-            if latest is None or (fk.last_hi, fk.last_lo) > (latest.last_hi, latest.last_lo):
-                latest, latest_fs = fk, fs
-        if not any_last:
-            return None, None, None, None, None
-        if not st.approximate:
-            return _finite(st.first_lo), None, _finite(last_lo), None, None
-        last_hi = pymax(latest.last_hi, last_lo)
-        if last_hi == last_lo:
-            where = None
-        elif latest.last_placed:
-            where = line_ref(latest_fs.base, latest.last_lineno)
-            if latest.last_step:
-                where = f"{where}, after {latest.last_step}"
-        else:
-            where = None
-        return _finite(st.first_lo), _finite(st.first_hi), _finite(last_lo), _finite(last_hi), where
+        return self.counts.summaries(self.clock_time())
 
     def streaks(self, str kind):
-        cdef object i = self.index.get(kind)
-        cdef KindStats st
-        cdef FileKind fk
-        if i is None:
-            return {}
-        st = <KindStats>self.stats[i]
-        out = {}
-        for fs in st.streak_order:
-            fk = <FileKind>(<FileState>fs).kinds[i]
-            if fk.streak:
-                out[(<FileState>fs).path] = fk.streak
-        return out
+        return self.counts.streaks(kind)
 
     def incidents(self):
         return self.g.incidents()
@@ -2521,10 +2119,6 @@ cdef Py_ssize_t between_run(const unsigned char *p, Py_ssize_t pos, Py_ssize_t s
         i = j + 1
         good = i
     return good
-
-
-cdef object _finite(double t):
-    return t if isfinite(t) else None
 
 
 cdef extern from *:

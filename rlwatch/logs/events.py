@@ -6,7 +6,8 @@ file does it walk that file line by line (its frames match no literal). A line c
 
 Two implementations do this. :class:`PyEventCounter`, here, is the reference; ``rlwatch.logs._eventpath`` (Cython,
 built at install where a compiler is found) is the same counter and line reading compiled, some ten times faster;
-both hand each line and event to the same incident rules (``incidents.Grouper``, compiled from its own text).
+both hand each counted line to the same counting rules (``counting.Counts``) and each line and event to the same
+incident rules (``incidents.Grouper``), each compiled from its own text.
 :class:`EventCounter` runs the compiled one when it is built and can take the kinds (at most 64, each with
 literals), else this one; ``RLWATCH_NATIVE=0`` picks this one always.
 ``tests/logs/test_native_equivalence.py`` feeds both the same chunks and compares every answer.
@@ -14,18 +15,33 @@ literals), else this one; ``RLWATCH_NATIVE=0`` picks this one always.
 
 from __future__ import annotations
 
-import math
 import re
 from collections import deque
-from collections.abc import Callable, MutableSequence, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from rlwatch.common.clock import Clock
-from rlwatch.common.state import EventSummary, Incident, IncidentTally, LogLine, line_ref
+from rlwatch.common.state import EventSummary, Incident, IncidentTally, LogLine
 from rlwatch.common.textsafe import clean_line, strip_ansi
-from rlwatch.logs.incidents import EVENT_KINDS, HEADER_WORD, IncidentTracker, Span, step_number
-from rlwatch.logs.kinds import REDRAWN_KINDS, EventKind, build_kinds
+from rlwatch.logs.counting import (
+    BANNER,
+    DISPLAY_CHARS,
+    HEAD_BYTES,
+    LOOK_BACK_BYTES,
+    LOOK_BACK_LINES,
+    OVERLAP_BYTES,
+    RESTART,
+    TIME_SEARCH_BYTES,
+    Counts,
+    FileState,
+    LongLine,
+    Tag,
+    long_line,
+    undated_time,
+    upper_bound,
+)
+from rlwatch.logs.incidents import HEADER_WORD, IncidentTracker, Span
+from rlwatch.logs.kinds import EventKind, build_kinds
 from rlwatch.logs.matcher import Matcher
 from rlwatch.logs.native import event_path
 from rlwatch.logs.prefixes import prepare
@@ -35,66 +51,10 @@ from rlwatch.logs.timestamps import HMS_BYTES, parse_time
 
 __all__ = ["DISPLAY_CHARS", "NATIVE", "EventCounter", "EventKind", "PyEventCounter", "Tag", "build_kinds"]
 
-DISPLAY_CHARS = 2000  # evidence lines are capped: a multi-megabyte line is shown by its start
 _TERMINATOR = re.compile(rb"\r\n?|\n")
-# An over-long line arrives in pieces; this much of the previous piece is searched again with the next one, so a
-# match that straddles two pieces is still found.
-_OVERLAP = 4096
-_HEAD = 8192
-# How far back a line without a timestamp looks for one in the same chunk before it settles for the latest one
-# already known (a traceback's header sits right under the logged error; a stats row a few lines under its step).
-_LOOK_BACK_LINES = 3
-_LOOK_BACK_BYTES = 8 * 1024
-_TIME_SEARCH_BYTES = 400  # a timestamp sits near the start of a line, behind colour codes and a prefix
-_NAN = float("nan")
-# What the log view is told of a counted line: (path, line number, kind); a run of a bar's redraws passed over in
-# bulk is told as one (path, range of line numbers, kind).
-Tag = tuple[str, int | range, str]
+_OVERLAP = OVERLAP_BYTES
+_HEAD = HEAD_BYTES
 _DIGITS_AS_ZERO = bytes.maketrans(b"123456789", b"000000000")
-_INF = float("inf")
-
-
-def _finite(t: float) -> float | None:
-    return t if math.isfinite(t) else None
-
-
-@dataclass(slots=True)
-class _Stats:
-    """What is kept of one kind. An internal kind keeps only its count and streaks (``summaries`` skips it)."""
-
-    count: int = 0
-    # Bounds of the first occurrence: the earliest each line can be and the earliest each line must be by, over all
-    # lines. A line with a time of its own has one value for both; an undated line of a backlog is bounded by the
-    # latest timestamp before it in its file (-inf: none) and the file's modification time (inf: none sound).
-    first_lo: float = _INF
-    first_hi: float = _INF
-    # Per file, bounds of its latest occurrence [lo, hi] and where it sits when undated ("train.log:5123, after
-    # step 1869"). Per file because lines of one file come in order: an undated line is no later than a dated one
-    # after it, which a maximum over all lines would forget.
-    last: dict[str, tuple[float, float, str | None]] = field(default_factory=dict)
-    approximate: bool = False  # some line had no time of its own
-    files: dict[str, int] = field(default_factory=dict)
-    streaks: dict[str, int] = field(default_factory=dict)
-    buckets: dict[int, int] = field(default_factory=dict)  # whole seconds -> events, for the rate window
-    recent: deque[LogLine] = field(default_factory=deque)
-
-
-@dataclass(slots=True)
-class _LongLine:
-    """An over-long line whose pieces are still arriving."""
-
-    lineno: int
-    head: bytes = b""  # the start of the line (up to _HEAD bytes): its evidence text, time and prefix
-    tail: bytes = b""
-    seen: set[str] = field(default_factory=set)
-    span: Span | None = None
-
-
-@dataclass(slots=True)
-class _File:
-    banners: int = 0
-    long: _LongLine | None = None
-    stamp: float | None = None  # the latest timestamp read in this file: undated lines after it are no earlier
 
 
 def _shown(text: str) -> str:
@@ -133,7 +93,7 @@ class _Lines:
             self.stamp = (start, own)
             self.approximate = False
             return own
-        floor = max(0, start - _LOOK_BACK_BYTES)
+        floor = max(0, start - LOOK_BACK_BYTES)
         known = self.stamp
         if known is not None and known[0] < start:
             floor = max(floor, known[0] + 1)
@@ -143,21 +103,21 @@ class _Lines:
             # A timestamp holds a colon. Where the lines looked at hold none (a stats row among rules and rows),
             # settle at once: finding where they begin takes three memrchr calls, checking them one more.
             top = start
-            for _ in range(_LOOK_BACK_LINES):
+            for _ in range(LOOK_BACK_LINES):
                 if top <= floor:
                     break
                 top = data.rfind(b"\n", floor, top - 1) + 1 or floor
             if data.find(b":", top, start) < 0:
                 return self._fallback(start, now)
         pos = start
-        for _ in range(_LOOK_BACK_LINES):
+        for _ in range(LOOK_BACK_LINES):
             if pos <= floor:
                 break
             end = pos - 1  # the previous line's terminator, one byte or "\r\n"
             if cr and end > floor and data[end - 1 : end + 1] == b"\r\n":
                 end -= 1
             begin = self.start(end, floor) if cr else data.rfind(b"\n", floor, end) + 1 or floor
-            head_end = min(end, begin + _TIME_SEARCH_BYTES)
+            head_end = min(end, begin + TIME_SEARCH_BYTES)
             # Every timestamp holds a colon: most lines without a time (table rows, frames) are passed by memchr.
             if data.find(b":", begin, head_end) >= 0 and HMS_BYTES.search(data, begin, head_end):
                 found = parse_time(strip_ansi(data[begin:end].decode("utf-8", "replace")), ref)
@@ -171,14 +131,18 @@ class _Lines:
     def _fallback(self, start: int, now: float) -> float:
         """The time of a line with no timestamp on it or just above it (see :meth:`time_of`)."""
         known = self.stamp
-        earlier = known[1] if known is not None and known[0] < start else None
-        if self.by is None:
-            self.approximate = False
-            return now if earlier is None else earlier
-        self.approximate = True
-        if earlier is not None:
-            return earlier
-        return -_INF if self.before is None else self.before
+        earlier = known is not None and known[0] < start
+        backlog = self.by is not None
+        self.approximate = backlog
+        before = self.before
+        return undated_time(
+            known[1] if known is not None and earlier else 0.0,
+            earlier,
+            backlog,
+            0.0 if before is None else before,
+            before is not None,
+            now,
+        )
 
     def span(self, start: int, text: str, now: float) -> Span:
         """(time, by) of the line at ``start``: by None when the time is the line's own (or, live, read within one
@@ -188,11 +152,8 @@ class _Lines:
         if not self.approximate:
             return t, None
         by = self.by
-        return t, by if by is not None and by >= t else _INF
-
-    def latest(self, before: float | None) -> float | None:
-        """The latest timestamp read in the file after this chunk (``before``: the one before it)."""
-        return before if self.stamp is None else self.stamp[1]
+        assert by is not None  # approximate: a backlog line
+        return t, upper_bound(t, by)
 
     def end(self, pos: int, limit: int) -> tuple[int, int]:
         """(end of the line starting at or containing ``pos``, start of the next line)."""
@@ -248,27 +209,17 @@ class PyEventCounter:
         self._kinds = {k.name: k for k in kinds}
         self._matcher = Matcher(list(self._kinds.values()))
         self._clock = clock
-        self._recent_lines = max(1, recent_lines)
-        self._window = max(1.0, float(rate_window_s))
-        self._stats = {name: _Stats(recent=deque(maxlen=self._recent_lines)) for name in self._kinds}
-        self._subs: dict[str, list[Callable[[LogLine], None]]] = {}
-        self._files: dict[str, _File] = {}
         self._incidents = IncidentTracker(storm_threshold=storm_threshold, storm_window_s=storm_window_s)
-        self._progress = frozenset(k.name for k in self._kinds.values() if k.progress)
-        # Internal kinds are never reported: their times, files, rate and evidence are not kept (streaks are, since
-        # a policy may name one); subscribers still get every line.
-        self._internal = frozenset(k.name for k in self._kinds.values() if k.internal)
-        self._streaking: dict[str, set[str]] = {}  # path -> kinds with a streak going in it
-        self._progress_lines: dict[str, int] = {}  # path -> progress lines counted in it
+        self._counts = Counts(
+            list(self._kinds.values()),
+            self._incidents.grouper,
+            recent_lines=recent_lines,
+            rate_window_s=rate_window_s,
+        )
         needles = self._matcher.needle_kinds() or []
         self._digitless = not any(48 <= c <= 57 for needle, _ in needles for c in needle)  # see _redraws
-        self._redrawn = frozenset(
-            k.name for k in self._kinds.values() if k.name in REDRAWN_KINDS and k.internal and not k.progress
-        )
-        self.errors: deque[str] = deque(maxlen=20)
-        self._tag_sink: MutableSequence[Tag] | None = None
-        self._tag_keep = 0
-        self._tag_from = 0
+        self._redrawn = frozenset(self._counts.stats[i].name for i in self._counts.redrawn)
+        self.errors: deque[str] = self._counts.errors
 
     @property
     def kinds(self) -> tuple[EventKind, ...]:
@@ -276,16 +227,13 @@ class PyEventCounter:
 
     def subscribe(self, kind: str, callback: Callable[[LogLine], None]) -> None:
         """Call ``callback`` with every future occurrence of ``kind`` (internal kinds included)."""
-        if kind not in self._kinds:
-            raise KeyError(f"unknown event kind {kind!r}")
-        self._subs.setdefault(kind, []).append(callback)
+        self._counts.subscribe(kind, callback)
 
-    def tag_into(self, sink: MutableSequence[Tag], keep: int) -> None:
+    def tag_into(self, sink: list[Tag], keep: int) -> None:
         """Append (path, line number, kind) of every line counted among the newest ``keep`` of each chunk to
         ``sink`` (the log view tags only the lines it can still show); a run of redraws passed over in bulk as
         (path, range of line numbers, kind)."""
-        self._tag_sink = sink
-        self._tag_keep = keep
+        self._counts.tag_into(sink, keep)
 
     def open_files(self) -> dict[str, set[str]]:
         """Paths with a traceback block open, and the writer tags of those blocks."""
@@ -296,11 +244,11 @@ class PyEventCounter:
         """Count everything in one chunk. Arbitrary bytes are fine: nothing here raises on content."""
         data = chunk.data
         path = chunk.path
-        state = self._files.setdefault(path, _File())
+        state = self._counts.file(path)
         now = self._clock.time()
-        self._tag_from = chunk.first_lineno + max(0, chunk.nlines - self._tag_keep)
+        self._counts.chunk(chunk.first_lineno, chunk.nlines)
         by = chunk.backlog_mtime
-        lines = _Lines(data, by, state.stamp if by is not None else None)
+        lines = _Lines(data, by, state.stamp if by is not None and state.has_stamp else None)
         size = len(data)
         pos = 0
         lineno = chunk.first_lineno
@@ -309,7 +257,7 @@ class PyEventCounter:
             final = end < size or not chunk.continued
             first = state.long is None or state.long.lineno != lineno
             if first:  # its start was never seen (counting began mid-line): count from here
-                state.long = _LongLine(lineno=lineno)
+                state.long = long_line(lineno)
             self._piece(path, state, data[:end], first=first, final=final, now=now, by=by)
             if not final:
                 return
@@ -320,13 +268,15 @@ class PyEventCounter:
         limit = lines.last_start() if chunk.continued else size
         if pos < limit:
             self._scan(path, state, lines, (pos, limit, lineno), now)
-        state.stamp = lines.latest(state.stamp)
+        if lines.stamp is not None:  # the latest timestamp read in the file
+            state.stamp = lines.stamp[1]
+            state.has_stamp = True
         if chunk.continued and max(pos, limit) < size:
             start = max(pos, limit)
-            state.long = _LongLine(lineno=chunk.first_lineno + chunk.nlines)
+            state.long = long_line(chunk.first_lineno + chunk.nlines)
             self._piece(path, state, data[start:], first=True, final=False, now=now, by=by)
 
-    def _scan(self, path: str, state: _File, lines: _Lines, span: tuple[int, int, int], now: float) -> None:
+    def _scan(self, path: str, state: FileState, lines: _Lines, span: tuple[int, int, int], now: float) -> None:
         """Count the complete lines in ``data[pos:limit]``, the first of them numbered ``lineno``.
 
         The needles of the whole span are found in one pass; lines without one are skipped without being looked
@@ -453,20 +403,16 @@ class PyEventCounter:
             return pos, lineno, i
         skipped = run - 1
         names = first[3]
+        counts = self._counts
+        state = counts.file(path)
         for name in names:
-            self._stats[name].count += skipped
-            streaks = self._stats[name].streaks
-            streaks[path] = streaks.get(path, 0) + skipped
-            self._streaking.setdefault(path, set()).add(name)
-        first_tag, stop = max(lineno, self._tag_from), lineno + skipped
-        if self._tag_sink is not None and first_tag < stop:
-            self._tag_sink.extend((path, range(first_tag, stop), name) for name in names)  # one tag per run
+            counts.bulk(counts.index[name], state, lineno, skipped)  # one tag per run
         return last[0], lineno + skipped, last[1]
 
     def _line(
         self,
         path: str,
-        state: _File,
+        state: FileState,
         lines: _Lines,
         span: tuple[int, int, int],
         now: float,
@@ -495,20 +441,17 @@ class PyEventCounter:
         if not kinds:
             return []
         names = [kinds[0].name] if len(kinds) == 1 else [k.name for k in kinds]  # mostly one
-        if "_banner" in names:
-            state.banners += 1
-            # A second start banner in the same file is the process starting again.
-            if state.banners > 1 and "restart" in self._kinds and "restart" not in names:
-                names.append("restart")
+        if BANNER in names and self._counts.restarts(state, RESTART in names):
+            names.append(RESTART)
         shown = _shown(text)
         if t is None:
             t = lines.span(start, text, now)
         for name in names:
-            self._count(name, path, lineno, t, shown, now)
+            self._count(name, state, lineno, t, shown, now)
         return names
 
     def _piece(
-        self, path: str, state: _File, piece: bytes, *, first: bool, final: bool, now: float, by: float | None
+        self, path: str, state: FileState, piece: bytes, *, first: bool, final: bool, now: float, by: float | None
     ) -> None:
         """One piece of an over-long line: matched with the end of the previous piece, counted once per kind."""
         long = state.long
@@ -519,155 +462,45 @@ class PyEventCounter:
         window = long.tail + piece
         text, tag, body = prepare(window)
         if first:  # prefixes exist only at the start of a line; incidents see the line once, by its head
-            self._incidents.line(path, tag, body[:_HEAD], long.lineno, lambda: self._long_time(long, state, now, by))
+            self._incidents.line(path, tag, body[:_HEAD], long.lineno, lambda: self._long_time(state, now, by))
         else:
             body = text
-        found = [k.name for k in self._matcher.match(body) if k.name not in long.seen]
+        counts = self._counts
+        found = [i for i in (counts.index[k.name] for k in self._matcher.match(body)) if counts.long_new(state, i)]
         if found:
-            when, shown = self._long_time(long, state, now, by), self._long_shown(long)
-            for name in found:
-                long.seen.add(name)
-                self._count(name, path, long.lineno, when, shown, now)
+            (t, bound), shown = self._long_time(state, now, by), self._long_shown(long)
+            for i in found:
+                counts.count_long(i, state, t, 0.0 if bound is None else bound, bound is not None, shown, now)
         long.tail = window[-_OVERLAP:]
         if final:
             state.long = None
 
-    @staticmethod
-    def _long_time(long: _LongLine, state: _File, now: float, by: float | None) -> Span:
-        """The time of an over-long line, by its head: its own timestamp, else (live) now, else (a backlog) bounded
-        by the latest timestamp before it in its file and the file's modification time."""
-        if long.span is None:
-            text = prepare(long.head)[0]
-            parsed = parse_time(text, now if by is None else by)
-            if parsed is not None:
-                long.span = (parsed, None)
-                state.stamp = parsed
-            elif by is None:
-                long.span = (now, None)
-            else:
-                lo = -_INF if state.stamp is None else state.stamp
-                long.span = (lo, by if by >= lo else _INF)
-        return long.span
+    def _long_time(self, state: FileState, now: float, by: float | None) -> Span:
+        """The (time, by) of the over-long line ``state`` is receiving (``counting.Counts.long_time``)."""
+        long = state.long
+        assert long is not None
+        if not long.has_span:
+            self._counts.long_time(state, prepare(long.head)[0], now, 0.0 if by is None else by, by is not None)
+        return (long.span_t, long.span_by if long.span_has_by else None)
 
     @staticmethod
-    def _long_shown(long: _LongLine) -> str:
+    def _long_shown(long: LongLine) -> str:
         return _shown(prepare(long.head)[0])
 
-    def _count(self, name: str, path: str, lineno: int, span: Span, shown: str, now: float) -> None:
-        """``now`` is the clock read once per feed: a backlog counts millions of events, each needing it."""
-        st = self._stats[name]
-        st.count += 1
-        when, by = span
-        if name in self._progress:
-            # Where training was, for placing undated lines after it: the step it reports, else how many progress
-            # lines the file has had (a TRL metric dict holds no step number).
-            digits = step_number(shown)
-            n = self._progress_lines[path] = self._progress_lines.get(path, 0) + 1
-            self._incidents.file(path).step = f"step {digits}" if digits is not None else f"progress line {n}"
-            streaking = self._streaking.pop(path, None)
-            if streaking:
-                stats = self._stats
-                for other in streaking:
-                    stats[other].streaks[path] = 0
-        else:
-            streaks = st.streaks
-            streaks[path] = streaks.get(path, 0) + 1
-            self._streaking.setdefault(path, set()).add(name)
-        subs = self._subs.get(name)
-        own = when if by is None else _NAN  # a LogLine's time is the line's own or NaN, never a bound
-        if name in self._internal:
-            line = LogLine(path, lineno, shown, own) if subs else None
-        else:
-            files = st.files
-            files[path] = files.get(path, 0) + 1
-            hi = when if by is None else by
-            st.first_lo = min(st.first_lo, when)
-            st.first_hi = min(st.first_hi, hi)
-            last = st.last.get(path)
-            if by is None:
-                if last is None or when >= last[0]:
-                    st.last[path] = (when, when, None)
-                second = int(when)
-                if second >= now - self._window:
-                    st.buckets[second] = st.buckets.get(second, 0) + 1
-                    if len(st.buckets) > 2 * self._window + 16:
-                        self._prune(st, now)
-            else:
-                st.approximate = True
-                lo = when if last is None or when > last[0] else last[0]
-                step = self._incidents.file(path).step
-                where = line_ref(path, lineno) + (f", after {step}" if step else "")
-                st.last[path] = (lo, hi if hi > lo else lo, where)
-            line = LogLine(path, lineno, shown, own)
-            st.recent.append(line)
-        if name in EVENT_KINDS:
-            self._incidents.event(name, path, lineno, span, shown)
-        if self._tag_sink is not None and lineno >= self._tag_from:
-            self._tag_sink.append((path, lineno, name))
-        if subs:
-            assert line is not None
-            for callback in subs:
-                try:
-                    callback(line)
-                except Exception as exc:  # a subscriber's bug must not stop the counting
-                    self.errors.append(f"subscriber of {name} failed: {type(exc).__name__}: {exc}")
-
-    def _prune(self, st: _Stats, now: float) -> None:
-        floor = int(now - self._window)
-        for second in [s for s in st.buckets if s < floor]:
-            del st.buckets[second]
+    def _count(self, name: str, state: FileState, lineno: int, span: Span, shown: str, now: float) -> None:
+        """One occurrence of ``name``: counted by the rules both counters share (``counting.Counts.count``)."""
+        t, by = span
+        self._counts.count(self._counts.index[name], state, lineno, t, 0.0 if by is None else by, by is not None,
+                           shown, now)  # fmt: skip
 
     # ------------------------------------------------------------------------------------------------ reading
     def summaries(self) -> dict[str, EventSummary]:
         """Every reported kind, zero counts included, keyed by name."""
-        now = self._clock.time()
-        out: dict[str, EventSummary] = {}
-        for name, kind in self._kinds.items():
-            if kind.internal:
-                continue
-            st = self._stats[name]
-            self._prune(st, now)
-            in_window = sum(n for s, n in st.buckets.items() if s >= now - self._window)
-            first, first_by, last, last_by, position = self._bounds(st)
-            out[name] = EventSummary(
-                kind=name,
-                severity=kind.severity,
-                count=st.count,
-                first=first,
-                last=last,
-                rate_per_min=in_window * 60.0 / self._window,
-                streak=0 if kind.progress else max(st.streaks.values(), default=0),
-                files=dict(st.files),
-                recent=tuple(st.recent),
-                approximate=st.approximate,
-                first_by=first_by,
-                last_by=last_by,
-                position=position,
-            )
-        return out
-
-    @staticmethod
-    def _bounds(st: _Stats) -> tuple[float | None, float | None, float | None, float | None, str | None]:
-        """(first, first_by, last, last_by, position) of a kind, as :class:`EventSummary` holds them."""
-        if not st.count or not st.last:
-            return None, None, None, None, None
-        if not st.approximate:
-            return _finite(st.first_lo), None, _finite(max(v[0] for v in st.last.values())), None, None
-        last_lo = max(v[0] for v in st.last.values())
-        latest = max(st.last.values(), key=lambda v: (v[1], v[0]))
-        last_hi = max(latest[1], last_lo)
-        return (
-            _finite(st.first_lo),
-            _finite(st.first_hi),
-            _finite(last_lo),
-            _finite(last_hi),
-            None if last_hi == last_lo else latest[2],
-        )
+        return self._counts.summaries(self._clock.time())
 
     def streaks(self, kind: str) -> dict[str, int]:
         """Per-file current streak of ``kind``: occurrences since the last progress event in that file."""
-        st = self._stats.get(kind)
-        return {p: n for p, n in st.streaks.items() if n} if st else {}
+        return self._counts.streaks(kind)
 
     def incidents(self) -> tuple[Incident, ...]:
         return self._incidents.incidents()
@@ -727,7 +560,7 @@ class EventCounter:
         # The implementation's own methods, called without a frame of this class in between.
         self.feed: Callable[[Chunk], None] = impl.feed
         self.subscribe: Callable[[str, Callable[[LogLine], None]], None] = impl.subscribe
-        self.tag_into: Callable[[MutableSequence[Tag], int], None] = impl.tag_into
+        self.tag_into: Callable[[list[Tag], int], None] = impl.tag_into
         self.summaries: Callable[[], dict[str, EventSummary]] = impl.summaries
         self.streaks: Callable[[str], dict[str, int]] = impl.streaks
         self.incidents: Callable[[], tuple[Incident, ...]] = impl.incidents

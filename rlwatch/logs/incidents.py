@@ -761,6 +761,11 @@ class IncidentTracker:
         self._g = Grouper(storm_threshold, storm_window_s, crash_window_s, max_incidents)
         self.open_paths: dict[str, dict[str, _Block]] = self._g.open_paths  # path -> writer tags with an open block
 
+    @property
+    def grouper(self) -> Grouper:
+        """The rules themselves: the counter hands them its events (``counting.Counts``)."""
+        return self._g
+
     def file(self, path: str) -> FileIncidents:
         """The rules' state of ``path`` (the counter sets its ``step``)."""
         return self._g.file(path)

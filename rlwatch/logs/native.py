@@ -3,8 +3,8 @@
 It is built at install where a C compiler and Cython are found (``setup.py``); ``RLWATCH_NATIVE=0`` runs the Python
 counter (``events``) instead, which is the reference: ``tests/logs/test_native_equivalence.py`` compares both. The
 rule modules compiled from their own text (setup.py's ``COMPILED``: ``prefixes``, ``timestamps``, ``signatures``,
-``incidents``, ``areal_lines``, ``torchrun_report``) run compiled on both paths where they were built, and as
-their .py where not.
+``incidents``, ``areal_lines``, ``torchrun_report``, ``counting``) run compiled on both paths where they were
+built, and as their .py where not.
 """
 
 from __future__ import annotations

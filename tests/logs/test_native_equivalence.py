@@ -1117,6 +1117,109 @@ def test_incident_tracker_compiled_reads_as_its_text_interpreted(
     assert _same(got, want)
 
 
+# ------------------------------------------------------------------------------- the counting (counting)
+_COUNTING_INTERPRETED = _interpreted("counting")
+_COUNT_TEXTS = [
+    "step 12/100 done",
+    "Epoch 3 | loss 0.1",
+    "ConnectionRefusedError: [Errno 111]",
+    "x",
+    "步 ٣",
+    "",
+    "2026-01-05 10:00:07 step 3",
+]
+# (what: a line, a start banner or a piece of an over-long line; kind, file, whether the line has a time of its own,
+# seconds since the last, a bulk run's length (0: one line), its text, a new chunk before it)
+_COUNT_STEP = st.tuples(
+    st.integers(0, 2),
+    st.integers(0, 63),
+    st.sampled_from(["/r/trainer.log", "/r/worker.log", "/r/x/trainer.log"]),
+    st.booleans(),
+    st.sampled_from([0.0, 0.5, 30.0, 400.0]),
+    st.integers(0, 3),
+    st.integers(0, len(_COUNT_TEXTS) - 1),
+    st.booleans(),
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(_COUNT_STEP, max_size=80), st.integers(1, 4), st.booleans())
+def test_counting_compiled_counts_as_its_text_interpreted(
+    steps: list[tuple[int, int, str, bool, float, int, int, bool]], recent: int, unsound: bool
+) -> None:
+    """The counting state and rules (what both event paths keep of each kind and file) compiled and interpreted from
+    the same .py, fed the same occurrences, runs of redraws, start banners, over-long lines and chunks: the same
+    summaries (bounds, positions, rate, streaks, files, recent lines), streaks, log-view tags, subscriber calls and
+    errors, restarts, over-long lines' times, and incidents."""
+    from rlwatch.logs import counting as compiled
+    from rlwatch.logs.incidents import Grouper
+
+    kinds = build_kinds(EventsConfig())
+    outcomes = []
+    for module in (compiled, _COUNTING_INTERPRETED):
+        counts = module.Counts(kinds, Grouper(2, 60.0, 60.0, 4), recent_lines=recent, rate_window_s=60.0)
+        calls: list[tuple[str, str, int, str, float]] = []
+        tags: list[Tag] = []
+        for kind in kinds:
+            counts.subscribe(kind.name, lambda line, k=kind.name, calls=calls: calls.append((k, *_line_fields(line))))
+        counts.subscribe("step", lambda line: 1 / 0)  # a subscriber's failure is told, not raised
+        counts.tag_into(tags, 5)
+        t = NOW
+        lineno = 1
+        seen: list[object] = []
+        for what, which, path, dated, dt, run, text, new_chunk in steps:
+            t += dt
+            if new_chunk:
+                counts.chunk(lineno, 7)
+            i = which % counts.nk
+            fs = counts.file(path)
+            lo, by = (-math.inf, math.inf) if unsound else (t - 5.0, t + 1.0)
+            if what == 1:  # a start banner, counted as a restart too when it is the file's second
+                seen.append(counts.restarts(fs, run == 3))
+            elif what == 2:  # a piece of an over-long line (a new one where the run says), its time by its head
+                if fs.long is None or run == 0:
+                    fs.long = module.long_line(lineno)
+                    lineno += 1
+                counts.long_time(fs, _COUNT_TEXTS[text], t, by, not dated)
+                if counts.long_new(fs, i):
+                    counts.count_long(i, fs, fs.long.span_t, fs.long.span_by, fs.long.span_has_by, "long", t)
+                seen.append((fs.long.span_t, fs.long.span_by, fs.long.span_has_by, fs.stamp, fs.has_stamp))
+            elif run and i in counts.redrawn:
+                counts.bulk(i, fs, lineno, run)
+                lineno += run
+            elif dated:
+                counts.count(i, fs, lineno, t, 0.0, False, _COUNT_TEXTS[text], t)
+            else:  # no time of its own: bounded (by nothing sound, when unsound)
+                counts.count(i, fs, lineno, lo, by, True, _COUNT_TEXTS[text], t)
+            lineno += 1
+        streaks = {kind.name: counts.streaks(kind.name) for kind in kinds}
+        outcomes.append(
+            repr((counts.summaries(t + 30.0), streaks, tags, calls, list(counts.errors), counts.g.incidents(), seen))
+        )
+    assert outcomes[0] == outcomes[1]
+
+
+_TIMES = st.sampled_from([NOW, NOW - 1.0, NOW + 1.0, 0.0, -math.inf, math.inf])
+
+
+@given(_TIMES, st.booleans(), st.booleans(), _TIMES, st.booleans(), _TIMES, _TIMES)
+def test_a_lines_time_without_a_stamp_compiled_reads_as_its_text_interpreted(
+    earlier: float, has_earlier: bool, backlog: bool, before: float, has_before: bool, now: float, by: float
+) -> None:
+    """The time of a line that says none, and the upper bound of a backlog one, compiled and interpreted."""
+    from rlwatch.logs import counting as compiled
+
+    got, want = (
+        (m.undated_time(earlier, has_earlier, backlog, before, has_before, now), m.upper_bound(earlier, by))
+        for m in (compiled, _COUNTING_INTERPRETED)
+    )
+    assert repr(got) == repr(want)
+
+
+def _line_fields(line: LogLine) -> tuple[str, int, str, float]:
+    return line.path, line.lineno, line.text, line.time
+
+
 # ------------------------------------------------------------------------- the trackers' lines (areal_lines)
 _AL_INTERPRETED = _interpreted("areal_lines")
 # What the hand-matched readers of areal_lines stand for, as the expressions they replaced wrote it.
