@@ -9,8 +9,11 @@ STAMP  := $(VENV)/.installed
 # setuptools warns about an editable install beside a folder of the package's name (tui/ and widgets/ are installed
 # as rlwatch.tui and rlwatch.widgets on purpose): a block of asterisks before the dashboard opens says nothing to
 # the person who typed `make demo`, so that one warning is silenced.
+# Cython's dependency scan does not follow `from rlwatch.logs cimport textscan`: after a .pxd changed, the C it
+# generated is removed so that every module cimporting it is generated again.
 $(STAMP): pyproject.toml setup.py rlwatch/logs/_newlines.c rlwatch/logs/_eventpath.pyx \
 		$(wildcard rlwatch/logs/*.pxd) $(patsubst %.pxd,%.py,$(wildcard rlwatch/logs/*.pxd))
+	$(if $(filter %.pxd,$?),rm -f $(patsubst %.pxd,%.c,$(wildcard rlwatch/logs/*.pxd)) rlwatch/logs/_eventpath.c)
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	PYTHONWARNINGS="ignore:Editable installation" $(PY) -m pip install -q -e '.[test]'
