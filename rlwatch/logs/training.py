@@ -289,11 +289,15 @@ class TrainingTracker:
         live, a chunk is what was appended since the last poll, so each record is among them as it is written; read
         after the fact, the file's last lines are its last records. Bounded: ``_TAIL_LINES`` lines of at most
         ``_TAIL_MAX_BYTES`` per chunk (a 1 MiB chunk), and only the shape reader runs over them (a line the counter
-        delivered is not read twice)."""
+        delivered is not read twice).
+
+        The lines of both paths are read in the file's order (:meth:`_apply_before`): the counter has already queued
+        this chunk's step-like lines, and a record read after a line below it (an epoch's header) would look newer
+        than it (its batch counter starting over with no epoch advancing)."""
         with self.lock:
-            self._apply_pending()
             self._touch(time)
             offset = self._offset()
+            own: dict[int, LogLine] = {}
             for line in _head_headers(chunk) + _tail_lines(chunk, time):
                 if line.text.count("\u2502") >= 3:
                     continue  # one of AReaL's stats rows, which the shape reader never reads (see areal_lines)
@@ -301,11 +305,28 @@ class TrainingTracker:
                     # the counter delivers it, in its order: a bar's last redraw read here ahead of the redraws
                     # it still holds made the bar start over (149 of 150 at the end of a finished run)
                     continue
+                own[line.lineno] = line  # a line among both the head and the tail: read once, with its time
+            for lineno in sorted(own):
+                line = own[lineno]
+                self._apply_before(line, offset)
                 try:
                     if self.delivered.add((line.path, line.lineno, line.text)):
                         self.parse_shape(line, line.text, offset)
                 except Exception as exc:  # a parser's bug must not stop the tracking
                     self.errors.append(f"{line_ref(line.path, line.lineno)}: {type(exc).__name__}: {exc}")
+            self._apply_pending()
+
+    def _apply_before(self, line: LogLine, offset: float) -> None:
+        """Parse the queued lines that come before ``line`` (the lock held); those of its file below it stay queued.
+        The queue ends with the lines the counter delivered from ``line``'s chunk, in order: the ones below it are
+        at its end."""
+        queue = self.queue
+        below: list[LogLine] = []
+        while queue and queue[-1].path == line.path and queue[-1].lineno > line.lineno:
+            below.append(queue.pop())
+        if queue:
+            training_apply(self, offset)
+        queue.extend(reversed(below))
 
     def set_checkpoint_hint(
         self,
