@@ -134,6 +134,15 @@ _BAR_END = re.compile(r"%\|[^|\n]{0,200}\|\s*\d{1,12}\s*/\s*\d{1,12}\s*\[[^\]\n]
 # `[e][i/N]`: the epoch, then the batch within it. mmcv's `Epoch [1][50/500]` and mmengine's `Epoch(train) [1][50/500]`
 # (brackets side by side) count epochs from 1; torchvision's reference scripts' `Epoch: [0]  [ 50/500]` from 0.
 _PAIR = re.compile(r"\[\s*(?P<e>\d{1,6})\s*\]\s*\[\s*(?P<n>\d{1,12})\s*/\s*(?P<total>\d{1,12})\s*\]")
+# The header of a record spread over a block of lines: a line holding nothing but a step counter of its total, a
+# word or two before it, a parenthesised aside after it and a rule's characters around it (`Learning iteration 1/10`
+# centred above its `name: value` rows, `  Iteration 1/40  (global 35)` between two `====` rules). Each block is one
+# record, printed once per iteration: the first header is already the run's step, where a record on one line must
+# recur before it is (the block's own lines carry the metrics, not a counter).
+_BLOCK_HEADER = re.compile(
+    r"(?i)[\s=#*~-]*(?:[a-z]+\s+){0,2}(?:iterations?|iters?|steps?|updates?)\s*[:#]?\s*(?P<n>\d{1,12})\s*/\s*"
+    r"(?P<total>\d{1,12})\s*(?:\([^()\n]{0,80}\))?[\s=#*~-]*"
+)
 # llama2.c's `100 | loss 4.2 | lr …`, tinygrad's `  12 4.36 s run, 11.87 loss, …`: the counter leads the record.
 _LEADING = re.compile(r"^\s*(?P<n>\d{1,12})\s+(?:\|\s*)?[^\n]*?\b[Ll]oss\b")
 _WORDS = re.compile(r"[A-Za-z_]{2,}")
@@ -210,6 +219,7 @@ class Reading:
     base: int = 0
     speed: float | None = None  # steps per hour, as the line's own bar measured it (tqdm's it/s or s/it)
     label: str = ""  # an i/N's own name where the line names it (`iter: 1040/1849`), for the report to say
+    header: bool = False  # a block's header line (_BLOCK_HEADER): the run's step from its first line
 
 
 def speed(text: str) -> float | None:
@@ -374,7 +384,8 @@ def _read(text: str) -> Reading | None:
             return Reading(_template(text, "fraction", of), "fraction", value, of, epoch, epochs, 1, label=name)
         if of is None and (tm := _TOTAL_KEY.search(text)) is not None and int(tm.group(1)) >= value:
             of = int(tm.group(1))
-        return Reading(_template(text, name, of), name, value, of, epoch, epochs, base)
+        header = of is not None and _BLOCK_HEADER.fullmatch(text) is not None
+        return Reading(_template(text, name, of), name, value, of, epoch, epochs, base, header=header)
     if em is not None and (after := _AFTER_EPOCH.match(text, em.end())) is not None:
         # fairseq's `| epoch 010  2000 / 8223 loss=…`: the fraction right after the epoch's number is the batch
         # within that epoch
@@ -612,8 +623,8 @@ class _Series:
     """One template's counter over the lines: ``last`` as printed, ``step`` the global step it stands for."""
 
     __slots__ = (
-        "advances", "backs", "by_epoch", "epoch", "epochs", "kind", "label", "last", "low", "moves", "name", "offset",
-        "order", "per_epoch", "resets", "since", "speed", "step", "total", "whole",
+        "advances", "backs", "by_epoch", "epoch", "epochs", "header", "kind", "label", "last", "low", "moves", "name",
+        "offset", "order", "per_epoch", "resets", "since", "speed", "step", "total", "whole",
     )  # fmt: skip
 
     def __init__(self, r: Reading, epoch: int | None, time: float, kind: int = 0, order: int = 0) -> None:
@@ -638,6 +649,7 @@ class _Series:
         # how often a counter with no total started over as the epoch advanced (ShapeSteps._by_epoch)
         self.by_epoch = 0
         self.label = r.label
+        self.header = r.header  # a block's header: a step from its first line (_BLOCK_HEADER)
         self.speed = r.speed  # the latest speed its lines printed (steps per hour)
         self.since = (time, r.value)  # (time, step) of its first line, or of its start over: where a rate begins
 
@@ -993,7 +1005,10 @@ class ShapeSteps:
             s.step = g
             s.since = (time, g)
             s.epochs = epochs
-            return False
+            if not s.header:
+                return False
+            self._primary = self._choose()
+            return self._primary is s
         s.epochs = epochs or s.epochs
         if r.speed is not None:
             s.speed = r.speed
@@ -1062,7 +1077,7 @@ class ShapeSteps:
         best: _Series | None = None
         best_key: tuple[int, int, int, int] | None = None
         for s in self._series.values():
-            if not s.advances or s.resets >= 2 or (s.kind and s.backs > s.moves):
+            if (not s.advances and not s.header) or s.resets >= 2 or (s.kind and s.backs > s.moves):
                 continue  # a learned field that went back more often than on is no counter (a thread's id)
             kind = s.kind
             if self._parts and s.name.lstrip("~").lower() in self._parts:

@@ -322,3 +322,45 @@ def test_several_states_of_one_bar_on_one_line_read_the_last() -> None:
     assert (steps.step(), steps.total()) == (20, 900)
     r = read("".join(_bar(i, 900) for i in range(11, 21)) + _bar(3, 40))
     assert r is not None and (r.value, r.total) == (20, 900)
+
+
+def _block(i: int, n: int) -> list[str]:
+    """One iteration's record spread over a block: a rule, a centred header with the iteration of its total, then
+    right-aligned `name: value` rows (a count of environment steps among them)."""
+    return [
+        "=" * 60,
+        f"{'Training update ' + str(i) + '/' + str(n):^60}",
+        "",
+        f"{'Env frames:':>30} {4096 * (i + 1)}",
+        f"{'Policy loss:':>30} -0.0{i + 3}",
+        f"{'Mean return:':>30} {-12.5 + i:.2f}",
+        f"{'Update time:':>30} 0.{i + 1}4s",
+    ]
+
+
+def test_a_block_header_is_the_step_from_its_first_block() -> None:
+    """A record spread over a block of lines is printed once per iteration: the first block's header is already the
+    run's step (a record on one line must recur first), and the next header moves it on."""
+    steps = ShapeSteps()
+    moved = [steps.feed(line) for line in _block(0, 25)]
+    assert moved[1] and (steps.step(), steps.total()) == (0, 25)
+    for line in _block(1, 25)[:3]:
+        steps.feed(line)
+    assert (steps.step(), steps.total()) == (1, 25)
+    aside = ShapeSteps()
+    assert aside.feed("   Iteration 3/40   (overall 57)")
+    assert (aside.step(), aside.total()) == (3, 40)
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        "step 1/3: building the image",  # a step of a procedure, its words after it
+        "iteration 2/5 loss=0.41 lr=3e-4",  # a record on one line: it must recur first
+        "Update 1/2 applied to the config",
+    ],
+)
+def test_a_step_counter_with_words_or_fields_after_it_is_no_block_header(line: str) -> None:
+    steps = ShapeSteps()
+    assert not steps.feed(line)
+    assert steps.step() is None
