@@ -623,8 +623,8 @@ class _Series:
     """One template's counter over the lines: ``last`` as printed, ``step`` the global step it stands for."""
 
     __slots__ = (
-        "advances", "backs", "by_epoch", "epoch", "epochs", "header", "kind", "label", "last", "low", "moves", "name",
-        "offset", "order", "per_epoch", "resets", "since", "speed", "step", "total", "whole",
+        "advances", "backs", "by_epoch", "epoch", "epochs", "header", "kind", "label", "last", "least", "low", "moves",
+        "name", "offset", "order", "per_epoch", "resets", "since", "speed", "step", "total", "whole",
     )  # fmt: skip
 
     def __init__(self, r: Reading, epoch: int | None, time: float, kind: int = 0, order: int = 0) -> None:
@@ -639,6 +639,7 @@ class _Series:
         self.total = r.total
         self.step = r.value
         self.advances = 0
+        self.least = 0  # the least it moved by on one record (0: it never moved)
         self.backs = 0  # went back without starting over (a rank lagging, or a field that is no counter: a thread id)
         self.resets = 0  # starts over with no epoch advancing: an evaluation or generation loop's bar
         # a named i/N that its lines showed starting over as the epoch advanced: it counts within the epoch
@@ -1064,7 +1065,9 @@ class ShapeSteps:
             return False  # a copy (another rank, another file with the same output) or one lagging behind
         # how far it moved, not how many of its lines moved it: a run of a bar's redraws reaches here by its first
         # and last lines only (the event counter passes over the ones between), and counts as far as all of them
-        s.advances += max(1, s.step - before)
+        moved = max(1, s.step - before)
+        s.advances += moved
+        s.least = moved if not s.moves else min(s.least, moved)
         s.moves += 1
         s.epoch = epoch
         self._primary = self._choose()
@@ -1073,7 +1076,17 @@ class ShapeSteps:
     def _choose(self) -> _Series | None:
         """The run's step: a series a reader knows before a learned field, then by the field's class; the one that
         moved furthest among those a reader knows (a run of redraws counts as far as it went), the one that moved
-        on more records among learned fields, then by its name (``_name_rank``), then the first in its record."""
+        on more records among learned fields, then by its name (``_name_rank``), then the first in its record.
+
+        A record of two lines whose named counter moved by exactly one on every record (``Training Step: 12``) and
+        whose other counter moved as often, never more, by two or more each time (``iter: 00768/55000``, the samples
+        of the epoch's batches so far): the one counting by one is the step, and the other counts what each step is
+        made of (samples, micro-batches, frames), as an update counter is over an environment-step counter. A counter
+        moving by a stride alone is never demoted: only where a step counter moved by one beside it."""
+        by_one = max(
+            (o.moves for o in self._series.values() if _counts_by_one(o)),
+            default=0,
+        )
         best: _Series | None = None
         best_key: tuple[int, int, int, int] | None = None
         for s in self._series.values():
@@ -1082,6 +1095,8 @@ class ShapeSteps:
             kind = s.kind
             if self._parts and s.name.lstrip("~").lower() in self._parts:
                 kind = 3  # a counter of the environment's steps (_made_of), on whichever record shows it
+            elif by_one and s.kind == 0 and s.least >= 2 and s.moves <= by_one:
+                kind = 3  # what the steps counted by one are made of
             key = (kind, -(s.advances if s.kind == 0 else s.moves), _name_rank(s), s.order)
             if best_key is None or key < best_key:
                 best, best_key = s, key
@@ -1173,6 +1188,12 @@ class ShapeSteps:
         if s.epoch is not None and (s.name in _PER_EPOCH or s.per_epoch) and not s.whole:
             return s.total * s.epochs if s.epochs else None
         return s.total
+
+
+def _counts_by_one(s: _Series) -> bool:
+    """Whether ``s`` is a named step counter (a reader's, not a learned field) that moved by exactly one on each of
+    two records or more, never starting over (ShapeSteps._choose)."""
+    return s.kind == 0 and s.name in _RANK and s.moves >= 2 and s.advances == s.moves and not s.resets
 
 
 _BORROW_ONCE_FROM = 10  # a bar's one state at a counter's step this high lends it its total (a start-up bar's 2/2 not)

@@ -364,3 +364,28 @@ def test_a_step_counter_with_words_or_fields_after_it_is_no_block_header(line: s
     steps = ShapeSteps()
     assert not steps.feed(line)
     assert steps.step() is None
+
+
+def test_a_counter_by_one_beside_one_moving_by_its_items_on_another_line_is_the_step() -> None:
+    """A record of two lines: `Optimizer Step: N | …` moving by one, then `… -- seen: 00320/60000` (the samples of
+    the epoch's batches so far) moving by the batch's 32 on the same records. The counter by one is the step; the
+    other counts what each step is made of, even where a record's second line is skipped (an evaluation's)."""
+    lines: list[str] = []
+    for n in range(20, 27):
+        lines.append(f"Optimizer Step: {n}  | total loss: 1.{90 - n} | time: 0.2{n % 10}s")
+        if n != 23:
+            lines.append(f"| SGD | epoch: 002 | loss: 1.{90 - n} -- iter: {32 * n:05d}/60000")
+    steps = _read(lines)
+    assert (steps.step(), steps.source()) == (26, "step")
+
+
+def test_a_counter_moving_by_a_stride_alone_stays_the_step() -> None:
+    """A step counter logged every 50 steps is the step with no counter by one beside it; beside a counter by one
+    that moved less often (a target network's updates, every 200 steps), it still is."""
+    assert _read([f"step {50 * n} | loss 0.{n}" for n in range(1, 9)]).step() == 400
+    lines = []
+    for n in range(1, 13):
+        lines.append(f"step {50 * n} | loss 0.{n}")
+        if n % 4 == 0:
+            lines.append(f"target update {n // 4} done")
+    assert _read(lines).step() == 600
