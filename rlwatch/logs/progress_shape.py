@@ -207,8 +207,9 @@ def redraw_layout(data: bytes, start: int, end: int) -> tuple[bytes, int, int, i
 @dataclass(frozen=True, slots=True)
 class Reading:
     """What one line says of its counter. ``epoch``: the epoch the line names (None: none named), counted from
-    ``base`` (1 where it is shown as ``e/E`` or as mmcv's and mmengine's ``[e][i/N]``, else 0); ``epochs``: how
-    many there are, where shown; ``template``: the line's words, which the same record repeats."""
+    ``base`` (1, as a person counts epochs, but for torchvision's ``Epoch: [e]  [i/N]``, from 0; the run's own
+    first epoch, where its lines show it, overrides either); ``epochs``: how many there are, where shown;
+    ``template``: the line's words, which the same record repeats."""
 
     template: str
     name: str  # the counter's name (global, iter, step, update, batch, num_updates, fraction, pair, leading)
@@ -245,9 +246,9 @@ def _epoch(text: str) -> tuple[re.Match[str] | None, int | None, int | None, int
         return None, None, None, 0
     epochs = int(em.group("of")) if em.group("of") else None
     raw = em.group("e")
-    # epochs count from 1 where shown as e/E, or written zero-padded (fairseq's `epoch 001`); else from 0 (the run's
-    # own first epoch, where the log shows it, says which: ShapeSteps._base)
-    return em, int(raw), epochs, 1 if epochs or (len(raw) > 1 and raw[0] == "0") else 0
+    # epochs count from 1, as a person counts them (`Epoch 12` is the twelfth, eleven done before it), where the run's
+    # own lines never show an epoch 0 (ShapeSteps._global: the first epoch the log shows, 0 or 1, says which)
+    return em, int(raw), epochs, 1
 
 
 def read(text: str) -> Reading | None:
@@ -799,7 +800,7 @@ class ShapeSteps:
                 moved = self._advance(r, None, 0, None, time, kind, i) or moved
                 continue
             _, epoch, epochs = found[o]
-            base = 1 if epochs else 0
+            base = 1  # an outer counter counts from 1 where its lines never show a 0 (as an epoch's: _epoch)
             new = key not in self._series
             moved = self._advance(r, epoch, base, epochs, time, kind, i) or moved
             s = self._series.get(key)

@@ -389,3 +389,19 @@ def test_a_counter_moving_by_a_stride_alone_stays_the_step() -> None:
         if n % 4 == 0:
             lines.append(f"target update {n // 4} done")
     assert _read(lines).step() == 600
+
+
+def test_a_bare_epoch_from_the_middle_of_a_run_counts_from_one() -> None:
+    """`Epoch 8, step/steps_in_epoch: 20/40 …` read from the middle of a run (its first epoch not in the log): a person
+    counts epochs from 1, so epoch 8 has seven epochs of 40 before it; a run whose lines show an epoch 0 counts them
+    from 0. Whether the counter is one a reader knows or a learned field, the same."""
+    learned = [
+        f"Epoch {e}, step/steps_in_epoch: {i}/40 {100 * i / 40:.2f}% Loss:1.{i:02d}"
+        for e in (7, 8)
+        for i in (10, 20, 30, 40)
+    ]
+    assert _read(learned[:-2]).step() == 7 * 40 + 20
+    named = [f"Epoch {e} | iter {i}/40 | loss 0.{i}" for e in (7, 8) for i in (10, 20, 30, 40)]
+    assert _read(named[:-2]).step() == 7 * 40 + 20
+    from_zero = [f"Epoch {e}, step/steps_in_epoch: {i}/40 Loss:1.{i:02d}" for e in (0, 1) for i in (10, 20, 30, 40)]
+    assert _read(from_zero[:-2]).step() == 40 + 20
