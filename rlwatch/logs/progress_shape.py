@@ -100,6 +100,12 @@ _STATED_TOTAL = re.compile(
     r"(?i)(?<![\w])(?:total|max(?:imum)?|number of|num_train(?:ing)?|num_total)[_ ](?:[a-z]+[_ ]){0,2}?"
     r"(?:steps|iters|iterations|updates)\b[\"']?\s*[:=]?\s*(\d{1,12})(?![\d.])"
 )
+# The length of an epoch a run states: `steps per epoch: 569`, `steps_per_epoch=569`, or a plural count on a line
+# naming the epoch (`Epoch: 36, Steps: 569 | Train Loss: …`, each epoch's summary), which is the epoch's length only
+# where two epochs state the same count (a count that grows is the run's own, not an epoch's)
+_EPOCH_LENGTH = re.compile(
+    r"(?i)(?<![\w])(?:steps|iters|iterations|batches)(?P<per>[ _]per[ _]epoch)?[\"']?\s*[:=]\s*(?P<n>\d{1,9})(?![\d.])"
+)
 # ... or, before the first record, a plural step name with its count (`iters: 3000`, `steps=500`)
 _PLURAL_STATED = re.compile(r"(?i)(?<![\w])(?:iters|iterations|steps|updates)[\"']?\s*[:=]\s*(\d{1,12})(?![\d.])")
 _DIGITS_RUN = re.compile(r"\d+")
@@ -750,6 +756,13 @@ class ShapeSteps:
         # the field's place → the outer field's place
         self._outer: dict[str, dict[int, int]] = {}
         self._stated: int | None = None  # the total steps a line of their own stated (`Total optimization steps = 460`)
+        # the steps of one epoch as the run stated them (_note_epoch_length); by the template of a line with a plural
+        # count beside its epoch, the epoch and count it first said (None: its count varied)
+        self._epoch_length: int | None = None
+        self._length_said: dict[str, tuple[int, int] | None] = {}
+        # bumped when the step's scale changes (an epoch's length learned: a step that was the epoch is now the
+        # epochs before times their length): the points of a rate before it are not comparable with those after
+        self.scale = 0
         # a named counter and the epoch on its line, by the line's template: (epoch, value, stride, records alike)
         # while they may move as iterations and what each is made of (_made_of); True once they did
         self._strides: dict[str, tuple[int, int, int, int] | bool] = {}
@@ -870,6 +883,13 @@ class ShapeSteps:
             primary = self._primary
             self._note_sizes(text)
             late = self._primary is not primary
+        if "poch" in text and (length := _EPOCH_LENGTH.search(text)) is not None:
+            # an epoch's stated length (on its summary line, which may name an evaluation's loss beside it): kept,
+            # and taken out of the line so that its number is no counter
+            said, placed = self._note_epoch_length(text, length)
+            late = late or placed
+            if said:
+                text = text[: length.start()] + text[length.end() :]
         if _counts_else(text):
             return late
         if ("otal" in text or "ax" in text or "umber" in text or "num_" in text) and (
@@ -910,6 +930,48 @@ class ShapeSteps:
         if epoch is None and self._epoch is not None:
             epoch, base, epochs = self._epoch
         return self._advance(r, epoch, base, epochs, time, 0, 0) or late
+
+    def _note_epoch_length(self, text: str, m: re.Match[str]) -> tuple[bool, bool]:
+        """Whether the count ``m`` on ``text`` states the steps of one epoch (``steps per epoch: 569``; a plural
+        count on a line naming the epoch, ``Epoch: 37, Steps: 569 | …``, where the lines of its template stated the
+        same count in another epoch and never another count: a record's own ``iters: 300, epoch: 37`` moves), and
+        whether the run's step moved by it (the length learned now, the step a counter that starts over each epoch
+        with no total: placed by it from now on). The first such length is kept."""
+        n = int(m.group("n"))
+        if n < 2:
+            return False, False
+        if not m.group("per"):
+            em = _EPOCH.search(text)
+            if em is None:
+                return False, False
+            key = masked(text)
+            epoch = int(em.group("e"))
+            if key not in self._length_said:
+                if len(self._length_said) < _MAX_SERIES:
+                    self._length_said[key] = (epoch, n)
+                return False, False
+            said = self._length_said[key]
+            if said is None or said[1] != n:
+                self._length_said[key] = None  # its count varies: a record's counter, no epoch's length
+                return False, False
+            if said[0] == epoch:
+                return self._epoch_length == n, False  # the same epoch's line again (a copy)
+        if self._epoch_length is not None:
+            return self._epoch_length == n, False
+        self._epoch_length = n
+        self._version += 1
+        s = self._primary
+        if s is None or not self._within_epochs(s):
+            return True, False
+        self.scale += 1
+        s.since = (math.nan, s.step)  # no point of a rate in the new scale before this
+        return True, True
+
+    def _within_epochs(self, s: _Series) -> bool:
+        """Whether ``s`` counts within each epoch of the run's stated length: a counter with no total that started
+        over as the epoch advanced, placed as ``(e - base) * length + i`` (the epochs from 1 where the run shows no
+        epoch 0)."""
+        return self._epoch_length is not None and s.by_epoch > 0 and s.epoch is not None
 
     def _note_sizes(self, text: str) -> None:
         """Keep the sizes of a rollout a line states (``num_envs=2048``, ``batch_size=102400``, ``488 updates of
@@ -1116,6 +1178,8 @@ class ShapeSteps:
             return s.label if s.whole else f"a `{s.label}` counted within each epoch"
         if s.per_epoch:
             return f"a `{name}` counted within each epoch"  # its lines showed it starting over as the epoch advanced
+        if self._within_epochs(s):
+            return f"a `{name}` counted within each epoch of {self._epoch_length} steps, as the run stated them"
         if self._by_epoch(s):
             return f"the epoch (its `{name}` starts over each epoch, the epochs before not in the log)"
         return names.get(name, name or "an unnamed counter")
@@ -1128,6 +1192,10 @@ class ShapeSteps:
         s = self._primary
         if s is None:
             return None
+        if self._within_epochs(s):
+            assert s.epoch is not None and self._epoch_length is not None
+            base = self._first_epoch if self._first_epoch in (0, 1) else 1
+            return (s.epoch - base) * self._epoch_length + s.last
         if self._by_epoch(s):
             assert s.epoch is not None
             return s.epoch
@@ -1165,6 +1233,8 @@ class ShapeSteps:
 
     def _work_out_total(self) -> int | None:
         s = self._primary
+        if s is not None and self._within_epochs(s):
+            return s.epochs * self._epoch_length if s.epochs and self._epoch_length else None
         if s is not None and self._by_epoch(s):
             return s.epochs  # the step is the epoch: the epochs' total, where shown
         if s is not None and s.total is None:

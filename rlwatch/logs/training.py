@@ -257,6 +257,7 @@ class TrainingTracker:
         # line, used where none of the frameworks above has said one; its own rate points, never mixed with theirs.
         self._shape = ShapeSteps()
         self._shape_step: int | None = None
+        self._shape_scale = 0  # the shape reader's scale the rate points were read in (ShapeSteps.scale)
         self._shape_total: int | None = None
         self._shape_points: deque[tuple[float, int]] = deque(maxlen=max(2, history))
         self._shape_records: deque[float] = deque(maxlen=max(2, history))  # when each record that moved it came
@@ -417,9 +418,11 @@ class TrainingTracker:
         step = self._shape.step()
         if step is None:
             return
-        if self._shape.restarted() or (self._shape_step is not None and step < self._shape_step):
+        rescaled = self._shape.scale != self._shape_scale  # the epochs' length learned: a step of another scale
+        if rescaled or self._shape.restarted() or (self._shape_step is not None and step < self._shape_step):
             self._shape_points.clear()  # the run started over, appending to the same log
             self._shape_records.clear()
+            self._shape_scale = self._shape.scale
         self._shape_step = step
         self._shape_total = self._shape.total()
         if self.areal_step is not None:

@@ -9,6 +9,7 @@ from collections.abc import Callable
 import pytest
 
 from rlwatch.common.clock import FakeClock
+from rlwatch.common.state import LogLine
 from rlwatch.logs.newlines import count_lines
 from rlwatch.logs.progress_shape import ShapeSteps, fields, read
 from rlwatch.logs.tailer import Chunk
@@ -405,3 +406,49 @@ def test_a_bare_epoch_from_the_middle_of_a_run_counts_from_one() -> None:
     assert _read(named[:-2]).step() == 7 * 40 + 20
     from_zero = [f"Epoch {e}, step/steps_in_epoch: {i}/40 Loss:1.{i:02d}" for e in (0, 1) for i in (10, 20, 30, 40)]
     assert _read(from_zero[:-2]).step() == 40 + 20
+
+
+def _epochs_stating_their_length(
+    epochs: range, length: int, last: int, stated: Callable[[int], int] | None = None
+) -> list[str]:
+    """A loop whose records count batches within each epoch with no total, every 50, and whose summary line at each
+    epoch's end states the epoch's length beside an evaluation's loss (``stated``: the count it states for epoch e
+    instead); the last epoch in progress at ``last``."""
+    lines: list[str] = []
+    for e in epochs:
+        stop = last if e == epochs[-1] else length
+        lines += [f"  batches: {b}, epoch: {e} | loss: 0.{b:04d}" for b in range(50, stop + 1, 50)]
+        if e != epochs[-1]:
+            lines.append(f"Epoch: {e}, Batches: {stated(e) if stated else length} | Train Loss: 0.21 Eval Loss: 0.25")
+    return lines
+
+
+def test_an_epochs_stated_length_places_a_counter_that_starts_over_each_epoch() -> None:
+    """The records' counter starts over each epoch and shows no total; each epoch's summary states its length (the
+    same 230 in two epochs): the step is the epochs before (from 1) times 230 plus the counter, from a log that begins
+    mid-run, and the report says so."""
+    steps = _read(_epochs_stating_their_length(range(12, 15), 230, 150))
+    assert steps.step() == 13 * 230 + 150
+    assert steps.source() == "a `batch` counted within each epoch of 230 steps, as the run stated them"
+    assert (
+        _read(["steps per epoch: 230", *_epochs_stating_their_length(range(12, 14), 999, 150)]).step() == 12 * 230 + 150
+    )
+
+
+def test_a_count_beside_the_epoch_that_varies_is_no_epochs_length() -> None:
+    """A count beside the epoch that grows (the run's own steps on each epoch's line) states no epoch's length: the
+    step is read as before (the epoch, where the records' counter starts over with no total)."""
+    grown = _epochs_stating_their_length(range(12, 15), 230, 150, stated=lambda e: 230 * e)
+    assert _read(grown).step() == 14
+
+
+def test_an_epochs_length_learned_late_starts_the_rate_afresh() -> None:
+    """Until two epochs stated their length the step is the epoch; from then on it is the batches. The rate is read
+    in one scale only: 50 batches every 10 s is 18,000 an hour, not the jump from epoch 13 to batch 3,040."""
+    tracker = TrainingTracker(FakeClock(1.8e9), stall_s=600.0, weight_update_timeout_s=120.0)
+    lines = _epochs_stating_their_length(range(12, 15), 230, 200)
+    for n, text in enumerate(lines, start=1):
+        tracker.on_line(LogLine("/run/train.log", n, text, 1.8e9 + 10.0 * n))
+    state = tracker.state(1.8e9 + 10.0 * len(lines))
+    assert state.last_step == 13 * 230 + 200
+    assert state.steps_per_hour is not None and 0.8 * 18000 <= state.steps_per_hour <= 1.2 * 18000, state
