@@ -227,6 +227,8 @@ class Reading:
     speed: float | None = None  # steps per hour, as the line's own bar measured it (tqdm's it/s or s/it)
     label: str = ""  # an i/N's own name where the line names it (`iter: 1040/1849`), for the report to say
     header: bool = False  # a block's header line (_BLOCK_HEADER): the run's step from its first line
+    slash: int | None = None  # a named counter's number after its slash, a total or not (`Batch 78/10`'s 10)
+    within: bool = False  # the inner counter of an `e/i` pair, ``epoch`` its outer one (ShapeSteps._pair_of)
 
 
 def speed(text: str) -> float | None:
@@ -358,6 +360,7 @@ def _read(text: str) -> Reading | None:
             base,
         )
     best: tuple[int, str, int, int | None] | None = None
+    best_slash: int | None = None
     totals: dict[int, int] = {}  # each named counter's value -> the total shown beside it
     for m in _NAMED.finditer(text):
         if em is not None and em.start() <= m.start() < em.end():
@@ -377,9 +380,11 @@ def _read(text: str) -> Reading | None:
             # LitGPT's `iter 8 | step 2`: where a line names both, the iter counts micro-batches and the step the
             # optimizer's steps, the one a person names
             best = (rank, name, _grouped(m.group("n")), shown)
+            best_slash = _grouped(m.group("total")) if m.group("total") else None
     named, best = best, _accumulated(text, best)
     if best is not None:
         _, name, value, of = best
+        slash = best_slash if best is named else None  # the number after the named counter's slash, a total or not
         if of is None and best is named:  # an accumulated count is never another name of a count within the epoch
             # NeMo's `iteration 125/149 | … | global_step: 125`: two names of one counter on one record (the same
             # value), the total shown beside the other one is this one's too
@@ -392,7 +397,7 @@ def _read(text: str) -> Reading | None:
         if of is None and (tm := _TOTAL_KEY.search(text)) is not None and int(tm.group(1)) >= value:
             of = int(tm.group(1))
         header = of is not None and _BLOCK_HEADER.fullmatch(text) is not None
-        return Reading(_template(text, name, of), name, value, of, epoch, epochs, base, header=header)
+        return Reading(_template(text, name, of), name, value, of, epoch, epochs, base, header=header, slash=slash)
     if em is not None and (after := _AFTER_EPOCH.match(text, em.end())) is not None:
         # fairseq's `| epoch 010  2000 / 8223 loss=…`: the fraction right after the epoch's number is the batch
         # within that epoch
@@ -631,7 +636,7 @@ class _Series:
 
     __slots__ = (
         "advances", "backs", "by_epoch", "epoch", "epochs", "header", "kind", "label", "last", "least", "low", "moves",
-        "name", "offset", "order", "per_epoch", "resets", "since", "speed", "step", "total", "whole",
+        "name", "offset", "order", "per_epoch", "resets", "since", "speed", "step", "total", "whole", "within",
     )  # fmt: skip
 
     def __init__(self, r: Reading, epoch: int | None, time: float, kind: int = 0, order: int = 0) -> None:
@@ -658,6 +663,7 @@ class _Series:
         self.by_epoch = 0
         self.label = r.label
         self.header = r.header  # a block's header: a step from its first line (_BLOCK_HEADER)
+        self.within = r.within  # an `e/i` pair's inner counter: it counts within its epoch (ShapeSteps._pair_of)
         self.speed = r.speed  # the latest speed its lines printed (steps per hour)
         self.since = (time, r.value)  # (time, step) of its first line, or of its start over: where a rate begins
 
@@ -760,6 +766,10 @@ class ShapeSteps:
         # count beside its epoch, the epoch and count it first said (None: its count varied)
         self._epoch_length: int | None = None
         self._length_said: dict[str, tuple[int, int] | None] = {}
+        # a named counter's latest number and number after its slash, by its record's words (_pair_of); the records
+        # whose two numbers are an outer and an inner counter
+        self._slashes: dict[str, tuple[int, int | None]] = {}
+        self._pairs: set[str] = set()
         # bumped when the step's scale changes (an epoch's length learned: a step that was the epoch is now the
         # epochs before times their length): the points of a rate before it are not comparable with those after
         self.scale = 0
@@ -926,10 +936,28 @@ class ShapeSteps:
             return late or moved or (named and self._primary is s and self.step() != before)
         if r.total is None and len(self._strides) < _MAX_SERIES and (outer := _outer_counter(r, text)) is not None:
             r = self._made_of(r, text, time, outer)
+        if r.slash is not None and r.name in _RANK:
+            r = self._pair_of(r)
         epoch, base, epochs = r.epoch, r.base, r.epochs
         if epoch is None and self._epoch is not None:
             epoch, base, epochs = self._epoch
         return self._advance(r, epoch, base, epochs, time, 0, 0) or late
+
+    def _pair_of(self, r: Reading) -> Reading:
+        """A named counter's ``a/b`` read as the pair it is where its lines show it (WeNet-style ``TRAIN Batch 78/0``,
+        ``78/10``, … ``78/150``): no ``i/N``, since a total never moves while its counter stays, but an outer
+        counter ``a`` (the epoch) and an inner one ``b`` counting within it. Remembered by the record's words (its
+        template without the "total"), from the second record on."""
+        key = f"{r.name}|{r.template.split('|', 2)[2]}"
+        seen = self._slashes.get(key)
+        if seen is not None or len(self._slashes) < _MAX_SERIES:
+            self._slashes[key] = (r.value, r.slash)
+        if key not in self._pairs:
+            if seen is None or seen[0] != r.value or seen[1] == r.slash:
+                return r
+            self._pairs.add(key)
+        assert r.slash is not None
+        return Reading(f"{key}|within", r.name, r.slash, None, r.value, None, 1, r.speed, within=True)
 
     def _note_epoch_length(self, text: str, m: re.Match[str]) -> tuple[bool, bool]:
         """Whether the count ``m`` on ``text`` states the steps of one epoch (``steps per epoch: 569``; a plural
@@ -971,7 +999,7 @@ class ShapeSteps:
         """Whether ``s`` counts within each epoch of the run's stated length: a counter with no total that started
         over as the epoch advanced, placed as ``(e - base) * length + i`` (the epochs from 1 where the run shows no
         epoch 0)."""
-        return self._epoch_length is not None and s.by_epoch > 0 and s.epoch is not None
+        return self._epoch_length is not None and (s.by_epoch > 0 or s.within) and s.epoch is not None
 
     def _note_sizes(self, text: str) -> None:
         """Keep the sizes of a rollout a line states (``num_envs=2048``, ``batch_size=102400``, ``488 updates of
@@ -1181,7 +1209,8 @@ class ShapeSteps:
         if self._within_epochs(s):
             return f"a `{name}` counted within each epoch of {self._epoch_length} steps, as the run stated them"
         if self._by_epoch(s):
-            return f"the epoch (its `{name}` starts over each epoch, the epochs before not in the log)"
+            how = "counts within each epoch" if s.within else "starts over each epoch"
+            return f"the epoch (its `{name}` {how}, the epochs before not in the log)"
         return names.get(name, name or "an unnamed counter")
 
     def restarted(self) -> bool:
@@ -1211,7 +1240,7 @@ class ShapeSteps:
         seen than epochs before), the counts of the epochs before are not known, and the epoch is what a person
         names (`Epoch[102] Batch [350]` is at epoch 102); where every epoch before was seen starting over, their
         counts are added (`epoch,batch` rows from epoch 1)."""
-        return s.by_epoch > 0 and s.epoch is not None and s.epoch - s.by_epoch not in (0, 1)
+        return (s.by_epoch > 0 or s.within) and s.epoch is not None and s.epoch - s.by_epoch not in (0, 1)
 
     def speed(self) -> float | None:
         """Steps per hour, as the run's bar last measured them (None: its lines print no speed)."""

@@ -548,7 +548,7 @@ class TrainingTracker:
             field = self._shape.source()
             if field is None:
                 return None
-            return field if field.startswith(("a ", "an ")) else f"`{field}`"
+            return field if field.startswith(("a ", "an ", "the ")) else f"`{field}`"
         if self._hint is not None:
             return "the checkpoint's global_step and the metric dicts logged since"
         return "the metric dicts logged" if self.dicts else None

@@ -452,3 +452,29 @@ def test_an_epochs_length_learned_late_starts_the_rate_afresh() -> None:
     state = tracker.state(1.8e9 + 10.0 * len(lines))
     assert state.last_step == 13 * 230 + 200
     assert state.steps_per_hour is not None and 0.8 * 18000 <= state.steps_per_hour <= 1.2 * 18000, state
+
+
+def _pairs(epochs: range, last: int) -> list[str]:
+    """A trainer's `TRAIN Iter e/i …` lines every 25 batches: the epoch before the slash, the batch within it after
+    (not `i of N`: the number after the slash moves, the one before stays); the last epoch in progress at ``last``."""
+    return [
+        f"12:0{e % 10}:{i % 60:02d} DEBUG TRAIN Iter {e}/{i} ctc 3{i % 7}.25 att 2{i % 5}.5"
+        for e in epochs
+        for i in range(0, (last if e == epochs[-1] else 100) + 1, 25)
+    ]
+
+
+def test_an_e_slash_i_whose_first_number_stays_is_an_epoch_and_its_batch() -> None:
+    """From the middle of a run (epoch 41, its first batch on), the pair's inner counter has no total and counts
+    within the epoch: the epoch is the step; with every epoch from the first, the batches seen are added."""
+    steps = _read(["12:00:00 INFO Epoch 41 TRAIN info lr 1e-05", *_pairs(range(41, 42), 150)])
+    assert (steps.step(), steps.total()) == (41, None)
+    assert steps.source() == "the epoch (its `iter` counts within each epoch, the epochs before not in the log)"
+    assert _read(_pairs(range(1, 3), 50)).step() == 100 + 50
+
+
+def test_an_i_of_n_whose_total_stays_is_no_pair() -> None:
+    """`iter i/N` with N the same on every record (and a copy of one record) is the run's own count of its total."""
+    lines = [f"iter {i}/500 loss 0.{i}" for i in range(10, 60, 10)]
+    steps = _read([*lines, lines[-1]])
+    assert (steps.step(), steps.total()) == (50, 500)
