@@ -100,6 +100,12 @@ _STATED_TOTAL = re.compile(
     r"(?i)(?<![\w])(?:total|max(?:imum)?|number of|num_train(?:ing)?|num_total)[_ ](?:[a-z]+[_ ]){0,2}?"
     r"(?:steps|iters|iterations|updates)\b[\"']?\s*[:=]?\s*(\d{1,12})(?![\d.])"
 )
+# The length of an epoch a run states: `steps per epoch: 569`, `steps_per_epoch=569`, or a plural count on a line
+# naming the epoch (`Epoch: 36, Steps: 569 | Train Loss: …`, each epoch's summary), which is the epoch's length only
+# where two epochs state the same count (a count that grows is the run's own, not an epoch's)
+_EPOCH_LENGTH = re.compile(
+    r"(?i)(?<![\w])(?:steps|iters|iterations|batches)(?P<per>[ _]per[ _]epoch)?[\"']?\s*[:=]\s*(?P<n>\d{1,9})(?![\d.])"
+)
 # ... or, before the first record, a plural step name with its count (`iters: 3000`, `steps=500`)
 _PLURAL_STATED = re.compile(r"(?i)(?<![\w])(?:iters|iterations|steps|updates)[\"']?\s*[:=]\s*(\d{1,12})(?![\d.])")
 _DIGITS_RUN = re.compile(r"\d+")
@@ -134,6 +140,15 @@ _BAR_END = re.compile(r"%\|[^|\n]{0,200}\|\s*\d{1,12}\s*/\s*\d{1,12}\s*\[[^\]\n]
 # `[e][i/N]`: the epoch, then the batch within it. mmcv's `Epoch [1][50/500]` and mmengine's `Epoch(train) [1][50/500]`
 # (brackets side by side) count epochs from 1; torchvision's reference scripts' `Epoch: [0]  [ 50/500]` from 0.
 _PAIR = re.compile(r"\[\s*(?P<e>\d{1,6})\s*\]\s*\[\s*(?P<n>\d{1,12})\s*/\s*(?P<total>\d{1,12})\s*\]")
+# The header of a record spread over a block of lines: a line holding nothing but a step counter of its total, a
+# word or two before it, a parenthesised aside after it and a rule's characters around it (`Learning iteration 1/10`
+# centred above its `name: value` rows, `  Iteration 1/40  (global 35)` between two `====` rules). Each block is one
+# record, printed once per iteration: the first header is already the run's step, where a record on one line must
+# recur before it is (the block's own lines carry the metrics, not a counter).
+_BLOCK_HEADER = re.compile(
+    r"(?i)[\s=#*~-]*(?:[a-z]+\s+){0,2}(?:iterations?|iters?|steps?|updates?)\s*[:#]?\s*(?P<n>\d{1,12})\s*/\s*"
+    r"(?P<total>\d{1,12})\s*(?:\([^()\n]{0,80}\))?[\s=#*~-]*"
+)
 # llama2.c's `100 | loss 4.2 | lr …`, tinygrad's `  12 4.36 s run, 11.87 loss, …`: the counter leads the record.
 _LEADING = re.compile(r"^\s*(?P<n>\d{1,12})\s+(?:\|\s*)?[^\n]*?\b[Ll]oss\b")
 _WORDS = re.compile(r"[A-Za-z_]{2,}")
@@ -198,8 +213,9 @@ def redraw_layout(data: bytes, start: int, end: int) -> tuple[bytes, int, int, i
 @dataclass(frozen=True, slots=True)
 class Reading:
     """What one line says of its counter. ``epoch``: the epoch the line names (None: none named), counted from
-    ``base`` (1 where it is shown as ``e/E`` or as mmcv's and mmengine's ``[e][i/N]``, else 0); ``epochs``: how
-    many there are, where shown; ``template``: the line's words, which the same record repeats."""
+    ``base`` (1, as a person counts epochs, but for torchvision's ``Epoch: [e]  [i/N]``, from 0; the run's own
+    first epoch, where its lines show it, overrides either); ``epochs``: how many there are, where shown;
+    ``template``: the line's words, which the same record repeats."""
 
     template: str
     name: str  # the counter's name (global, iter, step, update, batch, num_updates, fraction, pair, leading)
@@ -210,6 +226,9 @@ class Reading:
     base: int = 0
     speed: float | None = None  # steps per hour, as the line's own bar measured it (tqdm's it/s or s/it)
     label: str = ""  # an i/N's own name where the line names it (`iter: 1040/1849`), for the report to say
+    header: bool = False  # a block's header line (_BLOCK_HEADER): the run's step from its first line
+    slash: int | None = None  # a named counter's number after its slash, a total or not (`Batch 78/10`'s 10)
+    within: bool = False  # the inner counter of an `e/i` pair, ``epoch`` its outer one (ShapeSteps._pair_of)
 
 
 def speed(text: str) -> float | None:
@@ -235,9 +254,9 @@ def _epoch(text: str) -> tuple[re.Match[str] | None, int | None, int | None, int
         return None, None, None, 0
     epochs = int(em.group("of")) if em.group("of") else None
     raw = em.group("e")
-    # epochs count from 1 where shown as e/E, or written zero-padded (fairseq's `epoch 001`); else from 0 (the run's
-    # own first epoch, where the log shows it, says which: ShapeSteps._base)
-    return em, int(raw), epochs, 1 if epochs or (len(raw) > 1 and raw[0] == "0") else 0
+    # epochs count from 1, as a person counts them (`Epoch 12` is the twelfth, eleven done before it), where the run's
+    # own lines never show an epoch 0 (ShapeSteps._global: the first epoch the log shows, 0 or 1, says which)
+    return em, int(raw), epochs, 1
 
 
 def read(text: str) -> Reading | None:
@@ -341,6 +360,7 @@ def _read(text: str) -> Reading | None:
             base,
         )
     best: tuple[int, str, int, int | None] | None = None
+    best_slash: int | None = None
     totals: dict[int, int] = {}  # each named counter's value -> the total shown beside it
     for m in _NAMED.finditer(text):
         if em is not None and em.start() <= m.start() < em.end():
@@ -360,9 +380,11 @@ def _read(text: str) -> Reading | None:
             # LitGPT's `iter 8 | step 2`: where a line names both, the iter counts micro-batches and the step the
             # optimizer's steps, the one a person names
             best = (rank, name, _grouped(m.group("n")), shown)
+            best_slash = _grouped(m.group("total")) if m.group("total") else None
     named, best = best, _accumulated(text, best)
     if best is not None:
         _, name, value, of = best
+        slash = best_slash if best is named else None  # the number after the named counter's slash, a total or not
         if of is None and best is named:  # an accumulated count is never another name of a count within the epoch
             # NeMo's `iteration 125/149 | … | global_step: 125`: two names of one counter on one record (the same
             # value), the total shown beside the other one is this one's too
@@ -374,7 +396,8 @@ def _read(text: str) -> Reading | None:
             return Reading(_template(text, "fraction", of), "fraction", value, of, epoch, epochs, 1, label=name)
         if of is None and (tm := _TOTAL_KEY.search(text)) is not None and int(tm.group(1)) >= value:
             of = int(tm.group(1))
-        return Reading(_template(text, name, of), name, value, of, epoch, epochs, base)
+        header = of is not None and _BLOCK_HEADER.fullmatch(text) is not None
+        return Reading(_template(text, name, of), name, value, of, epoch, epochs, base, header=header, slash=slash)
     if em is not None and (after := _AFTER_EPOCH.match(text, em.end())) is not None:
         # fairseq's `| epoch 010  2000 / 8223 loss=…`: the fraction right after the epoch's number is the batch
         # within that epoch
@@ -612,8 +635,8 @@ class _Series:
     """One template's counter over the lines: ``last`` as printed, ``step`` the global step it stands for."""
 
     __slots__ = (
-        "advances", "backs", "by_epoch", "epoch", "epochs", "kind", "label", "last", "low", "moves", "name", "offset",
-        "order", "per_epoch", "resets", "since", "speed", "step", "total", "whole",
+        "advances", "backs", "by_epoch", "epoch", "epochs", "header", "kind", "label", "last", "least", "low", "moves",
+        "name", "offset", "order", "per_epoch", "resets", "since", "speed", "step", "total", "whole", "within",
     )  # fmt: skip
 
     def __init__(self, r: Reading, epoch: int | None, time: float, kind: int = 0, order: int = 0) -> None:
@@ -628,6 +651,7 @@ class _Series:
         self.total = r.total
         self.step = r.value
         self.advances = 0
+        self.least = 0  # the least it moved by on one record (0: it never moved)
         self.backs = 0  # went back without starting over (a rank lagging, or a field that is no counter: a thread id)
         self.resets = 0  # starts over with no epoch advancing: an evaluation or generation loop's bar
         # a named i/N that its lines showed starting over as the epoch advanced: it counts within the epoch
@@ -638,6 +662,8 @@ class _Series:
         # how often a counter with no total started over as the epoch advanced (ShapeSteps._by_epoch)
         self.by_epoch = 0
         self.label = r.label
+        self.header = r.header  # a block's header: a step from its first line (_BLOCK_HEADER)
+        self.within = r.within  # an `e/i` pair's inner counter: it counts within its epoch (ShapeSteps._pair_of)
         self.speed = r.speed  # the latest speed its lines printed (steps per hour)
         self.since = (time, r.value)  # (time, step) of its first line, or of its start over: where a rate begins
 
@@ -736,6 +762,17 @@ class ShapeSteps:
         # the field's place → the outer field's place
         self._outer: dict[str, dict[int, int]] = {}
         self._stated: int | None = None  # the total steps a line of their own stated (`Total optimization steps = 460`)
+        # the steps of one epoch as the run stated them (_note_epoch_length); by the template of a line with a plural
+        # count beside its epoch, the epoch and count it first said (None: its count varied)
+        self._epoch_length: int | None = None
+        self._length_said: dict[str, tuple[int, int] | None] = {}
+        # a named counter's latest number and number after its slash, by its record's words (_pair_of); the records
+        # whose two numbers are an outer and an inner counter
+        self._slashes: dict[str, tuple[int, int | None]] = {}
+        self._pairs: set[str] = set()
+        # bumped when the step's scale changes (an epoch's length learned: a step that was the epoch is now the
+        # epochs before times their length): the points of a rate before it are not comparable with those after
+        self.scale = 0
         # a named counter and the epoch on its line, by the line's template: (epoch, value, stride, records alike)
         # while they may move as iterations and what each is made of (_made_of); True once they did
         self._strides: dict[str, tuple[int, int, int, int] | bool] = {}
@@ -786,7 +823,7 @@ class ShapeSteps:
                 moved = self._advance(r, None, 0, None, time, kind, i) or moved
                 continue
             _, epoch, epochs = found[o]
-            base = 1 if epochs else 0
+            base = 1  # an outer counter counts from 1 where its lines never show a 0 (as an epoch's: _epoch)
             new = key not in self._series
             moved = self._advance(r, epoch, base, epochs, time, kind, i) or moved
             s = self._series.get(key)
@@ -856,6 +893,13 @@ class ShapeSteps:
             primary = self._primary
             self._note_sizes(text)
             late = self._primary is not primary
+        if "poch" in text and (length := _EPOCH_LENGTH.search(text)) is not None:
+            # an epoch's stated length (on its summary line, which may name an evaluation's loss beside it): kept,
+            # and taken out of the line so that its number is no counter
+            said, placed = self._note_epoch_length(text, length)
+            late = late or placed
+            if said:
+                text = text[: length.start()] + text[length.end() :]
         if _counts_else(text):
             return late
         if ("otal" in text or "ax" in text or "umber" in text or "num_" in text) and (
@@ -892,10 +936,70 @@ class ShapeSteps:
             return late or moved or (named and self._primary is s and self.step() != before)
         if r.total is None and len(self._strides) < _MAX_SERIES and (outer := _outer_counter(r, text)) is not None:
             r = self._made_of(r, text, time, outer)
+        if r.slash is not None and r.name in _RANK:
+            r = self._pair_of(r)
         epoch, base, epochs = r.epoch, r.base, r.epochs
         if epoch is None and self._epoch is not None:
             epoch, base, epochs = self._epoch
         return self._advance(r, epoch, base, epochs, time, 0, 0) or late
+
+    def _pair_of(self, r: Reading) -> Reading:
+        """A named counter's ``a/b`` read as the pair it is where its lines show it (WeNet-style ``TRAIN Batch 78/0``,
+        ``78/10``, … ``78/150``): no ``i/N``, since a total never moves while its counter stays, but an outer
+        counter ``a`` (the epoch) and an inner one ``b`` counting within it. Remembered by the record's words (its
+        template without the "total"), from the second record on."""
+        key = f"{r.name}|{r.template.split('|', 2)[2]}"
+        seen = self._slashes.get(key)
+        if seen is not None or len(self._slashes) < _MAX_SERIES:
+            self._slashes[key] = (r.value, r.slash)
+        if key not in self._pairs:
+            if seen is None or seen[0] != r.value or seen[1] == r.slash:
+                return r
+            self._pairs.add(key)
+        assert r.slash is not None
+        return Reading(f"{key}|within", r.name, r.slash, None, r.value, None, 1, r.speed, within=True)
+
+    def _note_epoch_length(self, text: str, m: re.Match[str]) -> tuple[bool, bool]:
+        """Whether the count ``m`` on ``text`` states the steps of one epoch (``steps per epoch: 569``; a plural
+        count on a line naming the epoch, ``Epoch: 37, Steps: 569 | …``, where the lines of its template stated the
+        same count in another epoch and never another count: a record's own ``iters: 300, epoch: 37`` moves), and
+        whether the run's step moved by it (the length learned now, the step a counter that starts over each epoch
+        with no total: placed by it from now on). The first such length is kept."""
+        n = int(m.group("n"))
+        if n < 2:
+            return False, False
+        if not m.group("per"):
+            em = _EPOCH.search(text)
+            if em is None:
+                return False, False
+            key = masked(text)
+            epoch = int(em.group("e"))
+            if key not in self._length_said:
+                if len(self._length_said) < _MAX_SERIES:
+                    self._length_said[key] = (epoch, n)
+                return False, False
+            said = self._length_said[key]
+            if said is None or said[1] != n:
+                self._length_said[key] = None  # its count varies: a record's counter, no epoch's length
+                return False, False
+            if said[0] == epoch:
+                return self._epoch_length == n, False  # the same epoch's line again (a copy)
+        if self._epoch_length is not None:
+            return self._epoch_length == n, False
+        self._epoch_length = n
+        self._version += 1
+        s = self._primary
+        if s is None or not self._within_epochs(s):
+            return True, False
+        self.scale += 1
+        s.since = (math.nan, s.step)  # no point of a rate in the new scale before this
+        return True, True
+
+    def _within_epochs(self, s: _Series) -> bool:
+        """Whether ``s`` counts within each epoch of the run's stated length: a counter with no total that started
+        over as the epoch advanced, placed as ``(e - base) * length + i`` (the epochs from 1 where the run shows no
+        epoch 0)."""
+        return self._epoch_length is not None and (s.by_epoch > 0 or s.within) and s.epoch is not None
 
     def _note_sizes(self, text: str) -> None:
         """Keep the sizes of a rollout a line states (``num_envs=2048``, ``batch_size=102400``, ``488 updates of
@@ -993,7 +1097,10 @@ class ShapeSteps:
             s.step = g
             s.since = (time, g)
             s.epochs = epochs
-            return False
+            if not s.header:
+                return False
+            self._primary = self._choose()
+            return self._primary is s
         s.epochs = epochs or s.epochs
         if r.speed is not None:
             s.speed = r.speed
@@ -1049,7 +1156,9 @@ class ShapeSteps:
             return False  # a copy (another rank, another file with the same output) or one lagging behind
         # how far it moved, not how many of its lines moved it: a run of a bar's redraws reaches here by its first
         # and last lines only (the event counter passes over the ones between), and counts as far as all of them
-        s.advances += max(1, s.step - before)
+        moved = max(1, s.step - before)
+        s.advances += moved
+        s.least = moved if not s.moves else min(s.least, moved)
         s.moves += 1
         s.epoch = epoch
         self._primary = self._choose()
@@ -1058,15 +1167,27 @@ class ShapeSteps:
     def _choose(self) -> _Series | None:
         """The run's step: a series a reader knows before a learned field, then by the field's class; the one that
         moved furthest among those a reader knows (a run of redraws counts as far as it went), the one that moved
-        on more records among learned fields, then by its name (``_name_rank``), then the first in its record."""
+        on more records among learned fields, then by its name (``_name_rank``), then the first in its record.
+
+        A record of two lines whose named counter moved by exactly one on every record (``Training Step: 12``) and
+        whose other counter moved as often, never more, by two or more each time (``iter: 00768/55000``, the samples
+        of the epoch's batches so far): the one counting by one is the step, and the other counts what each step is
+        made of (samples, micro-batches, frames), as an update counter is over an environment-step counter. A counter
+        moving by a stride alone is never demoted: only where a step counter moved by one beside it."""
+        by_one = max(
+            (o.moves for o in self._series.values() if _counts_by_one(o)),
+            default=0,
+        )
         best: _Series | None = None
         best_key: tuple[int, int, int, int] | None = None
         for s in self._series.values():
-            if not s.advances or s.resets >= 2 or (s.kind and s.backs > s.moves):
+            if (not s.advances and not s.header) or s.resets >= 2 or (s.kind and s.backs > s.moves):
                 continue  # a learned field that went back more often than on is no counter (a thread's id)
             kind = s.kind
             if self._parts and s.name.lstrip("~").lower() in self._parts:
                 kind = 3  # a counter of the environment's steps (_made_of), on whichever record shows it
+            elif by_one and s.kind == 0 and s.least >= 2 and s.moves <= by_one:
+                kind = 3  # what the steps counted by one are made of
             key = (kind, -(s.advances if s.kind == 0 else s.moves), _name_rank(s), s.order)
             if best_key is None or key < best_key:
                 best, best_key = s, key
@@ -1085,8 +1206,11 @@ class ShapeSteps:
             return s.label if s.whole else f"a `{s.label}` counted within each epoch"
         if s.per_epoch:
             return f"a `{name}` counted within each epoch"  # its lines showed it starting over as the epoch advanced
+        if self._within_epochs(s):
+            return f"a `{name}` counted within each epoch of {self._epoch_length} steps, as the run stated them"
         if self._by_epoch(s):
-            return f"the epoch (its `{name}` starts over each epoch, the epochs before not in the log)"
+            how = "counts within each epoch" if s.within else "starts over each epoch"
+            return f"the epoch (its `{name}` {how}, the epochs before not in the log)"
         return names.get(name, name or "an unnamed counter")
 
     def restarted(self) -> bool:
@@ -1097,6 +1221,10 @@ class ShapeSteps:
         s = self._primary
         if s is None:
             return None
+        if self._within_epochs(s):
+            assert s.epoch is not None and self._epoch_length is not None
+            base = self._first_epoch if self._first_epoch in (0, 1) else 1
+            return (s.epoch - base) * self._epoch_length + s.last
         if self._by_epoch(s):
             assert s.epoch is not None
             return s.epoch
@@ -1112,7 +1240,7 @@ class ShapeSteps:
         seen than epochs before), the counts of the epochs before are not known, and the epoch is what a person
         names (`Epoch[102] Batch [350]` is at epoch 102); where every epoch before was seen starting over, their
         counts are added (`epoch,batch` rows from epoch 1)."""
-        return s.by_epoch > 0 and s.epoch is not None and s.epoch - s.by_epoch not in (0, 1)
+        return (s.by_epoch > 0 or s.within) and s.epoch is not None and s.epoch - s.by_epoch not in (0, 1)
 
     def speed(self) -> float | None:
         """Steps per hour, as the run's bar last measured them (None: its lines print no speed)."""
@@ -1134,6 +1262,8 @@ class ShapeSteps:
 
     def _work_out_total(self) -> int | None:
         s = self._primary
+        if s is not None and self._within_epochs(s):
+            return s.epochs * self._epoch_length if s.epochs and self._epoch_length else None
         if s is not None and self._by_epoch(s):
             return s.epochs  # the step is the epoch: the epochs' total, where shown
         if s is not None and s.total is None:
@@ -1158,6 +1288,12 @@ class ShapeSteps:
         if s.epoch is not None and (s.name in _PER_EPOCH or s.per_epoch) and not s.whole:
             return s.total * s.epochs if s.epochs else None
         return s.total
+
+
+def _counts_by_one(s: _Series) -> bool:
+    """Whether ``s`` is a named step counter (a reader's, not a learned field) that moved by exactly one on each of
+    two records or more, never starting over (ShapeSteps._choose)."""
+    return s.kind == 0 and s.name in _RANK and s.moves >= 2 and s.advances == s.moves and not s.resets
 
 
 _BORROW_ONCE_FROM = 10  # a bar's one state at a counter's step this high lends it its total (a start-up bar's 2/2 not)

@@ -257,6 +257,7 @@ class TrainingTracker:
         # line, used where none of the frameworks above has said one; its own rate points, never mixed with theirs.
         self._shape = ShapeSteps()
         self._shape_step: int | None = None
+        self._shape_scale = 0  # the shape reader's scale the rate points were read in (ShapeSteps.scale)
         self._shape_total: int | None = None
         self._shape_points: deque[tuple[float, int]] = deque(maxlen=max(2, history))
         self._shape_records: deque[float] = deque(maxlen=max(2, history))  # when each record that moved it came
@@ -289,11 +290,15 @@ class TrainingTracker:
         live, a chunk is what was appended since the last poll, so each record is among them as it is written; read
         after the fact, the file's last lines are its last records. Bounded: ``_TAIL_LINES`` lines of at most
         ``_TAIL_MAX_BYTES`` per chunk (a 1 MiB chunk), and only the shape reader runs over them (a line the counter
-        delivered is not read twice)."""
+        delivered is not read twice).
+
+        The lines of both paths are read in the file's order (:meth:`_apply_before`): the counter has already queued
+        this chunk's step-like lines, and a record read after a line below it (an epoch's header) would look newer
+        than it (its batch counter starting over with no epoch advancing)."""
         with self.lock:
-            self._apply_pending()
             self._touch(time)
             offset = self._offset()
+            own: dict[int, LogLine] = {}
             for line in _head_headers(chunk) + _tail_lines(chunk, time):
                 if line.text.count("\u2502") >= 3:
                     continue  # one of AReaL's stats rows, which the shape reader never reads (see areal_lines)
@@ -301,11 +306,28 @@ class TrainingTracker:
                     # the counter delivers it, in its order: a bar's last redraw read here ahead of the redraws
                     # it still holds made the bar start over (149 of 150 at the end of a finished run)
                     continue
+                own[line.lineno] = line  # a line among both the head and the tail: read once, with its time
+            for lineno in sorted(own):
+                line = own[lineno]
+                self._apply_before(line, offset)
                 try:
                     if self.delivered.add((line.path, line.lineno, line.text)):
                         self.parse_shape(line, line.text, offset)
                 except Exception as exc:  # a parser's bug must not stop the tracking
                     self.errors.append(f"{line_ref(line.path, line.lineno)}: {type(exc).__name__}: {exc}")
+            self._apply_pending()
+
+    def _apply_before(self, line: LogLine, offset: float) -> None:
+        """Parse the queued lines that come before ``line`` (the lock held); those of its file below it stay queued.
+        The queue ends with the lines the counter delivered from ``line``'s chunk, in order: the ones below it are
+        at its end."""
+        queue = self.queue
+        below: list[LogLine] = []
+        while queue and queue[-1].path == line.path and queue[-1].lineno > line.lineno:
+            below.append(queue.pop())
+        if queue:
+            training_apply(self, offset)
+        queue.extend(reversed(below))
 
     def set_checkpoint_hint(
         self,
@@ -396,9 +418,11 @@ class TrainingTracker:
         step = self._shape.step()
         if step is None:
             return
-        if self._shape.restarted() or (self._shape_step is not None and step < self._shape_step):
+        rescaled = self._shape.scale != self._shape_scale  # the epochs' length learned: a step of another scale
+        if rescaled or self._shape.restarted() or (self._shape_step is not None and step < self._shape_step):
             self._shape_points.clear()  # the run started over, appending to the same log
             self._shape_records.clear()
+            self._shape_scale = self._shape.scale
         self._shape_step = step
         self._shape_total = self._shape.total()
         if self.areal_step is not None:
@@ -524,7 +548,7 @@ class TrainingTracker:
             field = self._shape.source()
             if field is None:
                 return None
-            return field if field.startswith(("a ", "an ")) else f"`{field}`"
+            return field if field.startswith(("a ", "an ", "the ")) else f"`{field}`"
         if self._hint is not None:
             return "the checkpoint's global_step and the metric dicts logged since"
         return "the metric dicts logged" if self.dicts else None

@@ -9,6 +9,7 @@ from collections.abc import Callable
 import pytest
 
 from rlwatch.common.clock import FakeClock
+from rlwatch.common.state import LogLine
 from rlwatch.logs.newlines import count_lines
 from rlwatch.logs.progress_shape import ShapeSteps, fields, read
 from rlwatch.logs.tailer import Chunk
@@ -322,3 +323,158 @@ def test_several_states_of_one_bar_on_one_line_read_the_last() -> None:
     assert (steps.step(), steps.total()) == (20, 900)
     r = read("".join(_bar(i, 900) for i in range(11, 21)) + _bar(3, 40))
     assert r is not None and (r.value, r.total) == (20, 900)
+
+
+def _block(i: int, n: int) -> list[str]:
+    """One iteration's record spread over a block: a rule, a centred header with the iteration of its total, then
+    right-aligned `name: value` rows (a count of environment steps among them)."""
+    return [
+        "=" * 60,
+        f"{'Training update ' + str(i) + '/' + str(n):^60}",
+        "",
+        f"{'Env frames:':>30} {4096 * (i + 1)}",
+        f"{'Policy loss:':>30} -0.0{i + 3}",
+        f"{'Mean return:':>30} {-12.5 + i:.2f}",
+        f"{'Update time:':>30} 0.{i + 1}4s",
+    ]
+
+
+def test_a_block_header_is_the_step_from_its_first_block() -> None:
+    """A record spread over a block of lines is printed once per iteration: the first block's header is already the
+    run's step (a record on one line must recur first), and the next header moves it on."""
+    steps = ShapeSteps()
+    moved = [steps.feed(line) for line in _block(0, 25)]
+    assert moved[1] and (steps.step(), steps.total()) == (0, 25)
+    for line in _block(1, 25)[:3]:
+        steps.feed(line)
+    assert (steps.step(), steps.total()) == (1, 25)
+    aside = ShapeSteps()
+    assert aside.feed("   Iteration 3/40   (overall 57)")
+    assert (aside.step(), aside.total()) == (3, 40)
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        "step 1/3: building the image",  # a step of a procedure, its words after it
+        "iteration 2/5 loss=0.41 lr=3e-4",  # a record on one line: it must recur first
+        "Update 1/2 applied to the config",
+    ],
+)
+def test_a_step_counter_with_words_or_fields_after_it_is_no_block_header(line: str) -> None:
+    steps = ShapeSteps()
+    assert not steps.feed(line)
+    assert steps.step() is None
+
+
+def test_a_counter_by_one_beside_one_moving_by_its_items_on_another_line_is_the_step() -> None:
+    """A record of two lines: `Optimizer Step: N | …` moving by one, then `… -- seen: 00320/60000` (the samples of
+    the epoch's batches so far) moving by the batch's 32 on the same records. The counter by one is the step; the
+    other counts what each step is made of, even where a record's second line is skipped (an evaluation's)."""
+    lines: list[str] = []
+    for n in range(20, 27):
+        lines.append(f"Optimizer Step: {n}  | total loss: 1.{90 - n} | time: 0.2{n % 10}s")
+        if n != 23:
+            lines.append(f"| SGD | epoch: 002 | loss: 1.{90 - n} -- iter: {32 * n:05d}/60000")
+    steps = _read(lines)
+    assert (steps.step(), steps.source()) == (26, "step")
+
+
+def test_a_counter_moving_by_a_stride_alone_stays_the_step() -> None:
+    """A step counter logged every 50 steps is the step with no counter by one beside it; beside a counter by one
+    that moved less often (a target network's updates, every 200 steps), it still is."""
+    assert _read([f"step {50 * n} | loss 0.{n}" for n in range(1, 9)]).step() == 400
+    lines = []
+    for n in range(1, 13):
+        lines.append(f"step {50 * n} | loss 0.{n}")
+        if n % 4 == 0:
+            lines.append(f"target update {n // 4} done")
+    assert _read(lines).step() == 600
+
+
+def test_a_bare_epoch_from_the_middle_of_a_run_counts_from_one() -> None:
+    """`Epoch 8, step/steps_in_epoch: 20/40 …` read from the middle of a run (its first epoch not in the log): a person
+    counts epochs from 1, so epoch 8 has seven epochs of 40 before it; a run whose lines show an epoch 0 counts them
+    from 0. Whether the counter is one a reader knows or a learned field, the same."""
+    learned = [
+        f"Epoch {e}, step/steps_in_epoch: {i}/40 {100 * i / 40:.2f}% Loss:1.{i:02d}"
+        for e in (7, 8)
+        for i in (10, 20, 30, 40)
+    ]
+    assert _read(learned[:-2]).step() == 7 * 40 + 20
+    named = [f"Epoch {e} | iter {i}/40 | loss 0.{i}" for e in (7, 8) for i in (10, 20, 30, 40)]
+    assert _read(named[:-2]).step() == 7 * 40 + 20
+    from_zero = [f"Epoch {e}, step/steps_in_epoch: {i}/40 Loss:1.{i:02d}" for e in (0, 1) for i in (10, 20, 30, 40)]
+    assert _read(from_zero[:-2]).step() == 40 + 20
+
+
+def _epochs_stating_their_length(
+    epochs: range, length: int, last: int, stated: Callable[[int], int] | None = None
+) -> list[str]:
+    """A loop whose records count batches within each epoch with no total, every 50, and whose summary line at each
+    epoch's end states the epoch's length beside an evaluation's loss (``stated``: the count it states for epoch e
+    instead); the last epoch in progress at ``last``."""
+    lines: list[str] = []
+    for e in epochs:
+        stop = last if e == epochs[-1] else length
+        lines += [f"  batches: {b}, epoch: {e} | loss: 0.{b:04d}" for b in range(50, stop + 1, 50)]
+        if e != epochs[-1]:
+            lines.append(f"Epoch: {e}, Batches: {stated(e) if stated else length} | Train Loss: 0.21 Eval Loss: 0.25")
+    return lines
+
+
+def test_an_epochs_stated_length_places_a_counter_that_starts_over_each_epoch() -> None:
+    """The records' counter starts over each epoch and shows no total; each epoch's summary states its length (the
+    same 230 in two epochs): the step is the epochs before (from 1) times 230 plus the counter, from a log that begins
+    mid-run, and the report says so."""
+    steps = _read(_epochs_stating_their_length(range(12, 15), 230, 150))
+    assert steps.step() == 13 * 230 + 150
+    assert steps.source() == "a `batch` counted within each epoch of 230 steps, as the run stated them"
+    assert (
+        _read(["steps per epoch: 230", *_epochs_stating_their_length(range(12, 14), 999, 150)]).step() == 12 * 230 + 150
+    )
+
+
+def test_a_count_beside_the_epoch_that_varies_is_no_epochs_length() -> None:
+    """A count beside the epoch that grows (the run's own steps on each epoch's line) states no epoch's length: the
+    step is read as before (the epoch, where the records' counter starts over with no total)."""
+    grown = _epochs_stating_their_length(range(12, 15), 230, 150, stated=lambda e: 230 * e)
+    assert _read(grown).step() == 14
+
+
+def test_an_epochs_length_learned_late_starts_the_rate_afresh() -> None:
+    """Until two epochs stated their length the step is the epoch; from then on it is the batches. The rate is read
+    in one scale only: 50 batches every 10 s is 18,000 an hour, not the jump from epoch 13 to batch 3,040."""
+    tracker = TrainingTracker(FakeClock(1.8e9), stall_s=600.0, weight_update_timeout_s=120.0)
+    lines = _epochs_stating_their_length(range(12, 15), 230, 200)
+    for n, text in enumerate(lines, start=1):
+        tracker.on_line(LogLine("/run/train.log", n, text, 1.8e9 + 10.0 * n))
+    state = tracker.state(1.8e9 + 10.0 * len(lines))
+    assert state.last_step == 13 * 230 + 200
+    assert state.steps_per_hour is not None and 0.8 * 18000 <= state.steps_per_hour <= 1.2 * 18000, state
+
+
+def _pairs(epochs: range, last: int) -> list[str]:
+    """A trainer's `TRAIN Iter e/i …` lines every 25 batches: the epoch before the slash, the batch within it after
+    (not `i of N`: the number after the slash moves, the one before stays); the last epoch in progress at ``last``."""
+    return [
+        f"12:0{e % 10}:{i % 60:02d} DEBUG TRAIN Iter {e}/{i} ctc 3{i % 7}.25 att 2{i % 5}.5"
+        for e in epochs
+        for i in range(0, (last if e == epochs[-1] else 100) + 1, 25)
+    ]
+
+
+def test_an_e_slash_i_whose_first_number_stays_is_an_epoch_and_its_batch() -> None:
+    """From the middle of a run (epoch 41, its first batch on), the pair's inner counter has no total and counts
+    within the epoch: the epoch is the step; with every epoch from the first, the batches seen are added."""
+    steps = _read(["12:00:00 INFO Epoch 41 TRAIN info lr 1e-05", *_pairs(range(41, 42), 150)])
+    assert (steps.step(), steps.total()) == (41, None)
+    assert steps.source() == "the epoch (its `iter` counts within each epoch, the epochs before not in the log)"
+    assert _read(_pairs(range(1, 3), 50)).step() == 100 + 50
+
+
+def test_an_i_of_n_whose_total_stays_is_no_pair() -> None:
+    """`iter i/N` with N the same on every record (and a copy of one record) is the run's own count of its total."""
+    lines = [f"iter {i}/500 loss 0.{i}" for i in range(10, 60, 10)]
+    steps = _read([*lines, lines[-1]])
+    assert (steps.step(), steps.total()) == (50, 500)
