@@ -955,7 +955,7 @@ cdef class Kind:
 # ============================================================================================ shared Python pieces
 from rlwatch.common.textsafe import clean_line as _clean_line
 from rlwatch.logs.signatures cimport frame, header, location
-from rlwatch.logs.incidents cimport _Block, Grouper, LineTime
+from rlwatch.logs.incidents cimport _Block, between_read, frames_read, Grouper, in_frames, LineTime, stall_room
 
 # How a line is read (its evidence text's cap, an over-long line's head and overlap, how far back a line without a
 # timestamp looks for one): counting's values, read into C when this module loads.
@@ -967,9 +967,11 @@ cdef Py_ssize_t _HEAD = _counting.HEAD_BYTES
 cdef int _LOOK_BACK_LINES = _counting.LOOK_BACK_LINES
 cdef Py_ssize_t _LOOK_BACK_BYTES = _counting.LOOK_BACK_BYTES
 cdef Py_ssize_t _TIME_SEARCH_BYTES = _counting.TIME_SEARCH_BYTES
-DEF _STALL_LINES = 80
-DEF _AFTER_LINES = 40
-DEF _WINDOW = 16384
+# The bytes of frame lines read in bulk per call at most: incidents' value, read into C when this module loads (what
+# reading them does to a block is incidents' stall_room, frames_read and between_read).
+from rlwatch.logs import incidents as _incidents
+
+cdef Py_ssize_t _WINDOW = _incidents.FRAME_WINDOW
 
 from rlwatch.common.state import LogLine
 
@@ -1939,7 +1941,7 @@ cdef class Core:
         cdef int64_t first = lineno[0], n, room
         if block is None:
             return pos
-        if block.state != 0:
+        if not in_frames(block):
             return self.skip_between(fs, block, p, pos, stop, lineno)
         window = stop if stop < pos + _WINDOW else pos + _WINDOW
         k = find_traceback(p, pos, window)
@@ -1950,20 +1952,17 @@ cdef class Core:
         if end < 0:
             return pos
         while pos < end:
-            room = _STALL_LINES - block.idle
+            room = stall_room(block)
             if room <= 0:
                 break
-            q = nth_line_end(p, pos, end, room if room < 80 else 80)
+            q = nth_line_end(p, pos, end, room)
             n = count_byte(p, 10, pos, q)
             after = self.last_frame(p, pos, q)
             if after < 0:
-                block.idle += n
+                frames_read(block, n, None, 0, lineno[0])
             else:
-                block.location = location(self.out.file, self.out.line)
-                block.idle = count_byte(p, 10, after, q)
-            block.lines += n
+                frames_read(block, n, location(self.out.file, self.out.line), count_byte(p, 10, after, q), lineno[0])
             lineno[0] += n
-            block.seen = lineno[0] - 1
             pos = q
         if lineno[0] > first and len(fs.inc.blocks) > 1:
             self.g.expire_over(fs.inc, first, lineno[0] - 1)
@@ -1979,13 +1978,8 @@ cdef class Core:
         if end < 0:
             return pos
         n = count_byte(p, 10, pos, end)
-        if block.idle + n > _AFTER_LINES:
+        if not between_read(block, n, find_exception_word(p, pos, end), lineno[0]):
             return pos
-        block.idle += n
-        block.gap += n
-        if find_exception_word(p, pos, end):
-            block.state = 2
-        block.seen = lineno[0] + n - 1
         if len(fs.inc.blocks) > 1:
             self.g.expire_over(fs.inc, lineno[0], lineno[0] + n - 1)
         lineno[0] += n

@@ -80,6 +80,13 @@ cdef class _Block:
     cdef public bint stale
 
 
+# what reading frame lines in bulk does to a block, for both bulk readers (the event path's loop does the byte scans)
+cdef bint in_frames(_Block block) noexcept
+cdef int64_t stall_room(_Block block) noexcept
+cdef void frames_read(_Block block, int64_t n, str where, int64_t idle_after, int64_t lineno) noexcept
+cdef bint between_read(_Block block, int64_t n, bint chained, int64_t lineno) noexcept
+
+
 @cython.final
 cdef class _Storm:
     cdef double[::1] times

@@ -91,11 +91,12 @@ _BETWEEN_RUN = re.compile(
     rb"(?:[ \t]*(?:%s|%s)?[ \t]*\n)+"
     % (re.escape(wording.CHAIN_CONTEXT.encode()), re.escape(wording.CHAIN_CAUSE.encode()))
 )
-_WINDOW = 16 << 10  # bytes of frame lines read in bulk per call at most
-_N_LINES = [re.compile(rb"(?:[^\n]*\n){%d}" % k) for k in range(81)]  # the first k lines of a span, found in C
+FRAME_WINDOW = 16 << 10  # bytes of frame lines read in bulk per call at most (the compiled event path reads it too)
 
 _STALL_LINES = 80  # a block that makes no progress for this many lines was cut off (the process died mid-print)
 _AFTER_LINES = 40  # lines after the exception that may still chain another exception or detail a torchrun failure
+# the first k lines of a span (k up to a stall's room), found in C
+_N_LINES = [re.compile(rb"(?:[^\n]*\n){%d}" % k) for k in range(_STALL_LINES + 1)]
 # A block whose writer has been silent for this many lines of its file is over: that writer (a rank that printed
 # its traceback and died) will never write the lines that would close it, and an open block makes the counter walk
 # every line of the file.
@@ -369,6 +370,49 @@ def _gap(a: float, b: float) -> float:
     """``b - a`` where both are times; 0 where either is unknown (undated lines are taken to belong together). ``x - x``
     is 0 only for a finite ``x`` (NaN for an infinity or NaN): a finiteness test that compiles to C."""
     return b - a if a - a == 0.0 and b - b == 0.0 else 0.0
+
+
+# What reading frame lines in bulk does to a block: both bulk readers (IncidentTracker.skip_frames and the compiled
+# event path's Core.skip_frames) find the lines with their own byte scans and leave the block's state to these, so
+# the bulk path keeps to what ``Grouper.take`` would do line by line (``_in_frames``, ``_after``).
+def in_frames(block: _Block) -> bool:
+    """True while the block reads its frames (its header read, its exception line not yet): frame lines are then
+    read in bulk; after its exception line only the lines between a chain's links are."""
+    return block.state == _FRAMES
+
+
+def stall_room(block: _Block) -> int:
+    """How many more lines a block in its frames may read without a frame before the next one stalls it (0 or less:
+    the next line closes it, read line by line); never more than ``_STALL_LINES``, ``idle`` being 0 or more."""
+    return _STALL_LINES - block.idle
+
+
+def frames_read(block: _Block, n: int, where: str | None, idle_after: int, lineno: int) -> None:
+    """The effect of reading ``n`` frame lines (the first numbered ``lineno``, at most ``stall_room`` of them) on a
+    block in its frames: ``where`` is the location of the last frame among them and ``idle_after`` the lines after
+    it (no frame among them, ``where`` None: each line is one more without progress)."""
+    if where is None:
+        block.idle += n
+    else:
+        block.location = where
+        block.idle = idle_after
+    block.lines += n
+    block.seen = lineno + n - 1
+
+
+def between_read(block: _Block, n: int, chained: bool, lineno: int) -> bool:
+    """The effect of reading ``n`` lines between the links of a chained traceback (blank lines and the chain's
+    message, ``chained`` when that message is among them; the first numbered ``lineno``) on a block after its
+    exception line, as ``_after`` has on each: False, the block unchanged, when one of them would close it (they are
+    then read line by line)."""
+    if block.idle + n > _AFTER_LINES:
+        return False
+    block.idle += n
+    block.gap += n
+    if chained:
+        block.state = _CHAIN
+    block.seen = lineno + n - 1
+    return True
 
 
 def _signature(parts: tuple[str | None, ...]) -> str:
@@ -811,12 +855,12 @@ class IncidentTracker:
         block = tags.get("")
         if block is None:
             return pos, lineno
-        if block.state != _FRAMES:
+        if not in_frames(block):
             return self._skip_between(path, block, data, span)
         # A window at most, cut before the first line holding ``Traceback`` (a header, when the configuration has no
         # needle for it); the run stops at the first line with an escape. A line left to ``line`` sends the scan back
         # here: each costs a window's search at most, never the rest of a long run.
-        window = min(stop, pos + _WINDOW)
+        window = min(stop, pos + FRAME_WINDOW)
         k = data.find(b"Traceback", pos, window)
         if k >= 0:
             window = data.rfind(b"\n", pos, k) + 1 or pos
@@ -826,22 +870,19 @@ class IncidentTracker:
         first = lineno
         end = m.end()
         while pos < end:
-            room = _STALL_LINES - block.idle
+            room = stall_room(block)
             if room <= 0:
                 break  # the next line stalls the block: ``line`` closes it
-            piece = _N_LINES[min(room, 80)].match(data, pos, end)
+            piece = _N_LINES[room].match(data, pos, end)
             q = end if piece is None else piece.end()
             n = data.count(b"\n", pos, q)
             last = self._last_frame(data, pos, q)
             if last is None:
-                block.idle += n
+                frames_read(block, n, None, 0, lineno)
             else:
                 (file, line), after = last
-                block.location = location(file, line)
-                block.idle = data.count(b"\n", after, q)
-            block.lines += n
+                frames_read(block, n, location(file, line), data.count(b"\n", after, q), lineno)
             lineno += n
-            block.seen = lineno - 1
             pos = q
         if lineno > first and len(tags) > 1:
             self._g.expire_over(self._g.file(path), first, lineno - 1)
@@ -859,13 +900,8 @@ class IncidentTracker:
             return pos, lineno
         end = m.end()
         n = data.count(b"\n", pos, end)
-        if block.idle + n > _AFTER_LINES:
+        if not between_read(block, n, data.find(_EXCEPTION_WORD, pos, end) >= 0, lineno):
             return pos, lineno  # one of them closes the block: line by line
-        block.idle += n
-        block.gap += n
-        if data.find(_EXCEPTION_WORD, pos, end) >= 0:
-            block.state = _CHAIN
-        block.seen = lineno + n - 1
         if len(self.open_paths.get(path, ())) > 1:
             self._g.expire_over(self._g.file(path), lineno, lineno + n - 1)
         return end, lineno + n
