@@ -128,7 +128,8 @@ def test_query_while_another_process_holds_the_gpu(
             timeout=120,
             check=False,
         )
-        assert out.returncode in (0, 1), out.stderr
+        # 3: no run in the directory, so whether one progresses is unknown; the GPUs are what this test reads
+        assert out.returncode in (0, 1, 3), out.stderr
         rep = json.loads(out.stdout)
         assert rep["gpus"] and rep["gpus"][0]["name"]
         listed = {pid for g in rep["gpus"] for pid in g["holders"]}

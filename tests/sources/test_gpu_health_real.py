@@ -192,7 +192,8 @@ def test_the_real_report_carries_each_gpus_health(tmp_path: Path) -> None:
         timeout=120,
         check=False,
     )
-    assert out.returncode in (0, 1), out.stderr
+    # 3: the directory holds no run, so whether one progresses is unknown; the GPUs' health is what is read here
+    assert out.returncode in (0, 1, 3), out.stderr
     rep = json.loads(out.stdout)
     assert rep["gpus"] and all(g["health"] is not None and g["health"]["lost"] is None for g in rep["gpus"])
     assert not [f for f in rep["findings"] if f["code"] in HARDWARE and f["severity"] != "info"], rep["findings"]
