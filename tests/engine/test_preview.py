@@ -78,10 +78,14 @@ def test_prefix_counts_in_child_processes_join_at_their_boundaries(tmp_path: Pat
 def test_a_replaced_file_gives_no_count_rather_than_a_wrong_one(tmp_path: Path) -> None:
     path = tmp_path / "trainer.log"
     path.write_bytes(b"x\n" * 100)
-    st = path.stat()
+    old = path.stat()
     path.unlink()
     path.write_bytes(b"y\n" * 10)  # another file under the same name
-    count = PrefixCount(str(path), (st.st_dev, st.st_ino + 1), 100)
+    new = path.stat()
+    # the identity the count was asked for is not the file now there (tmpfs may hand the old inode's successor, or
+    # the old inode itself, to the new file: neither may be taken as "another file")
+    gone = next(ino for ino in (old.st_ino, old.st_ino + 1, new.st_ino + 1) if ino != new.st_ino)
+    count = PrefixCount(str(path), (new.st_dev, gone), 100)
     assert count.wait(60) is None
     assert count.error is not None and "replaced" in count.error
 
