@@ -953,15 +953,13 @@ cdef class Kind:
 
 
 # ============================================================================================ shared Python pieces
-from rlwatch.common.textsafe import clean_line as _clean_line
 from rlwatch.logs.signatures cimport frame, header, location
 from rlwatch.logs.incidents cimport _Block, between_read, frames_read, Grouper, in_frames, LineTime, stall_room
 
-# How a line is read (its evidence text's cap, an over-long line's head and overlap, how far back a line without a
+# How a line is read (an over-long line's head and overlap, how far back a line without a
 # timestamp looks for one): counting's values, read into C when this module loads.
 from rlwatch.logs import counting as _counting
 
-cdef Py_ssize_t _DISPLAY_CHARS = _counting.DISPLAY_CHARS
 cdef Py_ssize_t _OVERLAP = _counting.OVERLAP_BYTES
 cdef Py_ssize_t _HEAD = _counting.HEAD_BYTES
 cdef int _LOOK_BACK_LINES = _counting.LOOK_BACK_LINES
@@ -1001,58 +999,6 @@ cdef object log_line(str path, int64_t lineno, str text, double time):
     return line
 
 
-cdef extern from *:
-    """
-    #include <stdint.h>
-    #include <string.h>
-    /* Every byte of ASCII text in 0x20..0x7e, eight at a time: a byte below 0x20, or one equal to 0x7f (the only
-       one above 0x7e in ASCII), sets its high bit in lt or eq (exact as an answer for bytes below 0x80). */
-    static int rlw_ascii_printable(const unsigned char *p, Py_ssize_t n) {
-        const uint64_t ones = 0x0101010101010101ULL, highs = 0x8080808080808080ULL;
-        Py_ssize_t i = 0;
-        uint64_t x, y;
-        for (; i + 8 <= n; i += 8) {
-            memcpy(&x, p + i, 8);
-            y = x ^ (ones * 0x7f);
-            if ((((x - ones * 0x20) & ~x) | ((y - ones) & ~y)) & highs)
-                return 0;
-        }
-        for (; i < n; i++)
-            if (p[i] < 32 || p[i] > 126)
-                return 0;
-        return 1;
-    }
-    """
-    bint rlw_ascii_printable(const unsigned char *p, Py_ssize_t n) noexcept nogil
-
-
-cdef bint printable(str t) except -1:
-    """``t.isprintable()``, without a call for ASCII text (printable: 0x20 to 0x7e)."""
-    cdef Py_ssize_t i
-    cdef U u
-    cdef uc c
-    if not PyUnicode_IS_ASCII(t):
-        u = uview(t)
-        for i in range(u.n):
-            c = at(u, i)
-            if 32 <= c <= 126 or 0x2500 <= c <= 0x257F:  # ASCII, box drawing (AReaL's stats tables)
-                continue
-            if not Py_UNICODE_ISPRINTABLE(c):
-                return False
-        return True
-    return rlw_ascii_printable(<const unsigned char *>PyUnicode_DATA(t), PyUnicode_GET_LENGTH(t))
-
-
-cdef str shown(str text):
-    """``events._shown``: capped, with every control sequence removed."""
-    cdef str t = text if PyUnicode_GET_LENGTH(text) <= _DISPLAY_CHARS * 2 else PyUnicode_Substring(
-        text, 0, _DISPLAY_CHARS * 2
-    )
-    if not printable(t):
-        t = _clean_line(t)
-    return t if PyUnicode_GET_LENGTH(t) <= _DISPLAY_CHARS else PyUnicode_Substring(t, 0, _DISPLAY_CHARS)
-
-
 # =========================================================================================== signatures
 # A traceback's header, frames, chain messages and exception line are read by rlwatch/logs/signatures.py itself,
 # compiled from its own text (setup.py's COMPILED) and cimported here (its .pxd): header, frame, chain, location and
@@ -1072,7 +1018,7 @@ def py_code_line(str body):
 
 # What the counter keeps of each kind and file, and how a counted line changes it, is rlwatch/logs/counting.py,
 # compiled from its own text (setup.py's COMPILED, its C types in counting.pxd) and cimported here.
-from rlwatch.logs.counting cimport Counts, FileState, LongLine, long_line, undated_time, upper_bound
+from rlwatch.logs.counting cimport Counts, FileState, LongLine, long_line, shown, undated_time, upper_bound
 
 
 # ============================================================================================= line arithmetic

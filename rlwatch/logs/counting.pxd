@@ -4,10 +4,12 @@
 # Python counter (events.PyEventCounter) imports the same classes, so the counting is written once.
 cimport cython
 from libc.stdint cimport int64_t
+from rlwatch.logs cimport textscan
 from rlwatch.logs.incidents cimport FileIncidents, Grouper, step_number
 from rlwatch.logs.timestamps cimport time_or_nan
 
 cdef double _INF, _NAN
+cdef Py_ssize_t _SHOWN_CAP
 cdef object _LOG_LINE_NEW, _LL_PATH, _LL_LINENO, _LL_TEXT, _LL_TIME
 
 ctypedef object (*LineMaker)(str, int64_t, str, double)
@@ -15,6 +17,7 @@ ctypedef object (*LineMaker)(str, int64_t, str, double)
 @cython.locals(line=object)
 cdef object _log_line(str path, int64_t lineno, str text, double time)
 cdef object _finite(double t)
+cpdef str shown(str text)
 cpdef double undated_time(double earlier, bint has_earlier, bint backlog, double before, bint has_before,
                           double now) noexcept
 cpdef double upper_bound(double t, double by) noexcept

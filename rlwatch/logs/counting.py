@@ -24,6 +24,8 @@ from collections import deque
 from collections.abc import Callable, Sequence
 
 from rlwatch.common.state import EventSummary, LogLine, line_ref
+from rlwatch.common.textsafe import clean_line
+from rlwatch.logs import textscan
 from rlwatch.logs.incidents import EVENT_KINDS, FileIncidents, Grouper, step_number
 from rlwatch.logs.kinds import REDRAWN_KINDS, EventKind
 from rlwatch.logs.timestamps import time_or_nan
@@ -44,6 +46,7 @@ __all__ = [
     "LongLine",
     "Tag",
     "long_line",
+    "shown",
     "undated_time",
     "upper_bound",
 ]
@@ -51,6 +54,7 @@ __all__ = [
 _INF = float("inf")
 # How both counters read a line (Python values: the compiled counter reads them into C when it loads).
 DISPLAY_CHARS = 2000  # evidence lines are capped: a multi-megabyte line is shown by its start
+_SHOWN_CAP = DISPLAY_CHARS  # the same, a C integer where this module is compiled (counting.pxd)
 # An over-long line arrives in pieces: its first HEAD_BYTES are its evidence text, time and prefix, and this much of
 # the previous piece is searched again with the next one, so a match that straddles two pieces is still found.
 HEAD_BYTES = 8192
@@ -84,6 +88,16 @@ def _log_line(path: str, lineno: int, text: str, time: float) -> LogLine:
     _LL_TEXT(line, text)
     _LL_TIME(line, time)
     return line
+
+
+def shown(text: str) -> str:
+    """The evidence text of a line: capped at ``DISPLAY_CHARS``, with every control sequence removed (a line is
+    cut before it is cleaned, so a multi-megabyte line costs its start only)."""
+    if len(text) > _SHOWN_CAP * 2:
+        text = textscan.cut(text, 0, _SHOWN_CAP * 2)
+    if not textscan.isprintable(text):
+        text = clean_line(text)
+    return text if len(text) <= _SHOWN_CAP else textscan.cut(text, 0, _SHOWN_CAP)
 
 
 def undated_time(

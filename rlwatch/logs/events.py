@@ -22,7 +22,7 @@ from typing import Any
 
 from rlwatch.common.clock import Clock
 from rlwatch.common.state import EventSummary, Incident, IncidentTally, LogLine
-from rlwatch.common.textsafe import clean_line, strip_ansi
+from rlwatch.common.textsafe import strip_ansi
 from rlwatch.logs.counting import (
     BANNER,
     DISPLAY_CHARS,
@@ -37,6 +37,7 @@ from rlwatch.logs.counting import (
     LongLine,
     Tag,
     long_line,
+    shown,
     undated_time,
     upper_bound,
 )
@@ -55,12 +56,6 @@ _TERMINATOR = re.compile(rb"\r\n?|\n")
 _OVERLAP = OVERLAP_BYTES
 _HEAD = HEAD_BYTES
 _DIGITS_AS_ZERO = bytes.maketrans(b"123456789", b"000000000")
-
-
-def _shown(text: str) -> str:
-    """The evidence text of a line: capped, with every control sequence removed."""
-    text = text[: DISPLAY_CHARS * 2]
-    return (text if text.isprintable() else clean_line(text))[:DISPLAY_CHARS]
 
 
 class _Lines:
@@ -443,11 +438,11 @@ class PyEventCounter:
         names = [kinds[0].name] if len(kinds) == 1 else [k.name for k in kinds]  # mostly one
         if BANNER in names and self._counts.restarts(state, RESTART in names):
             names.append(RESTART)
-        shown = _shown(text)
+        evidence = shown(text)
         if t is None:
             t = lines.span(start, text, now)
         for name in names:
-            self._count(name, state, lineno, t, shown, now)
+            self._count(name, state, lineno, t, evidence, now)
         return names
 
     def _piece(
@@ -468,9 +463,9 @@ class PyEventCounter:
         counts = self._counts
         found = [i for i in (counts.index[k.name] for k in self._matcher.match(body)) if counts.long_new(state, i)]
         if found:
-            (t, bound), shown = self._long_time(state, now, by), self._long_shown(long)
+            (t, bound), evidence = self._long_time(state, now, by), self._long_shown(long)
             for i in found:
-                counts.count_long(i, state, t, 0.0 if bound is None else bound, bound is not None, shown, now)
+                counts.count_long(i, state, t, 0.0 if bound is None else bound, bound is not None, evidence, now)
         long.tail = window[-_OVERLAP:]
         if final:
             state.long = None
@@ -485,13 +480,13 @@ class PyEventCounter:
 
     @staticmethod
     def _long_shown(long: LongLine) -> str:
-        return _shown(prepare(long.head)[0])
+        return shown(prepare(long.head)[0])
 
-    def _count(self, name: str, state: FileState, lineno: int, span: Span, shown: str, now: float) -> None:
+    def _count(self, name: str, state: FileState, lineno: int, span: Span, evidence: str, now: float) -> None:
         """One occurrence of ``name``: counted by the rules both counters share (``counting.Counts.count``)."""
         t, by = span
         self._counts.count(self._counts.index[name], state, lineno, t, 0.0 if by is None else by, by is not None,
-                           shown, now)  # fmt: skip
+                           evidence, now)  # fmt: skip
 
     # ------------------------------------------------------------------------------------------------ reading
     def summaries(self) -> dict[str, EventSummary]:

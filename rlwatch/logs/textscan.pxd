@@ -3,7 +3,9 @@
 # str's methods where nothing is compiled, these where it is. Inline C functions over CPython's own search and
 # substring, or a loop over the characters where that is shorter than the call: the bounds are C integers, no Python
 # int is made per call. The .py is never compiled; only this file is read, by the modules that cimport it.
-from cpython.unicode cimport Py_UNICODE_ISDECIMAL, PyUnicode_DATA, PyUnicode_GET_LENGTH, PyUnicode_KIND, PyUnicode_READ
+from cpython.unicode cimport (
+    Py_UNICODE_ISDECIMAL, Py_UNICODE_ISPRINTABLE, PyUnicode_DATA, PyUnicode_GET_LENGTH, PyUnicode_KIND, PyUnicode_READ
+)
 
 cdef extern from "Python.h":
     Py_ssize_t PyUnicode_Find(object text, object sub, Py_ssize_t start, Py_ssize_t end, int direction) except -2
@@ -11,6 +13,7 @@ cdef extern from "Python.h":
     Py_ssize_t PyUnicode_Tailmatch(object text, object sub, Py_ssize_t start, Py_ssize_t end, int direction) except -1
     str PyUnicode_Substring(object text, Py_ssize_t start, Py_ssize_t end)
     const Py_ssize_t PY_SSIZE_T_MAX
+    bint PyUnicode_IS_ASCII(object o)
 
 
 cdef inline Py_ssize_t find(str text, str sub, Py_ssize_t start, Py_ssize_t end) except -2:
@@ -51,3 +54,47 @@ cdef inline bint isdecimal(Py_UCS4 c) noexcept:
     if c < 128:
         return 48 <= c <= 57
     return Py_UNICODE_ISDECIMAL(c)
+
+
+cdef extern from *:
+    """
+    #include <stdint.h>
+    #include <string.h>
+    /* Every byte of ASCII text in 0x20..0x7e, eight at a time: a byte below 0x20, or one equal to 0x7f (the only
+       one above 0x7e in ASCII), sets its high bit in lt or eq (exact as an answer for bytes below 0x80). */
+    static int rlw_ascii_printable(const unsigned char *p, Py_ssize_t n) {
+        const uint64_t ones = 0x0101010101010101ULL, highs = 0x8080808080808080ULL;
+        Py_ssize_t i = 0;
+        uint64_t x, y;
+        for (; i + 8 <= n; i += 8) {
+            memcpy(&x, p + i, 8);
+            y = x ^ (ones * 0x7f);
+            if ((((x - ones * 0x20) & ~x) | ((y - ones) & ~y)) & highs)
+                return 0;
+        }
+        for (; i < n; i++)
+            if (p[i] < 32 || p[i] > 126)
+                return 0;
+        return 1;
+    }
+    """
+    bint rlw_ascii_printable(const unsigned char *p, Py_ssize_t n) noexcept nogil
+
+
+cdef inline bint isprintable(str t) except -1:
+    # str.isprintable without a call: ASCII text eight bytes at a time (printable: 0x20 to 0x7e), any other text a
+    # character at a time, ASCII and box drawing (AReaL's stats tables) before CPython's table is asked
+    cdef Py_ssize_t i, n = PyUnicode_GET_LENGTH(t)
+    cdef int kind
+    cdef void *data = PyUnicode_DATA(t)
+    cdef Py_UCS4 c
+    if PyUnicode_IS_ASCII(t):
+        return rlw_ascii_printable(<const unsigned char *>data, n)
+    kind = PyUnicode_KIND(t)
+    for i in range(n):
+        c = PyUnicode_READ(kind, data, i)
+        if 32 <= c <= 126 or 0x2500 <= c <= 0x257F:
+            continue
+        if not Py_UNICODE_ISPRINTABLE(c):
+            return False
+    return True

@@ -13,7 +13,7 @@ exactly what the method it names answers.
 
 from __future__ import annotations
 
-__all__ = ["cut", "find", "find_char", "isdecimal", "rfind_char", "startswith"]
+__all__ = ["cut", "find", "find_char", "isdecimal", "isprintable", "rfind_char", "startswith"]
 
 # str.find(sub, start, end): where sub first begins in text[start:end], or -1.
 find = str.find
@@ -25,6 +25,8 @@ rfind_char = str.rfind
 startswith = str.startswith
 # str.isdecimal of one character (re's \d).
 isdecimal = str.isdecimal
+# str.isprintable of a whole text (an evidence line's test before its control sequences are removed).
+isprintable = str.isprintable
 
 
 def cut(text: str, start: int, end: int) -> str:

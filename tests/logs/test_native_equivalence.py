@@ -1346,3 +1346,26 @@ def test_a_built_event_path_whose_rule_module_was_not_compiled_falls_back_to_pyt
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True).stdout
     assert out.splitlines()[0] == "True", out
     assert "event path: Python (built, but a rule module it needs was not compiled)" in out
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "",
+        "step 3 loss 0.1",
+        "\x1b[31mRuntimeError\x1b[0m: boom",
+        "tab\there and a bell\x07",
+        "del\x7f char",
+        "│ ppo_actor/seq_len/avg │ 1.7e+02 │",
+        "步 ٣ \u200b zero width",
+        "x" * 5000,
+        "\x1b[2K" + "y" * 4100,
+        "a\x00b",
+    ],
+)
+def test_an_evidence_text_compiled_reads_as_its_text_interpreted(text: str) -> None:
+    from rlwatch.logs import counting as compiled
+
+    got = compiled.shown(text)
+    assert got == _COUNTING_INTERPRETED.shown(text)
+    assert len(got) <= compiled.DISPLAY_CHARS and "\x1b" not in got and "\x07" not in got  # a tab stays
